@@ -17,8 +17,9 @@ Relative paths resolve against the YAML file's directory. Unknown keys are error
 from __future__ import annotations
 
 import copy
+import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -26,6 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pytest_specdec.errors import ProfileError
 
 __all__ = [
+    "BUNDLED_DRAFT_EAGLE3",
+    "BUNDLED_TARGET",
     "MinSpeedup",
     "Profile",
     "ProfileSet",
@@ -33,6 +36,7 @@ __all__ = [
     "Thresholds",
     "Workload",
     "load_profiles",
+    "resolve_paths",
 ]
 
 
@@ -127,6 +131,8 @@ class Profile(_Strict):
     #: Fail the startup if the server log shows no new line for this many seconds (None: only the total budget).
     startup_stall_s: float | None = Field(default=None, gt=0)
     enable_metrics: bool = True
+    #: ``--max-running-requests``; None lets the engine choose (SGLang: 48 under speculative decoding).
+    max_running_requests: int | None = Field(default=None, ge=1)
     speculative: SpeculativeConfig | None = None
     thresholds: Thresholds = Field(default_factory=Thresholds)
     workload: Workload = Field(default_factory=Workload)
@@ -136,6 +142,17 @@ class Profile(_Strict):
     @property
     def is_speculative(self) -> bool:
         return self.speculative is not None
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_scalars_to_str(cls, value: Any) -> Any:
+        # YAML reads `OMP_NUM_THREADS: 1` as an int; an environment only holds strings.
+        if isinstance(value, dict):
+            return {
+                k: str(v).lower() if isinstance(v, bool) else (str(v) if isinstance(v, int | float) else v)
+                for k, v in value.items()
+            }
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> Profile:
@@ -163,13 +180,239 @@ class ProfileSet(BaseModel):
             ) from None
 
 
+#: The bundled reference server's checkpoints (``server: reference`` defaults; filled in by ``resolve_paths``).
+BUNDLED_ASSETS = Path(__file__).resolve().parent / "refserver" / "assets"
+BUNDLED_TARGET = BUNDLED_ASSETS / "target"
+BUNDLED_DRAFT_EAGLE3 = BUNDLED_ASSETS / "draft-eagle3"
+
+_HOW_TO_PASS = "pass a profile file with --specdec-profiles=PATH or the ini key specdec_profiles"
+
+
 def load_profiles(path: str | Path) -> ProfileSet:
     """Load and validate a profile file.
 
-    :raises ProfileError: unreadable file, YAML syntax error, unknown or invalid key, ``extends`` cycle; the message
-        names the file, the profile, the key path and the value.
+    Steps: ``yaml.safe_load``; the top-level ``profiles:`` mapping; ``extends:`` chains deep-merged base first
+    (``_merge``); relative paths resolved against the file's directory (``model_path``,
+    ``speculative.draft_model_path``, ``workload.prompts`` unless ``builtin``, ``python``; a value is treated as a
+    path when it is absolute, starts with ``.`` or ``~``, or names an existing file relative to the YAML file, so
+    Hugging Face ids such as ``meta-llama/Llama-3.1-8B-Instruct`` stay as they are); validation; then
+    ``resolve_paths`` fills the bundled assets on ``server: reference``.
+
+    :param path: the YAML file; messages name it as given.
+    :returns: every profile of the file by name, each with ``source`` set to the file's absolute path.
+    :raises ProfileError: missing or unreadable file, YAML syntax error (with line and column), unknown key (with a
+        ``did you mean`` suggestion), invalid value, ``extends`` to an unknown profile or in a cycle. The message has
+        one line per problem: ``FILE: profiles.NAME.KEY.PATH: what was expected, got VALUE``.
     """
-    raise NotImplementedError
+    file = Path(path)
+    shown = str(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProfileError(f"{shown}: profile file not found; {_HOW_TO_PASS}", path=file) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{shown}: cannot read profile file: {exc}", path=file) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise ProfileError(f"{shown}{where}: YAML syntax error: {problem}", path=file) from None
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{shown}: YAML syntax error: {exc}", path=file) from None
+
+    if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
+        got = type(data).__name__ if not isinstance(data, dict) else f"keys {sorted(map(str, data))}"
+        raise ProfileError(
+            f"{shown}: expected a top-level mapping 'profiles:' of name -> profile, got {got}", path=file
+        )
+    problems = [
+        f"{shown}: unknown top-level key {key!r}{_did_you_mean(str(key), ['profiles'])}"
+        for key in data
+        if key != "profiles"
+    ]
+    raw: dict[str, Any] = data["profiles"]
+    if not raw:
+        problems.append(f"{shown}: profiles: is empty; define at least one profile")
+    profiles: dict[str, Profile] = {}
+    for name, body in raw.items():
+        if not isinstance(body, dict):
+            problems.append(f"{shown}: profiles.{name}: expected a mapping of profile keys, got {body!r}")
+            continue
+        try:
+            merged = _resolve_extends(str(name), raw, shown)
+        except ProfileError as exc:
+            problems.append(str(exc))
+            continue
+        merged = _resolve_relative(merged, file.resolve().parent)
+        merged["name"] = str(name)
+        merged["source"] = str(file.resolve())
+        try:
+            profiles[str(name)] = resolve_paths(Profile.model_validate(merged))
+        except ValidationError as exc:
+            problems.extend(_describe_error(shown, str(name), err) for err in exc.errors())
+    if problems:
+        raise ProfileError("\n".join(problems), path=file)
+    return ProfileSet(path=file, profiles=profiles)
+
+
+def resolve_paths(profile: Profile) -> Profile:
+    """Fill the bundled reference assets: on ``server: reference``, ``model_path`` None becomes ``BUNDLED_TARGET``
+    and, for algorithm EAGLE3 or EAGLE with no ``draft_model_path``, the draft becomes ``BUNDLED_DRAFT_EAGLE3``.
+
+    ``load_profiles`` calls it; call it yourself on a ``Profile`` built in code. Idempotent.
+
+    :returns: the same profile when nothing changes, else an updated copy.
+    """
+    if profile.server != "reference":
+        return profile
+    update: dict[str, Any] = {}
+    if profile.model_path is None:
+        update["model_path"] = str(BUNDLED_TARGET)
+    spec = profile.speculative
+    if spec is not None and spec.algorithm in ("EAGLE3", "EAGLE") and spec.draft_model_path is None:
+        update["speculative"] = spec.model_copy(update={"draft_model_path": str(BUNDLED_DRAFT_EAGLE3)})
+    return profile.model_copy(update=update) if update else profile
+
+
+def _resolve_extends(name: str, raw: dict[str, Any], shown: str) -> dict[str, Any]:
+    """The profile's mapping with its ``extends:`` chain merged in (base first), ``extends`` removed."""
+    chain = [name]
+    body: dict[str, Any] = raw[name]
+    while "extends" in body:
+        parent = body["extends"]
+        if not isinstance(parent, str):
+            raise ProfileError(
+                f"{shown}: profiles.{chain[-1]}.extends: expected a profile name, got {parent!r}", profile=name
+            )
+        if parent in chain:
+            cycle = " -> ".join([*chain, parent])
+            raise ProfileError(
+                f"{shown}: profiles.{name}.extends: cycle {cycle}; remove one of these 'extends:'", profile=name
+            )
+        if parent not in raw or not isinstance(raw[parent], dict):
+            available = ", ".join(sorted(map(str, raw)))
+            raise ProfileError(
+                f"{shown}: profiles.{chain[-1]}.extends: no profile {parent!r} in this file"
+                f"{_did_you_mean(parent, list(map(str, raw)))} (available: {available})",
+                profile=name,
+            )
+        chain.append(parent)
+        body = raw[parent]
+    merged: dict[str, Any] = {}
+    for link in reversed(chain):
+        merged = _merge(merged, {k: v for k, v in raw[link].items() if k != "extends"})
+    return merged
+
+
+def _looks_like_path(value: str, base: Path) -> bool:
+    return value.startswith((".", "~", "/")) or (base / value).exists()
+
+
+def _resolve_one(value: Any, base: Path) -> Any:
+    if not isinstance(value, str) or not value or not _looks_like_path(value, base):
+        return value
+    return str((base / Path(value).expanduser()).resolve())
+
+
+def _resolve_relative(merged: dict[str, Any], base: Path) -> dict[str, Any]:
+    out = copy.deepcopy(merged)
+    for key in ("model_path", "python"):
+        out[key] = _resolve_one(out.get(key), base) if key in out else None
+        if out[key] is None:
+            del out[key]
+    spec = out.get("speculative")
+    if isinstance(spec, dict) and "draft_model_path" in spec:
+        spec["draft_model_path"] = _resolve_one(spec["draft_model_path"], base)
+    workload = out.get("workload")
+    if isinstance(workload, dict) and isinstance(workload.get("prompts"), str) and workload["prompts"] != "builtin":
+        # A prompt file is always a path (never a hub id), so resolve it even when it does not exist yet.
+        workload["prompts"] = str((base / Path(workload["prompts"]).expanduser()).resolve())
+    return out
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+def _walk(model: type[BaseModel], loc: tuple[int | str, ...]) -> tuple[type[BaseModel] | None, Any]:
+    """Follow ``loc`` through nested models: (the model owning the last named key, that key's FieldInfo)."""
+    owner: type[BaseModel] | None = model
+    info: Any = None
+    for part in loc:
+        if isinstance(part, int) or owner is None:
+            continue
+        info = owner.model_fields.get(part)
+        if info is None:
+            return owner, None
+        nested = [a for a in (info.annotation, *get_args(info.annotation)) if _is_model(a)]
+        owner_next = nested[0] if nested else None
+        if part == loc[-1] or owner_next is None:
+            return owner, info
+        owner = owner_next
+    return owner, info
+
+
+def _is_model(obj: Any) -> bool:
+    return isinstance(obj, type) and issubclass(obj, BaseModel)
+
+
+def _expected(info: Any, element: bool) -> str:
+    """'an integer >= 1', 'a number > 0', ... from a field's annotation and ``Field`` bounds."""
+    annotation = info.annotation if info is not None else None
+    args = [a for a in get_args(annotation) if a is not type(None)] or [annotation]
+    if element:
+        inner = [get_args(a) for a in args if get_origin(a) in (list, dict)]
+        args = [x for group in inner for x in group[-1:]] or args
+    words = [_TYPE_WORDS[a] for a in args if a in _TYPE_WORDS]
+    text = words[0] if words else "a valid value"
+    if info is not None and not element:
+        for meta in info.metadata:
+            for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+                bound = getattr(meta, attr, None)
+                if bound is not None:
+                    text += f" {sign} {bound:g}" if isinstance(bound, float) else f" {sign} {bound}"
+    return text
+
+
+def _describe_error(shown: str, name: str, err: Any) -> str:
+    """One line for one pydantic error: file, key path, what was expected, the value, and the fix when known."""
+    loc: tuple[int | str, ...] = tuple(err["loc"])
+    key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
+    where = f"{shown}: profiles.{name}" + (f".{key}" if key else "")
+    kind = err["type"]
+    value = err.get("input")
+    owner, info = _walk(Profile, loc)
+    element = bool(loc) and isinstance(loc[-1], int)
+    if kind == "extra_forbidden":
+        choices = sorted(owner.model_fields) if owner is not None else []
+        choices = [c for c in choices if c not in ("name", "source")]
+        return f"{shown}: profiles.{'.'.join(map(str, (name, *loc[:-1])))}: unknown key {loc[-1]!r}" + (
+            _did_you_mean(str(loc[-1]), choices) or f" (allowed: {', '.join(choices)})"
+        )
+    if kind == "missing":
+        return f"{where}: required key missing"
+    if kind == "literal_error":
+        return f"{where}: expected one of {err['ctx']['expected']}, got {value!r}"
+    if kind in ("value_error", "assertion_error"):
+        msg = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        return f"{where}: {msg}"
+    if kind.endswith(("_type", "_parsing", "_from_float")) or kind in (
+        "greater_than",
+        "greater_than_equal",
+        "less_than",
+        "less_than_equal",
+    ):
+        if kind in ("list_type", "dict_type", "model_type", "model_attributes_type"):
+            what = {"list_type": "a list", "dict_type": "a mapping"}.get(kind, "a mapping of keys")
+            return f"{where}: expected {what}, got {value!r}"
+        return f"{where}: expected {_expected(info, element)}, got {value!r}"
+    return f"{where}: {err['msg']}, got {value!r}"
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -181,6 +424,3 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = copy.deepcopy(value)
     return out
-
-
-_ = (yaml, ValidationError)

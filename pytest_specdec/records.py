@@ -14,6 +14,11 @@ class RequestRecord:
     ``chunk_times_s[i]`` is the arrival of the i-th SSE event that carried new tokens, ``chunk_tokens[i]`` how many
     (from Δ``meta_info.completion_tokens`` or usage deltas, never 1 per chunk). Spec fields are the final
     ``meta_info`` values (SGLang ``tokenizer_manager.py``); None when the server does not report them.
+
+    OpenAI streams without per-chunk usage (SGLang ignores ``continuous_usage_stats``): ``chunk_times_s`` holds the
+    arrivals of chunks with non-empty text, ``chunk_tokens`` is empty (per-chunk counts unknown, see
+    :attr:`itl_available`), and ``completion_tokens`` is the final ``usage.completion_tokens``.
+    ``start_s`` is just before the request is sent; ``end_s`` the arrival of ``data: [DONE]`` (or the failure).
     """
 
     ok: bool
@@ -30,6 +35,11 @@ class RequestRecord:
     spec_accept_length: float | None = None
     spec_accept_rate: float | None = None
     output_text: str = ""
+
+    @property
+    def itl_available(self) -> bool:
+        """True when every chunk's token count is known, so per-token ITL can be computed."""
+        return len(self.chunk_tokens) == len(self.chunk_times_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +74,8 @@ class RunMetrics:
     #: Accept length from engine counters (Δgeneration_tokens / Δverify_calls), for the cross-check.
     server_accept_length: float | None = None
     server_accept_rate: float | None = None
+    #: Where ``accept_length`` came from: "client" (Σcompletion_tokens/Σspec_verify_ct), "counters", or None.
+    accept_length_source: str | None = None
 
-    def as_dict(self) -> dict[str, float | int | None]:
+    def as_dict(self) -> dict[str, float | int | str | None]:
         return asdict(self)

@@ -1,14 +1,14 @@
 """How the committed reference assets were made: tokenizer, target Llama and EAGLE-3 draft, all from fixed seeds.
 
-Run ``python -m pytest_specdec.refserver.train --out pytest_specdec/refserver/assets`` (about 17 minutes on 2 CPU
-cores). The corpus is the running Python's own standard library source, so it exists offline on every machine;
+Run ``python -m pytest_specdec.refserver.train --out pytest_specdec/refserver/assets`` (about 18 minutes on 2 idle CPU
+cores; steps, not wall time, bound it, so the result does not depend on the machine's load). The corpus is the running Python's own standard library source, so it exists offline on every machine;
 a different Python version gives a slightly different corpus and therefore different (equally valid) weights.
 
 Recipe (sized by the trial in ``shared/reference/tiny_eagle3_trial.md``):
 
 - tokenizer: byte-level BPE, vocab 2048, ``<|eot|>`` (id 0) between files;
 - target: ``LlamaForCausalLM``, 8 layers, hidden 256, 4 heads, intermediate 688, trained with bf16 autocast on
-  random 256-token windows, AdamW, cosine schedule, for a wall-clock budget;
+  random 256-token windows, AdamW, cosine schedule, 650 steps;
 - draft: EAGLE-3 over the target's hidden states after layers ``AUX_LAYER_IDS`` (SGLang convention: id i is the
   output of decoder layer i = HF ``hidden_states[i + 1]``), trained with a 3-step training-time-test unroll,
   step losses weighted 0.8^(k-1), cross-entropy against the target's greedy argmax.
@@ -116,7 +116,7 @@ def lr_at(step_frac: float, step: int, warmup: int, base: float, floor: float) -
     return base * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(step_frac, 1.0))))
 
 
-def train_target(data: torch.Tensor, held: torch.Tensor, seconds: float, log) -> torch.nn.Module:
+def train_target(data: torch.Tensor, held: torch.Tensor, steps: int, log) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(SEED)
@@ -126,11 +126,10 @@ def train_target(data: torch.Tensor, held: torch.Tensor, seconds: float, log) ->
     start = time.monotonic()
     losses: list[float] = []
     for step, x in enumerate(batches(data, 16, 256, gen)):
-        frac = (time.monotonic() - start) / seconds
-        if frac >= 1:
+        if step >= steps:
             break
         for group in opt.param_groups:
-            group["lr"] = lr_at(frac, step, 50, 3e-3, 0.1)
+            group["lr"] = lr_at(step / steps, step, 50, 3e-3, 0.1)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = model(input_ids=x, labels=x).loss
         opt.zero_grad(set_to_none=True)
@@ -181,7 +180,7 @@ def target_features(target, x: torch.Tensor, ids: list[int]) -> tuple[torch.Tens
     return aux, out.logits.argmax(-1)
 
 
-def train_draft(target, data: torch.Tensor, held: torch.Tensor, seconds: float, log, steps: int = 3) -> Eagle3Draft:
+def train_draft(target, data: torch.Tensor, held: torch.Tensor, train_steps: int, log, steps: int = 3) -> Eagle3Draft:
     torch.manual_seed(SEED + 1)
     cfg = draft_config()
     draft = Eagle3Draft(Eagle3DraftConfig.from_json(cfg), target.model.embed_tokens)
@@ -195,11 +194,10 @@ def train_draft(target, data: torch.Tensor, held: torch.Tensor, seconds: float, 
     start = time.monotonic()
     hist: list[list[float]] = []
     for step, x in enumerate(batches(data, 16, 256, gen)):
-        frac = (time.monotonic() - start) / seconds
-        if frac >= 1:
+        if step >= train_steps:
             break
         for group in opt.param_groups:
-            group["lr"] = lr_at(frac, step, 30, 3e-3, 0.05)
+            group["lr"] = lr_at(step / train_steps, step, 30, 3e-3, 0.05)
         aux, y = target_features(target, x, AUX_LAYER_IDS)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             outs = draft.forward_ttt(x, aux, steps)
@@ -248,8 +246,8 @@ def save(target, draft: Eagle3Draft, out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--target-seconds", type=float, default=660)
-    parser.add_argument("--draft-seconds", type=float, default=360)
+    parser.add_argument("--target-steps", type=int, default=650, help="optimizer steps of 16 x 256 tokens")
+    parser.add_argument("--draft-steps", type=int, default=400, help="optimizer steps of 16 x 256 tokens")
     args = parser.parse_args(argv)
     random.seed(SEED)
     torch.manual_seed(SEED)
@@ -264,8 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     fast = build_tokenizer(train_files, target_dir)
     data, held = encode(fast, train_files), encode(fast, held_files)
     log(f"corpus: {len(train_files)} files, {len(data)} train tokens, {len(held)} held-out tokens")
-    target = train_target(data, held, args.target_seconds, log)
-    draft = train_draft(target, data, held, args.draft_seconds, log)
+    target = train_target(data, held, args.target_steps, log)
+    draft = train_draft(target, data, held, args.draft_steps, log)
     save(target, draft, args.out)
     log(f"saved to {args.out}")
     return 0

@@ -1,0 +1,231 @@
+"""The bridge to pytest-benchmark: each specdec test becomes one pytest-benchmark entry (the only module that
+imports ``pytest_benchmark`` or reads ``config._benchmarksession``).
+
+What users get with pytest-benchmark installed and enabled: ``--benchmark-autosave``, ``--benchmark-save``,
+``--benchmark-compare``, ``--benchmark-compare-fail=mean:5%``, ``--benchmark-json`` and ``--benchmark-histogram``
+include specdec tests. Each entry's samples are **seconds per output token**, one per repeat
+(``duration_s / output_tokens`` of the measured phase), so the OPS column reads output tok/s (``ops = 1 / mean``:
+the harmonic mean of the repeats' tok/s) and a throughput loss is a larger time, which ``--benchmark-compare-fail``
+catches. Other metrics and the fingerprint ride in ``extra_info["specdec"]``; GPUs are added to ``machine_info``
+through the public hook ``pytest_benchmark_update_machine_info``.
+
+Limits (pytest-benchmark's, not ours): ``--benchmark-compare-fail`` sees time stats only (min, max, mean, median,
+stddev, iqr; larger = worse) and fails the whole session from the terminal summary, never one test; extra_info is
+saved but never compared (use ``python -m pytest_specdec compare`` for accept length, TTFT, per-test tolerances).
+Under xdist pytest-benchmark disables itself; specdec tests are then not recorded and :class:`BenchmarkBridge`
+emits one ``SpecdecWarning`` saying so. ``--benchmark-only`` skips specdec tests unless they request the
+``benchmark`` fixture (pytest-benchmark selects by fixture name).
+
+Private pytest-benchmark use is confined to :func:`_session` (``config._benchmarksession``: its ``benchmarks``
+list and ``disabled`` flag) and :func:`_entry` (``pytest_benchmark.stats.Metadata(fixture, iterations, options)``,
+the object its own fixture appends); ``tests/test_benchmark_bridge.py::test_private_contract`` fails loudly if a
+release changes either.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_specdec.errors import SpecdecWarning
+from pytest_specdec.results import gpu_info, plugin_version
+
+if TYPE_CHECKING:
+    from pytest_specdec.runner import Measurement
+
+__all__ = [
+    "BenchmarkBridge",
+    "GROUP",
+    "XDIST_WARNING",
+    "available",
+    "enabled",
+    "record",
+    "seconds_per_token",
+]
+
+#: Group name of specdec entries; pytest-benchmark prints it above the table, so it carries the unit.
+GROUP = "specdec: seconds per output token (OPS = output tok/s)"
+XDIST_WARNING = (
+    "pytest-benchmark is disabled under xdist (-n/--dist): specdec tests are not recorded for --benchmark-* "
+    "options; run without -n for pytest-benchmark files, or use the specdec results and "
+    "'python -m pytest_specdec compare'"
+)
+#: Options pytest-benchmark stores per entry; "timer" names how our samples were taken.
+_OPTIONS = {
+    "disable_gc": False,
+    "timer": "specdec: client time.perf_counter, measured phase duration / output tokens",
+    "min_rounds": 1,
+    "max_time": 0.0,
+    "min_time": 0.0,
+    "warmup": False,
+}
+_STORAGE_OPTIONS = (
+    "benchmark_save",
+    "benchmark_autosave",
+    "benchmark_compare",
+    "benchmark_compare_fail",
+    "benchmark_json",
+    "benchmark_histogram",
+)
+
+
+def available() -> bool:
+    """True when pytest-benchmark can be imported."""
+    try:
+        import pytest_benchmark  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _session(config: pytest.Config) -> Any | None:
+    """pytest-benchmark's session object (private ``config._benchmarksession``), or None when the plugin is not
+    loaded (not installed, or ``-p no:benchmark``) or the attribute moved."""
+    bs = getattr(config, "_benchmarksession", None)
+    if bs is None or not isinstance(getattr(bs, "benchmarks", None), list):
+        return None
+    return bs
+
+
+def enabled(config: pytest.Config) -> bool:
+    """True when entries recorded now will be saved/compared: pytest-benchmark loaded, not disabled
+    (``--benchmark-disable``, xdist) and not on an xdist worker."""
+    bs = _session(config)
+    return bs is not None and not getattr(bs, "disabled", True) and not hasattr(config, "workerinput")
+
+
+def seconds_per_token(measurements: Sequence[Measurement]) -> list[float]:
+    """One sample per repeat: ``metrics.duration_s / metrics.output_tokens`` in seconds per output token; repeats
+    with no output token are left out.
+
+    Example: 2.0 s for 200 tokens -> 0.01 s/token (100 tok/s)."""
+    out = []
+    for m in measurements:
+        tokens = m.metrics.output_tokens
+        if tokens > 0 and m.metrics.duration_s > 0:
+            out.append(m.metrics.duration_s / tokens)
+    return out
+
+
+@dataclass
+class _FixtureShape:
+    """The attributes ``pytest_benchmark.stats.Metadata`` reads from its ``fixture`` argument."""
+
+    name: str
+    fullname: str
+    group: str | None
+    param: str | None
+    params: dict[str, Any] | None
+    extra_info: dict[str, Any] = field(default_factory=dict)
+    cprofile_stats: Any = None
+    has_error: bool = False
+
+
+def _entry(shape: _FixtureShape, samples: Sequence[float]) -> Any:
+    """A pytest-benchmark ``Metadata`` holding ``samples`` (seconds, iterations 1)."""
+    from pytest_benchmark.stats import Metadata
+
+    meta = Metadata(shape, iterations=1, options=dict(_OPTIONS))
+    for value in samples:
+        meta.update(value)
+    return meta
+
+
+def _json_safe(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return value
+
+
+def record(
+    node: pytest.Item,
+    measurements: Sequence[Measurement],
+    fingerprint: Mapping[str, Any],
+    *,
+    metrics: Mapping[str, Any] | None = None,
+) -> bool:
+    """Add one pytest-benchmark entry for a specdec test (call it from the ``specdec_run`` fixture or after the
+    test's repeats, in the process that ran the test).
+
+    Entry: name/fullname/param(s) from ``node`` (so ``--benchmark-compare`` matches it by node id across runs),
+    group :data:`GROUP` (or the ``@pytest.mark.benchmark(group=...)`` one), samples :func:`seconds_per_token`,
+    ``extra_info["specdec"]`` = {unit, profile, metrics (``metrics`` or the first repeat's ``RunMetrics``),
+    per_repeat (field -> values), fingerprint}.
+
+    :param node: the test item (``request.node``).
+    :param measurements: the test's repeats (``runner.Measurement``), at least one.
+    :param fingerprint: ``results.build_fingerprint(...)``.
+    :returns: True when an entry was added; False when pytest-benchmark is absent or disabled (xdist,
+        ``--benchmark-disable``) or no repeat produced a token.
+    """
+    if not enabled(node.config) or not measurements:
+        return False
+    samples = seconds_per_token(measurements)
+    if not samples:
+        return False
+    bs = _session(node.config)
+    assert bs is not None  # enabled() checked it
+    callspec = getattr(node, "callspec", None)
+    marker = node.get_closest_marker("benchmark")
+    group = marker.kwargs.get("group") if marker is not None else None
+    per_repeat: dict[str, list[Any]] = {}
+    for m in measurements:
+        for key, value in m.metrics.as_dict().items():
+            per_repeat.setdefault(key, []).append(value)
+    shape = _FixtureShape(
+        name=node.name,
+        fullname=node.nodeid,
+        group=group or GROUP,
+        param=callspec.id if callspec is not None else None,
+        params={k: _json_safe(v) for k, v in callspec.params.items()} if callspec is not None else None,
+        extra_info={
+            "specdec": {
+                "unit": "seconds per output token",
+                "profile": measurements[0].profile,
+                "metrics": dict(metrics) if metrics is not None else measurements[0].metrics.as_dict(),
+                "per_repeat": per_repeat,
+                "fingerprint": dict(fingerprint),
+            }
+        },
+    )
+    bs.benchmarks.append(_entry(shape, samples))
+    return True
+
+
+class BenchmarkBridge:
+    """pytest-benchmark hooks for specdec; register it only when pytest-benchmark is loaded (its hook specs must
+    exist, or pluggy rejects the ``pytest_benchmark_*`` names).
+
+    Usage (``plugin.py::pytest_configure``)::
+
+        bridge = benchmark.BenchmarkBridge.from_config(config)
+        if bridge is not None:
+            config.pluginmanager.register(bridge, "specdec-benchmark")
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> BenchmarkBridge | None:
+        """The bridge, or None when pytest-benchmark is not loaded. On the xdist controller, when a
+        ``--benchmark-*`` storage option is given, warns once (:data:`XDIST_WARNING`, a ``SpecdecWarning``)."""
+        if not config.pluginmanager.hasplugin("benchmark") or not available():
+            return None
+        xdist = config.getoption("dist", "no") != "no" if config.pluginmanager.hasplugin("xdist") else False
+        asked = any(config.getoption(opt, None) for opt in _STORAGE_OPTIONS)
+        if xdist and asked and not hasattr(config, "workerinput"):
+            config.issue_config_time_warning(SpecdecWarning(XDIST_WARNING), stacklevel=2)
+        return cls(config)
+
+    def pytest_benchmark_update_machine_info(self, config: pytest.Config, machine_info: dict[str, Any]) -> None:
+        """Add ``gpus`` (name, driver, CUDA per GPU from nvidia-smi; ``[]`` without one) and
+        ``pytest_specdec`` (plugin version) to pytest-benchmark's ``machine_info``."""
+        machine_info["gpus"] = [dict(g) for g in gpu_info()]
+        machine_info["pytest_specdec"] = plugin_version()

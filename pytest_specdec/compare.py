@@ -1,0 +1,626 @@
+"""Baseline compare: per-metric direction and tolerance, significance over repeats, and the fingerprint diff.
+
+A row regresses when the median moved in the metric's worse direction (``metrics.METRICS[...].higher_is_better``)
+by more than its tolerance *and* ``stats.worse_test`` finds the shift significant over the per-repeat values
+(the asv rule: ``asv compare`` flags a change beyond ``--factor`` only when it is also statistically significant,
+``asv/commands/compare.py``). Unlike pytest-benchmark's ``--benchmark-compare-fail`` (seconds only, larger = worse,
+session-wide failure) each metric has its own direction and tolerance, and each test fails on its own.
+
+Tolerance strings (``parse_tolerances``)::
+
+    output_tok_s:5%       relative: 5 % of the baseline median (above 100 % allowed: 150%)
+    accept_length:0.02    absolute, in the metric's unit
+    ttft_ms:10%+5         both: 10 % of the baseline plus 5 ms
+    ttft_ms_p99:20%       one statistic field; a metric name (ttft_ms) covers all its fields (mean, p50, p90, p99)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from pytest_specdec import stats
+from pytest_specdec.errors import CompareError
+from pytest_specdec.metrics import METRICS, MetricSpec
+from pytest_specdec.results import ResultRecord, ResultStore, RunFile
+
+__all__ = [
+    "CompareRow",
+    "Comparison",
+    "DEFAULT_TOLERANCES",
+    "RunComparison",
+    "Tolerance",
+    "WORKLOAD_KEYS",
+    "calibrate_proposal",
+    "compare_main",
+    "compare_results",
+    "compare_runs",
+    "fingerprint_diff",
+    "format_tolerances",
+    "parse_tolerances",
+    "speedup_by_concurrency",
+    "speedup_failures",
+    "workload_differences",
+]
+
+_FORMAT_HELP = "expected METRIC:TOL with TOL as 5% (relative), 0.02 (absolute) or 10%+5 (both), e.g. output_tok_s:5%"
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_TOL_RE = re.compile(rf"^(?:(?P<rel>{_NUMBER})%(?:\+(?P<both_abs>{_NUMBER}))?|(?P<abs>{_NUMBER}))$")
+#: Workload keys whose difference makes two results incomparable (``fingerprint["workload"]``) — refused
+#: unless forced. ``prompt_hash`` is checked too.
+WORKLOAD_KEYS = ("max_new_tokens", "concurrency", "num_requests", "temperature", "api")
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerance:
+    """Allowed worsening of one metric: ``rel * |baseline median| + abs`` (either may be 0).
+
+    >>> Tolerance(rel=0.10, abs=5.0).allowed(50.0)
+    10.0
+    """
+
+    rel: float = 0.0
+    abs: float = 0.0
+
+    def allowed(self, baseline: float) -> float:
+        """The largest worsening (in the metric's unit) that still passes."""
+        return self.rel * abs(baseline) + self.abs
+
+    def __str__(self) -> str:
+        rel = f"{self.rel * 100:g}%" if self.rel else ""
+        if rel and self.abs:
+            return f"{rel}+{self.abs:g}"
+        return rel or f"{self.abs:g}"
+
+
+def _field_specs() -> dict[str, MetricSpec]:
+    """``RunMetrics`` field -> its metric (``ttft_ms_p50`` -> the ``ttft_ms`` spec)."""
+    return {f: spec for spec in METRICS.values() for f in spec.fields}
+
+
+#: Used when no tolerance is configured (ini ``specdec_tolerance``, profile or marker, wired by the plugin).
+DEFAULT_TOLERANCES: Mapping[str, Tolerance] = {
+    "output_tok_s": Tolerance(rel=0.05),
+    "accept_length": Tolerance(rel=0.02),
+    "accept_rate": Tolerance(abs=0.02),
+    "ttft_ms_p50": Tolerance(rel=0.10),
+    "itl_ms_p50": Tolerance(rel=0.10),
+    "tpot_ms_p50": Tolerance(rel=0.10),
+}
+
+
+def parse_tolerances(spec: str | Sequence[str]) -> dict[str, Tolerance]:
+    """Parse ``"output_tok_s:5%, accept_length:0.02"`` (or a list of such strings; comma or whitespace separated).
+
+    :returns: metric name or field -> Tolerance, in input order (a later token for the same key wins).
+    :raises ValueError: ``bad tolerance 'TOKEN': expected METRIC:TOL with TOL as 5% (relative), 0.02 (absolute)
+        or 10%+5 (both), e.g. output_tok_s:5%``, or ``bad tolerance 'TOKEN': unknown metric 'NAME' (known: ...)``.
+    """
+    parts = [spec] if isinstance(spec, str) else list(spec)
+    tokens = [t for part in parts for t in re.split(r"[,\s]+", part.strip()) if t]
+    known = set(METRICS) | set(_field_specs())
+    out: dict[str, Tolerance] = {}
+    for token in tokens:
+        name, sep, value = token.partition(":")
+        match = _TOL_RE.match(value.strip()) if sep else None
+        if not name or match is None:
+            raise ValueError(f"bad tolerance {token!r}: {_FORMAT_HELP}")
+        if name not in known:
+            listed = ", ".join(sorted(METRICS))
+            raise ValueError(
+                f"bad tolerance {token!r}: unknown metric {name!r} (known: {listed}, or a field like ttft_ms_p99)"
+            )
+        if match.group("abs") is not None:
+            tol = Tolerance(abs=float(match.group("abs")))
+        else:
+            tol = Tolerance(rel=float(match.group("rel")) / 100.0, abs=float(match.group("both_abs") or 0.0))
+        out[name] = tol
+    return out
+
+
+def format_tolerances(tolerances: Mapping[str, Tolerance]) -> str:
+    """The inverse of :func:`parse_tolerances`: ``"output_tok_s:5% accept_length:2%"``."""
+    return " ".join(f"{name}:{tol}" for name, tol in tolerances.items())
+
+
+def _resolve(tolerances: Mapping[str, Tolerance]) -> dict[str, Tolerance]:
+    """Field -> tolerance in METRICS order; a field key beats its metric's key."""
+    by_field = _field_specs()
+    out: dict[str, Tolerance] = {}
+    for fname, spec in by_field.items():
+        if fname in tolerances:
+            out[fname] = tolerances[fname]
+        elif spec.name in tolerances:
+            out[fname] = tolerances[spec.name]
+    return out
+
+
+# -- fingerprint diff ---------------------------------------------------------------------------------------------
+
+
+def _show(value: Any, missing: str = "(absent)") -> str:
+    if value is None:
+        return missing
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return f"{value:g}"
+    return str(value)
+
+
+def _dict_lines(prefix: str, a: Any, b: Any, missing: str = "(absent)", skip: Iterable[str] = ()) -> list[str]:
+    a = a if isinstance(a, dict) else {}
+    b = b if isinstance(b, dict) else {}
+    lines = []
+    for key in sorted(set(a) | set(b)):
+        if key in skip or a.get(key) == b.get(key):
+            continue
+        lines.append(f"{prefix}{key}: {_show(a.get(key), missing)} -> {_show(b.get(key), missing)}")
+    return lines
+
+
+def _argv_flags(argv: Any) -> dict[str, str]:
+    """``--flag value`` / ``--flag=value`` / bare ``--flag`` -> {flag: value}; the command before the first flag is
+    ``(command)``. ``--port`` is dropped: a free port is picked per run."""
+    if not isinstance(argv, list):
+        return {}
+    flags: dict[str, str] = {}
+    head: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = str(argv[i])
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            if not eq and i + 1 < len(argv) and not str(argv[i + 1]).startswith("--"):
+                value = str(argv[i + 1])
+                i += 1
+            flags[name] = value
+        elif not flags:
+            head.append(arg)
+        i += 1
+    flags.pop("--port", None)
+    if head:
+        flags["(command)"] = " ".join(head)
+    return flags
+
+
+def _gpus(value: Any) -> str | None:
+    if not isinstance(value, list) or not value:
+        return None
+    shown = [
+        f"{g.get('name')} (driver {g.get('driver')}, CUDA {g.get('cuda') or '?'})" for g in value if isinstance(g, dict)
+    ]
+    return ", ".join(shown) or None
+
+
+def fingerprint_diff(base: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """One line per fingerprint difference, ``what: baseline -> current``, in a fixed order: versions, engine
+    config, draft, env, argv, workload, hardware. Examples: ``torch: 2.13.0 -> 2.14.1``,
+    ``env NCCL_PROTO: LL -> (unset)``, ``draft aux ids: [1, 3, 5] -> [2, 4, 6]``.
+
+    :param base: ``ResultRecord.fingerprint`` of the baseline (``results.build_fingerprint``).
+    :param current: the current one.
+    """
+    lines: list[str] = []
+    if base.get("plugin_version") != current.get("plugin_version"):
+        lines.append(f"pytest-specdec: {_show(base.get('plugin_version'))} -> {_show(current.get('plugin_version'))}")
+    if base.get("engine") != current.get("engine"):
+        lines.append(f"engine: {_show(base.get('engine'))} -> {_show(current.get('engine'))}")
+    lines += _dict_lines("", base.get("packages"), current.get("packages"), skip=("error",))
+    lines += _dict_lines("effective ", base.get("effective"), current.get("effective"))
+    lines += _dict_lines(
+        "speculative ",
+        base.get("speculative"),
+        current.get("speculative"),
+        skip=("aux_hidden_state_layer_ids", "draft_model_path"),
+    )
+    bd, cd = base.get("draft") or {}, current.get("draft") or {}
+    if bd.get("aux_ids") != cd.get("aux_ids"):
+        lines.append(f"draft aux ids: {_show(bd.get('aux_ids'))} -> {_show(cd.get('aux_ids'))}")
+    if bd.get("config_hash") != cd.get("config_hash"):
+        lines.append(f"draft config hash: {_show(bd.get('config_hash'))} -> {_show(cd.get('config_hash'))}")
+    if bd.get("path") != cd.get("path"):
+        lines.append(f"draft path: {_show(bd.get('path'))} -> {_show(cd.get('path'))}")
+    lines += _dict_lines("env ", base.get("env"), current.get("env"), missing="(unset)")
+    lines += _dict_lines("argv ", _argv_flags(base.get("argv")), _argv_flags(current.get("argv")))
+    if base.get("prompt_hash") != current.get("prompt_hash"):
+        lines.append(
+            f"prompt set hash: {_show(_short(base.get('prompt_hash')))} -> {_show(_short(current.get('prompt_hash')))}"
+        )
+    lines += _dict_lines("workload ", base.get("workload"), current.get("workload"))
+    if _gpus(base.get("gpus")) != _gpus(current.get("gpus")):
+        lines.append(
+            f"gpu: {_show(_gpus(base.get('gpus')), '(none)')} -> {_show(_gpus(current.get('gpus')), '(none)')}"
+        )
+    if base.get("host") != current.get("host"):
+        lines.append(f"host: {_show(base.get('host'))} -> {_show(current.get('host'))}")
+    if base.get("url") != current.get("url"):
+        lines.append(f"url: {_show(base.get('url'))} -> {_show(current.get('url'))}")
+    return lines
+
+
+def _short(digest: Any) -> Any:
+    return digest[:12] if isinstance(digest, str) else digest
+
+
+def workload_differences(base: ResultRecord, current: ResultRecord) -> list[str]:
+    """What makes two records incomparable: ``prompt set hash A -> B`` and ``KEY A -> B`` for
+    :data:`WORKLOAD_KEYS`; a key absent on either side (an old file) is not checked."""
+    out = []
+    bh, ch = base.fingerprint.get("prompt_hash"), current.fingerprint.get("prompt_hash")
+    if bh is not None and ch is not None and bh != ch:
+        out.append(f"prompt set hash {_short(bh)} -> {_short(ch)}")
+    bw, cw = base.workload, current.workload
+    for key in WORKLOAD_KEYS:
+        if key in bw and key in cw and bw[key] != cw[key]:
+            out.append(f"{key} {_show(bw[key])} -> {_show(cw[key])}")
+    return out
+
+
+# -- rows and the comparison --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CompareRow:
+    """One metric field: baseline and current medians over repeats, the change, and the verdict.
+
+    ``verdict``: ``REGRESSED`` (worse beyond tolerance and significant), ``noise`` (worse beyond tolerance, not
+    significant), ``improved`` (better beyond tolerance), ``ok``, or ``n/a`` (missing on a side).
+    """
+
+    metric: str
+    higher_is_better: bool
+    baseline: float | None
+    current: float | None
+    delta: float | None
+    delta_pct: float | None
+    tolerance: Tolerance
+    verdict: str
+    test: stats.WorseTest | None = None
+
+    @property
+    def regressed(self) -> bool:
+        return self.verdict == "REGRESSED"
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
+        return f"{value:.3e}"
+    return f"{value:.4g}" if abs(value) < 1000 else f"{value:.1f}"
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Result of :func:`compare_results`. :meth:`lines` prints the fingerprint diff first, then the table."""
+
+    test_id: str
+    profile: str
+    rows: tuple[CompareRow, ...]
+    diff: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        """True when at least one row regressed."""
+        return any(r.regressed for r in self.rows)
+
+    @property
+    def regressions(self) -> tuple[CompareRow, ...]:
+        return tuple(r for r in self.rows if r.regressed)
+
+    def lines(self) -> list[str]:
+        """Fixed-width text: the fingerprint diff (``fingerprint: N differences from baseline`` then one indented
+        line each, or ``fingerprint: same as baseline``), notes, then one table row per metric."""
+        out = []
+        if self.diff:
+            out.append(f"fingerprint: {len(self.diff)} difference{'s' if len(self.diff) != 1 else ''} from baseline")
+            out += [f"  {line}" for line in self.diff]
+        else:
+            out.append("fingerprint: same as baseline")
+        out += list(self.notes)
+        header = ["metric", "better", "baseline", "current", "delta", "delta %", "tolerance", "verdict"]
+        table = [header]
+        for r in self.rows:
+            pct = "n/a" if r.delta_pct is None else f"{r.delta_pct:+.1f}%"
+            delta = "n/a" if r.delta is None else ("+" if r.delta >= 0 else "") + _num(r.delta)
+            verdict = r.verdict
+            if r.test is not None and r.verdict in ("REGRESSED", "noise"):
+                verdict = f"{verdict} ({r.test.describe()})"
+            table.append(
+                [
+                    r.metric,
+                    "higher" if r.higher_is_better else "lower",
+                    _num(r.baseline),
+                    _num(r.current),
+                    delta,
+                    pct,
+                    str(r.tolerance),
+                    verdict,
+                ]
+            )
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        for row in table:
+            cells = [row[0].ljust(widths[0]), row[1].ljust(widths[1])]
+            cells += [c.rjust(w) for c, w in zip(row[2:6], widths[2:6], strict=True)]
+            cells += [row[6].ljust(widths[6]), row[7]]
+            out.append("  ".join(cells).rstrip())
+        return out
+
+
+def _worse_by(delta: float, higher_is_better: bool) -> float:
+    return -delta if higher_is_better else delta
+
+
+def compare_results(
+    base: ResultRecord,
+    current: ResultRecord,
+    tolerances: Mapping[str, Tolerance] | None = None,
+    *,
+    force: bool = False,
+) -> Comparison:
+    """Compare one test's current result with its baseline.
+
+    For each metric field with a tolerance (``tolerances`` keys are metric names or fields; None means
+    :data:`DEFAULT_TOLERANCES`): medians over repeats (``stats.summarize``), delta = current - baseline,
+    delta % = delta / |baseline| * 100; worse by more than ``tolerance.allowed(baseline)`` and
+    ``stats.worse_test`` significant -> ``REGRESSED``.
+
+    :param force: compare even when the workload differs (the differences stay in the fingerprint diff and a
+        note says the comparison was forced).
+    :raises CompareError: the workloads differ (prompt set hash, max_new_tokens, concurrency, num_requests,
+        temperature, api) and ``force`` is False; the message lists each difference.
+    """
+    mismatch = workload_differences(base, current)
+    notes: list[str] = []
+    if mismatch:
+        if not force:
+            raise CompareError(
+                f"{current.test_id}: workload differs from the baseline, results are not comparable: "
+                f"{'; '.join(mismatch)}; re-record the baseline with this workload or compare anyway with --force"
+            )
+        notes.append(f"workload differs ({'; '.join(mismatch)}); compared anyway (--force)")
+    specs = _field_specs()
+    rows = []
+    for fname, tol in _resolve(DEFAULT_TOLERANCES if tolerances is None else tolerances).items():
+        higher = specs[fname].higher_is_better
+        b_vals, c_vals = base.values(fname), current.values(fname)
+        b_sum, c_sum = stats.summarize(b_vals), stats.summarize(c_vals)
+        if b_sum is None or c_sum is None:
+            if b_sum is None and c_sum is None:
+                continue
+            rows.append(
+                CompareRow(
+                    fname,
+                    higher,
+                    None if b_sum is None else b_sum.median,
+                    None if c_sum is None else c_sum.median,
+                    None,
+                    None,
+                    tol,
+                    "n/a",
+                )
+            )
+            continue
+        delta = c_sum.median - b_sum.median
+        pct = delta / abs(b_sum.median) * 100.0 if b_sum.median != 0 else None
+        allowed = tol.allowed(b_sum.median)
+        worse = _worse_by(delta, higher)
+        # A relative margin so that "10% shift at a 10% tolerance" is not decided by float rounding.
+        margin = 1e-9 * max(abs(b_sum.median), 1.0)
+        test = None
+        if worse > allowed + margin:
+            test = stats.worse_test(b_vals, c_vals, higher_is_better=higher)
+            verdict = "REGRESSED" if test.significant else "noise"
+        elif -worse > allowed + margin:
+            verdict = "improved"
+        else:
+            verdict = "ok"
+        rows.append(CompareRow(fname, higher, b_sum.median, c_sum.median, delta, pct, tol, verdict, test))
+    return Comparison(
+        test_id=current.test_id,
+        profile=current.profile,
+        rows=tuple(rows),
+        diff=tuple(fingerprint_diff(base.fingerprint, current.fingerprint)),
+        notes=tuple(notes),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunComparison:
+    """:func:`compare_runs` result: one :class:`Comparison` per test found in both runs, plus what was skipped."""
+
+    comparisons: tuple[Comparison, ...]
+    missing: tuple[str, ...] = field(default=())
+    refused: tuple[str, ...] = field(default=())
+
+    @property
+    def failed(self) -> bool:
+        return any(c.failed for c in self.comparisons)
+
+
+def compare_runs(
+    base: RunFile, current: RunFile, tolerances: Mapping[str, Tolerance] | None = None, *, force: bool = False
+) -> RunComparison:
+    """Compare every test of ``current`` with the same test id in ``base``.
+
+    Tests without a baseline go to ``missing``; workload mismatches (when not forced) go to ``refused`` with the
+    :class:`CompareError` message instead of raising, so one changed test does not hide the others.
+    """
+    comparisons, missing, refused = [], [], []
+    for record in current.results:
+        old = base.find(record.test_id)
+        if old is None:
+            missing.append(record.test_id)
+            continue
+        try:
+            comparisons.append(compare_results(old, record, tolerances, force=force))
+        except CompareError as exc:
+            refused.append(str(exc))
+    return RunComparison(tuple(comparisons), tuple(missing), tuple(refused))
+
+
+# -- calibration and paired arms ----------------------------------------------------------------------------------
+
+
+def calibrate_proposal(
+    records: Sequence[ResultRecord], fields: Sequence[str] | None = None, *, k: float = 3.0, floor: float = 0.01
+) -> dict[str, Tolerance]:
+    """Propose relative tolerances from the spread of repeated runs of one test on one machine.
+
+    Per field: pool the per-repeat values of all ``records``; sigma = 1.4826 * MAD (``stats.mad_sigma``);
+    proposal = ``max(k * sigma / |median|, floor)``, rounded up to 0.1 %. With k = 3 a normal run-to-run spread
+    passes 99.7 % of the time before the significance test is even applied. Give records of separate runs
+    (separate server starts): within-run repeats underestimate the spread between nights.
+
+    Example: tok/s 98, 100, 101, 103, 100 -> median 100, MAD 1, sigma 1.48 -> 3 * 1.48 % = 4.5 %.
+
+    :param fields: metric fields to propose for (default: the keys of :data:`DEFAULT_TOLERANCES`).
+    :returns: field -> Tolerance(rel=...), only for fields with at least 2 values and a non-zero median.
+    """
+    out: dict[str, Tolerance] = {}
+    for fname in fields or list(DEFAULT_TOLERANCES):
+        values = [v for r in records for v in r.values(fname)]
+        if len(values) < 2:
+            continue
+        summary = stats.summarize(values)
+        if summary is None or summary.median == 0:
+            continue
+        rel = max(k * summary.sigma / abs(summary.median), floor)
+        out[fname] = Tolerance(rel=math.ceil(round(rel * 1000, 6)) / 1000)
+    return out
+
+
+def speedup_by_concurrency(
+    spec_runs: Sequence[ResultRecord], base_runs: Sequence[ResultRecord], metric: str = "output_tok_s"
+) -> dict[int, float]:
+    """Speculative / non-speculative throughput ratio per concurrency level (``fingerprint["workload"]``).
+
+    Per level: median of the pooled per-repeat ``metric`` values of the spec arm divided by that of the baseline
+    arm; levels present in only one arm, or with a zero baseline, are left out.
+
+    :returns: concurrency -> ratio, ascending by concurrency. Example: {1: 2.0, 8: 0.8}.
+    """
+
+    def by_level(runs: Sequence[ResultRecord]) -> dict[int, list[float]]:
+        levels: dict[int, list[float]] = {}
+        for r in runs:
+            conc = r.workload.get("concurrency")
+            if isinstance(conc, int):
+                levels.setdefault(conc, []).extend(r.values(metric))
+        return levels
+
+    spec, base = by_level(spec_runs), by_level(base_runs)
+    out: dict[int, float] = {}
+    for level in sorted(set(spec) & set(base)):
+        s, b = stats.summarize(spec[level]), stats.summarize(base[level])
+        if s is not None and b is not None and b.median != 0:
+            out[level] = s.median / b.median
+    return out
+
+
+def speedup_failures(speedups: Mapping[int, float], min_ratio: float, *, vs: str = "baseline") -> list[str]:
+    """One line per concurrency level below ``min_ratio``:
+    ``speedup 0.80x < min 1.05x vs baseline at concurrency 8``."""
+    return [
+        f"speedup {ratio:.2f}x < min {min_ratio:.2f}x vs {vs} at concurrency {level}"
+        for level, ratio in sorted(speedups.items())
+        if ratio < min_ratio
+    ]
+
+
+# -- CLI ----------------------------------------------------------------------------------------------------------
+
+
+class _ArgError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would sys.exit(2); we return 2 from compare_main
+        raise _ArgError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m pytest_specdec compare",
+        description="Compare a specdec run with a baseline run: fingerprint diff, then one row per metric.",
+    )
+    p.add_argument("base", metavar="BASE", help="baseline: a run file, a run id (or unique prefix), or 'latest'")
+    p.add_argument("current", metavar="CURRENT", help="current run: a run file, a run id, or 'latest'")
+    p.add_argument(
+        "-t",
+        "--tolerance",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="Per-metric tolerance, e.g. output_tok_s:5%% accept_length:0.02 ttft_ms:10%%+5 (repeatable; default: "
+        + format_tolerances(DEFAULT_TOLERANCES).replace("%", "%%")
+        + ")",
+    )
+    p.add_argument("--force", action="store_true", help="Compare even when the workloads differ")
+    p.add_argument(
+        "--dir",
+        default=".specdec/results",
+        metavar="DIR",
+        help="Where run ids are looked up (default: .specdec/results)",
+    )
+    return p
+
+
+def compare_main(argv: Sequence[str], *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """``python -m pytest_specdec compare BASE CURRENT [--tolerance SPEC ...] [--force] [--dir DIR]``.
+
+    :param argv: the arguments after ``compare``.
+    :returns: 1 when a test regressed; 2 on unusable input (bad arguments or tolerance, unreadable file,
+        no matching run, no test in common, a refused workload mismatch); else 0.
+    """
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    parser = _parser()
+    try:
+        args = parser.parse_args(list(argv))
+        tolerances = parse_tolerances(args.tolerance) if args.tolerance else None
+        store = ResultStore(Path(args.dir))
+        if args.base == "latest" and args.current == "latest":
+            raise CompareError("BASE and CURRENT are both 'latest'; name at least one run")
+        current = store.load(args.current)
+        store.current = current.run_id
+        base = store.load(args.base)
+    except _ArgError as exc:
+        print(parser.format_usage().rstrip(), file=err)
+        print(f"error: {exc}", file=err)
+        return 2
+    except (ValueError, CompareError) as exc:
+        print(f"error: {exc}", file=err)
+        return 2
+    result = compare_runs(base, current, tolerances, force=args.force)
+    print(f"specdec compare: baseline {base.run_id} -> current {current.run_id}", file=out)
+    for comp in result.comparisons:
+        print("", file=out)
+        print(f"== {comp.test_id} (profile {comp.profile})", file=out)
+        for line in comp.lines():
+            print(line, file=out)
+    for test_id in result.missing:
+        print(f"no baseline for {test_id}", file=out)
+    for message in result.refused:
+        print(f"error: {message}", file=err)
+    regressed = [c.test_id for c in result.comparisons if c.failed]
+    print("", file=out)
+    print(
+        f"specdec compare: {len(result.comparisons)} compared, {len(regressed)} regressed, "
+        f"{len(result.missing)} without baseline, {len(result.refused)} refused",
+        file=out,
+    )
+    if regressed:
+        return 1
+    if result.refused or not result.comparisons:
+        return 2
+    return 0

@@ -1,0 +1,38 @@
+"""Prometheus text exposition -> totals per sample name, summed over label sets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client.parser import text_string_to_metric_families
+
+__all__ = ["first_present", "sum_samples"]
+
+
+def sum_samples(metrics_text: str) -> dict[str, float]:
+    """Sum every sample of a ``/metrics`` payload over its label sets.
+
+    Keys are *sample* names as exposed (``sglang:generation_tokens_total``, ``vllm:spec_decode_num_drafts_total``,
+    ``..._bucket``/``..._sum``/``..._count`` for histograms), so a counter keeps its ``_total`` suffix. Histogram
+    buckets are summed across ``le`` too, which is meaningless; read ``_sum``/``_count`` instead. ``_created``
+    samples (timestamps) are dropped.
+
+    :param metrics_text: Prometheus text format 0.0.4 (what SGLang and vLLM serve on ``/metrics``).
+    :returns: sample name -> sum of values; empty for an empty payload.
+    :raises ValueError: the text is not valid exposition format (from ``prometheus_client.parser``).
+    """
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            totals[sample.name] = totals.get(sample.name, 0.0) + float(sample.value)
+    return totals
+
+
+def first_present(totals: dict[str, float], names: Iterable[str]) -> float | None:
+    """The total of the first name present in ``totals`` (for metrics renamed across engine versions), else None."""
+    for name in names:
+        if name in totals:
+            return totals[name]
+    return None

@@ -1,0 +1,128 @@
+"""The bundled reference server (``python -m pytest_specdec.refserver``): SGLang's API, a subset of its flags."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from pytest_specdec.engines.base import LaunchSpec
+from pytest_specdec.engines.sglang import FlagIssue, SglangEngine, SglangVersion, _flag_name, clean_env
+from pytest_specdec.errors import ProfileError
+from pytest_specdec.profiles import Profile
+
+__all__ = ["REFERENCE_FLAGS", "ReferenceEngine"]
+
+
+def _reference_flags() -> frozenset[str]:
+    """Every option string of the reference server's parser (``refserver/args.py::build_parser``): SGLang 0.5.23
+    spellings and aliases, plus its ``--ref-fault-*`` fault-injection flags. Read from the parser so the two cannot
+    drift; ``args.py`` imports only the standard library."""
+    from pytest_specdec.refserver.args import build_parser
+
+    parser = build_parser()
+    return frozenset(s for action in parser._actions for s in action.option_strings if s not in ("-h", "--help"))
+
+
+#: Flags the reference server accepts (see ``_reference_flags``).
+REFERENCE_FLAGS: frozenset[str] = _reference_flags()
+
+_ROW = SglangVersion(
+    since="reference",
+    console_script=False,
+    server_info_paths=("/server_info",),
+    flags={
+        "model_path": "--model-path",
+        "host": "--host",
+        "port": "--port",
+        "tp_size": "--tp-size",
+        "random_seed": "--random-seed",
+        "enable_metrics": "--enable-metrics",
+        "api_key": "--api-key",
+        "max_running_requests": "--max-running-requests",
+        "algorithm": "--speculative-algorithm",
+        "draft_model_path": "--speculative-draft-model-path",
+        "num_steps": "--speculative-num-steps",
+        "eagle_topk": "--speculative-eagle-topk",
+        "num_draft_tokens": "--speculative-num-draft-tokens",
+    },
+)
+
+#: The directory holding the ``pytest_specdec`` package, put first on the server's PYTHONPATH so it runs this code.
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+
+
+class ReferenceEngine(SglangEngine):
+    """``server: reference``: SGLang's argv, readiness, readback and counters; only the head and flags differ."""
+
+    name = "reference"
+    aux_id_convention = "sglang"
+
+    def version(self, profile: Profile) -> str | None:
+        """The reference server has no sglang version; it follows 0.5.23's API."""
+        return None
+
+    def row(self, profile: Profile) -> SglangVersion:
+        return _ROW
+
+    def head(self, profile: Profile, env: Mapping[str, str]) -> list[str]:
+        """``[<python>, "-m", "pytest_specdec.refserver"]``; python is ``profile.python`` or ``sys.executable``."""
+        return [profile.python or sys.executable, "-m", "pytest_specdec.refserver"]
+
+    def env(self, profile: Profile) -> dict[str, str]:
+        """``clean_env(profile.env)`` with this package's parent directory first on ``PYTHONPATH``.
+
+        ``OMP_NUM_THREADS`` and ``SPECDEC_REF_*`` reach the server only through ``profile.env``.
+        """
+        env = clean_env(profile.env)
+        parts = [_PACKAGE_PARENT, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
+        return env
+
+    def launch_spec(self, profile: Profile, *, port: int, draft_path: Path | None) -> LaunchSpec:
+        """As ``SglangEngine.launch_spec`` with the reference head.
+
+        :raises ProfileError: ``extra_args`` holds a flag the reference server does not implement (listed), or
+            see ``SglangEngine.launch_spec``.
+        """
+        bad = self._unsupported(profile)
+        if bad:
+            raise ProfileError(
+                f"{profile.source or '<profile>'}: profiles.{profile.name}.extra_args: "
+                f"{', '.join(bad)} not supported by the reference server; "
+                f"supported: {', '.join(sorted(REFERENCE_FLAGS))}",
+                path=profile.source or None,
+                profile=profile.name,
+            )
+        return super().launch_spec(profile, port=port, draft_path=draft_path)
+
+    def flag_issues(self, profile: Profile) -> list[FlagIssue]:
+        """Errors for what the reference server rejects at startup (``refserver/args.py::resolve_args``): a flag it
+        does not implement, ``tp_size`` other than 1, an algorithm other than EAGLE/EAGLE3/NEXTN, ``eagle_topk`` > 1
+        (it drafts chains only)."""
+        issues = [
+            FlagIssue("error", "extra_args", flag, "the reference server does not implement this flag",
+                      f"remove it; supported: {', '.join(sorted(REFERENCE_FLAGS))}")
+            for flag in self._unsupported(profile)
+        ]  # fmt: skip
+        if profile.tp_size != 1:
+            issues.append(FlagIssue("error", "tp_size", profile.tp_size, "the reference server runs on one CPU process",
+                                    "set tp_size: 1"))  # fmt: skip
+        spec = profile.speculative
+        if spec is not None and spec.algorithm not in ("EAGLE", "EAGLE3", "NEXTN"):
+            issues.append(FlagIssue("error", "speculative.algorithm", spec.algorithm,
+                                    "the reference server implements EAGLE and EAGLE3 (NEXTN = EAGLE) only",
+                                    "use algorithm: EAGLE3, or server: sglang for other algorithms"))  # fmt: skip
+        if spec is not None and spec.eagle_topk is not None and spec.eagle_topk > 1:
+            issues.append(FlagIssue("error", "speculative.eagle_topk", spec.eagle_topk,
+                                    "the reference server drafts chains only (topk 1)",
+                                    "set eagle_topk: 1 and num_draft_tokens: num_steps + 1"))  # fmt: skip
+        return issues
+
+    def _unsupported(self, profile: Profile) -> list[str]:
+        return [
+            _flag_name(arg)
+            for arg in profile.extra_args
+            if arg.startswith("--") and _flag_name(arg) not in REFERENCE_FLAGS
+        ]

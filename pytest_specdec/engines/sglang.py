@@ -1,0 +1,469 @@
+"""The SGLang engine: argv and env for ``sglang serve``, readiness, ``/server_info`` readback, ``/metrics`` counters.
+
+Every flag spelling, endpoint and field here is read from SGLang's source (file named beside each); the per-version
+differences live in ``VERSIONS``. SGLang is never imported: it runs in its own interpreter (``profile.python``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from packaging.version import InvalidVersion, Version
+
+from pytest_specdec.engines.base import EffectiveConfig, LaunchSpec, SpecCounters
+from pytest_specdec.engines.prometheus import sum_samples
+from pytest_specdec.errors import ProfileError, ServerError
+from pytest_specdec.profiles import Profile
+
+__all__ = [
+    "BASE_ENV_KEYS",
+    "VERSIONS",
+    "FlagIssue",
+    "SglangEngine",
+    "SglangVersion",
+    "clean_env",
+    "probe_sglang_version",
+    "resolve_api_key",
+    "version_row",
+]
+
+#: Caller variables a launched server inherits; everything else comes from ``profile.env``.
+BASE_ENV_KEYS: tuple[str, ...] = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LANG",
+    "TMPDIR",
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "CUDA_VISIBLE_DEVICES",
+    "LD_LIBRARY_PATH",
+    "VIRTUAL_ENV",
+)
+
+#: Seconds per ``/health_generate`` probe (SGLang's own launcher uses 5, ``python/sglang/test/test_utils.py``).
+HEALTH_TIMEOUT_S = 5.0
+#: Seconds for the one-token ``/generate`` that proves the server really generates.
+GENERATE_TIMEOUT_S = 30.0
+#: Seconds for the ``importlib.metadata`` version probe subprocess.
+PROBE_TIMEOUT_S = 60.0
+
+
+def clean_env(extra: Mapping[str, str] | None = None, *, source: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A server environment: ``BASE_ENV_KEYS`` copied from ``source`` when set there, then ``extra`` on top.
+
+    The caller's shell is never passed whole, so a stray ``CUDA_LAUNCH_BLOCKING`` or ``SGLANG_*`` in a developer's
+    shell cannot change what is measured; the profile's ``env:`` is the one place to add variables.
+
+    :param extra: variables to add or override (``profile.env``).
+    :param source: where base values come from (default ``os.environ``).
+    :returns: a new dict.
+    """
+    src = os.environ if source is None else source
+    env = {key: src[key] for key in BASE_ENV_KEYS if key in src}
+    env.update(extra or {})
+    return env
+
+
+def resolve_api_key(profile: Profile, *, source: Mapping[str, str] | None = None) -> str | None:
+    """``profile.api_key``, else the value of the caller's variable ``profile.api_key_env``, else None.
+
+    :raises ProfileError: ``api_key_env`` names a variable that is not set.
+    """
+    if profile.api_key is not None:
+        return profile.api_key
+    if profile.api_key_env is None:
+        return None
+    src = os.environ if source is None else source
+    if profile.api_key_env not in src:
+        raise ProfileError(
+            f"{profile.source or '<profile>'}: profiles.{profile.name}.api_key_env: variable "
+            f"{profile.api_key_env!r} is not set; export it or give api_key:",
+            path=profile.source or None,
+            profile=profile.name,
+        )
+    return src[profile.api_key_env]
+
+
+@dataclass(frozen=True, slots=True)
+class SglangVersion:
+    """How one SGLang release spells what we use. A row applies from ``since`` up to the next row."""
+
+    since: str
+    #: ``sglang serve`` exists (console script ``sglang = sglang.cli.main:main`` in the wheel's entry_points.txt).
+    console_script: bool
+    #: Server-info endpoints, preferred first.
+    server_info_paths: tuple[str, ...]
+    #: Logical name -> flag spelling.
+    flags: Mapping[str, str]
+    #: Flags this release no longer accepts -> what to use instead.
+    removed_flags: Mapping[str, str] = field(default_factory=dict)
+    #: Flags still accepted with a deprecation warning -> the replacement.
+    deprecated_flags: Mapping[str, str] = field(default_factory=dict)
+
+
+_FLAGS = {
+    "model_path": "--model-path",
+    "host": "--host",
+    "port": "--port",
+    "tp_size": "--tp-size",
+    "random_seed": "--random-seed",
+    "enable_metrics": "--enable-metrics",
+    "api_key": "--api-key",
+    "max_running_requests": "--max-running-requests",
+    "algorithm": "--speculative-algorithm",
+    "draft_model_path": "--speculative-draft-model-path",
+    "num_steps": "--speculative-num-steps",
+    "eagle_topk": "--speculative-eagle-topk",
+    "num_draft_tokens": "--speculative-num-draft-tokens",
+}
+
+#: Oldest first. Sources: 0.4.6.post5 ``python/sglang/srt/server_args.py::ServerArgs.add_cli_args`` (every flag in
+#: ``_FLAGS`` is an ``add_argument`` there; ``--cuda-graph-max-bs`` still exists; no console script in the wheel;
+#: ``http_server.py`` serves only ``/get_server_info``). 0.5.23: ``python/sglang/srt/arg_groups/fields/*.py`` (flag =
+#: ``"--" + field.replace("_", "-")``, ``arg_utils.py::_field_to_cli_name``), ``fields/exec_.py`` (only
+#: ``cuda_graph_max_bs_decode``/``_prefill``), ``server_args.py`` (deprecated ``--disable-cuda-graph``,
+#: ``--enable-dp-attention``), ``http_server.py`` (``/server_info``, deprecated ``/get_server_info``).
+VERSIONS: tuple[SglangVersion, ...] = (
+    SglangVersion(
+        since="0.4.6.post5",
+        console_script=False,
+        server_info_paths=("/get_server_info",),
+        flags=dict(_FLAGS),
+    ),
+    SglangVersion(
+        since="0.5.23",
+        console_script=True,
+        server_info_paths=("/server_info", "/get_server_info"),
+        flags=dict(_FLAGS),
+        removed_flags={"--cuda-graph-max-bs": "--cuda-graph-max-bs-decode / --cuda-graph-max-bs-prefill"},
+        deprecated_flags={
+            "--disable-cuda-graph": "--cuda-graph-backend-decode=disabled --cuda-graph-backend-prefill=disabled",
+            "--enable-dp-attention": "--attn-dp-size <dp-size>",
+        },
+    ),
+)
+
+
+def version_row(version: str | None) -> SglangVersion:
+    """The ``VERSIONS`` row for an installed version: the newest row with ``since <= version``.
+
+    Older than every row -> the oldest row; None or unparsable -> the newest row.
+    """
+    try:
+        parsed = Version(version) if version else None
+    except InvalidVersion:
+        parsed = None
+    if parsed is None:
+        return VERSIONS[-1]
+    chosen = VERSIONS[0]
+    for row in VERSIONS:
+        if Version(row.since) <= parsed:
+            chosen = row
+    return chosen
+
+
+@functools.cache
+def probe_sglang_version(python: str) -> str | None:
+    """The sglang version installed for interpreter ``python``, via ``importlib.metadata`` in a subprocess.
+
+    Never imports sglang (its import takes seconds and needs CUDA). Cached per interpreter path for the process
+    (``probe_sglang_version.cache_clear()`` resets it).
+
+    :returns: e.g. ``"0.5.23"``; None when the interpreter cannot run or sglang is not installed there.
+    """
+    code = "import importlib.metadata as m; print(m.version('sglang'))"
+    try:
+        done = subprocess.run(
+            [python, "-c", code], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=clean_env()
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    out = done.stdout.strip().splitlines()
+    return out[-1].strip() if done.returncode == 0 and out else None
+
+
+@dataclass(frozen=True, slots=True)
+class FlagIssue:
+    """A launch flag or env problem an engine knows about (preflight turns it into a Finding)."""
+
+    severity: Literal["error", "warning", "note"]
+    key: str
+    value: Any
+    why: str
+    fix: str
+
+
+def _flag_name(arg: str) -> str:
+    return arg.split("=", 1)[0]
+
+
+class SglangEngine:
+    """SGLang (``server: sglang``): implements ``engines.base.Engine``."""
+
+    name = "sglang"
+    #: Explicit aux id i = output of layer i (``python/sglang/srt/models/llama.py::set_eagle3_layers_to_capture``).
+    aux_id_convention = "sglang"
+
+    # ----------------------------------------------------------------- launch
+    def python(self, profile: Profile) -> str:
+        """The interpreter whose environment runs the server: ``profile.python`` or the one running pytest."""
+        return profile.python or sys.executable
+
+    def version(self, profile: Profile) -> str | None:
+        """The SGLang version that will run (``probe_sglang_version``)."""
+        return probe_sglang_version(self.python(profile))
+
+    def row(self, profile: Profile) -> SglangVersion:
+        """The flag table row for the version that will run."""
+        return version_row(self.version(profile))
+
+    def head(self, profile: Profile, env: Mapping[str, str]) -> list[str]:
+        """``[<bin>/sglang, "serve"]`` when the release has the console script and it is found next to the
+        interpreter or on ``env["PATH"]``; else ``[<python>, "-m", "sglang.launch_server"]``
+        (``python/sglang/launch_server.py``; still supported in 0.5.23 with a warning).
+
+        :raises ProfileError: sglang is not installed for that interpreter.
+        """
+        python = self.python(profile)
+        version = self.version(profile)
+        if version is None:
+            raise ProfileError(
+                f"{profile.source or '<profile>'}: profiles.{profile.name}.python: sglang is not installed for "
+                f"{python} (importlib.metadata found no 'sglang'); set python: to the interpreter of the "
+                "environment that has it, or pip install 'sglang>=0.5.23' there",
+                path=profile.source or None,
+                profile=profile.name,
+            )
+        if version_row(version).console_script:
+            beside = Path(python).parent / "sglang"
+            if beside.is_file() and os.access(beside, os.X_OK):
+                return [str(beside), "serve"]
+            found = shutil.which("sglang", path=env.get("PATH"))
+            if found:
+                return [found, "serve"]
+        return [python, "-m", "sglang.launch_server"]
+
+    def env(self, profile: Profile) -> dict[str, str]:
+        """``clean_env(profile.env)``."""
+        return clean_env(profile.env)
+
+    def launch_spec(self, profile: Profile, *, port: int, draft_path: Path | None) -> LaunchSpec:
+        """argv and env for ``profile`` on ``port``.
+
+        argv: head, ``--model-path M --host H --port P --tp-size N --random-seed S``, the speculative flags
+        (algorithm, draft path, then steps/topk/draft tokens always together), ``--max-running-requests`` when set,
+        ``--enable-metrics`` unless ``enable_metrics: false``, ``--api-key`` when set, then ``extra_args`` verbatim.
+
+        :param draft_path: the draft directory to pass instead of the profile's (an aux-id overlay).
+        :raises ProfileError: sglang missing for the interpreter; only some of steps/topk/draft tokens set (SGLang
+            0.5.23 would abort with a bare AssertionError, ``arg_groups/speculative_hook.py::_handle_eagle_family``);
+            ``api_key_env`` unset.
+        """
+        env = self.env(profile)
+        argv = [*self.head(profile, env), *self.server_args(profile, port=port, draft_path=draft_path)]
+        draft = draft_path if draft_path is not None else _draft_of(profile)
+        return LaunchSpec(
+            argv=tuple(argv),
+            env=env,
+            host=profile.host,
+            port=port,
+            draft_path=Path(draft) if draft is not None else None,
+        )
+
+    def server_args(self, profile: Profile, *, port: int, draft_path: Path | None) -> list[str]:
+        """The flags after the head (see ``launch_spec``), spelled for the version that will run."""
+        flags = self.row(profile).flags
+        if profile.model_path is None:
+            raise ProfileError(
+                f"{profile.source or '<profile>'}: profiles.{profile.name}.model_path: required to launch a server",
+                path=profile.source or None,
+                profile=profile.name,
+            )
+        args = [
+            flags["model_path"], profile.model_path,
+            flags["host"], profile.host,
+            flags["port"], str(port),
+            flags["tp_size"], str(profile.tp_size),
+            flags["random_seed"], str(profile.random_seed),
+        ]  # fmt: skip
+        spec = profile.speculative
+        if spec is not None:
+            args += [flags["algorithm"], spec.algorithm]
+            draft = draft_path if draft_path is not None else spec.draft_model_path
+            if draft is not None:
+                args += [flags["draft_model_path"], str(draft)]
+            triple = {
+                "num_steps": spec.num_steps,
+                "eagle_topk": spec.eagle_topk,
+                "num_draft_tokens": spec.num_draft_tokens,
+            }
+            given = [k for k, v in triple.items() if v is not None]
+            if given and len(given) < 3:
+                missing = ", ".join(f"speculative.{k}" for k in triple if k not in given)
+                raise ProfileError(
+                    f"{profile.source or '<profile>'}: profiles.{profile.name}.speculative: num_steps, eagle_topk "
+                    f"and num_draft_tokens must be set together or not at all; missing {missing}",
+                    path=profile.source or None,
+                    profile=profile.name,
+                )
+            for key, value in triple.items():
+                if value is not None:
+                    args += [flags[key], str(value)]
+        if profile.max_running_requests is not None:
+            args += [flags["max_running_requests"], str(profile.max_running_requests)]
+        if profile.enable_metrics:
+            args.append(flags["enable_metrics"])
+        api_key = resolve_api_key(profile)
+        if api_key is not None:
+            args += [flags["api_key"], api_key]
+        return [*args, *profile.extra_args]
+
+    def flag_issues(self, profile: Profile) -> list[FlagIssue]:
+        """Problems in ``extra_args``/``env`` for the SGLang version that will run (preflight rules 6 and 7).
+
+        - a flag the version removed -> error naming the replacement; a deprecated flag -> warning;
+        - ``NCCL_NVLS_ENABLE`` in ``env`` while ``--enable-nccl-nvls``/``--enable-symm-mem`` is passed -> warning:
+          SGLang forces it to 1 (``python/sglang/srt/entrypoints/engine.py::_set_envs_and_config``).
+        """
+        version = self.version(profile)
+        row = version_row(version)
+        shown = version or f"unknown (assumed {row.since})"
+        issues: list[FlagIssue] = []
+        if version is None:
+            issues.append(
+                FlagIssue("note", "python", self.python(profile),
+                          f"could not read the sglang version for this interpreter; flag checks assume {row.since}",
+                          "set python: to the interpreter of the environment that has sglang")
+            )  # fmt: skip
+        for arg in profile.extra_args:
+            flag = _flag_name(arg)
+            if flag in row.removed_flags:
+                issues.append(
+                    FlagIssue("error", "extra_args", arg, f"SGLang {shown} has no flag {flag}",
+                              f"use {row.removed_flags[flag]}")
+                )  # fmt: skip
+            elif flag in row.deprecated_flags:
+                issues.append(
+                    FlagIssue("warning", "extra_args", arg, f"{flag} is deprecated in SGLang {shown}",
+                              f"use {row.deprecated_flags[flag]}")
+                )  # fmt: skip
+        forcing = [a for a in profile.extra_args if _flag_name(a) in ("--enable-nccl-nvls", "--enable-symm-mem")]
+        if forcing and "NCCL_NVLS_ENABLE" in profile.env:
+            issues.append(
+                FlagIssue("warning", "env.NCCL_NVLS_ENABLE", profile.env["NCCL_NVLS_ENABLE"],
+                          f"{_flag_name(forcing[0])} makes SGLang force NCCL_NVLS_ENABLE=1, so this value is ignored",
+                          f"drop NCCL_NVLS_ENABLE from env or drop {_flag_name(forcing[0])}")
+            )  # fmt: skip
+        return issues
+
+    # ------------------------------------------------------------- readiness
+    def _headers(self, profile: Profile) -> dict[str, str]:
+        key = resolve_api_key(profile)
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def probe_ready(self, client: httpx.Client, profile: Profile) -> bool:
+        """``GET /health_generate`` is 200 (503 until SGLang's warmup is done, ``http_server.py::health_generate``),
+        then one ``POST /generate`` with ``max_new_tokens`` 1 answers 200 with a ``text`` field.
+
+        :param client: an ``httpx.Client`` whose ``base_url`` is the server's (``LaunchSpec.base_url``).
+        :returns: True when both succeed; False on any HTTP error, timeout or unexpected body.
+        """
+        headers = self._headers(profile)
+        try:
+            health = client.get("/health_generate", headers=headers, timeout=HEALTH_TIMEOUT_S)
+            if health.status_code != 200:
+                return False
+            body = {"text": "Hello", "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
+            gen = client.post("/generate", json=body, headers=headers, timeout=GENERATE_TIMEOUT_S)
+            return gen.status_code == 200 and isinstance(gen.json(), dict) and "text" in gen.json()
+        except (httpx.HTTPError, ValueError):
+            return False
+
+    # --------------------------------------------------------------- readback
+    def server_info(self, client: httpx.Client, profile: Profile) -> dict[str, Any]:
+        """The server-info JSON: ``GET /server_info``, on 404 ``/get_server_info`` (releases before it existed).
+
+        :raises ServerError: neither answers 200 with a JSON object.
+        """
+        headers = self._headers(profile)
+        last = ""
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                resp = client.get(path, headers=headers, timeout=GENERATE_TIMEOUT_S)
+            except httpx.HTTPError as exc:
+                raise ServerError(f"GET {path}: {exc}", profile=profile.name) from None
+            if resp.status_code == 404:
+                last = f"GET {path}: HTTP 404"
+                continue
+            if resp.status_code != 200:
+                raise ServerError(f"GET {path}: HTTP {resp.status_code}: {resp.text[:200]}", profile=profile.name)
+            try:
+                info = resp.json()
+            except ValueError:
+                info = None
+            if not isinstance(info, dict):
+                raise ServerError(f"GET {path}: expected a JSON object, got {resp.text[:200]!r}", profile=profile.name)
+            return info
+        raise ServerError(f"{last}; the server has neither /server_info nor /get_server_info", profile=profile.name)
+
+    def effective_config(self, client: httpx.Client, profile: Profile) -> EffectiveConfig:
+        """What the server resolved: top-level ``/server_info`` fields ``version``, ``speculative_algorithm``,
+        ``speculative_num_steps``, ``speculative_eagle_topk``, ``speculative_num_draft_tokens``,
+        ``max_running_requests`` (``ServerArgs.resolved_dict`` + ``version`` in ``http_server.py::server_info``);
+        ``max_running_requests`` falls back to ``internal_states[0].effective_max_running_requests_per_dp``
+        (``managers/scheduler_components/internal_state.py``).
+
+        :raises ServerError: see ``server_info``.
+        """
+        info = self.server_info(client, profile)
+        states = info.get("internal_states")
+        first = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+        mrr = info.get("max_running_requests")
+        if mrr is None:
+            mrr = first.get("effective_max_running_requests_per_dp")
+        return EffectiveConfig(
+            version=_str_or_none(info.get("version")),
+            speculative_algorithm=_str_or_none(info.get("speculative_algorithm")),
+            num_steps=_int_or_none(info.get("speculative_num_steps")),
+            eagle_topk=_int_or_none(info.get("speculative_eagle_topk")),
+            num_draft_tokens=_int_or_none(info.get("speculative_num_draft_tokens")),
+            max_running_requests=_int_or_none(mrr),
+            raw=info,
+        )
+
+    def counters(self, metrics_text: str) -> SpecCounters:
+        """``sglang:generation_tokens_total`` and ``sglang:spec_verify_calls_total`` summed over label sets
+        (``python/sglang/srt/observability/metrics_collector.py::TokenizerMetricsCollector``; the verify counter is
+        absent before 0.5 and until the first speculative request finishes -> None).
+
+        :raises ValueError: the text is not Prometheus exposition format.
+        """
+        totals = sum_samples(metrics_text)
+        return SpecCounters(
+            generation_tokens=totals.get("sglang:generation_tokens_total"),
+            verify_calls=totals.get("sglang:spec_verify_calls_total"),
+        )
+
+
+def _draft_of(profile: Profile) -> str | None:
+    return profile.speculative.draft_model_path if profile.speculative is not None else None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _str_or_none(value: Any) -> str | None:
+    return str(value) if value is not None else None

@@ -1,0 +1,248 @@
+"""The reference server's command line: SGLang 0.5.23 flag names, parsing, and SGLang's speculative arg resolution.
+
+Flag names, defaults and rewrites follow ``sglang serve`` (``python/sglang/srt/arg_groups/fields/*.py`` and
+``arg_groups/speculative_hook.py::_handle_eagle_family``). Flags the reference server does not implement are rejected
+with exit status 2 and a message naming the flag. The resolved values are what ``/server_info`` reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import sys
+from dataclasses import asdict, dataclass
+from typing import NoReturn
+
+__all__ = [
+    "ArgsError",
+    "ServerArgs",
+    "build_parser",
+    "parse_args",
+    "resolve_args",
+]
+
+logger = logging.getLogger("pytest_specdec.refserver")
+
+#: Algorithms the reference server runs (after SGLang's alias ``NEXTN`` -> ``EAGLE``).
+SUPPORTED_ALGORITHMS = ("EAGLE", "EAGLE3")
+#: SGLang 0.5.23 builtins (``--speculative-algorithm`` help text); the rest raise ValueError as in ``spec_info.py``.
+SGLANG_BUILTIN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
+
+TOPK_WARNING = "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
+MAX_RUNNING_WARNING = (
+    "Max running requests is reset to 48 for speculative decoding. "
+    "You can override this by explicitly setting --max-running-requests."
+)
+
+
+class ArgsError(Exception):
+    """A flag combination the reference server cannot run; ``__main__`` prints it and exits with status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerArgs:
+    """Resolved server arguments (field names = SGLang ``ServerArgs`` names, reported by ``/server_info``)."""
+
+    model_path: str
+    tokenizer_path: str
+    served_model_name: str
+    host: str
+    port: int
+    api_key: str | None
+    random_seed: int
+    log_level: str
+    decode_log_interval: int
+    enable_metrics: bool
+    max_running_requests: int | None
+    skip_server_warmup: bool
+    tp_size: int
+    speculative_algorithm: str | None
+    speculative_draft_model_path: str | None
+    speculative_num_steps: int | None
+    speculative_eagle_topk: int | None
+    speculative_num_draft_tokens: int | None
+    # Test affordances (reference-server only, all off by default).
+    ref_fault_oom_at_startup: float | None = None
+    ref_fault_never_ready: bool = False
+    ref_fault_slow_start: float | None = None
+    ref_fault_stall_after_tokens: int | None = None
+    ref_fault_die_after_requests: int | None = None
+    ref_fault_orphan: bool = False
+    ref_fault_hold_port: int | None = None
+
+    @property
+    def speculative(self) -> bool:
+        return self.speculative_algorithm is not None
+
+    def public_dict(self) -> dict:
+        """The fields ``/server_info`` reports at top level (the api key is redacted as SGLang's is not shown)."""
+        out = asdict(self)
+        out["api_key"] = None if self.api_key is None else "<redacted>"
+        return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser; ``--help`` lists the SGLang flags, then the "test affordances" group."""
+    p = _Parser(
+        prog="python -m pytest_specdec.refserver",
+        description="The pytest-specdec reference server: a tiny Llama target + EAGLE-3 draft on CPU behind "
+        "SGLang 0.5.23's HTTP API. Flags are a subset of `sglang serve`.",
+    )
+    p.add_argument("--model-path", "--model", dest="model_path", required=True, help="Target model directory.")
+    p.add_argument("--tokenizer-path", default=None, help="Tokenizer directory (default: --model-path).")
+    p.add_argument("--served-model-name", default=None, help="Model name in API responses (default: --model-path).")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--api-key", default=None, help="Require `Authorization: Bearer KEY` (not on /health*, /ready, "
+                   "/metrics).")
+    p.add_argument("--random-seed", type=int, default=None, help="Sampling seed (default: random in [0, 2^30)).")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error", "critical"])
+    p.add_argument("--decode-log-interval", type=int, default=40,
+                   help="Decode iterations between 'Decode batch' log lines and accept-length folds (default: 40).")
+    p.add_argument("--enable-metrics", action="store_true", help="Serve Prometheus /metrics.")
+    p.add_argument("--max-running-requests", type=int, default=None)
+    p.add_argument("--skip-server-warmup", action="store_true")
+    p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1,
+                   help="Only 1 is supported.")
+    spec = p.add_argument_group("speculative decoding")
+    spec.add_argument("--speculative-algorithm", type=str.upper, default=None,
+                      help="EAGLE3, EAGLE or NEXTN (-> EAGLE). Chain drafting (topk 1) only.")
+    spec.add_argument("--speculative-draft-model-path", "--speculative-draft-model",
+                      dest="speculative_draft_model_path", default=None)
+    spec.add_argument("--speculative-num-steps", type=int, default=None)
+    spec.add_argument("--speculative-eagle-topk", type=int, default=None)
+    spec.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    faults = p.add_argument_group(
+        "test affordances",
+        "Fault knobs for testing a harness (reference server only, off by default). Env SPECDEC_REF_FORWARD_DELAY_MS "
+        "sleeps that many milliseconds per target forward, to make the server measurably slower.",
+    )
+    faults.add_argument("--ref-fault-oom-at-startup", type=float, metavar="SECONDS", default=None,
+                        help="Print a CUDA out-of-memory style traceback, then exit 1 after SECONDS.")
+    faults.add_argument("--ref-fault-never-ready", action="store_true",
+                        help="Load and bind, but /health stays 503 forever.")
+    faults.add_argument("--ref-fault-slow-start", type=float, metavar="SECONDS", default=None,
+                        help="Print SGLang-style 'Capturing batches' progress once a second for SECONDS before binding.")
+    faults.add_argument("--ref-fault-stall-after-tokens", type=int, metavar="N", default=None,
+                        help="After N generated tokens in total, measured generation stalls forever (/health stays 200).")
+    faults.add_argument("--ref-fault-die-after-requests", type=int, metavar="N", default=None,
+                        help="Exit 1 after serving N measured requests.")
+    faults.add_argument("--ref-fault-orphan", action="store_true",
+                        help="Spawn a grandchild process that ignores SIGTERM and sleeps.")
+    faults.add_argument("--ref-fault-hold-port", type=int, metavar="PORT", default=None,
+                        help="Bind and hold an extra TCP port, like an engine's derived port.")
+    return p
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Parse ``argv``; an unknown flag exits 2 with ``error: unsupported flag --X ...``.
+
+    :raises SystemExit: status 2 on unknown or malformed flags (argparse behaviour).
+    """
+    parser = build_parser()
+    ns, rest = parser.parse_known_args(argv)
+    if rest:
+        flags = [a for a in rest if a.startswith("-")] or rest
+        parser.error(
+            f"unsupported flag {flags[0]}: the reference server implements only a subset of `sglang serve` "
+            "(see --help)"
+        )
+    return ns
+
+
+def _spec_values(ns: argparse.Namespace) -> tuple[int | None, int | None, int | None]:
+    return ns.speculative_num_steps, ns.speculative_eagle_topk, ns.speculative_num_draft_tokens
+
+
+def resolve_args(ns: argparse.Namespace) -> ServerArgs:
+    """Apply SGLang 0.5.23's resolution (``speculative_hook.py::_handle_eagle_family``) to parsed flags.
+
+    - ``NEXTN`` -> ``EAGLE``; unknown names raise ``ValueError("Unknown speculative algorithm name: X")`` (a traceback,
+      as ``spec_info.py:from_string``).
+    - steps omitted but topk/draft tokens given: SGLang's bare ``assert`` (AssertionError, no message).
+    - topk 1 and draft tokens != steps + 1: logs :data:`TOPK_WARNING` and rewrites draft tokens.
+    - max_running_requests unset with speculation -> 48 and :data:`MAX_RUNNING_WARNING`.
+
+    :raises ArgsError: what the reference server does not implement (tree drafting, tp > 1, other algorithms).
+    :raises AssertionError: as SGLang, for a partial steps/topk/draft-tokens set.
+    """
+    if ns.tp_size != 1:
+        raise ArgsError(f"--tp-size {ns.tp_size}: the reference server runs on one CPU process; only --tp-size 1 "
+                        "is supported")
+    algo = ns.speculative_algorithm
+    steps, topk, draft_tokens = _spec_values(ns)
+    max_running = ns.max_running_requests
+    if algo is not None:
+        if algo == "NEXTN":
+            algo = "EAGLE"
+        if algo not in SGLANG_BUILTIN_ALGORITHMS:
+            raise ValueError(f"Unknown speculative algorithm name: {algo}")
+        if algo not in SUPPORTED_ALGORITHMS:
+            raise ArgsError(f"--speculative-algorithm {ns.speculative_algorithm}: the reference server implements "
+                            f"only EAGLE3, EAGLE and NEXTN")
+        if ns.speculative_draft_model_path is None:
+            raise ArgsError("--speculative-algorithm needs --speculative-draft-model-path (the reference target "
+                            "has no built-in draft layer)")
+        if max_running is None:
+            max_running = 48
+            logger.warning(MAX_RUNNING_WARNING)
+        if steps is None:
+            # SGLang 0.5.23 _handle_eagle_family: a bare assert, so the user sees an AssertionError traceback.
+            assert topk is None and draft_tokens is None
+            # _auto_choose_speculative_params picks (5, 4, 8) for LlamaForCausalLM: tree drafting.
+            raise ArgsError(
+                "--speculative-num-steps/--speculative-eagle-topk/--speculative-num-draft-tokens omitted: SGLang "
+                "would auto-choose (5, 4, 8) for LlamaForCausalLM, which needs tree drafting (topk 4); the reference "
+                "server implements chain drafting (topk 1) only. Pass e.g. --speculative-num-steps 3 "
+                "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4"
+            )
+        if topk is None or topk != 1:
+            raise ArgsError(
+                f"--speculative-eagle-topk {topk}: the reference server implements chain drafting (topk 1) only; "
+                f"pass --speculative-eagle-topk 1 --speculative-num-draft-tokens {steps + 1}"
+            )
+        if steps < 1:
+            raise ArgsError(f"--speculative-num-steps {steps}: expected an integer >= 1")
+        if draft_tokens != steps + 1:
+            logger.warning(TOPK_WARNING)
+            draft_tokens = steps + 1
+    elif ns.speculative_draft_model_path is not None or any(v is not None for v in (steps, topk, draft_tokens)):
+        # SGLang ignores speculative flags without an algorithm; say so instead of silently running without spec.
+        logger.warning("Speculative flags given without --speculative-algorithm; speculative decoding is off.")
+    if ns.decode_log_interval < 1:
+        raise ArgsError(f"--decode-log-interval {ns.decode_log_interval}: expected an integer >= 1")
+    seed = ns.random_seed if ns.random_seed is not None else random.randint(0, 2**30 - 1)
+    return ServerArgs(
+        model_path=ns.model_path,
+        tokenizer_path=ns.tokenizer_path or ns.model_path,
+        served_model_name=ns.served_model_name or ns.model_path,
+        host=ns.host,
+        port=ns.port,
+        api_key=ns.api_key,
+        random_seed=seed,
+        log_level=ns.log_level,
+        decode_log_interval=ns.decode_log_interval,
+        enable_metrics=ns.enable_metrics,
+        max_running_requests=max_running,
+        skip_server_warmup=ns.skip_server_warmup,
+        tp_size=ns.tp_size,
+        speculative_algorithm=algo,
+        speculative_draft_model_path=ns.speculative_draft_model_path if algo else None,
+        speculative_num_steps=steps if algo else None,
+        speculative_eagle_topk=topk if algo else None,
+        speculative_num_draft_tokens=draft_tokens if algo else None,
+        ref_fault_oom_at_startup=ns.ref_fault_oom_at_startup,
+        ref_fault_never_ready=ns.ref_fault_never_ready,
+        ref_fault_slow_start=ns.ref_fault_slow_start,
+        ref_fault_stall_after_tokens=ns.ref_fault_stall_after_tokens,
+        ref_fault_die_after_requests=ns.ref_fault_die_after_requests,
+        ref_fault_orphan=ns.ref_fault_orphan,
+        ref_fault_hold_port=ns.ref_fault_hold_port,
+    )

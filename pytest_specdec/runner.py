@@ -1,0 +1,255 @@
+"""Orchestration shared by the fixtures and the CLI: start a profile's server, and measure its workload once.
+
+``start_server`` = overlay (aux ids) -> engine argv/env -> process -> wait until it really generates -> read back the
+effective config. ``measure`` = warmup -> counters -> measured phase -> counters -> metrics. The plugin wires these to
+pytest; nothing here knows about pytest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from pytest_specdec import client, metrics, workload
+from pytest_specdec.engines import get_engine
+from pytest_specdec.engines.base import EffectiveConfig, Engine, LaunchSpec, SpecCounters
+from pytest_specdec.errors import ServerStartError
+from pytest_specdec.profiles import Profile
+from pytest_specdec.records import RequestRecord, RunMetrics
+
+__all__ = ["Measurement", "RunningServer", "measure", "running_server", "start_server"]
+
+ProgressCallback = Callable[[float, float, str], None]
+
+
+@dataclass
+class RunningServer:
+    """A server ready to generate: launched by us (``process`` set) or given by URL (``process`` None)."""
+
+    profile: Profile
+    engine: Engine
+    base_url: str
+    api_key: str | None
+    launch: LaunchSpec | None = None
+    process: object | None = None
+    log_path: Path | None = None
+    effective: EffectiveConfig | None = None
+    startup_s: float | None = None
+    stop_report: object | None = None
+
+    def stop(self) -> None:
+        """Tear the server down (no-op for a server given by URL: we never stop what we did not start)."""
+        if self.process is not None and self.stop_report is None:
+            self.stop_report = self.process.stop()  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured phase of a profile's workload (repeats are separate measurements)."""
+
+    profile: str
+    metrics: RunMetrics
+    records: tuple[RequestRecord, ...]
+    prompt_hash: str
+    counters_before: SpecCounters | None
+    counters_after: SpecCounters | None
+    cross_check: str | None
+    wall_time: float = field(default_factory=time.time)
+
+
+def resolve_api_key(profile: Profile) -> str | None:
+    """The profile's ``api_key``, else the value of the env var named by ``api_key_env`` (never logged)."""
+    import os
+
+    if profile.api_key:
+        return profile.api_key
+    if profile.api_key_env:
+        return os.environ.get(profile.api_key_env)
+    return None
+
+
+def start_server(
+    profile: Profile,
+    *,
+    log_dir: Path,
+    startup_timeout_s: float | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> RunningServer:
+    """Launch ``profile``'s server (or attach to ``profile.url``) and return once it really generates.
+
+    :raises ServerStartError: the process exited or stalled before ready, the budget ran out, or the effective
+        speculative config read back from the server differs from the profile.
+    """
+    from pytest_specdec.server import ServerProcess, find_free_port
+
+    engine = get_engine(profile)
+    api_key = resolve_api_key(profile)
+    budget = startup_timeout_s or profile.startup_timeout_s
+    if profile.url is not None:
+        server = RunningServer(profile, engine, profile.url.rstrip("/"), api_key)
+        _wait_url(server, budget)
+    else:
+        draft_path = None
+        spec_cfg = profile.speculative
+        if spec_cfg is not None and spec_cfg.aux_hidden_state_layer_ids is not None and spec_cfg.draft_model_path:
+            from pytest_specdec.overlay import make_draft_overlay
+
+            draft_path = make_draft_overlay(
+                Path(spec_cfg.draft_model_path), spec_cfg.aux_hidden_state_layer_ids, log_dir / "overlays"
+            )
+        port = profile.port or find_free_port(profile.host)
+        launch = engine.launch_spec(profile, port=port, draft_path=draft_path)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = log_dir / f"{profile.name}.log"
+        started = time.perf_counter()
+        process = ServerProcess.start(launch, name=profile.name, log_path=log_path)
+        server = RunningServer(profile, engine, launch.base_url, api_key, launch, process, log_path)
+        try:
+            with httpx.Client(base_url=launch.base_url, headers=_auth(api_key), timeout=10.0) as http:
+                process.wait_ready(
+                    lambda: engine.probe_ready(http, profile),
+                    timeout_s=budget,
+                    stall_s=profile.startup_stall_s,
+                    on_progress=on_progress,
+                )
+        except BaseException:
+            server.stop()
+            raise
+        server.startup_s = time.perf_counter() - started
+    try:
+        _read_back(server)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+@contextlib.contextmanager
+def running_server(profile: Profile, **kwargs: object) -> Iterator[RunningServer]:
+    """``start_server`` as a context manager that always tears down."""
+    server = start_server(profile, **kwargs)  # type: ignore[arg-type]
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _auth(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _wait_url(server: RunningServer, budget_s: float) -> None:
+    deadline = time.monotonic() + budget_s
+    with httpx.Client(base_url=server.base_url, headers=_auth(server.api_key), timeout=10.0) as http:
+        while True:
+            if server.engine.probe_ready(http, server.profile):
+                return
+            if time.monotonic() > deadline:
+                raise ServerStartError(
+                    f"server {server.base_url} (profile {server.profile.name!r}, --server-url) did not answer "
+                    f"/health and a 1-token generate within {budget_s:g} s",
+                    profile=server.profile.name,
+                    cause="timeout",
+                )
+            time.sleep(1.0)
+
+
+def _read_back(server: RunningServer) -> None:
+    """Compare what the server reports it runs with the profile (SGLang rewrites some values silently)."""
+    profile = server.profile
+    with httpx.Client(base_url=server.base_url, headers=_auth(server.api_key), timeout=10.0) as http:
+        server.effective = eff = server.engine.effective_config(http, profile)
+    spec = profile.speculative
+    if eff is None or spec is None:
+        return
+    expected: dict[str, object] = {"speculative_algorithm": spec.algorithm}
+    if spec.num_steps is not None:
+        expected["num_steps"] = spec.num_steps
+        expected["eagle_topk"] = spec.eagle_topk
+        if spec.eagle_topk == 1:
+            # SGLang rewrites draft tokens to steps + 1 when topk == 1 (speculative_hook.py); preflight says so.
+            expected["num_draft_tokens"] = spec.num_steps + 1
+        else:
+            expected["num_draft_tokens"] = spec.num_draft_tokens
+    diffs = []
+    for key, want in expected.items():
+        got = getattr(eff, key)
+        if got is None or want is None:
+            continue
+        if key == "speculative_algorithm" and want == "NEXTN":
+            want = "EAGLE"
+        if str(got).upper() != str(want).upper():
+            diffs.append(f"{key}: profile {want!r}, server {got!r}")
+    if diffs:
+        server.stop()
+        raise ServerStartError(
+            f"server for profile {profile.name!r} runs a different speculative config than the profile asks for:\n  "
+            + "\n  ".join(diffs),
+            profile=profile.name,
+            log_path=server.log_path,
+            cause="config mismatch",
+        )
+
+
+def measure(server: RunningServer, *, base_dir: Path | None = None) -> Measurement:
+    """Run the profile's workload once: warmup (not measured), counters, measured phase, counters, metrics.
+
+    :raises ServerError: the server stalled, died, or failed more requests than the workload allows.
+    """
+    profile = server.profile
+    wl = profile.workload
+    prompts = workload.load_prompts(wl.prompts, base_dir or Path(profile.source or ".").parent)
+    warmup, measured = workload.build_requests(wl, prompts)
+    common = dict(
+        api=wl.api,
+        concurrency=wl.concurrency,
+        api_key=server.api_key,
+        stall_timeout_s=wl.stall_timeout_s,
+        request_timeout_s=wl.request_timeout_s,
+        model=None,
+    )
+    if warmup:
+        client.run_phase(server.base_url, warmup, **common)  # type: ignore[arg-type]
+    before = _counters(server)
+    phase = client.run_phase(server.base_url, measured, **common)  # type: ignore[arg-type]
+    after = _counters(server)
+    if server.process is not None:
+        server.process.check_alive()  # type: ignore[attr-defined]
+    spec = profile.speculative
+    num_draft_tokens = None
+    if spec is not None:
+        eff = server.effective
+        num_draft_tokens = (eff.num_draft_tokens if eff else None) or spec.num_draft_tokens
+    run = metrics.summarize(
+        list(phase.records),
+        phase.end_s - phase.start_s,
+        num_draft_tokens=num_draft_tokens,
+        speculative=spec is not None,
+        counters_before=before,
+        counters_after=after,
+        max_error_rate=wl.max_error_rate,
+    )
+    return Measurement(
+        profile=profile.name,
+        metrics=run,
+        records=tuple(phase.records),
+        prompt_hash=workload.prompt_set_hash(prompts),
+        counters_before=before,
+        counters_after=after,
+        cross_check=metrics.cross_check(run),
+    )
+
+
+def _counters(server: RunningServer) -> SpecCounters | None:
+    if not server.profile.enable_metrics:
+        return None
+    try:
+        text = client.fetch_text(server.base_url, "/metrics", server.api_key, timeout=10.0)
+    except Exception:  # noqa: BLE001 - counters are a cross-check; their absence is reported, not fatal
+        return None
+    return server.engine.counters(text)

@@ -1,0 +1,199 @@
+"""Noise statistics over repeats: median, a confidence interval, and a one-sided "current is worse" test.
+
+A regression needs two things (as asv ``asv/commands/compare.py`` with ``asv/_stats.py`` does: a ratio beyond
+``--factor`` *and* a significant difference): the median shift is beyond the tolerance (``compare.py``) and the
+per-repeat values say the shift is not noise (:func:`worse_test` here). Pure numpy; scipy is not needed.
+
+Which test, by the number of repeats ``n_b`` (baseline) and ``n_c`` (current):
+
+- ``min(n_b, n_c) == 1``: no test, "tolerance only" (one value cannot show a spread); the tolerance alone decides.
+- the exact one-sided Mann–Whitney U test can reach ``alpha`` (smallest p = 1 / C(n_b + n_c, n_b) <= alpha, e.g.
+  3 vs 3 repeats: 0.05; 5 vs 5: 0.004): Mann–Whitney U, exact permutation distribution of U (ties count 1/2) when
+  C(n_b + n_c, n_b) <= ``EXACT_LIMIT``, else the normal approximation with tie correction
+  (Mann & Whitney 1947; tie correction as in scipy ``stats.mannwhitneyu(method="asymptotic")``).
+- otherwise (2 vs 2, 2 vs 3 ...): a seeded bootstrap of the median difference (Efron & Tibshirani 1993, ch. 13,
+  percentile interval); significant when the one-sided ``1 - alpha`` bound lies strictly on the worse side of 0.
+
+Zero variance (identical repeats, e.g. accept length at temperature 0): U is extremal when every current value is
+worse than every baseline value, so a constant shift is significant (p = 1 / C(n_b + n_c, n_b)); the bootstrap of
+two constants is a constant, also significant. Identical constants give p = 1 (no shift).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "ALPHA",
+    "BOOTSTRAP_RESAMPLES",
+    "BOOTSTRAP_SEED",
+    "EXACT_LIMIT",
+    "Summary",
+    "WorseTest",
+    "mad_sigma",
+    "summarize",
+    "worse_test",
+]
+
+#: One-sided significance level of :func:`worse_test`.
+ALPHA = 0.05
+#: Largest number of group splits C(n_b + n_c, n_b) enumerated for the exact U distribution (C(16, 8) = 12870).
+EXACT_LIMIT = 20_000
+#: Bootstrap resamples and seed (fixed: the same inputs always give the same verdict).
+BOOTSTRAP_RESAMPLES = 4000
+BOOTSTRAP_SEED = 0
+#: Scale from the median absolute deviation to a normal sigma: 1 / Phi^-1(3/4) (Rousseeuw & Croux 1993).
+MAD_TO_SIGMA = 1.4826
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Median of repeats and a distribution-free confidence interval for it.
+
+    The interval is the order-statistic interval ``[x(k), x(n+1-k)]`` with the largest ``k`` whose binomial
+    coverage ``1 - 2 * P(Binom(n, 1/2) < k)`` is at least ``confidence`` (Conover, *Practical Nonparametric
+    Statistics*, 3rd ed., §3.2). When even ``[min, max]`` cannot reach it (n <= 5 at 95 %), the interval is
+    ``[min, max]`` and ``coverage`` says what it achieves (n = 5: 0.9375; n = 1: 0, a point).
+    """
+
+    n: int
+    median: float
+    ci_low: float
+    ci_high: float
+    coverage: float
+    #: MAD-based sigma (:func:`mad_sigma`), in the metric's unit; 0 for n = 1 or identical values.
+    sigma: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorseTest:
+    """Outcome of :func:`worse_test`. ``p_value`` is None for "tolerance only" and for the bootstrap."""
+
+    #: "tolerance only" | "mann-whitney exact" | "mann-whitney normal" | "bootstrap median"
+    method: str
+    significant: bool
+    p_value: float | None
+
+    def describe(self) -> str:
+        """``p=0.004`` or the method name, for a table cell."""
+        if self.p_value is not None:
+            return f"p={self.p_value:.3g}"
+        return self.method
+
+
+def _clean(values: Sequence[float | None]) -> np.ndarray:
+    return np.asarray([float(v) for v in values if v is not None and math.isfinite(float(v))], dtype=float)
+
+
+def mad_sigma(values: Sequence[float | None]) -> float:
+    """``1.4826 * median(|x - median(x)|)``: a robust sigma; 0 for fewer than 2 values.
+
+    Example: [98, 100, 101, 103, 100] -> median 100, |dev| [2, 0, 1, 3, 0] -> MAD 1 -> sigma 1.4826.
+    """
+    arr = _clean(values)
+    if arr.size < 2:
+        return 0.0
+    return float(MAD_TO_SIGMA * np.median(np.abs(arr - np.median(arr))))
+
+
+def summarize(values: Sequence[float | None], confidence: float = 0.95) -> Summary | None:
+    """Median, order-statistic CI and MAD sigma of the per-repeat values (None and NaN skipped).
+
+    :returns: None when no value is left.
+    """
+    arr = np.sort(_clean(values))
+    n = int(arr.size)
+    if n == 0:
+        return None
+    median = float(np.median(arr))
+    best_k, coverage = 1, 0.0
+    for k in range(1, n // 2 + 1):
+        # P(Binom(n, 1/2) < k) = sum_{i < k} C(n, i) / 2^n
+        tail = sum(math.comb(n, i) for i in range(k)) / 2**n
+        cov = 1.0 - 2.0 * tail
+        if k == 1 or cov >= confidence:
+            best_k, coverage = k, cov
+        if cov < confidence:
+            break
+    lo, hi = float(arr[best_k - 1]), float(arr[n - best_k])
+    return Summary(
+        n=n, median=median, ci_low=lo, ci_high=hi, coverage=max(coverage, 0.0), sigma=mad_sigma(arr.tolist())
+    )
+
+
+def _midranks(values: np.ndarray) -> np.ndarray:
+    """Ranks 1..n, tied values sharing the mean of their ranks."""
+    order = np.argsort(values, kind="mergesort")
+    ranks = np.empty(values.size, dtype=float)
+    sorted_vals = values[order]
+    i = 0
+    while i < values.size:
+        j = i
+        while j + 1 < values.size and sorted_vals[j + 1] == sorted_vals[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2.0 + 1.0
+        i = j + 1
+    return ranks
+
+
+def _mwu_p_lower(current: np.ndarray, base: np.ndarray) -> tuple[float, str]:
+    """One-sided p for H1 "current is stochastically smaller than base" (Mann–Whitney U).
+
+    U_c = R_c - n_c (n_c + 1) / 2 = #pairs (c > b) + 1/2 #ties, with R_c the midrank sum of ``current``;
+    small U_c supports H1. p = P(U_c <= observed) under H0 (every split of the pooled values equally likely).
+    """
+    n_c, n_b = current.size, base.size
+    n = n_c + n_b
+    ranks = _midranks(np.concatenate([current, base]))
+    observed = float(ranks[:n_c].sum())
+    total = math.comb(n, n_c)
+    if total <= EXACT_LIMIT:
+        rank_list = ranks.tolist()
+        at_most = sum(1 for combo in itertools.combinations(rank_list, n_c) if sum(combo) <= observed + 1e-9)
+        return at_most / total, "mann-whitney exact"
+    u = observed - n_c * (n_c + 1) / 2.0
+    mean_u = n_c * n_b / 2.0
+    _, counts = np.unique(ranks, return_counts=True)
+    tie_term = float((counts**3 - counts).sum()) / (n * (n - 1))
+    var_u = n_c * n_b / 12.0 * ((n + 1) - tie_term)
+    if var_u <= 0:
+        return 1.0, "mann-whitney normal"
+    z = (u - mean_u + 0.5) / math.sqrt(var_u)  # continuity correction toward H0
+    return 0.5 * math.erfc(-z / math.sqrt(2.0)), "mann-whitney normal"
+
+
+def worse_test(
+    baseline: Sequence[float | None],
+    current: Sequence[float | None],
+    *,
+    higher_is_better: bool,
+    alpha: float = ALPHA,
+) -> WorseTest:
+    """Is ``current`` significantly worse than ``baseline`` over their per-repeat values? (one-sided)
+
+    "Worse" is smaller for a higher-is-better metric (tok/s, accept length), larger otherwise (TTFT, ITL, TPOT).
+    The method is chosen by the number of repeats; see the module docstring.
+
+    :param baseline: per-repeat values of the stored baseline (None/NaN skipped).
+    :param current: per-repeat values of the current run.
+    :returns: method, whether significant at ``alpha``, and the p-value when the method has one.
+    """
+    base = _clean(baseline)
+    cur = _clean(current)
+    if not higher_is_better:
+        base, cur = -base, -cur
+    if min(base.size, cur.size) < 2:
+        return WorseTest("tolerance only", True, None)
+    if 1.0 / math.comb(base.size + cur.size, cur.size) <= alpha:
+        p, method = _mwu_p_lower(cur, base)
+        return WorseTest(method, p <= alpha, p)
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    b = np.median(rng.choice(base, size=(BOOTSTRAP_RESAMPLES, base.size), replace=True), axis=1)
+    c = np.median(rng.choice(cur, size=(BOOTSTRAP_RESAMPLES, cur.size), replace=True), axis=1)
+    upper = float(np.quantile(c - b, 1.0 - alpha))
+    return WorseTest("bootstrap median", upper < 0.0, None)

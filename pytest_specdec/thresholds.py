@@ -1,0 +1,118 @@
+"""Thresholds from a profile and a ``@pytest.mark.specdec(...)`` marker -> a verdict with one readable line per metric."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from pytest_specdec.profiles import Thresholds
+from pytest_specdec.records import RunMetrics
+
+__all__ = ["Check", "Verdict", "evaluate", "merge_marker"]
+
+#: threshold key -> (RunMetrics field, comparison, label, unit, speculative-only)
+_RULES: dict[str, tuple[str, str, str, str, bool]] = {
+    "min_accept_length": ("accept_length", ">=", "accept_length", "tok/verify", True),
+    "min_accept_rate": ("accept_rate", ">=", "accept_rate", "", True),
+    "min_tok_s": ("output_tok_s", ">=", "output_tok_s", "tok/s", False),
+    "max_ttft_ms": ("ttft_ms_p50", "<=", "ttft_ms p50", "ms", False),
+    "max_itl_ms": ("itl_ms_p50", "<=", "itl_ms p50", "ms", False),
+    "max_tpot_ms": ("tpot_ms_p50", "<=", "tpot_ms p50", "ms", False),
+}
+
+
+def merge_marker(profile_thresholds: Thresholds, marker_kwargs: dict[str, Any]) -> Thresholds:
+    """Overlay marker keyword arguments on the profile's thresholds, key by key (the marker wins).
+
+    :raises ValueError: an unknown key or an invalid value, with a message naming the key, the value and the valid keys.
+    """
+    valid = sorted(Thresholds.model_fields)
+    unknown = sorted(set(marker_kwargs) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown threshold {', '.join(map(repr, unknown))} (valid: {', '.join(valid)})")
+    data = profile_thresholds.model_dump(exclude_none=True)
+    data.update({k: v for k, v in marker_kwargs.items()})
+    try:
+        return Thresholds.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        raise ValueError(f"{key}={err.get('input')!r}: {err['msg']}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One threshold against one measured value. ``passed`` is None when not applicable (e.g. no speculation)."""
+
+    key: str
+    label: str
+    op: str
+    threshold: float
+    measured: float | None
+    unit: str
+    passed: bool | None
+    note: str = ""
+
+    def line(self) -> str:
+        """``accept_length 1.94 < min 2.20 (margin -0.26, -11.8%)`` style, one line."""
+        kind = "min" if self.op == ">=" else "max"
+        if self.passed is None:
+            return f"{self.label}: {kind} {self.threshold:g} not applicable ({self.note})"
+        assert self.measured is not None
+        margin = self.measured - self.threshold
+        rel = f", {margin / self.threshold * 100:+.1f}%" if self.threshold else ""
+        sym = ("<" if self.op == ">=" else ">") if not self.passed else self.op
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{self.label} {self.measured:.4g}{unit} {sym} {kind} {self.threshold:g} (margin {margin:+.4g}{rel})"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """All checks of one test; ``failed`` lists the ones that missed."""
+
+    checks: tuple[Check, ...]
+
+    @property
+    def failed(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.passed is False)
+
+    def message(self, context: str) -> str:
+        """The failure text: one line per missed threshold, then the context (profile, requests)."""
+        lines = [c.line() for c in self.failed]
+        return "\n".join(f"{line} [{context}]" for line in lines)
+
+
+def evaluate(
+    thresholds: Thresholds, metrics: RunMetrics, *, speculative: bool, speedup: float | None = None
+) -> Verdict:
+    """Compare ``metrics`` with every set threshold.
+
+    Accept-length/-rate thresholds on a profile without speculation are reported as not applicable, not failed.
+    ``speedup`` is this profile's output tok/s over the ``min_speedup.vs`` profile's, or None when that profile was not
+    measured in this session.
+    """
+    checks: list[Check] = []
+    for key, (field, op, label, unit, spec_only) in _RULES.items():
+        threshold = getattr(thresholds, key)
+        if threshold is None:
+            continue
+        measured = getattr(metrics, field)
+        if spec_only and not speculative:
+            checks.append(Check(key, label, op, threshold, None, unit, None, "profile runs no speculative decoding"))
+            continue
+        if measured is None:
+            checks.append(Check(key, label, op, threshold, None, unit, None, "not reported by the server"))
+            continue
+        passed = measured >= threshold if op == ">=" else measured <= threshold
+        checks.append(Check(key, label, op, threshold, float(measured), unit, passed))
+    if thresholds.min_speedup is not None:
+        ms = thresholds.min_speedup
+        label = f"speedup vs {ms.vs}"
+        if speedup is None:
+            note = f"profile {ms.vs!r} was not measured in this session (add it to --server-profile, before this one)"
+            checks.append(Check("min_speedup", label, ">=", ms.ratio, None, "x", None, note))
+        else:
+            checks.append(Check("min_speedup", label, ">=", ms.ratio, speedup, "x", speedup >= ms.ratio))
+    return Verdict(tuple(checks))

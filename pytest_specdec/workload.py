@@ -1,0 +1,147 @@
+"""Prompt sets and the request schedule of one phase: which prompts are sent, in which order, with which settings."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_specdec.errors import ProfileError
+from pytest_specdec.profiles import Workload
+
+__all__ = ["BUILTIN_PROMPTS", "RequestSpec", "build_requests", "load_prompts", "prompt_set_hash"]
+
+#: The bundled prompt set, one ``{"prompt": ...}`` object per line; ``workload.prompts: builtin`` selects it.
+BUILTIN_PROMPTS = Path(__file__).parent / "refserver" / "prompts.jsonl"
+
+_JSONL_FIX = 'fix: write one JSON object per line, e.g. {"prompt": "Explain speculative decoding."}'
+_SHAREGPT_FIX = (
+    'fix: give a JSON list of {"conversations": [{"from": "human", "value": "..."}, ...]} entries, '
+    'or use a .jsonl file with one {"prompt": ...} per line'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """One request to send: the prompt text and its sampling settings (SGLang ``sampling_params`` names)."""
+
+    prompt: str
+    max_new_tokens: int
+    temperature: float
+    ignore_eos: bool
+
+
+def load_prompts(spec: str, base_dir: str | Path) -> list[str]:
+    """Read a prompt set.
+
+    :param spec: ``"builtin"`` (:data:`BUILTIN_PROMPTS`) or a path, relative paths resolved against ``base_dir``
+        (the profile file's directory). Format by content: a file whose first non-blank character is ``[`` is
+        ShareGPT-style JSON (a list of ``{"conversations": [{"from": "human", "value": ...}, ...]}``; the first
+        human turn is the prompt; entries without one are skipped, as SGLang's ``sharegpt`` dataset loader does);
+        anything else is JSONL, one object per line with a string ``"prompt"`` or ``"text"``; blank lines skipped.
+    :param base_dir: directory relative paths resolve against.
+    :returns: the prompts in file order, at least one.
+    :raises ProfileError: file missing or unreadable, invalid JSON, a line/entry without a usable prompt, or no
+        prompt at all; the message names the file, the line (JSONL) or entry index (JSON) and the fix.
+    """
+    path = BUILTIN_PROMPTS if spec == "builtin" else Path(base_dir) / Path(spec).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProfileError(
+            f"workload.prompts: prompt file not found: {path}; fix: give 'builtin' or a path to a .jsonl/.json "
+            f"file (relative paths resolve against {base_dir})",
+            path=path,
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"workload.prompts: cannot read {path}: {exc}", path=path) from None
+    if text.lstrip().startswith("["):
+        prompts = _parse_sharegpt(text, path)
+    else:
+        prompts = _parse_jsonl(text, path)
+    if not prompts:
+        raise ProfileError(f"{path}: no prompts found; {_JSONL_FIX}", path=path)
+    return prompts
+
+
+def _parse_jsonl(text: str, path: Path) -> list[str]:
+    prompts: list[str] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj: Any = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ProfileError(f"{path}:{lineno}: invalid JSON ({exc.msg}); {_JSONL_FIX}", path=path) from None
+        if not isinstance(obj, dict):
+            raise ProfileError(
+                f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}; {_JSONL_FIX}", path=path
+            )
+        key = "prompt" if "prompt" in obj else "text" if "text" in obj else None
+        if key is None:
+            keys = ", ".join(sorted(obj)) or "none"
+            raise ProfileError(f'{path}:{lineno}: no "prompt" or "text" key (keys: {keys}); {_JSONL_FIX}', path=path)
+        value = obj[key]
+        if not isinstance(value, str) or not value:
+            raise ProfileError(
+                f'{path}:{lineno}: "{key}" must be a non-empty string, got {value!r:.40}; {_JSONL_FIX}', path=path
+            )
+        prompts.append(value)
+    return prompts
+
+
+def _parse_sharegpt(text: str, path: Path) -> list[str]:
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg}); {_SHAREGPT_FIX}", path=path) from None
+    prompts: list[str] = []
+    for index, entry in enumerate(data):
+        turns = entry.get("conversations") if isinstance(entry, dict) else None
+        if not isinstance(turns, list):
+            raise ProfileError(f'{path}: entry {index}: no "conversations" list; {_SHAREGPT_FIX}', path=path)
+        for turn in turns:
+            if isinstance(turn, dict) and turn.get("from") in ("human", "user"):
+                value = turn.get("value")
+                if not isinstance(value, str):
+                    raise ProfileError(
+                        f'{path}: entry {index}: human turn has no string "value"; {_SHAREGPT_FIX}', path=path
+                    )
+                if value:
+                    prompts.append(value)
+                break
+    return prompts
+
+
+def build_requests(workload: Workload, prompts: list[str]) -> tuple[list[RequestSpec], list[RequestSpec]]:
+    """The warmup and measured request lists of one phase.
+
+    Warmup request ``i`` and measured request ``i`` both use ``prompts[i % len(prompts)]``: the schedule depends
+    only on the workload and the prompt list, so two runs with the same fingerprint send the same requests in the
+    same order. (Like SGLang ``bench_serving``, whose warmup reuses the first input request.)
+
+    :returns: ``(warmup, measured)`` with ``workload.warmup_requests`` and ``workload.num_requests`` entries.
+    :raises ValueError: ``prompts`` is empty.
+    """
+    if not prompts:
+        raise ValueError("build_requests: empty prompt list")
+
+    def make(i: int) -> RequestSpec:
+        return RequestSpec(
+            prompt=prompts[i % len(prompts)],
+            max_new_tokens=workload.max_new_tokens,
+            temperature=workload.temperature,
+            ignore_eos=workload.ignore_eos,
+        )
+
+    return [make(i) for i in range(workload.warmup_requests)], [make(i) for i in range(workload.num_requests)]
+
+
+def prompt_set_hash(prompts: list[str]) -> str:
+    """SHA-256 hex digest (64 chars) of the prompt list, order-sensitive, for result fingerprints.
+
+    Computed over ``json.dumps(prompts, ensure_ascii=False)`` in UTF-8, so the boundaries between prompts count.
+    """
+    return hashlib.sha256(json.dumps(prompts, ensure_ascii=False).encode("utf-8")).hexdigest()

@@ -1,0 +1,148 @@
+"""Tests of pytest_specdec.benchmark end to end: real pytest-benchmark runs in a subprocess (pytester).
+
+The inner project registers the bridge itself (the lead's ``plugin.py`` does it in the real plugin) and records
+synthetic measurements: 2.0 s per repeat for ``2 * tok/s`` output tokens.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+
+pytest_benchmark = pytest.importorskip("pytest_benchmark")
+
+from pytest_benchmark.stats import Metadata  # noqa: E402
+
+from pytest_specdec import benchmark as bridge  # noqa: E402
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+CONFTEST = """
+import os
+import pytest
+from pytest_specdec import benchmark as bridge
+from pytest_specdec.records import RunMetrics
+from pytest_specdec.runner import Measurement
+import dataclasses
+
+
+def pytest_configure(config):
+    b = bridge.BenchmarkBridge.from_config(config)
+    if b is not None:
+        config.pluginmanager.register(b, "specdec-benchmark")
+
+
+def make(tok_s):
+    fields = {f.name: None for f in dataclasses.fields(RunMetrics) if f.default is dataclasses.MISSING}
+    fields.update(num_requests=4, num_ok=4, num_errors=0, duration_s=2.0, output_tokens=int(round(2 * tok_s)),
+                  output_tok_s=tok_s, accept_length=2.5)
+    return Measurement("eagle3", RunMetrics(**fields), (), "h", None, None, None)
+"""
+
+TEST = """
+import os
+import pytest
+from conftest import make
+from pytest_specdec import benchmark as bridge
+
+
+@pytest.mark.parametrize("profile", ["eagle3"])
+def test_tok_s(request, profile):
+    toks = [float(x) for x in os.environ["SPECDEC_TOKS"].split(",")]
+    added = bridge.record(request.node, [make(t) for t in toks], {"engine": "reference"})
+    assert added is (os.environ.get("SPECDEC_EXPECT", "1") == "1")
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_specdec=TEST)
+    return pytester
+
+
+def test_json_entry_is_seconds_per_token_with_extra_info(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPECDEC_TOKS", "100,80")
+    result = project.runpytest_subprocess("--benchmark-json=out.json", "-p", "no:cacheprovider", timeout=120)
+    assert result.ret == 0
+    result.assert_outcomes(passed=1)
+    data = json.loads((project.path / "out.json").read_text())
+    (entry,) = data["benchmarks"]
+    assert entry["fullname"] == "test_specdec.py::test_tok_s[eagle3]"
+    assert (entry["name"], entry["param"], entry["params"]) == ("test_tok_s[eagle3]", "eagle3", {"profile": "eagle3"})
+    assert entry["group"] == bridge.GROUP
+    assert entry["stats"]["data"] == [2.0 / 200, 2.0 / 160]
+    assert entry["stats"]["rounds"] == 2
+    assert entry["stats"]["ops"] == pytest.approx(2 / (1 / 100 + 1 / 80))  # harmonic mean of tok/s
+    specdec = entry["extra_info"]["specdec"]
+    assert specdec["unit"] == "seconds per output token"
+    assert specdec["per_repeat"]["output_tok_s"] == [100.0, 80.0]
+    assert specdec["fingerprint"] == {"engine": "reference"}
+    assert "gpus" in data["machine_info"] and "pytest_specdec" in data["machine_info"]
+
+
+def test_compare_fail_catches_a_throughput_loss(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECDEC_TOKS", "100")
+    first = project.runpytest_subprocess("--benchmark-autosave", "-p", "no:cacheprovider", timeout=120)
+    assert first.ret == 0
+    assert len(list((project.path / ".benchmarks").rglob("*.json"))) == 1
+    monkeypatch.setenv("SPECDEC_TOKS", "99")
+    same = project.runpytest_subprocess(
+        "--benchmark-compare", "--benchmark-compare-fail=mean:5%", "-p", "no:cacheprovider", timeout=120
+    )
+    assert same.ret == 0
+    monkeypatch.setenv("SPECDEC_TOKS", "90")
+    slow = project.runpytest_subprocess(
+        "--benchmark-compare", "--benchmark-compare-fail=mean:5%", "-p", "no:cacheprovider", timeout=120
+    )
+    assert slow.ret != 0
+    output = slow.stdout.lines + slow.stderr.lines
+    assert any("Performance has regressed" in line for line in output), output
+    assert any(
+        "test_tok_s[eagle3]" in line and "Field 'mean' has failed PercentageRegressionCheck" in line for line in output
+    ), output
+
+
+def test_xdist_warns_once_and_records_nothing(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("xdist")
+    monkeypatch.setenv("SPECDEC_TOKS", "100")
+    monkeypatch.setenv("SPECDEC_EXPECT", "0")
+    result = project.runpytest_subprocess("-n", "1", "--benchmark-autosave", "-p", "no:cacheprovider", timeout=120)
+    assert result.ret == 0
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"*SpecdecWarning: {bridge.XDIST_WARNING}"])
+    assert result.stdout.str().count(bridge.XDIST_WARNING) == 1
+
+
+def test_disabled_records_nothing(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECDEC_TOKS", "100")
+    monkeypatch.setenv("SPECDEC_EXPECT", "0")
+    result = project.runpytest_subprocess("--benchmark-disable", "-p", "no:cacheprovider", timeout=120)
+    assert result.ret == 0
+    result.assert_outcomes(passed=1)
+
+
+def test_private_contract() -> None:
+    """Fails when pytest-benchmark changes what ``benchmark._session``/``_entry`` rely on."""
+    assert list(inspect.signature(Metadata.__init__).parameters) == ["self", "fixture", "iterations", "options"]
+    from pytest_benchmark import plugin, session
+
+    init = inspect.getsource(session.BenchmarkSession.__init__)
+    assert "self.benchmarks = []" in init and "self.disabled" in init
+    assert "config._benchmarksession = BenchmarkSession(config)" in inspect.getsource(plugin.pytest_configure)
+    assert "add_stats=bs.benchmarks.append" in inspect.getsource(plugin.benchmark)
+    shape = bridge._FixtureShape("n", "f::n", "g", None, None, {"a": 1})
+    entry = bridge._entry(shape, [0.01, 0.02])
+    data = entry.as_dict(include_data=True)
+    assert (data["name"], data["fullname"], data["group"], data["extra_info"]) == ("n", "f::n", "g", {"a": 1})
+    assert data["stats"]["data"] == [0.01, 0.02]
+    assert data["stats"]["mean"] == pytest.approx(0.015)
+    assert entry.has_error is False

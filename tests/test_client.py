@@ -1,0 +1,371 @@
+"""Tests of pytest_specdec.client against scripted SSE streams (httpx.MockTransport, no sockets).
+
+Times: ``clock.now`` is replaced by a fake whose value each scripted event sets just before it is delivered, so
+every arrival time below is exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from pytest_specdec import clock
+from pytest_specdec.client import fetch_text, run_phase
+from pytest_specdec.errors import ServerError
+from pytest_specdec.metrics import request_timing, summarize
+from pytest_specdec.workload import RequestSpec
+
+BASE = "http://testserver"
+Script = list[tuple[float, Any]]  # (fake time at delivery, payload dict | "[DONE]" | raw str | ("sleep", s))
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+    return fake
+
+
+def sse(fake: FakeClock, script: Script) -> Callable[[], AsyncIterator[bytes]]:
+    async def body() -> AsyncIterator[bytes]:
+        for t, payload in script:
+            if isinstance(payload, tuple):  # ("sleep", seconds): real wait, for watchdog/timeout tests
+                await asyncio.sleep(payload[1])
+                continue
+            fake.t = t
+            text = payload if isinstance(payload, str) else json.dumps(payload)
+            yield f"data: {text}\n\n".encode()
+
+    return body
+
+
+def req(prompt: str = "hi", n: int = 8) -> RequestSpec:
+    return RequestSpec(prompt=prompt, max_new_tokens=n, temperature=0.0, ignore_eos=True)
+
+
+def gen_event(text: str, completion_tokens: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "text": text,
+        "output_ids": list(range(completion_tokens)),
+        "meta_info": {"prompt_tokens": 5, "completion_tokens": completion_tokens, **extra},
+    }
+
+
+# A speculative /generate stream: 1-token first event, then 3- and 4-token events, plus one event without
+# new tokens (must record nothing). The final meta_info carries SGLang 0.5.23's spec fields.
+GENERATE_SCRIPT: Script = [
+    (0.100, gen_event("a", 1)),
+    (0.130, gen_event("abcd", 4)),
+    (0.140, gen_event("abcd", 4)),
+    (
+        0.190,
+        gen_event(
+            "abcdefgh",
+            8,
+            spec_verify_ct=3,
+            spec_accept_length=8 / 3,
+            spec_accept_rate=0.5,
+            spec_num_correct_drafts=5,
+            spec_num_proposed_drafts=9,
+        ),
+    ),
+    (0.200, "[DONE]"),
+]
+
+
+def test_generate_stream_records_exact_chunks_and_spec_fields(fake_clock: FakeClock) -> None:
+    seen: list[httpx.Request] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(
+            200, content=sse(fake_clock, GENERATE_SCRIPT)(), headers={"content-type": "text/event-stream"}
+        )
+
+    result = run_phase(BASE, [req("hello", 8)], api_key="sk-1", transport=httpx.MockTransport(handler))
+
+    assert seen[0].url.path == "/generate"
+    assert seen[0].headers["authorization"] == "Bearer sk-1"
+    assert json.loads(seen[0].content) == {
+        "text": "hello",
+        "sampling_params": {"max_new_tokens": 8, "temperature": 0.0, "ignore_eos": True},
+        "stream": True,
+    }
+    (rec,) = result.records
+    assert rec.ok and rec.error is None
+    assert (rec.start_s, rec.end_s) == (0.0, 0.200)
+    assert rec.chunk_times_s == (0.100, 0.130, 0.190)  # the 0.140 event added no token
+    assert rec.chunk_tokens == (1, 3, 4)
+    assert (rec.completion_tokens, rec.prompt_tokens, rec.output_text) == (8, 5, "abcdefgh")
+    assert (rec.spec_verify_ct, rec.spec_num_correct_drafts, rec.spec_num_proposed_drafts) == (3, 5, 9)
+    assert rec.spec_accept_rate == 0.5
+    assert (result.start_s, result.end_s) == (0.0, 0.200)
+
+    timing = request_timing(rec)
+    # TTFT = 0.100 - 0.0 = 100 ms.
+    assert timing.ttft_s == pytest.approx(0.100)
+    # ITL: 30 ms / 3 tokens = 10 ms x3; 60 ms / 4 tokens = 15 ms x4 (bench_serving's adjust_itl).
+    assert timing.itl_s == pytest.approx([0.010] * 3 + [0.015] * 4)
+    # TPOT = (200 - 100) ms / (8 - 1) = 14.2857 ms; decode = 7 tokens / 0.100 s = 70 tok/s.
+    assert timing.tpot_s == pytest.approx(0.100 / 7)
+    assert timing.decode_tok_s == pytest.approx(70.0)
+
+    m = summarize(result.records, result.duration_s, num_draft_tokens=4, speculative=True)
+    assert m.output_tok_s == pytest.approx(8 / 0.200)  # 40 tok/s
+    assert m.accept_length == pytest.approx(8 / 3)  # Σcompletion_tokens / Σspec_verify_ct
+    assert m.accept_rate == pytest.approx(5 / 9)
+    assert m.itl_ms_mean == pytest.approx((3 * 10 + 4 * 15) / 7)
+
+
+def test_older_sglang_spec_field_names_are_accepted(fake_clock: FakeClock) -> None:
+    script: Script = [
+        (0.1, gen_event("ab", 2, spec_verify_ct=1, spec_accept_token_num=1, spec_draft_token_num=3)),
+        (0.2, "[DONE]"),
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=sse(fake_clock, script)())
+
+    (rec,) = run_phase(BASE, [req()], transport=httpx.MockTransport(handler)).records
+    assert (rec.spec_verify_ct, rec.spec_num_correct_drafts, rec.spec_num_proposed_drafts) == (1, 1, 3)
+    assert rec.spec_accept_length is None
+
+
+def test_error_event_makes_a_failed_record(fake_clock: FakeClock) -> None:
+    script: Script = [
+        (0.1, gen_event("a", 1)),
+        (0.2, {"error": {"message": "CUDA out of memory", "type": "InternalError", "code": 500}}),
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=sse(fake_clock, script)())
+
+    (rec,) = run_phase(BASE, [req()], transport=httpx.MockTransport(handler)).records
+    assert not rec.ok
+    assert rec.error == "server error event: CUDA out of memory"
+    assert rec.completion_tokens == 1
+
+
+def test_stream_without_done_is_a_failed_record(fake_clock: FakeClock) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=sse(fake_clock, [(0.1, gen_event("ab", 2))])())
+
+    (rec,) = run_phase(BASE, [req()], transport=httpx.MockTransport(handler)).records
+    assert (rec.ok, rec.error) == (False, "stream ended without data: [DONE] after 2 tokens")
+
+
+def test_http_status_and_connection_errors_are_failed_records(fake_clock: FakeClock) -> None:
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return httpx.Response(401, json={"error": "Unauthorized"})
+        raise httpx.ConnectError("connection refused", request=request)
+
+    records = run_phase(BASE, [req("a"), req("b")], transport=httpx.MockTransport(handler)).records
+    assert [r.ok for r in records] == [False, False]
+    assert records[0].error == 'HTTP 401 Unauthorized from http://testserver/generate: {"error":"Unauthorized"}'
+    assert records[1].error == "ConnectError on http://testserver/generate: connection refused"
+    with pytest.raises(ServerError, match=r"^no successful requests: 2 of 2 failed; first error: HTTP 401"):
+        summarize(records, 1.0, num_draft_tokens=None, speculative=False)
+
+
+def test_stalled_stream_aborts_the_phase(fake_clock: FakeClock) -> None:
+    script: Script = [(0.1, gen_event("a", 1)), (0.0, ("sleep", 30.0)), (9.0, "[DONE]")]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=sse(fake_clock, script)())
+
+    began = time.monotonic()
+    with pytest.raises(ServerError) as excinfo:
+        run_phase(BASE, [req(), req()], concurrency=2, stall_timeout_s=0.2, transport=httpx.MockTransport(handler))
+    assert time.monotonic() - began < 10.0  # generous: the stream itself would take 30 s
+    assert str(excinfo.value) == (
+        "server stalled: no token for 0.2 s on request 0 (1 tokens received so far) at http://testserver/generate"
+    )
+
+
+def test_request_timeout_is_a_failed_record_not_a_hang(fake_clock: FakeClock) -> None:
+    # Events keep coming every 50 ms (no stall) but the request never finishes within 0.3 s.
+    script: Script = [(0.1 * i, gen_event("a" * i, i)) if i % 2 else (0.0, ("sleep", 0.05)) for i in range(1, 200)]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=sse(fake_clock, script)())
+
+    began = time.monotonic()
+    (rec,) = run_phase(
+        BASE, [req()], stall_timeout_s=5.0, request_timeout_s=0.3, transport=httpx.MockTransport(handler)
+    ).records
+    assert time.monotonic() - began < 10.0
+    assert not rec.ok
+    assert rec.error is not None and rec.error.startswith("request 0 timed out after 0.3 s (")
+
+
+def test_concurrency_limit_and_issue_order(fake_clock: FakeClock) -> None:
+    in_flight = 0
+    peak = 0
+    order: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal in_flight, peak
+        order.append(json.loads(request.content)["text"])
+        in_flight += 1
+        peak = max(peak, in_flight)
+
+        async def body() -> AsyncIterator[bytes]:
+            nonlocal in_flight
+            await asyncio.sleep(0.02)
+            yield f"data: {json.dumps(gen_event('x', 1))}\n\n".encode()
+            in_flight -= 1
+            yield b"data: [DONE]\n\n"
+
+        return httpx.Response(200, content=body())
+
+    prompts = [f"p{i}" for i in range(5)]
+    records = run_phase(BASE, [req(p) for p in prompts], concurrency=2, transport=httpx.MockTransport(handler)).records
+    assert order == prompts
+    assert peak == 2
+    assert [r.ok for r in records] == [True] * 5
+
+
+def openai_chunk(text: str | None, usage: int | None = None, *, chat: bool = False, **extra: Any) -> dict[str, Any]:
+    choices: list[dict[str, Any]] = []
+    if text is not None:
+        choices = [{"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}]
+    chunk: dict[str, Any] = {"id": "c1", "choices": choices, **extra}
+    if usage is not None:
+        chunk["usage"] = {"prompt_tokens": 5, "completion_tokens": usage, "total_tokens": 5 + usage}
+    return chunk
+
+
+def test_openai_continuous_usage_counts_tokens_from_usage_deltas(fake_clock: FakeClock) -> None:
+    # vLLM with continuous_usage_stats: every chunk has cumulative usage; the first chunk is role-only.
+    script: Script = [
+        (0.050, openai_chunk("", 0, chat=True)),
+        (0.100, openai_chunk("a", 1, chat=True)),
+        (0.130, openai_chunk("bcd", 4, chat=True)),  # 3 tokens in one chunk: counted 3, not 1
+        (0.140, openai_chunk("", 4, chat=True)),  # finish chunk, no new token
+        (0.150, openai_chunk(None, 4)),  # final usage-only chunk
+        (0.160, "[DONE]"),
+    ]
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "tiny-llama"}]})
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, content=sse(fake_clock, script)())
+
+    (rec,) = run_phase(BASE, [req("hello", 4)], api="chat", transport=httpx.MockTransport(handler)).records
+    assert bodies == [
+        {
+            "model": "tiny-llama",
+            "max_tokens": 4,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            "return_spec_tokens_details": True,
+            "messages": [{"role": "user", "content": "hello"}],
+        }
+    ]
+    assert rec.ok
+    assert rec.chunk_times_s == (0.100, 0.130)
+    assert rec.chunk_tokens == (1, 3)
+    assert (rec.completion_tokens, rec.prompt_tokens, rec.output_text) == (4, 5, "abcd")
+    # ITL: (130 - 100) ms / 3 = 10 ms, three times.
+    assert request_timing(rec).itl_s == pytest.approx([0.010] * 3)
+
+
+def test_openai_final_usage_only_never_counts_chunks_as_tokens(fake_clock: FakeClock) -> None:
+    # SGLang ignores continuous_usage_stats: usage only on the last chunk, spec details in sglext.
+    details = {
+        "spec_verify_ct": 4,
+        "spec_accept_length": 2.0,
+        "spec_accept_rate": 0.33,
+        "spec_num_correct_drafts": 4,
+        "spec_num_proposed_drafts": 12,
+    }
+    script: Script = [
+        (0.100, openai_chunk("ab")),
+        (0.130, openai_chunk("cdef")),
+        (0.170, openai_chunk("gh")),
+        (0.180, openai_chunk(None, 8, sglext={"spec_tokens_details": details})),
+        (0.190, "[DONE]"),
+    ]
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, content=sse(fake_clock, script)())
+
+    (rec,) = run_phase(
+        BASE, [req("hello", 8)], api="completions", model="m", transport=httpx.MockTransport(handler)
+    ).records
+    assert bodies[0]["prompt"] == "hello" and bodies[0]["model"] == "m" and "messages" not in bodies[0]
+    assert rec.ok
+    assert rec.chunk_times_s == (0.100, 0.130, 0.170)
+    assert rec.chunk_tokens == ()
+    assert not rec.itl_available
+    assert rec.completion_tokens == 8
+    assert (rec.spec_verify_ct, rec.spec_num_correct_drafts, rec.spec_num_proposed_drafts) == (4, 4, 12)
+    timing = request_timing(rec)
+    assert timing.itl_s == ()
+    assert timing.ttft_s == pytest.approx(0.100)
+    assert timing.tpot_s == pytest.approx(0.090 / 7)  # (190 - 100) ms / (8 - 1)
+    m = summarize([rec], 0.190, num_draft_tokens=4, speculative=True)
+    assert m.itl_ms_mean is None and m.itl_ms_p50 is None
+    assert m.accept_length == pytest.approx(2.0)
+    assert m.accept_rate == pytest.approx(4 / 12)
+
+
+def test_openai_stream_without_usage_is_a_failed_record(fake_clock: FakeClock) -> None:
+    script: Script = [(0.1, openai_chunk("ab")), (0.2, "[DONE]")]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=sse(fake_clock, script)())
+
+    (rec,) = run_phase(BASE, [req()], api="completions", model="m", transport=httpx.MockTransport(handler)).records
+    assert rec.error == ("stream has no usage: cannot count tokens (the server ignored stream_options.include_usage)")
+
+
+def test_model_name_lookup_failure_raises(fake_clock: FakeClock) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, text="not found")
+
+    with pytest.raises(
+        ServerError,
+        match=r"^cannot determine the model name from GET http://testserver/v1/models "
+        r"\(HTTP 404 Not Found\); fix: pass model explicitly$",
+    ):
+        run_phase(BASE, [req()], api="completions", transport=httpx.MockTransport(handler))
+
+
+def test_fetch_text() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics":
+            assert request.headers["authorization"] == "Bearer k"
+            return httpx.Response(200, text="sglang:spec_verify_calls_total 3.0\n")
+        return httpx.Response(503, text="starting")
+
+    transport = httpx.MockTransport(handler)
+    assert fetch_text(BASE, "/metrics", "k", transport=transport) == "sglang:spec_verify_calls_total 3.0\n"
+    with pytest.raises(ServerError) as excinfo:
+        fetch_text(BASE, "/health", None, transport=transport)
+    assert str(excinfo.value) == "GET http://testserver/health failed: HTTP 503 Service Unavailable: starting"

@@ -1,0 +1,278 @@
+"""Tests of pytest_specdec.compare on synthetic result records (fixed seeds, hand-computed tables)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_specdec.compare import (
+    Tolerance,
+    calibrate_proposal,
+    compare_main,
+    compare_results,
+    fingerprint_diff,
+    format_tolerances,
+    parse_tolerances,
+    speedup_by_concurrency,
+    speedup_failures,
+)
+from pytest_specdec.errors import CompareError
+from pytest_specdec.results import ResultRecord, ResultStore, RunFile
+
+WORKLOAD = {
+    "prompts": "builtin",
+    "api": "generate",
+    "max_new_tokens": 64,
+    "num_requests": 16,
+    "concurrency": 1,
+    "temperature": 0.0,
+}
+
+
+def fingerprint(**changes: Any) -> dict[str, Any]:
+    fp: dict[str, Any] = {
+        "plugin_version": "0.1.0",
+        "engine": "sglang",
+        "packages": {"sglang": "0.5.23", "torch": "2.13.0"},
+        "argv": ["python", "-m", "sglang.launch_server", "--port", "30000", "--speculative-num-steps", "3"],
+        "env": {"NCCL_PROTO": "LL", "CUDA_VISIBLE_DEVICES": "0"},
+        "draft": {"path": "/d", "config_hash": "aaaa", "aux_ids": [1, 3, 5]},
+        "effective": {"num_steps": 3},
+        "prompt_hash": "0123456789abcdef" * 4,
+        "workload": dict(WORKLOAD),
+        "gpus": [{"name": "NVIDIA H100", "driver": "550.54", "cuda": "12.4"}],
+        "host": "node1",
+    }
+    fp.update(changes)
+    return fp
+
+
+def rec(
+    test_id: str = "t.py::test_x[eagle3]", fp: dict[str, Any] | None = None, **repeats: list[float]
+) -> ResultRecord:
+    metrics = {k: float(np.median(v)) for k, v in repeats.items()}
+    return ResultRecord(test_id, "eagle3", metrics, {k: list(v) for k, v in repeats.items()}, fp or fingerprint())
+
+
+def test_parse_tolerances_forms() -> None:
+    got = parse_tolerances(["output_tok_s:5%, accept_length:0.02", "ttft_ms:10%+5 tpot_ms_p99:150%"])
+    assert got == {
+        "output_tok_s": Tolerance(rel=0.05),
+        "accept_length": Tolerance(abs=0.02),
+        "ttft_ms": Tolerance(rel=0.10, abs=5.0),
+        "tpot_ms_p99": Tolerance(rel=1.5),
+    }
+    assert format_tolerances(got) == "output_tok_s:5% accept_length:0.02 ttft_ms:10%+5 tpot_ms_p99:150%"
+    assert Tolerance(rel=0.10, abs=5.0).allowed(50.0) == 10.0
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            "output_tok_s=5%",
+            "bad tolerance 'output_tok_s=5%': expected METRIC:TOL with TOL as 5% (relative), 0.02 "
+            "(absolute) or 10%+5 (both), e.g. output_tok_s:5%",
+        ),
+        (
+            "ttft_ms:+5",
+            "bad tolerance 'ttft_ms:+5': expected METRIC:TOL with TOL as 5% (relative), 0.02 (absolute) "
+            "or 10%+5 (both), e.g. output_tok_s:5%",
+        ),
+        (
+            "ttft_ms:-5%",
+            "bad tolerance 'ttft_ms:-5%': expected METRIC:TOL with TOL as 5% (relative), 0.02 "
+            "(absolute) or 10%+5 (both), e.g. output_tok_s:5%",
+        ),
+        (
+            "tok_s:5%",
+            "bad tolerance 'tok_s:5%': unknown metric 'tok_s' (known: accept_length, accept_rate, "
+            "decode_tok_s, e2e_ms, itl_ms, output_tok_s, tpot_ms, ttft_ms, or a field like ttft_ms_p99)",
+        ),
+    ],
+)
+def test_parse_tolerances_errors(spec: str, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_tolerances(f"output_tok_s:5% {spec}")
+    assert str(info.value) == message
+
+
+def test_k10_fails_on_tok_s_only_with_both_deltas() -> None:
+    base = rec(output_tok_s=[100.0], ttft_ms_p50=[50.0])
+    cur = rec(output_tok_s=[90.0], ttft_ms_p50=[45.0])
+    comp = compare_results(base, cur, parse_tolerances("output_tok_s:5% ttft_ms_p50:5%"))
+    assert comp.failed
+    assert [r.metric for r in comp.regressions] == ["output_tok_s"]
+    assert comp.lines() == [
+        "fingerprint: same as baseline",
+        "metric        better  baseline  current  delta  delta %  tolerance  verdict",
+        "output_tok_s  higher       100       90    -10   -10.0%  5%         REGRESSED (tolerance only)",
+        "ttft_ms_p50   lower         50       45     -5   -10.0%  5%         improved",
+    ]
+
+
+def test_direction_both_ways() -> None:
+    tol = parse_tolerances("output_tok_s:5% ttft_ms_p50:5%")
+    up = compare_results(
+        rec(output_tok_s=[100.0], ttft_ms_p50=[50.0]), rec(output_tok_s=[110.0], ttft_ms_p50=[55.0]), tol
+    )
+    assert [(r.metric, r.verdict) for r in up.rows] == [("output_tok_s", "improved"), ("ttft_ms_p50", "REGRESSED")]
+
+
+def test_tolerance_above_100_percent() -> None:
+    base, cur = rec(ttft_ms_p50=[50.0]), rec(ttft_ms_p50=[120.0])  # +140 %
+    assert not compare_results(base, cur, parse_tolerances("ttft_ms_p50:150%")).failed
+    assert compare_results(base, cur, parse_tolerances("ttft_ms_p50:100%")).failed
+
+
+def test_relative_plus_absolute_and_metric_name_covers_fields() -> None:
+    base = rec(ttft_ms_p50=[50.0, 50.0, 50.0], ttft_ms_p99=[80.0, 80.0, 80.0])
+    cur = rec(ttft_ms_p50=[59.0, 59.0, 59.0], ttft_ms_p99=[94.0, 94.0, 94.0])
+    # allowed: p50 5 + 5 = 10 (shift 9 passes); p99 8 + 5 = 13 (shift 14 fails)
+    comp = compare_results(base, cur, parse_tolerances("ttft_ms:10%+5"))
+    assert [(r.metric, r.verdict) for r in comp.rows] == [("ttft_ms_p50", "ok"), ("ttft_ms_p99", "REGRESSED")]
+
+
+def test_noise_never_fails_and_ten_percent_shift_always_fails() -> None:
+    rng = np.random.default_rng(20240611)
+    tol = parse_tolerances("output_tok_s:5%")
+    false_alarms = detections = 0
+    for _ in range(20):
+        base = 100.0 * (1 + rng.uniform(-0.03, 0.03, 5))
+        same = 100.0 * (1 + rng.uniform(-0.03, 0.03, 5))
+        slow = 90.0 * (1 + rng.uniform(-0.03, 0.03, 5))
+        false_alarms += compare_results(rec(output_tok_s=list(base)), rec(output_tok_s=list(same)), tol).failed
+        detections += compare_results(rec(output_tok_s=list(base)), rec(output_tok_s=list(slow)), tol).failed
+    assert (false_alarms, detections) == (0, 20)
+
+
+def test_shift_beyond_tolerance_but_not_significant_is_noise() -> None:
+    base = rec(output_tok_s=[100.0, 80.0, 120.0, 95.0, 105.0])
+    cur = rec(output_tok_s=[90.0, 110.0, 70.0, 93.0, 85.0])
+    (row,) = compare_results(base, cur, parse_tolerances("output_tok_s:5%")).rows
+    assert row.verdict == "noise"
+    assert row.test is not None and not row.test.significant
+
+
+def test_deterministic_accept_length_tight_tolerance() -> None:
+    tol = parse_tolerances("accept_length:2%")
+    assert compare_results(rec(accept_length=[2.0] * 5), rec(accept_length=[1.9] * 5), tol).failed
+    assert not compare_results(rec(accept_length=[2.0] * 5), rec(accept_length=[1.99] * 5), tol).failed
+    assert not compare_results(rec(accept_length=[2.0] * 5), rec(accept_length=[2.0] * 5), tol).failed
+
+
+def test_workload_mismatch_refused_unless_forced() -> None:
+    other = fingerprint(workload={**WORKLOAD, "max_new_tokens": 128, "concurrency": 8}, prompt_hash="f" * 64)
+    base, cur = rec(output_tok_s=[100.0]), rec(fp=other, output_tok_s=[100.0])
+    with pytest.raises(CompareError) as info:
+        compare_results(base, cur)
+    assert str(info.value) == (
+        "t.py::test_x[eagle3]: workload differs from the baseline, results are not comparable: prompt set hash "
+        "0123456789ab -> ffffffffffff; max_new_tokens 64 -> 128; concurrency 1 -> 8; re-record the baseline with "
+        "this workload or compare anyway with --force"
+    )
+    forced = compare_results(base, cur, force=True)
+    assert forced.notes == (
+        "workload differs (prompt set hash 0123456789ab -> ffffffffffff; max_new_tokens 64 -> 128; concurrency 1 -> 8);"
+        " compared anyway (--force)",
+    )
+
+
+def test_fingerprint_diff_lines_first() -> None:
+    cur_fp = fingerprint(
+        packages={"sglang": "0.5.23", "torch": "2.14.1", "flashinfer-python": "0.3.1"},
+        env={"CUDA_VISIBLE_DEVICES": "0", "SGLANG_ENABLE_SPEC_V2": "1"},
+        draft={"path": "/d", "config_hash": "bbbb", "aux_ids": [2, 4, 6]},
+        argv=["python", "-m", "sglang.launch_server", "--port", "30417", "--speculative-num-steps", "5"],
+        effective={"num_steps": 5},
+    )
+    assert fingerprint_diff(fingerprint(), cur_fp) == [
+        "flashinfer-python: (absent) -> 0.3.1",
+        "torch: 2.13.0 -> 2.14.1",
+        "effective num_steps: 3 -> 5",
+        "draft aux ids: [1, 3, 5] -> [2, 4, 6]",
+        "draft config hash: aaaa -> bbbb",
+        "env NCCL_PROTO: LL -> (unset)",
+        "env SGLANG_ENABLE_SPEC_V2: (unset) -> 1",
+        "argv --speculative-num-steps: 3 -> 5",
+    ]
+    comp = compare_results(
+        rec(output_tok_s=[88.8]), rec(fp=cur_fp, output_tok_s=[62.9]), parse_tolerances("output_tok_s:5%")
+    )
+    assert comp.lines()[:3] == [
+        "fingerprint: 8 differences from baseline",
+        "  flashinfer-python: (absent) -> 0.3.1",
+        "  torch: 2.13.0 -> 2.14.1",
+    ]
+    assert (
+        comp.lines()[-1]
+        == "output_tok_s  higher      88.8     62.9  -25.9   -29.2%  5%         REGRESSED (tolerance only)"
+    )
+
+
+def test_calibrate_proposal() -> None:
+    runs = [rec(output_tok_s=[v], accept_length=[2.0]) for v in (98.0, 100.0, 101.0, 103.0, 100.0)]
+    # tok/s: sigma = 1.4826 * MAD 1 -> 3 * 1.4826 % = 4.45 % -> 4.5 %; accept length constant -> the 1 % floor
+    assert calibrate_proposal(runs) == {"output_tok_s": Tolerance(rel=0.045), "accept_length": Tolerance(rel=0.01)}
+
+
+def test_speedup_by_concurrency_names_failing_level() -> None:
+    def arm(c1: float, c8: float) -> list[ResultRecord]:
+        return [
+            rec(fp=fingerprint(workload={**WORKLOAD, "concurrency": 1}), output_tok_s=[c1]),
+            rec(fp=fingerprint(workload={**WORKLOAD, "concurrency": 8}), output_tok_s=[c8]),
+        ]
+
+    speedups = speedup_by_concurrency(arm(200.0, 320.0), arm(100.0, 400.0))
+    assert speedups == {1: 2.0, 8: 0.8}
+    assert speedup_failures(speedups, 1.05) == ["speedup 0.80x < min 1.05x vs baseline at concurrency 8"]
+
+
+def _write(tmp_path: Path, run_id: str, *records: ResultRecord) -> Path:
+    return ResultStore(tmp_path).save(RunFile(run_id, 1.0, {}, tuple(records)))
+
+
+def test_cli_exit_codes(tmp_path: Path) -> None:
+    base = _write(tmp_path, "20260101T000000Z-aaaaaa", rec(output_tok_s=[100.0], ttft_ms_p50=[50.0]))
+    bad = _write(tmp_path, "20260102T000000Z-bbbbbb", rec(output_tok_s=[90.0], ttft_ms_p50=[45.0]))
+    out, err = io.StringIO(), io.StringIO()
+    code = compare_main([str(base), str(bad), "-t", "output_tok_s:5%", "-t", "ttft_ms_p50:5%"], stdout=out, stderr=err)
+    assert code == 1
+    assert out.getvalue().splitlines() == [
+        "specdec compare: baseline 20260101T000000Z-aaaaaa -> current 20260102T000000Z-bbbbbb",
+        "",
+        "== t.py::test_x[eagle3] (profile eagle3)",
+        "fingerprint: same as baseline",
+        "metric        better  baseline  current  delta  delta %  tolerance  verdict",
+        "output_tok_s  higher       100       90    -10   -10.0%  5%         REGRESSED (tolerance only)",
+        "ttft_ms_p50   lower         50       45     -5   -10.0%  5%         improved",
+        "",
+        "specdec compare: 1 compared, 1 regressed, 0 without baseline, 0 refused",
+    ]
+    # run ids and "latest" resolve in --dir; a 15 % tolerance passes
+    assert (
+        compare_main(["20260101", "latest", "--dir", str(tmp_path), "-t", "output_tok_s:15%"], stdout=io.StringIO())
+        == 0
+    )
+
+
+def test_cli_unusable_input(tmp_path: Path) -> None:
+    base = _write(tmp_path, "20260101T000000Z-aaaaaa", rec(output_tok_s=[100.0]))
+    other = _write(tmp_path, "20260102T000000Z-bbbbbb", rec(fp=fingerprint(prompt_hash="f" * 64), output_tok_s=[100.0]))
+    err = io.StringIO()
+    assert compare_main([str(base), str(base), "-t", "tok_s:5%"], stdout=io.StringIO(), stderr=err) == 2
+    assert err.getvalue().startswith("error: bad tolerance 'tok_s:5%': unknown metric 'tok_s'")
+    err = io.StringIO()
+    assert compare_main(["nope", str(base), "--dir", str(tmp_path)], stdout=io.StringIO(), stderr=err) == 2
+    assert err.getvalue() == f"error: no run 'nope': not a file and no run id in {tmp_path} (2 runs stored)\n"
+    err = io.StringIO()
+    assert compare_main([str(base), str(other)], stdout=io.StringIO(), stderr=err) == 2
+    assert "workload differs from the baseline" in err.getvalue()
+    assert compare_main([str(base), str(other), "--force"], stdout=io.StringIO()) == 0
+    err = io.StringIO()
+    assert compare_main([str(base)], stdout=io.StringIO(), stderr=err) == 2
+    assert err.getvalue().splitlines()[-1] == "error: the following arguments are required: CURRENT"

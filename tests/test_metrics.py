@@ -1,0 +1,200 @@
+"""Tests of pytest_specdec.metrics: every number below is computed by hand in the comment beside it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pytest_specdec.engines.base import SpecCounters
+from pytest_specdec.errors import ServerError
+from pytest_specdec.metrics import METRICS, cross_check, request_timing, summarize
+from pytest_specdec.records import RequestRecord, RunMetrics
+
+
+def ok_record(start: float, chunks: list[tuple[float, int]], end: float, **spec: float) -> RequestRecord:
+    return RequestRecord(
+        ok=True,
+        error=None,
+        start_s=start,
+        end_s=end,
+        prompt_tokens=5,
+        completion_tokens=sum(n for _, n in chunks),
+        chunk_times_s=tuple(t for t, _ in chunks),
+        chunk_tokens=tuple(n for _, n in chunks),
+        **spec,  # type: ignore[arg-type]
+    )
+
+
+def failed_record(error: str = "boom") -> RequestRecord:
+    return RequestRecord(ok=False, error=error, start_s=0.0, end_s=0.5, prompt_tokens=0, completion_tokens=0)
+
+
+# R1: start 0 s; 1 token at 100 ms, 3 at 130 ms, 4 at 170 ms; [DONE] 170 ms; 8 tokens, 4 verify steps.
+R1 = ok_record(
+    0.0,
+    [(0.100, 1), (0.130, 3), (0.170, 4)],
+    0.170,
+    spec_verify_ct=4,
+    spec_num_correct_drafts=4,
+    spec_num_proposed_drafts=12,
+)
+# R2: start 1 s; 1 token at 1.200 s, 2 at 1.260 s, 1 at 1.300 s; [DONE] 1.300 s; 4 tokens, 2 verify steps.
+R2 = ok_record(
+    1.0,
+    [(1.200, 1), (1.260, 2), (1.300, 1)],
+    1.300,
+    spec_verify_ct=2,
+    spec_num_correct_drafts=2,
+    spec_num_proposed_drafts=6,
+)
+
+
+def test_request_timing_worked_example() -> None:
+    t = request_timing(R1)
+    assert t.ttft_s == pytest.approx(0.100)  # 100 - 0 ms
+    assert t.itl_s == pytest.approx([0.010] * 7)  # 30 ms / 3 x3, 40 ms / 4 x4
+    assert t.e2e_s == pytest.approx(0.170)
+    assert t.tpot_s == pytest.approx(0.010)  # (170 - 100) ms / 7
+    assert t.decode_tok_s == pytest.approx(100.0)  # 7 / 0.070 s
+
+
+def test_single_token_request_has_no_tpot_or_itl() -> None:
+    t = request_timing(ok_record(0.0, [(0.05, 1)], 0.06))
+    assert (t.ttft_s, t.itl_s, t.tpot_s, t.decode_tok_s) == (pytest.approx(0.05), (), None, None)
+
+
+def test_summarize_exact_values_and_failed_requests_excluded() -> None:
+    m = summarize([R1, failed_record(), R2], 2.0, num_draft_tokens=4, speculative=True, max_error_rate=0.5)
+    assert (m.num_requests, m.num_ok, m.num_errors, m.output_tokens) == (3, 2, 1, 12)
+    assert m.output_tok_s == pytest.approx(6.0)  # 12 tokens / 2 s
+    # TTFT [100, 200] ms: mean 150, p50 150, p90 100 + 0.9*100 = 190, p99 199.
+    assert (m.ttft_ms_mean, m.ttft_ms_p50, m.ttft_ms_p90, m.ttft_ms_p99) == pytest.approx((150, 150, 190, 199))
+    # ITL pooled: R1 10 x7; R2 60 ms / 2 = 30 x2, 40 ms / 1 = 40 -> sorted 10 x7, 30, 30, 40.
+    # mean 170/10 = 17; p50 at rank 4.5 -> 10; p90 at 8.1 -> 30 + 0.1*10 = 31; p99 at 8.91 -> 39.1.
+    assert (m.itl_ms_mean, m.itl_ms_p50, m.itl_ms_p90, m.itl_ms_p99) == pytest.approx((17, 10, 31, 39.1))
+    # TPOT [70/7 = 10, 100/3 = 33.333] ms: p90 10 + 0.9*23.333 = 31, p99 33.1.
+    assert (m.tpot_ms_mean, m.tpot_ms_p50, m.tpot_ms_p90, m.tpot_ms_p99) == pytest.approx((65 / 3, 65 / 3, 31, 33.1))
+    # e2e [170, 300] ms: p90 170 + 0.9*130 = 287, p99 298.7.
+    assert (m.e2e_ms_mean, m.e2e_ms_p50, m.e2e_ms_p90, m.e2e_ms_p99) == pytest.approx((235, 235, 287, 298.7))
+    assert m.decode_tok_s_p50 == pytest.approx(65.0)  # median(7/0.07 = 100, 3/0.1 = 30)
+    assert m.accept_length == pytest.approx(2.0)  # (8 + 4) / (4 + 2)
+    assert m.accept_rate == pytest.approx(1 / 3)  # (4 + 2) / (12 + 6)
+    assert m.accept_length_source == "client"
+    assert (m.server_accept_length, m.server_accept_rate) == (None, None)
+
+
+def test_not_speculative_has_no_accept_metrics() -> None:
+    m = summarize([R1, R2], 2.0, num_draft_tokens=4, speculative=False)
+    assert (m.accept_length, m.accept_rate, m.accept_length_source) == (None, None, None)
+
+
+def test_accept_rate_falls_back_to_accept_length_formula() -> None:
+    # 9 tokens in 3 verify steps -> accept length 3; (3 - 1) / (5 - 1) = 0.5.
+    r = ok_record(0.0, [(0.1, 1), (0.2, 4), (0.3, 4)], 0.3, spec_verify_ct=3)
+    m = summarize([r], 1.0, num_draft_tokens=5, speculative=True)
+    assert (m.accept_length, m.accept_rate) == pytest.approx((3.0, 0.5))
+    assert summarize([r], 1.0, num_draft_tokens=None, speculative=True).accept_rate is None
+
+
+def test_error_rate_above_limit_raises() -> None:
+    with pytest.raises(ServerError) as excinfo:
+        summarize([R1, failed_record("HTTP 500"), R2], 2.0, num_draft_tokens=4, speculative=True, max_error_rate=0.2)
+    assert str(excinfo.value) == (
+        "1 of 3 requests failed (error rate 0.33 > max_error_rate 0.2); first error: HTTP 500"
+    )
+
+
+def test_zero_successful_requests_raises() -> None:
+    with pytest.raises(ServerError) as excinfo:
+        summarize(
+            [failed_record("ConnectError"), failed_record()],
+            1.0,
+            num_draft_tokens=None,
+            speculative=False,
+            max_error_rate=1.0,
+        )
+    assert str(excinfo.value) == "no successful requests: 2 of 2 failed; first error: ConnectError"
+    with pytest.raises(ServerError, match=r"^no successful requests: 0 of 0 failed$"):
+        summarize([], 1.0, num_draft_tokens=None, speculative=False)
+
+
+def test_nonpositive_duration_is_a_bug() -> None:
+    with pytest.raises(ValueError, match=r"^summarize: duration_s must be > 0, got 0.0$"):
+        summarize([R1], 0.0, num_draft_tokens=None, speculative=False)
+
+
+def test_sglang_counters_and_cross_check() -> None:
+    before = SpecCounters(generation_tokens=100.0, verify_calls=50.0)
+    # Δgeneration 24 / Δverify 12 = 2.0: agrees with the client's (8 + 4) / (4 + 2) = 2.0.
+    m = summarize(
+        [R1, R2],
+        2.0,
+        num_draft_tokens=4,
+        speculative=True,
+        counters_before=before,
+        counters_after=SpecCounters(generation_tokens=124.0, verify_calls=62.0),
+    )
+    assert m.server_accept_length == pytest.approx(2.0)
+    assert cross_check(m) is None
+    # Δgeneration 40 / Δverify 10 = 4.0 vs client 2.0: -50 %.
+    m = summarize(
+        [R1, R2],
+        2.0,
+        num_draft_tokens=4,
+        speculative=True,
+        counters_before=before,
+        counters_after=SpecCounters(generation_tokens=140.0, verify_calls=60.0),
+    )
+    assert m.server_accept_length == pytest.approx(4.0)
+    assert cross_check(m) == (
+        "accept length disagrees: client 2.00 (Σcompletion_tokens/Σspec_verify_ct) vs engine counters 4.00 "
+        "(-50.0%): metrics bug, not a regression"
+    )
+
+
+def test_cross_check_tolerance_is_two_percent() -> None:
+    base = summarize([R1, R2], 2.0, num_draft_tokens=4, speculative=True)  # client 2.0
+    assert cross_check(dataclasses.replace(base, server_accept_length=1.97)) is None  # +1.5 %
+    assert cross_check(dataclasses.replace(base, server_accept_length=1.95)) is not None  # +2.6 %
+
+
+def test_vllm_counters_give_accept_length_and_rate() -> None:
+    # No per-request spec fields (vLLM): 1 + Δaccepted 15 / Δdrafts 10 = 2.5; rate Δaccepted 15 / Δdraft 30 = 0.5.
+    plain = [dataclasses.replace(R1, spec_verify_ct=None, spec_num_correct_drafts=None, spec_num_proposed_drafts=None)]
+    m = summarize(
+        plain,
+        1.0,
+        num_draft_tokens=3,
+        speculative=True,
+        counters_before=SpecCounters(drafts=10.0, draft_tokens=30.0, accepted_tokens=15.0),
+        counters_after=SpecCounters(drafts=20.0, draft_tokens=60.0, accepted_tokens=30.0),
+    )
+    assert (m.accept_length, m.accept_rate) == pytest.approx((2.5, 0.5))
+    assert (m.server_accept_length, m.server_accept_rate) == pytest.approx((2.5, 0.5))
+    assert m.accept_length_source == "counters"
+    assert cross_check(m) is None
+
+
+def test_metrics_table_matches_run_metrics_fields() -> None:
+    assert list(METRICS) == [
+        "output_tok_s",
+        "accept_length",
+        "accept_rate",
+        "ttft_ms",
+        "itl_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "decode_tok_s",
+    ]
+    run_fields = {f.name for f in dataclasses.fields(RunMetrics)}
+    for spec in METRICS.values():
+        assert set(spec.fields) <= run_fields, spec.name
+        assert spec.formula and spec.source and spec.unit
+    assert METRICS["ttft_ms"].fields == ("ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99")
+    assert [n for n, s in METRICS.items() if s.higher_is_better] == [
+        "output_tok_s",
+        "accept_length",
+        "accept_rate",
+        "decode_tok_s",
+    ]

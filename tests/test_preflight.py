@@ -1,0 +1,329 @@
+"""preflight: one test per rule on tiny config dirs; the bundled assets pass; the ``check`` CLI exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_specdec.__main__ import main
+from pytest_specdec.engines.reference import ReferenceEngine
+from pytest_specdec.preflight import Finding, format_findings, read_safetensors_header, run_preflight
+from pytest_specdec.profiles import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET, Profile, load_profiles
+
+HIDDEN, LAYERS, VOCAB = 16, 8, 100
+
+
+def write_safetensors(path: Path, tensors: dict[str, list[int]]) -> None:
+    """A valid safetensors file of zero-filled F32 tensors (header + data)."""
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, shape in tensors.items():
+        size = 4 * int(__import__("math").prod(shape))
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
+
+
+def make_models(root: Path, *, draft: dict[str, Any] | None = None, fc_in: int = 3 * HIDDEN) -> tuple[Path, Path]:
+    target = root / "target"
+    target.mkdir(parents=True)
+    (target / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "hidden_size": HIDDEN, "num_hidden_layers": LAYERS,
+        "vocab_size": VOCAB, "max_position_embeddings": 2048,
+    }))  # fmt: skip
+    d = root / "draft"
+    d.mkdir()
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"], "hidden_size": HIDDEN, "target_hidden_size": HIDDEN,
+        "vocab_size": VOCAB, "draft_vocab_size": 50, "max_position_embeddings": 2048,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 5], "use_aux_hidden_state": True},
+    }  # fmt: skip
+    config.update(draft or {})
+    (d / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+    write_safetensors(d / "model.safetensors", {"fc.weight": [HIDDEN, fc_in], "norm.weight": [HIDDEN]})
+    return target, d
+
+
+def profile(target: Path, draft: Path, *, spec: dict[str, Any] | None = None, **extra: Any) -> Profile:
+    speculative = {"algorithm": "EAGLE3", "draft_model_path": str(draft), "num_steps": 3, "eagle_topk": 1,
+                   "num_draft_tokens": 4}  # fmt: skip
+    speculative.update(spec or {})
+    fields: dict[str, Any] = {"name": "e3", "source": "specdec.yaml", "model_path": str(target),
+                              "speculative": {k: v for k, v in speculative.items() if v is not None}}  # fmt: skip
+    fields.update(extra)
+    return Profile.model_validate(fields)
+
+
+def only(findings: list[Finding], key: str) -> Finding:
+    hits = [f for f in findings if f.key == key]
+    assert len(hits) == 1, findings
+    return hits[0]
+
+
+def test_a_coherent_setup_has_no_findings(tmp_path: Path) -> None:
+    target, draft = make_models(tmp_path)
+    assert run_preflight(profile(target, draft)) == []
+
+
+def test_safetensors_header_only(tmp_path: Path) -> None:
+    write_safetensors(tmp_path / "x.safetensors", {"fc.weight": [2, 6]})
+    assert read_safetensors_header(tmp_path / "x.safetensors")["fc.weight"]["shape"] == [2, 6]
+    (tmp_path / "bad.safetensors").write_bytes(struct.pack("<Q", 10**12))
+    with pytest.raises(ValueError, match="header length 1000000000000 bytes is not plausible"):
+        read_safetensors_header(tmp_path / "bad.safetensors")
+
+
+# ---------------------------------------------------------------- rule 1
+def test_rule1_eagle3_with_an_eagle2_draft(tmp_path: Path) -> None:
+    target, draft = make_models(tmp_path, draft={"architectures": ["LlamaForCausalLMEagle"], "eagle_config": None})
+    f = only(run_preflight(profile(target, draft)), "speculative.algorithm")
+    assert (f.severity, f.value, f.file) == ("error", "EAGLE3", "specdec.yaml")
+    assert "EAGLE(-2) model (LlamaForCausalLMEagle)" in f.why
+    assert f.fix == "set speculative.algorithm: EAGLE for this draft, or use an EAGLE-3 draft"
+
+
+def test_rule1_eagle_with_an_eagle3_draft(tmp_path: Path) -> None:
+    target, draft = make_models(tmp_path)
+    findings = run_preflight(profile(target, draft, spec={"algorithm": "NEXTN"}))
+    f = only(findings, "speculative.algorithm")
+    assert f.severity == "error" and f.fix == "set speculative.algorithm: EAGLE3"
+    assert str(f).startswith("error: specdec.yaml: profiles.e3.speculative.algorithm: the draft is an EAGLE-3 model")
+
+
+# ---------------------------------------------------------------- rule 2
+def test_rule2_top_level_only_ids(tmp_path: Path) -> None:
+    target, draft = make_models(tmp_path, draft={"eagle_config": None, "eagle_aux_hidden_state_layer_ids": [1, 3, 5]})
+    f = only(run_preflight(profile(target, draft)), "eagle_aux_hidden_state_layer_ids")
+    assert f.severity == "error" and f.file == str(draft / "config.json")
+    assert "SGLang's target side reads only eagle_config.eagle_aux_hidden_state_layer_ids" in f.why
+    assert f.fix.startswith("move the key under eagle_config, or set speculative.aux_hidden_state_layer_ids: [1, 3, 5]")
+
+
+def test_rule2_minus_one_is_the_embedding_output(tmp_path: Path) -> None:
+    target, draft = make_models(tmp_path, draft={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 3, 5]}})
+    f = only(run_preflight(profile(target, draft)), "eagle_config.eagle_aux_hidden_state_layer_ids")
+    assert f.severity == "error" and "id -1 is the embedding output in SGLang" in f.why
+    assert "speculative.allow_embedding_capture: true" in f.fix
+    assert run_preflight(profile(target, draft, spec={"allow_embedding_capture": True})) == []
+
+
+def test_rule2_profile_ids_override_and_range(tmp_path: Path) -> None:
+    target, draft = make_models(tmp_path)
+    findings = run_preflight(profile(target, draft, spec={"aux_hidden_state_layer_ids": [1, 3, 7]}))
+    f = only(findings, "speculative.aux_hidden_state_layer_ids")
+    assert f.file == "specdec.yaml" and f.value == [1, 3, 7]
+    assert f.why.startswith(
+        "ids [7] are outside [-1, 6], the range SGLang captures for a target with num_hidden_layers 8"
+    )
+    assert f.fix == "use ids between -1 and 6 (id i = output of layer i)"
+
+
+def test_rule2_order_is_a_note_and_duplicates_an_error(tmp_path: Path) -> None:
+    target, draft = make_models(tmp_path)
+    note = only(run_preflight(profile(target, draft, spec={"aux_hidden_state_layer_ids": [5, 1, 3]})),
+                "speculative.aux_hidden_state_layer_ids")  # fmt: skip
+    assert note.severity == "note" and note.fix == "write them ascending ([1, 3, 5]) so the config says what runs"
+    dupes = [f for f in run_preflight(profile(target, draft, spec={"aux_hidden_state_layer_ids": [1, 1, 3]}))
+             if f.severity == "error" and f.key == "speculative.aux_hidden_state_layer_ids"]  # fmt: skip
+    assert [f.fix for f in dupes] == ["list each layer once"]
+
+
+def test_rule2_num_aux_hidden_states_disagrees(tmp_path: Path) -> None:
+    target, draft = make_models(tmp_path, draft={"num_aux_hidden_states": 4})
+    f = only(run_preflight(profile(target, draft)), "num_aux_hidden_states")
+    assert f.severity == "error" and f.fix == "set num_aux_hidden_states to 3 or remove it"
+
+
+# ---------------------------------------------------------------- rule 3
+def test_rule3_fc_width_from_the_safetensors_header(tmp_path: Path) -> None:
+    target, draft = make_models(tmp_path)
+    f = only(run_preflight(profile(target, draft, spec={"aux_hidden_state_layer_ids": [1, 5]})), "fc.weight")
+    assert (f.severity, f.file, f.value) == ("error", str(draft / "model.safetensors"), [HIDDEN, 3 * HIDDEN])
+    assert f.why == "fc.weight takes 48 inputs but 2 aux ids x target hidden_size 16 = 32"
+    assert f.fix == "use exactly 3 aux ids (the draft was trained with that many)"
+
+
+# ---------------------------------------------------------------- rule 4
+def test_rule4_partial_triple(tmp_path: Path) -> None:
+    target, draft = make_models(tmp_path)
+    f = only(run_preflight(profile(target, draft, spec={"eagle_topk": None, "num_draft_tokens": None})),
+             "speculative.eagle_topk")  # fmt: skip
+    assert f.severity == "error" and f.fix == "set all three, or none to let SGLang choose"
+    assert "missing eagle_topk, num_draft_tokens" in f.why
+
+
+def test_rule4_topk1_and_tree_size(tmp_path: Path) -> None:
+    target, draft = make_models(tmp_path)
+    warn = only(run_preflight(profile(target, draft, spec={"num_draft_tokens": 8})), "speculative.num_draft_tokens")
+    assert warn.severity == "warning" and warn.fix == "set num_draft_tokens: 4"
+    assert "will run steps 3, topk 1, draft tokens 4" in warn.why
+    spec = {"num_steps": 2, "eagle_topk": 4, "num_draft_tokens": 10}
+    err = only(run_preflight(profile(target, draft, spec=spec)), "speculative.num_draft_tokens")
+    assert err.severity == "error" and err.fix == "set num_draft_tokens <= 9 or raise num_steps/eagle_topk"
+    none = {"num_steps": None, "eagle_topk": None, "num_draft_tokens": None}
+    note = only(run_preflight(profile(target, draft, spec=none)), "speculative")
+    assert note.severity == "note" and "SGLang picks (5, 4, 8) for target architecture LlamaForCausalLM" in note.why
+
+
+# ---------------------------------------------------------------- rule 5
+def test_rule5_hidden_and_vocab(tmp_path: Path) -> None:
+    target, draft = make_models(tmp_path, draft={"target_hidden_size": 32, "vocab_size": 99})
+    findings = run_preflight(profile(target, draft))
+    hidden = only(findings, "target_hidden_size")
+    assert hidden.value == 32 and hidden.why.endswith("the target's hidden_size is 16")
+    assert only(findings, "vocab_size").fix == "use the draft trained for this target"
+
+
+def test_rule5_context_length_vs_prompts(tmp_path: Path) -> None:
+    target, draft = make_models(tmp_path, draft={"max_position_embeddings": 64})
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "x" * 300}) + "\n" + json.dumps({"text": "short"}) + "\n")
+    p = profile(target, draft, workload={"prompts": str(prompts), "max_new_tokens": 16})
+    f = only(run_preflight(p), "max_position_embeddings")
+    assert f.severity == "warning" and f.value == 64
+    assert "(~100 tokens, estimated as UTF-8 bytes / 3) plus max_new_tokens 16 is ~116 positions" in f.why
+
+
+# ---------------------------------------------------------------- rule 6
+def test_rule6_required_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target, draft = make_models(tmp_path)
+    monkeypatch.setenv("HF_TOKEN", "x")  # set in the shell, but not passed to servers
+    f = only(run_preflight(profile(target, draft, required_env=["HF_TOKEN"])), "required_env")
+    assert f.severity == "error" and f.value == "HF_TOKEN" and f.fix == "add HF_TOKEN under env: in this profile"
+    assert run_preflight(profile(target, draft, required_env=["HF_TOKEN"], env={"HF_TOKEN": "x"})) == []
+
+
+# ---------------------------------------------------------------- rule 7
+def test_rule7_removed_flag_for_the_installed_sglang(tmp_path: Path) -> None:
+    target, draft = make_models(tmp_path)
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    python.write_text(f"#!{sys.executable}\nprint('0.5.23')\n")
+    python.chmod(0o755)
+    p = profile(target, draft, server="sglang", python=str(python), extra_args=["--cuda-graph-max-bs", "8"],
+                env={"NCCL_NVLS_ENABLE": "0"})  # fmt: skip
+    f = only(run_preflight(p), "extra_args")
+    assert (f.severity, f.value) == ("error", "--cuda-graph-max-bs")
+    assert f.why == "SGLang 0.5.23 has no flag --cuda-graph-max-bs"
+    assert f.fix == "use --cuda-graph-max-bs-decode / --cuda-graph-max-bs-prefill"
+
+
+def test_rule7_aux_id_convention_of_the_other_engine(tmp_path: Path) -> None:
+    class VllmLike:
+        aux_id_convention = "vllm"
+
+    target, draft = make_models(tmp_path)
+    p = profile(target, draft, spec={"aux_id_convention": "sglang"})
+    f = only(run_preflight(p, engine=VllmLike()), "speculative.aux_id_convention")
+    assert (
+        f.severity == "warning"
+        and f.fix == "shift every id by +1 ([2, 4, 6]) in speculative.aux_hidden_state_layer_ids"
+    )
+    assert run_preflight(p, engine=ReferenceEngine()) == []
+
+
+def test_missing_paths_and_uncached_hub_ids(tmp_path: Path) -> None:
+    p = Profile.model_validate({
+        "name": "h", "source": "specdec.yaml", "server": "sglang", "model_path": "nobody-xyz/absent-model-123",
+        "speculative": {"algorithm": "EAGLE3", "draft_model_path": str(tmp_path / "nope")},
+    })  # fmt: skip
+    findings = run_preflight(p, engine=object())
+    assert [(f.severity, f.key) for f in findings] == [
+        ("note", "model_path"),
+        ("error", "speculative.draft_model_path"),
+        ("note", "speculative"),  # steps/topk/draft tokens left to SGLang
+    ]
+    assert findings[0].why.startswith("target is a Hugging Face id not found in the local HF cache")
+
+
+def test_missing_bundled_assets_say_reinstall() -> None:
+    p = Profile(name="r", source="specdec.yaml", model_path=str(BUNDLED_TARGET.parent / "no-such-asset"))
+    f = only(run_preflight(p), "model_path")
+    assert f.why == "the bundled reference target is missing from this installation"
+    assert f.fix == "reinstall pytest-specdec (its package data includes refserver/assets)"
+
+
+@pytest.mark.skipif(not (BUNDLED_TARGET / "config.json").is_file(), reason="bundled assets not committed yet")
+def test_the_bundled_assets_pass(tmp_path: Path) -> None:
+    (tmp_path / "specdec.yaml").write_text(
+        "profiles:\n  e3: {server: reference, "
+        "speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}}\n"
+    )
+    p = load_profiles(tmp_path / "specdec.yaml").get("e3")
+    assert p.speculative is not None and p.speculative.draft_model_path == str(BUNDLED_DRAFT_EAGLE3)
+    assert [f for f in run_preflight(p) if f.severity != "note"] == []
+
+
+def test_format_findings_orders_by_severity_and_counts() -> None:
+    n = Finding("note", "p", "specdec.yaml", "k", None, "why n", "fix n")
+    e = Finding("error", "p", "/d/config.json", "vocab_size", 3, "why e", "fix e")
+    assert format_findings([n, e]) == [
+        "error: /d/config.json: vocab_size: why e (got 3) [profile p]; fix: fix e",
+        "note: specdec.yaml: profiles.p.k: why n; fix: fix n",
+        "preflight: 1 error, 0 warnings, 1 note",
+    ]
+    assert format_findings([]) == []
+
+
+# ---------------------------------------------------------------- CLI
+def write_profile_file(tmp_path: Path, spec: str) -> Path:
+    target, draft = make_models(tmp_path)
+    path = tmp_path / "specdec.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        profiles:
+          e3:
+            server: reference
+            model_path: {target}
+            speculative: {{algorithm: EAGLE3, draft_model_path: {draft}, {spec}}}
+        """))  # fmt: skip
+    return path
+
+
+def test_cli_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ok = write_profile_file(tmp_path / "a", "num_steps: 3, eagle_topk: 1, num_draft_tokens: 4")
+    assert main(["check", str(ok)]) == 0
+    assert capsys.readouterr().out == "profile e3: ok\n"
+    warn = write_profile_file(tmp_path / "b", "num_steps: 3, eagle_topk: 1, num_draft_tokens: 5")
+    assert main(["check", str(warn)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"warning: {warn}: profiles.e3.speculative.num_draft_tokens: with eagle_topk 1")
+    assert out[-1] == "preflight: 0 errors, 1 warning, 0 notes"
+    assert main(["check", str(warn), "--strict"]) == 1
+    capsys.readouterr()
+    bad = write_profile_file(tmp_path / "c", "num_steps: 3, aux_hidden_state_layer_ids: [1, 9]")
+    assert main(["check", str(bad), "--profile", "e3"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "preflight: 3 errors, 0 warnings, 0 notes"
+
+
+def test_cli_bad_profile_file_and_unknown_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("profiles:\n  a: {speculative: {algorithm: EAGLE3, num_steps: two}}\n")
+    assert main(["check", str(broken)]) == 2
+    assert capsys.readouterr().err == (
+        f"ERROR: {broken}: profiles.a.speculative.num_steps: expected an integer >= 1, got 'two'\n"
+    )
+    ok = write_profile_file(tmp_path, "num_steps: 3, eagle_topk: 1, num_draft_tokens: 4")
+    assert main(["check", str(ok), "--profile", "nope"]) == 2
+    assert capsys.readouterr().err == f"ERROR: --profile=nope: no such profile in {ok} (available: e3)\n"
+
+
+def test_cli_runs_as_a_module(tmp_path: Path) -> None:
+    ok = write_profile_file(tmp_path, "num_steps: 3, eagle_topk: 1, num_draft_tokens: 4")
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": repo}
+    done = subprocess.run([sys.executable, "-m", "pytest_specdec", "check", str(ok)], capture_output=True, text=True,
+                          env=env, timeout=120)  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "profile e3: ok\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_specdec"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 2 and "the following arguments are required: COMMAND" in done.stderr

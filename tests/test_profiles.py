@@ -1,0 +1,212 @@
+"""profiles.load_profiles: extends, relative paths, bundled defaults, and the exact error messages."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.errors import ProfileError
+from pytest_specdec.profiles import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET, Profile, load_profiles, resolve_paths
+
+
+def write(tmp_path: Path, text: str, name: str = "specdec.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run in tmp_path so messages show the file as 'specdec.yaml'."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def load_error(path: str) -> str:
+    with pytest.raises(ProfileError) as info:
+        load_profiles(path)
+    return str(info.value)
+
+
+def test_extends_chain_deep_merges_base_first(in_tmp: Path) -> None:
+    write(
+        in_tmp,
+        """
+        profiles:
+          base:
+            server: reference
+            workload: {max_new_tokens: 32, num_requests: 8}
+            env: {A: "1"}
+          mid:
+            extends: base
+            workload: {num_requests: 4}
+            speculative: {algorithm: eagle3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}
+          top:
+            extends: mid
+            speculative: {num_steps: 5, num_draft_tokens: 6}
+            env: {B: "2"}
+        """,
+    )
+    top = load_profiles("specdec.yaml").get("top")
+    assert top.name == "top"
+    assert top.workload.max_new_tokens == 32 and top.workload.num_requests == 4
+    assert top.speculative is not None
+    assert (top.speculative.algorithm, top.speculative.num_steps, top.speculative.eagle_topk) == ("EAGLE3", 5, 1)
+    assert top.speculative.num_draft_tokens == 6
+    assert top.env == {"A": "1", "B": "2"}
+    assert top.source == str((in_tmp / "specdec.yaml").resolve())
+
+
+def test_invalid_value_names_file_profile_key_and_value(in_tmp: Path) -> None:
+    write(in_tmp, "profiles:\n  eagle3:\n    speculative: {algorithm: EAGLE3, num_steps: two}\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml: profiles.eagle3.speculative.num_steps: expected an integer >= 1, got 'two'"
+    )
+
+
+def test_one_line_per_problem_with_bounds_literals_and_lists(in_tmp: Path) -> None:
+    write(
+        in_tmp,
+        """
+        profiles:
+          a:
+            server: sglan
+            thresholds: {min_tok_s: 0}
+            extra_args: [--x, 3]
+            workload: {ignore_eos: maybe}
+        """,
+    )
+    assert load_error("specdec.yaml").splitlines() == [
+        "specdec.yaml: profiles.a.server: expected one of 'reference', 'sglang' or 'vllm', got 'sglan'",
+        "specdec.yaml: profiles.a.extra_args[1]: expected a string, got 3",
+        "specdec.yaml: profiles.a.thresholds.min_tok_s: expected a number > 0, got 0",
+        "specdec.yaml: profiles.a.workload.ignore_eos: expected true or false, got 'maybe'",
+    ]
+
+
+def test_unknown_keys_get_a_suggestion(in_tmp: Path) -> None:
+    write(in_tmp, "profiles:\n  e:\n    servr: reference\n    speculative: {algorithm: EAGLE3, num_step: 3}\n")
+    assert load_error("specdec.yaml").splitlines() == [
+        "specdec.yaml: profiles.e.speculative: unknown key 'num_step' (did you mean 'num_steps'?)",
+        "specdec.yaml: profiles.e: unknown key 'servr' (did you mean 'server'?)",
+    ]
+
+
+def test_unknown_top_level_key(in_tmp: Path) -> None:
+    write(in_tmp, "profile:\n  a: {}\nprofiles:\n  a: {}\n")
+    assert load_error("specdec.yaml") == "specdec.yaml: unknown top-level key 'profile' (did you mean 'profiles'?)"
+
+
+def test_model_validator_message_is_unwrapped(in_tmp: Path) -> None:
+    write(in_tmp, "profiles:\n  s: {server: sglang}\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml: profiles.s: model_path is required for server: sglang (or give url:)"
+    )
+
+
+def test_extends_cycle_is_an_error(in_tmp: Path) -> None:
+    write(in_tmp, "profiles:\n  a: {extends: b}\n  b: {extends: a}\n  c: {}\n")
+    assert load_error("specdec.yaml").splitlines() == [
+        "specdec.yaml: profiles.a.extends: cycle a -> b -> a; remove one of these 'extends:'",
+        "specdec.yaml: profiles.b.extends: cycle b -> a -> b; remove one of these 'extends:'",
+    ]
+
+
+def test_extends_unknown_profile(in_tmp: Path) -> None:
+    write(in_tmp, "profiles:\n  base: {}\n  e: {extends: bsae}\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml: profiles.e.extends: no profile 'bsae' in this file (did you mean 'base'?) (available: base, e)"
+    )
+
+
+def test_yaml_syntax_error_has_line_and_column(in_tmp: Path) -> None:
+    write(in_tmp, "profiles:\n  a: {server: reference\n  b: {}\n")
+    assert load_error("specdec.yaml") == "specdec.yaml:3:4: YAML syntax error: expected ',' or '}', but got ':'"
+
+
+def test_missing_file_says_how_to_pass_one(in_tmp: Path) -> None:
+    assert load_error("nope.yaml") == (
+        "nope.yaml: profile file not found; pass a profile file with --specdec-profiles=PATH "
+        "or the ini key specdec_profiles"
+    )
+
+
+def test_top_level_must_be_profiles_mapping(in_tmp: Path) -> None:
+    write(in_tmp, "- a\n- b\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml: expected a top-level mapping 'profiles:' of name -> profile, got list"
+    )
+
+
+def test_relative_paths_resolve_against_the_yaml_directory(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "models" / "draft").mkdir(parents=True)
+    write(
+        conf,
+        """
+        profiles:
+          a:
+            server: sglang
+            model_path: ./models/target
+            python: ../venv/bin/python
+            speculative: {algorithm: EAGLE3, draft_model_path: models/draft}
+            workload: {prompts: data/prompts.jsonl}
+          hub:
+            server: sglang
+            model_path: meta-llama/Llama-3.1-8B-Instruct
+            speculative: {algorithm: EAGLE3, draft_model_path: lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B}
+        """,
+    )
+    profiles = load_profiles(conf / "specdec.yaml")
+    a, hub = profiles.get("a"), profiles.get("hub")
+    assert a.model_path == str(conf / "models" / "target")
+    assert a.python == str(tmp_path / "venv" / "bin" / "python")
+    assert a.speculative is not None and a.speculative.draft_model_path == str(conf / "models" / "draft")
+    assert a.workload.prompts == str(conf / "data" / "prompts.jsonl")
+    # Hugging Face ids are not paths.
+    assert hub.model_path == "meta-llama/Llama-3.1-8B-Instruct"
+    assert hub.speculative is not None
+    assert hub.speculative.draft_model_path == "lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B"
+
+
+def test_reference_server_defaults_to_the_bundled_assets(in_tmp: Path) -> None:
+    write(
+        in_tmp,
+        """
+        profiles:
+          base: {server: reference}
+          eagle3: {extends: base, speculative: {algorithm: EAGLE3}}
+          ngram: {extends: base, speculative: {algorithm: NGRAM}}
+          own: {server: reference, model_path: /m, speculative: {algorithm: EAGLE3, draft_model_path: /d}}
+        """,
+    )
+    ps = load_profiles("specdec.yaml")
+    assert ps.get("base").model_path == str(BUNDLED_TARGET)
+    assert ps.get("base").speculative is None
+    eagle3 = ps.get("eagle3").speculative
+    assert eagle3 is not None and eagle3.draft_model_path == str(BUNDLED_DRAFT_EAGLE3)
+    ngram = ps.get("ngram").speculative
+    assert ngram is not None and ngram.draft_model_path is None
+    own = ps.get("own")
+    assert own.model_path == "/m" and own.speculative is not None and own.speculative.draft_model_path == "/d"
+
+
+def test_resolve_paths_leaves_other_servers_alone() -> None:
+    profile = Profile.model_validate({"name": "v", "server": "vllm", "speculative": {"algorithm": "EAGLE3"}})
+    assert resolve_paths(profile) is profile
+
+
+def test_env_scalars_become_strings(in_tmp: Path) -> None:
+    write(in_tmp, "profiles:\n  a: {env: {OMP_NUM_THREADS: 1, X: true, Y: 0.5}}\n")
+    assert load_profiles("specdec.yaml").get("a").env == {"OMP_NUM_THREADS": "1", "X": "true", "Y": "0.5"}
+
+
+def test_get_unknown_profile_lists_available(in_tmp: Path) -> None:
+    write(in_tmp, "profiles:\n  a: {}\n  b: {}\n")
+    with pytest.raises(
+        ProfileError, match=r"^--server-profile=c: no such profile in specdec.yaml \(available: a, b\)$"
+    ):
+        load_profiles("specdec.yaml").get("c")

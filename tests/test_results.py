@@ -1,0 +1,269 @@
+"""Tests of pytest_specdec.results: records from measurements, fingerprints (secrets redacted), the JSON store."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_specdec.engines.base import EffectiveConfig, LaunchSpec
+from pytest_specdec.errors import CompareError
+from pytest_specdec.profiles import Profile, SpeculativeConfig, Workload
+from pytest_specdec.records import RequestRecord, RunMetrics
+from pytest_specdec.results import (
+    FINGERPRINT_PACKAGES,
+    REDACTED,
+    ResultRecord,
+    ResultStore,
+    RunFile,
+    build_fingerprint,
+    package_versions,
+    redact_argv,
+    redact_env,
+)
+from pytest_specdec.runner import Measurement, RunningServer
+
+
+def run_metrics(**changes: Any) -> RunMetrics:
+    fields = {f.name: None for f in dataclasses.fields(RunMetrics) if f.default is dataclasses.MISSING}
+    fields.update(num_requests=1, num_ok=1, num_errors=0, duration_s=1.0, output_tokens=100, output_tok_s=100.0)
+    fields.update(changes)
+    return RunMetrics(**fields)
+
+
+# start 0.0, events at 0.100 s (1 token), 0.130 s (3), 0.170 s (4), done 0.170 s: TTFT 100 ms, ITL 10 ms,
+# TPOT (170 - 100) / 7 = 10 ms, e2e 170 ms (metrics.request_timing's worked example).
+REQUEST = RequestRecord(
+    ok=True,
+    error=None,
+    start_s=0.0,
+    end_s=0.170,
+    prompt_tokens=5,
+    completion_tokens=8,
+    chunk_times_s=(0.100, 0.130, 0.170),
+    chunk_tokens=(1, 3, 4),
+)
+FAILED = RequestRecord(ok=False, error="boom", start_s=0.0, end_s=0.05, prompt_tokens=5, completion_tokens=0)
+
+
+def measurement(
+    tok_s: float, accept_length: float | None, records: tuple[RequestRecord, ...] = (REQUEST,)
+) -> Measurement:
+    return Measurement(
+        profile="eagle3",
+        metrics=run_metrics(output_tok_s=tok_s, accept_length=accept_length),
+        records=records,
+        prompt_hash="ab" * 32,
+        counters_before=None,
+        counters_after=None,
+        cross_check=None,
+        wall_time=1700000000.0,
+    )
+
+
+def test_record_from_measurements_medians_repeats_and_samples() -> None:
+    ms = [measurement(100.0, 2.0), measurement(90.0, None, (REQUEST, FAILED)), measurement(95.0, 2.2)]
+    record = ResultRecord.from_measurements("t.py::test_x[eagle3]", ms, {"prompt_hash": "ab" * 32})
+    assert record.repeats["output_tok_s"] == [100.0, 90.0, 95.0]
+    assert record.metrics["output_tok_s"] == 95.0
+    assert record.metrics["accept_length"] == pytest.approx(2.1)  # None skipped
+    assert record.values("accept_length") == [2.0, 2.2]
+    assert record.profile == "eagle3"
+    assert len(record.samples) == 4
+    first = record.samples[0]
+    assert (first.repeat, first.ok, first.completion_tokens) == (0, True, 8)
+    assert (first.ttft_ms, first.itl_ms_mean, first.tpot_ms, first.e2e_ms) == pytest.approx((100.0, 10.0, 10.0, 170.0))
+    assert (record.samples[2].repeat, record.samples[2].ok, record.samples[2].ttft_ms) == (1, False, None)
+
+
+def test_single_repeat_metrics_are_run_metrics() -> None:
+    record = ResultRecord.from_measurements("t", [measurement(100.0, 2.0)], {})
+    assert record.metrics == run_metrics(output_tok_s=100.0, accept_length=2.0).as_dict()
+
+
+def test_record_json_round_trip_and_lenient_reading() -> None:
+    record = ResultRecord.from_measurements("t", [measurement(100.0, 2.0)], {"workload": {"concurrency": 1}})
+    data = json.loads(json.dumps(record.to_dict()))
+    assert ResultRecord.from_dict(data) == record
+    data["added_in_a_later_version"] = {"x": 1}
+    data["samples"][0]["new_field"] = 3
+    del data["outcome"]
+    assert ResultRecord.from_dict(data) == record
+    with pytest.raises(ValueError) as info:
+        ResultRecord.from_dict({"profile": "p", "metrics": {}})
+    assert str(info.value) == "result record: 'test_id' missing or not a str"
+
+
+def test_redaction() -> None:
+    env = {"HF_TOKEN": "hf_x", "OPENAI_API_KEY": "sk", "db_password": "p", "NCCL_PROTO": "LL"}
+    assert redact_env(env) == {
+        "HF_TOKEN": REDACTED,
+        "NCCL_PROTO": "LL",
+        "OPENAI_API_KEY": REDACTED,
+        "db_password": REDACTED,
+    }
+    argv = ["sglang", "--api-key", "sk-123", "--x", '{"key": "sk-123"}', "--admin-api-key=abc", "--hf-token", "t"]
+    assert redact_argv(argv, "sk-123") == [
+        "sglang",
+        "--api-key",
+        REDACTED,
+        "--x",
+        '{"key": "<redacted>"}',
+        "--admin-api-key=<redacted>",
+        "--hf-token",
+        REDACTED,
+    ]
+
+
+def test_package_versions_reads_metadata_in_a_subprocess() -> None:
+    expected = {}
+    for name in FINGERPRINT_PACKAGES:
+        try:
+            expected[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    assert package_versions(sys.executable, {"PATH": os.environ.get("PATH", "")}) == expected
+    assert package_versions("/nonexistent/python") == {
+        "error": "/nonexistent/python: [Errno 2] No such file or directory: '/nonexistent/python'"
+    }
+
+
+class FakeEngine:
+    name = "sglang"
+
+    def python(self, profile: Profile) -> str:
+        return sys.executable
+
+
+def test_build_fingerprint(tmp_path: Path) -> None:
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text(json.dumps({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 5]}}))
+    profile = Profile(
+        name="eagle3",
+        server="sglang",
+        model_path="/models/llama",
+        env={"NCCL_PROTO": "LL", "HF_TOKEN": "hf_secret", "OMP_NUM_THREADS": "1"},
+        speculative=SpeculativeConfig(
+            algorithm="EAGLE3", draft_model_path=str(draft), num_steps=3, eagle_topk=1, num_draft_tokens=4
+        ),
+        workload=Workload(max_new_tokens=32, num_requests=8, concurrency=2),
+        api_key="sk-123",
+    )
+    launch = LaunchSpec(
+        argv=("python", "-m", "sglang.launch_server", "--port", "30000", "--api-key", "sk-123"),
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": "/root",
+            "NCCL_PROTO": "LL",
+            "HF_TOKEN": "hf_secret",
+            "OMP_NUM_THREADS": "1",
+            "CUDA_VISIBLE_DEVICES": "0",
+            "SGLANG_ENABLE_SPEC_V2": "1",
+        },
+        host="127.0.0.1",
+        port=30000,
+        draft_path=draft,
+    )
+    server = RunningServer(
+        profile=profile,
+        engine=FakeEngine(),
+        base_url=launch.base_url,
+        api_key="sk-123",
+        launch=launch,  # type: ignore[arg-type]
+        effective=EffectiveConfig("0.5.23", "EAGLE3", 3, 1, 4, 48, raw={"huge": "x"}),
+    )
+    fp = build_fingerprint(server, "cd" * 32)
+    assert fp["engine"] == "sglang"
+    assert fp["argv"] == ["python", "-m", "sglang.launch_server", "--port", "30000", "--api-key", REDACTED]
+    assert fp["env"] == {
+        "CUDA_VISIBLE_DEVICES": "0",
+        "HF_TOKEN": REDACTED,
+        "NCCL_PROTO": "LL",
+        "OMP_NUM_THREADS": "1",
+        "SGLANG_ENABLE_SPEC_V2": "1",
+    }
+    assert fp["draft"]["aux_ids"] == [1, 3, 5]
+    assert len(fp["draft"]["config_hash"]) == 16
+    assert fp["effective"] == {
+        "version": "0.5.23",
+        "speculative_algorithm": "EAGLE3",
+        "num_steps": 3,
+        "eagle_topk": 1,
+        "num_draft_tokens": 4,
+        "max_running_requests": 48,
+    }
+    assert fp["prompt_hash"] == "cd" * 32
+    assert (fp["workload"]["max_new_tokens"], fp["workload"]["concurrency"], fp["workload"]["num_requests"]) == (
+        32,
+        2,
+        8,
+    )
+    assert "sk-123" not in json.dumps(fp) and "hf_secret" not in json.dumps(fp)
+    assert "error" not in fp["packages"]
+
+
+def run_file(run_id: str, started: float, test_id: str = "t") -> RunFile:
+    record = ResultRecord.from_measurements(test_id, [measurement(100.0, 2.0)], {"prompt_hash": "x"})
+    return RunFile(run_id, started, {"host": "h"}, (record,))
+
+
+def test_store_save_load_latest(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path / "results", current="20260103T000000Z-cccccc")
+    paths = [
+        store.save(run_file(rid, t))
+        for rid, t in [
+            ("20260101T000000Z-aaaaaa", 1.0),
+            ("20260102T000000Z-bbbbbb", 2.0),
+            ("20260103T000000Z-cccccc", 3.0),
+        ]
+    ]
+    assert store.list() == paths
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [p.name for p in paths]  # no temp file left
+    assert store.load("latest").run_id == "20260102T000000Z-bbbbbb"  # the newest other than the current run
+    assert store.load("20260101").run_id == "20260101T000000Z-aaaaaa"
+    assert store.load(str(paths[2])) == run_file("20260103T000000Z-cccccc", 3.0)
+    with pytest.raises(CompareError) as info:
+        store.load("2026010")
+    assert str(info.value) == (
+        f"run '2026010' is ambiguous in {tmp_path / 'results'}: 20260101T000000Z-aaaaaa, 20260102T000000Z-bbbbbb, "
+        "20260103T000000Z-cccccc"
+    )
+
+
+def test_store_errors_and_lenient_files(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path)
+    with pytest.raises(CompareError) as info:
+        store.load("latest")
+    assert str(info.value) == f"no baseline run in {tmp_path} (besides the current run); run once to create one"
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(CompareError) as info:
+        store.load(str(broken))
+    assert (
+        str(info.value)
+        == f"{broken}: not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+    )
+    old = tmp_path / "old.json"
+    old.write_text(
+        json.dumps(
+            {
+                "run_id": "old",
+                "results": [{"test_id": "t", "profile": "p", "metrics": {"output_tok_s": 5}, "future": True}],
+                "future_top": 1,
+            }
+        )
+    )
+    loaded = store.load(str(old))
+    assert loaded.results[0].values("output_tok_s") == [5.0]  # no repeats stored: falls back to metrics
+    not_run = tmp_path / "x.json"
+    not_run.write_text("[]")
+    with pytest.raises(CompareError) as info:
+        store.load(str(not_run))
+    assert str(info.value) == f"{not_run}: not a pytest-specdec run file: no 'run_id'"

@@ -1,0 +1,398 @@
+"""Fault matrix for pytest_specdec.server, against tests/fakeserver.py (one flag per fault, no torch)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from pytest_specdec import server
+from pytest_specdec.engines.base import LaunchSpec
+from pytest_specdec.errors import ServerError, ServerStartError
+from pytest_specdec.ports import find_free_port, port_holder, port_is_free
+from pytest_specdec.server import ServerProcess, classify_exit
+
+FAKE = Path(__file__).with_name("fakeserver.py")
+HOST = "127.0.0.1"
+
+
+def make_spec(*flags: str, port: int | None = None, env: dict[str, str] | None = None, derived: tuple[int, ...] = ()) -> LaunchSpec:
+    port = port or find_free_port(HOST)
+    argv = (sys.executable, str(FAKE), "--port", str(port), *flags)
+    return LaunchSpec(argv=argv, env=env or {"PATH": os.environ["PATH"]}, host=HOST, port=port, derived_ports=derived)
+
+
+def health(base_url: str):  # type: ignore[no-untyped-def]
+    def probe() -> bool:
+        return httpx.get(base_url + "/health", timeout=1.0).status_code == 200
+
+    return probe
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_file(path: Path, timeout_s: float = 10.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text():
+            return path.read_text()
+        time.sleep(0.02)
+    raise AssertionError(f"{path} not written within {timeout_s} s")
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers() -> Iterator[None]:
+    """Every test must leave no server process behind."""
+    yield
+    left = server.leftovers()
+    assert left == [], f"leftover processes: {left}"
+
+
+def start(spec: LaunchSpec, tmp_path: Path) -> ServerProcess:
+    return ServerProcess.start(spec, name="eagle3", log_path=tmp_path / "logs" / "eagle3.log")
+
+
+# -- the happy path -----------------------------------------------------------------------------------------------
+
+
+def test_ready_then_stop(tmp_path: Path) -> None:
+    spec = make_spec()
+    proc = start(spec, tmp_path)
+    ready_s = proc.wait_ready(health(proc.base_url), timeout_s=60)
+    assert 0 < ready_s < 60
+    assert proc.alive()
+    assert proc.base_url == f"http://{HOST}:{spec.port}"
+    assert httpx.get(proc.base_url + "/health").status_code == 200
+    report = proc.stop()
+    assert report.clean, report
+    assert report.killed_pids == ()
+    assert report.returncode == 0  # the fake exits 0 on SIGTERM
+    assert proc.pid in report.terminated_pids
+    assert gone(proc.pid)
+    assert port_is_free(HOST, spec.port)
+    assert proc.stop() is report  # idempotent
+    assert re.fullmatch(rf"server 'eagle3' \(pid {proc.pid}\) stopped in \d+\.\d\d s", report.describe())
+
+
+def test_context_manager_stops(tmp_path: Path) -> None:
+    with start(make_spec(), tmp_path) as proc:
+        proc.wait_ready(health(proc.base_url), timeout_s=60)
+    assert proc.stop_report is not None and proc.stop_report.clean
+    assert gone(proc.pid)
+
+
+def test_env_is_exactly_the_spec_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NCCL_CUMEM_ENABLE", "0")
+    spec = make_spec("--print-env", env={"PATH": os.environ["PATH"], "SPECDEC_PROFILE_VAR": "1"})
+    with start(spec, tmp_path) as proc:
+        proc.wait_ready(health(proc.base_url), timeout_s=60)
+    env_line = next(line for line in proc.log_path.read_text().splitlines() if line.startswith("ENV "))
+    assert "SPECDEC_PROFILE_VAR" in env_line.split()
+    assert "NCCL_CUMEM_ENABLE" not in env_line.split()
+
+
+def test_probe_exceptions_mean_not_yet(tmp_path: Path) -> None:
+    calls = []
+
+    def probe() -> bool:
+        calls.append(1)
+        if len(calls) < 4:
+            raise httpx.ConnectError("connection refused")
+        return True
+
+    with start(make_spec(), tmp_path) as proc:
+        proc.wait_ready(probe, timeout_s=60, poll_s=0.01)
+    assert len(calls) == 4
+
+
+def test_slow_start_reports_progress(tmp_path: Path) -> None:
+    seen: list[tuple[float, float, str]] = []
+    with start(make_spec("--slow-start", "1.5"), tmp_path) as proc:
+        proc.wait_ready(
+            health(proc.base_url), timeout_s=60, stall_s=5, on_progress=lambda e, b, line: seen.append((e, b, line))
+        )
+    assert len(seen) >= 2
+    assert all(budget == 60 for _, budget, _ in seen)
+    assert [e for e, _, _ in seen] == sorted(e for e, _, _ in seen)
+    assert any(line.startswith("Capturing batches (bs=") for _, _, line in seen)
+
+
+# -- startup faults -----------------------------------------------------------------------------------------------
+
+
+def test_oom_at_startup(tmp_path: Path) -> None:
+    proc = start(make_spec("--crash-at", "1.0"), tmp_path)
+    t0 = time.monotonic()
+    with pytest.raises(ServerStartError) as info:
+        proc.wait_ready(health(proc.base_url), timeout_s=600)
+    assert time.monotonic() - t0 < 30  # fails fast, not after the 600 s budget
+    err = info.value
+    log = tmp_path / "logs" / "eagle3.log"
+    first = str(err).splitlines()[0]
+    assert re.fullmatch(
+        rf"server 'eagle3' exited with code 1 before it was ready \(cause: out of memory\) after \d+\.\d s; log: "
+        rf"{re.escape(str(log))}",
+        first,
+    ), first
+    assert str(err).splitlines()[-1].startswith("torch.OutOfMemoryError: CUDA out of memory.")
+    assert err.cause == "out of memory"
+    assert err.profile == "eagle3"
+    assert err.log_path == log
+    assert "torch.OutOfMemoryError" in err.log_tail
+    assert gone(proc.pid)
+
+
+@pytest.mark.parametrize(
+    ("flags", "cause", "code", "needle"),
+    [
+        (("--no-such-flag",), "bad flag", 2, "unrecognized arguments: --no-such-flag"),
+        (("--model-path", "/nonexistent/model"), "missing model path", 1, "No such file or directory"),
+        (("--crash-at", "0", "--crash-text", "RuntimeError: NCCL error in: nccl.cpp:12, unhandled cuda error"),
+         "CUDA/NCCL error", 1, "NCCL error"),
+        (("--crash-at", "0", "--crash-text", "segfault somewhere", "--crash-code", "139"), "unknown", 139, "segfault"),
+    ],
+)
+def test_exit_before_ready_is_classified(
+    tmp_path: Path, flags: tuple[str, ...], cause: str, code: int, needle: str
+) -> None:
+    proc = start(make_spec(*flags), tmp_path)
+    with pytest.raises(ServerStartError, match=rf"exited with code {code} before it was ready \(cause: {cause}\)") as info:
+        proc.wait_ready(health(proc.base_url), timeout_s=600)
+    assert info.value.cause == cause
+    assert needle in str(info.value)
+    assert gone(proc.pid)
+
+
+def test_port_taken_at_bind_is_classified(tmp_path: Path) -> None:
+    with socket.socket() as held:
+        held.bind((HOST, 0))
+        held.listen()
+        proc = start(make_spec("--bind-also", str(held.getsockname()[1])), tmp_path)
+        with pytest.raises(ServerStartError, match=r"exited with code 1 before it was ready \(cause: port in use\)"):
+            proc.wait_ready(health(proc.base_url), timeout_s=600)
+    assert "Address already in use" in proc.log_path.read_text()
+
+
+def test_killed_by_signal_before_ready(tmp_path: Path) -> None:
+    proc = start(make_spec("--never-ready"), tmp_path)
+
+    def kill_it(elapsed_s: float, budget_s: float, line: str) -> None:
+        if line == "still loading":
+            os.kill(proc.pid, signal.SIGKILL)
+
+    with pytest.raises(ServerStartError) as info:
+        proc.wait_ready(health(proc.base_url), timeout_s=600, on_progress=kill_it)
+    assert re.match(
+        r"server 'eagle3' was killed by signal 9 \(SIGKILL\) before it was ready \(cause: unknown\) after \d+\.\d s; "
+        r"SIGKILL with no error in the log is often the kernel OOM killer \(see dmesg\); log: ",
+        str(info.value),
+    ), str(info.value)
+
+
+def test_never_ready_times_out(tmp_path: Path) -> None:
+    proc = start(make_spec("--never-ready"), tmp_path)
+    with pytest.raises(ServerStartError) as info:
+        proc.wait_ready(health(proc.base_url), timeout_s=1.5)
+    first = str(info.value).splitlines()[0]
+    assert first == (
+        f"server 'eagle3' was not ready after 1.5 s (startup_timeout_s); last line: 'still loading'; "
+        f"log: {proc.log_path}"
+    )
+    assert info.value.cause == "timeout"
+    assert gone(proc.pid)
+
+
+def test_silent_log_stalls(tmp_path: Path) -> None:
+    proc = start(make_spec("--silent-start", "60"), tmp_path)
+    with pytest.raises(ServerStartError) as info:
+        proc.wait_ready(health(proc.base_url), timeout_s=600, stall_s=1.0)
+    first = str(info.value).splitlines()[0]
+    assert re.fullmatch(
+        rf"server 'eagle3' stalled before it was ready: no new log line for 1 s \(elapsed \d+\.\d s of 600 s\); "
+        rf"last line: 'fake server pid {proc.pid} starting on port {proc.spec.port}'; raise startup_stall_s if this "
+        rf"phase is legitimately silent; log: {re.escape(str(proc.log_path))}",
+        first,
+    ), first
+    assert info.value.cause == "stalled"
+    assert gone(proc.pid)
+
+
+def test_port_held_by_another_process(tmp_path: Path) -> None:
+    port = find_free_port(HOST)
+    code = f"import socket,time; s=socket.socket(); s.bind(('{HOST}',{port})); s.listen(); print('up',flush=True); time.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"up\n"
+        with pytest.raises(ServerStartError) as info:
+            start(make_spec(port=port), tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()  # type: ignore[union-attr]
+    assert str(info.value) == (
+        f"server 'eagle3' not launched: port {port} on {HOST} is in use by pid {holder.pid} ({sys.executable} -c "
+        f"{code}); stop that process or choose another port"
+    )
+    assert info.value.cause == "port in use"
+    assert not (tmp_path / "logs").exists()  # nothing was launched
+
+
+def test_derived_port_held(tmp_path: Path) -> None:
+    with socket.socket() as held:
+        held.bind((HOST, 0))
+        held.listen()
+        derived = held.getsockname()[1]
+        spec = make_spec(derived=(derived,))
+        with pytest.raises(ServerStartError, match=rf"port {derived} \(derived from {spec.port}\) on {HOST} is in use by pid {os.getpid()} \("):
+            start(spec, tmp_path)
+
+
+def test_cannot_execute(tmp_path: Path) -> None:
+    spec = LaunchSpec(argv=("/nonexistent/python", "-m", "sglang"), env={}, host=HOST, port=find_free_port(HOST))
+    with pytest.raises(ServerStartError) as info:
+        start(spec, tmp_path)
+    assert str(info.value) == "server 'eagle3' not launched: cannot run '/nonexistent/python': No such file or directory"
+
+
+def test_keyboard_interrupt_tears_down(tmp_path: Path) -> None:
+    proc = start(make_spec("--never-ready"), tmp_path)
+
+    def interrupt(elapsed_s: float, budget_s: float, line: str) -> None:
+        if line:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        proc.wait_ready(health(proc.base_url), timeout_s=600, on_progress=interrupt)
+    assert proc.stop_report is not None
+    assert gone(proc.pid)
+
+
+# -- running and teardown faults ----------------------------------------------------------------------------------
+
+
+def test_check_alive_after_death(tmp_path: Path) -> None:
+    proc = start(make_spec("--die-after", "0.3"), tmp_path)
+    proc.wait_ready(health(proc.base_url), timeout_s=60)
+    proc.check_alive()  # still up
+    deadline = time.monotonic() + 20
+    while proc.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with pytest.raises(ServerError) as info:
+        proc.check_alive()
+    first, *rest = str(info.value).splitlines()
+    assert first == (
+        f"server 'eagle3' (pid {proc.pid}) exited with code 3 while running (cause: unknown); log: {proc.log_path}"
+    )
+    assert rest[-1] == "RuntimeError: scheduler died"
+    assert info.value.log_path == proc.log_path
+
+
+def test_setsid_grandchild_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    proc = start(make_spec("--orphan", str(pid_file)), tmp_path)
+    proc.wait_ready(health(proc.base_url), timeout_s=60)
+    grandchild = int(wait_file(pid_file))
+    assert os.getsid(grandchild) != proc.pid  # it really left the server's session
+    time.sleep(0.5)  # let the watcher snapshot it
+    report = proc.stop(timeout_s=1.0)
+    assert report.killed_pids == (grandchild,)
+    assert grandchild in report.terminated_pids
+    assert report.survivors == ()
+    assert report.clean
+    assert gone(grandchild) and gone(proc.pid)
+    assert f"SIGKILL needed for pid {grandchild}" in report.describe()
+
+
+def test_grandchild_reparented_after_server_death_is_still_killed(tmp_path: Path) -> None:
+    """Only the snapshot taken while the server ran can find a setsid grandchild once its parent is gone."""
+    pid_file = tmp_path / "grandchild.pid"
+    proc = start(make_spec("--orphan", str(pid_file), "--die-after", "1.0"), tmp_path)
+    proc.wait_ready(health(proc.base_url), timeout_s=60)
+    grandchild = int(wait_file(pid_file))
+    deadline = time.monotonic() + 20
+    while proc.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert psutil.Process(grandchild).ppid() != proc.pid  # re-parented: no longer a descendant
+    report = proc.stop(timeout_s=0.5)
+    assert report.killed_pids == (grandchild,)
+    assert report.returncode == 3
+    assert gone(grandchild)
+
+
+def test_sigterm_ignored_needs_sigkill(tmp_path: Path) -> None:
+    proc = start(make_spec("--ignore-term"), tmp_path)
+    proc.wait_ready(health(proc.base_url), timeout_s=60)
+    report = proc.stop(timeout_s=0.5)
+    assert report.killed_pids == (proc.pid,)
+    assert report.returncode == -signal.SIGKILL
+    assert report.clean
+
+
+def test_slow_graceful_shutdown_is_waited_for(tmp_path: Path) -> None:
+    proc = start(make_spec("--term-delay", "0.5"), tmp_path)
+    proc.wait_ready(health(proc.base_url), timeout_s=60)
+    report = proc.stop(timeout_s=20)
+    assert report.killed_pids == ()
+    assert report.returncode == 0
+    assert report.duration_s >= 0.5
+
+
+def test_leftovers_sweeps_unstopped_servers(tmp_path: Path) -> None:
+    proc = start(make_spec(), tmp_path)
+    proc.wait_ready(health(proc.base_url), timeout_s=60)
+    found = server.leftovers()
+    assert proc.pid in [p.pid for p in found]
+    assert gone(proc.pid)
+    assert server.leftovers() == []
+
+
+# -- helpers ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "out of memory"),
+        ("RuntimeError: CUDA error: out of memory", "out of memory"),
+        ("OSError: [Errno 98] Address already in use", "port in use"),
+        ("Port 30000 is already in use", "port in use"),
+        ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970", "CUDA/NCCL error"),
+        ("RuntimeError: CUDA error: an illegal memory access was encountered", "CUDA/NCCL error"),
+        ("huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name'", "missing model path"),
+        ("OSError: /m does not appear to have a file named config.json", "missing model path"),
+        ("OSError: foo is not a local folder and is not a valid model identifier listed on", "missing model path"),
+        ("serve: error: unrecognized arguments: --speculative-num-step 3", "bad flag"),
+        ("serve: error: argument --tp-size: invalid int value: 'x'", "bad flag"),
+        ("error: argument --speculative-algorithm: invalid choice: 'EAGEL3'", "bad flag"),
+        ("Killed", "unknown"),
+    ],
+)
+def test_classify_exit(text: str, cause: str) -> None:
+    assert classify_exit(f"INFO loading\n{text}\n") == cause
+
+
+def test_port_helpers() -> None:
+    port = find_free_port(HOST)
+    assert port_is_free(HOST, port)
+    assert port_holder(HOST, port) is None
+    with socket.socket() as held:
+        held.bind((HOST, port))
+        held.listen()
+        assert not port_is_free(HOST, port)
+        holder = port_holder(HOST, port)
+    assert holder is not None and holder.startswith(f"pid {os.getpid()} (")

@@ -1,0 +1,289 @@
+"""pytest_specdec.sharing: one server per key across processes, refcounted, torn down once (also after a crash)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from pytest_specdec import server
+from pytest_specdec.engines.base import LaunchSpec
+from pytest_specdec.errors import ServerError, ServerStartError
+from pytest_specdec.ports import find_free_port
+from pytest_specdec.server import ServerProcess
+from pytest_specdec.sharing import shared_server, sweep_shared
+
+pytest_plugins = ["pytester"]
+
+FAKE = Path(__file__).with_name("fakeserver.py")
+HOST = "127.0.0.1"
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def fake_start(log_dir: Path, *flags: str, starts: list[int] | None = None):  # type: ignore[no-untyped-def]
+    def start() -> ServerProcess:
+        port = find_free_port(HOST)
+        spec = LaunchSpec(
+            argv=(sys.executable, str(FAKE), "--port", str(port), *flags),
+            env={"PATH": os.environ["PATH"]},
+            host=HOST,
+            port=port,
+        )
+        proc = ServerProcess.start(spec, name="eagle3", log_path=log_dir / "eagle3.log")
+        proc.wait_ready(lambda: httpx.get(spec.base_url + "/health", timeout=1.0).status_code == 200, timeout_s=60)
+        if starts is not None:
+            starts.append(proc.pid)
+        return proc
+
+    return start
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers() -> Iterator[None]:
+    yield
+    assert server.leftovers() == []
+
+
+def read_state(root: Path) -> dict:
+    return json.loads((root / "specdec-server-eagle3.json").read_text())
+
+
+# -- in one process -----------------------------------------------------------------------------------------------
+
+
+def test_second_user_reuses_and_last_out_stops(tmp_path: Path) -> None:
+    starts: list[int] = []
+    start = fake_start(tmp_path, starts=starts)
+    with shared_server("eagle3", tmp_path, start) as first:
+        assert first.started_here
+        with shared_server("eagle3", tmp_path, start) as second:
+            assert not second.started_here
+            assert (second.base_url, second.pid) == (first.base_url, first.pid)
+            assert len(read_state(tmp_path)["users"]) == 2
+        assert first.alive()  # one user left: still running
+        assert httpx.get(first.base_url + "/health").status_code == 200
+    assert starts == [first.pid]
+    assert gone(first.pid)
+    state = read_state(tmp_path)
+    assert state["status"] == "stopped"
+    assert state["users"] == []
+    assert state["starts"] == 1
+    assert state["stop"]["by"] == f"last user pid {os.getpid()}"
+
+
+def test_failed_start_is_shared_not_retried(tmp_path: Path) -> None:
+    starts: list[int] = []
+    with pytest.raises(ServerStartError) as first:
+        with shared_server("eagle3", tmp_path, fake_start(tmp_path, "--crash-at", "0")):
+            pass
+    assert first.value.cause == "out of memory"
+    with pytest.raises(ServerStartError) as second:
+        with shared_server("eagle3", tmp_path, fake_start(tmp_path, starts=starts)):
+            pass
+    assert starts == []  # not launched again
+    assert str(second.value) == f"{first.value} [started by pid {os.getpid()}]"
+    assert second.value.cause == "out of memory"
+    assert second.value.log_path == tmp_path / "eagle3.log"
+    assert "torch.OutOfMemoryError" in second.value.log_tail
+
+
+def test_dead_server_with_live_users_is_an_error(tmp_path: Path) -> None:
+    with shared_server("eagle3", tmp_path, fake_start(tmp_path)) as first:
+        os.kill(first.pid, signal.SIGKILL)
+        psutil.Process(first.pid).wait(timeout=10)
+        assert not first.alive()
+        with pytest.raises(ServerError) as info:
+            first.check_alive()
+        assert str(info.value) == (
+            f"shared server 'eagle3' (pid {first.pid}) died while running; log: {tmp_path / 'eagle3.log'}"
+        )
+        with pytest.raises(ServerError) as info:
+            with shared_server("eagle3", tmp_path, fake_start(tmp_path)):
+                pass
+        assert str(info.value) == (
+            f"shared server 'eagle3' (pid {first.pid}) died while 1 other worker(s) used it; "
+            f"log: {tmp_path / 'eagle3.log'}"
+        )
+
+
+# -- across processes ---------------------------------------------------------------------------------------------
+
+USER_SCRIPT = """
+import os, sys, time
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+import httpx
+from pytest_specdec.engines.base import LaunchSpec
+from pytest_specdec.ports import find_free_port
+from pytest_specdec.server import ServerProcess
+from pytest_specdec.sharing import shared_server
+
+root, mode, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+
+def start():
+    if mode == "sleep":
+        port = find_free_port("127.0.0.1")
+        spec = LaunchSpec(argv=(sys.executable, "-c", "import time; time.sleep(60)"),
+                          env={{"PATH": os.environ["PATH"]}}, host="127.0.0.1", port=port)
+        proc = ServerProcess.start(spec, name="eagle3", log_path=root / "eagle3.log")
+    else:
+        port = find_free_port("127.0.0.1")
+        spec = LaunchSpec(argv=(sys.executable, {fake!r}, "--port", str(port), "--orphan", str(root / "gc.pid")),
+                          env={{"PATH": os.environ["PATH"]}}, host="127.0.0.1", port=port)
+        proc = ServerProcess.start(spec, name="eagle3", log_path=root / "eagle3.log")
+        proc.wait_ready(lambda: httpx.get(spec.base_url + "/health", timeout=1).status_code == 200, timeout_s=60)
+    with open(root / "launched.txt", "a") as f:
+        f.write(f"{{proc.pid}}\\n")
+    return proc
+
+for _ in range(count):
+    with shared_server("eagle3", root, start) as s:
+        if mode == "crash":
+            while not (root / "gc.pid").exists():
+                time.sleep(0.05)
+            time.sleep(0.5)  # let the descendant snapshot see the grandchild
+            os._exit(1)      # a crashed worker: never leaves
+"""
+
+
+def run_users(tmp_path: Path, mode: str, count: int, processes: int) -> list[subprocess.CompletedProcess[bytes]]:
+    script = tmp_path / "user.py"
+    script.write_text(USER_SCRIPT.format(tests=str(Path(__file__).parent), fake=str(FAKE)))
+    root = tmp_path / "share"
+    root.mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    procs = [
+        subprocess.Popen([sys.executable, str(script), str(root), mode, str(count)], env=env, stderr=subprocess.PIPE)
+        for _ in range(processes)
+    ]
+    results = []
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        results.append(subprocess.CompletedProcess(proc.args, proc.returncode, None, err))
+    return results
+
+
+def test_many_writers_keep_the_state_consistent(tmp_path: Path) -> None:
+    results = run_users(tmp_path, "sleep", count=8, processes=5)
+    assert [r.returncode for r in results] == [0] * 5, [r.stderr for r in results]
+    root = tmp_path / "share"
+    state = read_state(root)
+    assert state["status"] == "stopped"
+    assert state["users"] == []
+    launched = [int(line) for line in (root / "launched.txt").read_text().split()]
+    assert state["starts"] == len(launched)  # no start lost or double-counted
+    assert all(gone(pid) for pid in launched)
+    assert not list(root.glob("*.tmp"))
+
+
+def test_sweep_stops_the_server_of_a_crashed_last_user(tmp_path: Path) -> None:
+    (result,) = run_users(tmp_path, "crash", count=1, processes=1)
+    assert result.returncode == 1, result.stderr
+    root = tmp_path / "share"
+    state = read_state(root)
+    assert state["status"] == "running"
+    pid = state["pid"]
+    grandchild = int((root / "gc.pid").read_text())
+    assert not gone(pid) and not gone(grandchild)
+    (line,) = sweep_shared(root, timeout_s=1.0)
+    assert re.fullmatch(
+        rf"shared server 'eagle3' \(pid {pid}\) was still running at session end \(1 of 1 recorded user\(s\) gone "
+        rf"without leaving, e.g. a crashed worker\); server 'eagle3' \(pid {pid}\) stopped in \d+\.\d\d s; "
+        rf"SIGKILL needed for pid {grandchild}",
+        line,
+    ), line
+    assert gone(pid) and gone(grandchild)
+    assert read_state(root)["status"] == "stopped"
+    assert sweep_shared(root) == []
+
+
+# -- under pytest-xdist -------------------------------------------------------------------------------------------
+
+XDIST_CONFTEST = """
+import os, sys
+from pathlib import Path
+import httpx, pytest
+from pytest_specdec.engines.base import LaunchSpec
+from pytest_specdec.ports import find_free_port
+from pytest_specdec.server import ServerProcess
+from pytest_specdec.sharing import shared_server, sweep_shared
+
+OUT = Path({out!r})
+
+@pytest.fixture(scope="session")
+def srv(tmp_path_factory):
+    root = tmp_path_factory.getbasetemp().parent
+    def start():
+        port = find_free_port("127.0.0.1")
+        spec = LaunchSpec(
+            argv=(sys.executable, {fake!r}, "--port", str(port), "--count-file", str(OUT / "starts.txt"),
+                  "--orphan", str(OUT / "gc.pid")),
+            env={{"PATH": os.environ["PATH"]}}, host="127.0.0.1", port=port)
+        proc = ServerProcess.start(spec, name="eagle3", log_path=root / "eagle3.log")
+        proc.wait_ready(lambda: httpx.get(spec.base_url + "/health", timeout=1).status_code == 200, timeout_s=60)
+        return proc
+    # the grandchild ignores SIGTERM: a short grace keeps the test fast
+    with shared_server("eagle3", root, start, stop_timeout_s=1.0) as s:
+        (OUT / f"user-{{os.getpid()}}").write_text(f"{{s.pid}} {{s.base_url}}")
+        yield s
+
+def pytest_sessionfinish(session):
+    if not hasattr(session.config, "workerinput"):
+        # the controller's basetemp is the workers' parent (xdist workermanage.py: basetemp / "gw0")
+        lines = sweep_shared(session.config._tmp_path_factory.getbasetemp())
+        (OUT / "sweep.txt").write_text("\\n".join(lines))
+"""
+
+XDIST_TESTS = """
+import os, time, httpx, pytest
+
+@pytest.mark.parametrize("i", range(12))
+def test_use(srv, i):
+    assert httpx.get(srv.base_url + "/health", timeout=5).status_code == 200
+    time.sleep(0.4)
+    if {crash} and i == 2:
+        os._exit(1)
+"""
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["clean", "worker-crash"])
+def test_xdist_one_server_for_four_workers(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crash: bool
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))  # works before `pip install -e .` too
+    out = tmp_path / "out"
+    out.mkdir()
+    pytester.makeconftest(XDIST_CONFTEST.format(out=str(out), fake=str(FAKE)))
+    pytester.makepyfile(test_shared=XDIST_TESTS.format(crash=crash))
+    result = pytester.runpytest_subprocess("-n", "4", "-p", "xdist", "-p", "no:cacheprovider", timeout=180)
+    if crash:
+        result.assert_outcomes(passed=11, failed=1)
+        result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running 'test_shared.py::test_use[[]2[]]'*"])
+    else:
+        result.assert_outcomes(passed=12)
+        assert result.ret == pytest.ExitCode.OK
+    starts = (out / "starts.txt").read_text().split()
+    assert len(starts) == 1, starts  # one server for every worker
+    users = {p.name: p.read_text() for p in out.glob("user-*")}
+    assert len(users) >= 4, users
+    assert len(set(users.values())) == 1  # same pid and url everywhere
+    server_pid = int(starts[0])
+    grandchild = int((out / "gc.pid").read_text())
+    assert gone(server_pid) and gone(grandchild)
+    assert (out / "sweep.txt").read_text() == ""  # the last live worker tore it down, not the controller

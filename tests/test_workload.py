@@ -1,0 +1,110 @@
+"""Tests of pytest_specdec.workload: prompt files, their errors, and the request schedule."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec import workload as workload_mod
+from pytest_specdec.errors import ProfileError
+from pytest_specdec.profiles import Workload
+from pytest_specdec.workload import RequestSpec, build_requests, load_prompts, prompt_set_hash
+
+JSONL_FIX = 'fix: write one JSON object per line, e.g. {"prompt": "Explain speculative decoding."}'
+
+
+def test_jsonl_prompt_and_text_keys_blank_lines_skipped(tmp_path: Path) -> None:
+    (tmp_path / "p.jsonl").write_text('{"prompt": "one"}\n\n{"text": "two", "id": 3}\n', encoding="utf-8")
+    assert load_prompts("p.jsonl", tmp_path) == ["one", "two"]
+
+
+def test_sharegpt_first_human_turn(tmp_path: Path) -> None:
+    data = [
+        {
+            "id": "a",
+            "conversations": [
+                {"from": "human", "value": "first q"},
+                {"from": "gpt", "value": "x"},
+                {"from": "human", "value": "second q"},
+            ],
+        },
+        {"id": "b", "conversations": [{"from": "gpt", "value": "no human turn: skipped"}]},
+        {"id": "c", "conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "third"}]},
+    ]
+    (tmp_path / "sg.json").write_text(json.dumps(data), encoding="utf-8")
+    assert load_prompts(str(tmp_path / "sg.json"), "/elsewhere") == ["first q", "third"]
+
+
+def test_builtin_points_at_the_bundled_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert workload_mod.BUILTIN_PROMPTS.parts[-2:] == ("refserver", "prompts.jsonl")
+    fake = tmp_path / "prompts.jsonl"
+    fake.write_text('{"prompt": "builtin one"}\n', encoding="utf-8")
+    monkeypatch.setattr(workload_mod, "BUILTIN_PROMPTS", fake)
+    assert load_prompts("builtin", "/unused") == ["builtin one"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"prompt": "ok"}\n{"prompt": "bad"\n', "p.jsonl:2: invalid JSON (Expecting ',' delimiter); " + JSONL_FIX),
+        (
+            '{"prompt": "ok"}\n\n{"question": "q", "id": 1}\n',
+            'p.jsonl:3: no "prompt" or "text" key (keys: id, question); ' + JSONL_FIX,
+        ),
+        ('["a list"]\n', None),  # a JSON list -> read as ShareGPT, see below
+        ('"just a string"\n', "p.jsonl:1: expected a JSON object, got str; " + JSONL_FIX),
+        ('{"prompt": 42}\n', 'p.jsonl:1: "prompt" must be a non-empty string, got 42; ' + JSONL_FIX),
+        ("\n\n", "p.jsonl: no prompts found; " + JSONL_FIX),
+    ],
+)
+def test_bad_jsonl_names_file_line_and_fix(tmp_path: Path, content: str, message: str | None) -> None:
+    (tmp_path / "p.jsonl").write_text(content, encoding="utf-8")
+    with pytest.raises(ProfileError) as excinfo:
+        load_prompts("p.jsonl", tmp_path)
+    if message is not None:
+        assert str(excinfo.value) == f"{tmp_path}/{message}"
+    else:
+        assert str(excinfo.value).startswith(f'{tmp_path}/p.jsonl: entry 0: no "conversations" list; fix: ')
+    assert excinfo.value.path == tmp_path / "p.jsonl"
+
+
+def test_bad_sharegpt_json_names_line(tmp_path: Path) -> None:
+    (tmp_path / "sg.json").write_text('[\n  {"conversations": []},\n  {oops}\n]', encoding="utf-8")
+    with pytest.raises(
+        ProfileError,
+        match=r"sg\.json:3: invalid JSON \(Expecting property name enclosed in "
+        r"double quotes\); fix: give a JSON list of",
+    ):
+        load_prompts("sg.json", tmp_path)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError) as excinfo:
+        load_prompts("nope.jsonl", tmp_path)
+    assert str(excinfo.value) == (
+        f"workload.prompts: prompt file not found: {tmp_path}/nope.jsonl; fix: give 'builtin' or a path to a "
+        f".jsonl/.json file (relative paths resolve against {tmp_path})"
+    )
+
+
+def test_build_requests_cycles_deterministically() -> None:
+    wl = Workload(num_requests=5, warmup_requests=2, max_new_tokens=32, temperature=0.5, ignore_eos=False)
+    warmup, measured = build_requests(wl, ["a", "b", "c"])
+    assert [r.prompt for r in warmup] == ["a", "b"]
+    assert [r.prompt for r in measured] == ["a", "b", "c", "a", "b"]
+    assert measured[0] == RequestSpec(prompt="a", max_new_tokens=32, temperature=0.5, ignore_eos=False)
+    assert build_requests(wl, ["a", "b", "c"]) == (warmup, measured)
+    assert build_requests(Workload(warmup_requests=0, num_requests=1), ["x"])[0] == []
+    with pytest.raises(ValueError, match=r"^build_requests: empty prompt list$"):
+        build_requests(wl, [])
+
+
+def test_prompt_set_hash_is_sha256_order_and_boundary_sensitive() -> None:
+    h = prompt_set_hash(["ab", "c"])
+    assert h == hashlib.sha256(b'["ab", "c"]').hexdigest()
+    assert len(h) == 64
+    assert h != prompt_set_hash(["a", "bc"])
+    assert h != prompt_set_hash(["c", "ab"])

@@ -1,0 +1,202 @@
+"""End-to-end against the real vLLM CPU build: EAGLE-3 with the bundled reference target and draft.
+
+Needs the venv made by ``.ci/vllm-setup.sh`` (``SPECDEC_VLLM_PYTHON``, default ``/work/main/.venv-vllm/bin/python``).
+Servers run one at a time (2 cores), each started once per module through ``VllmEngine.launch_spec`` and
+``server.ServerProcess``, measured, and stopped before the next one starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pytest_specdec.engines.base import SpecCounters
+from pytest_specdec.engines.vllm import VllmEngine, accept_length_from_log, parse_spec_log_line
+from pytest_specdec.overlay import make_draft_overlay
+from pytest_specdec.ports import find_free_port
+from pytest_specdec.profiles import Profile, SpeculativeConfig
+from pytest_specdec.server import ServerProcess
+
+pytestmark = pytest.mark.vllm
+
+VLLM_PYTHON = Path(os.environ.get("SPECDEC_VLLM_PYTHON", "/work/main/.venv-vllm/bin/python"))
+ASSETS = Path(__file__).resolve().parents[2] / "pytest_specdec" / "refserver" / "assets"
+TARGET = Path(os.environ.get("SPECDEC_VLLM_TARGET", ASSETS / "target"))
+DRAFT = Path(os.environ.get("SPECDEC_VLLM_DRAFT", ASSETS / "draft-eagle3"))
+PROMPTS = Path(__file__).resolve().parents[2] / "pytest_specdec" / "refserver" / "prompts.jsonl"
+
+#: The draft was trained on SGLang ids [1, 3, 5] (outputs of layers 1, 3, 5 = HF hidden_states[2, 4, 6]); vLLM's
+#: id i is the input of layer i (docs/vllm.md), so the same tensors are vLLM ids [2, 4, 6].
+RIGHT_IDS = [2, 4, 6]
+#: SGLang ids [0, 1, 2] in vLLM's convention: shallow layers the draft never saw.
+WRONG_IDS = [1, 2, 3]
+NUM_STEPS = 3
+MAX_TOKENS = 48
+NUM_PROMPTS = 6
+#: vLLM logs "SpecDecoding metrics" every VLLM_LOG_STATS_INTERVAL seconds (vllm/envs.py, default 10).
+LOG_INTERVAL_S = 1.0
+
+if not VLLM_PYTHON.exists():
+    pytest.skip(
+        f"vLLM venv not found at {VLLM_PYTHON}: run `bash .ci/vllm-setup.sh` or set SPECDEC_VLLM_PYTHON",
+        allow_module_level=True,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One server's measured phase."""
+
+    texts: tuple[str, ...]
+    before: SpecCounters
+    after: SpecCounters
+    log_lines: tuple[str, ...]
+    ready_s: float
+    effective_algorithm: str | None
+
+    @property
+    def counter_accept_length(self) -> float:
+        """1 + Δaccepted / Δdrafts (vllm/v1/spec_decode/metrics.py)."""
+        assert self.before.drafts is not None and self.after.drafts is not None
+        assert self.before.accepted_tokens is not None and self.after.accepted_tokens is not None
+        drafts = self.after.drafts - self.before.drafts
+        assert drafts > 0, "no drafts during the measured phase"
+        return 1.0 + (self.after.accepted_tokens - self.before.accepted_tokens) / drafts
+
+
+def _prompts() -> list[str]:
+    lines = PROMPTS.read_text().splitlines()
+    return [json.loads(line)["prompt"] for line in lines[:NUM_PROMPTS]]
+
+
+def _stream(http: httpx.Client, prompt: str) -> str:
+    """One greedy streaming /v1/completions; the concatenated text."""
+    body = {"prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0.0, "ignore_eos": True, "stream": True}
+    parts: list[str] = []
+    with http.stream("POST", "/v1/completions", json=body, timeout=120.0) as resp:
+        assert resp.status_code == 200, resp.read()
+        for line in resp.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            for choice in json.loads(line[len("data: ") :]).get("choices", []):
+                parts.append(choice.get("text") or "")
+    return "".join(parts)
+
+
+def _vllm_draft(tmp: Path) -> Path:
+    """The draft as vLLM 0.32.0 loads it.
+
+    With ``draft_vocab_size == vocab_size`` vLLM's ``llama_eagle3.py::Eagle3LlamaForCausalLM`` has no
+    ``draft_id_to_target_id`` parameter, yet maps the checkpoint's ``d2t`` onto it and fails ("There is no module or
+    parameter named 'draft_id_to_target_id'"). An identity d2t (all zeros) carries nothing, so drop d2t/t2d here.
+    """
+    from safetensors.torch import load_file, save_file
+
+    config = json.loads((DRAFT / "config.json").read_text())
+    weights = load_file(str(DRAFT / "model.safetensors"))
+    if config.get("draft_vocab_size", config["vocab_size"]) != config["vocab_size"] or "d2t" not in weights:
+        return DRAFT
+    assert int(weights["d2t"].abs().sum()) == 0, "d2t is not the identity although draft_vocab_size == vocab_size"
+    out = tmp / "draft-eagle3-vllm"
+    out.mkdir()
+    save_file({k: v for k, v in weights.items() if k not in ("d2t", "t2d")}, str(out / "model.safetensors"))
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Run]]:
+    """``run(kind)`` for kind in ``eagle3``, ``wrong_ids``, ``baseline``: start that server, measure, stop; cached."""
+    if not (TARGET / "config.json").exists() or not (DRAFT / "config.json").exists():
+        pytest.skip(f"reference assets missing: {TARGET} / {DRAFT}")
+    tmp = tmp_path_factory.mktemp("vllm")
+    draft = _vllm_draft(tmp)
+    overlays = {
+        "eagle3": make_draft_overlay(draft, RIGHT_IDS, tmp / "overlays"),
+        "wrong_ids": make_draft_overlay(draft, WRONG_IDS, tmp / "overlays"),
+    }
+    cache: dict[str, Run] = {}
+    engine = VllmEngine()
+
+    def measure(kind: str) -> Run:
+        if kind in cache:
+            return cache[kind]
+        spec = None
+        if kind != "baseline":
+            spec = SpeculativeConfig(algorithm="EAGLE3", draft_model_path=str(draft), num_steps=NUM_STEPS)
+        profile = Profile(
+            name=kind,
+            server="vllm",
+            model_path=str(TARGET),
+            python=str(VLLM_PYTHON),
+            speculative=spec,
+            extra_args=["--enforce-eager", "--max-model-len", "1024"],
+            env={
+                "VLLM_CPU_KVCACHE_SPACE": "1",
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "VLLM_LOG_STATS_INTERVAL": str(LOG_INTERVAL_S),
+            },
+        )
+        launch = engine.launch_spec(profile, port=find_free_port(), draft_path=overlays.get(kind))
+        log_path = tmp / f"{kind}.log"
+        proc = ServerProcess.start(launch, name=kind, log_path=log_path)
+        try:
+            with httpx.Client(base_url=launch.base_url, timeout=30.0) as http:
+                ready_s = proc.wait_ready(lambda: engine.probe_ready(http, profile), timeout_s=300, poll_s=0.5)
+                effective = engine.effective_config(http, profile)
+                prompts = _prompts()
+                _stream(http, prompts[0])  # warmup
+                # Let the warmup's stats reach the log before the measured window opens.
+                time.sleep(2 * LOG_INTERVAL_S + 0.5)
+                offset = log_path.stat().st_size
+                before = engine.counters(http.get("/metrics").text)
+                texts = tuple(_stream(http, p) for p in prompts)
+                after = engine.counters(http.get("/metrics").text)
+                time.sleep(2 * LOG_INTERVAL_S + 0.5)
+            with open(log_path, "rb") as log:
+                log.seek(offset)
+                tail = log.read().decode(errors="replace").splitlines()
+            proc.check_alive()
+        finally:
+            report = proc.stop()
+        assert report.clean, report.describe()
+        lines = tuple(line for line in tail if parse_spec_log_line(line) is not None)
+        cache[kind] = Run(texts, before, after, lines, ready_s, effective.speculative_algorithm)
+        return cache[kind]
+
+    yield measure
+
+
+def test_accept_length_counters_match_log(run: Callable[[str], Run]) -> None:
+    eagle = run("eagle3")
+    assert eagle.effective_algorithm == "EAGLE3"
+    assert eagle.log_lines, "no 'SpecDecoding metrics' line in the measured window"
+    from_log = accept_length_from_log(list(eagle.log_lines))
+    assert from_log is not None
+    assert eagle.counter_accept_length == pytest.approx(from_log, rel=0.02)
+    generated = eagle.after.generation_tokens - eagle.before.generation_tokens  # type: ignore[operator]
+    assert generated == NUM_PROMPTS * MAX_TOKENS
+    per_pos = [a - b for a, b in zip(eagle.after.accepted_per_position, eagle.before.accepted_per_position)]
+    assert len(per_pos) == NUM_STEPS and per_pos == sorted(per_pos, reverse=True)
+
+
+def test_greedy_output_equals_no_speculation(run: Callable[[str], Run]) -> None:
+    eagle = run("eagle3")
+    baseline = run("baseline")
+    assert baseline.after.drafts is None, "the baseline server should have no spec-decode counters"
+    for i, (spec_text, plain_text) in enumerate(zip(eagle.texts, baseline.texts)):
+        assert spec_text == plain_text, f"prompt {i}: EAGLE-3 greedy output differs from the no-spec output"
+
+
+def test_wrong_aux_ids_lower_accept_length(run: Callable[[str], Run]) -> None:
+    right = run("eagle3").counter_accept_length
+    wrong = run("wrong_ids").counter_accept_length
+    assert wrong < right - 0.3, f"accept length with vLLM ids {WRONG_IDS} ({wrong:.2f}) vs {RIGHT_IDS} ({right:.2f})"
