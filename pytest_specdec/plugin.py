@@ -6,6 +6,7 @@ wires them to pytest's hooks and fixtures.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -16,14 +17,15 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec import report, runner
-from pytest_specdec.errors import PreflightError, ProfileError, SpecdecError
+from pytest_specdec import benchmark, compare, report, results, runner
+from pytest_specdec.errors import CompareError, ProfileError, SpecdecWarning
 from pytest_specdec.profiles import Profile, ProfileSet, Thresholds, load_profiles
 from pytest_specdec.thresholds import evaluate, merge_marker
 
 session_key = pytest.StashKey["SpecdecSession"]()
 thresholds_key = pytest.StashKey[Thresholds]()
-measurement_key = pytest.StashKey[runner.Measurement]()
+record_key = pytest.StashKey[results.ResultRecord]()
+tolerances_key = pytest.StashKey[list[str]]()
 
 _SERVER_FIXTURES = ("specdec_server", "specdec_run", "specdec_profile")
 _USER_PROPERTY = "specdec"
@@ -79,6 +81,42 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DIR",
         help="Where server logs and result files go (default: ini specdec_dir, else .specdec in the rootdir)",
     )
+    group.addoption(
+        "--specdec-repeats",
+        action="store",
+        type=_positive_int("--specdec-repeats"),
+        default=None,
+        metavar="N",
+        help="Measured phases per profile (default: the profile's workload.repeats, 3)",
+    )
+    group.addoption(
+        "--specdec-compare",
+        action="store",
+        nargs="?",
+        const="latest",
+        default=None,
+        metavar="RUN_OR_PATH",
+        help="Fail each test whose metrics regressed against a stored run (default: latest; a run id or a file)",
+    )
+    group.addoption(
+        "--specdec-compare-profile",
+        action="store",
+        default=None,
+        metavar="NAME",
+        help="Compare against the stored results of this profile instead of the test's own (e.g. eagle3)",
+    )
+    group.addoption(
+        "--specdec-compare-force",
+        action="store_true",
+        default=False,
+        help="Compare even when the workloads differ (prompt set, max tokens, concurrency, requests)",
+    )
+    parser.addini(
+        "specdec_tolerances",
+        "Baseline-compare tolerances, one METRIC:TOL per line, e.g. output_tok_s:5% (default: built-in)",
+        type="linelist",
+        default=[],
+    )
     parser.addini("specdec_profiles", "Profile file, relative to the rootdir (default: specdec.yaml)", default=None)
     parser.addini("specdec_dir", "Directory for server logs and results (default: .specdec)", default=None)
 
@@ -96,6 +134,19 @@ def _positive_float(option: str):  # type: ignore[no-untyped-def]
     return parse
 
 
+def _positive_int(option: str):  # type: ignore[no-untyped-def]
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise pytest.UsageError(f"{option}={value}: expected a positive integer, e.g. {option}=3") from None
+        if number < 1:
+            raise pytest.UsageError(f"{option}={value}: expected a positive integer, e.g. {option}=3")
+        return number
+
+    return parse
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
@@ -107,6 +158,9 @@ def pytest_configure(config: pytest.Config) -> None:
     session = SpecdecSession.from_config(config)
     config.stash[session_key] = session
     config.pluginmanager.register(session, "specdec-session")
+    bridge = benchmark.BenchmarkBridge.from_config(config)
+    if bridge is not None:
+        config.pluginmanager.register(bridge, "specdec-benchmark")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -114,35 +168,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if session is not None:
         del config.stash[session_key]
         config.pluginmanager.unregister(session)
-
-
-def pytest_cmdline_main(config: pytest.Config) -> int | None:
-    # Runs before pytest_configure (like --fixtures): load and check without starting a session.
-    if not config.option.specdec_check:
-        return None
-    from pytest_specdec.preflight import format_findings, run_preflight
-
-    path = _profile_path(config)
-    try:
-        profile_set = load_profiles(path)
-        selected = _selected(config)
-        for name in selected:
-            profile_set.get(name)
-    except ProfileError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    names = selected or sorted(profile_set.profiles)
-    tw = config.get_terminal_writer()
-    worst = 0
-    for name in names:
-        findings = run_preflight(profile_set.profiles[name])
-        tw.sep("-", f"specdec check: {name}")
-        for line in format_findings(findings) or ["no findings"]:
-            tw.line(line)
-        for finding in findings:
-            if finding.severity == "error" or (finding.severity == "warning" and config.option.specdec_strict):
-                worst = 1
-    tw.line(f"specdec check: {'FAILED' if worst else 'passed'} ({len(names)} profile(s) from {profile_set.path})")
-    return worst
+    bridge = config.pluginmanager.get_plugin("specdec-benchmark")
+    if bridge is not None:
+        config.pluginmanager.unregister(bridge)
 
 
 def _profile_path(config: pytest.Config) -> Path:
@@ -157,41 +185,61 @@ def _selected(config: pytest.Config) -> list[str]:
 
 
 @dataclass
-class _Row:
-    nodeid: str
-    profile: str
-    values: dict[str, Any]
-    outcome: str
-
-
-@dataclass
 class SpecdecSession:
-    """Per-run state: the profile file, the selected profiles, measurements and summary rows."""
+    """Per-run state: the profile file, the selected profiles, measurements, result records, the baseline run."""
 
     config: pytest.Config
     selected: list[str]
     profile_path: Path
     out_dir: Path
     profile_set: ProfileSet | None = None
-    measurements: dict[str, runner.Measurement] = field(default_factory=dict)
-    rows: list[_Row] = field(default_factory=list)
-    log_paths: dict[str, Path] = field(default_factory=dict)
+    runs: dict[str, runner.RunResult] = field(default_factory=dict)
+    fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    records: list[results.ResultRecord] = field(default_factory=list)
     preflight_notes: list[str] = field(default_factory=list)
+    baseline: results.RunFile | None = None
+    tolerances: list[str] = field(default_factory=list)
+    run_id: str = ""
+    started: float = 0.0
+    saved_path: Path | None = None
+    check_lines: list[tuple[str, list[str]]] = field(default_factory=list)
+    check_failed: bool = False
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> SpecdecSession:
-        """Read options and ini; load and preflight the profile file when profiles are selected.
+        """Read options and ini; load and preflight the profile file when profiles are selected; load the baseline.
 
-        :raises pytest.UsageError: unknown profile, broken profile file, preflight errors.
+        :raises pytest.UsageError: unknown profile, broken profile file, preflight errors, unreadable baseline,
+            bad tolerance.
         """
         root = config.rootpath
         out_raw = config.option.specdec_dir or config.getini("specdec_dir") or ".specdec"
         out_dir = Path(out_raw) if Path(out_raw).is_absolute() else root / out_raw
         session = cls(config=config, selected=_selected(config), profile_path=_profile_path(config), out_dir=out_dir)
+        session.started = time.time()
+        session.run_id = results.new_run_id(session.started)
+        session.tolerances = list(config.getini("specdec_tolerances"))
+        try:
+            compare.parse_tolerances(session.tolerances)
+        except ValueError as exc:
+            raise pytest.UsageError(f"ini specdec_tolerances: {exc}") from None
+        if config.option.specdec_check:
+            session.load()
+            session._check_only()
+            return session
         if session.selected:
             session.load()
             session._preflight()
+        ref = config.option.specdec_compare
+        if ref is not None:
+            try:
+                session.baseline = session.store().load(ref)
+            except CompareError as exc:
+                raise pytest.UsageError(f"--specdec-compare={ref}: {exc}") from None
         return session
+
+    def store(self) -> results.ResultStore:
+        return results.ResultStore(self.out_dir / "results", current=self.run_id)
 
     def load(self) -> ProfileSet:
         try:
@@ -205,16 +253,15 @@ class SpecdecSession:
                 profiles={n: p.model_copy(update={"url": url}) for n, p in self.profile_set.profiles.items()},
             )
         for name in self.selected:
-            if name not in self.profile_set.profiles:
-                self._unknown(name)
+            try:
+                self.profile_set.get(name)
+            except ProfileError as exc:
+                raise pytest.UsageError(str(exc)) from None
+            try:
+                compare.parse_tolerances(self.profile_set.profiles[name].tolerances)
+            except ValueError as exc:
+                raise pytest.UsageError(f"{self.profile_path}: profiles.{name}.tolerances: {exc}") from None
         return self.profile_set
-
-    def _unknown(self, name: str) -> None:
-        assert self.profile_set is not None
-        try:
-            self.profile_set.get(name)
-        except ProfileError as exc:
-            raise pytest.UsageError(str(exc)) from None
 
     def _preflight(self) -> None:
         from pytest_specdec.preflight import format_findings, run_preflight
@@ -227,15 +274,30 @@ class SpecdecSession:
             bad = [f for f in findings if f.severity == "error" or (strict and f.severity == "warning")]
             if bad:
                 errors.extend(format_findings(bad))
-            self.preflight_notes.extend(format_findings([f for f in findings if f not in bad]))
+            rest = [f for f in findings if f not in bad]
+            if rest:
+                self.preflight_notes.extend(f"{name}: {line}" for line in format_findings(rest))
         if errors:
-            raise pytest.UsageError(
-                "specdec preflight failed (nothing was launched):\n" + "\n".join(errors)
-            )
+            raise pytest.UsageError("specdec preflight failed (nothing was launched):\n" + "\n".join(errors))
+
+    def _check_only(self) -> None:
+        """``--specdec-check``: preflight every selected profile (all when none is selected); launch nothing."""
+        from pytest_specdec.preflight import format_findings, run_preflight
+
+        assert self.profile_set is not None
+        strict = self.config.option.specdec_strict
+        for name in self.selected or sorted(self.profile_set.profiles):
+            findings = run_preflight(self.profile_set.profiles[name])
+            self.check_lines.append((name, format_findings(findings) or ["no findings"]))
+            if any(f.severity == "error" or (strict and f.severity == "warning") for f in findings):
+                self.check_failed = True
 
     def profile(self, name: str) -> Profile:
         assert self.profile_set is not None
         return self.profile_set.profiles[name]
+
+    def repeats(self, profile: Profile) -> int:
+        return int(self.config.option.specdec_repeats or profile.workload.repeats)
 
     # -- hooks (this object is registered as a plugin) --
 
@@ -243,39 +305,60 @@ class SpecdecSession:
         if not self.selected:
             return None
         lines = [f"specdec: profiles {', '.join(self.selected)} from {self.profile_path}; logs/results in {self.out_dir}"]
+        if self.baseline is not None:
+            lines.append(f"specdec: comparing against run {self.baseline.run_id}")
         lines += [f"specdec preflight: {line}" for line in self.preflight_notes]
         return lines
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> bool | None:
+        return True if self.config.option.specdec_check else None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        return True if self.config.option.specdec_check else None
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # Runs on the controller under xdist too: records travel in user_properties.
         if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
             return
         for name, value in report.user_properties:
             if name == _USER_PROPERTY:
-                data = json.loads(value) if isinstance(value, str) else value
-                self.rows.append(_Row(report.nodeid, data["profile"], data["metrics"], report.outcome))
+                record = results.ResultRecord.from_dict(json.loads(value))
+                self.records.append(dataclasses.replace(record, outcome=report.outcome))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.config.option.specdec_check:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED if self.check_failed else pytest.ExitCode.OK
+            return
+        if hasattr(self.config, "workerinput") or not self.records:
+            return
+        run = results.RunFile(
+            run_id=self.run_id, started=self.started, machine=results.machine_info(), results=tuple(self.records)
+        )
+        self.saved_path = self.store().save(run)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.rows:
+        if self.check_lines:
+            for name, lines in self.check_lines:
+                terminalreporter.write_sep("-", f"specdec check: {name}")
+                for line in lines:
+                    terminalreporter.write_line(line)
+            verdict = "FAILED" if self.check_failed else "passed"
+            terminalreporter.write_line(
+                f"specdec check {verdict}: {len(self.check_lines)} profile(s) from {self.profile_path}; nothing launched",
+                red=self.check_failed,
+                green=not self.check_failed,
+            )
+        if not self.records:
             return
         terminalreporter.write_sep("=", "specdec summary")
-        for line in report.summary_lines([(r.nodeid, r.profile, r.values, r.outcome) for r in self.rows]):
+        rows = [(r.test_id, r.profile, r.metrics, r.outcome) for r in self.records]
+        for line in report.summary_lines(rows):
             terminalreporter.write_line(line)
-        path = self._write_results()
-        if path is not None:
-            terminalreporter.write_sep("-", f"specdec results: {path}")
-
-    def _write_results(self) -> Path | None:
-        if hasattr(self.config, "workerinput"):
-            return None
-        results_dir = self.out_dir / "results"
-        results_dir.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y%m%dT%H%M%S")
-        path = results_dir / f"{stamp}.json"
-        data = {
-            "rows": [{"test": r.nodeid, "profile": r.profile, "outcome": r.outcome, "metrics": r.values} for r in self.rows],
-        }
-        path.write_text(json.dumps(data, indent=2) + "\n")
-        return path
+        if self.saved_path is not None:
+            terminalreporter.write_sep("-", f"specdec results: {self.saved_path}")
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -318,19 +401,16 @@ def specdec_server(specdec_profile: Profile, request: pytest.FixtureRequest) -> 
     session, or before the next profile's server starts.
     """
     session: SpecdecSession = request.config.stash[session_key]
-    log_dir = session.out_dir / "logs"
     progress = _Progress(request.config, specdec_profile.name)
     try:
         server = runner.start_server(
             specdec_profile,
-            log_dir=log_dir,
+            log_dir=session.out_dir / "logs",
             startup_timeout_s=request.config.option.specdec_startup_timeout,
             on_progress=progress,
         )
     finally:
         progress.done()
-    if server.log_path is not None:
-        session.log_paths[specdec_profile.name] = server.log_path
     try:
         yield server
     finally:
@@ -338,22 +418,24 @@ def specdec_server(specdec_profile: Profile, request: pytest.FixtureRequest) -> 
 
 
 @pytest.fixture
-def specdec_run(specdec_server: runner.RunningServer, request: pytest.FixtureRequest) -> runner.Measurement:
-    """The profile's workload measured once per session and profile (``runner.Measurement``: ``.metrics`` has
-    output_tok_s, accept_length, accept_rate, ttft/itl/tpot/e2e percentiles in ms). Marker and profile thresholds are
-    checked after the test body."""
+def specdec_run(specdec_server: runner.RunningServer, request: pytest.FixtureRequest) -> runner.RunResult:
+    """The profile's workload, measured ``repeats`` times once per session and profile (``runner.RunResult``:
+    ``.metrics`` is the per-metric median over repeats — output_tok_s, accept_length, accept_rate, TTFT/ITL/TPOT/e2e
+    percentiles in ms; ``.measurements`` the repeats). Marker and profile thresholds, and the baseline compare when
+    ``--specdec-compare`` is given, are checked after the test body."""
     session: SpecdecSession = request.config.stash[session_key]
-    name = specdec_server.profile.name
-    measurement = session.measurements.get(name)
-    if measurement is None:
-        measurement = runner.measure(specdec_server)
-        session.measurements[name] = measurement
+    profile = specdec_server.profile
+    run = session.runs.get(profile.name)
+    if run is None:
+        run = runner.measure_repeats(specdec_server, session.repeats(profile))
+        session.runs[profile.name] = run
+        session.fingerprints[profile.name] = results.build_fingerprint(specdec_server, run.prompt_hash)
     item = request.node
-    item.stash[measurement_key] = measurement
-    item.user_properties.append(
-        (_USER_PROPERTY, json.dumps({"profile": name, "metrics": report.row_values(measurement.metrics)}))
-    )
-    return measurement
+    record = results.ResultRecord.from_measurements(item.nodeid, run.measurements, session.fingerprints[profile.name])
+    item.stash[record_key] = record
+    item.user_properties.append((_USER_PROPERTY, json.dumps(record.to_dict(), default=str)))
+    benchmark.record(request, run.measurements, session.fingerprints[profile.name])
+    return run
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -366,34 +448,77 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             "e.g. @pytest.mark.specdec(min_accept_length=2.0)",
             pytrace=False,
         )
+    kwargs = dict(marker.kwargs)
+    tolerances = kwargs.pop("tolerances", None)
     profile_param = getattr(getattr(item, "callspec", None), "params", {}).get("specdec_profile")
     session: SpecdecSession = item.config.stash[session_key]
     base = session.profile(profile_param).thresholds if profile_param else Thresholds()
     try:
-        item.stash[thresholds_key] = merge_marker(base, dict(marker.kwargs))
+        item.stash[thresholds_key] = merge_marker(base, kwargs)
     except ValueError as exc:
         pytest.fail(f"@pytest.mark.specdec: {exc}", pytrace=False)
+    if tolerances is not None:
+        try:
+            compare.parse_tolerances(tolerances)
+        except ValueError as exc:
+            pytest.fail(f"@pytest.mark.specdec(tolerances=...): {exc}", pytrace=False)
+        item.stash[tolerances_key] = [tolerances] if isinstance(tolerances, str) else list(tolerances)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     result = yield
-    measurement = item.stash.get(measurement_key, None)
-    if measurement is None:
+    record = item.stash.get(record_key, None)
+    if record is None:
         return result
     session: SpecdecSession = item.config.stash[session_key]
-    profile = session.profile(measurement.profile)
+    profile = session.profile(record.profile)
     thresholds = item.stash.get(thresholds_key, None) or profile.thresholds
+    run = session.runs[profile.name]
     speedup = None
     if thresholds.min_speedup is not None:
-        other = session.measurements.get(thresholds.min_speedup.vs)
+        other = session.runs.get(thresholds.min_speedup.vs)
         if other is not None and other.metrics.output_tok_s > 0:
-            speedup = measurement.metrics.output_tok_s / other.metrics.output_tok_s
-    verdict = evaluate(thresholds, measurement.metrics, speculative=profile.is_speculative, speedup=speedup)
+            speedup = run.metrics.output_tok_s / other.metrics.output_tok_s
+    verdict = evaluate(thresholds, run.metrics, speculative=profile.is_speculative, speedup=speedup)
+    failures = []
     if verdict.failed:
-        context = f"profile {profile.name}, {measurement.metrics.num_ok} requests"
-        pytest.fail(verdict.message(context), pytrace=False)
+        repeats = len(run.measurements)
+        context = f"profile {profile.name}, {run.metrics.num_ok} requests" + (
+            f", median of {repeats} repeats" if repeats > 1 else ""
+        )
+        failures.append(verdict.message(context))
+    if session.baseline is not None:
+        text = _compare(session, item, record, profile)
+        if text:
+            failures.append(text)
+    if failures:
+        pytest.fail("\n".join(failures), pytrace=False)
     return result
+
+
+def _compare(session: SpecdecSession, item: pytest.Item, record: results.ResultRecord, profile: Profile) -> str | None:
+    """The baseline-compare failure text for one test, or None when it did not regress."""
+    assert session.baseline is not None
+    test_id = record.test_id
+    base_profile = item.config.option.specdec_compare_profile
+    if base_profile:
+        test_id = test_id.replace(f"[{profile.name}]", f"[{base_profile}]")
+    base = session.baseline.find(test_id)
+    if base is None:
+        item.warn(SpecdecWarning(f"no baseline for {test_id} in run {session.baseline.run_id}; not compared"))
+        return None
+    specs = [*session.tolerances, *profile.tolerances, *item.stash.get(tolerances_key, [])]
+    tolerances = compare.parse_tolerances(specs) if specs else None
+    try:
+        comparison = compare.compare_results(
+            base, record, tolerances, force=item.config.option.specdec_compare_force
+        )
+    except CompareError as exc:
+        return f"not compared with run {session.baseline.run_id}: {exc} (--specdec-compare-force compares anyway)"
+    if not comparison.failed:
+        return None
+    return f"regression against run {session.baseline.run_id} ({test_id}):\n" + "\n".join(comparison.lines())
 
 
 class _Progress:
@@ -403,11 +528,11 @@ class _Progress:
         self.tr = config.pluginmanager.get_plugin("terminalreporter")
         self.name = name
         self.tty = bool(self.tr is not None and self.tr.isatty() and not hasattr(config, "workerinput"))
-        self.last_print = -30.0
+        self.last_print = 0.0
         self.started = False
 
     def __call__(self, elapsed_s: float, budget_s: float, last_line: str) -> None:
-        if self.tr is None:
+        if self.tr is None or hasattr(self.tr.config, "workerinput"):
             return
         text = f"specdec: starting {self.name}: {elapsed_s:.0f}/{budget_s:.0f} s | {last_line.strip()[:90]}"
         if self.tty:
@@ -422,6 +547,3 @@ class _Progress:
     def done(self) -> None:
         if self.tty and self.started:
             self.tr.rewrite("", erase=True)
-
-
-_ = (SpecdecError, PreflightError)

@@ -96,7 +96,8 @@ class Workload(_Strict):
     warmup_requests: int = Field(default=2, ge=0)
     temperature: float = Field(default=0.0, ge=0)
     ignore_eos: bool = True
-    repeats: int = Field(default=1, ge=1)
+    #: Measured phases per server; compare uses the per-repeat values for its significance test.
+    repeats: int = Field(default=3, ge=1)
     #: Per request, seconds without a new token before the run aborts as "server stalled".
     stall_timeout_s: float = Field(default=60.0, gt=0)
     #: Per request, total seconds.
@@ -134,6 +135,8 @@ class Profile(_Strict):
     #: ``--max-running-requests``; None lets the engine choose (SGLang: 48 under speculative decoding).
     max_running_requests: int | None = Field(default=None, ge=1)
     speculative: SpeculativeConfig | None = None
+    #: Baseline-compare tolerances, e.g. ["output_tok_s:5%", "accept_length:0.02"] (see ``compare.parse_tolerances``).
+    tolerances: list[str] = Field(default_factory=list)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     workload: Workload = Field(default_factory=Workload)
     #: Where this profile was defined (file path); set by the loader.

@@ -8,6 +8,8 @@ pytest; nothing here knows about pytest.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -17,12 +19,13 @@ import httpx
 
 from pytest_specdec import client, metrics, workload
 from pytest_specdec.engines import get_engine
+from pytest_specdec.engines.sglang import resolve_api_key
 from pytest_specdec.engines.base import EffectiveConfig, Engine, LaunchSpec, SpecCounters
 from pytest_specdec.errors import ServerStartError
 from pytest_specdec.profiles import Profile
 from pytest_specdec.records import RequestRecord, RunMetrics
 
-__all__ = ["Measurement", "RunningServer", "measure", "running_server", "start_server"]
+__all__ = ["Measurement", "RunResult", "RunningServer", "measure", "measure_repeats", "running_server", "start_server"]
 
 ProgressCallback = Callable[[float, float, str], None]
 
@@ -60,17 +63,6 @@ class Measurement:
     counters_after: SpecCounters | None
     cross_check: str | None
     wall_time: float = field(default_factory=time.time)
-
-
-def resolve_api_key(profile: Profile) -> str | None:
-    """The profile's ``api_key``, else the value of the env var named by ``api_key_env`` (never logged)."""
-    import os
-
-    if profile.api_key:
-        return profile.api_key
-    if profile.api_key_env:
-        return os.environ.get(profile.api_key_env)
-    return None
 
 
 def start_server(
@@ -253,3 +245,48 @@ def _counters(server: RunningServer) -> SpecCounters | None:
     except Exception:  # noqa: BLE001 - counters are a cross-check; their absence is reported, not fatal
         return None
     return server.engine.counters(text)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """``repeats`` measured phases of one profile's workload on one server.
+
+    ``metrics`` holds, per field, the median over the repeats (counts: the median too; None when no repeat reported
+    the field), so a single slow phase does not decide a verdict.
+    """
+
+    profile: str
+    measurements: tuple[Measurement, ...]
+    metrics: RunMetrics
+    prompt_hash: str
+
+    @property
+    def cross_checks(self) -> tuple[str, ...]:
+        return tuple(m.cross_check for m in self.measurements if m.cross_check)
+
+
+def median_metrics(runs: list[RunMetrics]) -> RunMetrics:
+    """Per-field median of several ``RunMetrics`` (None values skipped; all None -> None)."""
+    if len(runs) == 1:
+        return runs[0]
+    merged: dict[str, object] = {}
+    for f in dataclasses.fields(RunMetrics):
+        values = [getattr(r, f.name) for r in runs]
+        numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        if not numbers:
+            merged[f.name] = values[0]
+            continue
+        med = statistics.median(numbers)
+        merged[f.name] = int(med) if all(isinstance(v, int) for v in numbers) else float(med)
+    return RunMetrics(**merged)  # type: ignore[arg-type]
+
+
+def measure_repeats(server: RunningServer, repeats: int, *, base_dir: Path | None = None) -> RunResult:
+    """``measure`` ``repeats`` times on the same server (warmup before each phase) and take medians."""
+    measurements = tuple(measure(server, base_dir=base_dir) for _ in range(repeats))
+    return RunResult(
+        profile=server.profile.name,
+        measurements=measurements,
+        metrics=median_metrics([m.metrics for m in measurements]),
+        prompt_hash=measurements[0].prompt_hash,
+    )

@@ -72,7 +72,8 @@ _CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"|is not a local folder and is not a valid model identifier"
         ),
     ),
-    ("bad flag", re.compile(r"unrecognized arguments|error: argument|invalid choice")),
+    # "unsupported flag": the bundled reference server's argparse wrapper (refserver/args.py::parse_args).
+    ("bad flag", re.compile(r"unrecognized arguments|error: argument|invalid choice|error: unsupported flag")),
 )
 
 
@@ -83,7 +84,8 @@ def classify_exit(log_text: str) -> str:
         ``"bad flag"``, ``"unknown"``; the first matching cause in that order wins. Patterns: PyTorch's
         ``torch.OutOfMemoryError`` / "CUDA out of memory", the OS's "Address already in use", NCCL/CUDA runtime
         errors, huggingface_hub's "Repo id must be ..." / transformers' "... is not a local folder and is not a
-        valid model identifier", and argparse's "unrecognized arguments" / "error: argument" / "invalid choice".
+        valid model identifier", and argparse's "unrecognized arguments" / "error: argument" / "invalid choice"
+        (plus the reference server's "error: unsupported flag").
     """
     for cause, pattern in _CAUSES:
         if pattern.search(log_text):
@@ -326,6 +328,9 @@ def _safe_probe(probe: Callable[[], bool]) -> bool:
         return False
 
 
+#: Called with each new ServerProcess right after its launch (``sharing`` records the pid before the wait, so that
+#: a worker dying mid-startup does not leave an unrecorded server).
+_launch_listeners: list[Callable[[ServerProcess], None]] = []
 _registry: list[ServerProcess] = []
 _disowned: list[ServerProcess] = []
 _registry_lock = threading.Lock()
@@ -400,6 +405,8 @@ class ServerProcess:
         proc = cls(spec, name, log_path, popen)
         proc._watcher.start()
         _register(proc)
+        for listener in list(_launch_listeners):
+            listener(proc)
         return proc
 
     # -- readiness --------------------------------------------------------------------------------------------

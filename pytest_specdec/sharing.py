@@ -9,13 +9,24 @@ holder dies) and ``specdec-server-eagle3.json``::
      "base_url": "http://127.0.0.1:30000", "host": "127.0.0.1", "port": 30000, "log_path": "/tmp/.../eagle3.log",
      "users": [[pid, create_time, token], ...], "procs": [[pid, create_time], ...], "starts": 1, "error": null}
 
-``status`` is running | failed | stopped. ``users`` are the worker processes inside ``shared_server``; a user whose
+``status`` is starting (launched, not ready yet; written before the wait so that a worker dying mid-startup
+leaves a record) | running | failed | stopped. ``users`` are the worker processes inside ``shared_server``; a user whose
 process is gone (a crashed worker) is dropped whenever the file is touched. The first worker starts the server
 while holding the lock (the others wait on it); a failed start is recorded, so that the other workers raise the same
 ServerStartError instead of each waiting out its own budget. The last live user to leave stops the server by pid
 (using ``procs``, the descendant snapshot, for those that escaped with setsid). ``sweep_shared`` on the controller
 stops whatever is left after the workers finished (e.g. the last user crashed). Every write is a temp file plus
 ``os.replace`` under the lock, so readers never see a half-written file.
+
+Wiring (plugin)::
+
+    # session fixture, on an xdist worker only (hasattr(config, "workerinput"))
+    root = tmp_path_factory.getbasetemp().parent
+    with shared_server(profile.name, root, lambda: runner.start_server(profile, ...).process) as shared:
+        yield ...  # a client of shared.base_url; shared.check_alive() after each measured phase
+    # controller, pytest_sessionfinish (not on workers): report what had to be stopped
+    for line in sweep_shared(config._tmp_path_factory.getbasetemp()):  # as xdist's workermanage.py reads it
+        terminalreporter.write_line(line)
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from typing import Any
 import psutil
 from filelock import FileLock
 
+from pytest_specdec import server
 from pytest_specdec.errors import ServerError, ServerStartError
 from pytest_specdec.server import ServerProcess, StopReport, stop_process_tree
 
@@ -140,6 +152,22 @@ def _record_stop(state: dict[str, Any], report: StopReport, by: str) -> None:
     state["procs"] = [list(p) for p in state.get("procs", []) if _running(*p)]
 
 
+def _running_state(key: str, proc: ServerProcess, starts: int) -> dict[str, Any]:
+    return {
+        "key": key,
+        "status": "running",
+        "pid": proc.pid,
+        "create_time": psutil.Process(proc.pid).create_time(),
+        "base_url": proc.base_url,
+        "host": proc.spec.host,
+        "port": proc.spec.port,
+        "log_path": str(proc.log_path),
+        "starts": starts,
+        "procs": [],
+        "error": None,
+    }
+
+
 def _start_error(state: dict[str, Any]) -> ServerStartError:
     error = state["error"]
     log_path = Path(error["log_path"]) if error.get("log_path") else None
@@ -183,7 +211,14 @@ def shared_server(
                         log_path=Path(state["log_path"]) if state.get("log_path") else None,
                     )
                 _stop_by_state(state, stop_timeout_s)  # leftovers of a dead server, and its port
+            if status == "starting":
+                _stop_by_state(state, stop_timeout_s)  # launched by a worker that died while waiting for it
             starts = int(state.get("starts", 0)) + 1
+
+            def record_launch(proc: ServerProcess) -> None:
+                _write(state_path, {**_running_state(key, proc, starts), "status": "starting", "users": [me]})
+
+            server._launch_listeners.append(record_launch)
             try:
                 own = start()
             except ServerStartError as exc:
@@ -201,19 +236,9 @@ def shared_server(
                 }
                 _write(state_path, state)
                 raise
-            state = {
-                "key": key,
-                "status": "running",
-                "pid": own.pid,
-                "create_time": psutil.Process(own.pid).create_time(),
-                "base_url": own.base_url,
-                "host": own.spec.host,
-                "port": own.spec.port,
-                "log_path": str(own.log_path),
-                "starts": starts,
-                "procs": [],
-                "error": None,
-            }
+            finally:
+                server._launch_listeners.remove(record_launch)
+            state = _running_state(key, own, starts)
             _merge_procs(state, own.processes())
         state["users"] = [*users, me]
         _write(state_path, state)
@@ -275,11 +300,9 @@ def sweep_shared(root: Path, *, timeout_s: float = 30.0) -> list[str]:
         lock = FileLock(str(state_path.with_suffix(".lock")))
         with lock:
             state = _read(state_path)
-            if state.get("status") != "running":
+            if state.get("status") not in ("running", "starting"):
                 continue
-            alive = _running(state["pid"], state["create_time"]) or any(
-                _running(*p) for p in state.get("procs", [])
-            )
+            alive = _running(state["pid"], state["create_time"]) or any(_running(*p) for p in state.get("procs", []))
             if not alive:
                 state["status"] = "stopped"
                 _write(state_path, state)

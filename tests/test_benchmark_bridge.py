@@ -54,7 +54,7 @@ from pytest_specdec import benchmark as bridge
 @pytest.mark.parametrize("profile", ["eagle3"])
 def test_tok_s(request, profile):
     toks = [float(x) for x in os.environ["SPECDEC_TOKS"].split(",")]
-    added = bridge.record(request.node, [make(t) for t in toks], {"engine": "reference"})
+    added = bridge.record(request, [make(t) for t in toks], {"engine": "reference"})
     assert added is (os.environ.get("SPECDEC_EXPECT", "1") == "1")
 """
 

@@ -26,7 +26,9 @@ FAKE = Path(__file__).with_name("fakeserver.py")
 HOST = "127.0.0.1"
 
 
-def make_spec(*flags: str, port: int | None = None, env: dict[str, str] | None = None, derived: tuple[int, ...] = ()) -> LaunchSpec:
+def make_spec(
+    *flags: str, port: int | None = None, env: dict[str, str] | None = None, derived: tuple[int, ...] = ()
+) -> LaunchSpec:
     port = port or find_free_port(HOST)
     argv = (sys.executable, str(FAKE), "--port", str(port), *flags)
     return LaunchSpec(argv=argv, env=env or {"PATH": os.environ["PATH"]}, host=HOST, port=port, derived_ports=derived)
@@ -162,8 +164,12 @@ def test_oom_at_startup(tmp_path: Path) -> None:
     [
         (("--no-such-flag",), "bad flag", 2, "unrecognized arguments: --no-such-flag"),
         (("--model-path", "/nonexistent/model"), "missing model path", 1, "No such file or directory"),
-        (("--crash-at", "0", "--crash-text", "RuntimeError: NCCL error in: nccl.cpp:12, unhandled cuda error"),
-         "CUDA/NCCL error", 1, "NCCL error"),
+        (
+            ("--crash-at", "0", "--crash-text", "RuntimeError: NCCL error in: nccl.cpp:12, unhandled cuda error"),
+            "CUDA/NCCL error",
+            1,
+            "NCCL error",
+        ),
         (("--crash-at", "0", "--crash-text", "segfault somewhere", "--crash-code", "139"), "unknown", 139, "segfault"),
     ],
 )
@@ -171,7 +177,9 @@ def test_exit_before_ready_is_classified(
     tmp_path: Path, flags: tuple[str, ...], cause: str, code: int, needle: str
 ) -> None:
     proc = start(make_spec(*flags), tmp_path)
-    with pytest.raises(ServerStartError, match=rf"exited with code {code} before it was ready \(cause: {cause}\)") as info:
+    with pytest.raises(
+        ServerStartError, match=rf"exited with code {code} before it was ready \(cause: {cause}\)"
+    ) as info:
         proc.wait_ready(health(proc.base_url), timeout_s=600)
     assert info.value.cause == cause
     assert needle in str(info.value)
@@ -234,7 +242,10 @@ def test_silent_log_stalls(tmp_path: Path) -> None:
 
 def test_port_held_by_another_process(tmp_path: Path) -> None:
     port = find_free_port(HOST)
-    code = f"import socket,time; s=socket.socket(); s.bind(('{HOST}',{port})); s.listen(); print('up',flush=True); time.sleep(60)"
+    code = (
+        f"import socket,time; s=socket.socket(); s.bind(('{HOST}',{port})); s.listen(); "
+        "print('up',flush=True); time.sleep(60)"
+    )
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == b"up\n"
@@ -258,7 +269,10 @@ def test_derived_port_held(tmp_path: Path) -> None:
         held.listen()
         derived = held.getsockname()[1]
         spec = make_spec(derived=(derived,))
-        with pytest.raises(ServerStartError, match=rf"port {derived} \(derived from {spec.port}\) on {HOST} is in use by pid {os.getpid()} \("):
+        with pytest.raises(
+            ServerStartError,
+            match=rf"port {derived} \(derived from {spec.port}\) on {HOST} is in use by pid {os.getpid()} \(",
+        ):
             start(spec, tmp_path)
 
 
@@ -266,7 +280,9 @@ def test_cannot_execute(tmp_path: Path) -> None:
     spec = LaunchSpec(argv=("/nonexistent/python", "-m", "sglang"), env={}, host=HOST, port=find_free_port(HOST))
     with pytest.raises(ServerStartError) as info:
         start(spec, tmp_path)
-    assert str(info.value) == "server 'eagle3' not launched: cannot run '/nonexistent/python': No such file or directory"
+    assert (
+        str(info.value) == "server 'eagle3' not launched: cannot run '/nonexistent/python': No such file or directory"
+    )
 
 
 def test_keyboard_interrupt_tears_down(tmp_path: Path) -> None:
@@ -379,6 +395,7 @@ def test_leftovers_sweeps_unstopped_servers(tmp_path: Path) -> None:
         ("serve: error: unrecognized arguments: --speculative-num-step 3", "bad flag"),
         ("serve: error: argument --tp-size: invalid int value: 'x'", "bad flag"),
         ("error: argument --speculative-algorithm: invalid choice: 'EAGEL3'", "bad flag"),
+        ("refserver: error: unsupported flag --enable-dp-attention: the reference server implements", "bad flag"),
         ("Killed", "unknown"),
     ],
 )

@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -144,9 +143,13 @@ def start():
         proc = ServerProcess.start(spec, name="eagle3", log_path=root / "eagle3.log")
     else:
         port = find_free_port("127.0.0.1")
-        spec = LaunchSpec(argv=(sys.executable, {fake!r}, "--port", str(port), "--orphan", str(root / "gc.pid")),
+        orphan = [] if mode == "die-starting" else ["--orphan", str(root / "gc.pid")]
+        spec = LaunchSpec(argv=(sys.executable, {fake!r}, "--port", str(port), *orphan,
+                                *(["--never-ready"] if mode == "die-starting" else [])),
                           env={{"PATH": os.environ["PATH"]}}, host="127.0.0.1", port=port)
         proc = ServerProcess.start(spec, name="eagle3", log_path=root / "eagle3.log")
+        if mode == "die-starting":
+            os._exit(1)  # a worker dying while it waits for the server it launched
         proc.wait_ready(lambda: httpx.get(spec.base_url + "/health", timeout=1).status_code == 200, timeout_s=60)
     with open(root / "launched.txt", "a") as f:
         f.write(f"{{proc.pid}}\\n")
@@ -211,6 +214,22 @@ def test_sweep_stops_the_server_of_a_crashed_last_user(tmp_path: Path) -> None:
     assert gone(pid) and gone(grandchild)
     assert read_state(root)["status"] == "stopped"
     assert sweep_shared(root) == []
+
+
+def test_server_of_a_worker_that_died_while_starting_is_replaced(tmp_path: Path) -> None:
+    (result,) = run_users(tmp_path, "die-starting", count=1, processes=1)
+    assert result.returncode == 1, result.stderr
+    root = tmp_path / "share"
+    state = read_state(root)
+    assert state["status"] == "starting"
+    orphan = state["pid"]
+    assert not gone(orphan)
+    starts: list[int] = []
+    with shared_server("eagle3", root, fake_start(root, starts=starts), stop_timeout_s=1.0) as info:
+        assert gone(orphan)  # cleaned up before the new launch
+        assert info.started_here and info.pid == starts[0] != orphan
+        assert read_state(root)["starts"] == 2
+    assert gone(info.pid)
 
 
 # -- under pytest-xdist -------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """End-to-end against the real vLLM CPU build: EAGLE-3 with the bundled reference target and draft.
 
-Needs the venv made by ``.ci/vllm-setup.sh`` (``SPECDEC_VLLM_PYTHON``, default ``/work/main/.venv-vllm/bin/python``).
+Needs the venv made by ``.ci/vllm-setup.sh`` (``SPECDEC_VLLM_PYTHON``, default ``<repo>/.venv-vllm/bin/python``).
 Servers run one at a time (2 cores), each started once per module through ``VllmEngine.launch_spec`` and
 ``server.ServerProcess``, measured, and stopped before the next one starts.
 """
@@ -26,11 +26,12 @@ from pytest_specdec.server import ServerProcess
 
 pytestmark = pytest.mark.vllm
 
-VLLM_PYTHON = Path(os.environ.get("SPECDEC_VLLM_PYTHON", "/work/main/.venv-vllm/bin/python"))
-ASSETS = Path(__file__).resolve().parents[2] / "pytest_specdec" / "refserver" / "assets"
+REPO = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = Path(os.environ.get("SPECDEC_VLLM_PYTHON", REPO / ".venv-vllm" / "bin" / "python"))
+ASSETS = REPO / "pytest_specdec" / "refserver" / "assets"
 TARGET = Path(os.environ.get("SPECDEC_VLLM_TARGET", ASSETS / "target"))
 DRAFT = Path(os.environ.get("SPECDEC_VLLM_DRAFT", ASSETS / "draft-eagle3"))
-PROMPTS = Path(__file__).resolve().parents[2] / "pytest_specdec" / "refserver" / "prompts.jsonl"
+PROMPTS = REPO / "pytest_specdec" / "refserver" / "prompts.jsonl"
 
 #: The draft was trained on SGLang ids [1, 3, 5] (outputs of layers 1, 3, 5 = HF hidden_states[2, 4, 6]); vLLM's
 #: id i is the input of layer i (docs/vllm.md), so the same tensors are vLLM ids [2, 4, 6].

@@ -1,0 +1,194 @@
+"""The plugin end to end through pytester: options, profile errors, marker errors, summary, verdicts, teardown.
+
+Tests that launch the bundled reference server use a small workload; each starts one server per profile.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import psutil
+import pytest
+
+PROFILES = """
+profiles:
+  baseline:
+    server: reference
+    env: {SPECDEC_TEST_TAG: "@TAG@"}
+    startup_timeout_s: 180
+    workload: {max_new_tokens: 24, num_requests: 6, warmup_requests: 1}
+  eagle3:
+    extends: baseline
+    speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}
+  eagle3-wrong-layers:
+    extends: eagle3
+    speculative: {aux_hidden_state_layer_ids: [0, 1, 2]}
+  crashes:
+    extends: baseline
+    extra_args: ["--ref-fault-oom-at-startup", "0.5"]
+"""
+
+TESTS = """
+import pytest
+
+@pytest.mark.specdec(min_accept_length=1.5)
+def test_accept(specdec_run):
+    assert specdec_run.metrics.num_ok == 6
+
+def test_server_info(specdec_server):
+    assert specdec_server.base_url.startswith("http://127.0.0.1:")
+"""
+
+
+def _tag(pytester: pytest.Pytester) -> str:
+    return str(pytester.path)
+
+
+def _our_servers(pytester: pytest.Pytester) -> list[psutil.Process]:
+    """Processes still alive that carry this test's tag in their environment (other tests' servers do not)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("SPECDEC_TEST_TAG") == _tag(pytester):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makefile(".yaml", specdec=PROFILES.replace("@TAG@", _tag(pytester)))
+    pytester.makepyfile(test_specdec=TESTS)
+    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    return pytester
+
+
+def test_unknown_profile_is_a_usage_error(project: pytest.Pytester) -> None:
+    result = project.runpytest_subprocess("--server-profile=eagle")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: --server-profile=eagle: no such profile in *specdec.yaml (available: baseline, crashes, eagle3, *)"]
+    )
+
+
+def test_broken_profile_file_names_file_key_and_value(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".yaml", specdec="profiles:\n  eagle3:\n    speculative: {algorithm: EAGLE3, num_steps: two}\n")
+    pytester.makepyfile(test_x="def test_x(specdec_run): pass\n")
+    result = pytester.runpytest_subprocess("--server-profile=eagle3")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*specdec.yaml: profiles.eagle3.speculative.num_steps: *'two'*"])
+
+
+def test_without_profile_specdec_tests_skip(project: pytest.Pytester) -> None:
+    result = project.runpytest_subprocess("-rs")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*no --server-profile given (e.g. pytest -m specdec --server-profile=eagle3)*"])
+
+
+def test_bad_marker_argument_errors_that_test(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_bad="""
+        import pytest
+
+        @pytest.mark.specdec(min_accept_lenght=2.0)
+        def test_typo(specdec_run):
+            pass
+        """
+    )
+    result = project.runpytest_subprocess("test_bad.py", "--server-profile=eagle3", "--specdec-check")
+    assert result.ret == 0  # --specdec-check validates profiles only; it collects and runs nothing
+    result = project.runpytest_subprocess("test_bad.py", "--server-profile=eagle3", "--collect-only", "-q")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["test_bad.py::test_typo[[]eagle3[]]"])
+
+
+def test_preflight_error_stops_before_launch(project: pytest.Pytester) -> None:
+    project.makefile(
+        ".yaml",
+        specdec=PROFILES.replace("@TAG@", _tag(project))
+        + textwrap.indent(
+            "eagle-on-eagle3-draft:\n  extends: eagle3\n  speculative: {algorithm: EAGLE}\n", "  "
+        ),
+    )
+    result = project.runpytest_subprocess("--server-profile=eagle-on-eagle3-draft")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: specdec preflight failed (nothing was launched):", "*EAGLE*Eagle3*"])
+    assert not _our_servers(project)
+
+
+@pytest.mark.slow
+def test_eagle3_passes_and_prints_the_summary(project: pytest.Pytester) -> None:
+    result = project.runpytest_subprocess("-m", "specdec", "--server-profile=eagle3", timeout=600)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*= specdec summary =*",
+            "test * profile * tok/s * accept_len * accept_rate * TTFT p50 ms * ITL p50 ms *",
+            "test_accept[[]eagle3[]] * eagle3 * passed",
+            "*- specdec results: *.json -*",
+        ]
+    )
+    assert not _our_servers(project)
+
+
+@pytest.mark.slow
+def test_wrong_layers_fail_on_accept_length_naming_value_and_threshold(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_specdec="""
+        import pytest
+
+        @pytest.mark.specdec(min_accept_length=99)
+        def test_accept(specdec_run):
+            pass
+        """
+    )
+    result = project.runpytest_subprocess("--server-profile=eagle3-wrong-layers", timeout=600)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*accept_length * tok/verify < min 99 (margin -*%) [[]profile eagle3-wrong-layers, 6 requests[]]"]
+    )
+    assert not _our_servers(project)
+
+
+@pytest.mark.slow
+def test_accept_thresholds_not_applicable_without_speculation(project: pytest.Pytester) -> None:
+    result = project.runpytest_subprocess("--server-profile=baseline", timeout=600)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["test_accept[[]baseline[]] * baseline * n/a * n/a * passed"])
+
+
+@pytest.mark.slow
+def test_server_dying_at_startup_errors_fast_with_cause_and_log(project: pytest.Pytester) -> None:
+    result = project.runpytest_subprocess("--server-profile=crashes", timeout=300)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*server 'crashes' exited with code 1 before it was ready (cause: out of memory)*"])
+    # The session fixture's error is cached: one launch, not one per test.
+    assert result.stdout.str().count("exited with code 1 before it was ready") >= 1
+    assert not _our_servers(project)
+
+
+@pytest.mark.slow
+def test_two_profiles_one_server_at_a_time(project: pytest.Pytester) -> None:
+    project.makeconftest(
+        """
+        import psutil, pytest
+
+        @pytest.fixture(autouse=True)
+        def _count_servers():
+            live = [p for p in psutil.process_iter(["cmdline"])
+                    if "pytest_specdec.refserver" in " ".join(p.info["cmdline"] or []) and "--port" in " ".join(p.info["cmdline"] or [])]
+            assert len(live) <= 1, live
+        """
+    )
+    result = project.runpytest_subprocess("--server-profile=baseline,eagle3", "-v", timeout=900)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(
+        ["*test_accept[[]baseline[]] PASSED*", "*test_server_info[[]baseline[]] PASSED*", "*test_accept[[]eagle3[]] PASSED*"]
+    )
+    assert not _our_servers(project)
