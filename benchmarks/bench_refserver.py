@@ -136,7 +136,7 @@ def main() -> int:
         al = comp / ver
         time.sleep(0.2)
         life = srv.client.get("/server_info").json()["internal_states"][0].get("avg_spec_accept_length", 0.0)
-        lossless = sum(o["output_ids"] == r for o, r in zip(outs, ref_ids))
+        lossless = sum(o["output_ids"] == r for o, r in zip(outs, ref_ids, strict=True))
         base_al = al if base_al is None else base_al
         drop = "" if al == base_al else f" ({100 * (al - base_al) / base_al:+.1f}%)"
         rows.append((name, f"{al:.3f}{drop}", f"{life:.3f}", f"{lossless}/{len(prompts)}"))
@@ -170,7 +170,7 @@ def main() -> int:
     print("-" * 74)
     print(f"output tok/s, concurrency 1, median of {a.runs} interleaved runs: plain {p_med:.1f}, "
           f"EAGLE3 {s_med:.1f}, speedup {s_med / p_med:.3f}x (per-run "
-          f"{', '.join(f'{s / p:.2f}' for s, p in zip(spec_tps, plain_tps))})")
+          f"{', '.join(f'{s / p:.2f}' for s, p in zip(spec_tps, plain_tps, strict=True))})")
     print(f"startup to /health 200: plain {startup[0]:.1f} s, EAGLE3 {startup[1]:.1f} s")
     print(f"RSS: plain {rss_plain / 2**20:.0f} MiB, EAGLE3 {rss_spec / 2**20:.0f} MiB")
     return 0

@@ -6,6 +6,7 @@ wires them to pytest's hooks and fixtures.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -16,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
-from pytest_specdec import benchmark, compare, report, results, runner
+from pytest_specdec import benchmark, compare, report, results, runner, server, sharing
 from pytest_specdec.errors import CompareError, ProfileError, SpecdecWarning
 from pytest_specdec.profiles import Profile, ProfileSet, Thresholds, load_profiles
 from pytest_specdec.thresholds import evaluate, merge_marker
@@ -171,6 +173,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     bridge = config.pluginmanager.get_plugin("specdec-benchmark")
     if bridge is not None:
         config.pluginmanager.unregister(bridge)
+    server.leftovers()  # an atexit-style last resort; the session-end sweep below reports
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> Generator[None, object, object]:
+    # Outermost wrapper: session fixtures (our servers) are torn down inside, so whatever is still alive here leaked.
+    result = yield
+    left = server.leftovers(kill=True)
+    if left:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            pids = ", ".join(str(p.pid) for p in left)
+            tr.write_line(f"specdec: server process(es) left after teardown, killed: pid {pids}", red=True)
+    return result
 
 
 def _profile_path(config: pytest.Config) -> Path:
@@ -204,6 +221,7 @@ class SpecdecSession:
     saved_path: Path | None = None
     check_lines: list[tuple[str, list[str]]] = field(default_factory=list)
     check_failed: bool = False
+    sweep_lines: list[str] = field(default_factory=list)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> SpecdecSession:
@@ -332,7 +350,14 @@ class SpecdecSession:
         if self.config.option.specdec_check:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED if self.check_failed else pytest.ExitCode.OK
             return
-        if hasattr(self.config, "workerinput") or not self.records:
+        if hasattr(self.config, "workerinput"):
+            return
+        tmp_factory = getattr(self.config, "_tmp_path_factory", None)  # as xdist's workermanage.py reads it
+        if tmp_factory is not None and self.config.pluginmanager.hasplugin("xdist"):
+            self.sweep_lines = sharing.sweep_shared(tmp_factory.getbasetemp())
+            if self.sweep_lines:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if not self.records:
             return
         run = results.RunFile(
             run_id=self.run_id, started=self.started, machine=results.machine_info(), results=tuple(self.records)
@@ -351,6 +376,8 @@ class SpecdecSession:
                 red=self.check_failed,
                 green=not self.check_failed,
             )
+        for line in self.sweep_lines:
+            terminalreporter.write_line(f"specdec: {line}", red=True)
         if not self.records:
             return
         terminalreporter.write_sep("=", "specdec summary")
@@ -394,27 +421,48 @@ def specdec_profile(request: pytest.FixtureRequest) -> Profile:
 
 
 @pytest.fixture(scope="session")
-def specdec_server(specdec_profile: Profile, request: pytest.FixtureRequest) -> Iterator[runner.RunningServer]:
+def specdec_server(
+    specdec_profile: Profile, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[runner.RunningServer]:
     """The profile's server, started once per session and ready to generate (``runner.RunningServer``).
 
     Ready means ``/health`` 200 *and* a real 1-token generate. Torn down (whole process tree) at the end of the
-    session, or before the next profile's server starts.
+    session, or before the next profile's server starts. Under pytest-xdist one server per profile serves every
+    worker; the last worker out tears it down.
     """
     session: SpecdecSession = request.config.stash[session_key]
-    progress = _Progress(request.config, specdec_profile.name)
-    try:
-        server = runner.start_server(
-            specdec_profile,
-            log_dir=session.out_dir / "logs",
-            startup_timeout_s=request.config.option.specdec_startup_timeout,
-            on_progress=progress,
-        )
-    finally:
-        progress.done()
-    try:
-        yield server
-    finally:
-        server.stop()
+    config = request.config
+
+    def start() -> runner.RunningServer:
+        progress = _Progress(config, specdec_profile.name)
+        try:
+            return runner.start_server(
+                specdec_profile,
+                log_dir=session.out_dir / "logs",
+                startup_timeout_s=config.option.specdec_startup_timeout,
+                on_progress=progress,
+            )
+        finally:
+            progress.done()
+
+    if not hasattr(config, "workerinput") or specdec_profile.url is not None:
+        server = start()
+        try:
+            yield server
+        finally:
+            server.stop()
+        return
+    started: list[runner.RunningServer] = []
+
+    def start_process():  # type: ignore[no-untyped-def]
+        started.append(start())
+        return started[0].process
+
+    root = tmp_path_factory.getbasetemp().parent
+    with sharing.shared_server(specdec_profile.name, root, start_process) as shared:
+        budget = config.option.specdec_startup_timeout or specdec_profile.startup_timeout_s
+        # The worker that launched it keeps its handle; the others attach by URL. Teardown is shared_server's job.
+        yield started[0] if started else runner.attach(specdec_profile, shared.base_url, budget_s=budget)
 
 
 @pytest.fixture
@@ -427,7 +475,8 @@ def specdec_run(specdec_server: runner.RunningServer, request: pytest.FixtureReq
     profile = specdec_server.profile
     run = session.runs.get(profile.name)
     if run is None:
-        run = runner.measure_repeats(specdec_server, session.repeats(profile))
+        with _measure_lock(request):
+            run = runner.measure_repeats(specdec_server, session.repeats(profile))
         session.runs[profile.name] = run
         session.fingerprints[profile.name] = results.build_fingerprint(specdec_server, run.prompt_hash)
     item = request.node
@@ -436,6 +485,17 @@ def specdec_run(specdec_server: runner.RunningServer, request: pytest.FixtureReq
     item.user_properties.append((_USER_PROPERTY, json.dumps(record.to_dict(), default=str)))
     benchmark.record(request, run.measurements, session.fingerprints[profile.name])
     return run
+
+
+@contextlib.contextmanager
+def _measure_lock(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Under xdist, workers share servers: one measured phase at a time, so workers do not skew each other."""
+    if not hasattr(request.config, "workerinput"):
+        yield
+        return
+    root = request.getfixturevalue("tmp_path_factory").getbasetemp().parent
+    with FileLock(str(root / "specdec-measure.lock")):
+        yield
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

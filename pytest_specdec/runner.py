@@ -79,45 +79,55 @@ def start_server(
     """
     from pytest_specdec.server import ServerProcess, find_free_port
 
-    engine = get_engine(profile)
-    api_key = resolve_api_key(profile)
     budget = startup_timeout_s or profile.startup_timeout_s
     if profile.url is not None:
-        server = RunningServer(profile, engine, profile.url.rstrip("/"), api_key)
-        _wait_url(server, budget)
-    else:
-        draft_path = None
-        spec_cfg = profile.speculative
-        if spec_cfg is not None and spec_cfg.aux_hidden_state_layer_ids is not None and spec_cfg.draft_model_path:
-            from pytest_specdec.overlay import make_draft_overlay
+        return attach(profile, profile.url, budget_s=budget)
+    engine = get_engine(profile)
+    api_key = resolve_api_key(profile)
+    draft_path = None
+    spec_cfg = profile.speculative
+    if spec_cfg is not None and spec_cfg.aux_hidden_state_layer_ids is not None and spec_cfg.draft_model_path:
+        from pytest_specdec.overlay import make_draft_overlay
 
-            draft_path = make_draft_overlay(
-                Path(spec_cfg.draft_model_path), spec_cfg.aux_hidden_state_layer_ids, log_dir / "overlays"
+        draft_path = make_draft_overlay(
+            Path(spec_cfg.draft_model_path), spec_cfg.aux_hidden_state_layer_ids, log_dir / "overlays"
+        )
+    port = profile.port or find_free_port(profile.host)
+    launch = engine.launch_spec(profile, port=port, draft_path=draft_path)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{profile.name}.log"
+    started = time.perf_counter()
+    process = ServerProcess.start(launch, name=profile.name, log_path=log_path)
+    server = RunningServer(profile, engine, launch.base_url, api_key, launch, process, log_path)
+    try:
+        with httpx.Client(base_url=launch.base_url, headers=_auth(api_key), timeout=10.0) as http:
+            process.wait_ready(
+                lambda: engine.probe_ready(http, profile),
+                timeout_s=budget,
+                stall_s=profile.startup_stall_s,
+                on_progress=on_progress,
             )
-        port = profile.port or find_free_port(profile.host)
-        launch = engine.launch_spec(profile, port=port, draft_path=draft_path)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = log_dir / f"{profile.name}.log"
-        started = time.perf_counter()
-        process = ServerProcess.start(launch, name=profile.name, log_path=log_path)
-        server = RunningServer(profile, engine, launch.base_url, api_key, launch, process, log_path)
-        try:
-            with httpx.Client(base_url=launch.base_url, headers=_auth(api_key), timeout=10.0) as http:
-                process.wait_ready(
-                    lambda: engine.probe_ready(http, profile),
-                    timeout_s=budget,
-                    stall_s=profile.startup_stall_s,
-                    on_progress=on_progress,
-                )
-        except BaseException:
-            server.stop()
-            raise
-        server.startup_s = time.perf_counter() - started
+    except BaseException:
+        server.stop()
+        raise
+    server.startup_s = time.perf_counter() - started
     try:
         _read_back(server)
     except BaseException:
         server.stop()
         raise
+    return server
+
+
+def attach(profile: Profile, base_url: str, *, budget_s: float) -> RunningServer:
+    """A client view of a server someone else started (``--server-url``, or another xdist worker): wait until it
+    generates, then read back its effective config. We never stop it.
+
+    :raises ServerStartError: not ready within ``budget_s``, or its speculative config differs from the profile.
+    """
+    server = RunningServer(profile, get_engine(profile), base_url.rstrip("/"), resolve_api_key(profile))
+    _wait_url(server, budget_s)
+    _read_back(server)
     return server
 
 

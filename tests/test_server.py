@@ -413,3 +413,35 @@ def test_port_helpers() -> None:
         assert not port_is_free(HOST, port)
         holder = port_holder(HOST, port)
     assert holder is not None and holder.startswith(f"pid {os.getpid()} (")
+
+
+# -- the bundled reference server's own fault knobs (imports torch: seconds per launch) ----------------------------
+
+ASSETS = Path(__file__).parents[1] / "pytest_specdec" / "refserver" / "assets"
+
+
+def ref_spec(*flags: str) -> LaunchSpec:
+    port = find_free_port(HOST)
+    argv = (sys.executable, "-m", "pytest_specdec.refserver", "--model-path", str(ASSETS / "target"), "--host", HOST,
+            "--port", str(port), *flags)  # fmt: skip
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(Path(__file__).parents[1])}
+    return LaunchSpec(argv=argv, env=env, host=HOST, port=port)
+
+
+@pytest.mark.slow
+def test_reference_server_oom_fault(tmp_path: Path) -> None:
+    proc = ServerProcess.start(ref_spec("--ref-fault-oom-at-startup", "0.5"), name="ref", log_path=tmp_path / "r.log")
+    with pytest.raises(ServerStartError, match=r"exited with code 1 before it was ready \(cause: out of memory\)"):
+        proc.wait_ready(health(proc.base_url), timeout_s=300)
+    assert gone(proc.pid)
+
+
+@pytest.mark.slow
+def test_reference_server_orphan_fault(tmp_path: Path) -> None:
+    proc = ServerProcess.start(ref_spec("--ref-fault-orphan"), name="ref", log_path=tmp_path / "r.log")
+    proc.wait_ready(health(proc.base_url), timeout_s=300)
+    children = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+    report = proc.stop(timeout_s=1.0)
+    assert len(report.killed_pids) == 1 and report.killed_pids[0] in children  # the SIGTERM-ignoring grandchild
+    assert report.clean
+    assert all(gone(pid) for pid in children)

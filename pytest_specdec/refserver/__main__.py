@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     except ArgsError as exc:
         print(f"python -m pytest_specdec.refserver: error: {exc}", file=sys.stderr)
         return 2
-    logger.info(f"server_args={args}")
+    logger.info(f"server_args={args.public_dict()}")
     keep: list[object] = []
     if args.ref_fault_orphan:
         keep.append(faults.spawn_orphan())
@@ -102,10 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         if n is not None and measured[0] == n:
             exit_later(0.3, f"ref fault: --ref-fault-die-after-requests {n} reached; exiting with status 1")
 
+    # The api key is never echoed back (/server_info is behind the key, but logs and reports copy it around).
+    shown_argv = [("<redacted>" if args.api_key is not None and v == args.api_key else v) for v in argv]
     metrics = MetricsCollector(args, args.enable_metrics, on_measured_finish)
     engine = SpecEngine(models, args, metrics)
     state = AppState(args=args, models=models, engine=engine, metrics=metrics,
-                     launch_command=shlex.join([sys.executable, "-m", "pytest_specdec.refserver", *argv]))
+                     launch_command=shlex.join([sys.executable, "-m", "pytest_specdec.refserver", *shown_argv]))
     engine.start()
     app = create_app(state)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=False,

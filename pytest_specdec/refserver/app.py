@@ -15,7 +15,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,7 +71,8 @@ class MetricsCollector(EngineListener):
             "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", names, registry=r,
             buckets=[0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400],
         ).labels(**labels)
-        self.accept_length = gauge("sglang:spec_accept_length", "The average acceptance length of speculative decoding.")
+        self.accept_length = gauge("sglang:spec_accept_length",
+                                   "The average acceptance length of speculative decoding.")
         self.accept_rate = gauge("sglang:spec_accept_rate", "The average acceptance rate of speculative decoding.")
         self.gen_throughput = gauge("sglang:gen_throughput", "The generation throughput (token/s).")
         self.num_running = gauge("sglang:num_running_reqs", "The number of running requests.")
@@ -127,6 +128,10 @@ class _BadRequest(Exception):
     pass
 
 
+def void(_: object) -> None:
+    """Discard a value (the Handle of ``call_soon_threadsafe``)."""
+
+
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": "BadRequestError" if status == 400 else "Error",
                                    "code": status}}, status_code=status)
@@ -170,12 +175,13 @@ def create_app(state: AppState) -> FastAPI:
         return await call_next(request)
 
     async def run(prompt_ids: list[int], params: SamplingParams, log_metrics: bool,
-                  rid: str | None = None) -> AsyncIterator[StepOutput]:
+                  rid: str | None = None) -> AsyncGenerator[StepOutput, None]:
         """Submit one request; yield its latest cumulative output after each engine step."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[StepOutput] = asyncio.Queue()
         seq = Sequence(rid=rid or uuid.uuid4().hex, prompt_ids=prompt_ids, params=params,
-                       emit=lambda out: loop.call_soon_threadsafe(queue.put_nowait, out), log_metrics=log_metrics)
+                       emit=lambda out: void(loop.call_soon_threadsafe(queue.put_nowait, out)),
+                       log_metrics=log_metrics)
         engine.submit(seq)
         try:
             while True:
@@ -204,7 +210,7 @@ def create_app(state: AppState) -> FastAPI:
         if out.finished:
             meta["e2e_latency"] = time.perf_counter() - created
             if args.speculative and out.spec_verify_ct > 0:
-                proposed = out.spec_verify_ct * (args.speculative_num_draft_tokens - 1)
+                proposed = out.spec_verify_ct * ((args.speculative_num_draft_tokens or 1) - 1)
                 meta["spec_accept_rate"] = out.spec_num_correct_drafts / proposed
                 meta["spec_accept_length"] = len(out.output_ids) / out.spec_verify_ct
                 meta["spec_num_correct_drafts"] = out.spec_num_correct_drafts
@@ -222,8 +228,8 @@ def create_app(state: AppState) -> FastAPI:
         if len(prompt_ids) >= models.context_len:
             raise _BadRequest(f"The input ({len(prompt_ids)} tokens) is longer than the model's context length "
                               f"({models.context_len} tokens).")
-        if any(not 0 <= t < models.target.config.vocab_size for t in prompt_ids):
-            raise _BadRequest(f"input_ids out of range [0, {models.target.config.vocab_size}).")
+        if any(not 0 <= t < models.vocab_size for t in prompt_ids):
+            raise _BadRequest(f"input_ids out of range [0, {models.vocab_size}).")
 
     # ---- health and info -------------------------------------------------------------------------------------
     @app.get("/health")

@@ -129,9 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     faults.add_argument("--ref-fault-never-ready", action="store_true",
                         help="Load and bind, but /health stays 503 forever.")
     faults.add_argument("--ref-fault-slow-start", type=float, metavar="SECONDS", default=None,
-                        help="Print SGLang-style 'Capturing batches' progress once a second for SECONDS before binding.")
+                        help="Print SGLang-style 'Capturing batches' progress once a second for SECONDS before "
+                        "binding.")
     faults.add_argument("--ref-fault-stall-after-tokens", type=int, metavar="N", default=None,
-                        help="After N generated tokens in total, measured generation stalls forever (/health stays 200).")
+                        help="After N tokens generated in total for measured requests (warmup and health checks not "
+                        "counted), measured generation stalls forever while /health stays 200.")
     faults.add_argument("--ref-fault-die-after-requests", type=int, metavar="N", default=None,
                         help="Exit 1 after serving N measured requests.")
     faults.add_argument("--ref-fault-orphan", action="store_true",

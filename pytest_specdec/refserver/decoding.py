@@ -22,12 +22,12 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from pytest_specdec.refserver.args import ServerArgs
-from pytest_specdec.refserver.model import Eagle3Draft, Eagle3DraftConfig
+from pytest_specdec.refserver.model import DraftCache, Eagle3Draft, Eagle3DraftConfig
 
 __all__ = [
     "EngineStats",
@@ -38,6 +38,7 @@ __all__ = [
     "StepOutput",
     "capture_indices",
     "load_models",
+    "speculative_accept",
 ]
 
 logger = logging.getLogger("pytest_specdec.refserver")
@@ -64,6 +65,32 @@ def capture_indices(layer_ids: list[int] | None, num_layers: int) -> list[int]:
     """
     wanted = [2, num_layers // 2, num_layers - 3] if not layer_ids else [i + 1 for i in layer_ids]
     return sorted({k for k in wanted if 0 <= k < num_layers})
+
+
+def speculative_accept(p_all: torch.Tensor, qs: list[torch.Tensor], drafts: list[int],
+                       gen: torch.Generator) -> tuple[int, int]:
+    """Standard speculative sampling for a chain (Leviathan et al. 2023, Alg. 1; Chen et al. 2023).
+
+    Draft j is accepted with probability min(1, p_j(d_j) / q_j(d_j)); at the first rejection the token is resampled
+    from norm(max(0, p_j - q_j)); if all n drafts are accepted the bonus token is sampled from p_n. The emitted
+    tokens are then distributed exactly as sampling from the target alone.
+
+    :param p_all: [n+1, V] target probabilities at the verify positions (after temperature/top-p).
+    :param qs: n tensors [V], the distributions the drafts were sampled from (target vocab).
+    :param drafts: the n draft token ids.
+    :returns: (a, bonus): the number of accepted drafts and the token emitted after them.
+    """
+    n = len(drafts)
+    for j in range(n):
+        d, p, q = drafts[j], p_all[j], qs[j]
+        ratio = float(p[d] / q[d]) if float(q[d]) > 0 else 0.0
+        if float(torch.rand((), generator=gen)) < min(1.0, ratio):
+            continue
+        resid = torch.clamp(p - q, min=0.0)
+        total = float(resid.sum())
+        probs = resid / total if total > 0 else p
+        return j, int(torch.multinomial(probs, 1, generator=gen))
+    return n, int(torch.multinomial(p_all[n], 1, generator=gen))
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,20 +143,21 @@ class Sequence:
     correct: int = 0
     histogram: list[int] = field(default_factory=list)
     # Engine-private state.
-    target_cache: object = None
-    draft_cache: object = None
+    target_cache: Any = None  # transformers DynamicCache
+    draft_cache: DraftCache | None = None
     last_token: int = 0
-    draft_tokens_in: torch.Tensor | None = None
-    draft_hidden_in: torch.Tensor | None = None
+    draft_tokens_in: Any = None  # [n] tokens / [n, K*Ht] states still to extend the draft with
+    draft_hidden_in: Any = None
 
 
 @dataclass
 class Models:
     """Loaded models: target in fp32; draft (None without speculation) with its capture plan."""
 
-    target: torch.nn.Module
-    tokenizer: object
+    target: Any  # transformers LlamaForCausalLM
+    tokenizer: Any  # transformers PreTrainedTokenizerFast
     num_layers: int
+    vocab_size: int
     eos_token_id: int | None
     context_len: int
     architectures: list[str]
@@ -161,6 +189,7 @@ def load_models(args: ServerArgs) -> Models:
         target=target,
         tokenizer=tokenizer,
         num_layers=cfg.num_hidden_layers,
+        vocab_size=cfg.vocab_size,
         eos_token_id=cfg.eos_token_id if isinstance(cfg.eos_token_id, int) else tokenizer.eos_token_id,
         context_len=cfg.max_position_embeddings,
         architectures=list(cfg.architectures or ["LlamaForCausalLM"]),
@@ -186,7 +215,7 @@ def load_models(args: ServerArgs) -> Models:
         logger.info(f"EAGLE3 aux hidden states: layer ids {ids} -> capture indices {models.capture}")
     else:
         draft.lm_head = target.lm_head
-        draft.d2t = torch.zeros_like(draft.d2t)
+        draft.d2t = torch.zeros(draft.config.draft_vocab_size, dtype=torch.int64)
         models.capture = None
     return models
 
@@ -203,7 +232,7 @@ class EngineStats:
         self.last_accept_rate = 0.0
         self.num_running = 0
         self.num_queue = 0
-        self.total_generated_tokens = 0  # every request, for the stall fault
+        self.total_generated_tokens = 0  # measured requests only (not warmup/health), for the stall fault
 
     @property
     def avg_spec_accept_length(self) -> float | None:
@@ -287,7 +316,7 @@ class SpecEngine:
         with self._cv:
             while not self._waiting and not self._running:
                 self._cv.wait()
-            admitted = []
+            admitted: list[Sequence] = []
             while self._waiting and len(self._running) + len(admitted) < self.max_running:
                 admitted.append(self._waiting.popleft())
             queued = len(self._waiting)
@@ -354,7 +383,7 @@ class SpecEngine:
         self.listener.on_log_window(self.stats)
 
     # ---- model math ------------------------------------------------------------------------------------------
-    def _target(self, ids: torch.Tensor, cache: object, hidden: bool) -> tuple[object, torch.Tensor]:
+    def _target(self, ids: torch.Tensor, cache: Any, hidden: bool) -> tuple[Any, torch.Tensor]:
         out = self.m.target(input_ids=ids[None], cache=cache, use_cache=True, output_hidden_states=hidden)
         if self.delay_s:
             time.sleep(self.delay_s)
@@ -423,7 +452,7 @@ class SpecEngine:
                 d = int(draft.to_target_ids(logits.argmax()))
             else:
                 q_draft = self._probs(logits, params)
-                q = torch.zeros(self.m.target.config.vocab_size).index_add_(
+                q = torch.zeros(self.m.vocab_size).index_add_(
                     0, draft.to_target_ids(torch.arange(q_draft.shape[0])), q_draft)
                 qs.append(q)
                 d = self._sample(q)
@@ -439,20 +468,7 @@ class SpecEngine:
             a = int(match.cumprod(0).sum())
             bonus = int(tgt[a])
         else:
-            p_all = self._probs(g, params)
-            a, bonus = n, -1
-            for j in range(n):
-                d, p, q = drafts[j], p_all[j], qs[j]
-                ratio = float(p[d] / q[d]) if float(q[d]) > 0 else 0.0
-                if float(torch.rand((), generator=self.gen)) < min(1.0, ratio):
-                    continue
-                a = j
-                resid = torch.clamp(p - q, min=0.0)
-                total = float(resid.sum())
-                bonus = self._sample(resid / total) if total > 0 else self._sample(p)
-                break
-            if bonus < 0:
-                bonus = self._sample(p_all[n])
+            a, bonus = speculative_accept(self._probs(g, params), qs, drafts, self.gen)
         if a < n:
             seq.target_cache.crop(-(n - a))
         kept = drafts[:a] + [bonus]
@@ -501,8 +517,9 @@ class SpecEngine:
                 seq.finish_reason = {"type": "stop", "matched": stop}
         seq.text = text
         seq.last_token = seq.output_ids[-1]
-        with self.stats.lock:
-            self.stats.total_generated_tokens += len(tokens)
+        if seq.log_metrics:
+            with self.stats.lock:
+                self.stats.total_generated_tokens += len(tokens)
         if seq.finish_reason is not None:
             seq.finished = True
             seq.target_cache = seq.draft_cache = None

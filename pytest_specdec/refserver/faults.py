@@ -18,9 +18,11 @@ logger = logging.getLogger("pytest_specdec.refserver")
 
 #: What a CUDA OOM during SGLang's memory-pool init looks like (text of torch's OutOfMemoryError).
 OOM_TRACEBACK = """Traceback (most recent call last):
-  File "/usr/local/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line 3021, in run_scheduler_process
+  File "/usr/local/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line 3021, in \
+run_scheduler_process
     scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)
-  File "/usr/local/lib/python3.11/site-packages/sglang/srt/model_executor/model_runner.py", line 1584, in init_memory_pool
+  File "/usr/local/lib/python3.11/site-packages/sglang/srt/model_executor/model_runner.py", line 1584, in \
+init_memory_pool
     self.req_to_token_pool = ReqToTokenPool(size=max_num_reqs, max_context_len=self.model_config.context_len + 4)
 torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of \
 which 1.21 GiB is free. Including non-PyTorch memory, this process has 77.88 GiB memory in use. Of the allocated \

@@ -1,4 +1,4 @@
-"""Helpers for the reference server's tests (imported as `refhelpers`): asset location, free ports, one server subprocess per module."""
+"""Helpers for the reference server's tests (imported as `refhelpers`): assets, free ports, server subprocesses."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def free_port() -> int:
 
 
 def spec_flags(assets: Path, steps: int = 3, draft: Path | None = None, algorithm: str = "EAGLE3") -> list[str]:
-    return ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", str(draft or assets / "draft-eagle3"),
+    draft = draft or assets / "draft-eagle3"
+    return ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", str(draft),
             "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1",
             "--speculative-num-draft-tokens", str(steps + 1)]
 

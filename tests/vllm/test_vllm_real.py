@@ -17,12 +17,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pytest_specdec import client
 from pytest_specdec.engines.base import SpecCounters
 from pytest_specdec.engines.vllm import VllmEngine, accept_length_from_log, parse_spec_log_line
 from pytest_specdec.overlay import make_draft_overlay
 from pytest_specdec.ports import find_free_port
 from pytest_specdec.profiles import Profile, SpeculativeConfig
+from pytest_specdec.records import RequestRecord
 from pytest_specdec.server import ServerProcess
+from pytest_specdec.workload import RequestSpec
 
 pytestmark = pytest.mark.vllm
 
@@ -61,6 +64,8 @@ class Run:
     log_lines: tuple[str, ...]
     ready_s: float
     effective_algorithm: str | None
+    #: The same prompts through the plugin's own streaming client (``client.run_phase``, api completions).
+    client_records: tuple[RequestRecord, ...]
 
     @property
     def counter_accept_length(self) -> float:
@@ -162,15 +167,18 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Ru
                 texts = tuple(_stream(http, p) for p in prompts)
                 after = engine.counters(http.get("/metrics").text)
                 time.sleep(2 * LOG_INTERVAL_S + 0.5)
+                offset_end = log_path.stat().st_size
+                specs = [RequestSpec(p, MAX_TOKENS, 0.0, True) for p in prompts[:2]]
+                records = client.run_phase(launch.base_url, specs, api="completions").records
             with open(log_path, "rb") as log:
                 log.seek(offset)
-                tail = log.read().decode(errors="replace").splitlines()
+                tail = log.read(offset_end - offset).decode(errors="replace").splitlines()
             proc.check_alive()
         finally:
             report = proc.stop()
         assert report.clean, report.describe()
         lines = tuple(line for line in tail if parse_spec_log_line(line) is not None)
-        cache[kind] = Run(texts, before, after, lines, ready_s, effective.speculative_algorithm)
+        cache[kind] = Run(texts, before, after, lines, ready_s, effective.speculative_algorithm, tuple(records))
         return cache[kind]
 
     yield measure
@@ -185,7 +193,9 @@ def test_accept_length_counters_match_log(run: Callable[[str], Run]) -> None:
     assert eagle.counter_accept_length == pytest.approx(from_log, rel=0.02)
     generated = eagle.after.generation_tokens - eagle.before.generation_tokens  # type: ignore[operator]
     assert generated == NUM_PROMPTS * MAX_TOKENS
-    per_pos = [a - b for a, b in zip(eagle.after.accepted_per_position, eagle.before.accepted_per_position)]
+    per_pos = [
+        a - b for a, b in zip(eagle.after.accepted_per_position, eagle.before.accepted_per_position, strict=True)
+    ]
     assert len(per_pos) == NUM_STEPS and per_pos == sorted(per_pos, reverse=True)
 
 
@@ -193,7 +203,7 @@ def test_greedy_output_equals_no_speculation(run: Callable[[str], Run]) -> None:
     eagle = run("eagle3")
     baseline = run("baseline")
     assert baseline.after.drafts is None, "the baseline server should have no spec-decode counters"
-    for i, (spec_text, plain_text) in enumerate(zip(eagle.texts, baseline.texts)):
+    for i, (spec_text, plain_text) in enumerate(zip(eagle.texts, baseline.texts, strict=True)):
         assert spec_text == plain_text, f"prompt {i}: EAGLE-3 greedy output differs from the no-spec output"
 
 
@@ -201,3 +211,12 @@ def test_wrong_aux_ids_lower_accept_length(run: Callable[[str], Run]) -> None:
     right = run("eagle3").counter_accept_length
     wrong = run("wrong_ids").counter_accept_length
     assert wrong < right - 0.3, f"accept length with vLLM ids {WRONG_IDS} ({wrong:.2f}) vs {RIGHT_IDS} ({right:.2f})"
+
+
+def test_plugin_client_streams_from_vllm(run: Callable[[str], Run]) -> None:
+    eagle = run("eagle3")
+    for i, record in enumerate(eagle.client_records):
+        assert record.ok, record.error
+        assert record.completion_tokens == MAX_TOKENS
+        assert record.output_text == eagle.texts[i]
+        assert record.chunk_times_s, "no timed chunks"

@@ -1,0 +1,43 @@
+"""Decode math of the reference server that needs no model: speculative sampling keeps the target distribution."""
+
+from __future__ import annotations
+
+import torch
+
+from pytest_specdec.refserver.decoding import speculative_accept
+
+
+def _emitted_distribution(p_all: torch.Tensor, qs: list[torch.Tensor], trials: int) -> tuple[torch.Tensor, float]:
+    gen = torch.Generator().manual_seed(0)
+    counts = torch.zeros(p_all.shape[-1])
+    accepted = 0
+    for _ in range(trials):
+        drafts = [int(torch.multinomial(q, 1, generator=gen)) for q in qs]
+        a, bonus = speculative_accept(p_all, qs, drafts, gen)
+        first = drafts[0] if a >= 1 else bonus
+        counts[first] += 1
+        accepted += a >= 1
+    return counts / trials, accepted / trials
+
+
+def test_first_token_follows_target_not_draft() -> None:
+    p = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]])
+    q = torch.tensor([0.4, 0.3, 0.2, 0.1])
+    dist, accept = _emitted_distribution(p, [q], 20000)
+    assert torch.allclose(dist, p[0], atol=0.015), dist
+    # acceptance probability = sum(min(p, q)) = 0.1 + 0.2 + 0.2 + 0.1
+    assert abs(accept - 0.6) < 0.015
+
+
+def test_identical_draft_is_always_accepted_and_bonus_from_last_position() -> None:
+    p = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    gen = torch.Generator().manual_seed(1)
+    assert speculative_accept(p, [p[0], p[1]], [1, 2], gen) == (2, 0)
+
+
+def test_rejected_draft_resamples_from_residual() -> None:
+    p = torch.tensor([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]])
+    q = torch.tensor([0.0, 0.0, 1.0])  # the draft proposes a token the target never emits
+    gen = torch.Generator().manual_seed(2)
+    results = {speculative_accept(p, [q], [2], gen) for _ in range(50)}
+    assert results == {(0, 0), (0, 1)}
