@@ -7,8 +7,8 @@ Usage: ``OMP_NUM_THREADS=1 python benchmarks/bench_refserver.py [--runs 5] [--ma
   counts the prefill token), and the server's ``avg_spec_accept_length`` after ``/flush_cache`` (accepted tokens per
   verify, bonus included; ``--decode-log-interval 1`` so every iteration is folded). Greedy, topk 1, 3 steps.
 - Wrong wirings use an overlay draft dir: config.json rewritten with other ids, model.safetensors symlinked.
-- Speed: output tok/s = Σcompletion_tokens / wall time of a sequential pass (concurrency 1), plain and spec passes
-  interleaved, median of ``--runs`` passes each.
+- Speed: output tok/s = Σcompletion_tokens / Σ per-request wall time (concurrency 1, prefill included); plain and
+  spec requests alternate prompt by prompt; median over ``--runs`` passes, and the sum of per-prompt fastest times.
 """
 
 from __future__ import annotations
@@ -148,14 +148,23 @@ def main() -> int:
             srv.stop()
     assert spec_main is not None
 
-    plain_tps, spec_tps = [], []
+    # Alternate plain and spec per prompt (order flipped every run) so load changes hit both arms alike.
+    plain_t = [[0.0] * len(prompts) for _ in range(a.runs)]
+    spec_t = [[0.0] * len(prompts) for _ in range(a.runs)]
+    tokens = [0] * len(prompts)
     for i in range(a.runs):
-        for srv, acc in ((plain, plain_tps), (spec_main, spec_tps)) if i % 2 == 0 else (
-                (spec_main, spec_tps), (plain, plain_tps)):
-            outs, dt = srv.run_prompts(prompts, a.max_new_tokens)
-            acc.append(sum(o["meta_info"]["completion_tokens"] for o in outs) / dt)
-        print(f"  run {i + 1}: plain {plain_tps[-1]:.1f} tok/s, spec {spec_tps[-1]:.1f} tok/s, "
-              f"ratio {spec_tps[-1] / plain_tps[-1]:.3f}", flush=True)
+        for j, prompt in enumerate(prompts):
+            order = ((plain, plain_t), (spec_main, spec_t))
+            for srv, times in order if (i + j) % 2 == 0 else order[::-1]:
+                outs, dt = srv.run_prompts([prompt], a.max_new_tokens)
+                times[i][j] = dt
+                tokens[j] = outs[0]["meta_info"]["completion_tokens"]
+        print(f"  run {i + 1}: plain {sum(tokens) / sum(plain_t[i]):.1f} tok/s, spec "
+              f"{sum(tokens) / sum(spec_t[i]):.1f} tok/s, ratio {sum(plain_t[i]) / sum(spec_t[i]):.3f}", flush=True)
+    plain_tps = [sum(tokens) / sum(run) for run in plain_t]
+    spec_tps = [sum(tokens) / sum(run) for run in spec_t]
+    best_plain = sum(min(run[j] for run in plain_t) for j in range(len(prompts)))
+    best_spec = sum(min(run[j] for run in spec_t) for j in range(len(prompts)))
     rss_spec, rss_plain = spec_main.rss_bytes(), plain.rss_bytes()
     startup = (plain.startup_s, spec_main.startup_s)
     spec_main.stop()
@@ -171,6 +180,9 @@ def main() -> int:
     print(f"output tok/s, concurrency 1, median of {a.runs} interleaved runs: plain {p_med:.1f}, "
           f"EAGLE3 {s_med:.1f}, speedup {s_med / p_med:.3f}x (per-run "
           f"{', '.join(f'{s / p:.2f}' for s, p in zip(spec_tps, plain_tps, strict=True))})")
+    print(f"fastest of {a.runs} per prompt: plain {sum(tokens) / best_plain:.1f} tok/s, EAGLE3 "
+          f"{sum(tokens) / best_spec:.1f} tok/s, speedup {best_plain / best_spec:.3f}x")
+    print(f"load average during the run: {os.getloadavg()[0]:.2f} (2 cores)")
     print(f"startup to /health 200: plain {startup[0]:.1f} s, EAGLE3 {startup[1]:.1f} s")
     print(f"RSS: plain {rss_plain / 2**20:.0f} MiB, EAGLE3 {rss_spec / 2**20:.0f} MiB")
     return 0

@@ -1,12 +1,14 @@
-"""Command line: ``python -m pytest_specdec check PROFILE_FILE [--profile NAME] [--strict]``; more subcommands later."""
+"""Command line: ``python -m pytest_specdec check PROFILE_FILE [--profile NAME] [--strict]`` and
+``python -m pytest_specdec plot [RUN ...] -o trend.png [--metric FIELD] [--threshold FIELD=VALUE] [--profile NAME]``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from pytest_specdec.errors import ProfileError
+from pytest_specdec.errors import CompareError, ProfileError
 from pytest_specdec.preflight import Finding, format_findings, run_preflight
 from pytest_specdec.profiles import load_profiles
 
@@ -14,6 +16,8 @@ __all__ = ["main"]
 
 #: Exit codes of ``check``.
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_PROFILE = 0, 1, 2
+#: Exit code of `plot` on a bad option or an unreadable run.
+EXIT_USAGE = 2
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -29,6 +33,41 @@ def _build_parser() -> argparse.ArgumentParser:
     check.add_argument("--profile", metavar="NAME", action="append", help="check only this profile (repeatable)")
     check.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     check.set_defaults(func=_cmd_check)
+    plot = sub.add_parser(
+        "plot",
+        help="draw a trend PNG of stored runs (tok/s and accept length per run)",
+        description="Plot metrics of stored run files, one line per profile, runs in start order; exit 2 on an "
+        "unreadable run or a bad option, 0 otherwise. Needs matplotlib (the 'plot' extra).",
+    )
+    plot.add_argument(
+        "runs",
+        metavar="RUN",
+        nargs="*",
+        help="a run file, a directory of run files, or a run id (or unique prefix) in --results-dir "
+        "(default: every run in --results-dir)",
+    )
+    plot.add_argument("-o", "--output", metavar="PNG", default="trend.png", help="the PNG to write (default: trend.png)")
+    plot.add_argument(
+        "--metric",
+        metavar="FIELD",
+        action="append",
+        help="a RunMetrics field to plot, e.g. ttft_ms_p50 (repeatable; default: output_tok_s and accept_length)",
+    )
+    plot.add_argument(
+        "--threshold",
+        metavar="FIELD=VALUE",
+        action="append",
+        default=[],
+        help="draw a horizontal line at VALUE in FIELD's panel, e.g. output_tok_s=80 (repeatable)",
+    )
+    plot.add_argument("--profile", metavar="NAME", action="append", help="only this profile (repeatable)")
+    plot.add_argument(
+        "--results-dir",
+        metavar="DIR",
+        default=".specdec/results",
+        help="where run ids are looked up (default: .specdec/results)",
+    )
+    plot.set_defaults(func=_cmd_plot)
     return parser
 
 
@@ -59,6 +98,63 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(line)
     failing = {"error", "warning"} if args.strict else {"error"}
     return EXIT_FINDINGS if any(f.severity in failing for f in findings) else EXIT_OK
+
+
+def _numeric_fields() -> list[str]:
+    import dataclasses
+
+    from pytest_specdec.records import RunMetrics
+
+    return [f.name for f in dataclasses.fields(RunMetrics) if f.name != "accept_length_source"]
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from pytest_specdec.plots import DEFAULT_TREND_METRICS, plot_trend
+    from pytest_specdec.results import ResultStore, RunFile, read_run_file
+
+    fields = _numeric_fields()
+    metrics = args.metric or list(DEFAULT_TREND_METRICS)
+    for name in metrics:
+        if name not in fields:
+            print(f"ERROR: --metric={name}: not a metric field (available: {', '.join(fields)})", file=sys.stderr)
+            return EXIT_USAGE
+    thresholds: dict[str, float] = {}
+    for spec in args.threshold:
+        name, sep, raw = spec.partition("=")
+        try:
+            value = float(raw)
+        except ValueError:
+            value = None
+        if not sep or value is None or name not in fields:
+            print(f"ERROR: --threshold={spec}: expected FIELD=NUMBER with FIELD a metric field, "
+                  "e.g. --threshold output_tok_s=80", file=sys.stderr)  # fmt: skip
+            return EXIT_USAGE
+        thresholds[name] = value
+    store = ResultStore(Path(args.results_dir))
+    runs: list[RunFile] = []
+    try:
+        for ref in args.runs or [args.results_dir]:
+            path = Path(ref)
+            if path.is_dir():
+                files = ResultStore(path).list()
+                if not files:
+                    print(f"ERROR: {ref}: no run files (*.json) in this directory", file=sys.stderr)
+                    return EXIT_USAGE
+                runs += [read_run_file(p) for p in files]
+            else:
+                runs.append(store.load(ref))
+    except CompareError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    unique = {run.run_id: run for run in runs}
+    try:
+        out = plot_trend(list(unique.values()), Path(args.output), metrics=metrics, thresholds=thresholds,
+                         profiles=args.profile)  # fmt: skip
+    except (ValueError, ImportError) as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"wrote {out} ({len(unique)} runs)")
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

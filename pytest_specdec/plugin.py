@@ -201,7 +201,7 @@ def _selected(config: pytest.Config) -> list[str]:
     return [n.strip() for n in (config.option.server_profile or "").split(",") if n.strip()]
 
 
-@dataclass
+@dataclass(eq=False)  # registered as a plugin: pluggy needs it hashable
 class SpecdecSession:
     """Per-run state: the profile file, the selected profiles, measurements, result records, the baseline run."""
 

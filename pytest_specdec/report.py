@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import dataclasses
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pytest_specdec.records import RunMetrics
+from pytest_specdec.results import RunFile
 
-__all__ = ["SUMMARY_COLUMNS", "row_values", "summary_lines"]
+__all__ = ["JUNIT_PREFIX", "SUMMARY_COLUMNS", "junit_properties", "row_values", "summary_lines", "write_json_report"]
 
 #: (RunMetrics field, header, format) of the summary table, in order.
 SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -63,3 +67,40 @@ def summary_lines(rows: Iterable[tuple[str, str, dict[str, Any], str]]) -> list[
         rest = [str(c).rjust(w) for c, w in zip(r[2:-1], widths[2:-1])]
         out.append("  ".join([*first, *rest, str(r[-1])]))
     return out
+
+
+#: Prefix of the JUnit XML properties written per metric (``specdec_output_tok_s``).
+JUNIT_PREFIX = "specdec_"
+
+
+def junit_properties(metrics: Mapping[str, Any]) -> list[tuple[str, object]]:
+    """Per-test metrics as ``item.user_properties`` entries, which ``--junitxml`` writes as ``<property>`` elements
+    (``record_property`` style) for CI dashboards.
+
+    Every numeric ``RunMetrics`` field present in ``metrics`` becomes ``("specdec_<field>", value)``, in
+    ``RunMetrics`` field order; None (not applicable), strings and booleans are left out.
+    Example: ``{"output_tok_s": 94.0, "accept_length": None, "num_ok": 16}`` ->
+    ``[("specdec_num_ok", 16), ("specdec_output_tok_s", 94.0)]``.
+
+    :param metrics: ``ResultRecord.metrics`` or ``RunMetrics.as_dict()``.
+    """
+    out: list[tuple[str, object]] = []
+    for f in dataclasses.fields(RunMetrics):
+        value = metrics.get(f.name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out.append((f"{JUNIT_PREFIX}{f.name}", value))
+    return out
+
+
+def write_json_report(run: RunFile, path: str | Path) -> Path:
+    """Write ``run`` (every result with its fingerprint, the format of ``.specdec/results/*.json``) to ``path``
+    for ``--specdec-report``: a temp file in the same directory, then ``os.replace``; parents are created.
+
+    :returns: ``path``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(run.to_json(), encoding="utf-8")
+    os.replace(tmp, path)
+    return path

@@ -88,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     from pytest_specdec.refserver.app import AppState, MetricsCollector, create_app, exit_later
     from pytest_specdec.refserver.decoding import SpecEngine, load_models
 
+    if "OMP_NUM_THREADS" not in os.environ:
+        # Batch-1 decoding of a 7M-parameter model gains nothing from a second thread, and two OpenMP threads
+        # competing with the client for 2 cores made one target forward 3-8x slower (10 ms -> 34-85 ms, measured).
+        torch.set_num_threads(1)
     logger.info(f"Load weight begin. torch threads: {torch.get_num_threads()}")
     models = load_models(args)
     logger.info("Load weight end.")

@@ -21,7 +21,10 @@ SMOKE_ASSETS = Path("/tmp/smoke")
 
 
 def asset_dir() -> Path:
-    """The committed assets; /tmp/smoke (identical format, untrained) only while they are missing."""
+    """Env ``SPECDEC_REF_ASSETS``, else the committed assets; /tmp/smoke (untrained) only while those are missing."""
+    override = os.environ.get("SPECDEC_REF_ASSETS")
+    if override:
+        return Path(override)
     if (PACKAGE_ASSETS / "target" / "config.json").exists():
         return PACKAGE_ASSETS
     if (SMOKE_ASSETS / "target" / "config.json").exists():

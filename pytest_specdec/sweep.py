@@ -1,0 +1,405 @@
+"""Parameter sweeps: parse ``--specdec-sweep``, derive one profile per point, and tabulate the measured points.
+
+A sweep runs the selected profile once per point, one server per point, as if each derived profile had been named
+with ``--server-profile``. Derived profiles are named ``<profile>@<key>=<value>[,<key>=<value>...]``, e.g.
+``eagle3@num_steps=2`` or ``eagle3@num_steps=2,concurrency=8``; :func:`split_name` reads the point back from a
+stored record's ``profile``. Usage::
+
+    points = parse_sweep("num_steps=1..4")                       # [{"num_steps": 1}, ..., {"num_steps": 4}]
+    profiles, names = expand_profiles(profile_set.profiles, ["baseline", "eagle3"], points)
+    ...                                                          # run every name in ``names``
+    table = sweep_table(sweep_records(records), baselines=baseline_records(records, None),
+                        thresholds_ok=thresholds_ok(records))
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pytest_specdec.profiles import Profile
+from pytest_specdec.results import ResultRecord
+
+__all__ = [
+    "SPECULATIVE_KEYS",
+    "SWEEP_KEYS",
+    "WORKLOAD_KEYS",
+    "baseline_records",
+    "best_point",
+    "best_points",
+    "expand_profiles",
+    "parse_sweep",
+    "point_label",
+    "speedup",
+    "split_name",
+    "sweep_records",
+    "sweep_table",
+    "thresholds_ok",
+]
+
+#: Sweepable keys of the ``speculative:`` block (SGLang ``--speculative-num-steps`` etc.).
+SPECULATIVE_KEYS = ("num_steps", "num_draft_tokens", "eagle_topk")
+#: Sweepable keys of the ``workload:`` block.
+WORKLOAD_KEYS = ("concurrency",)
+SWEEP_KEYS = SPECULATIVE_KEYS + WORKLOAD_KEYS
+
+_FORMAT = (
+    "expected PARAM=VALUES joined by ';', with PARAM one of " + ", ".join(SWEEP_KEYS) + " and VALUES a range "
+    "1..6 or a list 1,2,4 (integers >= 1), e.g. \"num_steps=1..6\" or \"num_steps=1,2,4;concurrency=1,8\""
+)
+_RANGE = re.compile(r"^(\d+)\.\.(\d+)$")
+_LIST = re.compile(r"^\d+(,\d+)*$")
+#: Separates a profile name from its point in a derived profile's name.
+_AT = "@"
+
+
+def parse_sweep(spec: str) -> list[dict[str, int]]:
+    """Parse a sweep specification into its points: the cartesian product of the axes, first axis outermost.
+
+    ``"num_steps=1..3"`` -> ``[{"num_steps": 1}, {"num_steps": 2}, {"num_steps": 3}]`` (ranges are inclusive);
+    ``"num_steps=1,2;concurrency=1,8"`` -> ``[{"num_steps": 1, "concurrency": 1}, {"num_steps": 1,
+    "concurrency": 8}, {"num_steps": 2, "concurrency": 1}, {"num_steps": 2, "concurrency": 8}]``.
+
+    :param spec: ``PARAM=VALUES[;PARAM=VALUES...]``; whitespace around tokens is ignored.
+    :returns: one dict per point, key order as given.
+    :raises ValueError: naming the bad token and the expected format, e.g. ``'num_step=1..6': unknown parameter
+        'num_step' (did you mean 'num_steps'?); expected PARAM=VALUES ...``.
+    """
+    axes: list[tuple[str, list[int]]] = []
+    tokens = [t.strip() for t in spec.split(";")]
+    if not any(tokens):
+        raise ValueError(f"empty sweep; {_FORMAT}")
+    for token in tokens:
+        if not token:
+            continue
+        key, sep, raw = (part.strip() for part in token.partition("="))
+        if not sep or not key:
+            raise ValueError(f"{token!r}: no PARAM=VALUES; {_FORMAT}")
+        if key not in SWEEP_KEYS:
+            close = difflib.get_close_matches(key, SWEEP_KEYS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"{token!r}: unknown parameter {key!r}{hint}; {_FORMAT}")
+        if any(key == k for k, _ in axes):
+            raise ValueError(f"{token!r}: parameter {key!r} given twice; {_FORMAT}")
+        values_text = raw.replace(" ", "")
+        match = _RANGE.match(values_text)
+        if match:
+            low, high = int(match.group(1)), int(match.group(2))
+            if low > high:
+                raise ValueError(f"{token!r}: range {low}..{high} is empty (write the smaller value first); {_FORMAT}")
+            values = list(range(low, high + 1))
+        elif _LIST.match(values_text):
+            values = [int(v) for v in values_text.split(",")]
+            if len(set(values)) != len(values):
+                raise ValueError(f"{token!r}: a value is listed twice; {_FORMAT}")
+        else:
+            raise ValueError(f"{token!r}: cannot read values {raw!r}; {_FORMAT}")
+        if min(values) < 1:
+            raise ValueError(f"{token!r}: values must be >= 1; {_FORMAT}")
+        axes.append((key, values))
+    return [dict(zip([k for k, _ in axes], combo)) for combo in itertools.product(*(v for _, v in axes))]
+
+
+def point_label(point: Mapping[str, int]) -> str:
+    """``{"num_steps": 2, "concurrency": 8}`` -> ``num_steps=2,concurrency=8`` (the part after ``@``)."""
+    return ",".join(f"{k}={v}" for k, v in point.items())
+
+
+def split_name(profile_name: str) -> tuple[str, dict[str, int]]:
+    """The base profile and the point of a derived profile's name; ``(name, {})`` for any other name.
+
+    ``"eagle3@num_steps=2,concurrency=8"`` -> ``("eagle3", {"num_steps": 2, "concurrency": 8})``.
+    """
+    base, sep, label = profile_name.rpartition(_AT)
+    if not sep:
+        return profile_name, {}
+    point: dict[str, int] = {}
+    for pair in label.split(","):
+        key, eq, value = pair.partition("=")
+        if not eq or key not in SWEEP_KEYS or not value.isdigit():
+            return profile_name, {}
+        point[key] = int(value)
+    return base, point
+
+
+def _derive(profile: Profile, point: Mapping[str, int], name: str) -> Profile:
+    """``profile`` at ``point``; steps/topk/draft tokens kept as SGLang will run them.
+
+    With ``eagle_topk`` 1 SGLang overwrites ``num_draft_tokens`` with ``num_steps + 1`` (``speculative_hook.py``),
+    so that pair moves together: sweeping ``num_steps`` sets draft tokens to steps + 1, sweeping
+    ``num_draft_tokens`` sets steps to tokens - 1. With topk > 1 the profile's other values are kept (preflight then
+    checks ``num_draft_tokens <= topk * steps + 1``).
+    """
+    update: dict[str, Any] = {"name": name}
+    spec_keys = {k: v for k, v in point.items() if k in SPECULATIVE_KEYS}
+    if spec_keys:
+        spec = profile.speculative
+        assert spec is not None
+        steps = spec_keys.get("num_steps", spec.num_steps)
+        topk = spec_keys.get("eagle_topk", spec.eagle_topk if spec.eagle_topk is not None else 1)
+        tokens = spec_keys.get("num_draft_tokens", spec.num_draft_tokens)
+        if topk == 1:
+            if "num_steps" in spec_keys and "num_draft_tokens" in spec_keys and tokens != steps + 1:
+                raise ValueError(
+                    f"point {point_label(point)} of profile {profile.name!r}: with eagle_topk 1 SGLang runs "
+                    f"num_steps + 1 = {steps + 1} draft tokens, not {tokens}; sweep num_steps or num_draft_tokens, "
+                    "not both"
+                )
+            if "num_draft_tokens" in spec_keys and "num_steps" not in spec_keys:
+                if tokens < 2:
+                    raise ValueError(
+                        f"point {point_label(point)} of profile {profile.name!r}: with eagle_topk 1 num_draft_tokens "
+                        "is num_steps + 1, so it must be >= 2"
+                    )
+                steps = tokens - 1
+            elif steps is not None:
+                tokens = steps + 1
+        if steps is None or tokens is None:
+            raise ValueError(
+                f"point {point_label(point)} of profile {profile.name!r}: the profile leaves num_steps/"
+                "num_draft_tokens to SGLang; set all three of num_steps, eagle_topk, num_draft_tokens in its "
+                "speculative: block to sweep one of them"
+            )
+        update["speculative"] = spec.model_copy(
+            update={"num_steps": steps, "eagle_topk": topk, "num_draft_tokens": tokens}
+        )
+    if "concurrency" in point:
+        update["workload"] = profile.workload.model_copy(update={"concurrency": point["concurrency"]})
+    return profile.model_copy(update=update)
+
+
+def expand_profiles(
+    profiles: Mapping[str, Profile], selected: Sequence[str], points: Sequence[Mapping[str, int]]
+) -> tuple[dict[str, Profile], list[str]]:
+    """Derive one profile per sweep point from each selected profile.
+
+    A speculative profile gets every point (``eagle3@num_steps=2``). A profile without speculation (the baseline)
+    takes only the workload keys: one profile per distinct concurrency when concurrency is swept
+    (``baseline@concurrency=8``; a derived point's ``min_speedup.vs`` is pointed at the baseline of its own
+    concurrency), else it runs once under its own name. Derived profiles are plain ``Profile`` objects, validated by
+    pydantic (``model_copy`` skips validation, so they are re-validated here).
+
+    :param profiles: every profile of the file by name (``ProfileSet.profiles``).
+    :param selected: the names to run (``--server-profile`` plus ``--specdec-sweep-baseline``), all in ``profiles``.
+    :param points: from :func:`parse_sweep`, at least one.
+    :returns: ``profiles`` plus the derived ones, and the names to run: profiles without speculation first (so
+        ``min_speedup`` finds its reference already measured), then each speculative profile's points in sweep order.
+    :raises ValueError: no selected profile runs speculative decoding while a speculative key is swept, a profile
+        leaves steps/draft tokens to SGLang, or a point is contradictory (topk 1 with draft tokens != steps + 1).
+    """
+    if not points:
+        raise ValueError("no sweep points")
+    swept = {k for p in points for k in p}
+    speculative = [n for n in selected if profiles[n].is_speculative]
+    plain = [n for n in selected if not profiles[n].is_speculative]
+    if swept & set(SPECULATIVE_KEYS) and not speculative:
+        keys = ", ".join(k for k in SPECULATIVE_KEYS if k in swept)
+        raise ValueError(
+            f"sweeps {keys} but no selected profile runs speculative decoding "
+            f"(selected: {', '.join(selected)}); select one, e.g. --server-profile=eagle3"
+        )
+    out = dict(profiles)
+    names: list[str] = []
+    plain_by_concurrency: dict[str, dict[int, str]] = {}
+    for name in plain:
+        workload_points = _unique([{k: v for k, v in p.items() if k in WORKLOAD_KEYS} for p in points])
+        if workload_points == [{}]:
+            names.append(name)
+            continue
+        for wp in workload_points:
+            derived = f"{name}{_AT}{point_label(wp)}"
+            out[derived] = _validated(_derive(profiles[name], wp, derived))
+            plain_by_concurrency.setdefault(name, {})[wp["concurrency"]] = derived
+            names.append(derived)
+    for name in speculative:
+        for point in points:
+            derived = f"{name}{_AT}{point_label(point)}"
+            profile = _derive(profiles[name], point, derived)
+            ms = profile.thresholds.min_speedup
+            if ms is not None and "concurrency" in point and ms.vs in plain_by_concurrency:
+                vs = plain_by_concurrency[ms.vs][point["concurrency"]]
+                thresholds = profile.thresholds.model_copy(update={"min_speedup": ms.model_copy(update={"vs": vs})})
+                profile = profile.model_copy(update={"thresholds": thresholds})
+            out[derived] = _validated(profile)
+            names.append(derived)
+    return out, names
+
+
+def _unique(items: Iterable[dict[str, int]]) -> list[dict[str, int]]:
+    seen: list[dict[str, int]] = []
+    for item in items:
+        if item not in seen:
+            seen.append(item)
+    return seen
+
+
+def _validated(profile: Profile) -> Profile:
+    return Profile.model_validate(profile.model_dump())
+
+
+# -- after the run ----------------------------------------------------------------------------------------------
+
+
+def _one_per_profile(records: Iterable[ResultRecord]) -> list[ResultRecord]:
+    """The first record of each profile, in run order (every test of a profile shares its measurement)."""
+    seen: dict[str, ResultRecord] = {}
+    for record in records:
+        seen.setdefault(record.profile, record)
+    return list(seen.values())
+
+
+def sweep_records(records: Iterable[ResultRecord]) -> list[ResultRecord]:
+    """One record per derived speculative profile (a sweep point), in run order."""
+    return [
+        r
+        for r in _one_per_profile(records)
+        if split_name(r.profile)[1] and r.fingerprint.get("speculative") is not None
+    ]
+
+
+def baseline_records(records: Iterable[ResultRecord], name: str | None) -> list[ResultRecord]:
+    """The records speedups are computed against: one per profile named ``name`` or derived from it
+    (``baseline@concurrency=8``); with ``name`` None, those of every profile without speculation
+    (``fingerprint["speculative"]`` is None)."""
+    out = []
+    for record in _one_per_profile(records):
+        base = split_name(record.profile)[0]
+        if name is not None and base == name:
+            out.append(record)
+        elif name is None and record.fingerprint.get("speculative") is None:
+            out.append(record)
+    return out
+
+
+def thresholds_ok(records: Iterable[ResultRecord]) -> dict[str, bool]:
+    """Per profile: True when every specdec test of it passed (so its profile and marker thresholds, speedup and
+    compare checks held), False when one failed or errored."""
+    ok: dict[str, bool] = {}
+    for record in records:
+        ok[record.profile] = ok.get(record.profile, True) and record.outcome == "passed"
+    return ok
+
+
+def _concurrency(record: ResultRecord) -> int | None:
+    value = record.workload.get("concurrency")
+    return int(value) if isinstance(value, int) else None
+
+
+def speedup(record: ResultRecord, baselines: Sequence[ResultRecord]) -> float | None:
+    """``output_tok_s`` of ``record`` / that of the baseline with the same workload concurrency (the only baseline
+    when there is one); None without a matching baseline or with a zero baseline throughput.
+
+    Example: 94.0 tok/s over a baseline of 88.8 tok/s -> 1.0586.
+    """
+    match = [b for b in baselines if _concurrency(b) == _concurrency(record)]
+    if not match and len(baselines) == 1:
+        match = list(baselines)
+    if not match:
+        return None
+    base = match[0].metrics.get("output_tok_s")
+    value = record.metrics.get("output_tok_s")
+    if not isinstance(base, int | float) or not isinstance(value, int | float) or base <= 0:
+        return None
+    return float(value) / float(base)
+
+
+def best_point(records: Sequence[ResultRecord], *, thresholds_ok: Mapping[str, bool]) -> ResultRecord | None:
+    """The point with the highest ``output_tok_s`` among those whose tests passed; the first one on a tie
+    (the earlier, usually cheaper, point). None when no point met its thresholds.
+
+    :param records: :func:`sweep_records`.
+    :param thresholds_ok: :func:`thresholds_ok`; a profile missing from it counts as not ok.
+    """
+    best: ResultRecord | None = None
+    for record in records:
+        if not thresholds_ok.get(record.profile, False):
+            continue
+        value = record.metrics.get("output_tok_s")
+        if not isinstance(value, int | float):
+            continue
+        if best is None or value > best.metrics["output_tok_s"]:
+            best = record
+    return best
+
+
+def best_points(records: Sequence[ResultRecord], *, thresholds_ok: Mapping[str, bool]) -> list[ResultRecord]:
+    """:func:`best_point` per workload concurrency (tok/s at different concurrencies are not comparable: more
+    requests in flight always raise throughput), in order of concurrency; groups without an ok point are left out.
+    Without a concurrency sweep this is ``[best_point(...)]`` or ``[]``."""
+    groups: dict[int, list[ResultRecord]] = {}
+    for record in records:
+        groups.setdefault(_concurrency(record) or 0, []).append(record)
+    out = []
+    for _, group in sorted(groups.items()):
+        best = best_point(group, thresholds_ok=thresholds_ok)
+        if best is not None:
+            out.append(best)
+    return out
+
+
+#: (header, metrics key, format) of the sweep table.
+_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("accept_len", "accept_length", "{:.2f}"),
+    ("accept_rate", "accept_rate", "{:.3f}"),
+    ("tok/s", "output_tok_s", "{:.1f}"),
+    ("TTFT p50 ms", "ttft_ms_p50", "{:.1f}"),
+    ("ITL p50 ms", "itl_ms_p50", "{:.2f}"),
+)
+
+
+def _fmt(fmt: str, value: Any) -> str:
+    return fmt.format(value) if isinstance(value, int | float) and not isinstance(value, bool) else "n/a"
+
+
+def sweep_table(
+    records: Sequence[ResultRecord],
+    *,
+    baselines: Sequence[ResultRecord] = (),
+    thresholds_ok: Mapping[str, bool],
+) -> list[str]:
+    """The sweep as fixed-width lines: a header, one row per point, then a closing verdict line.
+
+    Columns: point (derived profile name), accept length (tokens per verify step), accept rate (fraction of draft
+    tokens), output tok/s, TTFT p50 ms, ITL p50 ms, speedup (``n.nnx`` vs the baseline of the same concurrency,
+    :func:`speedup`; ``n/a`` without one), thresholds (``ok`` / ``FAILED``); each best point's row
+    (:func:`best_points`) ends in ``<- best``. The closing lines are ``best: <point> (<tok/s> tok/s[, <speedup>x
+    vs <baseline>])`` (``best at concurrency N: ...`` per concurrency when concurrency is swept), or
+    ``no point met the thresholds (<n> points)``.
+
+    :param records: :func:`sweep_records` (one per point).
+    :param baselines: :func:`baseline_records`; empty when no profile without speculation ran.
+    :param thresholds_ok: :func:`thresholds_ok`.
+    """
+    bests = best_points(records, thresholds_ok=thresholds_ok)
+    headers = ["point", *(h for h, _, _ in _COLUMNS), "speedup", "thresholds"]
+    rows: list[list[str]] = []
+    for record in records:
+        up = speedup(record, baselines)
+        cells = [record.profile, *(_fmt(fmt, record.metrics.get(key)) for _, key, fmt in _COLUMNS)]
+        cells.append(f"{up:.2f}x" if up is not None else "n/a")
+        cells.append("ok" if thresholds_ok.get(record.profile, False) else "FAILED")
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = []
+    for i, row in enumerate([headers, *rows]):
+        cells = [row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:-1], widths[1:-1])), row[-1]]
+        line = "  ".join(cells)
+        if i > 0 and any(records[i - 1] is b for b in bests):
+            line = f"{line.ljust(sum(widths) + 2 * (len(widths) - 1))}  <- best"
+        lines.append(line.rstrip())
+    if not bests:
+        lines.append(f"no point met the thresholds ({len(records)} points)")
+    concurrencies = {_concurrency(r) for r in records}
+    for best in bests:
+        up = speedup(best, baselines)
+        tok_s = _fmt("{:.1f}", best.metrics.get("output_tok_s"))
+        versus = ""
+        if up is not None:
+            match = [b for b in baselines if _concurrency(b) == _concurrency(best)] or list(baselines)
+            versus = f", {up:.2f}x vs {match[0].profile}"
+        at = f" at concurrency {_concurrency(best)}" if len(concurrencies) > 1 else ""
+        lines.append(f"best{at}: {best.profile} ({tok_s} tok/s{versus})")
+    return lines

@@ -1,0 +1,153 @@
+"""Tests of pytest_specdec.plots and ``python -m pytest_specdec plot``: real PNGs from synthetic and stored runs.
+
+Pixels are checked for colours only one element draws: the gold best-point star, the red crosses of failed points,
+the red threshold lines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_specdec import sweep
+from pytest_specdec.__main__ import main
+from pytest_specdec.plots import metric_label, plot_sweep, plot_trend
+from pytest_specdec.results import ResultRecord, ResultStore, RunFile
+from tests.test_sweep import record, seed_records
+
+image = pytest.importorskip("matplotlib.image")
+
+GOLD = (1.0, 215 / 255, 0.0)
+RED = (1.0, 0.0, 0.0)
+
+
+def pixels(path: Path, rgb: tuple[float, float, float]) -> int:
+    """How many pixels of the PNG are within 0.2 of ``rgb`` on every channel (antialiased edges included; no
+    other colour of the palette, C0..C9 or grey, comes that close to pure red or gold)."""
+    data = image.imread(str(path))[..., :3]
+    return int(np.all(np.abs(data - np.asarray(rgb)) < 0.2, axis=-1).sum())
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = image.imread(str(path))
+    return data.shape[1], data.shape[0]
+
+
+def test_plot_sweep_marks_best_and_failed_points(tmp_path: Path) -> None:
+    records = seed_records(failed=(1,))
+    points = sweep.sweep_records(records)
+    ok = sweep.thresholds_ok(records)
+    out = plot_sweep(
+        points,
+        tmp_path / "plots" / "sweep.png",
+        baselines=sweep.baseline_records(records, None),
+        best=sweep.best_points(points, thresholds_ok=ok),
+        thresholds_ok=ok,
+    )
+    assert out == tmp_path / "plots" / "sweep.png"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png_size(out)[0] == 800
+    assert pixels(out, GOLD) > 20
+    assert pixels(out, RED) > 20
+
+
+def test_plot_sweep_without_best_or_failures_has_neither_mark(tmp_path: Path) -> None:
+    records = seed_records()
+    out = plot_sweep(sweep.sweep_records(records), tmp_path / "sweep.png")
+    assert pixels(out, GOLD) == 0
+    assert pixels(out, RED) == 0
+
+
+def test_plot_sweep_rejects_records_that_are_not_points(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"^plot_sweep: 'baseline' is not a sweep point \(expected NAME@KEY=VALUE\)$"):
+        plot_sweep([record("baseline", 88.8, None)], tmp_path / "x.png")
+    with pytest.raises(ValueError, match="^plot_sweep: no sweep points to plot$"):
+        plot_sweep([], tmp_path / "x.png")
+
+
+def test_metric_label_has_the_unit() -> None:
+    assert metric_label("output_tok_s") == "output_tok_s (tok/s)"
+    assert metric_label("ttft_ms_p50") == "ttft_ms_p50 (ms)"
+    assert metric_label("accept_length") == "accept_length (tokens/verify step)"
+
+
+def three_runs(root: Path) -> list[Path]:
+    """Three stored runs, one hour apart, eagle3 getting slower, baseline steady."""
+    store = ResultStore(root)
+    paths = []
+    for i, tok_s in enumerate((120.0, 110.0, 95.0)):
+        records = (
+            _named(record("baseline", 85.0, None), "baseline"),
+            _named(record("eagle3", tok_s, 2.6 - 0.1 * i), "eagle3"),
+        )
+        run = RunFile(run_id=f"20261130T1{i}0000Z-00000{i}", started=1795000000.0 + 3600 * i, results=records)
+        paths.append(store.save(run))
+    return paths
+
+
+def _named(rec: ResultRecord, profile: str) -> ResultRecord:
+    return ResultRecord(f"examples/test_specdec.py::test_profile_thresholds[{profile}]", profile, rec.metrics, {},
+                        rec.fingerprint, outcome="passed")  # fmt: skip
+
+
+def test_plot_trend_from_three_runs_with_thresholds(tmp_path: Path) -> None:
+    runs = [ResultStore(tmp_path / "results").load(p.stem) for p in three_runs(tmp_path / "results")[::-1]]
+    out = plot_trend(runs, tmp_path / "trend.png", thresholds={"output_tok_s": 100.0, "ttft_ms_p50": 50.0})
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = png_size(out)
+    assert height == 880  # 100 dpi x (2.6 in per panel x 3 panels: the two defaults and ttft_ms_p50, + 1 in)
+    assert pixels(out, RED) > 50
+
+
+def test_plot_trend_errors(tmp_path: Path) -> None:
+    runs = [RunFile(run_id="r1", started=1.0, results=(record("eagle3", 90.0, 2.0),))]
+    with pytest.raises(ValueError, match=r"^plot_trend: no results of profile\(s\) nope in 1 run\(s\)$"):
+        plot_trend(runs, tmp_path / "x.png", profiles=["nope"])
+    with pytest.raises(ValueError, match="^plot_trend: no runs to plot$"):
+        plot_trend([], tmp_path / "x.png")
+
+
+def test_cli_plot_three_stored_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    paths = three_runs(tmp_path / "results")
+    out = tmp_path / "trend.png"
+    args = ["plot", str(paths[0]), paths[1].stem, paths[2].stem[:12], "--results-dir", str(tmp_path / "results")]
+    assert main([*args, "-o", str(out), "--threshold", "output_tok_s=100"]) == 0
+    assert capsys.readouterr().out == f"wrote {out} (3 runs)\n"
+    assert pixels(out, RED) > 50
+
+
+def test_cli_plot_a_directory_and_no_threshold(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    three_runs(tmp_path / "results")
+    out = tmp_path / "trend.png"
+    assert main(["plot", str(tmp_path / "results"), "-o", str(out), "--metric", "output_tok_s"]) == 0
+    assert capsys.readouterr().out == f"wrote {out} (3 runs)\n"
+    assert pixels(out, RED) == 0
+    assert png_size(out)[1] == 360  # one panel
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--metric", "tok_s"], "ERROR: --metric=tok_s: not a metric field (available: num_requests, num_ok, "),
+        (["--threshold", "output_tok_s"], "ERROR: --threshold=output_tok_s: expected FIELD=NUMBER with FIELD a metric "
+         "field, e.g. --threshold output_tok_s=80\n"),  # fmt: skip
+        (["--threshold", "output_tok_s=fast"], "ERROR: --threshold=output_tok_s=fast: expected FIELD=NUMBER"),
+        (["nope"], "ERROR: no run 'nope': not a file and no run id in "),
+        (["--profile", "eagle4"], "ERROR: plot_trend: no results of profile(s) eagle4 in 3 run(s)\n"),
+    ],
+)
+def test_cli_plot_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    three_runs(tmp_path / "results")
+    code = main(["plot", "--results-dir", str(tmp_path / "results"), "-o", str(tmp_path / "t.png"), *args])
+    assert code == 2
+    assert capsys.readouterr().err.startswith(message)
+    assert not (tmp_path / "t.png").exists()
+
+
+def test_cli_plot_unreadable_run_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["plot", str(bad), "-o", str(tmp_path / "t.png")]) == 2
+    assert capsys.readouterr().err.startswith(f"ERROR: {bad}: not JSON: ")

@@ -1,0 +1,122 @@
+"""Tests of the CI-facing outputs: markdown summary (pytest_specdec.markdown), JUnit properties and the JSON report
+(pytest_specdec.report)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.markdown import markdown_summary, markdown_targets, write_markdown
+from pytest_specdec.report import junit_properties, write_json_report
+from pytest_specdec.results import RunFile, read_run_file
+from tests.test_sweep import record
+
+pytest_plugins = ["pytester"]
+
+
+def session_records() -> list:
+    return [
+        record("baseline", 88.8, None),
+        record("eagle3", 94.0, 2.4),
+        record("eagle3-wrong-layers", 70.25, 1.5, outcome="failed"),
+    ]
+
+
+VERDICT = (
+    "accept_length 1.5 tok/verify < min 2 (margin -0.5, -25.0%) [profile eagle3-wrong-layers, 16 requests]\n"
+    "accept_rate 0.1667 < min 0.33 (margin -0.1633, -49.5%) [profile eagle3-wrong-layers, 16 requests]"
+)
+
+
+def test_markdown_summary_table_and_failed_verdicts() -> None:
+    failures = {"tests/test_x.py::test_run[eagle3-wrong-layers]": VERDICT}
+    lines = markdown_summary(session_records(), failures, results_path=".specdec/results/r1.json")
+    assert lines == [
+        "## specdec summary",
+        "",
+        "| test | profile | tok/s | accept len | accept rate | TTFT p50 ms | ITL p50 ms | result |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+        "| `test_run[baseline]` | baseline | 88.8 | n/a | n/a | 40.0 | 11.26 | ✅ passed |",
+        "| `test_run[eagle3]` | eagle3 | 94.0 | 2.40 | 0.467 | 40.0 | 10.64 | ✅ passed |",
+        "| `test_run[eagle3-wrong-layers]` | eagle3-wrong-layers | 70.2 | 1.50 | 0.167 | 40.0 | 14.23 | ❌ failed |",
+        "",
+        "### Failed",
+        "",
+        "**`test_run[eagle3-wrong-layers]`**",
+        "",
+        "```",
+        "accept_length 1.5 tok/verify < min 2 (margin -0.5, -25.0%) [profile eagle3-wrong-layers, 16 requests]",
+        "accept_rate 0.1667 < min 0.33 (margin -0.1633, -49.5%) [profile eagle3-wrong-layers, 16 requests]",
+        "```",
+        "",
+        "Results: `.specdec/results/r1.json`",
+    ]
+
+
+def test_markdown_summary_sweep_section_and_escaping() -> None:
+    rec = record("odd|name", 50.0, None, outcome="skipped")
+    lines = markdown_summary([rec], sweep_lines=["point  tok/s", "best: x"], title="nightly")
+    assert lines[0] == "## nightly"
+    assert lines[4] == "| `test_run[odd\\|name]` | odd\\|name | 50.0 | n/a | n/a | 40.0 | 20.00 | skipped |"
+    assert lines[5:] == ["", "### Sweep", "", "```", "point  tok/s", "best: x", "```"]
+
+
+def test_markdown_targets() -> None:
+    assert markdown_targets(None, {}) == []
+    assert markdown_targets("out/summary.md", {}) == [(Path("out/summary.md"), False)]
+    assert markdown_targets(None, {"GITHUB_STEP_SUMMARY": "/gh/step"}) == [(Path("/gh/step"), True)]
+    assert markdown_targets("a.md", {"GITHUB_STEP_SUMMARY": "/gh/step"}) == [
+        (Path("a.md"), False),
+        (Path("/gh/step"), True),
+    ]
+
+
+def test_write_markdown_appends_to_step_summary_and_replaces_a_file(tmp_path: Path) -> None:
+    step = tmp_path / "step_summary"
+    step.write_text("# earlier step\n")
+    write_markdown(["## specdec summary", "| a |"], step, append=True)
+    assert step.read_text() == "# earlier step\n\n## specdec summary\n| a |\n"
+    target = tmp_path / "sub" / "summary.md"
+    write_markdown(["one"], target)
+    write_markdown(["two"], target)
+    assert target.read_text() == "two\n"
+
+
+def test_junit_properties_numeric_fields_in_runmetrics_order() -> None:
+    props = junit_properties(
+        {"output_tok_s": 94.0, "accept_length": None, "num_ok": 16, "accept_length_source": "client", "bogus": 1.0}
+    )
+    assert props == [("specdec_num_ok", 16), ("specdec_output_tok_s", 94.0)]
+
+
+def test_junit_properties_reach_the_junit_xml(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        from pytest_specdec.report import junit_properties
+
+        def test_metrics(request):
+            metrics = {"output_tok_s": 94.0, "accept_length": 2.4, "ttft_ms_p50": None}
+            request.node.user_properties.extend(junit_properties(metrics))
+        """
+    )
+    result = pytester.runpytest_subprocess("--junitxml=junit.xml", "-p", "no:specdec", "-W", "error")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=1)
+    tree = ET.parse(pytester.path / "junit.xml")
+    props = {p.get("name"): p.get("value") for p in tree.iter("property")}
+    assert props == {"specdec_output_tok_s": "94.0", "specdec_accept_length": "2.4"}
+
+
+def test_write_json_report_is_the_run_file_with_fingerprints(tmp_path: Path) -> None:
+    run = RunFile(run_id="20261130T000000Z-abcdef", started=1.0, machine={"host": "h"}, results=tuple(session_records()))
+    path = write_json_report(run, tmp_path / "ci" / "specdec-report.json")
+    assert path == tmp_path / "ci" / "specdec-report.json"
+    assert [p.name for p in path.parent.iterdir()] == ["specdec-report.json"]
+    data = json.loads(path.read_text())
+    assert data["run_id"] == "20261130T000000Z-abcdef"
+    assert [r["profile"] for r in data["results"]] == ["baseline", "eagle3", "eagle3-wrong-layers"]
+    assert data["results"][1]["fingerprint"] == {"speculative": {"algorithm": "EAGLE3"}, "workload": {"concurrency": 1}}
+    assert read_run_file(path) == run

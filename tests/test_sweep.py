@@ -1,0 +1,276 @@
+"""Tests of pytest_specdec.sweep: the spec parser and its error text, derived profiles, the table and the best point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec import sweep
+from pytest_specdec.profiles import load_profiles
+from pytest_specdec.results import ResultRecord
+
+FORMAT = (
+    "expected PARAM=VALUES joined by ';', with PARAM one of num_steps, num_draft_tokens, eagle_topk, concurrency "
+    'and VALUES a range 1..6 or a list 1,2,4 (integers >= 1), e.g. "num_steps=1..6" or '
+    '"num_steps=1,2,4;concurrency=1,8"'
+)
+
+PROFILES = """
+profiles:
+  baseline:
+    server: reference
+    workload: {concurrency: 1, num_requests: 16}
+  eagle3:
+    extends: baseline
+    speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}
+    thresholds: {min_accept_length: 2.0, min_speedup: {vs: baseline, ratio: 1.05}}
+  tree:
+    extends: baseline
+    speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 4, num_draft_tokens: 8}
+  auto:
+    extends: baseline
+    speculative: {algorithm: EAGLE3}
+"""
+
+
+@pytest.fixture
+def profiles(tmp_path: Path) -> dict:
+    path = tmp_path / "specdec.yaml"
+    path.write_text(PROFILES)
+    return dict(load_profiles(path).profiles)
+
+
+def record(profile: str, tok_s: float, accept: float | None, *, outcome: str = "passed", conc: int = 1) -> ResultRecord:
+    """A synthetic record: accept rate as with 4 draft tokens, ITL = 1000 / tok/s, TTFT 40 ms."""
+    metrics = {
+        "output_tok_s": tok_s,
+        "accept_length": accept,
+        "accept_rate": (accept - 1) / 3 if accept is not None else None,
+        "ttft_ms_p50": 40.0,
+        "itl_ms_p50": 1000.0 / tok_s,
+    }
+    fingerprint = {
+        "speculative": None if accept is None else {"algorithm": "EAGLE3"},
+        "workload": {"concurrency": conc},
+    }
+    return ResultRecord(
+        test_id=f"tests/test_x.py::test_run[{profile}]",
+        profile=profile,
+        metrics=metrics,
+        repeats={},
+        fingerprint=fingerprint,
+        outcome=outcome,
+    )
+
+
+# -- parse_sweep ------------------------------------------------------------------------------------------------
+
+
+def test_parse_range_is_inclusive() -> None:
+    assert sweep.parse_sweep("num_steps=1..4") == [{"num_steps": n} for n in (1, 2, 3, 4)]
+
+
+def test_parse_list_and_cartesian_product_first_axis_outermost() -> None:
+    assert sweep.parse_sweep(" num_steps=1,2 ; concurrency=1..2 ") == [
+        {"num_steps": 1, "concurrency": 1},
+        {"num_steps": 1, "concurrency": 2},
+        {"num_steps": 2, "concurrency": 1},
+        {"num_steps": 2, "concurrency": 2},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("num_step=1..6", "'num_step=1..6': unknown parameter 'num_step' (did you mean 'num_steps'?); "),
+        ("temperature=1,2", "'temperature=1,2': unknown parameter 'temperature'; "),
+        ("num_steps", "'num_steps': no PARAM=VALUES; "),
+        ("num_steps=6..1", "'num_steps=6..1': range 6..1 is empty (write the smaller value first); "),
+        ("num_steps=1-6", "'num_steps=1-6': cannot read values '1-6'; "),
+        ("num_steps=0..3", "'num_steps=0..3': values must be >= 1; "),
+        ("num_steps=1,1", "'num_steps=1,1': a value is listed twice; "),
+        ("num_steps=1;num_steps=2", "'num_steps=2': parameter 'num_steps' given twice; "),
+        (" ; ", "empty sweep; "),
+    ],
+)
+def test_parse_errors_name_the_token_and_the_format(spec: str, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        sweep.parse_sweep(spec)
+    assert str(info.value) == message + FORMAT
+
+
+def test_split_name_reads_the_point_back() -> None:
+    assert sweep.split_name("eagle3@num_steps=2,concurrency=8") == ("eagle3", {"num_steps": 2, "concurrency": 8})
+    assert sweep.split_name("eagle3") == ("eagle3", {})
+    assert sweep.split_name("odd@name") == ("odd@name", {})
+
+
+# -- expand_profiles --------------------------------------------------------------------------------------------
+
+
+def test_expand_keeps_steps_and_draft_tokens_coherent_at_topk_1(profiles: dict) -> None:
+    out, names = sweep.expand_profiles(profiles, ["eagle3", "baseline"], sweep.parse_sweep("num_steps=1..3"))
+    assert names == ["baseline", "eagle3@num_steps=1", "eagle3@num_steps=2", "eagle3@num_steps=3"]
+    spec = out["eagle3@num_steps=2"].speculative
+    assert (spec.num_steps, spec.eagle_topk, spec.num_draft_tokens) == (2, 1, 3)
+    assert out["eagle3@num_steps=2"].name == "eagle3@num_steps=2"
+    assert out["eagle3"] is profiles["eagle3"]
+
+
+def test_expand_draft_tokens_moves_steps_at_topk_1(profiles: dict) -> None:
+    out, _ = sweep.expand_profiles(profiles, ["eagle3"], sweep.parse_sweep("num_draft_tokens=3"))
+    spec = out["eagle3@num_draft_tokens=3"].speculative
+    assert (spec.num_steps, spec.num_draft_tokens) == (2, 3)
+
+
+def test_expand_tree_profile_keeps_its_draft_tokens(profiles: dict) -> None:
+    out, _ = sweep.expand_profiles(profiles, ["tree"], sweep.parse_sweep("num_steps=2"))
+    spec = out["tree@num_steps=2"].speculative
+    assert (spec.num_steps, spec.eagle_topk, spec.num_draft_tokens) == (2, 4, 8)
+
+
+def test_expand_topk_to_1_rewrites_draft_tokens(profiles: dict) -> None:
+    out, _ = sweep.expand_profiles(profiles, ["tree"], sweep.parse_sweep("eagle_topk=1,2"))
+    assert out["tree@eagle_topk=1"].speculative.num_draft_tokens == 4
+    assert out["tree@eagle_topk=2"].speculative.num_draft_tokens == 8
+
+
+def test_expand_concurrency_sweeps_the_baseline_and_points_speedup_at_it(profiles: dict) -> None:
+    points = sweep.parse_sweep("num_steps=2,3;concurrency=1,4")
+    out, names = sweep.expand_profiles(profiles, ["eagle3", "baseline"], points)
+    assert names == [
+        "baseline@concurrency=1",
+        "baseline@concurrency=4",
+        "eagle3@num_steps=2,concurrency=1",
+        "eagle3@num_steps=2,concurrency=4",
+        "eagle3@num_steps=3,concurrency=1",
+        "eagle3@num_steps=3,concurrency=4",
+    ]
+    derived = out["eagle3@num_steps=3,concurrency=4"]
+    assert derived.workload.concurrency == 4
+    assert derived.workload.num_requests == 16
+    assert derived.thresholds.min_speedup.vs == "baseline@concurrency=4"
+    assert out["baseline@concurrency=4"].speculative is None
+
+
+@pytest.mark.parametrize(
+    ("selected", "spec", "message"),
+    [
+        (
+            ["baseline"],
+            "num_steps=1,2",
+            "sweeps num_steps but no selected profile runs speculative decoding (selected: baseline); "
+            "select one, e.g. --server-profile=eagle3",
+        ),
+        (
+            ["eagle3"],
+            "num_steps=2;num_draft_tokens=4",
+            "point num_steps=2,num_draft_tokens=4 of profile 'eagle3': with eagle_topk 1 SGLang runs num_steps + 1 = 3 "
+            "draft tokens, not 4; sweep num_steps or num_draft_tokens, not both",
+        ),
+        (
+            ["eagle3"],
+            "num_draft_tokens=1",
+            "point num_draft_tokens=1 of profile 'eagle3': with eagle_topk 1 num_draft_tokens is num_steps + 1, so "
+            "it must be >= 2",
+        ),
+        (
+            ["auto"],
+            "eagle_topk=2",
+            "point eagle_topk=2 of profile 'auto': the profile leaves num_steps/num_draft_tokens to SGLang; set all "
+            "three of num_steps, eagle_topk, num_draft_tokens in its speculative: block to sweep one of them",
+        ),
+    ],
+)
+def test_expand_errors(profiles: dict, selected: list[str], spec: str, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        sweep.expand_profiles(profiles, selected, sweep.parse_sweep(spec))
+    assert str(info.value) == message
+
+
+# -- after the run ----------------------------------------------------------------------------------------------
+
+
+SEED = [(1, 90.1, 1.80), (2, 94.0, 2.40), (3, 92.5, 2.70), (4, 89.0, 2.90)]
+
+
+def seed_records(failed: tuple[int, ...] = ()) -> list[ResultRecord]:
+    """The seed's sweep: optimum at 2 steps, 94.0 tok/s vs 88.8 without speculation; two tests per profile."""
+    out = [record("baseline", 88.8, None)]
+    for steps, tok_s, accept in SEED:
+        name = f"eagle3@num_steps={steps}"
+        out.append(record(name, tok_s, accept))
+        out.append(record(name, tok_s, accept, outcome="failed" if steps in failed else "passed"))
+    return out
+
+
+def test_records_baselines_and_thresholds_ok() -> None:
+    records = seed_records(failed=(2,))
+    points = sweep.sweep_records(records)
+    assert [r.profile for r in points] == [f"eagle3@num_steps={n}" for n in (1, 2, 3, 4)]
+    assert [r.profile for r in sweep.baseline_records(records, None)] == ["baseline"]
+    assert sweep.baseline_records(records, "eagle3@num_steps=1") == []
+    ok = sweep.thresholds_ok(records)
+    assert ok["eagle3@num_steps=2"] is False and ok["eagle3@num_steps=3"] is True
+
+
+def test_best_point_is_fastest_passing_point() -> None:
+    records = seed_records()
+    points = sweep.sweep_records(records)
+    assert sweep.best_point(points, thresholds_ok=sweep.thresholds_ok(records)).profile == "eagle3@num_steps=2"
+    failed = seed_records(failed=(2,))
+    assert sweep.best_point(points, thresholds_ok=sweep.thresholds_ok(failed)).profile == "eagle3@num_steps=3"
+    assert sweep.best_point(points, thresholds_ok={}) is None
+
+
+def test_speedup_worked_example() -> None:
+    assert sweep.speedup(record("e@num_steps=2", 94.0, 2.4), [record("baseline", 88.8, None)]) == pytest.approx(
+        1.0586, abs=1e-4
+    )
+    assert sweep.speedup(record("e@num_steps=2", 94.0, 2.4), []) is None
+
+
+def test_sweep_table_lines() -> None:
+    records = seed_records(failed=(1,))
+    lines = sweep.sweep_table(
+        sweep.sweep_records(records),
+        baselines=sweep.baseline_records(records, None),
+        thresholds_ok=sweep.thresholds_ok(records),
+    )
+    assert lines == [
+        "point               accept_len  accept_rate  tok/s  TTFT p50 ms  ITL p50 ms  speedup  thresholds",
+        "eagle3@num_steps=1        1.80        0.267   90.1         40.0       11.10    1.01x  FAILED",
+        "eagle3@num_steps=2        2.40        0.467   94.0         40.0       10.64    1.06x  ok          <- best",
+        "eagle3@num_steps=3        2.70        0.567   92.5         40.0       10.81    1.04x  ok",
+        "eagle3@num_steps=4        2.90        0.633   89.0         40.0       11.24    1.00x  ok",
+        "best: eagle3@num_steps=2 (94.0 tok/s, 1.06x vs baseline)",
+    ]
+
+
+def test_sweep_table_without_baseline_or_passing_point() -> None:
+    records = seed_records(failed=(1, 2, 3, 4))
+    lines = sweep.sweep_table(sweep.sweep_records(records), thresholds_ok=sweep.thresholds_ok(records))
+    assert lines[1] == "eagle3@num_steps=1        1.80        0.267   90.1         40.0       11.10      n/a  FAILED"
+    assert lines[-1] == "no point met the thresholds (4 points)"
+
+
+def test_sweep_table_best_per_concurrency() -> None:
+    records = [
+        record("baseline@concurrency=1", 80.0, None, conc=1),
+        record("baseline@concurrency=4", 300.0, None, conc=4),
+        record("eagle3@num_steps=1,concurrency=1", 90.0, 1.8, conc=1),
+        record("eagle3@num_steps=1,concurrency=4", 280.0, 1.8, conc=4),
+        record("eagle3@num_steps=2,concurrency=1", 85.0, 2.4, conc=1),
+        record("eagle3@num_steps=2,concurrency=4", 330.0, 2.4, conc=4),
+    ]
+    points = sweep.sweep_records(records)
+    ok = sweep.thresholds_ok(records)
+    best = sweep.best_points(points, thresholds_ok=ok)
+    assert [r.profile for r in best] == ["eagle3@num_steps=1,concurrency=1", "eagle3@num_steps=2,concurrency=4"]
+    lines = sweep.sweep_table(points, baselines=sweep.baseline_records(records, "baseline"), thresholds_ok=ok)
+    assert lines[-2:] == [
+        "best at concurrency 1: eagle3@num_steps=1,concurrency=1 (90.0 tok/s, 1.12x vs baseline@concurrency=1)",
+        "best at concurrency 4: eagle3@num_steps=2,concurrency=4 (330.0 tok/s, 1.10x vs baseline@concurrency=4)",
+    ]
+    assert lines[2].endswith("0.93x  ok")
