@@ -46,7 +46,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="a run file, a directory of run files, or a run id (or unique prefix) in --results-dir "
         "(default: every run in --results-dir)",
     )
-    plot.add_argument("-o", "--output", metavar="PNG", default="trend.png", help="the PNG to write (default: trend.png)")
+    plot.add_argument(
+        "-o", "--output", metavar="PNG", default="trend.png", help="the PNG to write (default: trend.png)"
+    )
     plot.add_argument(
         "--metric",
         metavar="FIELD",

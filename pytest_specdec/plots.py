@@ -14,7 +14,7 @@ from typing import Any
 
 from pytest_specdec.metrics import METRICS
 from pytest_specdec.results import ResultRecord, RunFile
-from pytest_specdec.sweep import SWEEP_KEYS, speedup, split_name
+from pytest_specdec.sweep import speedup, split_name
 
 __all__ = ["DEFAULT_TREND_METRICS", "metric_label", "plot_sweep", "plot_trend"]
 
@@ -72,8 +72,8 @@ def plot_sweep(
     The x axis is the first swept key of the points (``sweep.split_name`` of each record's profile); every other
     combination (another base profile, or the values of further swept keys) is its own pair of lines. Baselines
     without speculation are dotted horizontal lines of their tok/s (a line over x when x is concurrency and the
-    baseline was swept with it; coloured as the series of the same concurrency). Each best point is starred and labelled with its tok/s and speedup; points whose
-    tests failed are crossed out in red.
+    baseline was swept with it; coloured as the series of the same concurrency). Each best point is starred and
+    labelled with its tok/s and speedup; points whose tests failed are crossed out in red.
 
     :param records: ``sweep.sweep_records`` (one per point), at least one.
     :param path: the PNG to write (parent directories are created).
@@ -153,7 +153,10 @@ def plot_sweep(
         (h,) = ax.plot([bx], [by], marker="*", markersize=16, color="gold", markeredgecolor="black", linestyle="none",
                        label="best point" + ("s (per concurrency)" if len(best) > 1 else f": {record.profile}"),
                        zorder=5)  # fmt: skip
-        ax.annotate(text, (bx, by), textcoords="offset points", xytext=(8, 8), fontsize=9)
+        right_half = bx is not None and len(xs_all) > 1 and bx > (min(xs_all) + max(xs_all)) / 2
+        # Label toward the middle so it never runs over the right-hand axis.
+        ax.annotate(text, (bx, by), textcoords="offset points", xytext=(-10, 8) if right_half else (10, 8),
+                    ha="right" if right_half else "left", fontsize=9)  # fmt: skip
         if i == 0:
             handles.append(h)
     ax.set_xlabel(_AXIS_LABELS.get(x_key, x_key))
@@ -228,12 +231,12 @@ def plot_trend(
     axes = fig.subplots(len(fields), 1, sharex=True, squeeze=False)[:, 0]
     xs = list(range(len(ordered)))
     handles: dict[str, Any] = {}
-    for ax, field_name in zip(axes, fields):
+    for ax, field_name in zip(axes, fields, strict=True):
         for i, name in enumerate(names):
             ys = []
             for run in ordered:
-                record = next((r for r in run.results if r.profile == name), None)
-                ys.append(_num(record.metrics.get(field_name)) if record is not None else float("nan"))
+                found = next((r for r in run.results if r.profile == name), None)
+                ys.append(_num(found.metrics.get(field_name)) if found is not None else float("nan"))
             (line,) = ax.plot(xs, ys, marker="o", color=f"C{i % 10}", label=name)
             if any(y == y for y in ys):  # NaN != NaN: a profile without this metric (no speculation) is not listed
                 handles.setdefault(name, line)

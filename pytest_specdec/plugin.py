@@ -157,6 +157,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "--server-profile; thresholds override the profile's. "
         "Example: @pytest.mark.specdec(min_accept_length=2.0, min_tok_s=100)",
     )
+    for engine in ("reference", "sglang", "vllm"):
+        config.addinivalue_line("markers", f"{engine}: added to specdec tests that run on a `server: {engine}` profile")
     session = SpecdecSession.from_config(config)
     config.stash[session_key] = session
     config.pluginmanager.register(session, "specdec-session")
@@ -393,6 +395,17 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     names = getattr(item, "fixturenames", ())
     if any(n in names for n in _SERVER_FIXTURES) and item.get_closest_marker("specdec") is None:
         item.add_marker("specdec")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # `-m "specdec and vllm"` selects the tests that run on vLLM profiles (likewise sglang, reference).
+    session = config.stash.get(session_key, None)
+    if session is None or session.profile_set is None:
+        return
+    for item in items:
+        name = getattr(getattr(item, "callspec", None), "params", {}).get("specdec_profile")
+        if name:
+            item.add_marker(session.profile(name).server)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -48,7 +48,7 @@ SWEEP_KEYS = SPECULATIVE_KEYS + WORKLOAD_KEYS
 
 _FORMAT = (
     "expected PARAM=VALUES joined by ';', with PARAM one of " + ", ".join(SWEEP_KEYS) + " and VALUES a range "
-    "1..6 or a list 1,2,4 (integers >= 1), e.g. \"num_steps=1..6\" or \"num_steps=1,2,4;concurrency=1,8\""
+    '1..6 or a list 1,2,4 (integers >= 1), e.g. "num_steps=1..6" or "num_steps=1,2,4;concurrency=1,8"'
 )
 _RANGE = re.compile(r"^(\d+)\.\.(\d+)$")
 _LIST = re.compile(r"^\d+(,\d+)*$")
@@ -100,7 +100,8 @@ def parse_sweep(spec: str) -> list[dict[str, int]]:
         if min(values) < 1:
             raise ValueError(f"{token!r}: values must be >= 1; {_FORMAT}")
         axes.append((key, values))
-    return [dict(zip([k for k, _ in axes], combo)) for combo in itertools.product(*(v for _, v in axes))]
+    keys = [k for k, _ in axes]
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(v for _, v in axes))]
 
 
 def point_label(point: Mapping[str, int]) -> str:
@@ -138,24 +139,26 @@ def _derive(profile: Profile, point: Mapping[str, int], name: str) -> Profile:
     if spec_keys:
         spec = profile.speculative
         assert spec is not None
-        steps = spec_keys.get("num_steps", spec.num_steps)
+        steps: int | None = spec_keys.get("num_steps", spec.num_steps)
         topk = spec_keys.get("eagle_topk", spec.eagle_topk if spec.eagle_topk is not None else 1)
-        tokens = spec_keys.get("num_draft_tokens", spec.num_draft_tokens)
+        tokens: int | None = spec_keys.get("num_draft_tokens", spec.num_draft_tokens)
         if topk == 1:
-            if "num_steps" in spec_keys and "num_draft_tokens" in spec_keys and tokens != steps + 1:
-                raise ValueError(
-                    f"point {point_label(point)} of profile {profile.name!r}: with eagle_topk 1 SGLang runs "
-                    f"num_steps + 1 = {steps + 1} draft tokens, not {tokens}; sweep num_steps or num_draft_tokens, "
-                    "not both"
-                )
-            if "num_draft_tokens" in spec_keys and "num_steps" not in spec_keys:
-                if tokens < 2:
+            if "num_steps" in spec_keys and "num_draft_tokens" in spec_keys:
+                swept_steps, swept_tokens = spec_keys["num_steps"], spec_keys["num_draft_tokens"]
+                if swept_tokens != swept_steps + 1:
+                    raise ValueError(
+                        f"point {point_label(point)} of profile {profile.name!r}: with eagle_topk 1 SGLang runs "
+                        f"num_steps + 1 = {swept_steps + 1} draft tokens, not {swept_tokens}; sweep num_steps or "
+                        "num_draft_tokens, not both"
+                    )
+            elif "num_draft_tokens" in spec_keys:
+                if spec_keys["num_draft_tokens"] < 2:
                     raise ValueError(
                         f"point {point_label(point)} of profile {profile.name!r}: with eagle_topk 1 num_draft_tokens "
                         "is num_steps + 1, so it must be >= 2"
                     )
-                steps = tokens - 1
-            elif steps is not None:
+                steps = spec_keys["num_draft_tokens"] - 1
+            if steps is not None:
                 tokens = steps + 1
         if steps is None or tokens is None:
             raise ValueError(
@@ -385,7 +388,7 @@ def sweep_table(
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
     lines = []
     for i, row in enumerate([headers, *rows]):
-        cells = [row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:-1], widths[1:-1])), row[-1]]
+        cells = [row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:-1], widths[1:-1], strict=True)), row[-1]]
         line = "  ".join(cells)
         if i > 0 and any(records[i - 1] is b for b in bests):
             line = f"{line.ljust(sum(widths) + 2 * (len(widths) - 1))}  <- best"

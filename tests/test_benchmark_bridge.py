@@ -1,6 +1,6 @@
 """Tests of pytest_specdec.benchmark end to end: real pytest-benchmark runs in a subprocess (pytester).
 
-The inner project registers the bridge itself (the lead's ``plugin.py`` does it in the real plugin) and records
+The inner project gets the bridge from the installed plugin (``plugin.py::pytest_configure`` registers it) and records
 synthetic measurements: 2.0 s per repeat for ``2 * tok/s`` output tokens.
 """
 
@@ -18,8 +18,6 @@ from pytest_benchmark.stats import Metadata  # noqa: E402
 
 from pytest_specdec import benchmark as bridge  # noqa: E402
 
-pytest_plugins = ["pytester"]
-
 REPO = Path(__file__).resolve().parents[1]
 
 CONFTEST = """
@@ -29,12 +27,6 @@ from pytest_specdec import benchmark as bridge
 from pytest_specdec.records import RunMetrics
 from pytest_specdec.runner import Measurement
 import dataclasses
-
-
-def pytest_configure(config):
-    b = bridge.BenchmarkBridge.from_config(config)
-    if b is not None:
-        config.pluginmanager.register(b, "specdec-benchmark")
 
 
 def make(tok_s):

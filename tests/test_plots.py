@@ -131,8 +131,11 @@ def test_cli_plot_a_directory_and_no_threshold(tmp_path: Path, capsys: pytest.Ca
     ("args", "message"),
     [
         (["--metric", "tok_s"], "ERROR: --metric=tok_s: not a metric field (available: num_requests, num_ok, "),
-        (["--threshold", "output_tok_s"], "ERROR: --threshold=output_tok_s: expected FIELD=NUMBER with FIELD a metric "
-         "field, e.g. --threshold output_tok_s=80\n"),  # fmt: skip
+        (
+            ["--threshold", "output_tok_s"],
+            "ERROR: --threshold=output_tok_s: expected FIELD=NUMBER with FIELD a metric "
+            "field, e.g. --threshold output_tok_s=80\n",
+        ),  # fmt: skip
         (["--threshold", "output_tok_s=fast"], "ERROR: --threshold=output_tok_s=fast: expected FIELD=NUMBER"),
         (["nope"], "ERROR: no run 'nope': not a file and no run id in "),
         (["--profile", "eagle4"], "ERROR: plot_trend: no results of profile(s) eagle4 in 3 run(s)\n"),

@@ -111,7 +111,9 @@ def test_junit_properties_reach_the_junit_xml(pytester: pytest.Pytester) -> None
 
 
 def test_write_json_report_is_the_run_file_with_fingerprints(tmp_path: Path) -> None:
-    run = RunFile(run_id="20261130T000000Z-abcdef", started=1.0, machine={"host": "h"}, results=tuple(session_records()))
+    run = RunFile(
+        run_id="20261130T000000Z-abcdef", started=1.0, machine={"host": "h"}, results=tuple(session_records())
+    )
     path = write_json_report(run, tmp_path / "ci" / "specdec-report.json")
     assert path == tmp_path / "ci" / "specdec-report.json"
     assert [p.name for p in path.parent.iterdir()] == ["specdec-report.json"]

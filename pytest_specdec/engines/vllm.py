@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -394,6 +395,70 @@ def accept_length_from_log(lines: list[str]) -> float | None:
 
 
 # -------------------------------------------------------------------------------------------------------- engine
+
+def vllm_loadable_draft(draft_dir: Path, dest_root: Path) -> Path:
+    """A draft directory vLLM 0.32 can load: ``draft_dir`` itself, or a copy without identity ``d2t``/``t2d``.
+
+    vLLM's ``Eagle3LlamaForCausalLM`` creates no ``draft_id_to_target_id`` parameter when ``draft_vocab_size ==
+    vocab_size`` yet maps a checkpoint's ``d2t`` onto it and fails ("There is no module or parameter named
+    'draft_id_to_target_id'", ``vllm/model_executor/models/llama_eagle3.py``). SGLang loads the same file (absent or
+    identity ``d2t`` both mean "full vocab", ``srt/models/llama_eagle3.py``). An all-zero ``d2t`` carries nothing,
+    so the copy drops both tensors; other files are symlinked. The safetensors file is rewritten by copying byte
+    ranges (no torch needed).
+
+    :raises ValueError: ``d2t`` present with equal vocab sizes but not all zeros (a real map vLLM cannot take).
+    """
+    import hashlib
+    import struct
+
+    from pytest_specdec.preflight import read_safetensors_header
+
+    config = json.loads((draft_dir / "config.json").read_text())
+    weights = draft_dir / "model.safetensors"
+    if config.get("draft_vocab_size", config.get("vocab_size")) != config.get("vocab_size") or not weights.is_file():
+        return draft_dir
+    header = read_safetensors_header(weights)
+    if "d2t" not in header and "t2d" not in header:
+        return draft_dir
+    stat = weights.stat()
+    key = hashlib.sha256(f"{weights.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    out = dest_root / f"vllm-draft-{key}"
+    if (out / "model.safetensors").is_file():
+        return out
+    raw = weights.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    data = raw[8 + length :]
+    if "d2t" in header:
+        start, end = header["d2t"]["data_offsets"]
+        if any(data[start:end]):
+            raise ValueError(f"{weights}: d2t is not the identity although draft_vocab_size == vocab_size")
+    kept: dict[str, Any] = {}
+    chunks: list[bytes] = []
+    offset = 0
+    for name, info in header.items():
+        if name in ("d2t", "t2d"):
+            continue
+        if name == "__metadata__":
+            kept[name] = info
+            continue
+        start, end = info["data_offsets"]
+        chunks.append(data[start:end])
+        kept[name] = {**info, "data_offsets": [offset, offset + end - start]}
+        offset += end - start
+    new_header = json.dumps(kept, separators=(",", ":")).encode()
+    new_header += b" " * (-len(new_header) % 8)
+    dest_root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dest_root, prefix=".tmp-"))
+    (tmp / "model.safetensors").write_bytes(struct.pack("<Q", len(new_header)) + new_header + b"".join(chunks))
+    for item in draft_dir.iterdir():
+        if item.name != "model.safetensors":
+            (tmp / item.name).symlink_to(item.resolve())
+    try:
+        os.replace(tmp, out)
+    except OSError:  # another process made it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
 class VllmEngine:
     """vLLM (``server: vllm``): implements ``engines.base.Engine``."""
 
@@ -443,6 +508,10 @@ class VllmEngine:
         :raises ProfileError: see ``head``, ``vllm_server_args``.
         """
         env = self.env(profile)
+        spec_cfg = profile.speculative
+        source = draft_path or (Path(spec_cfg.draft_model_path) if spec_cfg and spec_cfg.draft_model_path else None)
+        if source is not None and (source / "config.json").is_file():
+            draft_path = vllm_loadable_draft(source, Path(tempfile.gettempdir()) / "pytest-specdec")
         args = vllm_server_args(profile, port=port, draft_path=draft_path)
         argv = [*self.head(profile, env), *args]
         spec = profile.speculative
