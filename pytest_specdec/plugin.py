@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from filelock import FileLock
 
-from pytest_specdec import benchmark, compare, report, results, runner, server, sharing
+from pytest_specdec import benchmark, compare, markdown, plots, report, results, runner, server, sharing, sweep
 from pytest_specdec.errors import CompareError, ProfileError, SpecdecWarning
 from pytest_specdec.profiles import Profile, ProfileSet, Thresholds, load_profiles
 from pytest_specdec.thresholds import evaluate, merge_marker
@@ -113,6 +113,44 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="Compare even when the workloads differ (prompt set, max tokens, concurrency, requests)",
     )
+    group.addoption(
+        "--specdec-sweep",
+        action="store",
+        type=_sweep_points,
+        default=None,
+        metavar="PARAM=VALUES[;...]",
+        help='Run each selected speculative profile at every point, one server per point, e.g. "num_steps=1..6" or '
+        '"num_steps=1,2,4;concurrency=1,8" (num_steps, num_draft_tokens, eagle_topk, concurrency; default: no sweep)',
+    )
+    group.addoption(
+        "--specdec-sweep-baseline",
+        action="store",
+        default=None,
+        metavar="NAME",
+        help="Profile without speculation that sweep speedups are computed against, run with the sweep "
+        "(default: a selected profile without speculation, if any)",
+    )
+    group.addoption(
+        "--specdec-sweep-plot",
+        action="store",
+        default=None,
+        metavar="PATH",
+        help="Where the sweep PNG goes (default: <specdec dir>/sweep-<run id>.png)",
+    )
+    group.addoption(
+        "--specdec-report",
+        action="store",
+        default=None,
+        metavar="PATH",
+        help="Also write every result with its fingerprint (the .specdec/results run-file JSON) to PATH (default: none)",
+    )
+    group.addoption(
+        "--specdec-markdown",
+        action="store",
+        default=None,
+        metavar="PATH",
+        help="Write a markdown summary to PATH (default: none; always appended to $GITHUB_STEP_SUMMARY when set)",
+    )
     parser.addini(
         "specdec_tolerances",
         "Baseline-compare tolerances, one METRIC:TOL per line, e.g. output_tok_s:5% (default: built-in)",
@@ -134,6 +172,13 @@ def _positive_float(option: str):  # type: ignore[no-untyped-def]
         return number
 
     return parse
+
+
+def _sweep_points(value: str) -> list[dict[str, int]]:
+    try:
+        return sweep.parse_sweep(value)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--specdec-sweep={value}: {exc}") from None
 
 
 def _positive_int(option: str):  # type: ignore[no-untyped-def]
@@ -224,6 +269,13 @@ class SpecdecSession:
     check_lines: list[tuple[str, list[str]]] = field(default_factory=list)
     check_failed: bool = False
     sweep_lines: list[str] = field(default_factory=list)
+    #: node id -> failure text of failed specdec tests (for the markdown summary).
+    failures: dict[str, str] = field(default_factory=dict)
+    sweep_table: list[str] = field(default_factory=list)
+    sweep_plot: Path | None = None
+    sweep_failed: bool = False
+    report_path: Path | None = None
+    markdown_paths: list[Path] = field(default_factory=list)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> SpecdecSession:
@@ -249,7 +301,10 @@ class SpecdecSession:
             return session
         if session.selected:
             session.load()
+            session._expand_sweep()
             session._preflight()
+        elif config.option.specdec_sweep:
+            raise pytest.UsageError("--specdec-sweep: no profile selected; add --server-profile=NAME (e.g. eagle3)")
         ref = config.option.specdec_compare
         if ref is not None:
             try:
@@ -282,6 +337,65 @@ class SpecdecSession:
             except ValueError as exc:
                 raise pytest.UsageError(f"{self.profile_path}: profiles.{name}.tolerances: {exc}") from None
         return self.profile_set
+
+    def _expand_sweep(self) -> None:
+        """``--specdec-sweep``: replace the selected profiles by one derived profile per point (``eagle3@num_steps=2``,
+        see ``sweep.expand_profiles``); preflight then checks every derived profile before anything launches."""
+        points = self.config.option.specdec_sweep
+        if not points:
+            return
+        assert self.profile_set is not None
+        names = list(self.selected)
+        base = self.config.option.specdec_sweep_baseline
+        if base:
+            try:
+                baseline = self.profile_set.get(base)
+            except ProfileError as exc:
+                raise pytest.UsageError(str(exc).replace("--server-profile=", "--specdec-sweep-baseline=", 1)) from None
+            if baseline.is_speculative:
+                raise pytest.UsageError(
+                    f"--specdec-sweep-baseline={base}: profile runs speculative decoding; name one without a "
+                    "speculative: block"
+                )
+            if base not in names:
+                names.append(base)
+        try:
+            profiles, self.selected = sweep.expand_profiles(self.profile_set.profiles, names, points)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--specdec-sweep: {exc}") from None
+        self.profile_set = ProfileSet(path=self.profile_set.path, profiles=profiles)
+
+    def _finish_outputs(self, session: pytest.Session, run: results.RunFile) -> None:
+        """Sweep table and plot, ``--specdec-report``, markdown summary. A sweep in which no point met its thresholds
+        is a run-level failure."""
+        option = self.config.option
+        if option.specdec_sweep:
+            points = sweep.sweep_records(self.records)
+            if points:
+                baselines = sweep.baseline_records(self.records, option.specdec_sweep_baseline)
+                ok = sweep.thresholds_ok(self.records)
+                best = sweep.best_points(points, thresholds_ok=ok)
+                self.sweep_table = sweep.sweep_table(points, baselines=baselines, thresholds_ok=ok)
+                plot_path = Path(option.specdec_sweep_plot or self.out_dir / f"sweep-{self.run_id}.png")
+                try:
+                    self.sweep_plot = plots.plot_sweep(
+                        points, plot_path, baselines=baselines, best=best, thresholds_ok=ok
+                    )
+                except ImportError as exc:
+                    self.sweep_table.append(f"no plot: {exc}")
+                if not best:
+                    self.sweep_failed = True
+                    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if option.specdec_report:
+            self.report_path = report.write_json_report(run, Path(option.specdec_report))
+        targets = markdown.markdown_targets(option.specdec_markdown, os.environ)
+        if targets:
+            lines = markdown.markdown_summary(
+                self.records, self.failures, results_path=self.saved_path, sweep_lines=self.sweep_table
+            )
+            for path, append in targets:
+                markdown.write_markdown(lines, path, append=append)
+            self.markdown_paths = [path for path, _ in targets]
 
     def _preflight(self) -> None:
         from pytest_specdec.preflight import format_findings, run_preflight
@@ -346,6 +460,8 @@ class SpecdecSession:
             if name == _USER_PROPERTY:
                 record = results.ResultRecord.from_dict(json.loads(value))
                 self.records.append(dataclasses.replace(record, outcome=report.outcome))
+                if report.failed:
+                    self.failures[report.nodeid] = report.longreprtext
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -365,6 +481,7 @@ class SpecdecSession:
             run_id=self.run_id, started=self.started, machine=results.machine_info(), results=tuple(self.records)
         )
         self.saved_path = self.store().save(run)
+        self._finish_outputs(session, run)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.check_lines:
@@ -388,6 +505,16 @@ class SpecdecSession:
             terminalreporter.write_line(line)
         if self.saved_path is not None:
             terminalreporter.write_sep("-", f"specdec results: {self.saved_path}")
+        if self.sweep_table:
+            terminalreporter.write_sep("=", "specdec sweep")
+            for line in self.sweep_table:
+                terminalreporter.write_line(line, red=self.sweep_failed and line.startswith("no point"))
+            if self.sweep_plot is not None:
+                terminalreporter.write_sep("-", f"specdec sweep plot: {self.sweep_plot}")
+        if self.report_path is not None:
+            terminalreporter.write_sep("-", f"specdec report: {self.report_path}")
+        for path in self.markdown_paths:
+            terminalreporter.write_sep("-", f"specdec markdown: {path}")
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -496,6 +623,7 @@ def specdec_run(specdec_server: runner.RunningServer, request: pytest.FixtureReq
     record = results.ResultRecord.from_measurements(item.nodeid, run.measurements, session.fingerprints[profile.name])
     item.stash[record_key] = record
     item.user_properties.append((_USER_PROPERTY, json.dumps(record.to_dict(), default=str)))
+    item.user_properties.extend(report.junit_properties(record.metrics))  # JUnit <property name="specdec_...">
     benchmark.record(request, run.measurements, session.fingerprints[profile.name])
     return run
 

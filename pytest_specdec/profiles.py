@@ -17,6 +17,7 @@ Relative paths resolve against the YAML file's directory. Unknown keys are error
 from __future__ import annotations
 
 import copy
+import os
 import difflib
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
@@ -316,7 +317,8 @@ def _looks_like_path(value: str, base: Path) -> bool:
 def _resolve_one(value: Any, base: Path) -> Any:
     if not isinstance(value, str) or not value or not _looks_like_path(value, base):
         return value
-    return str((base / Path(value).expanduser()).resolve())
+    # abspath, not resolve(): a venv's bin/python is a symlink whose target is outside the venv.
+    return os.path.normpath(os.path.abspath(base / Path(value).expanduser()))
 
 
 def _resolve_relative(merged: dict[str, Any], base: Path) -> dict[str, Any]:

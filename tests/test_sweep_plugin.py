@@ -1,0 +1,109 @@
+"""--specdec-sweep, --specdec-report, --specdec-markdown and the JUnit properties end to end (pytester, reference
+server; needs the plugin wiring of issue 8)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+PROFILES = """
+profiles:
+  baseline:
+    server: reference
+    startup_timeout_s: 180
+    workload: {max_new_tokens: 24, num_requests: 6, warmup_requests: 1, repeats: 1}
+  eagle3:
+    extends: baseline
+    speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}
+"""
+
+TESTS = """
+import pytest
+
+@pytest.mark.specdec(min_accept_length=1.2)
+def test_accept(specdec_run):
+    assert specdec_run.metrics.num_ok == 6
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makefile(".yaml", specdec=PROFILES)
+    pytester.makepyfile(test_specdec=TESTS)
+    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    return pytester
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--server-profile=eagle3", "--specdec-sweep=num_step=1..2"],
+         "ERROR: --specdec-sweep=num_step=1..2: 'num_step=1..2': unknown parameter 'num_step' (did you mean "
+         "'num_steps'?); expected PARAM=VALUES*"),
+        (["--specdec-sweep=num_steps=1..2"],
+         "ERROR: --specdec-sweep: no profile selected; add --server-profile=NAME (e.g. eagle3)"),
+        (["--server-profile=baseline", "--specdec-sweep=num_steps=1..2"],
+         "ERROR: --specdec-sweep: sweeps num_steps but no selected profile runs speculative decoding (selected: "
+         "baseline); select one, e.g. --server-profile=eagle3"),
+        (["--server-profile=eagle3", "--specdec-sweep=num_steps=1", "--specdec-sweep-baseline=base"],
+         "ERROR: --specdec-sweep-baseline=base: no such profile in *specdec.yaml (available: baseline, eagle3)"),
+        (["--server-profile=eagle3", "--specdec-sweep=num_steps=1", "--specdec-sweep-baseline=eagle3"],
+         "ERROR: --specdec-sweep-baseline=eagle3: profile runs speculative decoding; name one without a "
+         "speculative: block"),
+    ],
+)  # fmt: skip
+def test_sweep_usage_errors(project: pytest.Pytester, args: list[str], message: str) -> None:
+    result = project.runpytest_subprocess(*args, timeout=60)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_sweep_runs_each_point_prints_table_and_writes_outputs(project: pytest.Pytester) -> None:
+    result = project.runpytest_subprocess(
+        "-m", "specdec", "--server-profile=eagle3", "--specdec-sweep=num_steps=1,2",
+        "--specdec-sweep-baseline=baseline", "--specdec-sweep-plot=out/sweep.png",
+        "--specdec-report=out/report.json", "--specdec-markdown=out/summary.md", "--junitxml=out/junit.xml",
+        timeout=900,
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*= specdec sweep =*",
+            "point * accept_len * accept_rate * tok/s * TTFT p50 ms * ITL p50 ms * speedup * thresholds",
+            "eagle3@num_steps=1 * ?.??x  ok*",
+            "eagle3@num_steps=2 * ?.??x  ok*",
+            "best: eagle3@num_steps=? (* tok/s, *x vs baseline)",
+            "*- specdec sweep plot: out/sweep.png -*",
+            "*- specdec report: out/report.json -*",
+            "*- specdec markdown: out/summary.md -*",
+        ]
+    )
+    assert (project.path / "out/sweep.png").read_bytes()[:4] == b"\x89PNG"
+    report = json.loads((project.path / "out/report.json").read_text())
+    assert [r["profile"] for r in report["results"]] == ["baseline", "eagle3@num_steps=1", "eagle3@num_steps=2"]
+    assert report["results"][2]["fingerprint"]["effective"]["num_draft_tokens"] == 3
+    summary = (project.path / "out/summary.md").read_text()
+    assert "| `test_accept[eagle3@num_steps=2]` | eagle3@num_steps=2 | " in summary
+    assert "### Sweep" in summary
+    names = {p.get("name") for p in ET.parse(project.path / "out/junit.xml").iter("property")}
+    assert {"specdec_output_tok_s", "specdec_accept_length", "specdec_ttft_ms_p50"} <= names
+
+
+def test_sweep_without_a_passing_point_fails_the_run(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    project.makepyfile(test_specdec=TESTS.replace("min_accept_length=1.2", "min_accept_length=9.0"))
+    step = project.path / "step_summary.md"
+    step.write_text("earlier\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+    result = project.runpytest_subprocess("-m", "specdec", "--server-profile=eagle3", "--specdec-sweep=num_steps=1",
+                                          timeout=600)  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*= specdec sweep =*", "eagle3@num_steps=1 * n/a  FAILED", "no point met the thresholds (1 points)"]
+    )
+    text = step.read_text()
+    assert text.startswith("earlier\n\n## specdec summary\n")
+    assert "### Failed" in text and "< min 9 (margin" in text
