@@ -1,0 +1,90 @@
+"""Baseline compare end to end on the reference server: save a run, change the config, rerun against it.
+
+The seed's two regressions, in miniature: aux layer ids edited (accept length drops, the aux-id diff is shown), and an
+env var lost on restart while the server got slower (the env diff leads; pytest-benchmark's compare-fail also trips).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+WORKLOAD = "workload: {max_new_tokens: 32, num_requests: 8, warmup_requests: 1, repeats: 2}"
+
+TEST = """
+import pytest
+
+@pytest.mark.specdec
+def test_eagle3(specdec_run):
+    pass
+"""
+
+
+def _profiles(eagle3_env: str, extra: str = "") -> str:
+    return f"""
+profiles:
+  eagle3:
+    server: reference
+    env: {eagle3_env}
+    {WORKLOAD}
+    speculative: {{algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}}
+  eagle3-shifted-layers:
+    extends: eagle3
+    speculative: {{aux_hidden_state_layer_ids: [0, 2, 4]}}
+{extra}
+"""
+
+
+def test_shifted_layers_regress_against_the_eagle3_baseline_with_aux_id_diff(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".yaml", specdec=_profiles("{}"))
+    pytester.makepyfile(test_specdec=TEST)
+    first = pytester.runpytest_subprocess("--server-profile=eagle3", "-p", "no:benchmark", timeout=600)
+    assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+    second = pytester.runpytest_subprocess(
+        "--server-profile=eagle3-shifted-layers",
+        "--specdec-compare",
+        "--specdec-compare-profile=eagle3",
+        "-p",
+        "no:benchmark",
+        timeout=600,
+    )
+    assert second.ret == pytest.ExitCode.TESTS_FAILED, second.stdout.str()
+    second.assert_outcomes(failed=1)
+    out = second.stdout.str()
+    second.stdout.fnmatch_lines(
+        [
+            "regression against run * (test_specdec.py::test_eagle3[[]eagle3[]]):",
+            "*draft aux ids: [[]1, 3, 5[]] -> [[]0, 2, 4[]]*",
+            "*accept_length*REGRESSED*",
+        ]
+    )
+    # "What changed?" comes before the numbers.
+    assert out.index("draft aux ids") < out.index("REGRESSED")
+
+
+def test_lost_env_var_and_slower_server_lead_with_env_diff_and_trip_benchmark_compare(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makefile(".yaml", specdec=_profiles("{NCCL_PROTO: LL}"))
+    pytester.makepyfile(test_specdec=TEST)
+    first = pytester.runpytest_subprocess("--server-profile=eagle3", "--benchmark-autosave", timeout=600)
+    assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+    # The restart "lost" NCCL_PROTO and the server is 3x slower per forward (a documented reference-server knob).
+    pytester.makefile(".yaml", specdec=_profiles("{SPECDEC_REF_FORWARD_DELAY_MS: '20'}"))
+    second = pytester.runpytest_subprocess(
+        "--server-profile=eagle3",
+        "--specdec-compare",
+        "--benchmark-compare",
+        "--benchmark-compare-fail=mean:5%",
+        timeout=600,
+    )
+    assert second.ret != pytest.ExitCode.OK, second.stdout.str()
+    out = second.stdout.str()
+    second.stdout.fnmatch_lines(
+        ["regression against run *", "*env NCCL_PROTO: LL -> (unset)*", "*output_tok_s*REGRESSED*"]
+    )
+    assert out.index("env NCCL_PROTO") < out.index("REGRESSED")
+    # pytest-benchmark's own gate sees seconds per output token and fails the session too (it raises
+    # PerformanceRegression out of its terminal summary, so the message is on stderr).
+    assert "PerformanceRegression: Performance has regressed." in second.stderr.str()
