@@ -142,7 +142,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store",
         default=None,
         metavar="PATH",
-        help="Also write every result with its fingerprint (the .specdec/results run-file JSON) to PATH (default: none)",
+        help="Also write every result with its fingerprint (the run-file JSON) to PATH (default: none)",
     )
     group.addoption(
         "--specdec-markdown",
@@ -438,7 +438,9 @@ class SpecdecSession:
     def pytest_report_header(self, config: pytest.Config) -> list[str] | None:
         if not self.selected:
             return None
-        lines = [f"specdec: profiles {', '.join(self.selected)} from {self.profile_path}; logs/results in {self.out_dir}"]
+        lines = [
+            f"specdec: profiles {', '.join(self.selected)} from {self.profile_path}; logs/results in {self.out_dir}"
+        ]
         if self.baseline is not None:
             lines.append(f"specdec: comparing against run {self.baseline.run_id}")
         lines += [f"specdec preflight: {line}" for line in self.preflight_notes]
@@ -458,7 +460,7 @@ class SpecdecSession:
             return
         for name, value in report.user_properties:
             if name == _USER_PROPERTY:
-                record = results.ResultRecord.from_dict(json.loads(value))
+                record = results.ResultRecord.from_dict(json.loads(str(value)))
                 self.records.append(dataclasses.replace(record, outcome=report.outcome))
                 if report.failed:
                     self.failures[report.nodeid] = report.longreprtext
@@ -491,7 +493,8 @@ class SpecdecSession:
                     terminalreporter.write_line(line)
             verdict = "FAILED" if self.check_failed else "passed"
             terminalreporter.write_line(
-                f"specdec check {verdict}: {len(self.check_lines)} profile(s) from {self.profile_path}; nothing launched",
+                f"specdec check {verdict}: {len(self.check_lines)} profile(s) from {self.profile_path}; "
+                "nothing launched",
                 red=self.check_failed,
                 green=not self.check_failed,
             )
@@ -546,7 +549,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "specdec_profile" not in metafunc.fixturenames:
         metafunc.fixturenames.append("specdec_profile")
     session = metafunc.config.stash[session_key]
-    names = session.selected or [None]
+    names: list[str | None] = list(session.selected) or [None]
     ids = [n or "no-profile" for n in names]
     metafunc.parametrize("specdec_profile", names, indirect=True, scope="session", ids=ids)
 
@@ -712,9 +715,7 @@ def _compare(session: SpecdecSession, item: pytest.Item, record: results.ResultR
     specs = [*session.tolerances, *profile.tolerances, *item.stash.get(tolerances_key, [])]
     tolerances = compare.parse_tolerances(specs) if specs else None
     try:
-        comparison = compare.compare_results(
-            base, record, tolerances, force=item.config.option.specdec_compare_force
-        )
+        comparison = compare.compare_results(base, record, tolerances, force=item.config.option.specdec_compare_force)
     except CompareError as exc:
         return f"not compared with run {session.baseline.run_id}: {exc} (--specdec-compare-force compares anyway)"
     if not comparison.failed:
@@ -746,5 +747,5 @@ class _Progress:
             self.tr.write_line(text)
 
     def done(self) -> None:
-        if self.tty and self.started:
+        if self.tty and self.started and self.tr is not None:
             self.tr.rewrite("", erase=True)

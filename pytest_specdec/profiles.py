@@ -17,8 +17,8 @@ Relative paths resolve against the YAML file's directory. Unknown keys are error
 from __future__ import annotations
 
 import copy
-import os
 import difflib
+import os
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 

@@ -64,7 +64,7 @@ def summary_lines(rows: Iterable[tuple[str, str, dict[str, Any], str]]) -> list[
     out = []
     for r in [list(headers), *table]:
         first = [str(r[0]).ljust(widths[0]), str(r[1]).ljust(widths[1])]
-        rest = [str(c).rjust(w) for c, w in zip(r[2:-1], widths[2:-1])]
+        rest = [str(c).rjust(w) for c, w in zip(r[2:-1], widths[2:-1], strict=True)]
         out.append("  ".join([*first, *rest, str(r[-1])]))
     return out
 

@@ -19,8 +19,8 @@ import httpx
 
 from pytest_specdec import client, metrics, workload
 from pytest_specdec.engines import get_engine
-from pytest_specdec.engines.sglang import resolve_api_key
 from pytest_specdec.engines.base import EffectiveConfig, Engine, LaunchSpec, SpecCounters
+from pytest_specdec.engines.sglang import resolve_api_key
 from pytest_specdec.errors import ServerStartError
 from pytest_specdec.profiles import Profile
 from pytest_specdec.records import RequestRecord, RunMetrics

@@ -1,4 +1,4 @@
-"""Thresholds from a profile and a ``@pytest.mark.specdec(...)`` marker -> a verdict with one readable line per metric."""
+"""Thresholds from a profile and a ``@pytest.mark.specdec(...)`` marker -> a verdict, one readable line per metric."""
 
 from __future__ import annotations
 

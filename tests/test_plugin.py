@@ -107,9 +107,7 @@ def test_preflight_error_stops_before_launch(project: pytest.Pytester) -> None:
     project.makefile(
         ".yaml",
         specdec=PROFILES.replace("@TAG@", _tag(project))
-        + textwrap.indent(
-            "eagle-on-eagle3-draft:\n  extends: eagle3\n  speculative: {algorithm: EAGLE}\n", "  "
-        ),
+        + textwrap.indent("eagle-on-eagle3-draft:\n  extends: eagle3\n  speculative: {algorithm: EAGLE}\n", "  "),
     )
     result = project.runpytest_subprocess("--server-profile=eagle-on-eagle3-draft")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -148,7 +146,10 @@ def test_wrong_layers_fail_on_accept_length_naming_value_and_threshold(project: 
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*accept_length * tok/verify < min 99 (margin -*%) [[]profile eagle3-wrong-layers, 6 requests, median of 3 repeats[]]"]
+        [
+            "*accept_length * tok/verify < min 99 (margin -*%) "
+            "[[]profile eagle3-wrong-layers, 6 requests, median of 3 repeats[]]"
+        ]
     )
     assert not _our_servers(project)
 
@@ -180,8 +181,8 @@ def test_two_profiles_one_server_at_a_time(project: pytest.Pytester) -> None:
 
         @pytest.fixture(autouse=True)
         def _count_servers():
-            live = [p for p in psutil.process_iter(["cmdline"])
-                    if "pytest_specdec.refserver" in " ".join(p.info["cmdline"] or []) and "--port" in " ".join(p.info["cmdline"] or [])]
+            cmds = [" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])]
+            live = [c for c in cmds if "pytest_specdec.refserver" in c and "--port" in c]
             assert len(live) <= 1, live
         """
     )
@@ -189,6 +190,10 @@ def test_two_profiles_one_server_at_a_time(project: pytest.Pytester) -> None:
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(
-        ["*test_accept[[]baseline[]] PASSED*", "*test_server_info[[]baseline[]] PASSED*", "*test_accept[[]eagle3[]] PASSED*"]
+        [
+            "*test_accept[[]baseline[]] PASSED*",
+            "*test_server_info[[]baseline[]] PASSED*",
+            "*test_accept[[]eagle3[]] PASSED*",
+        ]
     )
     assert not _our_servers(project)

@@ -22,7 +22,6 @@ from pytest_specdec.ports import find_free_port
 from pytest_specdec.server import ServerProcess
 from pytest_specdec.sharing import shared_server, sweep_shared
 
-
 FAKE = Path(__file__).with_name("fakeserver.py")
 HOST = "127.0.0.1"
 

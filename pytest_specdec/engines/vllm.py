@@ -422,7 +422,8 @@ def vllm_loadable_draft(draft_dir: Path, dest_root: Path) -> Path:
         return draft_dir
     stat = weights.stat()
     # The config is part of the key: aux-id overlays share one weights file but differ in config.json.
-    identity = f"{weights.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:".encode() + (draft_dir / "config.json").read_bytes()
+    identity = f"{weights.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:".encode()
+    identity += (draft_dir / "config.json").read_bytes()
     key = hashlib.sha256(identity).hexdigest()[:16]
     out = dest_root / f"vllm-draft-{key}"
     if (out / "model.safetensors").is_file():

@@ -32,6 +32,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -60,7 +61,7 @@ class Eagle3DraftConfig:
         return self.hidden_size // self.num_attention_heads
 
     @classmethod
-    def from_json(cls, config: dict) -> Eagle3DraftConfig:
+    def from_json(cls, config: dict[str, Any]) -> Eagle3DraftConfig:
         """Read a draft ``config.json`` dict; K follows SGLang: ``num_aux_hidden_states``, else the id count, else 3."""
         ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
         k = config.get("num_aux_hidden_states") or (len(ids) if ids else 3)
@@ -173,10 +174,11 @@ class Eagle3Draft(nn.Module):
         self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.int64))
         self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool))
         # Not a submodule: the target owns it, and it must not be saved with the draft.
-        self._embed = [embed_tokens]
+        self._embed: list[nn.Module] = [embed_tokens]
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        return self._embed[0](ids)
+        embed: nn.Module = self._embed[0]
+        return embed(ids)
 
     def fuse(self, hidden: torch.Tensor) -> torch.Tensor:
         """Apply ``fc`` only when the width differs from H, as SGLang's llama_eagle3 does."""
@@ -186,7 +188,8 @@ class Eagle3Draft(nn.Module):
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Map draft-vocab ids to target ids: ``target = draft + d2t[draft]`` (SGLang ``hot_token_id``)."""
-        return draft_ids + self.d2t[draft_ids]
+        d2t: torch.Tensor = self.d2t  # type: ignore[assignment]  # a registered buffer
+        return draft_ids + d2t[draft_ids]
 
     def _qkv(self, embeds: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
         layer = self.midlayer
@@ -280,6 +283,6 @@ class Eagle3Draft(nn.Module):
         return outputs
 
 
-def load_draft_config(path: str | Path) -> dict:
+def load_draft_config(path: str | Path) -> dict[str, Any]:
     """Read ``config.json`` from a draft directory."""
     return json.loads((Path(path) / "config.json").read_text())

@@ -1,8 +1,9 @@
 """How the committed reference assets were made: tokenizer, target Llama and EAGLE-3 draft, all from fixed seeds.
 
 Run ``python -m pytest_specdec.refserver.train --out pytest_specdec/refserver/assets`` (about 18 minutes on 2 idle CPU
-cores; steps, not wall time, bound it, so the result does not depend on the machine's load). The corpus is the running Python's own standard library source, so it exists offline on every machine;
-a different Python version gives a slightly different corpus and therefore different (equally valid) weights.
+cores; steps, not wall time, bound it, so the result does not depend on the machine's load). The corpus is the running
+Python's own standard library source, so it exists offline on every machine; a different Python version gives a
+slightly different corpus and therefore different (equally valid) weights.
 
 Recipe (sized by the trial in ``shared/reference/tiny_eagle3_trial.md``):
 
@@ -24,7 +25,9 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +39,7 @@ AUX_LAYER_IDS = [1, 3, 5]
 EOT = "<|eot|>"
 SEED = 0
 
-TARGET_CONFIG = {
+TARGET_CONFIG: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
     "hidden_size": 256,
@@ -61,7 +64,8 @@ TARGET_CONFIG = {
 def corpus_files() -> tuple[list[Path], list[Path]]:
     """Stdlib ``.py`` files, split into (train, held out) by md5(path) % 100 < 3."""
     root = Path(os.path.dirname(os.__file__))
-    train, held = [], []
+    train: list[Path] = []
+    held: list[Path] = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
         parts = rel.split("/")
@@ -72,8 +76,8 @@ def corpus_files() -> tuple[list[Path], list[Path]]:
     return train, held
 
 
-def build_tokenizer(files: list[Path], out: Path):
-    """Train the byte-level BPE and save ``tokenizer.json`` + HF ``tokenizer_config.json``; returns the fast tokenizer."""
+def build_tokenizer(files: list[Path], out: Path) -> Any:
+    """Train the byte-level BPE, save ``tokenizer.json`` + HF ``tokenizer_config.json``; return the fast tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -95,7 +99,7 @@ def build_tokenizer(files: list[Path], out: Path):
     return fast
 
 
-def encode(fast, files: list[Path]) -> torch.Tensor:
+def encode(fast: Any, files: list[Path]) -> torch.Tensor:
     ids: list[int] = []
     eot = fast.convert_tokens_to_ids(EOT)
     for p in files:
@@ -104,7 +108,7 @@ def encode(fast, files: list[Path]) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.int64)
 
 
-def batches(data: torch.Tensor, batch: int, seq: int, gen: torch.Generator):
+def batches(data: torch.Tensor, batch: int, seq: int, gen: torch.Generator) -> Iterator[torch.Tensor]:
     while True:
         starts = torch.randint(0, len(data) - seq - 1, (batch,), generator=gen)
         yield torch.stack([data[s : s + seq] for s in starts.tolist()])
@@ -116,7 +120,7 @@ def lr_at(step_frac: float, step: int, warmup: int, base: float, floor: float) -
     return base * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(step_frac, 1.0))))
 
 
-def train_target(data: torch.Tensor, held: torch.Tensor, steps: int, log) -> torch.nn.Module:
+def train_target(data: torch.Tensor, held: torch.Tensor, steps: int, log: Callable[[str], None]) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(SEED)
@@ -138,7 +142,9 @@ def train_target(data: torch.Tensor, held: torch.Tensor, steps: int, log) -> tor
         opt.step()
         losses.append(loss.item())
         if step % 50 == 0:
-            log(f"target step {step} loss {sum(losses[-50:]) / len(losses[-50:]):.3f} ({time.monotonic() - start:.0f}s)")
+            log(
+                f"target step {step} loss {sum(losses[-50:]) / len(losses[-50:]):.3f} ({time.monotonic() - start:.0f}s)"
+            )
     model.eval()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         x = held[: 16 * 256].view(16, 256)
@@ -146,7 +152,7 @@ def train_target(data: torch.Tensor, held: torch.Tensor, steps: int, log) -> tor
     return model
 
 
-def draft_config() -> dict:
+def draft_config() -> dict[str, Any]:
     t = TARGET_CONFIG
     return {
         "architectures": ["LlamaForCausalLMEagle3"],
@@ -172,7 +178,7 @@ def draft_config() -> dict:
     }
 
 
-def target_features(target, x: torch.Tensor, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def target_features(target: Any, x: torch.Tensor, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(aux [B, T, K*H] from HF ``hidden_states[i + 1]`` per id, greedy labels [B, T])."""
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         out = target(input_ids=x, output_hidden_states=True)
@@ -180,7 +186,9 @@ def target_features(target, x: torch.Tensor, ids: list[int]) -> tuple[torch.Tens
     return aux, out.logits.argmax(-1)
 
 
-def train_draft(target, data: torch.Tensor, held: torch.Tensor, train_steps: int, log, steps: int = 3) -> Eagle3Draft:
+def train_draft(
+    target: Any, data: torch.Tensor, held: torch.Tensor, train_steps: int, log: Callable[[str], None], steps: int = 3
+) -> Eagle3Draft:
     torch.manual_seed(SEED + 1)
     cfg = draft_config()
     draft = Eagle3Draft(Eagle3DraftConfig.from_json(cfg), target.model.embed_tokens)
@@ -218,8 +226,10 @@ def train_draft(target, data: torch.Tensor, held: torch.Tensor, train_steps: int
         if step % 25 == 0:
             recent = hist[-25:]
             mean = [sum(a[i] for a in recent) / len(recent) for i in range(steps)]
-            log(f"draft step {step} loss {loss.item():.3f} agreement {' / '.join(f'{m:.3f}' for m in mean)} "
-                f"({time.monotonic() - start:.0f}s)")
+            log(
+                f"draft step {step} loss {loss.item():.3f} agreement {' / '.join(f'{m:.3f}' for m in mean)} "
+                f"({time.monotonic() - start:.0f}s)"
+            )
     draft.eval()
     with torch.no_grad():
         x = held[: 8 * 256].view(8, 256)
@@ -231,7 +241,7 @@ def train_draft(target, data: torch.Tensor, held: torch.Tensor, train_steps: int
     return draft
 
 
-def save(target, draft: Eagle3Draft, out: Path) -> None:
+def save(target: Any, draft: Eagle3Draft, out: Path) -> None:
     from safetensors.torch import save_file
 
     target_dir, draft_dir = out / "target", out / "draft-eagle3"
