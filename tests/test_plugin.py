@@ -176,13 +176,18 @@ def test_server_dying_at_startup_errors_fast_with_cause_and_log(project: pytest.
 @pytest.mark.slow
 def test_two_profiles_one_server_at_a_time(project: pytest.Pytester) -> None:
     project.makeconftest(
-        """
+        f"""
         import psutil, pytest
+
+        def _tagged(proc):
+            try:
+                return proc.environ().get("SPECDEC_TEST_TAG") == {_tag(project)!r}
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                return False
 
         @pytest.fixture(autouse=True)
         def _count_servers():
-            cmds = [" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])]
-            live = [c for c in cmds if "pytest_specdec.refserver" in c and "--port" in c]
+            live = [p for p in psutil.process_iter() if _tagged(p)]
             assert len(live) <= 1, live
         """
     )
