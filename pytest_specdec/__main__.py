@@ -1,5 +1,10 @@
-"""Command line: ``python -m pytest_specdec check PROFILE_FILE [--profile NAME] [--strict]`` and
-``python -m pytest_specdec plot [RUN ...] -o trend.png [--metric FIELD] [--threshold FIELD=VALUE] [--profile NAME]``."""
+"""Command line of pytest-specdec:
+
+- ``check PROFILE_FILE [--profile NAME] [--strict]``: preflight, launches nothing;
+- ``compare BASE CURRENT [--tolerance METRIC:TOL ...] [--force]``: the baseline compare, exit 1 on a regression;
+- ``calibrate PROFILE_FILE --profile NAME [--runs K]`` (or ``--from RUN ...``): propose tolerances from the spread;
+- ``plot [RUN ...] -o trend.png [--metric FIELD] [--threshold FIELD=VALUE] [--profile NAME]``: a trend PNG.
+"""
 
 from __future__ import annotations
 
@@ -70,7 +75,78 @@ def _build_parser() -> argparse.ArgumentParser:
         help="where run ids are looked up (default: .specdec/results)",
     )
     plot.set_defaults(func=_cmd_plot)
+    compare = sub.add_parser(
+        "compare",
+        help="compare two stored runs; exit 1 on a regression",
+        add_help=False,
+        description="python -m pytest_specdec compare BASE CURRENT [--tolerance METRIC:TOL ...] [--force]",
+    )
+    compare.add_argument("rest", nargs=argparse.REMAINDER)
+    compare.set_defaults(func=lambda args: _cmd_compare(args.rest))
+    calibrate = sub.add_parser(
+        "calibrate",
+        help="rerun a profile K times (separate server starts) and propose baseline-compare tolerances",
+        description="Propose per-metric relative tolerances, max(3 x MAD-based sigma, 1%%), from K separate runs of "
+        "one profile (or from stored run files with --from); prints an ini block for specdec_tolerances.",
+    )
+    calibrate.add_argument("profile_file", metavar="PROFILE_FILE", nargs="?", help="the specdec YAML file")
+    calibrate.add_argument("--profile", metavar="NAME", help="the profile to rerun")
+    calibrate.add_argument("--runs", metavar="K", type=int, default=3, help="server starts (default: 3)")
+    calibrate.add_argument("--from", dest="from_runs", metavar="RUN", nargs="+", help="use stored run files instead")
+    calibrate.add_argument("--log-dir", metavar="DIR", default=".specdec/calibrate", help="server logs")
+    calibrate.set_defaults(func=_cmd_calibrate)
     return parser
+
+
+def _cmd_compare(rest: list[str]) -> int:
+    from pytest_specdec.compare import compare_main
+
+    return compare_main(rest)
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from pytest_specdec import runner
+    from pytest_specdec.compare import calibrate_proposal, format_tolerances
+    from pytest_specdec.errors import ServerError, ServerStartError
+    from pytest_specdec.results import ResultRecord, read_run_file
+
+    records: list[ResultRecord] = []
+    if args.from_runs:
+        try:
+            for ref in args.from_runs:
+                records += [r for r in read_run_file(Path(ref)).results if not args.profile or r.profile == args.profile]
+        except CompareError as exc:
+            print(f"ERROR: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    else:
+        if not args.profile_file or not args.profile or args.runs < 2:
+            print("ERROR: calibrate needs PROFILE_FILE, --profile NAME and --runs K >= 2 (or --from RUN ...)",
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_USAGE
+        try:
+            profile = load_profiles(args.profile_file).get(args.profile)
+        except ProfileError as exc:
+            print(f"ERROR: {exc}", file=sys.stderr)
+            return EXIT_BAD_PROFILE
+        for i in range(args.runs):
+            try:
+                with runner.running_server(profile, log_dir=Path(args.log_dir)) as server:
+                    run = runner.measure_repeats(server, profile.workload.repeats)
+            except (ServerStartError, ServerError) as exc:
+                print(f"ERROR: run {i + 1}/{args.runs}: {exc}", file=sys.stderr)
+                return EXIT_FINDINGS
+            records.append(ResultRecord.from_measurements(f"calibrate[{profile.name}]", run.measurements, {}))
+            print(f"run {i + 1}/{args.runs}: {run.metrics.output_tok_s:.1f} tok/s, "
+                  f"accept length {run.metrics.accept_length}")  # fmt: skip
+    proposal = calibrate_proposal(records)
+    if not proposal:
+        print("ERROR: not enough values to propose tolerances (need >= 2 per metric)", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"# proposed from {len(records)} run(s); paste into pytest's ini (or a profile's tolerances:)")
+    print("specdec_tolerances =")
+    for line in format_tolerances(proposal).split():
+        print(f"    {line}")
+    return EXIT_OK
 
 
 def _cmd_check(args: argparse.Namespace) -> int:

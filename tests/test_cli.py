@@ -1,0 +1,50 @@
+"""``python -m pytest_specdec`` subcommands that read stored runs: compare and calibrate (check and plot have their
+own test modules)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.__main__ import main
+from pytest_specdec.results import ResultRecord, ResultStore, RunFile
+
+FP = {"workload": {"max_new_tokens": 64, "num_requests": 16, "concurrency": 1}, "prompt_hash": "abc"}
+
+
+def _run(root: Path, run_id: str, tok_s: list[float], accept: list[float]) -> Path:
+    repeats = {"output_tok_s": tok_s, "accept_length": accept}
+    metrics = {k: sorted(v)[len(v) // 2] for k, v in repeats.items()}
+    record = ResultRecord("t.py::test_x[eagle3]", "eagle3", metrics, repeats, dict(FP))
+    return ResultStore(root).save(RunFile(run_id=run_id, started=0.0, results=(record,)))
+
+
+def test_compare_exits_1_on_a_throughput_loss_and_0_on_the_same_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = _run(tmp_path, "base", [100, 101, 99, 100, 102], [2.6] * 5)
+    slow = _run(tmp_path, "slow", [80, 81, 79, 80, 82], [2.6] * 5)
+    assert main(["compare", str(base), str(slow)]) == 1
+    out = capsys.readouterr().out
+    assert "output_tok_s" in out and "REGRESSED" in out
+    assert main(["compare", str(base), str(base)]) == 0
+
+
+def test_calibrate_from_stored_runs_proposes_tolerances(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = _run(tmp_path, "a", [98, 100, 101], [2.6, 2.6, 2.6])
+    b = _run(tmp_path, "b", [103, 100, 100], [2.6, 2.6, 2.6])
+    assert main(["calibrate", "--from", str(a), str(b)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "# proposed from 2 run(s); paste into pytest's ini (or a profile's tolerances:)"
+    assert out[1] == "specdec_tolerances ="
+    # tok/s 98..103: median 100, MAD 0.5 -> 3 x 0.74% = 2.3%; accept length constant -> the 1% floor.
+    assert "    output_tok_s:2.3%" in out
+    assert "    accept_length:1%" in out
+
+
+def test_calibrate_without_inputs_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate"]) == 2
+    assert "calibrate needs PROFILE_FILE, --profile NAME and --runs K >= 2" in capsys.readouterr().err
