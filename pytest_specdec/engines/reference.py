@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pytest_specdec.engines.base import LaunchSpec
-from pytest_specdec.engines.sglang import FlagIssue, SglangEngine, SglangVersion, _flag_name, clean_env
+from pytest_specdec.engines.sglang import _FLAGS, FlagIssue, SglangEngine, SglangVersion, _flag_name, clean_env
 from pytest_specdec.errors import ProfileError
 from pytest_specdec.profiles import Profile
 
@@ -32,21 +32,8 @@ _ROW = SglangVersion(
     since="reference",
     console_script=False,
     server_info_paths=("/server_info",),
-    flags={
-        "model_path": "--model-path",
-        "host": "--host",
-        "port": "--port",
-        "tp_size": "--tp-size",
-        "random_seed": "--random-seed",
-        "enable_metrics": "--enable-metrics",
-        "api_key": "--api-key",
-        "max_running_requests": "--max-running-requests",
-        "algorithm": "--speculative-algorithm",
-        "draft_model_path": "--speculative-draft-model-path",
-        "num_steps": "--speculative-num-steps",
-        "eagle_topk": "--speculative-eagle-topk",
-        "num_draft_tokens": "--speculative-num-draft-tokens",
-    },
+    # The bundled server implements exactly the flags the plugin emits, under SGLang 0.5.23's names.
+    flags=dict(_FLAGS),
 )
 
 #: The directory holding the ``pytest_specdec`` package, put first on the server's PYTHONPATH so it runs this code.
