@@ -114,7 +114,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.from_runs:
         try:
             for ref in args.from_runs:
-                records += [r for r in read_run_file(Path(ref)).results if not args.profile or r.profile == args.profile]
+                run = read_run_file(Path(ref))
+                records += [r for r in run.results if not args.profile or r.profile == args.profile]
         except CompareError as exc:
             print(f"ERROR: {exc}", file=sys.stderr)
             return EXIT_USAGE

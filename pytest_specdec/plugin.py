@@ -622,8 +622,8 @@ def specdec_run(specdec_server: runner.RunningServer, request: pytest.FixtureReq
             run = runner.measure_repeats(specdec_server, session.repeats(profile))
         session.runs[profile.name] = run
         session.fingerprints[profile.name] = results.build_fingerprint(specdec_server, run.prompt_hash)
-        for message in dict.fromkeys(run.cross_checks):
-            # Client and engine counters disagree: a metrics bug (ours or the server's), not a regression.
+        for message in dict.fromkeys([*run.cross_checks, *run.log_warnings]):
+            # Counters disagreeing with the client (a metrics bug, not a regression), or a log-level warning.
             request.node.warn(SpecdecWarning(f"profile {profile.name}: {message}"))
     item = request.node
     record = results.ResultRecord.from_measurements(item.nodeid, run.measurements, session.fingerprints[profile.name])

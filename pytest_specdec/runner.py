@@ -269,6 +269,8 @@ class RunResult:
     measurements: tuple[Measurement, ...]
     metrics: RunMetrics
     prompt_hash: str
+    #: Warnings read from the server log (e.g. decode without CUDA graphs on SGLang).
+    log_warnings: tuple[str, ...] = ()
 
     @property
     def cross_checks(self) -> tuple[str, ...]:
@@ -294,9 +296,14 @@ def median_metrics(runs: list[RunMetrics]) -> RunMetrics:
 def measure_repeats(server: RunningServer, repeats: int, *, base_dir: Path | None = None) -> RunResult:
     """``measure`` ``repeats`` times on the same server (warmup before each phase) and take medians."""
     measurements = tuple(measure(server, base_dir=base_dir) for _ in range(repeats))
+    warnings: list[str] = []
+    read_warnings = getattr(server.engine, "log_warnings", None)
+    if read_warnings is not None and server.log_path is not None and server.log_path.is_file():
+        warnings = read_warnings(server.profile, server.log_path.read_text(errors="replace"))
     return RunResult(
         profile=server.profile.name,
         measurements=measurements,
         metrics=median_metrics([m.metrics for m in measurements]),
         prompt_hash=measurements[0].prompt_hash,
+        log_warnings=tuple(warnings),
     )

@@ -50,6 +50,10 @@ class ReferenceEngine(SglangEngine):
         """The reference server has no sglang version; it follows 0.5.23's API."""
         return None
 
+    def log_warnings(self, profile: Profile, log_text: str) -> list[str]:
+        """None: the CPU server never runs CUDA graphs (its decode lines say ``cuda graph: False``)."""
+        return []
+
     def row(self, profile: Profile) -> SglangVersion:
         return _ROW
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,10 +28,13 @@ from pytest_specdec.profiles import Profile
 __all__ = [
     "BASE_ENV_KEYS",
     "VERSIONS",
+    "DecodeLine",
     "FlagIssue",
     "SglangEngine",
     "SglangVersion",
     "clean_env",
+    "graph_warning",
+    "parse_decode_line",
     "probe_sglang_version",
     "resolve_api_key",
     "version_row",
@@ -205,6 +209,69 @@ class FlagIssue:
     fix: str
 
 
+@dataclass(frozen=True, slots=True)
+class DecodeLine:
+    """One scheduler "Decode batch" log line; None where the line has no such field."""
+
+    accept_length: float | None
+    accept_rate: float | None
+    cuda_graph: bool | None
+    gen_tok_s: float | None
+
+
+_DECODE_FIELDS = {
+    "accept_length": re.compile(r"accept len: ([\d.]+)"),
+    "accept_rate": re.compile(r"accept rate: ([\d.]+)"),
+    "cuda_graph": re.compile(r"cuda graph: (True|False)"),
+    "gen_tok_s": re.compile(r"gen throughput \(token/s\): ([\d.]+)"),
+}
+
+
+def parse_decode_line(line: str) -> DecodeLine | None:
+    """Parse SGLang's periodic decode log line (``scheduler_components/metrics_reporter.py``), any release.
+
+    0.5.23: ``Decode batch, #running-req: 1, #token: 90, token usage: 0.00, accept len: 2.63, accept rate: 0.54, cuda
+    graph: True, gen throughput (token/s): 130.20, #queue-req: 0``; older releases print ``Decode batch.`` and no
+    accept rate, and runs without speculation have no accept fields, so each field is matched on its own.
+
+    :returns: None when ``line`` is not a decode line.
+    """
+    if "Decode batch" not in line:
+        return None
+    found = {name: rx.search(line) for name, rx in _DECODE_FIELDS.items()}
+
+    def number(name: str) -> float | None:
+        m = found[name]
+        return float(m.group(1)) if m else None
+
+    graph = found["cuda_graph"]
+    return DecodeLine(
+        accept_length=number("accept_length"),
+        accept_rate=number("accept_rate"),
+        cuda_graph=None if graph is None else graph.group(1) == "True",
+        gen_tok_s=number("gen_tok_s"),
+    )
+
+
+_GRAPH_OFF_FLAGS = ("--disable-cuda-graph", "--disable-decode-cuda-graph")
+
+
+def graph_warning(profile: Profile, log_text: str) -> str | None:
+    """A warning when decode ran without CUDA graphs although the profile does not turn them off (a silent 10-30%
+    throughput loss on GPUs: graph capture failed or the batch exceeded the captured sizes); None otherwise."""
+    args = " ".join(profile.extra_args)
+    if any(flag in args for flag in _GRAPH_OFF_FLAGS) or "cuda-graph-backend-decode=disabled" in args.replace(" ", "="):
+        return None
+    lines = [d for d in map(parse_decode_line, log_text.splitlines()) if d is not None and d.cuda_graph is not None]
+    without = sum(1 for d in lines if not d.cuda_graph)
+    if not without:
+        return None
+    return (
+        f"profile {profile.name}: {without} of {len(lines)} 'Decode batch' log lines say 'cuda graph: False' although "
+        "the profile does not disable CUDA graphs (capture failed, or batches exceed --cuda-graph-max-bs-decode)"
+    )
+
+
 def _flag_name(arg: str) -> str:
     return arg.split("=", 1)[0]
 
@@ -367,6 +434,11 @@ class SglangEngine:
                           f"drop NCCL_NVLS_ENABLE from env or drop {_flag_name(forcing[0])}")
             )  # fmt: skip
         return issues
+
+    def log_warnings(self, profile: Profile, log_text: str) -> list[str]:
+        """Warnings read from the server log after a measured run (decode without CUDA graphs)."""
+        warning = graph_warning(profile, log_text)
+        return [warning] if warning else []
 
     # ------------------------------------------------------------- readiness
     def _headers(self, profile: Profile) -> dict[str, str]:

@@ -399,3 +399,37 @@ def test_counters_sum_over_label_sets() -> None:
 def test_counters_absent_are_none() -> None:
     text = '# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{tp_rank="0"} 1.0\n'
     assert SglangEngine().counters(text) == SpecCounters()
+
+
+# Decode log lines as SGLang prints them (python/sglang/srt/managers/scheduler_components/metrics_reporter.py).
+DECODE_0523 = (
+    "[2026-11-30 12:00:00] Decode batch, #running-req: 1, #token: 90, token usage: 0.00, accept len: 2.63, "
+    "accept rate: 0.54, cuda graph: False, gen throughput (token/s): 130.20, #queue-req: 0"
+)
+DECODE_OLD = (
+    "[2025-01-01 00:00:00] Decode batch. #running-req: 8, #token: 900, accept len: 3.10, "
+    "gen throughput (token/s): 512.5"
+)
+
+
+def test_parse_decode_line_current_and_old_formats() -> None:
+    from pytest_specdec.engines.sglang import DecodeLine, parse_decode_line
+
+    assert parse_decode_line(DECODE_0523) == DecodeLine(2.63, 0.54, False, 130.2)
+    assert parse_decode_line(DECODE_OLD) == DecodeLine(3.10, None, None, 512.5)
+    assert parse_decode_line("Prefill batch, #new-seq: 1") is None
+
+
+def test_graph_warning_only_when_the_profile_expects_graphs() -> None:
+    from pytest_specdec.engines.sglang import graph_warning
+    from pytest_specdec.profiles import Profile
+
+    profile = Profile(name="eagle3", server="sglang", model_path="m")
+    log = "\n".join([DECODE_0523, DECODE_0523.replace("cuda graph: False", "cuda graph: True")])
+    assert graph_warning(profile, log) == (
+        "profile eagle3: 1 of 2 'Decode batch' log lines say 'cuda graph: False' although the profile does not "
+        "disable CUDA graphs (capture failed, or batches exceed --cuda-graph-max-bs-decode)"
+    )
+    disabled = profile.model_copy(update={"extra_args": ["--disable-cuda-graph"]})
+    assert graph_warning(disabled, log) is None
+    assert graph_warning(profile, DECODE_0523.replace("cuda graph: False", "cuda graph: True")) is None
