@@ -5,6 +5,7 @@ Tests that launch the bundled reference server use a small workload; each starts
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import psutil
@@ -129,6 +130,13 @@ def test_eagle3_passes_and_prints_the_summary(project: pytest.Pytester) -> None:
         ]
     )
     assert not _our_servers(project)
+    # Issue 7: the counter-delta accept length (sglang:generation_tokens_total / spec_verify_calls_total) agrees
+    # with the per-request one (sum completion_tokens / sum spec_verify_ct) within 2%.
+    (run_file,) = (project.path / ".specdec" / "results").glob("*.json")
+    record = json.loads(run_file.read_text())["results"][0]
+    repeats = record["repeats"]
+    for client, server in zip(repeats["accept_length"], repeats["server_accept_length"], strict=True):
+        assert server == pytest.approx(client, rel=0.02)
 
 
 @pytest.mark.slow
