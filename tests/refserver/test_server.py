@@ -129,7 +129,8 @@ def test_generate_streaming_is_cumulative(spec_server: RunningServer) -> None:
     final = events[-1]["meta_info"]
     assert final["finish_reason"]["type"] == "length" and "spec_verify_ct" in final and "e2e_latency" in final
     # spec chunks can carry several tokens: the chunk count is the verify count + 1 (the prefill token)
-    assert len(events) == final["spec_verify_ct"] + 1
+    # One event per verify step plus the first token; a client that falls behind gets merged (cumulative) events.
+    assert 2 <= len(events) <= final["spec_verify_ct"] + 1
 
 
 def test_openai_completions_stream_usage_and_spec_details(spec_server: RunningServer) -> None:
