@@ -114,8 +114,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.from_runs:
         try:
             for ref in args.from_runs:
-                run = read_run_file(Path(ref))
-                records += [r for r in run.results if not args.profile or r.profile == args.profile]
+                stored = read_run_file(Path(ref))
+                records += [r for r in stored.results if not args.profile or r.profile == args.profile]
         except CompareError as exc:
             print(f"ERROR: {exc}", file=sys.stderr)
             return EXIT_USAGE

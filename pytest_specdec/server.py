@@ -119,6 +119,30 @@ def _tail_lines(path: Path, n: int = TAIL_LINES) -> str:
     return "\n".join(_display_lines(_read_tail(path))[-n:])
 
 
+_SECRET_NAME_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+
+
+def launch_secrets(spec: LaunchSpec) -> tuple[str, ...]:
+    """Values that must never reach a message or a log we keep: the ``--api-key`` argument and env values whose
+    names look secret (TOKEN, KEY, SECRET, PASSWORD)."""
+    found: list[str] = []
+    argv = list(spec.argv)
+    for i, arg in enumerate(argv):
+        if arg.endswith("api-key") and i + 1 < len(argv):
+            found.append(argv[i + 1])
+        elif "api-key=" in arg:
+            found.append(arg.split("=", 1)[1])
+    found += [v for k, v in spec.env.items() if any(part in k.upper() for part in _SECRET_NAME_PARTS)]
+    return tuple(sorted({v for v in found if len(v) >= 4}, key=len, reverse=True))
+
+
+def redact(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with every secret value replaced by ``<redacted>``."""
+    for secret in secrets:
+        text = text.replace(secret, "<redacted>")
+    return text
+
+
 def _describe_exit(returncode: int) -> str:
     if returncode < 0:
         try:
@@ -349,6 +373,7 @@ class ServerProcess:
         self.name = name
         self.log_path = log_path
         self.pid = popen.pid
+        self._secrets = launch_secrets(spec)
         self.base_url = spec.base_url
         self._popen = popen
         self._started = time.monotonic()
@@ -449,21 +474,22 @@ class ServerProcess:
                 if returncode is not None:
                     self.stop()
                     raise self._exit_error(returncode, elapsed, when="before it was ready")
+                last_line = redact(log.last_line, self._secrets)
                 if stall_s is not None and now - log.last_growth > stall_s:
                     raise self._fail(
                         f"stalled before it was ready: no new log line for {stall_s:g} s (elapsed {elapsed:.1f} s "
-                        f"of {timeout_s:g} s); last line: {log.last_line!r}; raise startup_stall_s if this phase is "
+                        f"of {timeout_s:g} s); last line: {last_line!r}; raise startup_stall_s if this phase is "
                         "legitimately silent",
                         cause="stalled",
                     )
                 if elapsed > timeout_s:
                     raise self._fail(
-                        f"was not ready after {timeout_s:g} s (startup_timeout_s); last line: {log.last_line!r}",
+                        f"was not ready after {timeout_s:g} s (startup_timeout_s); last line: {last_line!r}",
                         cause="timeout",
                     )
                 if on_progress is not None and now - last_report >= _PROGRESS_INTERVAL_S:
                     last_report = now
-                    on_progress(elapsed, timeout_s, log.last_line)
+                    on_progress(elapsed, timeout_s, last_line)
                 if future is None and now >= next_probe:
                     future = executor.submit(_safe_probe, probe)
                 if future is not None:
@@ -485,7 +511,7 @@ class ServerProcess:
 
     def _fail(self, what: str, *, cause: str) -> ServerStartError:
         self.stop()
-        tail = _tail_lines(self.log_path)
+        tail = redact(_tail_lines(self.log_path), self._secrets)
         return ServerStartError(
             f"server '{self.name}' {what}; log: {self.log_path}\n{tail}",
             profile=self.name,
@@ -495,7 +521,7 @@ class ServerProcess:
         )
 
     def _exit_error(self, returncode: int, elapsed: float, *, when: str) -> ServerStartError:
-        tail = _tail_lines(self.log_path)
+        tail = redact(_tail_lines(self.log_path), self._secrets)
         cause = classify_exit(_read_tail(self.log_path))
         hint = ""
         if returncode == -signal.SIGKILL and cause == "unknown":
@@ -525,7 +551,7 @@ class ServerProcess:
         if returncode is None:
             return
         self.stop()
-        tail = _tail_lines(self.log_path)
+        tail = redact(_tail_lines(self.log_path), self._secrets)
         cause = classify_exit(_read_tail(self.log_path))
         raise ServerError(
             f"server '{self.name}' (pid {self.pid}) {_describe_exit(returncode)} while running (cause: {cause}); "
@@ -567,6 +593,13 @@ class ServerProcess:
                 timeout_s=timeout_s,
                 name=self.name,
             )
+            if self._secrets:
+                # The engine may print its own args (SGLang logs server_args with api_key); the log is ours to keep.
+                try:
+                    text = self.log_path.read_text(errors="replace")
+                    self.log_path.write_text(redact(text, self._secrets))
+                except OSError:
+                    pass
             return self._stop_report
 
     @property

@@ -445,3 +445,22 @@ def test_reference_server_orphan_fault(tmp_path: Path) -> None:
     assert len(report.killed_pids) == 1 and report.killed_pids[0] in children  # the SIGTERM-ignoring grandchild
     assert report.clean
     assert all(gone(pid) for pid in children)
+
+
+def test_api_key_never_reaches_the_error_or_the_kept_log(tmp_path: Path) -> None:
+    # An engine that prints its own args, key included (SGLang logs server_args), then dies before ready.
+    script = "import sys; print('server_args', sys.argv[1:], flush=True); sys.exit(3)"
+    port = find_free_port("127.0.0.1")
+    spec = LaunchSpec(
+        argv=(sys.executable, "-c", script, "--api-key", "sk-live-123456"),
+        env={"PATH": os.environ["PATH"], "HF_TOKEN": "hf_secret_token"},
+        host="127.0.0.1",
+        port=port,
+    )
+    log = tmp_path / "s.log"
+    proc = ServerProcess.start(spec, name="keyed", log_path=log)
+    with pytest.raises(ServerStartError) as excinfo:
+        proc.wait_ready(lambda: False, timeout_s=30)
+    message = str(excinfo.value) + excinfo.value.log_tail
+    assert "sk-live-123456" not in message and "<redacted>" in message
+    assert "sk-live-123456" not in log.read_text()
