@@ -11,19 +11,20 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from filelock import FileLock
 
 from pytest_specdec import benchmark, compare, markdown, plots, report, results, runner, server, sharing, sweep
-from pytest_specdec.errors import CompareError, ProfileError, SpecdecWarning
+from pytest_specdec.errors import CompareError, ProfileError, SpecdecError, SpecdecWarning
 from pytest_specdec.profiles import Profile, ProfileSet, Thresholds, load_profiles
 from pytest_specdec.thresholds import evaluate, merge_marker
 
+T = TypeVar("T")
 session_key = pytest.StashKey["SpecdecSession"]()
 thresholds_key = pytest.StashKey[Thresholds]()
 record_key = pytest.StashKey[results.ResultRecord]()
@@ -589,7 +590,7 @@ def specdec_server(
             progress.done()
 
     if not hasattr(config, "workerinput") or specdec_profile.url is not None:
-        server = start()
+        server = _or_fail(start)
         try:
             yield server
         finally:
@@ -602,10 +603,30 @@ def specdec_server(
         return started[0].process
 
     root = tmp_path_factory.getbasetemp().parent
-    with sharing.shared_server(specdec_profile.name, root, start_process) as shared:
-        budget = config.option.specdec_startup_timeout or specdec_profile.startup_timeout_s
+    budget = config.option.specdec_startup_timeout or specdec_profile.startup_timeout_s
+    sharer = sharing.shared_server(specdec_profile.name, root, start_process)
+    shared = _or_fail(sharer.__enter__)
+    try:
         # The worker that launched it keeps its handle; the others attach by URL. Teardown is shared_server's job.
-        yield started[0] if started else runner.attach(specdec_profile, shared.base_url, budget_s=budget)
+        yield started[0] if started else _or_fail(
+            lambda: runner.attach(specdec_profile, shared.base_url, budget_s=budget)
+        )
+    finally:
+        sharer.__exit__(None, None, None)
+
+
+def _or_fail(call: Callable[[], T]) -> T:
+    """Run ``call``; our errors become one clean pytest failure (message, cause, log path and tail), not a
+    traceback through the plugin. In a session fixture pytest caches it: one launch, every dependent test ERRORs."""
+    message = None
+    try:
+        return call()
+    except SpecdecError as exc:
+        message = str(exc)
+        tail = getattr(exc, "log_tail", "")
+        if tail and tail not in message:
+            message += "\n" + tail
+    pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture
@@ -619,7 +640,7 @@ def specdec_run(specdec_server: runner.RunningServer, request: pytest.FixtureReq
     run = session.runs.get(profile.name)
     if run is None:
         with _measure_lock(request):
-            run = runner.measure_repeats(specdec_server, session.repeats(profile))
+            run = _or_fail(lambda: runner.measure_repeats(specdec_server, session.repeats(profile)))
         session.runs[profile.name] = run
         session.fingerprints[profile.name] = results.build_fingerprint(specdec_server, run.prompt_hash)
         for message in dict.fromkeys([*run.cross_checks, *run.log_warnings]):
@@ -660,16 +681,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     profile_param = getattr(getattr(item, "callspec", None), "params", {}).get("specdec_profile")
     session: SpecdecSession = item.config.stash[session_key]
     base = session.profile(profile_param).thresholds if profile_param else Thresholds()
+    error = None
     try:
         item.stash[thresholds_key] = merge_marker(base, kwargs)
     except ValueError as exc:
-        pytest.fail(f"@pytest.mark.specdec: {exc}", pytrace=False)
-    if tolerances is not None:
+        error = f"@pytest.mark.specdec: {exc}"
+    if tolerances is not None and error is None:
         try:
             compare.parse_tolerances(tolerances)
+            item.stash[tolerances_key] = [tolerances] if isinstance(tolerances, str) else list(tolerances)
         except ValueError as exc:
-            pytest.fail(f"@pytest.mark.specdec(tolerances=...): {exc}", pytrace=False)
-        item.stash[tolerances_key] = [tolerances] if isinstance(tolerances, str) else list(tolerances)
+            error = f"@pytest.mark.specdec(tolerances=...): {exc}"
+    if error is not None:
+        pytest.fail(error, pytrace=False)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -98,12 +98,14 @@ def plugin_version() -> str:
 
 
 def _is_secret(name: str) -> bool:
-    upper = name.upper()
-    return any(part in upper for part in _SECRET_PARTS)
+    """Whole words only: HF_TOKEN, OPENAI_API_KEY, --hf-token are secret; TOKENIZERS_PARALLELISM and
+    --speculative-num-draft-tokens are not."""
+    words = re.split(r"[_\-]+", name.upper())
+    return any(word in _SECRET_PARTS or word == "APIKEY" for word in words)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with the value of every variable whose name contains TOKEN, KEY, SECRET or PASSWORD replaced by
+    """``env`` with the value of every variable whose name has the word TOKEN, KEY, SECRET or PASSWORD replaced by
     ``<redacted>``; keys sorted."""
     return {k: (REDACTED if _is_secret(k) else v) for k, v in sorted(env.items())}
 

@@ -167,8 +167,16 @@ def _read_back(server: RunningServer) -> None:
     with httpx.Client(base_url=server.base_url, headers=_auth(server.api_key), timeout=10.0) as http:
         server.effective = eff = server.engine.effective_config(http, profile)
     spec = profile.speculative
-    if eff is None or spec is None:
+    if eff is None:
         return
+    reports_algorithm = "speculative_algorithm" in eff.raw
+    if spec is None:
+        if reports_algorithm and eff.speculative_algorithm:
+            _mismatch(server, [f"speculative_algorithm: profile none, server {eff.speculative_algorithm!r}"])
+        return
+    if reports_algorithm and not eff.speculative_algorithm:
+        # e.g. --server-url pointing at a server started without speculation: it would pass every tok/s check.
+        _mismatch(server, [f"speculative_algorithm: profile {spec.algorithm!r}, server none (no speculative decoding)"])
     expected: dict[str, object] = {"speculative_algorithm": spec.algorithm}
     if spec.num_steps is not None:
         expected["num_steps"] = spec.num_steps
@@ -188,14 +196,18 @@ def _read_back(server: RunningServer) -> None:
         if str(got).upper() != str(want).upper():
             diffs.append(f"{key}: profile {want!r}, server {got!r}")
     if diffs:
-        server.stop()
-        raise ServerStartError(
-            f"server for profile {profile.name!r} runs a different speculative config than the profile asks for:\n  "
-            + "\n  ".join(diffs),
-            profile=profile.name,
-            log_path=server.log_path,
-            cause="config mismatch",
-        )
+        _mismatch(server, diffs)
+
+
+def _mismatch(server: RunningServer, diffs: list[str]) -> None:
+    server.stop()
+    raise ServerStartError(
+        f"server for profile {server.profile.name!r} ({server.base_url}) runs a different speculative config than "
+        "the profile asks for:\n  " + "\n  ".join(diffs),
+        profile=server.profile.name,
+        log_path=server.log_path,
+        cause="config mismatch",
+    )
 
 
 def measure(server: RunningServer, *, base_dir: Path | None = None) -> Measurement:

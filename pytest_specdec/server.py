@@ -132,7 +132,7 @@ def launch_secrets(spec: LaunchSpec) -> tuple[str, ...]:
             found.append(argv[i + 1])
         elif "api-key=" in arg:
             found.append(arg.split("=", 1)[1])
-    found += [v for k, v in spec.env.items() if any(part in k.upper() for part in _SECRET_NAME_PARTS)]
+    found += [v for k, v in spec.env.items() if set(re.split(r"[_\-]+", k.upper())) & set(_SECRET_NAME_PARTS)]
     return tuple(sorted({v for v in found if len(v) >= 4}, key=len, reverse=True))
 
 
