@@ -263,6 +263,9 @@ class SpecdecSession:
     records: list[results.ResultRecord] = field(default_factory=list)
     preflight_notes: list[str] = field(default_factory=list)
     baseline: results.RunFile | None = None
+    baseline_paths: list[Path] = field(default_factory=list)
+    compare_enabled: bool = False
+    _loaded: dict[Path, results.RunFile] = field(default_factory=dict)
     tolerances: list[str] = field(default_factory=list)
     run_id: str = ""
     started: float = 0.0
@@ -307,12 +310,36 @@ class SpecdecSession:
         elif config.option.specdec_sweep:
             raise pytest.UsageError("--specdec-sweep: no profile selected; add --server-profile=NAME (e.g. eagle3)")
         ref = config.option.specdec_compare
-        if ref is not None:
+        if ref == "latest":
+            # Per test, the newest stored run in which that test passed (see _baseline_for).
+            session.baseline_paths = list(reversed(session.store().list()))
+            session.compare_enabled = True
+        elif ref is not None:
             try:
                 session.baseline = session.store().load(ref)
             except CompareError as exc:
                 raise pytest.UsageError(f"--specdec-compare={ref}: {exc}") from None
+            session.compare_enabled = True
         return session
+
+    def baseline_for(self, test_id: str) -> tuple[results.RunFile, results.ResultRecord] | None:
+        """The stored record to compare ``test_id`` with: from the run named by ``--specdec-compare=RUN``, or, with
+        plain ``--specdec-compare``, from the newest run where that test passed (a regressed run never becomes the
+        next baseline, and runs of other profiles are skipped)."""
+        if self.baseline is not None:
+            record = self.baseline.find(test_id)
+            return (self.baseline, record) if record is not None else None
+        for path in self.baseline_paths:
+            run = self._loaded.get(path)
+            if run is None:
+                try:
+                    run = self._loaded[path] = results.read_run_file(path)
+                except CompareError:
+                    continue
+            record = run.find(test_id)
+            if record is not None and record.outcome in ("passed", ""):
+                return run, record
+        return None
 
     def store(self) -> results.ResultStore:
         return results.ResultStore(self.out_dir / "results", current=self.run_id)
@@ -444,6 +471,11 @@ class SpecdecSession:
         ]
         if self.baseline is not None:
             lines.append(f"specdec: comparing against run {self.baseline.run_id}")
+        elif self.compare_enabled:
+            lines.append(
+                f"specdec: comparing each test against the newest of {len(self.baseline_paths)} stored run(s) "
+                f"in which it passed ({self.out_dir / 'results'})"
+            )
         lines += [f"specdec preflight: {line}" for line in self.preflight_notes]
         return lines
 
@@ -719,7 +751,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
             f", median of {repeats} repeats" if repeats > 1 else ""
         )
         failures.append(verdict.message(context))
-    if session.baseline is not None:
+    if session.compare_enabled:
         text = _compare(session, item, record, profile)
         if text:
             failures.append(text)
@@ -730,24 +762,25 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
 
 def _compare(session: SpecdecSession, item: pytest.Item, record: results.ResultRecord, profile: Profile) -> str | None:
     """The baseline-compare failure text for one test, or None when it did not regress."""
-    assert session.baseline is not None
     test_id = record.test_id
     base_profile = item.config.option.specdec_compare_profile
     if base_profile:
         test_id = test_id.replace(f"[{profile.name}]", f"[{base_profile}]")
-    base = session.baseline.find(test_id)
-    if base is None:
-        item.warn(SpecdecWarning(f"no baseline for {test_id} in run {session.baseline.run_id}; not compared"))
+    found = session.baseline_for(test_id)
+    if found is None:
+        where = f"run {session.baseline.run_id}" if session.baseline else f"{session.out_dir / 'results'}"
+        item.warn(SpecdecWarning(f"no baseline for {test_id} in {where}; not compared"))
         return None
+    run, base = found
     specs = [*session.tolerances, *profile.tolerances, *item.stash.get(tolerances_key, [])]
     tolerances = compare.parse_tolerances(specs) if specs else None
     try:
         comparison = compare.compare_results(base, record, tolerances, force=item.config.option.specdec_compare_force)
     except CompareError as exc:
-        return f"not compared with run {session.baseline.run_id}: {exc} (--specdec-compare-force compares anyway)"
+        return f"not compared with run {run.run_id}: {exc} (--specdec-compare-force compares anyway)"
     if not comparison.failed:
         return None
-    return f"regression against run {session.baseline.run_id} ({test_id}):\n" + "\n".join(comparison.lines())
+    return f"regression against run {run.run_id} ({test_id}):\n" + "\n".join(comparison.lines())
 
 
 class _Progress:
