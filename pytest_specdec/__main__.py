@@ -86,7 +86,7 @@ def _build_parser() -> argparse.ArgumentParser:
     calibrate = sub.add_parser(
         "calibrate",
         help="rerun a profile K times (separate server starts) and propose baseline-compare tolerances",
-        description="Propose per-metric relative tolerances, max(3 x MAD-based sigma, 1%%), from K separate runs of "
+        description="Propose per-metric relative tolerances, max(3 x MAD-based sigma, 1%), from K separate runs of "
         "one profile (or from stored run files with --from); prints an ini block for specdec_tolerances.",
     )
     calibrate.add_argument("profile_file", metavar="PROFILE_FILE", nargs="?", help="the specdec YAML file")
@@ -238,6 +238,10 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["compare"]:
+        # compare has its own parser (compare.compare_main), --help included.
+        return _cmd_compare(argv[1:])
     args = _build_parser().parse_args(argv)
     return int(args.func(args))
 

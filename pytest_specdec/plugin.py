@@ -199,8 +199,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "specdec(min_accept_length=None, min_accept_rate=None, min_tok_s=None, max_ttft_ms=None, max_itl_ms=None, "
-        "max_tpot_ms=None, min_speedup=None): a speculative-decoding performance test, run once per "
-        "--server-profile; thresholds override the profile's. "
+        "max_tpot_ms=None, min_speedup=None, tolerances=None): a speculative-decoding performance test, run once "
+        "per --server-profile; thresholds override the profile's (latency ceilings apply to the p50; min_speedup="
+        "{'vs': 'baseline', 'ratio': 1.1}); tolerances=['output_tok_s:5%'] for --specdec-compare. "
         "Example: @pytest.mark.specdec(min_accept_length=2.0, min_tok_s=100)",
     )
     for engine in ("reference", "sglang", "vllm"):
@@ -350,6 +351,8 @@ class SpecdecSession:
         except ProfileError as exc:
             raise pytest.UsageError(str(exc)) from None
         url = self.config.option.server_url
+        if url and not url.startswith(("http://", "https://")):
+            raise pytest.UsageError(f"--server-url={url}: expected http://HOST:PORT, e.g. --server-url=http://127.0.0.1:30000")
         if url:
             self.profile_set = ProfileSet(
                 path=self.profile_set.path,

@@ -145,16 +145,38 @@ def _auth(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+#: A server given by URL is supposed to be up: refused connections for this long mean nothing listens there.
+REFUSED_GRACE_S = 10.0
+
+
 def _wait_url(server: RunningServer, budget_s: float) -> None:
+    """Wait for a server we did not start. Fails after ``REFUSED_GRACE_S`` of refused connections (nothing listens:
+    a wrong URL or a dead server) instead of using the whole startup budget."""
     deadline = time.monotonic() + budget_s
+    refused_since: float | None = None
+    where = f"server {server.base_url} (profile {server.profile.name!r}, --server-url/url:)"
     with httpx.Client(base_url=server.base_url, headers=_auth(server.api_key), timeout=10.0) as http:
         while True:
             if server.engine.probe_ready(http, server.profile):
                 return
+            try:
+                http.get("/health", timeout=5.0)
+                refused_since = None
+            except httpx.ConnectError as exc:
+                now = time.monotonic()
+                refused_since = refused_since or now
+                if now - refused_since >= REFUSED_GRACE_S:
+                    raise ServerStartError(
+                        f"{where}: connection refused for {REFUSED_GRACE_S:g} s ({exc}); is the server running "
+                        "and is the URL right?",
+                        profile=server.profile.name,
+                        cause="connection refused",
+                    ) from None
+            except httpx.HTTPError:
+                refused_since = None
             if time.monotonic() > deadline:
                 raise ServerStartError(
-                    f"server {server.base_url} (profile {server.profile.name!r}, --server-url) did not answer "
-                    f"/health and a 1-token generate within {budget_s:g} s",
+                    f"{where} did not answer /health and a 1-token generate within {budget_s:g} s",
                     profile=server.profile.name,
                     cause="timeout",
                 )

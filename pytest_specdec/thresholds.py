@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from pytest_specdec.profiles import Thresholds
+from pytest_specdec.profiles import MinSpeedup, Thresholds
 from pytest_specdec.records import RunMetrics
 
 __all__ = ["Check", "Verdict", "evaluate", "merge_marker"]
@@ -31,7 +32,16 @@ def merge_marker(profile_thresholds: Thresholds, marker_kwargs: dict[str, Any]) 
     valid = sorted(Thresholds.model_fields)
     unknown = sorted(set(marker_kwargs) - set(valid))
     if unknown:
-        raise ValueError(f"unknown threshold {', '.join(map(repr, unknown))} (valid: {', '.join(valid)})")
+        close = difflib.get_close_matches(unknown[0], valid, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ValueError(
+            f"unknown threshold {', '.join(map(repr, unknown))} ({hint}valid: {', '.join(valid)}, tolerances)"
+        )
+    speedup = marker_kwargs.get("min_speedup")
+    if speedup is not None and not isinstance(speedup, dict | MinSpeedup):
+        raise ValueError(
+            f"min_speedup={speedup!r}: expected a mapping like min_speedup={{'vs': 'baseline', 'ratio': 1.1}}"
+        )
     data = profile_thresholds.model_dump(exclude_none=True)
     data.update({k: v for k, v in marker_kwargs.items()})
     try:

@@ -87,7 +87,7 @@ def test_without_profile_specdec_tests_skip(project: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*no --server-profile given (e.g. pytest -m specdec --server-profile=eagle3)*"])
 
 
-def test_bad_marker_argument_errors_that_test(project: pytest.Pytester) -> None:
+def test_bad_marker_argument_errors_that_test_before_any_launch(project: pytest.Pytester) -> None:
     project.makepyfile(
         test_bad="""
         import pytest
@@ -95,13 +95,24 @@ def test_bad_marker_argument_errors_that_test(project: pytest.Pytester) -> None:
         @pytest.mark.specdec(min_accept_lenght=2.0)
         def test_typo(specdec_run):
             pass
+
+        @pytest.mark.specdec(min_speedup=1.2)
+        def test_speedup_shape(specdec_run):
+            pass
         """
     )
-    result = project.runpytest_subprocess("test_bad.py", "--server-profile=eagle3", "--specdec-check")
-    assert result.ret == 0  # --specdec-check validates profiles only; it collects and runs nothing
-    result = project.runpytest_subprocess("test_bad.py", "--server-profile=eagle3", "--collect-only", "-q")
-    assert result.ret == 0
-    result.stdout.fnmatch_lines(["test_bad.py::test_typo[[]eagle3[]]"])
+    result = project.runpytest_subprocess("test_bad.py", "--server-profile=eagle3", timeout=120)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*@pytest.mark.specdec: unknown threshold 'min_accept_lenght' (did you mean 'min_accept_length'? valid: *",
+            "*@pytest.mark.specdec: min_speedup=1.2: expected a mapping like "
+            "min_speedup={'vs': 'baseline', 'ratio': 1.1}",
+        ]
+    )
+    assert "During handling" not in result.stdout.str()
+    assert not _our_servers(project)
 
 
 def test_preflight_error_stops_before_launch(project: pytest.Pytester) -> None:
@@ -210,3 +221,15 @@ def test_two_profiles_one_server_at_a_time(project: pytest.Pytester) -> None:
         ]
     )
     assert not _our_servers(project)
+
+
+def test_server_url_must_be_http_and_a_dead_url_fails_fast(project: pytest.Pytester) -> None:
+    result = project.runpytest_subprocess("--server-profile=eagle3", "--server-url=notaurl")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --server-url=notaurl: expected http://HOST:PORT, e.g. *"])
+    from pytest_specdec.ports import find_free_port
+
+    dead = f"http://127.0.0.1:{find_free_port('127.0.0.1')}"
+    result = project.runpytest_subprocess("--server-profile=eagle3", f"--server-url={dead}", timeout=120)
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*connection refused for 10 s*is the server running and is the URL right?*"])
