@@ -435,6 +435,7 @@ class SpecdecSession:
         strict = self.config.option.specdec_strict
         errors: list[str] = []
         for name in self.selected:
+            errors.extend(self._run_inputs(self.profile_set.profiles[name]))
             findings = run_preflight(self.profile_set.profiles[name])
             bad = [f for f in findings if f.severity == "error" or (strict and f.severity == "warning")]
             if bad:
@@ -445,6 +446,24 @@ class SpecdecSession:
         if errors:
             raise pytest.UsageError("specdec preflight failed (nothing was launched):\n" + "\n".join(errors))
 
+    def _run_inputs(self, profile: Profile) -> list[str]:
+        """What the run itself needs besides the model files: the prompt set and the API key, checked before any
+        launch so a 15-minute startup is not wasted on them."""
+        from pytest_specdec.workload import load_prompts
+
+        problems = []
+        try:
+            load_prompts(profile.workload.prompts, Path(profile.source or self.profile_path).parent)
+        except ProfileError as exc:
+            detail = str(exc).removeprefix("workload.prompts: ")
+            problems.append(f"error: {self.profile_path}: profiles.{profile.name}.workload.prompts: {detail}")
+        if profile.api_key_env and not os.environ.get(profile.api_key_env):
+            problems.append(
+                f"error: {self.profile_path}: profiles.{profile.name}.api_key_env: environment variable "
+                f"{profile.api_key_env} is not set; export it, or remove api_key_env"
+            )
+        return problems
+
     def _check_only(self) -> None:
         """``--specdec-check``: preflight every selected profile (all when none is selected); launch nothing."""
         from pytest_specdec.preflight import format_findings, run_preflight
@@ -453,7 +472,9 @@ class SpecdecSession:
         strict = self.config.option.specdec_strict
         for name in self.selected or sorted(self.profile_set.profiles):
             findings = run_preflight(self.profile_set.profiles[name])
-            self.check_lines.append((name, format_findings(findings) or ["no findings"]))
+            inputs = self._run_inputs(self.profile_set.profiles[name])
+            self.check_lines.append((name, inputs + format_findings(findings) or ["no findings"]))
+            self.check_failed = self.check_failed or bool(inputs)
             if any(f.severity == "error" or (strict and f.severity == "warning") for f in findings):
                 self.check_failed = True
 

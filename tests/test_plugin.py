@@ -233,3 +233,21 @@ def test_server_url_must_be_http_and_a_dead_url_fails_fast(project: pytest.Pytes
     result = project.runpytest_subprocess("--server-profile=eagle3", f"--server-url={dead}", timeout=120)
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(["*connection refused for 10 s*is the server running and is the URL right?*"])
+
+
+def test_missing_prompt_file_and_api_key_env_stop_before_launch(pytester: pytest.Pytester) -> None:
+    pytester.makefile(
+        ".yaml",
+        specdec="profiles:\n  p:\n    server: reference\n    api_key_env: SPECDEC_TEST_NO_SUCH_KEY\n"
+        "    workload: {prompts: ./missing.jsonl}\n",
+    )
+    pytester.makepyfile(test_x="def test_x(specdec_run): pass\n")
+    result = pytester.runpytest_subprocess("--server-profile=p")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: specdec preflight failed (nothing was launched):",
+            "error: *specdec.yaml: profiles.p.workload.prompts: prompt file not found: *missing.jsonl; fix: *",
+            "error: *specdec.yaml: profiles.p.api_key_env: environment variable SPECDEC_TEST_NO_SUCH_KEY is not set; *",
+        ]
+    )
