@@ -10,6 +10,8 @@ import contextlib
 import dataclasses
 import json
 import os
+import pickle
+import re
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
@@ -695,10 +697,17 @@ def specdec_run(specdec_server: runner.RunningServer, request: pytest.FixtureReq
     profile = specdec_server.profile
     run = session.runs.get(profile.name)
     if run is None:
-        with _measure_lock(request):
-            run = _or_fail(lambda: runner.measure_repeats(specdec_server, session.repeats(profile)))
+        with _measure_lock(request) as shared_file:
+            cached = _load_shared_run(shared_file(profile.name)) if shared_file else None
+            if cached is None:
+                run = _or_fail(lambda: runner.measure_repeats(specdec_server, session.repeats(profile)))
+                fingerprint = results.build_fingerprint(specdec_server, run.prompt_hash)
+                if shared_file:
+                    _save_shared_run(shared_file(profile.name), run, fingerprint)
+            else:
+                run, fingerprint = cached
         session.runs[profile.name] = run
-        session.fingerprints[profile.name] = results.build_fingerprint(specdec_server, run.prompt_hash)
+        session.fingerprints[profile.name] = fingerprint
         for message in dict.fromkeys([*run.cross_checks, *run.log_warnings]):
             # Counters disagreeing with the client (a metrics bug, not a regression), or a log-level warning.
             request.node.warn(SpecdecWarning(f"profile {profile.name}: {message}"))
@@ -712,14 +721,31 @@ def specdec_run(specdec_server: runner.RunningServer, request: pytest.FixtureReq
 
 
 @contextlib.contextmanager
-def _measure_lock(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Under xdist, workers share servers: one measured phase at a time, so workers do not skew each other."""
+def _measure_lock(request: pytest.FixtureRequest) -> Iterator[Callable[[str], Path] | None]:
+    """Under xdist, workers share servers: one measured phase at a time, and each profile is measured once for all
+    workers (the first one measures, the others read its result). Yields the per-profile result file namer, or None
+    without xdist."""
     if not hasattr(request.config, "workerinput"):
-        yield
+        yield None
         return
     root = request.getfixturevalue("tmp_path_factory").getbasetemp().parent
     with FileLock(str(root / "specdec-measure.lock")):
-        yield
+        yield lambda name: root / f"specdec-run-{re.sub(r'[^A-Za-z0-9_.@=-]', '_', name)}.pickle"
+
+
+def _load_shared_run(path: Path) -> tuple[runner.RunResult, dict[str, Any]] | None:
+    if not path.is_file():
+        return None
+    with path.open("rb") as fh:
+        loaded: tuple[runner.RunResult, dict[str, Any]] = pickle.load(fh)  # written by a sibling worker, below
+    return loaded
+
+
+def _save_shared_run(path: Path, run: runner.RunResult, fingerprint: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("wb") as fh:
+        pickle.dump((run, fingerprint), fh)
+    os.replace(tmp, path)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
