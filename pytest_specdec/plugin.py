@@ -276,6 +276,7 @@ class SpecdecSession:
     check_lines: list[tuple[str, list[str]]] = field(default_factory=list)
     check_failed: bool = False
     sweep_lines: list[str] = field(default_factory=list)
+    reaped: list[str] = field(default_factory=list)
     #: node id -> failure text of failed specdec tests (for the markdown summary).
     failures: dict[str, str] = field(default_factory=dict)
     sweep_table: list[str] = field(default_factory=list)
@@ -296,6 +297,8 @@ class SpecdecSession:
         out_dir = Path(out_raw) if Path(out_raw).is_absolute() else root / out_raw
         session = cls(config=config, selected=_selected(config), profile_path=_profile_path(config), out_dir=out_dir)
         session.started = time.time()
+        if not hasattr(config, "workerinput"):
+            session.reaped = runner.reap_orphans(out_dir / "servers")
         session.run_id = results.new_run_id(session.started)
         session.tolerances = list(config.getini("specdec_tolerances"))
         try:
@@ -490,9 +493,10 @@ class SpecdecSession:
     # -- hooks (this object is registered as a plugin) --
 
     def pytest_report_header(self, config: pytest.Config) -> list[str] | None:
+        reaped = [f"specdec: {line}" for line in self.reaped]
         if not self.selected:
-            return None
-        lines = [
+            return reaped or None
+        lines = reaped + [
             f"specdec: profiles {', '.join(self.selected)} from {self.profile_path}; logs/results in {self.out_dir}"
         ]
         if self.baseline is not None:

@@ -45,10 +45,73 @@ class RunningServer:
     startup_s: float | None = None
     stop_report: object | None = None
 
+    registry_entry: Path | None = None
+
     def stop(self) -> None:
         """Tear the server down (no-op for a server given by URL: we never stop what we did not start)."""
         if self.process is not None and self.stop_report is None:
             self.stop_report = self.process.stop()  # type: ignore[attr-defined]
+            if self.registry_entry is not None:
+                self.registry_entry.unlink(missing_ok=True)
+
+
+def _register(server: RunningServer, registry: Path) -> None:
+    """Record a launched server with its owner (this pytest process), so a later run can stop it if this process is
+    killed without a chance to tear down (SIGKILL, OOM killer, a CI runner timeout)."""
+    import json
+    import os
+
+    import psutil
+
+    registry.mkdir(parents=True, exist_ok=True)
+    pid = server.process.pid  # type: ignore[attr-defined]
+    entry = {
+        "pid": pid,
+        "create_time": psutil.Process(pid).create_time(),
+        "owner_pid": os.getpid(),
+        "owner_create_time": psutil.Process(os.getpid()).create_time(),
+        "profile": server.profile.name,
+        "base_url": server.base_url,
+    }
+    server.registry_entry = registry / f"{pid}.json"
+    server.registry_entry.write_text(json.dumps(entry))
+
+
+def reap_orphans(registry: Path) -> list[str]:
+    """Stop servers recorded by earlier pytest processes that died without tearing them down.
+
+    :returns: one line per server stopped, e.g. ``"server 'eagle3' (pid 4242) outlived its pytest (pid 4200):
+        stopped"``.
+    """
+    import json
+
+    import psutil
+
+    from pytest_specdec.server import stop_process_tree
+
+    def running(pid: int, created: float) -> bool:
+        try:
+            proc = psutil.Process(pid)
+            return abs(proc.create_time() - created) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    lines = []
+    for path in sorted(registry.glob("*.json")) if registry.is_dir() else []:
+        try:
+            entry = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if running(entry["owner_pid"], entry["owner_create_time"]):
+            continue  # its pytest is alive (another session in this directory)
+        if running(entry["pid"], entry["create_time"]):
+            stop_process_tree(entry["pid"], timeout_s=10.0, name=entry["profile"])
+            lines.append(
+                f"server {entry['profile']!r} (pid {entry['pid']}, {entry['base_url']}) outlived its pytest "
+                f"(pid {entry['owner_pid']}): stopped"
+            )
+        path.unlink(missing_ok=True)
+    return lines
 
 
 @dataclass(frozen=True)
@@ -111,6 +174,7 @@ def start_server(
         server.stop()
         raise
     server.startup_s = time.perf_counter() - started
+    _register(server, log_dir.parent / "servers")
     try:
         _read_back(server)
     except BaseException:

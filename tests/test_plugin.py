@@ -251,3 +251,31 @@ def test_missing_prompt_file_and_api_key_env_stop_before_launch(pytester: pytest
             "error: *specdec.yaml: profiles.p.api_key_env: environment variable SPECDEC_TEST_NO_SUCH_KEY is not set; *",
         ]
     )
+
+
+@pytest.mark.slow
+def test_server_of_a_killed_pytest_is_stopped_by_the_next_run(project: pytest.Pytester) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    project.makepyfile(test_hang="import time\n\ndef test_hang(specdec_server):\n    time.sleep(600)\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "test_hang.py", "--server-profile=baseline", "-p", "no:cacheprovider"],
+        cwd=project.path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 180
+    while not list((project.path / ".specdec" / "servers").glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _our_servers(project), "the server did not start"
+    proc.send_signal(signal.SIGKILL)  # no teardown possible
+    proc.wait()
+    assert _our_servers(project)  # the orphan a killed pytest leaves behind
+    result = project.runpytest_subprocess("--server-profile=eagle3", "--collect-only", timeout=120)
+    result.stdout.fnmatch_lines(
+        ["specdec: server 'baseline' (pid *, http://127.0.0.1:*) outlived its pytest (pid *): stopped"]
+    )
+    assert not _our_servers(project)
