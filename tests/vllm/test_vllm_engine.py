@@ -337,3 +337,23 @@ def test_effective_config_from_dev_server_info() -> None:
 def test_effective_config_needs_models() -> None:
     with pytest.raises(ServerError, match=r"GET /v1/models: expected a JSON object with a 'data' list"):
         VllmEngine().effective_config(_client(lambda r: httpx.Response(401)), _profile())
+
+
+def test_loadable_draft_drops_identity_d2t_and_keys_on_the_config(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    from pytest_specdec.engines.vllm import vllm_loadable_draft
+    from pytest_specdec.overlay import make_draft_overlay
+    from pytest_specdec.profiles import BUNDLED_DRAFT_EAGLE3
+
+    out = vllm_loadable_draft(Path(BUNDLED_DRAFT_EAGLE3), tmp_path)
+    original = load_file(str(Path(BUNDLED_DRAFT_EAGLE3) / "model.safetensors"))
+    stripped = load_file(str(out / "model.safetensors"))
+    assert set(original) - set(stripped) == {"d2t", "t2d"}
+    assert all(bool((stripped[k] == original[k]).all()) for k in stripped)
+    # Two aux-id overlays share one weights file: each must get its own copy (its own config.json).
+    a = vllm_loadable_draft(make_draft_overlay(Path(BUNDLED_DRAFT_EAGLE3), [2, 4, 6], tmp_path / "o"), tmp_path)
+    b = vllm_loadable_draft(make_draft_overlay(Path(BUNDLED_DRAFT_EAGLE3), [1, 2, 3], tmp_path / "o"), tmp_path)
+    assert a != b
+    configs = [json.loads((d / "config.json").read_text()) for d in (a, b)]
+    assert [c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] for c in configs] == [[2, 4, 6], [1, 2, 3]]
