@@ -101,7 +101,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         const="latest",
         default=None,
         metavar="RUN_OR_PATH",
-        help="Fail each test whose metrics regressed against a stored run (default: latest; a run id or a file)",
+        help="Fail each test whose metrics regressed against stored results (default: per test, the newest "
+        "stored run in which it passed; or a run id or file)",
     )
     group.addoption(
         "--specdec-compare-profile",
