@@ -278,6 +278,7 @@ class SpecdecSession:
     check_failed: bool = False
     sweep_lines: list[str] = field(default_factory=list)
     reaped: list[str] = field(default_factory=list)
+    compared: dict[str, list[str]] = field(default_factory=dict)
     #: node id -> failure text of failed specdec tests (for the markdown summary).
     failures: dict[str, str] = field(default_factory=dict)
     sweep_table: list[str] = field(default_factory=list)
@@ -570,6 +571,8 @@ class SpecdecSession:
         rows = [(r.test_id, r.profile, r.metrics, r.outcome) for r in self.records]
         for line in report.summary_lines(rows):
             terminalreporter.write_line(line)
+        for run_id, tests in self.compared.items():
+            terminalreporter.write_line(f"specdec compare: {len(tests)} test(s) compared with stored run {run_id}")
         if self.saved_path is not None:
             terminalreporter.write_sep("-", f"specdec results: {self.saved_path}")
         if self.sweep_table:
@@ -819,14 +822,17 @@ def _compare(session: SpecdecSession, item: pytest.Item, record: results.ResultR
     """The baseline-compare failure text for one test, or None when it did not regress."""
     test_id = record.test_id
     base_profile = item.config.option.specdec_compare_profile
-    if base_profile:
-        test_id = test_id.replace(f"[{profile.name}]", f"[{base_profile}]")
+    if base_profile and profile.is_speculative:
+        # Swap only the profile's part of the parametrization id ("[eagle3-shifted-layers-1]" -> "[eagle3-1]");
+        # profiles without speculation keep their own baseline.
+        test_id = re.sub(rf"(?<=[\[-]){re.escape(profile.name)}(?=[\]-])", base_profile, test_id, count=1)
     found = session.baseline_for(test_id)
     if found is None:
         where = f"run {session.baseline.run_id}" if session.baseline else f"{session.out_dir / 'results'}"
         item.warn(SpecdecWarning(f"no baseline for {test_id} in {where}; not compared"))
         return None
     run, base = found
+    session.compared.setdefault(run.run_id, []).append(record.test_id)
     specs = [*session.tolerances, *profile.tolerances, *item.stash.get(tolerances_key, [])]
     tolerances = compare.parse_tolerances(specs) if specs else None
     try:

@@ -185,7 +185,7 @@ def _load_model(ctx: _Ctx, where: str | None, key: str, what: str) -> tuple[Path
         directory = _hub_cache_dir(where)
         if directory is None:
             ctx.at_profile("note", key, where, f"{what} is a Hugging Face id not found in the local HF cache, so the "
-                           f"{what} file checks were skipped", f"download it first (huggingface-cli download {where}) "
+                           f"{what} file checks were skipped", f"download it first (hf download {where}) "
                            "or point to a local directory")  # fmt: skip
             return None, None
     elif local.is_relative_to(BUNDLED_ASSETS):

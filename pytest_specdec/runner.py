@@ -209,13 +209,13 @@ def _auth(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-#: A server given by URL is supposed to be up: refused connections for this long mean nothing listens there.
+#: A server given by URL is supposed to be up: no connection for this long means nothing listens there.
 REFUSED_GRACE_S = 10.0
 
 
 def _wait_url(server: RunningServer, budget_s: float) -> None:
-    """Wait for a server we did not start. Fails after ``REFUSED_GRACE_S`` of refused connections (nothing listens:
-    a wrong URL or a dead server) instead of using the whole startup budget."""
+    """Wait for a server we did not start. Fails after ``REFUSED_GRACE_S`` of refused or timed-out connections
+    (nothing listens, a wrong or firewalled host, a dead server) instead of using the whole startup budget."""
     deadline = time.monotonic() + budget_s
     refused_since: float | None = None
     where = f"server {server.base_url} (profile {server.profile.name!r}, --server-url/url:)"
@@ -226,15 +226,15 @@ def _wait_url(server: RunningServer, budget_s: float) -> None:
             try:
                 http.get("/health", timeout=5.0)
                 refused_since = None
-            except httpx.ConnectError as exc:
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 now = time.monotonic()
                 refused_since = refused_since or now
                 if now - refused_since >= REFUSED_GRACE_S:
                     raise ServerStartError(
-                        f"{where}: connection refused for {REFUSED_GRACE_S:g} s ({exc}); is the server running "
-                        "and is the URL right?",
+                        f"{where}: cannot connect for {REFUSED_GRACE_S:g} s ({type(exc).__name__}: {exc}); is the "
+                        "server running and is the URL right?",
                         profile=server.profile.name,
-                        cause="connection refused",
+                        cause="unreachable",
                     ) from None
             except httpx.HTTPError:
                 refused_since = None

@@ -38,7 +38,10 @@ profiles:
 
 def test_shifted_layers_regress_against_the_eagle3_baseline_with_aux_id_diff(pytester: pytest.Pytester) -> None:
     pytester.makefile(".yaml", specdec=_profiles("{}"))
-    pytester.makepyfile(test_specdec=TEST)
+    # A second parametrization: the profile id is only part of the node id ("[eagle3-1]").
+    pytester.makepyfile(
+        test_specdec=TEST + "\n\n@pytest.mark.parametrize('n', [1])\ndef test_param(specdec_run, n):\n    pass\n"
+    )
     first = pytester.runpytest_subprocess("--server-profile=eagle3", "-p", "no:benchmark", timeout=600)
     assert first.ret == pytest.ExitCode.OK, first.stdout.str()
     second = pytester.runpytest_subprocess(
@@ -50,7 +53,9 @@ def test_shifted_layers_regress_against_the_eagle3_baseline_with_aux_id_diff(pyt
         timeout=600,
     )
     assert second.ret == pytest.ExitCode.TESTS_FAILED, second.stdout.str()
-    second.assert_outcomes(failed=1)
+    second.assert_outcomes(failed=2)
+    second.stdout.fnmatch_lines(["regression against run * (test_specdec.py::test_param[[]eagle3-1[]]):"])
+    second.stdout.fnmatch_lines(["specdec compare: 2 test(s) compared with stored run *"])
     out = second.stdout.str()
     second.stdout.fnmatch_lines(
         [
