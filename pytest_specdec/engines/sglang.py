@@ -32,6 +32,7 @@ __all__ = [
     "FlagIssue",
     "SglangEngine",
     "SglangVersion",
+    "auth_headers",
     "clean_env",
     "graph_warning",
     "parse_decode_line",
@@ -272,6 +273,12 @@ def graph_warning(profile: Profile, log_text: str) -> str | None:
     )
 
 
+def auth_headers(profile: Profile) -> dict[str, str]:
+    """``Authorization: Bearer <key>`` when the profile has an API key (SGLang ``utils/auth.py``; vLLM likewise)."""
+    key = resolve_api_key(profile)
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 def _flag_name(arg: str) -> str:
     return arg.split("=", 1)[0]
 
@@ -442,8 +449,7 @@ class SglangEngine:
 
     # ------------------------------------------------------------- readiness
     def _headers(self, profile: Profile) -> dict[str, str]:
-        key = resolve_api_key(profile)
-        return {"Authorization": f"Bearer {key}"} if key else {}
+        return auth_headers(profile)
 
     def probe_ready(self, client: httpx.Client, profile: Profile) -> bool:
         """``GET /health_generate`` is 200 (503 until SGLang's warmup is done, ``http_server.py::health_generate``),

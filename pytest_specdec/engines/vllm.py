@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pytest_specdec.engines.base import EffectiveConfig, LaunchSpec, SpecCounters
 from pytest_specdec.engines.prometheus import sum_samples
-from pytest_specdec.engines.sglang import FlagIssue, clean_env, resolve_api_key
+from pytest_specdec.engines.sglang import FlagIssue, auth_headers, clean_env, resolve_api_key
 from pytest_specdec.errors import ProfileError, ServerError
 from pytest_specdec.profiles import Profile
 
@@ -543,8 +543,7 @@ class VllmEngine:
 
     # --------------------------------------------------------------------------------------------- readiness
     def _headers(self, profile: Profile) -> dict[str, str]:
-        key = resolve_api_key(profile)
-        return {"Authorization": f"Bearer {key}"} if key else {}
+        return auth_headers(profile)
 
     def probe_ready(self, client: httpx.Client, profile: Profile) -> bool:
         """``GET /health`` is 200 (``vllm/entrypoints/serve/instrumentator/health.py``; it answers before the first
