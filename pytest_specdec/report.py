@@ -11,7 +11,7 @@ from typing import Any
 from pytest_specdec.records import RunMetrics
 from pytest_specdec.results import RunFile
 
-__all__ = ["JUNIT_PREFIX", "SUMMARY_COLUMNS", "junit_properties", "row_values", "summary_lines", "write_json_report"]
+__all__ = ["JUNIT_PREFIX", "SUMMARY_COLUMNS", "junit_properties", "summary_lines", "write_json_report"]
 
 #: (RunMetrics field, header, format) of the summary table, in order.
 SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -25,21 +25,6 @@ SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def row_values(metrics: RunMetrics) -> dict[str, Any]:
-    """The JSON-safe subset of ``metrics`` shown in the summary and carried in ``item.user_properties``."""
-    data = metrics.as_dict()
-    keep = {name for name, _, _ in SUMMARY_COLUMNS} | {
-        "num_errors",
-        "duration_s",
-        "output_tokens",
-        "ttft_ms_p99",
-        "itl_ms_p99",
-        "e2e_ms_p50",
-        "server_accept_length",
-    }
-    return {k: data[k] for k in sorted(keep) if k in data}
-
-
 def _cell(fmt: str, value: Any) -> str:
     if value is None:
         return "n/a"
@@ -51,7 +36,7 @@ def _cell(fmt: str, value: Any) -> str:
 def summary_lines(rows: Iterable[tuple[str, str, dict[str, Any], str]]) -> list[str]:
     """One fixed-width line per (test, profile) row plus a header.
 
-    :param rows: (test node id, profile, row_values(...), outcome) tuples.
+    :param rows: (test node id, profile, metrics as a dict of ``RunMetrics`` fields, outcome) tuples.
     """
     rows = list(rows)
     headers: Sequence[str] = ["test", "profile", *(h for _, h, _ in SUMMARY_COLUMNS), "result"]
