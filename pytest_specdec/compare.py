@@ -43,6 +43,7 @@ __all__ = [
     "compare_runs",
     "fingerprint_diff",
     "format_tolerances",
+    "merge_tolerances",
     "parse_tolerances",
     "speedup_by_concurrency",
     "speedup_failures",
@@ -84,7 +85,8 @@ def _field_specs() -> dict[str, MetricSpec]:
     return {f: spec for spec in METRICS.values() for f in spec.fields}
 
 
-#: Used when no tolerance is configured (ini ``specdec_tolerance``, profile or marker, wired by the plugin).
+#: Every compare checks these fields; ini ``specdec_tolerances``, the profile and the marker change a field's
+#: tolerance, never remove it (:func:`merge_tolerances`).
 DEFAULT_TOLERANCES: Mapping[str, Tolerance] = {
     "output_tok_s": Tolerance(rel=0.05),
     "accept_length": Tolerance(rel=0.02),
@@ -139,6 +141,27 @@ def _resolve(tolerances: Mapping[str, Tolerance]) -> dict[str, Tolerance]:
         elif spec.name in tolerances:
             out[fname] = tolerances[spec.name]
     return out
+
+
+def merge_tolerances(*layers: Mapping[str, Tolerance] | None) -> dict[str, Tolerance]:
+    """The tolerance of every compared field: :data:`DEFAULT_TOLERANCES`, then each layer over it, key by key.
+
+    A layer never switches the other checks off: ``output_tok_s:3%`` changes the tok/s tolerance and leaves accept
+    length, accept rate and the latency p50s at their defaults. Within one layer a field key beats its metric's key
+    (``ttft_ms:20% ttft_ms_p99:50%``); across layers the later one wins for every field it names, so a marker's
+    ``ttft_ms:20%`` overrides a profile's ``ttft_ms_p50:5%``. The plugin's layers, in order: ini
+    ``specdec_tolerances``, the profile's ``tolerances:``, the marker's ``tolerances=``.
+
+    Example: ``merge_tolerances({"output_tok_s": Tolerance(rel=0.03)})`` -> output_tok_s 3 %, accept_length 2 %,
+    accept_rate 0.02, ttft/itl/tpot p50 10 %.
+
+    :returns: field (``RunMetrics`` attribute) -> Tolerance, in ``METRICS`` order.
+    """
+    merged = _resolve(DEFAULT_TOLERANCES)
+    for layer in layers:
+        if layer:
+            merged.update(_resolve(layer))
+    return {fname: merged[fname] for fname in _field_specs() if fname in merged}
 
 
 # -- fingerprint diff ---------------------------------------------------------------------------------------------
@@ -368,8 +391,9 @@ def compare_results(
 ) -> Comparison:
     """Compare one test's current result with its baseline.
 
-    For each metric field with a tolerance (``tolerances`` keys are metric names or fields; None means
-    :data:`DEFAULT_TOLERANCES`): medians over repeats (``stats.summarize``), delta = current - baseline,
+    For each metric field with a tolerance (``tolerances`` keys are metric names or fields, merged over
+    :data:`DEFAULT_TOLERANCES` by :func:`merge_tolerances`, so naming one metric never drops the others): medians
+    over repeats (``stats.summarize``), delta = current - baseline,
     delta % = delta / |baseline| * 100; worse by more than ``tolerance.allowed(baseline)`` and
     ``stats.worse_test`` significant -> ``REGRESSED``.
 
@@ -389,7 +413,7 @@ def compare_results(
         notes.append(f"workload differs ({'; '.join(mismatch)}); compared anyway (--force)")
     specs = _field_specs()
     rows = []
-    for fname, tol in _resolve(DEFAULT_TOLERANCES if tolerances is None else tolerances).items():
+    for fname, tol in merge_tolerances(tolerances).items():
         higher = specs[fname].higher_is_better
         b_vals, c_vals = base.values(fname), current.values(fname)
         b_sum, c_sum = stats.summarize(b_vals), stats.summarize(c_vals)
@@ -561,7 +585,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="SPEC",
-        help="Per-metric tolerance, e.g. output_tok_s:5%% accept_length:0.02 ttft_ms:10%%+5 (repeatable; default: "
+        help="Per-metric tolerance, e.g. output_tok_s:5%% accept_length:0.02 ttft_ms:10%%+5 (repeatable; each one "
+        "replaces that metric's default, the other defaults stay: "
         + format_tolerances(DEFAULT_TOLERANCES).replace("%", "%%")
         + ")",
     )

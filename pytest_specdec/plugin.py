@@ -833,8 +833,9 @@ def _compare(session: SpecdecSession, item: pytest.Item, record: results.ResultR
         return None
     run, base = found
     session.compared.setdefault(run.run_id, []).append(record.test_id)
-    specs = [*session.tolerances, *profile.tolerances, *item.stash.get(tolerances_key, [])]
-    tolerances = compare.parse_tolerances(specs) if specs else None
+    # ini, then profile, then marker: each layer changes the tolerances it names; the defaults stay checked.
+    layers = (session.tolerances, profile.tolerances, item.stash.get(tolerances_key, []))
+    tolerances = compare.merge_tolerances(*(compare.parse_tolerances(spec) for spec in layers))
     try:
         comparison = compare.compare_results(base, record, tolerances, force=item.config.option.specdec_compare_force)
     except CompareError as exc:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
-__all__ = ["RequestRecord", "RunMetrics"]
+__all__ = ["RequestRecord", "RunMetrics", "median_metrics", "median_of_repeats"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,3 +83,32 @@ class RunMetrics:
 
     def as_dict(self) -> dict[str, float | int | str | None]:
         return asdict(self)
+
+
+def median_of_repeats(values: Sequence[Any]) -> Any:
+    """The one median of per-repeat values used everywhere (``RunResult.metrics``, ``ResultRecord.metrics``).
+
+    Numbers (None and bools skipped): when every value is an int (a count: ``num_ok``, ``output_tokens``) the
+    *lower* median, ``statistics.median_low``, so a count stays a count that some repeat really had; otherwise the
+    ordinary median (mean of the middle two for an even number). No number: the first non-None value (a string
+    such as ``accept_length_source``), else None.
+
+    Examples: [15, 16] -> 15 (not 15.5); [15, 16, 17] -> 16; [2.0, 2.5] -> 2.25; [None, 3] -> 3.
+    """
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if not numbers:
+        return next((v for v in values if v is not None), None)
+    if all(isinstance(v, int) for v in numbers):
+        return int(statistics.median_low(numbers))
+    return float(statistics.median(float(v) for v in numbers))
+
+
+def median_metrics(runs: Sequence[RunMetrics]) -> RunMetrics:
+    """Per-field :func:`median_of_repeats` of several ``RunMetrics``.
+
+    :raises ValueError: ``runs`` is empty.
+    """
+    if not runs:
+        raise ValueError("median_metrics: no repeat to take the median of")
+    merged = {f.name: median_of_repeats([getattr(r, f.name) for r in runs]) for f in dataclasses.fields(RunMetrics)}
+    return RunMetrics(**merged)

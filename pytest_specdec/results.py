@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import CompareError
-from pytest_specdec.records import RunMetrics
+from pytest_specdec.records import RunMetrics, median_metrics
 
 if TYPE_CHECKING:
     from pytest_specdec.runner import Measurement, RunningServer
@@ -316,21 +316,13 @@ def _ms(value_s: float | None) -> float | None:
     return None if value_s is None else value_s * 1000.0
 
 
-def _median(values: Sequence[Any]) -> Any:
-    numbers = sorted(float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool))
-    if not numbers:
-        return next((v for v in values if v is not None), None)
-    mid = len(numbers) // 2
-    return numbers[mid] if len(numbers) % 2 else (numbers[mid - 1] + numbers[mid]) / 2.0
-
-
 @dataclass(frozen=True, slots=True)
 class ResultRecord:
     """The result of one specdec test on one profile.
 
     ``repeats`` maps every ``RunMetrics`` field to its per-repeat values (one per ``Measurement``, in order);
-    ``metrics`` is ``RunMetrics.as_dict()`` for a single repeat, and the per-field median over repeats otherwise
-    (None values skipped; non-numeric fields from the first repeat). ``fingerprint`` is :func:`build_fingerprint`.
+    ``metrics`` is the per-field median over repeats, ``records.median_metrics`` (the same numbers as
+    ``runner.RunResult.metrics``: counts are lower medians, so integers). ``fingerprint`` is :func:`build_fingerprint`.
     """
 
     test_id: str
@@ -377,10 +369,7 @@ class ResultRecord:
         per_repeat = [m.metrics.as_dict() for m in measurements]
         names = [f.name for f in dataclasses.fields(RunMetrics)]
         repeats = {name: [d.get(name) for d in per_repeat] for name in names}
-        if len(per_repeat) == 1:
-            merged = dict(per_repeat[0])
-        else:
-            merged = {name: _median(vals) for name, vals in repeats.items()}
+        merged = median_metrics([m.metrics for m in measurements]).as_dict()
         samples = []
         for i, m in enumerate(measurements):
             for rec in m.records:

@@ -8,8 +8,6 @@ pytest; nothing here knows about pytest.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,7 +21,7 @@ from pytest_specdec.engines.base import EffectiveConfig, Engine, LaunchSpec, Spe
 from pytest_specdec.engines.sglang import resolve_api_key
 from pytest_specdec.errors import ServerStartError
 from pytest_specdec.profiles import Profile
-from pytest_specdec.records import RequestRecord, RunMetrics
+from pytest_specdec.records import RequestRecord, RunMetrics, median_metrics
 
 __all__ = ["Measurement", "RunResult", "RunningServer", "measure", "measure_repeats", "running_server", "start_server"]
 
@@ -359,8 +357,8 @@ def _counters(server: RunningServer) -> SpecCounters | None:
 class RunResult:
     """``repeats`` measured phases of one profile's workload on one server.
 
-    ``metrics`` holds, per field, the median over the repeats (counts: the median too; None when no repeat reported
-    the field), so a single slow phase does not decide a verdict.
+    ``metrics`` holds, per field, ``records.median_metrics`` over the repeats (counts: the lower median, an integer
+    some repeat had; None when no repeat reported the field), so a single slow phase does not decide a verdict.
     """
 
     profile: str
@@ -373,22 +371,6 @@ class RunResult:
     @property
     def cross_checks(self) -> tuple[str, ...]:
         return tuple(m.cross_check for m in self.measurements if m.cross_check)
-
-
-def median_metrics(runs: list[RunMetrics]) -> RunMetrics:
-    """Per-field median of several ``RunMetrics`` (None values skipped; all None -> None)."""
-    if len(runs) == 1:
-        return runs[0]
-    merged: dict[str, object] = {}
-    for f in dataclasses.fields(RunMetrics):
-        values = [getattr(r, f.name) for r in runs]
-        numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-        if not numbers:
-            merged[f.name] = values[0]
-            continue
-        med = statistics.median(numbers)
-        merged[f.name] = int(med) if all(isinstance(v, int) for v in numbers) else float(med)
-    return RunMetrics(**merged)  # type: ignore[arg-type]
 
 
 def measure_repeats(server: RunningServer, repeats: int, *, base_dir: Path | None = None) -> RunResult:

@@ -16,6 +16,7 @@ from pytest_specdec.compare import (
     compare_results,
     fingerprint_diff,
     format_tolerances,
+    merge_tolerances,
     parse_tolerances,
     speedup_by_concurrency,
     speedup_failures,
@@ -113,6 +114,28 @@ def test_k10_fails_on_tok_s_only_with_both_deltas() -> None:
         "output_tok_s  higher       100       90    -10   -10.0%  5%         REGRESSED (tolerance only)",
         "ttft_ms_p50   lower         50       45     -5   -10.0%  5%         improved",
     ]
+
+
+def test_user_tolerance_merges_over_the_defaults_never_replaces_them() -> None:
+    """Issue 14.1: the README's own marker example, tolerances=["output_tok_s:3%"], must still check accept length."""
+    base = rec(output_tok_s=[100.0, 100.0, 100.0], accept_length=[3.0, 3.0, 3.0])
+    cur = rec(output_tok_s=[100.0, 100.0, 100.0], accept_length=[2.0, 2.0, 2.0])
+    comp = compare_results(base, cur, parse_tolerances("output_tok_s:3%"))
+    assert [(r.metric, str(r.tolerance), r.verdict) for r in comp.rows] == [
+        ("output_tok_s", "3%", "ok"),
+        ("accept_length", "2%", "REGRESSED"),
+    ]
+
+
+def test_merge_tolerances_layers() -> None:
+    merged = merge_tolerances(parse_tolerances("ttft_ms_p50:5%"), parse_tolerances("ttft_ms:20% output_tok_s:3%"))
+    assert format_tolerances(merged) == (
+        "output_tok_s:3% accept_length:2% accept_rate:0.02 ttft_ms_mean:20% ttft_ms_p50:20% ttft_ms_p90:20% "
+        "ttft_ms_p99:20% itl_ms_p50:10% tpot_ms_p50:10%"
+    )
+    # within one layer a field key beats its metric's key
+    assert merge_tolerances(parse_tolerances("ttft_ms_p50:50% ttft_ms:20%"))["ttft_ms_p50"] == Tolerance(rel=0.5)
+    assert merge_tolerances() == merge_tolerances(None, {})
 
 
 def test_direction_both_ways() -> None:

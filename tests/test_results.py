@@ -82,6 +82,21 @@ def test_record_from_measurements_medians_repeats_and_samples() -> None:
     assert (record.samples[2].repeat, record.samples[2].ok, record.samples[2].ttft_ms) == (1, False, None)
 
 
+def test_medians_of_counts_are_one_integer_in_the_record_and_the_run() -> None:
+    """Issue 14.8: num_ok 15 in one place and 15.5 in another; counts take the lower median everywhere."""
+    from pytest_specdec.records import median_metrics
+
+    ms = [measurement(100.0, 2.0), measurement(90.0, 2.5)]
+    ms = [dataclasses.replace(m, metrics=dataclasses.replace(m.metrics, num_ok=n, output_tokens=n * 64))
+          for m, n in zip(ms, (15, 16), strict=True)]  # fmt: skip
+    record = ResultRecord.from_measurements("t", ms, {})
+    run = median_metrics([m.metrics for m in ms])
+    assert (record.metrics["num_ok"], record.metrics["output_tokens"]) == (15, 960)
+    assert (run.num_ok, run.output_tokens) == (15, 960)
+    assert record.metrics == run.as_dict()
+    assert (run.output_tok_s, run.accept_length) == (95.0, 2.25)
+
+
 def test_single_repeat_metrics_are_run_metrics() -> None:
     record = ResultRecord.from_measurements("t", [measurement(100.0, 2.0)], {})
     assert record.metrics == run_metrics(output_tok_s=100.0, accept_length=2.0).as_dict()
