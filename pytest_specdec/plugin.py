@@ -21,10 +21,29 @@ from typing import Any, TypeVar
 import pytest
 from filelock import FileLock
 
-from pytest_specdec import benchmark, compare, markdown, plots, report, results, runner, server, sharing, sweep
-from pytest_specdec.errors import CompareError, ProfileError, SpecdecError, SpecdecWarning
-from pytest_specdec.profiles import Profile, ProfileSet, Thresholds, load_profiles
-from pytest_specdec.thresholds import evaluate, merge_marker
+from pytest_specdec import (
+    benchmark,
+    compare,
+    markdown,
+    pairing,
+    plots,
+    report,
+    results,
+    runner,
+    server,
+    sharing,
+    sweep,
+)
+from pytest_specdec.errors import (
+    CompareError,
+    ProfileError,
+    ServerError,
+    ServerStartError,
+    SpecdecError,
+    SpecdecWarning,
+)
+from pytest_specdec.profiles import MinSpeedup, Profile, ProfileSet, Thresholds, load_profiles
+from pytest_specdec.thresholds import Check, evaluate, merge_marker
 
 T = TypeVar("T")
 session_key = pytest.StashKey["SpecdecSession"]()
@@ -286,6 +305,13 @@ class SpecdecSession:
     sweep_failed: bool = False
     report_path: Path | None = None
     markdown_paths: list[Path] = field(default_factory=list)
+    #: (profile, reference profile) -> paired arms measured for min_speedup (``pairing.PairedArms``).
+    pairs: dict[tuple[str, str], pairing.PairedArms] = field(default_factory=dict)
+    #: (profile, reference profile) -> why the pair could not be measured (the speedup check fails with it).
+    pair_errors: dict[tuple[str, str], str] = field(default_factory=dict)
+    reference_servers: pairing.ReferenceServers | None = None
+    #: profile -> its running server (the fixture's), for confirming measurements.
+    servers: dict[str, runner.RunningServer] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> SpecdecSession:
@@ -374,6 +400,13 @@ class SpecdecSession:
                 compare.parse_tolerances(self.profile_set.profiles[name].tolerances)
             except ValueError as exc:
                 raise pytest.UsageError(f"{self.profile_path}: profiles.{name}.tolerances: {exc}") from None
+            ms = self.profile_set.profiles[name].thresholds.min_speedup
+            if ms is not None and (ms.vs not in self.profile_set.profiles or ms.vs == name):
+                available = ", ".join(n for n in sorted(self.profile_set.profiles) if n != name)
+                raise pytest.UsageError(
+                    f"{self.profile_path}: profiles.{name}.thresholds.min_speedup.vs: {ms.vs!r} is not another "
+                    f"profile of this file (available: {available})"
+                )
         return self.profile_set
 
     def _expand_sweep(self) -> None:
@@ -485,6 +518,125 @@ class SpecdecSession:
             if any(f.severity == "error" or (strict and f.severity == "warning") for f in findings):
                 self.check_failed = True
 
+    def needs_measurement(self, name: str, vs: str | None) -> bool:
+        """Whether profile ``name`` still has to be measured (or paired with ``vs``) in this process."""
+        if name not in self.runs:
+            return True
+        return vs is not None and (name, vs) not in self.pairs and (name, vs) not in self.pair_errors
+
+    def measure(self, server: runner.RunningServer, vs: str | None, *, shared: bool) -> None:
+        """Measure ``server``'s profile (when not yet), paired with profile ``vs`` when given. A reference arm that
+        cannot be measured is recorded in ``pair_errors`` (its speedup check fails with the reason); the target's
+        own checks still run on phases measured alone.
+
+        :raises SpecdecError: the target's server failed during its phases.
+        """
+        profile = server.profile
+        n = self.repeats(profile)
+        if vs is not None:
+            arms = None
+            try:
+                arms = self._measure_pair(server, vs, n, shared=shared)
+            except (ServerStartError, ServerError, ValueError) as exc:
+                self.pair_errors[(profile.name, vs)] = f"reference arm {vs!r}: {exc}"
+                if server.process is not None and not server.process.alive():  # type: ignore[attr-defined]
+                    raise
+            if arms is not None:
+                self.pairs[(profile.name, vs)] = arms
+                if profile.name not in self.runs:
+                    self._store_run(server, runner.run_result(server, arms.target_measurements()))
+                return
+        if profile.name not in self.runs:
+            self._store_run(server, runner.measure_repeats(server, n))
+
+    def _store_run(self, server: runner.RunningServer, run: runner.RunResult) -> None:
+        self.runs[server.profile.name] = run
+        self.fingerprints[server.profile.name] = results.build_fingerprint(server, run.prompt_hash)
+
+    def _measure_pair(self, server: runner.RunningServer, vs: str, pairs: int, *, shared: bool) -> pairing.PairedArms:
+        """:raises ServerStartError, ServerError: a server failed; ``ValueError``: bracketed pairing is impossible."""
+        profile = server.profile
+        reference = self.profile(vs)
+        if self.reference_servers is None:
+            self.reference_servers = pairing.ReferenceServers(
+                self.out_dir / "logs", startup_timeout_s=self.config.option.specdec_startup_timeout
+            )
+        refs = self.reference_servers
+        if pairing.pairing_mode(profile) == "interleaved":
+            return pairing.measure_interleaved(server, refs.get(reference), pairs)
+        if shared or server.process is None:
+            raise ValueError(
+                "bracketed pairing restarts this profile's server, which is shared with other xdist workers or "
+                "given by URL; run without -n, or set pairing: interleaved in the profile if both servers fit"
+            )
+        timeout = self.config.option.specdec_startup_timeout
+        return pairing.measure_bracketed(
+            server,
+            pairs,
+            start_reference=lambda: refs.start_once(reference),
+            restart_target=lambda: server.restart(startup_timeout_s=timeout),
+        )
+
+    def load_shared(self, path: Path) -> None:
+        """Take what a sibling xdist worker measured for a profile (``save_shared``)."""
+        loaded = _load_shared_run(path)
+        if loaded is None:
+            return
+        name, run, fingerprint, pairs, errors = loaded
+        self.runs.setdefault(name, run)
+        self.fingerprints.setdefault(name, fingerprint)
+        for key, arms in pairs.items():
+            self.pairs.setdefault(key, arms)
+        for key, error in errors.items():
+            self.pair_errors.setdefault(key, error)
+
+    def save_shared(self, path: Path, name: str) -> None:
+        pairs = {k: v for k, v in self.pairs.items() if k[0] == name}
+        errors = {k: v for k, v in self.pair_errors.items() if k[0] == name}
+        _save_shared_run(path, (name, self.runs[name], self.fingerprints[name], pairs, errors))
+
+    def stop_reference_servers(self) -> None:
+        if self.reference_servers is not None:
+            self.reference_servers.stop()
+
+    def speedup_check(self, item: pytest.Item, name: str, ms: MinSpeedup) -> Check:
+        """The ``min_speedup`` check of profile ``name`` on its paired arms: a median ratio below the floor is
+        re-measured (as many pairs again) before it can fail; below but not significant warns. Not measured fails
+        with the reason (never a silent pass)."""
+        key = (name, ms.vs)
+        arms = self.pairs.get(key)
+        if arms is None:
+            reason = self.pair_errors.get(key, f"profile {ms.vs!r} was not measured with {name!r}")
+            text = f"speedup vs {ms.vs}: not measured: {reason}"
+            return Check("min_speedup", f"speedup vs {ms.vs}", ">=", ms.ratio, None, "x", False, text=text)
+        confirmable = arms.pairs <= arms.first and name in self.servers
+        judged = pairing.judge_speedup(
+            arms.ratios(), ms.ratio, vs=ms.vs, mode=arms.mode, first=arms.first, confirmable=confirmable
+        )
+        if judged.verdict == "suspected":
+            arms = self._confirm_pair(key, arms)
+            judged = pairing.judge_speedup(
+                arms.ratios(), ms.ratio, vs=ms.vs, mode=arms.mode, first=arms.first, confirmable=False
+            )
+        _replace_record(item, paired={**arms.to_dict(), "speedup": judged.line(), "verdict": judged.verdict})
+        if judged.verdict == "not significant":
+            item.warn(SpecdecWarning(f"{judged.line()}: below the floor, not significant; not failed"))
+        return judged.check()
+
+    def _confirm_pair(self, key: tuple[str, str], arms: pairing.PairedArms) -> pairing.PairedArms:
+        """``arms`` extended by as many pairs measured again (on failure to re-measure, ``arms`` unchanged and the
+        reason recorded in ``pair_errors``)."""
+        server = self.servers[key[0]]
+        with _measure_lock(self.config) as shared_file:
+            try:
+                count = max(arms.first, pairing.CONFIRM_TOTAL_PAIRS - arms.first)
+                more = self._measure_pair(server, key[1], count, shared=shared_file is not None)
+            except (ServerStartError, ServerError, ValueError) as exc:
+                self.pair_errors[key] = f"confirming measurement failed: {exc}"
+                return arms
+        self.pairs[key] = arms = arms.extend(more)
+        return arms
+
     def profile(self, name: str) -> Profile:
         assert self.profile_set is not None
         return self.profile_set.profiles[name]
@@ -570,6 +722,10 @@ class SpecdecSession:
         terminalreporter.write_sep("=", "specdec summary")
         rows = [(r.test_id, r.profile, r.metrics, r.outcome) for r in self.records]
         for line in report.summary_lines(rows):
+            terminalreporter.write_line(line)
+        for line in dict.fromkeys(
+            f"specdec {r.profile}: {r.paired['speedup']}" for r in self.records if r.paired.get("speedup")
+        ):
             terminalreporter.write_line(line)
         for run_id, tests in self.compared.items():
             terminalreporter.write_line(f"specdec compare: {len(tests)} test(s) compared with stored run {run_id}")
@@ -660,6 +816,8 @@ def specdec_server(
         try:
             yield server
         finally:
+            session.servers.pop(specdec_profile.name, None)
+            session.stop_reference_servers()
             server.stop()
         return
     started: list[runner.RunningServer] = []
@@ -678,6 +836,8 @@ def specdec_server(
             lambda: runner.attach(specdec_profile, shared.base_url, budget_s=budget)
         )
     finally:
+        session.servers.pop(specdec_profile.name, None)
+        session.stop_reference_servers()
         sharer.__exit__(None, None, None)
 
 
@@ -699,60 +859,88 @@ def _or_fail(call: Callable[[], T]) -> T:
 def specdec_run(specdec_server: runner.RunningServer, request: pytest.FixtureRequest) -> runner.RunResult:
     """The profile's workload, measured ``repeats`` times once per session and profile (``runner.RunResult``:
     ``.metrics`` is the per-metric median over repeats — output_tok_s, accept_length, accept_rate, TTFT/ITL/TPOT/e2e
-    percentiles in ms; ``.measurements`` the repeats). Marker and profile thresholds, and the baseline compare when
-    ``--specdec-compare`` is given, are checked after the test body."""
+    percentiles in ms; ``.measurements`` the repeats). When a ``min_speedup`` applies, the repeats are paired with
+    phases of the reference profile measured close in time (``pairing.py``). Marker and profile thresholds, and the
+    baseline compare when ``--specdec-compare`` is given, are checked after the test body."""
     session: SpecdecSession = request.config.stash[session_key]
     profile = specdec_server.profile
-    run = session.runs.get(profile.name)
-    if run is None:
-        with _measure_lock(request) as shared_file:
-            cached = _load_shared_run(shared_file(profile.name)) if shared_file else None
-            if cached is None:
-                run = _or_fail(lambda: runner.measure_repeats(specdec_server, session.repeats(profile)))
-                fingerprint = results.build_fingerprint(specdec_server, run.prompt_hash)
-                if shared_file:
-                    _save_shared_run(shared_file(profile.name), run, fingerprint)
-            else:
-                run, fingerprint = cached
-        session.runs[profile.name] = run
-        session.fingerprints[profile.name] = fingerprint
+    item = request.node
+    vs = _speedup_vs(item, session)
+    if session.needs_measurement(profile.name, vs):
+        with _measure_lock(request.config) as shared_file:
+            path = shared_file(profile.name) if shared_file else None
+            if path is not None:
+                session.load_shared(path)
+            if session.needs_measurement(profile.name, vs):
+                _or_fail(lambda: session.measure(specdec_server, vs, shared=path is not None))
+                if path is not None:
+                    session.save_shared(path, profile.name)
+        run = session.runs[profile.name]
         for message in dict.fromkeys([*run.cross_checks, *run.log_warnings]):
             # Counters disagreeing with the client (a metrics bug, not a regression), or a log-level warning.
             request.node.warn(SpecdecWarning(f"profile {profile.name}: {message}"))
-    item = request.node
-    record = results.ResultRecord.from_measurements(item.nodeid, run.measurements, session.fingerprints[profile.name])
+    run = session.runs[profile.name]
+    session.servers[profile.name] = specdec_server
+    arms = session.pairs.get((profile.name, vs)) if vs else None
+    fingerprint = session.fingerprints[profile.name]
+    record = results.ResultRecord.from_measurements(
+        item.nodeid, run.measurements, fingerprint, paired=arms.to_dict() if arms is not None else None
+    )
     item.stash[record_key] = record
     item.user_properties.append((_USER_PROPERTY, json.dumps(record.to_dict(), default=str)))
     item.user_properties.extend(report.junit_properties(record.metrics))  # JUnit <property name="specdec_...">
-    benchmark.record(request, run.measurements, session.fingerprints[profile.name])
+    benchmark.record(request, run.measurements, fingerprint)
     return run
 
 
+def _item_thresholds(item: pytest.Item, session: SpecdecSession) -> Thresholds | None:
+    """The test's thresholds (profile merged with its marker; ``pytest_runtest_setup`` stores them)."""
+    found = item.stash.get(thresholds_key, None)
+    if found is not None:
+        return found
+    name = getattr(getattr(item, "callspec", None), "params", {}).get("specdec_profile")
+    return session.profile(name).thresholds if name else None
+
+
+def _speedup_vs(item: pytest.Item, session: SpecdecSession) -> str | None:
+    """The profile this test's ``min_speedup`` is judged against, or None."""
+    thresholds = _item_thresholds(item, session)
+    return thresholds.min_speedup.vs if thresholds is not None and thresholds.min_speedup is not None else None
+
+
+def _replace_record(item: pytest.Item, **changes: Any) -> None:
+    """Update the test's result record (stash and the user property the controller reads)."""
+    record = dataclasses.replace(item.stash[record_key], **changes)
+    item.stash[record_key] = record
+    item.user_properties[:] = [
+        (k, json.dumps(record.to_dict(), default=str) if k == _USER_PROPERTY else v) for k, v in item.user_properties
+    ]
+
+
 @contextlib.contextmanager
-def _measure_lock(request: pytest.FixtureRequest) -> Iterator[Callable[[str], Path] | None]:
+def _measure_lock(config: pytest.Config) -> Iterator[Callable[[str], Path] | None]:
     """Under xdist, workers share servers: one measured phase at a time, and each profile is measured once for all
     workers (the first one measures, the others read its result). Yields the per-profile result file namer, or None
     without xdist."""
-    if not hasattr(request.config, "workerinput"):
+    if not hasattr(config, "workerinput"):
         yield None
         return
-    root = request.getfixturevalue("tmp_path_factory").getbasetemp().parent
+    root = config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]  # as xdist's workermanage.py
     with FileLock(str(root / "specdec-measure.lock")):
         yield lambda name: root / f"specdec-run-{re.sub(r'[^A-Za-z0-9_.@=-]', '_', name)}.pickle"
 
 
-def _load_shared_run(path: Path) -> tuple[runner.RunResult, dict[str, Any]] | None:
+def _load_shared_run(path: Path) -> Any:
     if not path.is_file():
         return None
     with path.open("rb") as fh:
-        loaded: tuple[runner.RunResult, dict[str, Any]] = pickle.load(fh)  # written by a sibling worker, below
-    return loaded
+        return pickle.load(fh)  # written by a sibling worker, _save_shared_run
 
 
-def _save_shared_run(path: Path, run: runner.RunResult, fingerprint: dict[str, Any]) -> None:
+def _save_shared_run(path: Path, data: object) -> None:
     tmp = path.with_suffix(".tmp")
     with tmp.open("wb") as fh:
-        pickle.dump((run, fingerprint), fh)
+        pickle.dump(data, fh)
     os.replace(tmp, path)
 
 
@@ -773,7 +961,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     base = session.profile(profile_param).thresholds if profile_param else Thresholds()
     error = None
     try:
-        item.stash[thresholds_key] = merge_marker(base, kwargs)
+        item.stash[thresholds_key] = merged = merge_marker(base, kwargs)
+        vs = merged.min_speedup.vs if merged.min_speedup is not None else None
+        if vs is not None and session.profile_set is not None and vs not in session.profile_set.profiles:
+            available = ", ".join(sorted(session.profile_set.profiles))
+            error = f"@pytest.mark.specdec: min_speedup vs {vs!r}: no such profile in {session.profile_path} " + (
+                f"(available: {available})"
+            )
     except ValueError as exc:
         error = f"@pytest.mark.specdec: {exc}"
     if tolerances is not None and error is None:
@@ -796,12 +990,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     profile = session.profile(record.profile)
     thresholds = item.stash.get(thresholds_key, None) or profile.thresholds
     run = session.runs[profile.name]
-    speedup = None
+    speedup_check = None
     if thresholds.min_speedup is not None:
-        other = session.runs.get(thresholds.min_speedup.vs)
-        if other is not None and other.metrics.output_tok_s > 0:
-            speedup = run.metrics.output_tok_s / other.metrics.output_tok_s
-    verdict = evaluate(thresholds, run.metrics, speculative=profile.is_speculative, speedup=speedup)
+        speedup_check = session.speedup_check(item, profile.name, thresholds.min_speedup)
+    verdict = evaluate(thresholds, run.metrics, speculative=profile.is_speculative, speedup_check=speedup_check)
     failures = []
     if verdict.failed:
         repeats = len(run.measurements)

@@ -140,6 +140,10 @@ class Profile(_Strict):
     tolerances: list[str] = Field(default_factory=list)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     workload: Workload = Field(default_factory=Workload)
+    #: How a ``min_speedup`` reference arm is measured with this profile (``pairing.py``): ``interleaved`` (both
+    #: servers alive, phases alternate) or ``bracketed`` (one server at a time: this, reference, this). None: by
+    #: server kind (interleaved for reference and url:, bracketed for sglang and vllm).
+    pairing: Literal["interleaved", "bracketed"] | None = None
     #: Where this profile was defined (file path); set by the loader.
     source: str = ""
 

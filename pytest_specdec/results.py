@@ -333,6 +333,9 @@ class ResultRecord:
     samples: tuple[RequestSample, ...] = ()
     outcome: str = ""
     wall_time: float = 0.0
+    #: The paired reference arm (``pairing.PairedArms.to_dict``: vs, mode, pairs, first, per-pair values of both
+    #: arms); empty when this profile was not measured against another.
+    paired: dict[str, Any] = field(default_factory=dict)
 
     @property
     def workload(self) -> dict[str, Any]:
@@ -355,6 +358,7 @@ class ResultRecord:
         fingerprint: Mapping[str, Any],
         *,
         outcome: str = "",
+        paired: Mapping[str, Any] | None = None,
     ) -> ResultRecord:
         """Build a record from the repeats of one test.
 
@@ -398,6 +402,7 @@ class ResultRecord:
             samples=tuple(samples),
             outcome=outcome,
             wall_time=measurements[-1].wall_time,
+            paired=dict(paired or {}),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -418,6 +423,7 @@ class ResultRecord:
         kw = _known(cls, data)
         kw["repeats"] = {str(k): list(v) for k, v in (data.get("repeats") or {}).items()}
         kw["fingerprint"] = dict(data.get("fingerprint") or {})
+        kw["paired"] = dict(data.get("paired") or {}) if isinstance(data.get("paired"), dict) else {}
         kw["samples"] = tuple(RequestSample.from_dict(s) for s in data.get("samples") or () if isinstance(s, dict))
         return cls(**kw)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +23,16 @@ from pytest_specdec.errors import ServerStartError
 from pytest_specdec.profiles import Profile
 from pytest_specdec.records import RequestRecord, RunMetrics, median_metrics
 
-__all__ = ["Measurement", "RunResult", "RunningServer", "measure", "measure_repeats", "running_server", "start_server"]
+__all__ = [
+    "Measurement",
+    "RunResult",
+    "RunningServer",
+    "measure",
+    "measure_repeats",
+    "run_result",
+    "running_server",
+    "start_server",
+]
 
 ProgressCallback = Callable[[float, float, str], None]
 
@@ -51,6 +60,19 @@ class RunningServer:
             self.stop_report = self.process.stop()  # type: ignore[attr-defined]
             if self.registry_entry is not None:
                 self.registry_entry.unlink(missing_ok=True)
+
+    def restart(self, *, startup_timeout_s: float | None = None) -> None:
+        """Stop (if running) and start the same profile again, updating this object in place, so that holders of
+        it (a fixture's tests) use the new process. Used by bracketed pairing (``pairing.measure_bracketed``).
+
+        :raises ServerStartError: the new server did not start; ``ValueError``: a server given by URL.
+        """
+        if self.process is None or self.log_path is None:
+            raise ValueError(f"server {self.base_url} (profile {self.profile.name!r}) was not started by us")
+        self.stop()
+        new = start_server(self.profile, log_dir=self.log_path.parent, startup_timeout_s=startup_timeout_s)
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(new, f.name))
 
 
 def _register(server: RunningServer, registry: Path) -> None:
@@ -132,8 +154,11 @@ def start_server(
     log_dir: Path,
     startup_timeout_s: float | None = None,
     on_progress: ProgressCallback | None = None,
+    log_name: str | None = None,
 ) -> RunningServer:
     """Launch ``profile``'s server (or attach to ``profile.url``) and return once it really generates.
+
+    :param log_name: the log file's stem in ``log_dir`` (default: the profile name).
 
     :raises ServerStartError: the process exited or stalled before ready, the budget ran out, or the effective
         speculative config read back from the server differs from the profile.
@@ -156,7 +181,7 @@ def start_server(
     port = profile.port or find_free_port(profile.host)
     launch = engine.launch_spec(profile, port=port, draft_path=draft_path)
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{profile.name}.log"
+    log_path = log_dir / f"{log_name or profile.name}.log"
     started = time.perf_counter()
     process = ServerProcess.start(launch, name=profile.name, log_path=log_path)
     server = RunningServer(profile, engine, launch.base_url, api_key, launch, process, log_path)
@@ -375,7 +400,12 @@ class RunResult:
 
 def measure_repeats(server: RunningServer, repeats: int, *, base_dir: Path | None = None) -> RunResult:
     """``measure`` ``repeats`` times on the same server (warmup before each phase) and take medians."""
-    measurements = tuple(measure(server, base_dir=base_dir) for _ in range(repeats))
+    return run_result(server, [measure(server, base_dir=base_dir) for _ in range(repeats)])
+
+
+def run_result(server: RunningServer, measured: Sequence[Measurement]) -> RunResult:
+    """A ``RunResult`` of phases already measured on ``server`` (per-field medians, the server log's warnings)."""
+    measurements = tuple(measured)
     warnings: list[str] = []
     read_warnings = getattr(server.engine, "log_warnings", None)
     if read_warnings is not None and server.log_path is not None and server.log_path.is_file():

@@ -197,3 +197,52 @@ def worse_test(
     c = np.median(rng.choice(cur, size=(BOOTSTRAP_RESAMPLES, cur.size), replace=True), axis=1)
     upper = float(np.quantile(c - b, 1.0 - alpha))
     return WorseTest("bootstrap median", upper < 0.0, None)
+
+
+@dataclass(frozen=True, slots=True)
+class BelowTest:
+    """Outcome of :func:`below_test`: is the true median of paired ratios below a floor?"""
+
+    #: "wilcoxon exact" | "wilcoxon normal" | "tolerance only" (fewer than 2 non-tied pairs)
+    method: str
+    significant: bool
+    p_value: float | None
+
+
+def below_test(ratios: Sequence[float | None], floor: float, *, alpha: float = ALPHA) -> BelowTest:
+    """One-sided Wilcoxon signed-rank test of H1 "the median paired ratio is below ``floor``" on
+    ``d_i = log(ratio_i) - log(floor)`` (Wilcoxon 1945; exact null distribution by enumerating the 2^n sign
+    patterns for n <= 16, else the normal approximation with tie correction, as scipy ``stats.wilcoxon``).
+
+    Pairs with ``d_i = 0`` are dropped (Wilcoxon's convention). ``W+`` = sum of the midranks of ``|d_i|`` over the
+    positive ``d_i``; small ``W+`` supports H1; p = P(W+ <= observed | H0).
+
+    Example: ratios [0.95, 0.97, 0.96, 0.94, 0.98, 0.99] vs floor 1.05: all below, W+ = 0, p = 1/64 = 0.016.
+
+    :param ratios: one target/reference throughput ratio per pair of phases measured close in time.
+    :param floor: the ratio the target must reach (``min_speedup.ratio``), > 0.
+    :returns: method, whether significant at ``alpha``, and p (None for "tolerance only").
+    """
+    arr = _clean(ratios)
+    arr = arr[arr > 0]
+    diffs = np.log(arr) - math.log(floor)
+    diffs = diffs[diffs != 0.0]
+    n = int(diffs.size)
+    if n < 2:
+        return BelowTest("tolerance only", True, None)
+    ranks = _midranks(np.abs(diffs))
+    observed = float(ranks[diffs > 0].sum())
+    if n <= 16:
+        rank_list = ranks.tolist()
+        at_most = 0
+        for signs in itertools.product((0, 1), repeat=n):
+            if sum(r for r, s in zip(rank_list, signs, strict=True) if s) <= observed + 1e-9:
+                at_most += 1
+        p = at_most / 2**n
+        return BelowTest("wilcoxon exact", p <= alpha, p)
+    mean_w = n * (n + 1) / 4.0
+    _, counts = np.unique(ranks, return_counts=True)
+    var_w = n * (n + 1) * (2 * n + 1) / 24.0 - float((counts**3 - counts).sum()) / 48.0
+    z = (observed - mean_w + 0.5) / math.sqrt(var_w)
+    p = 0.5 * math.erfc(-z / math.sqrt(2.0))
+    return BelowTest("wilcoxon normal", p <= alpha, p)

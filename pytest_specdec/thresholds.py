@@ -64,9 +64,13 @@ class Check:
     unit: str
     passed: bool | None
     note: str = ""
+    #: The whole line, when the check words it itself (a paired speedup: ``pairing.Speedup.line``).
+    text: str = ""
 
     def line(self) -> str:
         """``accept_length 1.94 < min 2.20 (margin -0.26, -11.8%)`` style, one line."""
+        if self.text:
+            return self.text
         kind = "min" if self.op == ">=" else "max"
         if self.passed is None:
             return f"{self.label}: {kind} {self.threshold:g} not applicable ({self.note})"
@@ -95,13 +99,19 @@ class Verdict:
 
 
 def evaluate(
-    thresholds: Thresholds, metrics: RunMetrics, *, speculative: bool, speedup: float | None = None
+    thresholds: Thresholds,
+    metrics: RunMetrics,
+    *,
+    speculative: bool,
+    speedup: float | None = None,
+    speedup_check: Check | None = None,
 ) -> Verdict:
     """Compare ``metrics`` with every set threshold.
 
     Accept-length/-rate thresholds on a profile without speculation are reported as not applicable, not failed.
-    ``speedup`` is this profile's output tok/s over the ``min_speedup.vs`` profile's, or None when that profile was not
-    measured in this session.
+    ``speedup_check`` is the ``min_speedup`` check already judged on paired arms (``pairing.Speedup.check``; the
+    plugin always gives it); else ``speedup`` is this profile's output tok/s over the ``min_speedup.vs`` profile's,
+    or None when that profile was not measured.
     """
     checks: list[Check] = []
     for key, (field, op, label, unit, spec_only) in _RULES.items():
@@ -117,7 +127,9 @@ def evaluate(
             continue
         passed = measured >= threshold if op == ">=" else measured <= threshold
         checks.append(Check(key, label, op, threshold, float(measured), unit, passed))
-    if thresholds.min_speedup is not None:
+    if thresholds.min_speedup is not None and speedup_check is not None:
+        checks.append(speedup_check)
+    elif thresholds.min_speedup is not None:
         ms = thresholds.min_speedup
         label = f"speedup vs {ms.vs}"
         if speedup is None:

@@ -1,0 +1,186 @@
+"""Paired arms (issue 15.1, 14.2): interleaved and bracketed phase order, the paired-ratio verdict, and min_speedup
+measured whenever it applies (any profile order, under xdist) or failed with the reason."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pytest_specdec import pairing, stats
+from pytest_specdec.records import RunMetrics
+from pytest_specdec.runner import Measurement
+
+
+def _metrics(tok_s: float) -> RunMetrics:
+    fields = {f.name: None for f in dataclasses.fields(RunMetrics)}
+    fields.update(num_requests=1, num_ok=1, num_errors=0, duration_s=1.0, output_tokens=int(tok_s))
+    fields.update(output_tok_s=tok_s, itl_ms_p50=1000.0 / tok_s)
+    return RunMetrics(**fields)
+
+
+class _Servers:
+    """Fake servers whose phases return scripted tok/s, logging the order of phases and restarts."""
+
+    def __init__(self, speeds: dict[str, list[float]]) -> None:
+        self.speeds = speeds
+        self.log: list[str] = []
+
+    def server(self, name: str) -> Any:
+        return SimpleNamespace(profile=SimpleNamespace(name=name), stop=lambda: self.log.append(f"stop {name}"))
+
+    def measure(self, server: Any) -> Measurement:
+        name = server.profile.name
+        self.log.append(name)
+        return Measurement(name, _metrics(self.speeds[name].pop(0)), (), "h", None, None, None)
+
+
+def test_interleaved_pairs_alternate_order_and_ratio_each_pair() -> None:
+    fake = _Servers({"eagle3": [130.0, 120.0, 140.0], "baseline": [100.0, 80.0, 100.0]})
+    arms = pairing.measure_interleaved(fake.server("eagle3"), fake.server("baseline"), 3, measure=fake.measure)
+    assert fake.log == ["baseline", "eagle3", "eagle3", "baseline", "baseline", "eagle3"]
+    assert arms.ratios() == [1.3, 1.5, 1.4]
+    assert (arms.mode, arms.pairs, arms.first, arms.reference_profile) == ("interleaved", 3, 3, "baseline")
+    record = arms.to_dict()
+    assert record["target"]["output_tok_s"] == [130.0, 120.0, 140.0]
+    assert record["reference"]["itl_ms_p50"] == [10.0, 12.5, 10.0]
+
+
+def test_bracketed_measures_target_reference_target_one_server_at_a_time() -> None:
+    fake = _Servers({"eagle3": [120.0, 140.0, 100.0, 120.0], "baseline": [100.0, 100.0]})
+    target = fake.server("eagle3")
+    arms = pairing.measure_bracketed(
+        target,
+        2,
+        start_reference=lambda: (fake.log.append("start baseline"), fake.server("baseline"))[1],
+        restart_target=lambda: fake.log.append("restart eagle3"),
+        measure=fake.measure,
+    )
+    assert fake.log == [
+        "eagle3", "eagle3", "stop eagle3", "start baseline", "baseline", "baseline", "stop baseline",
+        "restart eagle3", "eagle3", "eagle3",
+    ]  # fmt: skip
+    # pair i: mean(T_i, T'_i) / R_i -- a drift during the bracket cancels
+    assert arms.ratios() == [1.1, 1.3]
+    assert len(arms.target_measurements()) == 4
+
+
+@pytest.mark.parametrize(
+    ("ratios", "confirmable", "verdict"),
+    [
+        ([1.3, 1.4, 1.35], True, "passed"),
+        ([0.95, 0.97, 0.96], True, "suspected"),
+        ([0.95, 0.97, 0.96, 0.94, 0.98, 0.99], True, "FAILED"),  # confirmed: 6 pairs all below, p = 1/64
+        ([0.95, 0.97, 0.96], False, "not significant"),  # 3 pairs cannot reach p <= 0.05
+        ([1.0, 1.1, 1.02, 1.08, 1.01, 1.07], True, "not significant"),
+    ],
+)
+def test_speedup_verdicts(ratios: list[float], confirmable: bool, verdict: str) -> None:
+    judged = pairing.judge_speedup(ratios, 1.05, vs="baseline", mode="interleaved", first=3, confirmable=confirmable)
+    assert judged.verdict == verdict
+    assert judged.check().passed is (verdict != "FAILED")
+
+
+def test_speedup_line_shows_first_and_confirming_measurements() -> None:
+    ratios = [0.95, 0.97, 0.96, 0.94, 0.98, 0.99]
+    judged = pairing.judge_speedup(ratios, 1.05, vs="baseline", mode="interleaved", first=3, confirmable=False)
+    assert judged.line() == (
+        "speedup vs baseline 0.965x < min 1.05x (margin -0.085, -8.1%) [median of 6 paired ratios, interleaved; "
+        "CI 0.94-0.99 (97%); first 3: 0.96x, confirming 3: 0.98x; wilcoxon exact p=0.0156]"
+    )
+    passed = pairing.judge_speedup([1.3, 1.4, 1.35], 1.05, vs="baseline", mode="interleaved", first=3, confirmable=True)
+    assert passed.line() == (
+        "speedup vs baseline 1.35x >= min 1.05x [median of 3 paired ratios, interleaved; CI 1.3-1.4 (75%)]"
+    )
+
+
+def test_below_test_exact_wilcoxon() -> None:
+    assert stats.below_test([0.95, 0.97, 0.96, 0.94, 0.98, 0.99], 1.05).p_value == pytest.approx(1 / 64)
+    assert stats.below_test([0.95, 0.97, 1.06], 1.05).p_value == pytest.approx(2 / 8)
+    assert not stats.below_test([1.3, 1.2, 1.4], 1.05).significant
+
+
+def test_pairing_mode_defaults_by_server_kind() -> None:
+    def profile(**kw: Any) -> Any:
+        base = {"server": "reference", "url": None, "pairing": None}
+        return SimpleNamespace(**{**base, **kw})
+
+    assert pairing.pairing_mode(profile()) == "interleaved"
+    assert pairing.pairing_mode(profile(server="sglang")) == "bracketed"
+    assert pairing.pairing_mode(profile(server="sglang", url="http://h:1")) == "interleaved"
+    assert pairing.pairing_mode(profile(server="sglang", pairing="interleaved")) == "interleaved"
+
+
+# -- end to end: the reference server ----------------------------------------------------------------------------
+
+PROFILES = """
+profiles:
+  baseline:
+    server: reference
+    startup_timeout_s: 180
+    workload: {max_new_tokens: 16, num_requests: 4, warmup_requests: 1, repeats: 2}
+  eagle3:
+    extends: baseline
+    speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}
+    thresholds: {min_speedup: {vs: baseline, ratio: @RATIO@}}
+"""
+
+TESTS = """
+def test_speed(specdec_run):
+    pass
+"""
+
+
+def _project(pytester: pytest.Pytester, ratio: float) -> pytest.Pytester:
+    pytester.makefile(".yaml", specdec=PROFILES.replace("@RATIO@", str(ratio)))
+    pytester.makepyfile(test_speed=TESTS)
+    return pytester
+
+
+@pytest.mark.slow
+def test_min_speedup_is_measured_in_any_order_and_fails_when_unmet(pytester: pytest.Pytester) -> None:
+    # Old code: baseline listed second (or not listed) made min_speedup "not applicable": a silent pass.
+    _project(pytester, 50)
+    result = pytester.runpytest_subprocess("--server-profile=eagle3,baseline", "-p", "no:cacheprovider", timeout=600)
+    result.assert_outcomes(failed=1, passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.re_match_lines(
+        [
+            r"speedup vs baseline [0-9.]+x < min 50x \(margin .*\) \[median of 6 paired ratios, interleaved; "
+            r"CI .*; first 2: [0-9.]+x, confirming 4: [0-9.]+x; wilcoxon exact p=0.0156\] \[profile eagle3, .*\]",
+        ]
+    )
+    result.stdout.re_match_lines([r"specdec eagle3: speedup vs baseline .* < min 50x .*"])
+
+
+@pytest.mark.slow
+def test_min_speedup_passes_with_its_paired_ratio_in_the_summary(pytester: pytest.Pytester) -> None:
+    _project(pytester, 0.5)
+    result = pytester.runpytest_subprocess("--server-profile=eagle3", "-p", "no:cacheprovider", timeout=600)
+    result.assert_outcomes(passed=1)
+    result.stdout.re_match_lines(
+        [r"specdec eagle3: speedup vs baseline [0-9.]+x >= min 0.5x \[median of 2 paired ratios, interleaved; .*\]"]
+    )
+    assert (pytester.path / ".specdec/logs/baseline.paired.log").is_file()
+
+
+@pytest.mark.slow
+def test_min_speedup_under_xdist_is_measured_once_and_fails_when_unmet(pytester: pytest.Pytester) -> None:
+    _project(pytester, 50)
+    pytester.makepyfile(test_more="def test_other(specdec_run):\n    pass\n")
+    result = pytester.runpytest_subprocess("--server-profile=baseline,eagle3", "-n", "2", timeout=600)
+    result.assert_outcomes(failed=2, passed=2)
+    result.stdout.re_match_lines([r".*speedup vs baseline [0-9.]+x < min 50x .*"])
+
+
+def test_min_speedup_vs_unknown_profile_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".yaml", specdec=PROFILES.replace("vs: baseline", "vs: basline").replace("@RATIO@", "1.05"))
+    pytester.makepyfile(test_speed=TESTS)
+    result = pytester.runpytest_subprocess("--server-profile=eagle3")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: */specdec.yaml: profiles.eagle3.thresholds.min_speedup.vs: 'basline' is not another profile of "
+         "this file (available: baseline)"]  # fmt: skip
+    )
