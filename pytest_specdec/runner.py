@@ -8,6 +8,7 @@ pytest; nothing here knows about pytest.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
