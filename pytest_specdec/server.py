@@ -33,6 +33,7 @@ from typing import BinaryIO
 
 import psutil
 
+from pytest_specdec.diagnosis import classify_exit, diagnose_exit
 from pytest_specdec.engines.base import LaunchSpec
 from pytest_specdec.errors import ServerError, ServerStartError
 from pytest_specdec.ports import find_free_port, port_holder, port_is_free, wait_port_free
@@ -59,39 +60,6 @@ _PROGRESS_INTERVAL_S = 0.5
 _KILL_WAIT_S = 5.0
 #: After the processes are gone, how long to wait for the port to become bindable.
 _PORT_WAIT_S = 2.0
-
-# Order matters: the first matching cause wins ("CUDA error: out of memory" is an OOM, not a CUDA error).
-_CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("out of memory", re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory", re.IGNORECASE)),
-    ("port in use", re.compile(r"Address already in use|\bport\b.{0,60}\bis (?:already )?in use", re.IGNORECASE)),
-    ("CUDA/NCCL error", re.compile(r"NCCL error|CUDA error", re.IGNORECASE)),
-    (
-        "missing model path",
-        re.compile(
-            r"No such file or directory|Repo id must be|does not appear to have a file named config\.json"
-            r"|is not a local folder and is not a valid model identifier"
-        ),
-    ),
-    # "unsupported flag": the bundled reference server's argparse wrapper (refserver/args.py::parse_args).
-    ("bad flag", re.compile(r"unrecognized arguments|error: argument|invalid choice|error: unsupported flag")),
-)
-
-
-def classify_exit(log_text: str) -> str:
-    """Classify why a server died from its log text (pass the tail; the whole log works too).
-
-    :returns: one of ``"out of memory"``, ``"port in use"``, ``"CUDA/NCCL error"``, ``"missing model path"``,
-        ``"bad flag"``, ``"unknown"``; the first matching cause in that order wins. Patterns: PyTorch's
-        ``torch.OutOfMemoryError`` / "CUDA out of memory", the OS's "Address already in use", NCCL/CUDA runtime
-        errors, huggingface_hub's "Repo id must be ..." / transformers' "... is not a local folder and is not a
-        valid model identifier", and argparse's "unrecognized arguments" / "error: argument" / "invalid choice"
-        (plus the reference server's "error: unsupported flag").
-    """
-    for cause, pattern in _CAUSES:
-        if pattern.search(log_text):
-            return cause
-    return "unknown"
-
 
 def _read_tail(path: Path, max_bytes: int = _TAIL_BYTES) -> str:
     try:
@@ -522,13 +490,12 @@ class ServerProcess:
 
     def _exit_error(self, returncode: int, elapsed: float, *, when: str) -> ServerStartError:
         tail = redact(_tail_lines(self.log_path), self._secrets)
-        cause = classify_exit(_read_tail(self.log_path))
-        hint = ""
-        if returncode == -signal.SIGKILL and cause == "unknown":
-            hint = "; SIGKILL with no error in the log is often the kernel OOM killer (see dmesg)"
+        found = diagnose_exit(_read_tail(self.log_path), returncode, pids=self._known_pids())
+        cause = found.cause
+        detail = redact(found.detail(returncode), self._secrets)
         return ServerStartError(
             f"server '{self.name}' {_describe_exit(returncode)} {when} (cause: {cause}) after {elapsed:.1f} s"
-            f"{hint}; log: {self.log_path}\n{tail}",
+            f"{': ' + detail if detail else ''}; log: {self.log_path}\n{tail}",
             profile=self.name,
             log_path=self.log_path,
             cause=cause,
@@ -550,15 +517,22 @@ class ServerProcess:
         returncode = self._popen.poll()
         if returncode is None:
             return
+        pids = self._known_pids()
         self.stop()
         tail = redact(_tail_lines(self.log_path), self._secrets)
-        cause = classify_exit(_read_tail(self.log_path))
+        found = diagnose_exit(_read_tail(self.log_path), returncode, pids=pids)
+        detail = redact(found.detail(returncode), self._secrets)
         raise ServerError(
-            f"server '{self.name}' (pid {self.pid}) {_describe_exit(returncode)} while running (cause: {cause}); "
-            f"log: {self.log_path}\n{tail}",
+            f"server '{self.name}' (pid {self.pid}) {_describe_exit(returncode)} while running (cause: {found.cause})"
+            f"{': ' + detail if detail else ''}; log: {self.log_path}\n{tail}",
             profile=self.name,
             log_path=self.log_path,
         )
+
+    def _known_pids(self) -> list[int]:
+        """Every pid this server had (main and descendants seen), dead or alive: what dmesg may name."""
+        with self._lock:
+            return [self.pid, *(key[0] for key in self._known)]
 
     def processes(self) -> list[psutil.Process]:
         """The live processes of this server: the main one, its descendants now, and those seen earlier."""

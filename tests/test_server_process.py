@@ -147,7 +147,8 @@ def test_oom_at_startup(tmp_path: Path) -> None:
     log = tmp_path / "logs" / "eagle3.log"
     first = str(err).splitlines()[0]
     assert re.fullmatch(
-        rf"server 'eagle3' exited with code 1 before it was ready \(cause: out of memory\) after \d+\.\d s; log: "
+        rf"server 'eagle3' exited with code 1 before it was ready \(cause: out of memory\) after \d+\.\d s: "
+        rf"torch.OutOfMemoryError: CUDA out of memory\..* at sglang/srt/model_executor/cuda_graph_runner.py:391; log: "
         rf"{re.escape(str(log))}",
         first,
     ), first
@@ -206,8 +207,9 @@ def test_killed_by_signal_before_ready(tmp_path: Path) -> None:
     with pytest.raises(ServerStartError) as info:
         proc.wait_ready(health(proc.base_url), timeout_s=600, on_progress=kill_it)
     assert re.match(
-        r"server 'eagle3' was killed by signal 9 \(SIGKILL\) before it was ready \(cause: unknown\) after \d+\.\d s; "
-        r"SIGKILL with no error in the log is often the kernel OOM killer \(see dmesg\); log: ",
+        r"server 'eagle3' was killed by signal 9 \(SIGKILL\) before it was ready \(cause: unknown\) after \d+\.\d s: "
+        r"no error in the log: something outside killed it \(the kernel OOM killer would say so in dmesg, which could "
+        r"not be read or had no line for this server\); log: ",
         str(info.value),
     ), str(info.value)
 
@@ -312,7 +314,8 @@ def test_check_alive_after_death(tmp_path: Path) -> None:
         proc.check_alive()
     first, *rest = str(info.value).splitlines()
     assert first == (
-        f"server 'eagle3' (pid {proc.pid}) exited with code 3 while running (cause: unknown); log: {proc.log_path}"
+        f"server 'eagle3' (pid {proc.pid}) exited with code 3 while running (cause: exception): "
+        f"RuntimeError: scheduler died; log: {proc.log_path}"
     )
     assert rest[-1] == "RuntimeError: scheduler died"
     assert info.value.log_path == proc.log_path
@@ -464,3 +467,54 @@ def test_api_key_never_reaches_the_error_or_the_kept_log(tmp_path: Path) -> None
     message = str(excinfo.value) + excinfo.value.log_tail
     assert "sk-live-123456" not in message and "<redacted>" in message
     assert "sk-live-123456" not in log.read_text()
+
+
+# -- what real SGLang 0.5.17 logged (tests/data/sglang/0.5.17, recorded on an H200) -------------------------------
+
+SGLANG_DATA = Path(__file__).parent / "data" / "sglang" / "0.5.17"
+
+
+def test_real_scheduler_crash_is_named_not_blamed_on_oom() -> None:
+    """Aux layer id -1: SGLang's scheduler raises on the first forward, then SGLang SIGKILLs its own tree."""
+    from pytest_specdec.diagnosis import diagnose_exit
+
+    log = (SGLANG_DATA / "eagle3-aux-minus1.log").read_text()
+    found = diagnose_exit(log, -signal.SIGKILL, pids=[1811], kernel_log="")
+    assert found.cause == "scheduler exception"
+    assert found.exception == "TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType'"
+    assert found.location == "sglang/srt/models/llama.py:437"
+    assert found.self_killed
+    assert found.detail(-signal.SIGKILL) == (
+        "TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType' at sglang/srt/models/llama.py:437; "
+        "the server then stopped its own process tree (signal 9)"
+    )
+
+
+def test_real_bad_flag_and_jit_failure() -> None:
+    from pytest_specdec.diagnosis import diagnose_exit
+
+    flag = diagnose_exit((SGLANG_DATA / "bad-flag.log").read_text(), 2)
+    assert (flag.cause, flag.exception) == (
+        "bad flag", "sglang serve: error: unrecognized arguments: --speculative-aux-layer-ids 1,3,5"
+    )
+    jit = diagnose_exit((SGLANG_DATA / "plugin" / "plugin_jit-build-failure.txt").read_text(), -signal.SIGKILL)
+    assert jit.cause == "kernel build failed"
+    assert jit.self_killed
+
+
+def test_real_clean_run_has_no_error() -> None:
+    from pytest_specdec.diagnosis import last_exception
+
+    assert last_exception((SGLANG_DATA / "eagle3.log").read_text()) is None
+
+
+def test_oom_killer_blamed_only_with_dmesg_evidence() -> None:
+    from pytest_specdec.diagnosis import diagnose_exit
+
+    dmesg = "[12.3] Out of memory: Killed process 4242 (python3) total-vm:1kB, anon-rss:1kB\n"
+    found = diagnose_exit("INFO loading weights\n", -signal.SIGKILL, pids=[4242], kernel_log=dmesg)
+    assert found.cause == "killed by the OOM killer"
+    assert found.detail(-signal.SIGKILL) == "kernel log: " + dmesg.strip()
+    other = diagnose_exit("INFO loading weights\n", -signal.SIGKILL, pids=[7], kernel_log=dmesg)
+    assert other.cause == "unknown"
+    assert "OOM killer would say so in dmesg" in other.detail(-signal.SIGKILL)

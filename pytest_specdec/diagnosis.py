@@ -1,0 +1,191 @@
+"""Why a server died: its log and exit status -> a cause, the exception it raised, and the evidence.
+
+Learned from real SGLang 0.5.17 logs (``tests/data/sglang/0.5.17/``): when a scheduler or JIT build raises, SGLang
+prints the traceback ("Scheduler hit an exception: Traceback ..."), its launcher gets SIGQUIT ("It usually means one
+child failed") and calls ``kill_process_tree`` on itself, so the main process dies by SIGKILL. A SIGKILL is therefore
+no sign of the kernel OOM killer unless there is evidence for it: the exception is named first, and the OOM killer is
+blamed only on a ``dmesg`` line for one of the server's pids, or, without dmesg, only as a possibility when the log
+holds no error at all.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+from collections.abc import Collection
+from dataclasses import dataclass
+
+__all__ = ["ExitDiagnosis", "classify_exit", "diagnose_exit", "last_exception", "oom_killer_lines"]
+
+# Order matters: the first matching cause wins ("CUDA error: out of memory" is an OOM, not a CUDA error).
+_CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("out of memory", re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory", re.IGNORECASE)),
+    ("port in use", re.compile(r"Address already in use|\bport\b.{0,60}\bis (?:already )?in use", re.IGNORECASE)),
+    ("CUDA/NCCL error", re.compile(r"NCCL error|CUDA error", re.IGNORECASE)),
+    # flashinfer / tvm-ffi / torch cpp_extension JIT builds (seen on SGLang 0.5.17 when CUDA_HOME had no nvcc).
+    ("kernel build failed", re.compile(r"Ninja build failed|Error building extension|nvcc: not found|nvcc fatal")),
+    (
+        "missing model path",
+        re.compile(
+            r"No such file or directory|Repo id must be|does not appear to have a file named config\.json"
+            r"|is not a local folder and is not a valid model identifier"
+        ),
+    ),
+    # "unsupported flag": the bundled reference server's argparse wrapper (refserver/args.py::parse_args).
+    ("bad flag", re.compile(r"unrecognized arguments|error: argument|invalid choice|error: unsupported flag")),
+)
+
+#: SGLang's scheduler subprocess reporting its own death (``managers/scheduler.py::run_scheduler_process``).
+_SCHEDULER_EXCEPTION = re.compile(r"Scheduler hit an exception")
+#: SGLang's launcher tearing down its own tree after a child failed (``srt/utils/common.py::kill_process_tree``,
+#: after "SIGQUIT received ... It usually means one child failed").
+_SELF_KILL = re.compile(r"kill_process_tree called|It usually means one child failed")
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+# A traceback's last line: "TypeError: ...", "torch.OutOfMemoryError: ...", "RuntimeError" alone.
+_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|KeyError|StopIteration)"
+                       r"(?::\s?(?P<msg>.*))?$")
+#: The kernel's OOM-killer report (mm/oom_kill.c): "Out of memory: Killed process 1234 (python) ...".
+_OOM_KILL = re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed process (?P<pid>\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class ExitDiagnosis:
+    """What a dead server's log says.
+
+    :ivar cause: ``"scheduler exception"``, ``"out of memory"``, ``"port in use"``, ``"CUDA/NCCL error"``,
+        ``"missing model path"``, ``"bad flag"``, ``"kernel build failed"``, ``"exception"`` (a traceback of another
+        kind), ``"killed by the OOM killer"`` (dmesg says so) or ``"unknown"``.
+    :ivar exception: the last traceback's final line, e.g. ``"TypeError: unsupported operand type(s) for +: 'Tensor'
+        and 'NoneType'"``; None when the log holds no traceback.
+    :ivar location: where it was raised, the innermost frame, shortened to the package path, e.g.
+        ``"sglang/srt/models/llama.py:437"``; None without a traceback.
+    :ivar self_killed: the engine stopped its own process tree after a child failed (SGLang's ``kill_process_tree``),
+        which explains a SIGKILL exit.
+    :ivar evidence: a dmesg line naming one of the server's pids, when one was found.
+    """
+
+    cause: str
+    exception: str | None = None
+    location: str | None = None
+    self_killed: bool = False
+    evidence: str | None = None
+
+    def detail(self, returncode: int | None) -> str:
+        """What follows the cause in a message, e.g. ``"TypeError: unsupported operand ... at
+        sglang/srt/models/llama.py:437; the server then stopped its own process tree (signal 9)"``; may be empty."""
+        parts = []
+        if self.exception:
+            parts.append(self.exception + (f" at {self.location}" if self.location else ""))
+        if returncode is not None and returncode < 0:
+            sig = -returncode
+            if self.self_killed:
+                parts.append(f"the server then stopped its own process tree (signal {sig})")
+            elif self.evidence:
+                parts.append(f"kernel log: {self.evidence}")
+            elif sig == signal.SIGKILL and self.cause == "unknown":
+                parts.append("no error in the log: something outside killed it (the kernel OOM killer would say so "
+                             "in dmesg, which could not be read or had no line for this server)")
+        return "; ".join(parts)
+
+
+def classify_exit(log_text: str) -> str:
+    """The cause alone (``diagnose_exit(log_text).cause``), for callers that need no detail.
+
+    :returns: one of the causes listed in ``ExitDiagnosis.cause``.
+    """
+    return diagnose_exit(log_text).cause
+
+
+def last_exception(log_text: str) -> tuple[str, str | None] | None:
+    """The last Python traceback in ``log_text``: (its final line, the innermost frame as ``pkg/path.py:line``).
+
+    The innermost frame is the last ``File "...", line N`` before the exception line; its path is cut to start at
+    the top-level package (after ``site-packages/`` or a ``/tmp/site/``-style install root).
+
+    :returns: None when there is no ``Traceback (most recent call last)`` with an exception line after it and the
+        log's last line is no exception line either (then the location is None).
+    """
+    lines = log_text.splitlines()
+    starts = [i for i, line in enumerate(lines) if "Traceback (most recent call last)" in line]
+    for start in reversed(starts):
+        frame: str | None = None
+        for line in lines[start + 1 :]:
+            m = _FRAME.match(line)
+            if m:
+                frame = f"{_short_path(m['path'])}:{m['line']}"
+                continue
+            if line.startswith((" ", "\t")) or not line.strip():
+                continue
+            e = _EXC_LINE.match(line.strip())
+            if e:
+                return line.strip(), frame
+            break
+    # No traceback header (a log cut short, or a process that prints only the error): the last line may still be one.
+    last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    if _EXC_LINE.match(last):
+        return last, None
+    return None
+
+
+def diagnose_exit(log_text: str, returncode: int | None = None, *, pids: Collection[int] = (),
+                  kernel_log: str | None = None) -> ExitDiagnosis:
+    """Diagnose a dead server from its log (pass the tail; 64 KiB holds SGLang's longest traceback).
+
+    Order: a pattern cause found in the log (OOM, port, CUDA/NCCL, model path, flag, kernel build); else a scheduler
+    exception (SGLang's "Scheduler hit an exception"); else any other traceback ("exception"); else, for SIGKILL, the
+    kernel's OOM-killer line naming one of ``pids`` ("killed by the OOM killer"); else "unknown". The exception line
+    and its location are attached whenever the log has a traceback, whatever the cause.
+
+    :param returncode: ``Popen.returncode`` (negative: killed by that signal); only used to decide whether to look
+        for OOM-killer evidence.
+    :param pids: the server's process ids (main and descendants) that dmesg may name.
+    :param kernel_log: dmesg text; None reads it (``dmesg``, 2 s budget; unreadable in most containers: then no
+        evidence, never a guess).
+    """
+    exc = last_exception(log_text)
+    exception, location = exc if exc else (None, None)
+    self_killed = bool(_SELF_KILL.search(log_text))
+    cause = None
+    for name, pattern in _CAUSES:
+        match = pattern.search(log_text)
+        if match:
+            cause = name
+            if exception is None:  # no traceback: the line that named the cause stands in for it
+                start = log_text.rfind("\n", 0, match.start()) + 1
+                end = log_text.find("\n", match.end())
+                exception = log_text[start : end if end >= 0 else None].strip()
+            break
+    if cause is None and exc is not None:
+        cause = "scheduler exception" if _SCHEDULER_EXCEPTION.search(log_text) else "exception"
+    evidence = None
+    if cause is None and returncode == -signal.SIGKILL and pids:
+        found = oom_killer_lines(pids, kernel_log)
+        if found:
+            cause, evidence = "killed by the OOM killer", found[-1]
+    return ExitDiagnosis(cause=cause or "unknown", exception=exception, location=location,
+                         self_killed=self_killed, evidence=evidence)
+
+
+def oom_killer_lines(pids: Collection[int], kernel_log: str | None = None) -> list[str]:
+    """The kernel's "Out of memory: Killed process <pid>" lines for any of ``pids``.
+
+    :param kernel_log: dmesg text; None runs ``dmesg`` (empty list when it cannot be read).
+    """
+    if kernel_log is None:
+        try:
+            kernel_log = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=2).stdout
+        except (OSError, subprocess.SubprocessError):
+            return []
+    wanted = {int(p) for p in pids}
+    return [line.strip() for line in kernel_log.splitlines()
+            if (m := _OOM_KILL.search(line)) and int(m["pid"]) in wanted]
+
+
+def _short_path(path: str) -> str:
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    # A --target install (/tmp/site/sglang/...) or a source checkout (.../python/sglang/...): from the package on.
+    m = re.search(r".*/((?:sglang|vllm|flashinfer|torch|pytest_specdec|transformers)/.*)$", path)
+    return m[1] if m else path
