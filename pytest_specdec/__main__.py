@@ -1,7 +1,8 @@
 """Command line of pytest-specdec:
 
 - ``check PROFILE_FILE [--profile NAME] [--strict]``: preflight, launches nothing;
-- ``compare BASE CURRENT [--tolerance METRIC:TOL ...] [--force]``: the baseline compare, exit 1 on a regression;
+- ``compare BASE CURRENT [--tolerance METRIC:TOL ...] [--force] [--compare-profile NAME]``: the baseline compare,
+  exit 1 on a regression;
 - ``calibrate PROFILE_FILE --profile NAME [--runs K]`` (or ``--from RUN ...``): propose tolerances from the spread;
 - ``plot [RUN ...] -o trend.png [--metric FIELD] [--threshold FIELD=VALUE] [--profile NAME]``: a trend PNG.
 """
@@ -79,7 +80,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "compare",
         help="compare two stored runs; exit 1 on a regression",
         add_help=False,
-        description="python -m pytest_specdec compare BASE CURRENT [--tolerance METRIC:TOL ...] [--force]",
+        description="python -m pytest_specdec compare BASE CURRENT [--tolerance METRIC:TOL ...] [--force] "
+        "[--compare-profile NAME]",
     )
     compare.add_argument("rest", nargs=argparse.REMAINDER)
     compare.set_defaults(func=lambda args: _cmd_compare(args.rest))

@@ -20,7 +20,7 @@ import argparse
 import math
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -45,8 +45,10 @@ __all__ = [
     "format_tolerances",
     "merge_tolerances",
     "parse_tolerances",
+    "profile_mapper",
     "speedup_by_concurrency",
     "speedup_failures",
+    "swap_profile_id",
     "workload_differences",
 ]
 
@@ -471,24 +473,80 @@ class RunComparison:
 
 
 def compare_runs(
-    base: RunFile, current: RunFile, tolerances: Mapping[str, Tolerance] | None = None, *, force: bool = False
+    base: RunFile,
+    current: RunFile,
+    tolerances: Mapping[str, Tolerance] | None = None,
+    *,
+    force: bool = False,
+    baseline_id: Callable[[ResultRecord], str] | None = None,
 ) -> RunComparison:
     """Compare every test of ``current`` with the same test id in ``base``.
 
     Tests without a baseline go to ``missing``; workload mismatches (when not forced) go to ``refused`` with the
     :class:`CompareError` message instead of raising, so one changed test does not hide the others.
+
+    :param baseline_id: the test id to look up in ``base`` for a current record (default: its own), e.g. from
+        :func:`profile_mapper` to compare one profile with another.
     """
     comparisons, missing, refused = [], [], []
     for record in current.results:
-        old = base.find(record.test_id)
+        wanted = baseline_id(record) if baseline_id is not None else record.test_id
+        old = base.find(wanted)
         if old is None:
-            missing.append(record.test_id)
+            missing.append(record.test_id if wanted == record.test_id else f"{record.test_id} (as {wanted})")
             continue
         try:
             comparisons.append(compare_results(old, record, tolerances, force=force))
         except CompareError as exc:
             refused.append(str(exc))
     return RunComparison(tuple(comparisons), tuple(missing), tuple(refused))
+
+
+def swap_profile_id(test_id: str, profile: str, other: str) -> str:
+    """``test_id`` with the profile part of its parametrization id replaced, and nothing else:
+    ``t.py::test_x[eagle3-shifted-layers-1]`` with (eagle3-shifted-layers, eagle3) -> ``t.py::test_x[eagle3-1]``.
+    The same test id is returned when ``profile`` is not a whole part of the brackets."""
+    return re.sub(rf"(?<=[\[-]){re.escape(profile)}(?=[\]-])", other, test_id, count=1)
+
+
+def profile_mapper(spec: str, base: RunFile, current: RunFile) -> Callable[[ResultRecord], str]:
+    """The ``baseline_id`` of :func:`compare_runs` for a profile mapping, as the plugin's
+    ``--specdec-compare-profile``: ``NAME`` compares every test of a speculative profile (``fingerprint
+    ["speculative"]`` set) with the same test of profile NAME, and tests without speculation with their own;
+    ``CUR=BASE[,CUR=BASE...]`` maps exactly the profiles named.
+
+    :raises CompareError: an empty or malformed spec, a BASE profile absent from ``base`` or a CUR profile absent
+        from ``current`` (the message lists the profiles each run has).
+    """
+    def profiles(run: RunFile) -> list[str]:
+        return sorted({r.profile for r in run.results})
+
+    pairs = [p.strip() for p in spec.split(",") if p.strip()]
+    if not pairs or any(p.count("=") > 1 or p.startswith("=") or p.endswith("=") for p in pairs):
+        raise CompareError(f"--compare-profile={spec}: expected NAME or CUR=BASE[,CUR=BASE...], e.g. eagle3")
+    explicit = dict(p.split("=", 1) for p in pairs if "=" in p)
+    single = [p for p in pairs if "=" not in p]
+    if single and (explicit or len(single) > 1):
+        raise CompareError(f"--compare-profile={spec}: give one NAME, or only CUR=BASE pairs")
+    for name in [*explicit.values(), *single]:
+        if name not in profiles(base):
+            have = ", ".join(profiles(base)) or "none"
+            raise CompareError(f"--compare-profile={spec}: no results of profile {name!r} in baseline run "
+                               f"{base.run_id} (profiles there: {have})")  # fmt: skip
+    for name in explicit:
+        if name not in profiles(current):
+            have = ", ".join(profiles(current)) or "none"
+            raise CompareError(f"--compare-profile={spec}: no results of profile {name!r} in current run "
+                               f"{current.run_id} (profiles there: {have})")  # fmt: skip
+
+    def baseline_id(record: ResultRecord) -> str:
+        if single:
+            target = single[0] if record.fingerprint.get("speculative") else None
+        else:
+            target = explicit.get(record.profile)
+        return swap_profile_id(record.test_id, record.profile, target) if target else record.test_id
+
+    return baseline_id
 
 
 # -- calibration and paired arms ----------------------------------------------------------------------------------
@@ -592,6 +650,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--force", action="store_true", help="Compare even when the workloads differ")
     p.add_argument(
+        "--compare-profile",
+        metavar="NAME|CUR=BASE[,...]",
+        help="Compare with another profile's results, as pytest's --specdec-compare-profile: NAME for every test of "
+        "a speculative profile (tests without speculation keep their own), or CUR=BASE pairs, e.g. "
+        "eagle3-shifted-layers=eagle3 (default: each test with itself)",
+    )
+    p.add_argument(
         "--dir",
         default=".specdec/results",
         metavar="DIR",
@@ -601,7 +666,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def compare_main(argv: Sequence[str], *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    """``python -m pytest_specdec compare BASE CURRENT [--tolerance SPEC ...] [--force] [--dir DIR]``.
+    """``python -m pytest_specdec compare BASE CURRENT [--tolerance SPEC ...] [--force] [--dir DIR]
+    [--compare-profile NAME|CUR=BASE,...]``.
 
     :param argv: the arguments after ``compare``.
     :returns: 1 when a test regressed; 2 on unusable input (bad arguments or tolerance, unreadable file,
@@ -619,6 +685,7 @@ def compare_main(argv: Sequence[str], *, stdout: TextIO | None = None, stderr: T
         current = store.load(args.current)
         store.current = current.run_id
         base = store.load(args.base)
+        mapper = profile_mapper(args.compare_profile, base, current) if args.compare_profile else None
     except _ArgError as exc:
         print(parser.format_usage().rstrip(), file=err)
         print(f"error: {exc}", file=err)
@@ -626,11 +693,14 @@ def compare_main(argv: Sequence[str], *, stdout: TextIO | None = None, stderr: T
     except (ValueError, CompareError) as exc:
         print(f"error: {exc}", file=err)
         return 2
-    result = compare_runs(base, current, tolerances, force=args.force)
+    result = compare_runs(base, current, tolerances, force=args.force, baseline_id=mapper)
     print(f"specdec compare: baseline {base.run_id} -> current {current.run_id}", file=out)
     for comp in result.comparisons:
         print("", file=out)
-        print(f"== {comp.test_id} (profile {comp.profile})", file=out)
+        record = current.find(comp.test_id)
+        wanted = mapper(record) if mapper is not None and record is not None else comp.test_id
+        against = f", against {wanted.split('::', 1)[-1]}" if wanted != comp.test_id else ""
+        print(f"== {comp.test_id} (profile {comp.profile}{against})", file=out)
         for line in comp.lines():
             print(line, file=out)
     for test_id in result.missing:

@@ -24,6 +24,7 @@ from filelock import FileLock
 from pytest_specdec import (
     benchmark,
     compare,
+    discovery,
     markdown,
     pairing,
     plots,
@@ -43,7 +44,7 @@ from pytest_specdec.errors import (
     SpecdecWarning,
 )
 from pytest_specdec.profiles import MinSpeedup, Profile, ProfileSet, Thresholds, load_profiles
-from pytest_specdec.thresholds import Check, evaluate, merge_marker
+from pytest_specdec.thresholds import Check, evaluate, merge_marker, overrides
 
 T = TypeVar("T")
 session_key = pytest.StashKey["SpecdecSession"]()
@@ -53,6 +54,8 @@ tolerances_key = pytest.StashKey[list[str]]()
 
 _SERVER_FIXTURES = ("specdec_server", "specdec_run", "specdec_profile")
 _USER_PROPERTY = "specdec"
+#: user_properties entry listing what a test's marker changed in its profile's thresholds (shown in the summary).
+_OVERRIDES_PROPERTY = "specdec_threshold_overrides"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -76,7 +79,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store",
         default=None,
         metavar="PATH",
-        help="Profile file (default: ini specdec_profiles, else specdec.yaml in the rootdir)",
+        help="Profile file (default: ini specdec_profiles, else specdec.yaml in the common directory of the test "
+        "paths or a parent of it, up to the rootdir)",
     )
     group.addoption(
         "--specdec-startup-timeout",
@@ -103,7 +107,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store",
         default=None,
         metavar="DIR",
-        help="Where server logs and result files go (default: ini specdec_dir, else .specdec in the rootdir)",
+        help="Where server logs and result files go, relative to the current directory (default: ini specdec_dir, "
+        "else .specdec in the rootdir)",
     )
     group.addoption(
         "--specdec-repeats",
@@ -261,11 +266,16 @@ def pytest_sessionfinish(session: pytest.Session) -> Generator[None, object, obj
     return result
 
 
-def _profile_path(config: pytest.Config) -> Path:
+def _profile_path(config: pytest.Config) -> tuple[Path, list[Path]]:
+    """The profile file, and the directories searched when neither the option nor the ini key names one."""
     if config.option.specdec_profiles:
-        return Path(os.path.abspath(config.option.specdec_profiles))
-    raw = config.getini("specdec_profiles") or "specdec.yaml"
-    return Path(raw) if Path(raw).is_absolute() else config.rootpath / raw
+        return Path(os.path.abspath(config.invocation_params.dir / config.option.specdec_profiles)), []
+    raw = config.getini("specdec_profiles")
+    if raw:
+        return (Path(raw) if Path(raw).is_absolute() else config.rootpath / raw), []
+    start = discovery.args_ancestor(config.args, config.invocation_params.dir)
+    found, looked = discovery.find_profile_file(start, config.rootpath, project_root=config.inipath is not None)
+    return found or config.rootpath / discovery.DEFAULT_PROFILE_FILE, looked
 
 
 def _selected(config: pytest.Config) -> list[str]:
@@ -281,6 +291,8 @@ class SpecdecSession:
     profile_path: Path
     out_dir: Path
     profile_set: ProfileSet | None = None
+    #: Directories searched for specdec.yaml (empty when an option or ini key named the file).
+    profile_search: list[Path] = field(default_factory=list)
     runs: dict[str, runner.RunResult] = field(default_factory=dict)
     fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
     records: list[results.ResultRecord] = field(default_factory=list)
@@ -300,6 +312,10 @@ class SpecdecSession:
     compared: dict[str, list[str]] = field(default_factory=dict)
     #: node id -> failure text of failed specdec tests (for the markdown summary).
     failures: dict[str, str] = field(default_factory=dict)
+    #: node id -> (profile, what its marker changed in the profile's thresholds), for the summary.
+    overrides: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    #: (profile, threshold verdict) -> the first test that failed with it; later tests refer to it.
+    verdicts: dict[tuple[str, str], str] = field(default_factory=dict)
     sweep_table: list[str] = field(default_factory=list)
     sweep_plot: Path | None = None
     sweep_failed: bool = False
@@ -320,10 +336,22 @@ class SpecdecSession:
         :raises pytest.UsageError: unknown profile, broken profile file, preflight errors, unreadable baseline,
             bad tolerance.
         """
-        root = config.rootpath
-        out_raw = config.option.specdec_dir or config.getini("specdec_dir") or ".specdec"
-        out_dir = Path(out_raw) if Path(out_raw).is_absolute() else root / out_raw
-        session = cls(config=config, selected=_selected(config), profile_path=_profile_path(config), out_dir=out_dir)
+        trap = discovery.space_form_trap(
+            config.invocation_params.args,
+            config.invocation_params.dir,
+            config.rootpath,
+            discovery.args_ancestor(config.args, config.invocation_params.dir),
+            "--specdec-dir",
+        )
+        if trap:
+            raise pytest.UsageError(trap)
+        if config.option.specdec_dir:  # command-line paths are relative to the current directory, ini ones to rootdir
+            out_dir = Path(os.path.abspath(config.invocation_params.dir / config.option.specdec_dir))
+        else:
+            out_dir = config.rootpath / (config.getini("specdec_dir") or ".specdec")
+        profile_path, searched = _profile_path(config)
+        session = cls(config=config, selected=_selected(config), profile_path=profile_path, out_dir=out_dir)
+        session.profile_search = searched
         session.started = time.time()
         if not hasattr(config, "workerinput"):
             session.reaped = runner.reap_orphans(out_dir / "servers")
@@ -379,6 +407,10 @@ class SpecdecSession:
         return results.ResultStore(self.out_dir / "results", current=self.run_id)
 
     def load(self) -> ProfileSet:
+        if self.profile_search and not self.profile_path.is_file():
+            raise pytest.UsageError(
+                discovery.not_found_message(self.profile_path.name, self.profile_search, self.config.rootpath)
+            )
         try:
             self.profile_set = load_profiles(self.profile_path)
         except ProfileError as exc:
@@ -681,6 +713,9 @@ class SpecdecSession:
                 self.records.append(dataclasses.replace(record, outcome=report.outcome))
                 if report.failed:
                     self.failures[report.nodeid] = report.longreprtext
+            elif name == _OVERRIDES_PROPERTY:
+                profile, changed = json.loads(str(value))
+                self.overrides[report.nodeid] = (str(profile), [str(c) for c in changed])
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -718,6 +753,7 @@ class SpecdecSession:
         for line in self.sweep_lines:
             terminalreporter.write_line(f"specdec: {line}", red=True)
         if not self.records:
+            self._write_notes(terminalreporter)
             return
         terminalreporter.write_sep("=", "specdec summary")
         rows = [(r.test_id, r.profile, r.metrics, r.outcome) for r in self.records]
@@ -727,6 +763,7 @@ class SpecdecSession:
             f"specdec {r.profile}: {r.paired['speedup']}" for r in self.records if r.paired.get("speedup")
         ):
             terminalreporter.write_line(line)
+        self._write_notes(terminalreporter)
         for run_id, tests in self.compared.items():
             terminalreporter.write_line(f"specdec compare: {len(tests)} test(s) compared with stored run {run_id}")
         if self.saved_path is not None:
@@ -741,6 +778,14 @@ class SpecdecSession:
             terminalreporter.write_sep("-", f"specdec report: {self.report_path}")
         for path in self.markdown_paths:
             terminalreporter.write_sep("-", f"specdec markdown: {path}")
+
+    def _write_notes(self, terminalreporter: Any) -> None:
+        """Preflight warnings (also in the header, which scrolls away) and marker overrides of profile thresholds."""
+        for line in self.preflight_notes:
+            terminalreporter.write_line(f"specdec preflight: {line}", yellow=True)
+        for nodeid, (profile, changed) in self.overrides.items():
+            test = nodeid.split("::", 1)[-1]
+            terminalreporter.write_line(f"specdec: {test}: marker overrides profile {profile}: {', '.join(changed)}")
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -970,6 +1015,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             )
     except ValueError as exc:
         error = f"@pytest.mark.specdec: {exc}"
+    else:
+        changed = overrides(base, item.stash[thresholds_key]) if profile_param else []
+        if changed:
+            item.user_properties.append((_OVERRIDES_PROPERTY, json.dumps([profile_param, changed])))
     if tolerances is not None and error is None:
         try:
             compare.parse_tolerances(tolerances)
@@ -1000,7 +1049,16 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         context = f"profile {profile.name}, {run.metrics.num_ok} requests" + (
             f", median of {repeats} repeats" if repeats > 1 else ""
         )
-        failures.append(verdict.message(context))
+        message = verdict.message(context)
+        first = session.verdicts.setdefault((profile.name, message), item.nodeid)
+        if first != item.nodeid:
+            # Every test of a profile shares one measurement: print the verdict once, refer to it after.
+            missed = ", ".join(c.label for c in verdict.failed)
+            message = (
+                f"{missed} missed the thresholds of profile {profile.name}: the same verdict as "
+                f"{first.split('::', 1)[-1]} (printed there)"
+            )
+        failures.append(message)
     if session.compare_enabled:
         text = _compare(session, item, record, profile)
         if text:
@@ -1017,7 +1075,7 @@ def _compare(session: SpecdecSession, item: pytest.Item, record: results.ResultR
     if base_profile and profile.is_speculative:
         # Swap only the profile's part of the parametrization id ("[eagle3-shifted-layers-1]" -> "[eagle3-1]");
         # profiles without speculation keep their own baseline.
-        test_id = re.sub(rf"(?<=[\[-]){re.escape(profile.name)}(?=[\]-])", base_profile, test_id, count=1)
+        test_id = compare.swap_profile_id(test_id, profile.name, base_profile)
     found = session.baseline_for(test_id)
     if found is None:
         where = f"run {session.baseline.run_id}" if session.baseline else f"{session.out_dir / 'results'}"

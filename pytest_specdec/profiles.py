@@ -223,10 +223,7 @@ def load_profiles(path: str | Path) -> ProfileSet:
     try:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-        problem = exc.problem or exc.context or "invalid YAML"
-        raise ProfileError(f"{shown}{where}: YAML syntax error: {problem}", path=file) from None
+        raise ProfileError(_yaml_error(shown, text, exc), path=file) from None
     except yaml.YAMLError as exc:
         raise ProfileError(f"{shown}: YAML syntax error: {exc}", path=file) from None
 
@@ -263,6 +260,35 @@ def load_profiles(path: str | Path) -> ProfileSet:
     if problems:
         raise ProfileError("\n".join(problems), path=file)
     return ProfileSet(path=file, profiles=profiles)
+
+
+#: PyYAML's context -> what usually went wrong at the context mark (an opening that was never closed).
+_UNCLOSED = {
+    "while parsing a flow mapping": "is its closing '}' missing?",
+    "while parsing a flow sequence": "is its closing ']' missing?",
+    "while scanning a quoted scalar": "is its closing quote missing?",
+}
+
+
+def _yaml_error(shown: str, text: str, exc: yaml.MarkedYAMLError) -> str:
+    """``FILE:LINE:COL: YAML syntax error: PROBLEM`` at PyYAML's problem mark, plus the context mark when PyYAML
+    gives one on another line: an unclosed ``{`` on line 4 is only noticed on line 5, so both lines are named.
+
+    Example: ``specdec.yaml:5:15: YAML syntax error: expected ',' or '}', but got ':' (while parsing a flow mapping
+    that starts at 4:15: `workload: {max_new_tokens: 64`; is its closing '}' missing?)``.
+    """
+    mark = exc.problem_mark or exc.context_mark
+    where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+    message = f"{shown}{where}: YAML syntax error: {exc.problem or exc.context or 'invalid YAML'}"
+    ctx = exc.context_mark
+    if exc.context and exc.problem and ctx is not None and (mark is None or ctx.line != mark.line):
+        lines = text.splitlines()
+        snippet = lines[ctx.line].strip() if ctx.line < len(lines) else ""
+        hint = _UNCLOSED.get(exc.context)
+        message += f" ({exc.context} that starts at {ctx.line + 1}:{ctx.column + 1}"
+        message += f": `{snippet}`" if snippet else ""
+        message += f"; {hint})" if hint else ")"
+    return message
 
 
 def resolve_paths(profile: Profile) -> Profile:

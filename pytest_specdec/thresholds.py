@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from pytest_specdec.profiles import MinSpeedup, Thresholds
 from pytest_specdec.records import RunMetrics
 
-__all__ = ["Check", "Verdict", "evaluate", "merge_marker"]
+__all__ = ["Check", "Verdict", "evaluate", "merge_marker", "overrides"]
 
 #: threshold key -> (RunMetrics field, comparison, label, unit, speculative-only)
 _RULES: dict[str, tuple[str, str, str, str, bool]] = {
@@ -50,6 +50,27 @@ def merge_marker(profile_thresholds: Thresholds, marker_kwargs: dict[str, Any]) 
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
         raise ValueError(f"{key}={err.get('input')!r}: {err['msg']}") from None
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "not set"
+    if isinstance(value, MinSpeedup):
+        return f"{value.ratio:g}x vs {value.vs}"
+    return f"{value:g}" if isinstance(value, float | int) else str(value)
+
+
+def overrides(profile_thresholds: Thresholds, merged: Thresholds) -> list[str]:
+    """What a marker changed, one item per key whose value differs from the profile's:
+    ``min_accept_length 2.4 (profile: 2.6)``, ``max_ttft_ms 500 (profile: not set)``.
+
+    :param merged: :func:`merge_marker`'s result for the same profile thresholds.
+    """
+    return [
+        f"{key} {_shown(getattr(merged, key))} (profile: {_shown(getattr(profile_thresholds, key))})"
+        for key in Thresholds.model_fields
+        if getattr(merged, key) != getattr(profile_thresholds, key)
+    ]
 
 
 @dataclass(frozen=True, slots=True)

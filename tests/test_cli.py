@@ -31,6 +31,50 @@ def test_compare_exits_1_on_a_throughput_loss_and_0_on_the_same_run(
     assert main(["compare", str(base), str(base)]) == 0
 
 
+def _profiles_run(root: Path, run_id: str, rows: list[tuple[str, bool, float]]) -> Path:
+    """One record per (profile, speculative, accept length) with steady tok/s."""
+    records = []
+    for profile, speculative, accept in rows:
+        repeats = {"output_tok_s": [100.0, 101.0, 99.0], "accept_length": [accept] * 3}
+        metrics = {"output_tok_s": 100.0, "accept_length": accept}
+        fp = {**FP, "speculative": {"algorithm": "EAGLE3"} if speculative else None}
+        records.append(ResultRecord(f"t.py::test_x[{profile}]", profile, metrics, repeats, fp))
+    return ResultStore(root).save(RunFile(run_id=run_id, started=0.0, results=tuple(records)))
+
+
+def test_compare_across_profiles_like_the_plugin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = _profiles_run(tmp_path, "base", [("baseline", False, 1.0), ("eagle3", True, 2.63)])
+    shifted = _profiles_run(tmp_path, "cur", [("baseline", False, 1.0), ("eagle3-shifted-layers", True, 2.49)])
+    # Without the mapping the shifted profile has no baseline.
+    assert main(["compare", str(base), str(shifted)]) == 0
+    assert "no baseline for t.py::test_x[eagle3-shifted-layers]" in capsys.readouterr().out
+    for mapping in ("eagle3", "eagle3-shifted-layers=eagle3"):
+        assert main(["compare", str(base), str(shifted), "--compare-profile", mapping]) == 1, mapping
+        out = capsys.readouterr().out
+        assert "== t.py::test_x[eagle3-shifted-layers] (profile eagle3-shifted-layers, against test_x[eagle3])" in out
+        assert "== t.py::test_x[baseline] (profile baseline)" in out  # no speculation: its own baseline
+        assert "specdec compare: 2 compared, 1 regressed, 0 without baseline, 0 refused" in out
+
+
+@pytest.mark.parametrize(
+    ("mapping", "message"),
+    [
+        ("eagle9", "error: --compare-profile=eagle9: no results of profile 'eagle9' in baseline run base "
+                   "(profiles there: baseline, eagle3)"),
+        ("nope=eagle3", "error: --compare-profile=nope=eagle3: no results of profile 'nope' in current run cur "
+                        "(profiles there: baseline, eagle3-shifted-layers)"),
+        ("a=b=c", "error: --compare-profile=a=b=c: expected NAME or CUR=BASE[,CUR=BASE...], e.g. eagle3"),
+    ],
+)  # fmt: skip
+def test_compare_profile_errors_name_the_profiles(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mapping: str, message: str
+) -> None:
+    base = _profiles_run(tmp_path, "base", [("baseline", False, 1.0), ("eagle3", True, 2.63)])
+    cur = _profiles_run(tmp_path, "cur", [("baseline", False, 1.0), ("eagle3-shifted-layers", True, 2.49)])
+    assert main(["compare", str(base), str(cur), "--compare-profile", mapping]) == 2
+    assert capsys.readouterr().err.strip() == message
+
+
 def test_calibrate_from_stored_runs_proposes_tolerances(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

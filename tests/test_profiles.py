@@ -123,7 +123,28 @@ def test_extends_unknown_profile(in_tmp: Path) -> None:
 
 def test_yaml_syntax_error_has_line_and_column(in_tmp: Path) -> None:
     write(in_tmp, "profiles:\n  a: {server: reference\n  b: {}\n")
-    assert load_error("specdec.yaml") == "specdec.yaml:3:4: YAML syntax error: expected ',' or '}', but got ':'"
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml:3:4: YAML syntax error: expected ',' or '}', but got ':' (while parsing a flow mapping that "
+        "starts at 2:6: `a: {server: reference`; is its closing '}' missing?)"
+    )
+
+
+def test_yaml_error_names_the_line_of_the_unclosed_brace(in_tmp: Path) -> None:
+    # PyYAML notices the missing '}' of line 4 only on line 5; the message names both lines.
+    write(in_tmp, "profiles:\n  a:\n    server: reference\n    workload: {max_new_tokens: 64, num_requests: 8\n"
+                  "    thresholds: {min_tok_s: 1}\n")  # fmt: skip
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml:5:15: YAML syntax error: expected ',' or '}', but got ':' (while parsing a flow mapping that "
+        "starts at 4:15: `workload: {max_new_tokens: 64, num_requests: 8`; is its closing '}' missing?)"
+    )
+
+
+def test_yaml_indentation_error_names_the_enclosing_mapping(in_tmp: Path) -> None:
+    write(in_tmp, "profiles:\n  a:\n    server: reference\n   bad: 1\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml:4:4: YAML syntax error: expected <block end>, but found '<block mapping start>' "
+        "(while parsing a block mapping that starts at 2:3: `a:`)"
+    )
 
 
 def test_missing_file_says_how_to_pass_one(in_tmp: Path) -> None:

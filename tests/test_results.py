@@ -97,6 +97,15 @@ def test_medians_of_counts_are_one_integer_in_the_record_and_the_run() -> None:
     assert (run.output_tok_s, run.accept_length) == (95.0, 2.25)
 
 
+def test_counts_stay_integers_in_the_median_over_repeats() -> None:
+    ms = [measurement(100.0, 2.0), measurement(90.0, 2.0), measurement(95.0, 2.2)]
+    metrics = ResultRecord.from_measurements("t", ms, {}).metrics
+    assert (metrics["num_requests"], metrics["output_tokens"]) == (1, 100)
+    assert type(metrics["num_requests"]) is int and type(metrics["output_tokens"]) is int
+    assert json.loads(json.dumps(metrics))["num_requests"] == 1  # stored as 1, not 1.0
+    assert type(metrics["output_tok_s"]) is float
+
+
 def test_single_repeat_metrics_are_run_metrics() -> None:
     record = ResultRecord.from_measurements("t", [measurement(100.0, 2.0)], {})
     assert record.metrics == run_metrics(output_tok_s=100.0, accept_length=2.0).as_dict()

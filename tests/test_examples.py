@@ -1,0 +1,42 @@
+"""examples/: what a user copies works on its own, and the repository's profile file keeps the same two profiles."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.profiles import load_profiles
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_copied_profile_file_passes_check_in_an_empty_project(tmp_path: Path) -> None:
+    shutil.copy(EXAMPLES / "specdec.yaml", tmp_path / "specdec.yaml")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_specdec", "check", "specdec.yaml"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (0, "profile baseline: ok\nprofile eagle3: ok\n", "")
+
+
+def test_repository_profile_file_repeats_the_copied_profiles_unchanged() -> None:
+    copied = load_profiles(EXAMPLES / "specdec.yaml").profiles
+    repo = load_profiles(EXAMPLES / "more" / "specdec.yaml").profiles
+    assert sorted(copied) == ["baseline", "eagle3"]
+    for name, profile in copied.items():
+        assert repo[name].model_dump(exclude={"source"}) == profile.model_dump(exclude={"source"}), name
+    assert {"eagle3-wrong-layers", "eagle3-shifted-layers", "vllm-eagle3"} <= set(repo)
+
+
+def test_copied_tests_leave_thresholds_to_the_profile(pytester: pytest.Pytester) -> None:
+    shutil.copy(EXAMPLES / "specdec.yaml", pytester.path / "specdec.yaml")
+    shutil.copy(EXAMPLES / "test_specdec.py", pytester.path / "test_specdec.py")
+    items, _ = pytester.inline_genitems("--server-profile=eagle3", "-m", "specdec")
+    assert [item.name for item in items] == ["test_profile_thresholds[eagle3]", "test_latency_reported[eagle3]"]
+    for item in items:
+        marker = item.get_closest_marker("specdec")
+        assert marker is not None and marker.kwargs == {}, item.name
