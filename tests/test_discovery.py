@@ -53,13 +53,14 @@ def test_specdec_dir_as_two_words_that_moves_the_rootdir_is_explained(
     result.stderr.fnmatch_lines(
         [
             f"ERROR: --specdec-dir {out}: pytest took {out} for a test path when it chose its rootdir (it reads the "
-            f"command line before plugins add their options), so the rootdir is {out.parent} (test ids, the ini file and "
-            f"relative paths follow it); write --specdec-dir={out}"
+            f"command line before plugins add their options), so the rootdir is {out.parent} (test ids, the ini file "
+            f"and relative paths follow it); write --specdec-dir={out}"
         ]
     )
     fixed = pytester.runpytest_subprocess(f"--specdec-dir={out}", "--server-profile=eagle3", "--specdec-check")
     assert fixed.ret == pytest.ExitCode.OK, fixed.stderr.str()
-    fixed.stdout.fnmatch_lines([f"specdec: profiles eagle3 from {pytester.path / 'specdec.yaml'}; logs/results in {out}"])
+    profile_file = pytester.path / "specdec.yaml"
+    fixed.stdout.fnmatch_lines([f"specdec: profiles eagle3 from {profile_file}; logs/results in {out}"])
 
 
 def test_specdec_dir_relative_to_the_current_directory(pytester: pytest.Pytester) -> None:
