@@ -31,6 +31,8 @@ class RequestSpec:
     max_new_tokens: int
     temperature: float
     ignore_eos: bool
+    #: Token ids sent instead of ``prompt`` (SGLang ``/generate`` ``input_ids``; ``bench_serving``'s random ids).
+    input_ids: tuple[int, ...] | None = None
 
 
 def load_prompts(spec: str, base_dir: str | Path) -> list[str]:

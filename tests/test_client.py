@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import subprocess
+import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -369,3 +373,178 @@ def test_fetch_text() -> None:
     with pytest.raises(ServerError) as excinfo:
         fetch_text(BASE, "/health", None, transport=transport)
     assert str(excinfo.value) == "GET http://testserver/health failed: HTTP 503 Service Unavailable: starting"
+
+
+def test_phase_runs_from_first_request_sent_to_last_response_finished(fake_clock: FakeClock) -> None:
+    # Issue 14.3: GET /v1/models "takes" 5 s and the stream's tear-down 4 s more; neither belongs to the phase
+    # (SGLang bench_serving times from the first request sent to the last response finished).
+    async def body() -> AsyncIterator[bytes]:
+        for t, chunk in [(5.1, openai_chunk("ab")), (5.2, openai_chunk(None, 2)), (5.3, "[DONE]")]:
+            fake_clock.t = t
+            yield f"data: {chunk if isinstance(chunk, str) else json.dumps(chunk)}\n\n".encode()
+        fake_clock.t = 9.3
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            fake_clock.t = 5.0
+            return httpx.Response(200, json={"data": [{"id": "m"}]})
+        return httpx.Response(200, content=body())
+
+    result = run_phase(BASE, [req()], api="completions", transport=httpx.MockTransport(handler))
+    (rec,) = result.records
+    assert (rec.start_s, rec.end_s) == (5.0, 5.3)
+    assert (result.start_s, result.end_s) == (5.0, 5.3)
+    assert result.duration_s == pytest.approx(0.3)  # the old client said 9.3 s
+    assert summarize(result.records, result.duration_s, num_draft_tokens=None, speculative=False).output_tok_s == (
+        pytest.approx(2 / 0.3)
+    )
+
+
+def test_phase_bounds_span_all_requests(fake_clock: FakeClock) -> None:
+    # Two requests in flight: the phase starts with the first sent and ends with the last [DONE].
+    scripts = {
+        "a": [(0.1, gen_event("a", 1)), (0.5, "[DONE]")],
+        "b": [(0.2, gen_event("b", 1)), (0.3, "[DONE]")],
+    }
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=sse(fake_clock, scripts[json.loads(request.content)["text"]])())
+
+    result = run_phase(BASE, [req("a"), req("b")], concurrency=2, transport=httpx.MockTransport(handler))
+    assert [r.end_s for r in result.records] == [0.5, 0.3]
+    assert (result.start_s, result.end_s) == (0.0, 0.5)
+
+
+def _split_reads(fake: FakeClock, reads: list[tuple[float, bytes]]) -> Callable[[], AsyncIterator[bytes]]:
+    async def body() -> AsyncIterator[bytes]:
+        for t, data in reads:
+            fake.t = t
+            yield data
+
+    return body
+
+
+def test_event_arrives_with_the_read_that_completes_its_line(fake_clock: FakeClock) -> None:
+    # Reads split events anywhere: mid-line, several events in one read. An event's arrival is the read that
+    # delivered its newline; the parse happens after the stream ended, on the fast path and the full one alike.
+    events = [gen_event("a", 1), gen_event("abc", 3), gen_event("abcd", 4), gen_event("abcdef", 6, spec_verify_ct=3)]
+    stream = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
+    first_end = stream.index(b"\n\n") + 2
+    second_end = stream.index(b"\n\n", first_end) + 2
+    fourth_end = stream.index(b"data: [DONE]")
+    reads = [
+        (0.10, stream[:10]),  # the first event, cut inside its JSON
+        (0.12, stream[10:first_end]),  # ...completed here
+        (0.20, stream[first_end : second_end - 1]),  # the second event without its blank line: newline included
+        (0.30, stream[second_end - 1 : fourth_end - 1]),  # third and fourth together (the last newline held back)
+        (0.40, stream[fourth_end - 1 :]),
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=_split_reads(fake_clock, reads)())
+
+    (rec,) = run_phase(BASE, [req()], transport=httpx.MockTransport(handler)).records
+    assert rec.ok
+    assert rec.chunk_times_s == (0.12, 0.20, 0.30, 0.30)
+    assert rec.chunk_tokens == (1, 2, 1, 2)
+    assert (rec.completion_tokens, rec.output_text, rec.spec_verify_ct, rec.end_s) == (6, "abcdef", 3, 0.40)
+
+    # The full parse (every event decoded) agrees with the fast one.
+    from pytest_specdec import client as client_module
+
+    times, data = [t for t, _ in reads], [d for _, d in reads]
+    fast = client_module._parse_generate_fast(times, data)
+    full = client_module._Parsed()
+    client_module._parse("generate", times, data, full)
+    assert fast is not None
+    assert (fast.chunk_times_s, fast.chunk_tokens, fast.tokens, fast.text, fast.spec, fast.done_s) == (
+        full.chunk_times_s,
+        full.chunk_tokens,
+        full.tokens,
+        full.text,
+        full.spec,
+        full.done_s,
+    )
+
+
+def test_fast_path_steps_aside_when_text_mimics_a_key(fake_clock: FakeClock) -> None:
+    # A generated text holding 'completion_tokens": 99' is escaped in JSON and must not count; an event lacking
+    # the key falls back to output_ids; both go through the full parse.
+    tricky = 'say "completion_tokens": 99'
+    script: Script = [
+        (0.1, gen_event(tricky, 2)),
+        (0.2, {"text": tricky + "!", "output_ids": [1, 2, 3], "meta_info": {"prompt_tokens": 5}}),
+        (0.3, "[DONE]"),
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=sse(fake_clock, script)())
+
+    (rec,) = run_phase(BASE, [req()], transport=httpx.MockTransport(handler)).records
+    assert (rec.ok, rec.chunk_times_s, rec.chunk_tokens, rec.completion_tokens) == (True, (0.1, 0.2), (2, 1), 3)
+    assert rec.output_text == tricky + "!"
+
+
+def test_malformed_event_is_a_failed_record_keeping_earlier_tokens(fake_clock: FakeClock) -> None:
+    script: Script = [(0.1, gen_event("ab", 2)), (0.2, "{not json"), (0.3, "[DONE]")]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=sse(fake_clock, script)())
+
+    (rec,) = run_phase(BASE, [req()], transport=httpx.MockTransport(handler)).records
+    assert (rec.ok, rec.error) == (False, "malformed SSE event (not JSON): '{not json'")
+    assert (rec.completion_tokens, rec.chunk_tokens) == (2, (2,))
+
+
+# --- the real streaming path (aiohttp over sockets) against benchmarks/sse_server.py -----------------------------
+
+SSE_SERVER = Path(__file__).resolve().parents[1] / "benchmarks" / "sse_server.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def sse_url() -> Iterator[str]:
+    """A local SSE server (3 tokens per event, spec fields on the last event, 2 ms between events)."""
+    port = _free_port()
+    args = ["--port", str(port), "--tokens-per-event", "3", "--spec", "--itl-ms", "2", "--ttft-ms", "5"]
+    proc = subprocess.Popen([sys.executable, str(SSE_SERVER), *args], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("sse_server listening")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@pytest.mark.parametrize("api", ["generate", "completions", "chat"])
+def test_aiohttp_streams_count_tokens_per_event(sse_url: str, api: str) -> None:
+    result = run_phase(sse_url, [req(f"p{i}", 10) for i in range(6)], api=api, concurrency=3)  # type: ignore[arg-type]
+    assert [r.error for r in result.records] == [None] * 6
+    for rec in result.records:
+        assert (rec.completion_tokens, rec.prompt_tokens, rec.output_text) == (10, 8, "tok " * 10)
+        assert rec.spec_verify_ct == 4  # events of 3, 3, 3, 1 tokens
+        assert rec.start_s < rec.chunk_times_s[0] <= rec.chunk_times_s[-1] <= rec.end_s
+        if api == "generate":
+            assert rec.chunk_tokens == (3, 3, 3, 1)
+        else:  # SGLang-like OpenAI stream: usage only at the end, per-chunk counts unknown
+            assert (len(rec.chunk_times_s), rec.chunk_tokens) == (4, ())
+    assert result.start_s == result.records[0].start_s
+    assert result.end_s == max(r.end_s for r in result.records)
+
+
+def test_aiohttp_http_error_and_refused_connection_are_failed_records(sse_url: str) -> None:
+    # /v1/completions with a bad path: the server answers 404; a closed port refuses the connection.
+    (rec,) = run_phase(sse_url + "/nope", [req()]).records
+    assert rec.error == f'HTTP 404 Not Found from {sse_url}/nope/generate: {{"detail": "Not Found"}}'
+    port = _free_port()
+    (rec,) = run_phase(f"http://127.0.0.1:{port}", [req()]).records
+    assert rec.error is not None
+    assert rec.error.startswith(f"ClientConnectorError on http://127.0.0.1:{port}/generate: Cannot connect to host")

@@ -1,0 +1,162 @@
+"""The plugin's measuring client against a running server, printed like ``sglang.bench_serving`` (a script, not a test).
+
+Runs one or more phases of ``--num-prompts`` streamed requests at ``--concurrency`` through
+``pytest_specdec.client.run_phase`` (the exact code the plugin measures with) and summarizes them with
+``pytest_specdec.metrics.summarize``, so its lines can be set beside those of
+``python -m sglang.bench_serving --backend sglang --dataset-name random-ids`` on the same server. Only what the
+plugin ships is used (no SGLang, no GPU).
+
+Requests: ``ignore_eos`` and temperature 0, so each emits exactly ``--output-len`` tokens. Prompts are random
+token ids (``--input-len`` ids drawn from ``[10, --vocab-size)`` with ``--seed``, sent as ``input_ids`` to
+``/generate``) or, with ``--prompts builtin``, the plugin's built-in short text prompts (the only choice for the
+OpenAI APIs). ``--warmup-requests`` (default 1, as bench_serving) run first and are not measured;
+``--flush-cache`` posts ``/flush_cache`` before each measured phase.
+
+Figures (as bench_serving's ``calculate_metrics``): duration = first request sent to last response finished;
+output tok/s = Σ completion_tokens / duration; TTFT per request; ITL = each event gap divided over its tokens,
+pooled; ``events/s`` = token-carrying SSE events / duration (the client's load); ``client CPU`` = this process's
+CPU seconds / duration.
+
+Usage::
+
+    python benchmarks/bench_vs_serving.py --base-url http://127.0.0.1:30000 --concurrency 64 \\
+        --num-prompts 256 --output-len 256 [--input-len 128] [--repeats 3] [--prompts builtin] [--api generate]
+
+    # the same load through SGLang's own client, for comparison:
+    python -m sglang.bench_serving --backend sglang --base-url http://127.0.0.1:30000 --dataset-name random-ids \\
+        --random-input-len 128 --random-output-len 256 --random-range-ratio 1 --num-prompts 256 \\
+        --max-concurrency 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from pytest_specdec import client, metrics, workload
+from pytest_specdec.workload import RequestSpec
+
+
+def build_requests(args: argparse.Namespace, n: int, offset: int) -> list[RequestSpec]:
+    if args.prompts == "builtin":
+        prompts = workload.load_prompts("builtin", Path("."))
+        return [RequestSpec(prompts[(offset + i) % len(prompts)], args.output_len, 0.0, True) for i in range(n)]
+    rng = random.Random(args.seed + offset)
+    return [
+        RequestSpec(
+            prompt="",
+            max_new_tokens=args.output_len,
+            temperature=0.0,
+            ignore_eos=True,
+            input_ids=tuple(rng.randrange(10, args.vocab_size) for _ in range(args.input_len)),
+        )
+        for _ in range(n)
+    ]
+
+
+def report(args: argparse.Namespace, phase: client.PhaseResult, cpu_s: float) -> dict[str, float | None]:
+    run = metrics.summarize(
+        list(phase.records), phase.duration_s, num_draft_tokens=None, speculative=False, max_error_rate=1.0
+    )
+    ok = [r for r in phase.records if r.ok]
+    events = sum(len(r.chunk_times_s) for r in ok)
+    out = {
+        "duration_s": phase.duration_s,
+        "completed": run.num_ok,
+        "output_tokens": run.output_tokens,
+        "output_tok_s": run.output_tok_s,
+        "request_s": run.num_ok / phase.duration_s,
+        "ttft_ms_mean": run.ttft_ms_mean,
+        "ttft_ms_p50": run.ttft_ms_p50,
+        "ttft_ms_p99": run.ttft_ms_p99,
+        "tpot_ms_p50": run.tpot_ms_p50,
+        "itl_ms_mean": run.itl_ms_mean,
+        "itl_ms_p50": run.itl_ms_p50,
+        "itl_ms_p99": run.itl_ms_p99,
+        "e2e_ms_p50": run.e2e_ms_p50,
+        "events_s": events / phase.duration_s,
+        "client_cpu": cpu_s / phase.duration_s,
+    }
+
+    def f(v: float | None, fmt: str = "{:.2f}") -> str:
+        return "n/a" if v is None else fmt.format(v)
+
+    w = 41
+    print("{s:{c}^{n}}".format(s=" pytest-specdec client (bench_serving layout) ", n=50, c="="))
+    print(f"{'Backend:':<{w}}{args.api}")
+    print(f"{'Max request concurrency:':<{w}}{args.concurrency}")
+    print(f"{'Successful requests:':<{w}}{run.num_ok} (failed {run.num_errors})")
+    print(f"{'Benchmark duration (s):':<{w}}{phase.duration_s:.2f}")
+    print(f"{'Total generated tokens:':<{w}}{run.output_tokens}")
+    print(f"{'Request throughput (req/s):':<{w}}{out['request_s']:.2f}")
+    print(f"{'Output token throughput (tok/s):':<{w}}{run.output_tok_s:.2f}")
+    print("{s:{c}^{n}}".format(s="Time to First Token", n=50, c="-"))
+    print(f"{'Mean TTFT (ms):':<{w}}{f(run.ttft_ms_mean)}")
+    print(f"{'Median TTFT (ms):':<{w}}{f(run.ttft_ms_p50)}")
+    print(f"{'P99 TTFT (ms):':<{w}}{f(run.ttft_ms_p99)}")
+    print("{s:{c}^{n}}".format(s="Time per Output Token (excl. 1st token)", n=50, c="-"))
+    print(f"{'Median TPOT (ms):':<{w}}{f(run.tpot_ms_p50)}")
+    print("{s:{c}^{n}}".format(s="Inter-Token Latency", n=50, c="-"))
+    print(f"{'Mean ITL (ms):':<{w}}{f(run.itl_ms_mean)}")
+    print(f"{'Median ITL (ms):':<{w}}{f(run.itl_ms_p50)}")
+    print(f"{'P99 ITL (ms):':<{w}}{f(run.itl_ms_p99)}")
+    print("{s:{c}^{n}}".format(s="End-to-End Latency", n=50, c="-"))
+    print(f"{'Median E2E Latency (ms):':<{w}}{f(run.e2e_ms_p50)}")
+    print("{s:{c}^{n}}".format(s="Client load", n=50, c="-"))
+    print(f"{'SSE events/s (token-carrying):':<{w}}{out['events_s']:.0f}")
+    print(f"{'Client CPU (cores):':<{w}}{out['client_cpu']:.2f}")
+    print("=" * 50, flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--num-prompts", type=int, default=256)
+    parser.add_argument("--output-len", type=int, default=256)
+    parser.add_argument("--input-len", type=int, default=128, help="random ids per prompt (default 128)")
+    parser.add_argument(
+        "--vocab-size", type=int, default=2048, help="ids drawn below this (default 2048: the tiny model)"
+    )
+    parser.add_argument("--prompts", choices=["random-ids", "builtin"], default="random-ids")
+    parser.add_argument("--api", choices=["generate", "completions", "chat"], default="generate")
+    parser.add_argument("--warmup-requests", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=1, help="measured phases, each printed (default 1)")
+    parser.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before each measured phase")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--api-key", default=None)
+    parser.add_argument("--json-out", default=None, help="append one JSON line per phase to this file")
+    args = parser.parse_args()
+    if args.api != "generate" and args.prompts != "builtin":
+        parser.error("--api completions/chat send text: add --prompts builtin")
+    for repeat in range(args.repeats):
+        if args.warmup_requests:
+            warm = build_requests(args, args.warmup_requests, offset=10_000 + repeat)
+            client.run_phase(args.base_url, warm, api=args.api, concurrency=args.concurrency, api_key=args.api_key)
+        if args.flush_cache:
+            headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+            httpx.post(args.base_url.rstrip("/") + "/flush_cache", headers=headers, timeout=30.0)
+        requests = build_requests(args, args.num_prompts, offset=repeat * args.num_prompts)
+        cpu0 = time.process_time()
+        phase = client.run_phase(
+            args.base_url, requests, api=args.api, concurrency=args.concurrency, api_key=args.api_key
+        )
+        cpu_s = time.process_time() - cpu0
+        errors = [r.error for r in phase.records if not r.ok]
+        if errors:
+            print(f"{len(errors)} failed requests; first: {errors[0]}", file=sys.stderr)
+        out = report(args, phase, cpu_s)
+        if args.json_out:
+            with open(args.json_out, "a") as fh:
+                fh.write(json.dumps({"repeat": repeat, **vars(args), **out}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
