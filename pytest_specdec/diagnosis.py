@@ -43,8 +43,10 @@ _SCHEDULER_EXCEPTION = re.compile(r"Scheduler hit an exception")
 _SELF_KILL = re.compile(r"kill_process_tree called|It usually means one child failed")
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 # A traceback's last line: "TypeError: ...", "torch.OutOfMemoryError: ...", "RuntimeError" alone.
-_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|KeyError|StopIteration)"
-                       r"(?::\s?(?P<msg>.*))?$")
+_EXC_LINE = re.compile(
+    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|KeyError|StopIteration)"
+    r"(?::\s?(?P<msg>.*))?$"
+)
 #: The kernel's OOM-killer report (mm/oom_kill.c): "Out of memory: Killed process 1234 (python) ...".
 _OOM_KILL = re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed process (?P<pid>\d+)")
 
@@ -84,8 +86,10 @@ class ExitDiagnosis:
             elif self.evidence:
                 parts.append(f"kernel log: {self.evidence}")
             elif sig == signal.SIGKILL and self.cause == "unknown":
-                parts.append("no error in the log: something outside killed it (the kernel OOM killer would say so "
-                             "in dmesg, which could not be read or had no line for this server)")
+                parts.append(
+                    "no error in the log: something outside killed it (the kernel OOM killer would say so "
+                    "in dmesg, which could not be read or had no line for this server)"
+                )
         return "; ".join(parts)
 
 
@@ -128,8 +132,9 @@ def last_exception(log_text: str) -> tuple[str, str | None] | None:
     return None
 
 
-def diagnose_exit(log_text: str, returncode: int | None = None, *, pids: Collection[int] = (),
-                  kernel_log: str | None = None) -> ExitDiagnosis:
+def diagnose_exit(
+    log_text: str, returncode: int | None = None, *, pids: Collection[int] = (), kernel_log: str | None = None
+) -> ExitDiagnosis:
     """Diagnose a dead server from its log (pass the tail; 64 KiB holds SGLang's longest traceback).
 
     Order: a pattern cause found in the log (OOM, port, CUDA/NCCL, model path, flag, kernel build); else a scheduler
@@ -163,8 +168,9 @@ def diagnose_exit(log_text: str, returncode: int | None = None, *, pids: Collect
         found = oom_killer_lines(pids, kernel_log)
         if found:
             cause, evidence = "killed by the OOM killer", found[-1]
-    return ExitDiagnosis(cause=cause or "unknown", exception=exception, location=location,
-                         self_killed=self_killed, evidence=evidence)
+    return ExitDiagnosis(
+        cause=cause or "unknown", exception=exception, location=location, self_killed=self_killed, evidence=evidence
+    )
 
 
 def oom_killer_lines(pids: Collection[int], kernel_log: str | None = None) -> list[str]:
@@ -178,8 +184,9 @@ def oom_killer_lines(pids: Collection[int], kernel_log: str | None = None) -> li
         except (OSError, subprocess.SubprocessError):
             return []
     wanted = {int(p) for p in pids}
-    return [line.strip() for line in kernel_log.splitlines()
-            if (m := _OOM_KILL.search(line)) and int(m["pid"]) in wanted]
+    return [
+        line.strip() for line in kernel_log.splitlines() if (m := _OOM_KILL.search(line)) and int(m["pid"]) in wanted
+    ]
 
 
 def _short_path(path: str) -> str:
