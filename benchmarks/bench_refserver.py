@@ -120,7 +120,9 @@ def main() -> int:
 
     configs = [
         ("EAGLE3 ids [1,3,5] (trained)", spec_flags(draft)),
-        ("EAGLE3 ids [-1,1,3]", spec_flags(overlay(draft, tmp / "m1", [-1, 1, 3]))),
+        # "patched": serve id -1 as the incident's patched SGLang did (stock SGLang crashes: --ref-embedding-capture).
+        ("EAGLE3 ids [-1,1,3] (patched)",
+         [*spec_flags(overlay(draft, tmp / "m1", [-1, 1, 3])), "--ref-embedding-capture", "patched"]),
         ("EAGLE3 ids [0,1,2]", spec_flags(overlay(draft, tmp / "012", [0, 1, 2]))),
         ("EAGLE3 ids [2,4,6] (shift +1)", spec_flags(overlay(draft, tmp / "246", [2, 4, 6]))),
         ("EAGLE on the EAGLE-3 draft", spec_flags(draft, "EAGLE")),

@@ -169,7 +169,8 @@ def _run(profile: Profile, engine: Any | None) -> list[Finding]:
     _rule_fc_width(ctx, ids)
     _rule_spec_params(ctx)
     _rule_sizes(ctx)
-    _rule_env(ctx)
+    if profile.url is None:  # nothing is launched for an external server: no launch environment to check
+        _rule_env(ctx)
     _rule_engine(ctx)
     return ctx.findings
 
@@ -179,6 +180,12 @@ def _load_model(ctx: _Ctx, where: str | None, key: str, what: str) -> tuple[Path
     if where is None:
         return None, None
     local = Path(where).expanduser()
+    if ctx.profile.url is not None and not local.is_dir():
+        # An external server (url:) is launched elsewhere: its model files need not exist here.
+        ctx.at_profile("note", key, where, f"the server at {ctx.profile.url} is not launched here and its {what} "
+                       "is not on this machine, so the file checks were skipped",
+                       f"point {key} to a local copy to have it checked")  # fmt: skip
+        return None, None
     if local.is_dir():
         directory: Path | None = local
     elif _HUB_ID.match(where) and not where.startswith((".", "/", "~")):
@@ -335,11 +342,20 @@ def _rule_aux_ids(ctx: _Ctx) -> list[int] | None:
                 f"ids {outside} are outside [{low}, {high}], the range {engine} captures for a target with "
                 f"num_hidden_layers {layers}; they are silently never captured",
                 f"use ids between {low} and {high} (id i = output of layer {'i-1' if vllm else 'i'})")  # fmt: skip
+    # Measured: stock SGLang 0.5.17 crashes on the first forward with id -1 (tests/data/sglang/0.5.17/
+    # eagle3-aux-minus1.log); the incident's patched SGLang served it with accept rate ~47% -> ~19%.
+    stock = "" if vllm else (
+        "; stock SGLang crashes on it at the first forward (measured on 0.5.17: the scheduler raises TypeError at "
+        "models/llama.py:437, residual None before layer 0); a patched SGLang serves it with a lower acceptance")
     if emb in ids and not spec.allow_embedding_capture:
         ctx.add("error", file, key, ids,
                 f"id {emb} is the embedding output in {engine} (capture index 0, the input to layer 0), not a "
-                "decoder layer", "use decoder layer ids, or set speculative.allow_embedding_capture: true if the "
-                "draft was trained on the embeddings")  # fmt: skip
+                f"decoder layer{stock}", "use decoder layer ids, or set speculative.allow_embedding_capture: true "
+                "if the draft was trained on the embeddings and your SGLang is patched to capture them")  # fmt: skip
+    elif emb in ids and stock and ctx.profile.server == "sglang":
+        ctx.add("warning", file, key, ids,
+                f"id {emb} is the embedding output (allowed by speculative.allow_embedding_capture){stock}",
+                "expect a scheduler exception at the first request unless your SGLang is patched")  # fmt: skip
     k = _int((ctx.draft_cfg or {}).get("num_aux_hidden_states"))
     if k is not None and k != len(ids) and spec.aux_hidden_state_layer_ids is None:
         ctx.add("error", ctx.draft_cfg_path, "num_aux_hidden_states", k,

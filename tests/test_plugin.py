@@ -27,6 +27,9 @@ profiles:
   crashes:
     extends: baseline
     extra_args: ["--ref-fault-oom-at-startup", "0.5"]
+  embedding:
+    extends: eagle3
+    speculative: {aux_hidden_state_layer_ids: [-1, 1, 3], allow_embedding_capture: true}
 """
 
 TESTS = """
@@ -189,6 +192,21 @@ def test_server_dying_at_startup_errors_fast_with_cause_and_log(project: pytest.
     result.stdout.fnmatch_lines(["*server 'crashes' exited with code 1 before it was ready (cause: out of memory)*"])
     # The session fixture's error is cached: one launch, not one per test.
     assert result.stdout.str().count("exited with code 1 before it was ready") >= 1
+    assert not _our_servers(project)
+
+
+@pytest.mark.slow
+def test_embedding_layer_id_crash_is_named_like_real_sglang(project: pytest.Pytester) -> None:
+    """Aux id -1: the reference server fails as stock SGLang 0.5.17 did on an H200 (scheduler TypeError, then the
+    server SIGKILLs its own tree); the plugin names the exception and where it was raised, and blames no OOM."""
+    result = project.runpytest_subprocess("--server-profile=embedding", timeout=300)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "*server 'embedding' was killed by signal 9 (SIGKILL) * (cause: scheduler exception) after * s: "
+        "TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType' at pytest_specdec/refserver/decoding.py:*"
+        "; the server then stopped its own process tree (signal 9); log: *"
+    ])  # fmt: skip
+    assert "OOM" not in result.stdout.str()
     assert not _our_servers(project)
 
 

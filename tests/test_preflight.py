@@ -112,8 +112,25 @@ def test_rule2_minus_one_is_the_embedding_output(tmp_path: Path) -> None:
     target, draft = make_models(tmp_path, draft={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 3, 5]}})
     f = only(run_preflight(profile(target, draft)), "eagle_config.eagle_aux_hidden_state_layer_ids")
     assert f.severity == "error" and "id -1 is the embedding output in SGLang" in f.why
+    # What stock SGLang does with it, measured on an H200 (tests/data/sglang/0.5.17/eagle3-aux-minus1.log).
+    assert "stock SGLang crashes on it at the first forward (measured on 0.5.17" in f.why
+    assert "models/llama.py:437" in f.why
     assert "speculative.allow_embedding_capture: true" in f.fix
     assert run_preflight(profile(target, draft, spec={"allow_embedding_capture": True})) == []
+    allowed = only(run_preflight(profile(target, draft, server="sglang", python=sys.executable,
+                                         spec={"allow_embedding_capture": True})),
+                   "eagle_config.eagle_aux_hidden_state_layer_ids")  # fmt: skip
+    assert allowed.severity == "warning" and "stock SGLang crashes on it" in allowed.why
+
+
+def test_url_profile_needs_no_local_model_files(tmp_path: Path) -> None:
+    """An external server (url:) launches nothing here: missing model paths are notes, not errors (issue 12)."""
+    missing = tmp_path / "nowhere"
+    found = run_preflight(profile(missing / "target", missing / "draft", url="http://127.0.0.1:9"))
+    assert [f.severity for f in found] == ["note", "note"]
+    assert "is not launched here" in found[0].why
+    launched = run_preflight(profile(missing / "target", missing / "draft"))
+    assert {f.severity for f in launched} == {"error"}
 
 
 def test_rule2_profile_ids_override_and_range(tmp_path: Path) -> None:

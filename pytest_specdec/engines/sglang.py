@@ -180,18 +180,19 @@ def version_row(version: str | None) -> SglangVersion:
 
 
 @functools.cache
-def probe_sglang_version(python: str) -> str | None:
+def probe_sglang_version(python: str, env: tuple[tuple[str, str], ...] = ()) -> str | None:
     """The sglang version installed for interpreter ``python``, via ``importlib.metadata`` in a subprocess.
 
-    Never imports sglang (its import takes seconds and needs CUDA). Cached per interpreter path for the process
-    (``probe_sglang_version.cache_clear()`` resets it).
+    Never imports sglang (its import takes seconds and needs CUDA). Runs in the environment the server will get
+    (``clean_env(dict(env))``: pass the profile's ``env:`` items), so an sglang reachable only through the profile's
+    PYTHONPATH is found. Cached per (interpreter, env) for the process (``probe_sglang_version.cache_clear()``).
 
     :returns: e.g. ``"0.5.23"``; None when the interpreter cannot run or sglang is not installed there.
     """
     code = "import importlib.metadata as m; print(m.version('sglang'))"
     try:
         done = subprocess.run(
-            [python, "-c", code], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=clean_env()
+            [python, "-c", code], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=clean_env(dict(env))
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -297,7 +298,7 @@ class SglangEngine:
 
     def version(self, profile: Profile) -> str | None:
         """The SGLang version that will run (``probe_sglang_version``)."""
-        return probe_sglang_version(self.python(profile))
+        return probe_sglang_version(self.python(profile), tuple(sorted(profile.env.items())))
 
     def row(self, profile: Profile) -> SglangVersion:
         """The flag table row for the version that will run."""

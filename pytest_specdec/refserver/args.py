@@ -68,6 +68,11 @@ class ServerArgs:
     speculative_num_steps: int | None
     speculative_eagle_topk: int | None
     speculative_num_draft_tokens: int | None
+    #: What aux layer id -1 (capture index 0, the embedding output) does: "stock" = as stock SGLang 0.5.17 on an
+    #: H200 (scheduler raises TypeError on the first forward, then the server kills itself; recorded in
+    #: tests/data/sglang/0.5.17/eagle3-aux-minus1.log), "patched" = serve it, as the patched SGLang of the original
+    #: incident did (accept length drops instead).
+    ref_embedding_capture: str = "stock"
     # Test affordances (reference-server only, all off by default).
     ref_fault_oom_at_startup: float | None = None
     ref_fault_never_ready: bool = False
@@ -119,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument("--speculative-num-steps", type=int, default=None)
     spec.add_argument("--speculative-eagle-topk", type=int, default=None)
     spec.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    spec.add_argument("--ref-embedding-capture", choices=["stock", "patched"], default="stock",
+                      help="Aux layer id -1 (the embedding output): 'stock' crashes on the first forward like stock "
+                      "SGLang 0.5.17 (scheduler TypeError, then the server kills itself); 'patched' serves it like the "
+                      "patched SGLang of the incident this project comes from (default: stock).")
     faults = p.add_argument_group(
         "test affordances",
         "Fault knobs for testing a harness (reference server only, off by default). Env SPECDEC_REF_FORWARD_DELAY_MS "

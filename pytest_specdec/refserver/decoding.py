@@ -16,6 +16,7 @@ import collections
 import json
 import logging
 import os
+import signal
 import threading
 import time
 import traceback
@@ -257,6 +258,15 @@ class EngineListener:
     def on_log_window(self, stats: EngineStats) -> None: ...
 
 
+def _kill_own_tree() -> None:
+    """After a scheduler exception, end the server as SGLang 0.5.17 does: its launcher gets SIGQUIT ("It usually
+    means one child failed") and calls ``kill_process_tree`` on itself, so the process dies by SIGKILL."""
+    logger.error("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+    logger.error(f"kill_process_tree called: parent_pid={os.getpid()}, include_parent=True, pid={os.getpid()}")
+    logging.shutdown()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 class SpecEngine:
     """The scheduler thread and decode math. Thread-safe entry points: :meth:`submit`, :meth:`busy`."""
 
@@ -277,7 +287,7 @@ class SpecEngine:
         # Outputs are sent at the end of a scheduler step, after its stats are folded, so a client that got its
         # response sees counters that include it (and a /flush_cache after it cannot be undone by a late fold).
         self._outbox: list[tuple[Sequence, StepOutput]] = []
-        self.on_fatal: Callable[[], None] = lambda: os._exit(1)
+        self.on_fatal: Callable[[], None] = _kill_own_tree
         self.measured_finished = 0
         # Window accumulators (SGLang metrics_reporter fields of the same names).
         self._decode_ct = 0
@@ -390,9 +400,15 @@ class SpecEngine:
         return out, out.logits[0]
 
     def _aux(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """[n, K*H] draft input from one forward's HF hidden states (batch 1)."""
+        """[n, K*H] draft input from one forward's HF hidden states (batch 1).
+
+        :raises TypeError: capture index 0 (aux id -1) with ``--ref-embedding-capture stock``: stock SGLang adds the
+            residual, which is None before layer 0 (``models/llama.py:437`` in 0.5.17, measured on an H200).
+        """
         if self.m.capture is None:
             return hidden_states[self.m.num_layers][0]
+        if 0 in self.m.capture and self.args.ref_embedding_capture == "stock":
+            raise TypeError("unsupported operand type(s) for +: 'Tensor' and 'NoneType'")
         return torch.cat([hidden_states[k][0] for k in self.m.capture], dim=-1)
 
     def _probs(self, logits: torch.Tensor, p: SamplingParams) -> torch.Tensor:

@@ -433,3 +433,16 @@ def test_graph_warning_only_when_the_profile_expects_graphs() -> None:
     disabled = profile.model_copy(update={"extra_args": ["--disable-cuda-graph"]})
     assert graph_warning(disabled, log) is None
     assert graph_warning(profile, DECODE_0523.replace("cuda graph: False", "cuda graph: True")) is None
+
+
+def test_probe_sees_the_profiles_env(tmp_path: Path) -> None:
+    """An sglang reachable only through the profile's PYTHONPATH is found (seen on the GPU machine, issue 12)."""
+    import sys
+
+    dist = tmp_path / "site" / "sglang-0.5.17.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.17\n")
+    probe_sglang_version.cache_clear()
+    assert probe_sglang_version(sys.executable) is None
+    profile = eagle3_profile(sys.executable, env={"PYTHONPATH": str(tmp_path / "site")})
+    assert SglangEngine().version(profile) == "0.5.17"
