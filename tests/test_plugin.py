@@ -203,8 +203,8 @@ def test_embedding_layer_id_crash_is_named_like_real_sglang(project: pytest.Pyte
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
         "*server 'embedding' was killed by signal 9 (SIGKILL) * (cause: scheduler exception) after * s: "
-        "TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType' at pytest_specdec/refserver/decoding.py:*"
-        "; the server then stopped its own process tree (signal 9); log: *"
+        "TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType' at "
+        "pytest_specdec/refserver/decoding.py:*; the server then stopped its own process tree (signal 9); log: *"
     ])  # fmt: skip
     assert "OOM" not in result.stdout.str()
     assert not _our_servers(project)

@@ -130,7 +130,8 @@ def run_config(name: str, argv: list[str], out: Path, header: str, port: int, pr
                          "/model_info", "/v1/models", "/metrics"):
                 status, body = http(port, path)
                 endpoints[path] = {"status": status, "body": body.decode(errors="replace")}
-            gen = {"text": prompts[0], "sampling_params": {"max_new_tokens": 64, "temperature": 0.0, "ignore_eos": True}}
+            sampling = {"max_new_tokens": 64, "temperature": 0.0, "ignore_eos": True}
+            gen = {"text": prompts[0], "sampling_params": sampling}
             status, body = http(port, "/generate", gen, timeout=120)
             endpoints["POST /generate"] = {"status": status, "body": body.decode(errors="replace")}
             if status == 200 and full:
