@@ -42,8 +42,9 @@ def _build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser(
         "plot",
         help="draw a trend PNG of stored runs (tok/s and accept length per run)",
-        description="Plot metrics of stored run files, one line per profile, runs in start order; exit 2 on an "
-        "unreadable run or a bad option, 0 otherwise. Needs matplotlib (the 'plot' extra).",
+        description="Plot metrics of stored run files, one line per profile, runs placed by start time, repeats' "
+        "min-max as bars, runs with a failed test marked; exit 2 on an unreadable run or a bad option, 0 otherwise. "
+        "Needs matplotlib (the 'plot' extra).",
     )
     plot.add_argument(
         "runs",
@@ -234,7 +235,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     except (ValueError, ImportError) as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"wrote {out} ({len(unique)} runs)")
+    shown = [run for run in unique.values() if any(not args.profile or r.profile in args.profile for r in run.results)]
+    print(f"wrote {out} ({len(shown)} runs)")
     return EXIT_OK
 
 

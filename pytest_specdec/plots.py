@@ -7,8 +7,9 @@ interactive backend is left alone and no display is needed.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,15 @@ from pytest_specdec.metrics import METRICS
 from pytest_specdec.results import ResultRecord, RunFile
 from pytest_specdec.sweep import speedup, split_name
 
-__all__ = ["DEFAULT_TREND_METRICS", "metric_label", "plot_sweep", "plot_trend"]
+__all__ = [
+    "DEFAULT_TREND_METRICS",
+    "TrendPoint",
+    "metric_label",
+    "plot_sweep",
+    "plot_trend",
+    "trend_points",
+    "trend_title",
+]
 
 #: What ``python -m pytest_specdec plot`` draws without ``--metric``.
 DEFAULT_TREND_METRICS = ("output_tok_s", "accept_length")
@@ -184,10 +193,45 @@ def _num(value: Any) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else float("nan")
 
 
-def _run_label(run: RunFile) -> str:
-    """``11-30 13:48`` (UTC start) plus the id's random suffix, so runs started in the same minute differ."""
-    stamp = time.strftime("%m-%d %H:%M", time.gmtime(run.started)) if run.started else run.run_id
-    return f"{stamp}\n{run.run_id.rsplit('-', 1)[-1]}"
+@dataclass(frozen=True, slots=True)
+class TrendPoint:
+    """One profile in one run, for one metric field: what a trend plot draws at one x.
+
+    ``value`` is the record's ``metrics[field]`` (the median over repeats); ``low``/``high`` the smallest and
+    largest per-repeat value (``ResultRecord.values``; both ``value`` with a single repeat); ``failed`` is True when
+    any test of the profile failed in that run; ``started`` is the run's start (``time.time()`` seconds).
+    """
+
+    run_id: str
+    started: float
+    profile: str
+    value: float
+    low: float
+    high: float
+    failed: bool
+
+
+def trend_points(runs: Sequence[RunFile], field: str, profiles: Sequence[str] | None = None) -> list[TrendPoint]:
+    """Per run (in start order) and profile (``profiles``, or every profile found), the point of ``field``.
+
+    Every test of a profile in a run shares one measurement, so the first record gives the values; the run is
+    ``failed`` for that profile when any of its records' ``outcome`` is ``failed``. A profile whose record has no
+    number for ``field`` (accept length without speculation) gives no point.
+    """
+    points = []
+    for run in sorted(runs, key=lambda r: (r.started, r.run_id)):
+        by_profile: dict[str, list[ResultRecord]] = {}
+        for record in run.results:
+            if profiles is None or record.profile in profiles:
+                by_profile.setdefault(record.profile, []).append(record)
+        for name, records in by_profile.items():
+            value = _num(records[0].metrics.get(field))
+            if value != value:  # NaN: not applicable
+                continue
+            repeats = records[0].values(field) or [value]
+            failed = any(r.outcome == "failed" for r in records)
+            points.append(TrendPoint(run.run_id, run.started, name, value, min(repeats), max(repeats), failed))
+    return points
 
 
 def plot_trend(
@@ -199,13 +243,14 @@ def plot_trend(
     profiles: Sequence[str] | None = None,
     title: str | None = None,
 ) -> Path:
-    """Draw one panel per metric, x = the runs in start order, one line per profile (one legend, right of the
-    panels); thresholds as labelled horizontal red dashed lines in their metric's panel.
+    """Draw one panel per metric, x = each run's start time (runs a day apart sit a day apart), one line per profile
+    (one legend, right of the panels): the median over repeats as the point, the repeats' min-max as a bar through
+    it, a red X on runs in which a test of that profile failed (labelled with the run id's suffix); thresholds as
+    labelled horizontal red dashed lines in their metric's panel.
 
-    A profile's value in a run is its first record's ``metrics[field]`` (every test of a profile in a run shares
-    one measurement); a run without that profile leaves a gap.
+    Only runs holding one of the plotted profiles are drawn and counted; the title names ``profiles`` when given.
 
-    :param runs: run files (``results.read_run_file``), any order; sorted by ``started``.
+    :param runs: run files (``results.read_run_file``), any order.
     :param path: the PNG to write.
     :param metrics: ``RunMetrics`` fields, e.g. ``output_tok_s``, ``accept_length``, ``ttft_ms_p50``.
     :param thresholds: metric field -> value; a field not in ``metrics`` gets its own panel.
@@ -216,30 +261,35 @@ def plot_trend(
     """
     if not runs:
         raise ValueError("plot_trend: no runs to plot")
-    ordered = sorted(runs, key=lambda r: (r.started, r.run_id))
     thresholds = dict(thresholds or {})
     fields = list(dict.fromkeys([*metrics, *thresholds]))
-    names: list[str] = []
-    for run in ordered:
-        for record in run.results:
-            if record.profile not in names and (profiles is None or record.profile in profiles):
-                names.append(record.profile)
-    if not names:
+    shown = [run for run in runs if any(profiles is None or r.profile in profiles for r in run.results)]
+    if not shown:
         wanted = f" of profile(s) {', '.join(profiles)}" if profiles else ""
-        raise ValueError(f"plot_trend: no results{wanted} in {len(ordered)} run(s)")
-    fig = _figure(max(8.0, 1.1 * len(ordered) + 5.5), 2.6 * len(fields) + 1.0)
+        raise ValueError(f"plot_trend: no results{wanted} in {len(runs)} run(s)")
+    names = list(dict.fromkeys(r.profile for run in sorted(shown, key=lambda r: r.started) for r in run.results
+                               if profiles is None or r.profile in profiles))  # fmt: skip
+    fig = _figure(11.0, 2.6 * len(fields) + 1.0)
     axes = fig.subplots(len(fields), 1, sharex=True, squeeze=False)[:, 0]
-    xs = list(range(len(ordered)))
     handles: dict[str, Any] = {}
     for ax, field_name in zip(axes, fields, strict=True):
+        points = trend_points(shown, field_name, names)
         for i, name in enumerate(names):
-            ys = []
-            for run in ordered:
-                found = next((r for r in run.results if r.profile == name), None)
-                ys.append(_num(found.metrics.get(field_name)) if found is not None else float("nan"))
-            (line,) = ax.plot(xs, ys, marker="o", color=f"C{i % 10}", label=name)
-            if any(y == y for y in ys):  # NaN != NaN: a profile without this metric (no speculation) is not listed
-                handles.setdefault(name, line)
+            mine = [p for p in points if p.profile == name]
+            if not mine:
+                continue
+            color = f"C{i % 10}"
+            xs = [_when(p.started) for p in mine]
+            (line,) = ax.plot(xs, [p.value for p in mine], marker="o", color=color, label=name)
+            handles.setdefault(name, line)
+            ax.vlines(xs, [p.low for p in mine], [p.high for p in mine], color=color, alpha=0.45, linewidth=4)
+            for p in mine:
+                if p.failed:
+                    cross = ax.scatter([_when(p.started)], [p.value], marker="X", s=90, color="red", zorder=4,
+                                       label="a test failed in this run")  # fmt: skip
+                    handles.setdefault("failed", cross)
+                    ax.annotate(p.run_id.rsplit("-", 1)[-1], (_when(p.started), p.value), xytext=(5, 5),
+                                textcoords="offset points", color="red", fontsize=7)  # fmt: skip
         if field_name in thresholds:
             value = thresholds[field_name]
             ax.axhline(value, color="red", linestyle="--", linewidth=1.2)
@@ -248,8 +298,22 @@ def plot_trend(
         ax.set_ylabel(metric_label(field_name))
         ax.grid(True, alpha=0.3)
     fig.legend(handles=list(handles.values()), loc="outside right upper", title="profile", fontsize=8)
-    axes[-1].set_xticks(xs)
-    axes[-1].set_xticklabels([_run_label(r) for r in ordered], fontsize=8)
-    axes[-1].set_xlabel("run (UTC start time, run id suffix)")
-    fig.suptitle(title or f"specdec trend over {len(ordered)} run(s)")
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+
+    locator = AutoDateLocator()
+    axes[-1].xaxis.set_major_locator(locator)
+    axes[-1].xaxis.set_major_formatter(ConciseDateFormatter(locator))
+    axes[-1].set_xlabel("run start (UTC); bars: min-max over repeats, point: median")
+    fig.suptitle(title or trend_title(names if profiles else None, len(shown)))
     return _save(fig, Path(path))
+
+
+def trend_title(profiles: Sequence[str] | None, runs: int) -> str:
+    """``specdec trend of eagle3 over 5 run(s)`` (``specdec trend over 5 run(s)`` without chosen profiles)."""
+    return f"specdec trend of {', '.join(profiles)} over {runs} run(s)" if profiles else (
+        f"specdec trend over {runs} run(s)"
+    )
+
+
+def _when(started: float) -> datetime:
+    return datetime.fromtimestamp(started, tz=timezone.utc)

@@ -13,7 +13,7 @@ import pytest
 
 from pytest_specdec import sweep
 from pytest_specdec.__main__ import main
-from pytest_specdec.plots import metric_label, plot_sweep, plot_trend
+from pytest_specdec.plots import metric_label, plot_sweep, plot_trend, trend_points, trend_title
 from pytest_specdec.results import ResultRecord, ResultStore, RunFile
 from tests.test_sweep import record, seed_records
 
@@ -99,6 +99,62 @@ def test_plot_trend_from_three_runs_with_thresholds(tmp_path: Path) -> None:
     width, height = png_size(out)
     assert height == 880  # 100 dpi x (2.6 in per panel x 3 panels: the two defaults and ttft_ms_p50, + 1 in)
     assert pixels(out, RED) > 50
+
+
+def _spread_runs(hours: tuple[float, ...], failed_at: int | None) -> list[RunFile]:
+    """eagle3 with three repeats (tok/s median 100, min 96, max 105) per run; a baseline-only run at the end."""
+    runs = []
+    for i, h in enumerate(hours):
+        repeats = {"output_tok_s": [96.0, 100.0, 105.0], "accept_length": [2.6, 2.6, 2.6]}
+        rec = ResultRecord("t.py::test_x[eagle3]", "eagle3", {"output_tok_s": 100.0, "accept_length": 2.6}, repeats,
+                           {}, outcome="failed" if i == failed_at else "passed")  # fmt: skip
+        runs.append(RunFile(run_id=f"r{i}-abc{i}", started=1795000000.0 + 3600 * h, results=(rec,)))
+    base = ResultRecord("t.py::test_x[baseline]", "baseline", {"output_tok_s": 80.0}, {"output_tok_s": [80.0]}, {})
+    runs.append(RunFile(run_id="r9-base", started=1795000000.0 + 3600 * 11, results=(base,)))
+    return runs
+
+
+def test_trend_points_carry_repeat_spread_failures_and_start_times() -> None:
+    runs = _spread_runs((0, 1, 10), failed_at=1)
+    points = trend_points(runs[::-1], "output_tok_s", ["eagle3"])
+    assert [(p.run_id, p.value, p.low, p.high, p.failed) for p in points] == [
+        ("r0-abc0", 100.0, 96.0, 105.0, False),
+        ("r1-abc1", 100.0, 96.0, 105.0, True),
+        ("r2-abc2", 100.0, 96.0, 105.0, False),
+    ]
+    assert [p.started - points[0].started for p in points] == [0.0, 3600.0, 36000.0]
+    assert [p.profile for p in trend_points(runs, "output_tok_s")][-1] == "baseline"
+    assert [p.profile for p in trend_points(runs, "accept_length")] == ["eagle3"] * 3  # n/a: no point
+
+
+def test_plot_trend_marks_the_failed_run_where_it_happened_in_time(tmp_path: Path) -> None:
+    # Runs at 0 h, 1 h and 10 h: the failed run (1 h) sits near the left edge, not in the middle as with even spacing.
+    out = plot_trend(_spread_runs((0, 1, 10), failed_at=1), tmp_path / "t.png", metrics=["output_tok_s"],
+                     profiles=["eagle3"])  # fmt: skip
+    data = image.imread(str(out))[..., :3]
+    red = np.all(np.abs(data - np.asarray(RED)) < 0.2, axis=-1)
+    columns = np.nonzero(red)[1] / data.shape[1]
+    in_panel = columns[columns < 0.8]  # the legend's cross sits right of the panel
+    assert in_panel.size > 30
+    assert in_panel.mean() < 0.3
+    clean = plot_trend(_spread_runs((0, 1, 10), failed_at=None), tmp_path / "c.png", metrics=["output_tok_s"])
+    assert pixels(clean, RED) == 0
+
+
+def test_trend_title_names_the_chosen_profiles() -> None:
+    assert trend_title(["eagle3"], 3) == "specdec trend of eagle3 over 3 run(s)"
+    assert trend_title(None, 4) == "specdec trend over 4 run(s)"
+
+
+def test_cli_plot_counts_only_runs_of_the_chosen_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = ResultStore(tmp_path / "results")
+    for run in _spread_runs((0, 1, 10), failed_at=None):
+        store.save(run)
+    out = tmp_path / "trend.png"
+    assert main(["plot", str(tmp_path / "results"), "-o", str(out), "--profile", "eagle3"]) == 0
+    assert capsys.readouterr().out == f"wrote {out} (3 runs)\n"
+    assert main(["plot", str(tmp_path / "results"), "-o", str(out)]) == 0
+    assert capsys.readouterr().out == f"wrote {out} (4 runs)\n"
 
 
 def test_plot_trend_errors(tmp_path: Path) -> None:
