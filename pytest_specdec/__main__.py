@@ -4,7 +4,9 @@
 - ``compare BASE CURRENT [--tolerance METRIC:TOL ...] [--force] [--compare-profile NAME]``: the baseline compare,
   exit 1 on a regression;
 - ``calibrate PROFILE_FILE --profile NAME [--runs K]`` (or ``--from RUN ...``): propose tolerances from the spread;
-- ``plot [RUN ...] -o trend.png [--metric FIELD] [--threshold FIELD=VALUE] [--profile NAME]``: a trend PNG.
+- ``plot [RUN ...] -o trend.png [--metric FIELD] [--threshold FIELD=VALUE] [--profile NAME]``: a trend PNG;
+- ``merge PATH... [--store DIR] [--markdown PATH] [--trend PNG] [--force]``: CI shards' runs -> one run
+  (``pytest_specdec.merge``).
 """
 
 from __future__ import annotations
@@ -86,6 +88,14 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     compare.add_argument("rest", nargs=argparse.REMAINDER)
     compare.set_defaults(func=lambda args: _cmd_compare(args.rest))
+    merge = sub.add_parser(
+        "merge",
+        help="merge the run files of CI shards into one run, one markdown summary and one trend",
+        add_help=False,
+        description="python -m pytest_specdec merge PATH... [--store DIR] [--markdown PATH] [--trend PNG] [--force]",
+    )
+    merge.add_argument("rest", nargs=argparse.REMAINDER)
+    merge.set_defaults(func=lambda args: _cmd_merge(args.rest))
     calibrate = sub.add_parser(
         "calibrate",
         help="rerun a profile K times (separate server starts) and propose baseline-compare tolerances",
@@ -105,6 +115,12 @@ def _cmd_compare(rest: list[str]) -> int:
     from pytest_specdec.compare import compare_main
 
     return compare_main(rest)
+
+
+def _cmd_merge(rest: list[str]) -> int:
+    from pytest_specdec.merge import merge_main
+
+    return merge_main(rest)
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -246,6 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["compare"]:
         # compare has its own parser (compare.compare_main), --help included.
         return _cmd_compare(argv[1:])
+    if argv[:1] == ["merge"]:
+        return _cmd_merge(argv[1:])
     args = _build_parser().parse_args(argv)
     return int(args.func(args))
 

@@ -42,11 +42,13 @@ __all__ = [
     "RunFile",
     "SCHEMA_VERSION",
     "build_fingerprint",
+    "commit_info",
     "gpu_info",
     "machine_info",
     "new_run_id",
     "package_versions",
     "plugin_version",
+    "profile_definition",
     "read_run_file",
     "redact_argv",
     "redact_env",
@@ -199,15 +201,84 @@ def gpu_info() -> tuple[dict[str, str], ...]:
     return tuple(gpus)
 
 
+def commit_info(root: str | Path | None = None) -> dict[str, Any]:
+    """The code a run measured, as pytest-benchmark's ``commit_info``: ``{"id", "dirty", "branch"}``.
+
+    Read with ``git rev-parse HEAD`` / ``git status --porcelain`` / ``git rev-parse --abbrev-ref HEAD`` in ``root``
+    (default: the working directory); outside a git checkout, ``$GITHUB_SHA`` (set by GitHub Actions) gives the id
+    with ``dirty`` None. ``merge`` refuses to combine runs whose ids or dirty flags differ.
+
+    :returns: the dict, or ``{}`` when neither git nor ``$GITHUB_SHA`` knows the commit.
+    """
+    cwd = str(root) if root is not None else None
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S, check=False
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit:
+        status = git("status", "--porcelain", "--untracked-files=no")
+        return {
+            "id": commit,
+            "dirty": bool(status) if status is not None else None,
+            "branch": git("rev-parse", "--abbrev-ref", "HEAD") or "",
+        }
+    sha = os.environ.get("GITHUB_SHA")
+    return {"id": sha, "dirty": None, "branch": os.environ.get("GITHUB_REF_NAME", "")} if sha else {}
+
+
 def machine_info() -> dict[str, Any]:
-    """Host facts stored once per run: host name, OS, Python, GPUs (:func:`gpu_info`), plugin version."""
+    """Host facts stored once per run: host name, OS, Python, GPUs (:func:`gpu_info`), plugin version, and the
+    commit measured (:func:`commit_info` of the working directory)."""
     return {
         "host": platform.node(),
         "system": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
         "gpus": [dict(g) for g in gpu_info()],
         "plugin_version": plugin_version(),
+        "commit": commit_info(),
     }
+
+
+#: The installed package directory, written as ``<pytest_specdec>`` in profile definitions (bundled assets).
+_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+
+
+def profile_definition(profile: Any) -> dict[str, Any]:
+    """The profile as its file defines it (``Profile.model_dump``, ``extends:`` already merged), made comparable
+    across machines: ``name`` and ``source`` dropped, the profile file's directory written as ``<profiles>`` and
+    this package's directory as ``<pytest_specdec>`` inside every string (two CI runners check the same repository
+    out at different paths), ``api_key`` redacted. Stored as ``fingerprint["profile_def"]``; ``merge`` refuses
+    runs whose definitions of one profile name differ.
+
+    :param profile: a ``profiles.Profile``.
+    """
+    data = profile.model_dump(mode="json", exclude={"name", "source"})
+    base = str(Path(profile.source).resolve().parent) if profile.source else None
+
+    def norm(value: Any) -> Any:
+        if isinstance(value, str):
+            if base and value.startswith(base):
+                value = "<profiles>" + value[len(base) :]
+            if value.startswith(_PACKAGE_DIR):
+                value = "<pytest_specdec>" + value[len(_PACKAGE_DIR) :]
+            return value
+        if isinstance(value, dict):
+            return {k: norm(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [norm(v) for v in value]
+        return value
+
+    out = norm(data)
+    if out.get("api_key") is not None:
+        out["api_key"] = REDACTED
+    return out
 
 
 def _draft_facts(server: RunningServer) -> dict[str, Any]:
@@ -244,7 +315,8 @@ def build_fingerprint(server: RunningServer, prompt_hash: str) -> dict[str, Any]
     (launch env variables starting NCCL_/SGLANG_/CUDA_ plus every variable the profile sets, redacted by name);
     ``draft`` (path, config hash, aux ids); ``speculative`` (the profile's block); ``effective`` (what the server
     reported, ``EffectiveConfig`` without ``raw``); ``prompt_hash``; ``workload`` (``profiles.Workload`` fields);
-    ``gpus`` (:func:`gpu_info`); ``host``; ``url`` (only for a server given by URL).
+    ``gpus`` (:func:`gpu_info`); ``host``; ``profile_def`` (:func:`profile_definition`); ``url`` (only for a server
+    given by URL).
 
     :param server: the running server (``runner.RunningServer``), after its effective config was read back.
     :param prompt_hash: ``workload.prompt_set_hash`` of the prompts measured (``Measurement.prompt_hash``).
@@ -279,6 +351,7 @@ def build_fingerprint(server: RunningServer, prompt_hash: str) -> dict[str, Any]
         "workload": {name: getattr(wl, name) for name in _WORKLOAD_FIELDS},
         "gpus": [dict(g) for g in gpu_info()],
         "host": platform.node(),
+        "profile_def": profile_definition(profile),
     }
     if launch is None:
         fingerprint["url"] = server.base_url

@@ -1,0 +1,369 @@
+"""Merge the run files of a suite split across several runners (CI matrix shards) into one run.
+
+Each shard's pytest session writes its own run file (``<specdec dir>/results/<run id>.json``, ``results.ResultStore``).
+``python -m pytest_specdec merge DIR...`` reads them, refuses shards that measured different code (commit id or
+dirty flag, ``results.commit_info``) or define one profile differently (``fingerprint["profile_def"]``,
+``results.profile_definition``) or measured the same test twice, and otherwise writes one run file holding every
+shard's results into the store, one markdown summary and one trend PNG of the store. The merged run's id is derived
+from the shards' ids, so merging the same shards again replaces the same file instead of adding a second run.
+
+Typical use (the merge job of ``examples/ci/nightly-gpu.yml``)::
+
+    python -m pytest_specdec merge shards/ --store .specdec/results --markdown summary.md --trend trend.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_specdec.errors import CompareError
+from pytest_specdec.results import ResultRecord, ResultStore, RunFile, read_run_file
+
+__all__ = [
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_USAGE",
+    "Shard",
+    "find_run_files",
+    "load_shards",
+    "merge_main",
+    "merge_problems",
+    "merge_runs",
+]
+
+#: Exit codes of ``merge``: merged; refused (the runs differ, see ``--force``); bad input (no runs, unreadable file).
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+#: Runs drawn in the trend PNG by default: the newest ones (a PNG of 1,000 runs would be 110,000 px wide).
+DEFAULT_TREND_RUNS = 30
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """One input run file: where it was read from, and its content."""
+
+    path: Path
+    run: RunFile
+
+    @property
+    def label(self) -> str:
+        """``<run id> (<path>)``, the way messages name a shard."""
+        return f"{self.run.run_id} ({self.path})"
+
+
+def find_run_files(paths: Iterable[str | Path]) -> list[Path]:
+    """The ``*.json`` files named by ``paths``: a file as given; a directory searched recursively (hidden
+    directories included: a downloaded artifact may hold ``.specdec/results``). Sorted, duplicates removed.
+
+    :raises CompareError: a path does not exist.
+    """
+    found: dict[Path, None] = {}
+    for raw in paths:
+        path = Path(raw)
+        if path.is_file():
+            found[path] = None
+        elif path.is_dir():
+            for file in sorted(path.rglob("*.json")):
+                if file.is_file() and not file.name.startswith("."):
+                    found[file] = None
+        else:
+            raise CompareError(f"{raw}: no such file or directory")
+    return list(found)
+
+
+def _is_run_file(path: Path) -> bool:
+    """Whether the JSON file has a top-level ``run_id`` and ``results`` (cheap check before a full read)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CompareError(f"{path}: not a readable JSON file: {exc}") from None
+    return isinstance(data, dict) and isinstance(data.get("run_id"), str) and isinstance(data.get("results"), list)
+
+
+def load_shards(paths: Iterable[str | Path]) -> tuple[list[Shard], list[Path]]:
+    """Read every run file under ``paths`` (see ``find_run_files``).
+
+    JSON files that are not run files (pytest-benchmark's, a JUnit converter's) are skipped and returned. The same
+    run read twice (``--specdec-report`` writes a copy of the run file) counts once when both copies hold the same
+    results.
+
+    :returns: (shards sorted by start time, skipped files).
+    :raises CompareError: a path is missing, a JSON file is unreadable, or two different files claim one run id.
+    """
+    shards: dict[str, Shard] = {}
+    skipped: list[Path] = []
+    for path in find_run_files(paths):
+        if not _is_run_file(path):
+            skipped.append(path)
+            continue
+        run = read_run_file(path)
+        seen = shards.get(run.run_id)
+        if seen is not None:
+            if [r.to_dict() for r in seen.run.results] != [r.to_dict() for r in run.results]:
+                raise CompareError(
+                    f"run id {run.run_id} is in two files with different results: {seen.path} and {path}; "
+                    "keep one of them"
+                )
+            continue
+        shards[run.run_id] = Shard(path, run)
+    ordered = sorted(shards.values(), key=lambda s: (s.run.started, s.run.run_id))
+    return ordered, skipped
+
+
+def _commit_key(run: RunFile) -> str:
+    commit = run.machine.get("commit")
+    if not isinstance(commit, dict) or not commit.get("id"):
+        return "unknown (no git checkout and no $GITHUB_SHA)"
+    text = str(commit["id"])[:12]
+    if commit.get("dirty"):
+        text += " with uncommitted changes"
+    return text
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key in sorted(value):
+            out.update(_flatten(value[key], f"{prefix}.{key}" if prefix else str(key)))
+        return out if out or not prefix else {prefix: {}}
+    return {prefix: value}
+
+
+def _show(value: Any) -> str:
+    return "(unset)" if value is None else json.dumps(value)
+
+
+def _definition_diff(base: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
+    """``key.path: A -> B`` for every leaf that differs between two profile definitions."""
+    a, b = _flatten(dict(base)), _flatten(dict(other))
+    return [f"{key}: {_show(a.get(key))} -> {_show(b.get(key))}" for key in sorted(set(a) | set(b)) if a.get(key) !=
+            b.get(key)]  # fmt: skip
+
+
+def merge_problems(shards: Sequence[Shard]) -> list[str]:
+    """Why ``shards`` should not be merged, one multi-line text per problem (empty: mergeable).
+
+    - different code: the shards' ``machine["commit"]`` (id, dirty flag) differ; lists each commit with its runs;
+    - a profile defined differently: for a profile name measured in several shards, the ``profile_def`` of the
+      fingerprints differ; lists each differing key (``workload.num_requests: 16 -> 32``) against the first shard;
+    - a test measured twice: the same test id in two shards (the matrix selections overlap).
+    Records without ``profile_def`` (files from before it existed) are not checked for definitions.
+    """
+    problems: list[str] = []
+    commits: dict[str, list[Shard]] = {}
+    for shard in shards:
+        commits.setdefault(_commit_key(shard.run), []).append(shard)
+    if len(commits) > 1:
+        lines = ["the runs measured different code:"]
+        for key, group in commits.items():
+            lines.append(f"  commit {key}: " + ", ".join(s.label for s in group))
+        lines.append("  merge the shards of one commit (one workflow run), or pass --force")
+        problems.append("\n".join(lines))
+    definitions: dict[str, dict[str, tuple[dict[str, Any], list[Shard]]]] = {}
+    for shard in shards:
+        for record in shard.run.results:
+            definition = record.fingerprint.get("profile_def")
+            if not isinstance(definition, dict):
+                continue
+            key = json.dumps(definition, sort_keys=True)
+            entry = definitions.setdefault(record.profile, {}).setdefault(key, (definition, []))
+            if shard not in entry[1]:
+                entry[1].append(shard)
+    for profile, variants in definitions.items():
+        if len(variants) < 2:
+            continue
+        (first_def, first_shards), *others = variants.values()
+        lines = [f"profile {profile!r} is defined differently:"]
+        for definition, group in others:
+            base_ids = ", ".join(s.run.run_id for s in first_shards)
+            lines.append(f"  {base_ids} -> {', '.join(s.run.run_id for s in group)}:")
+            lines += [f"    {line}" for line in _definition_diff(first_def, definition)]
+        lines.append("  run every shard from the same profile file, or pass --force")
+        problems.append("\n".join(lines))
+    owners: dict[str, Shard] = {}
+    for shard in shards:
+        for record in shard.run.results:
+            other = owners.get(record.test_id)
+            if other is not None and other is not shard:
+                problems.append(
+                    f"test {record.test_id} was measured in two runs: {other.label} and {shard.label}; the shards' "
+                    "selections overlap (check each matrix entry's --server-profile / -k), or pass --force to keep "
+                    "the later one"
+                )
+            owners[record.test_id] = shard
+    return problems
+
+
+def merged_run_id(shards: Sequence[Shard]) -> str:
+    """``<earliest shard start, UTC>-<6 hex of sha256 over the sorted shard ids>``: the format of
+    ``results.new_run_id`` (sorts by time), and the same id each time the same shards are merged."""
+    started = min(s.run.started for s in shards)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
+    digest = hashlib.sha256("\n".join(sorted(s.run.run_id for s in shards)).encode()).hexdigest()[:6]
+    return f"{stamp}-{digest}"
+
+
+def merge_runs(shards: Sequence[Shard], *, forced: Sequence[str] = ()) -> RunFile:
+    """One run holding every shard's results, in shard start order (a test measured twice keeps the later shard's
+    record, at the later position).
+
+    ``machine`` is the first shard's, plus ``shards``: one ``{"run_id", "host", "gpus", "started", "results"}`` per
+    shard; and ``merge_forced``: the problems overridden with ``--force`` (absent when none).
+
+    :raises ValueError: no shards.
+    """
+    if not shards:
+        raise ValueError("merge_runs: no runs to merge")
+    by_test: dict[str, ResultRecord] = {}
+    for shard in shards:
+        for record in shard.run.results:
+            by_test.pop(record.test_id, None)
+            by_test[record.test_id] = record
+    machine = dict(shards[0].run.machine)
+    machine["shards"] = [
+        {
+            "run_id": s.run.run_id,
+            "host": s.run.machine.get("host"),
+            "gpus": s.run.machine.get("gpus", []),
+            "started": s.run.started,
+            "results": len(s.run.results),
+        }
+        for s in shards
+    ]
+    if forced:
+        machine["merge_forced"] = list(forced)
+    return RunFile(
+        run_id=merged_run_id(shards),
+        started=min(s.run.started for s in shards),
+        machine=machine,
+        results=tuple(by_test.values()),
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_specdec merge",
+        description="Merge the run files of CI shards into one run in the store, with one markdown summary and one "
+        "trend PNG. Refuses runs of different commits or different profile definitions unless --force. Exit 0 "
+        "merged, 1 refused, 2 bad input.",
+    )
+    parser.add_argument(
+        "paths",
+        metavar="PATH",
+        nargs="+",
+        help="a run file, or a directory searched recursively for run files (e.g. the downloaded shard artifacts)",
+    )
+    parser.add_argument(
+        "--store",
+        metavar="DIR",
+        default=".specdec/results",
+        help="the results store the merged run is written to (default: .specdec/results)",
+    )
+    parser.add_argument("--markdown", metavar="PATH", help="write the merged summary as markdown (also appended to "
+                        "$GITHUB_STEP_SUMMARY when set)")  # fmt: skip
+    parser.add_argument("--trend", metavar="PNG", help="draw the store's trend (needs matplotlib)")
+    parser.add_argument(
+        "--trend-runs",
+        metavar="N",
+        type=int,
+        default=DEFAULT_TREND_RUNS,
+        help=f"the newest N runs of the store in the trend (default: {DEFAULT_TREND_RUNS})",
+    )
+    parser.add_argument(
+        "--metric",
+        metavar="FIELD",
+        action="append",
+        help="a RunMetrics field for the trend (repeatable; default: output_tok_s and accept_length)",
+    )
+    parser.add_argument("--force", action="store_true", help="merge even when the runs differ (recorded in the run)")
+    return parser
+
+
+def _numeric_fields() -> list[str]:
+    import dataclasses
+
+    from pytest_specdec.records import RunMetrics
+
+    return [f.name for f in dataclasses.fields(RunMetrics) if f.name != "accept_length_source"]
+
+
+def _markdown(run: RunFile, shards: Sequence[Shard], saved: Path) -> list[str]:
+    from pytest_specdec.markdown import markdown_summary
+
+    lines = markdown_summary(run.results, title=f"specdec summary ({len(shards)} shards merged)", results_path=saved)
+    lines += ["", "| shard run | host | results |", "|---|---|---:|"]
+    lines += [f"| `{s.run.run_id}` | {s.run.machine.get('host', '?')} | {len(s.run.results)} |" for s in shards]
+    forced = run.machine.get("merge_forced") or []
+    if forced:
+        lines += ["", "> **Merged with --force** although:", ""]
+        lines += [f"> {line}" for problem in forced for line in str(problem).splitlines()]
+    return lines
+
+
+def merge_main(argv: Sequence[str]) -> int:
+    """``python -m pytest_specdec merge``: see the module docstring; returns the exit code."""
+    from pytest_specdec.report import summary_lines
+
+    args = _parser().parse_args(list(argv))
+    if args.trend_runs < 1:
+        print(f"ERROR: --trend-runs={args.trend_runs}: expected an integer >= 1", file=sys.stderr)
+        return EXIT_USAGE
+    fields = _numeric_fields()
+    for name in args.metric or ():
+        if name not in fields:
+            print(f"ERROR: --metric={name}: not a metric field (available: {', '.join(fields)})", file=sys.stderr)
+            return EXIT_USAGE
+    store = ResultStore(Path(args.store))
+    try:
+        shards, skipped = load_shards(args.paths)
+    except CompareError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    store_root = store.root.resolve()
+    history = [s for s in shards if s.path.resolve().parent == store_root]
+    shards = [s for s in shards if s not in history]  # the store's runs are history, never merged again
+    if not shards:
+        where = ", ".join(map(str, args.paths))
+        why = f"; the {len(history)} in {args.store} are the store's history" if history else ""
+        print(f"ERROR: no run files to merge under {where}{why}; pass the shards' result directories (each shard "
+              "writes <specdec dir>/results/<run id>.json)", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    problems = merge_problems(shards)
+    if problems and not args.force:
+        print(f"ERROR: cannot merge {len(shards)} runs:", file=sys.stderr)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        return EXIT_REFUSED
+    run = merge_runs(shards, forced=problems)
+    saved = store.save(run)
+    if skipped:
+        print(f"skipped {len(skipped)} JSON file(s) that are not run files, e.g. {skipped[0]}")
+    for problem in problems:
+        print(f"WARNING (--force): {problem}")
+    print(f"merged {len(shards)} runs ({len(run.results)} results) into {saved}")
+    for line in summary_lines((r.test_id, r.profile, r.metrics, r.outcome) for r in run.results):
+        print(line)
+    from pytest_specdec.markdown import markdown_targets, write_markdown
+
+    for path, append in markdown_targets(args.markdown, os.environ):
+        write_markdown(_markdown(run, shards, saved), path, append=append)
+        print(f"wrote {path}")
+    if args.trend:
+        from pytest_specdec.plots import DEFAULT_TREND_METRICS, plot_trend
+
+        trend_runs = [read_run_file(p) for p in store.list()[-args.trend_runs :]]
+        try:
+            out = plot_trend(trend_runs, Path(args.trend), metrics=args.metric or list(DEFAULT_TREND_METRICS))
+        except (ValueError, ImportError) as exc:
+            print(f"ERROR: --trend: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"wrote {out} ({len(trend_runs)} runs)")
+    return EXIT_OK
