@@ -46,9 +46,10 @@ EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 DEFAULT_TREND_RUNS = 30
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Shard:
-    """One input run file: where it was read from, and its content."""
+    """One input run file: where it was read from, and its content. Compared by identity (a run holds thousands
+    of values)."""
 
     path: Path
     run: RunFile
@@ -79,13 +80,11 @@ def find_run_files(paths: Iterable[str | Path]) -> list[Path]:
     return list(found)
 
 
-def _is_run_file(path: Path) -> bool:
-    """Whether the JSON file has a top-level ``run_id`` and ``results`` (cheap check before a full read)."""
+def _read_json(path: Path) -> Any:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise CompareError(f"{path}: not a readable JSON file: {exc}") from None
-    return isinstance(data, dict) and isinstance(data.get("run_id"), str) and isinstance(data.get("results"), list)
 
 
 def load_shards(paths: Iterable[str | Path]) -> tuple[list[Shard], list[Path]]:
@@ -101,10 +100,16 @@ def load_shards(paths: Iterable[str | Path]) -> tuple[list[Shard], list[Path]]:
     shards: dict[str, Shard] = {}
     skipped: list[Path] = []
     for path in find_run_files(paths):
-        if not _is_run_file(path):
+        data = _read_json(path)
+        if not (
+            isinstance(data, dict) and isinstance(data.get("run_id"), str) and isinstance(data.get("results"), list)
+        ):
             skipped.append(path)
             continue
-        run = read_run_file(path)
+        try:
+            run = RunFile.from_dict(data)
+        except (ValueError, TypeError) as exc:
+            raise CompareError(f"{path}: {exc}") from None
         seen = shards.get(run.run_id)
         if seen is not None:
             if [r.to_dict() for r in seen.run.results] != [r.to_dict() for r in run.results]:
@@ -175,7 +180,7 @@ def merge_problems(shards: Sequence[Shard]) -> list[str]:
                 continue
             key = json.dumps(definition, sort_keys=True)
             entry = definitions.setdefault(record.profile, {}).setdefault(key, (definition, []))
-            if shard not in entry[1]:
+            if not entry[1] or entry[1][-1] is not shard:  # shards are visited in turn: no quadratic search
                 entry[1].append(shard)
     for profile, variants in definitions.items():
         if len(variants) < 2:
@@ -343,7 +348,7 @@ def merge_main(argv: Sequence[str]) -> int:
             print(problem, file=sys.stderr)
         return EXIT_REFUSED
     run = merge_runs(shards, forced=problems)
-    saved = store.save(run)
+    saved = store.save(run, compact=True)
     if skipped:
         print(f"skipped {len(skipped)} JSON file(s) that are not run files, e.g. {skipped[0]}")
     for problem in problems:

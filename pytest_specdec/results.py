@@ -254,7 +254,8 @@ def profile_definition(profile: Any) -> dict[str, Any]:
     """The profile as its file defines it (``Profile.model_dump``, ``extends:`` already merged), made comparable
     across machines: ``name`` and ``source`` dropped, the profile file's directory written as ``<profiles>`` and
     this package's directory as ``<pytest_specdec>`` inside every string (two CI runners check the same repository
-    out at different paths), ``api_key`` redacted. Stored as ``fingerprint["profile_def"]``; ``merge`` refuses
+    out at different paths), ``api_key``, secret-looking ``env`` values and ``extra_args`` redacted as in the rest
+    of the fingerprint. Stored as ``fingerprint["profile_def"]``; ``merge`` refuses
     runs whose definitions of one profile name differ.
 
     :param profile: a ``profiles.Profile``.
@@ -278,6 +279,8 @@ def profile_definition(profile: Any) -> dict[str, Any]:
     out = norm(data)
     if out.get("api_key") is not None:
         out["api_key"] = REDACTED
+    out["env"] = redact_env(out.get("env") or {})
+    out["extra_args"] = redact_argv(out.get("extra_args") or [], profile.api_key)
     return out
 
 
@@ -526,7 +529,11 @@ class RunFile:
             "results": [r.to_dict() for r in self.results],
         }
 
-    def to_json(self) -> str:
+    def to_json(self, *, compact: bool = False) -> str:
+        """The file content; ``compact`` drops the indentation (json's C encoder runs only without ``indent``:
+        4-5x faster on a merged run of many shards, and half the size)."""
+        if compact:
+            return json.dumps(self.to_dict(), separators=(",", ":"), default=str) + "\n"
         return json.dumps(self.to_dict(), indent=1, sort_keys=False, default=str) + "\n"
 
     @classmethod
@@ -571,9 +578,9 @@ class ResultStore:
     def __repr__(self) -> str:
         return f"ResultStore({str(self.root)!r}, current={self.current!r})"
 
-    def save(self, run: RunFile) -> Path:
+    def save(self, run: RunFile, *, compact: bool = False) -> Path:
         """Write ``run`` atomically: a temp file in ``root`` then ``os.replace``; concurrent writers never leave a
-        partial file (the last replace wins for the same run id).
+        partial file (the last replace wins for the same run id). ``compact``: see ``RunFile.to_json``.
 
         :returns: the file written.
         """
@@ -582,7 +589,7 @@ class ResultStore:
         fd, tmp = tempfile.mkstemp(prefix=f".{run.run_id}.", suffix=".tmp", dir=self.root)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(run.to_json())
+                fh.write(run.to_json(compact=compact))
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):

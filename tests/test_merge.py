@@ -171,3 +171,17 @@ def test_merge_trend(shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["merge", str(shards), "--store", str(tmp_path / "store"), "--trend", str(png)]) == 0
     assert f"wrote {png} (1 runs)" in capsys.readouterr().out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_nightly_workflow_shards_and_merges() -> None:
+    yaml = pytest.importorskip("yaml")
+    path = Path(__file__).resolve().parents[1] / "examples" / "ci" / "nightly-gpu.yml"
+    jobs = yaml.safe_load(path.read_text())["jobs"]
+    shard_entries = jobs["specdec"]["strategy"]["matrix"]["include"]
+    assert len(shard_entries) >= 2 and all(e["profiles"] for e in shard_entries)
+    run_step = next(s for s in jobs["specdec"]["steps"] if "--specdec-report" in s.get("run", ""))
+    assert "--server-profile=${{ matrix.profiles }}" in run_step["run"]
+    assert '--specdec-report="shard/${{ matrix.name }}.json"' in run_step["run"]
+    assert jobs["merge"]["needs"] == "specdec"
+    merge_step = next(s for s in jobs["merge"]["steps"] if "pytest_specdec merge" in s.get("run", ""))
+    assert "python -m pytest_specdec merge shards --store .specdec/results" in merge_step["run"]

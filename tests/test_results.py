@@ -231,6 +231,8 @@ def test_build_fingerprint(tmp_path: Path) -> None:
     )
     assert "sk-123" not in json.dumps(fp) and "hf_secret" not in json.dumps(fp)
     assert "error" not in fp["packages"]
+    assert fp["profile_def"]["env"]["HF_TOKEN"] == REDACTED  # what merge compares between shards
+    assert fp["profile_def"]["workload"]["num_requests"] == 8
 
 
 def run_file(run_id: str, started: float, test_id: str = "t") -> RunFile:
