@@ -31,6 +31,7 @@ __all__ = [
     "BUNDLED_DRAFT_EAGLE3",
     "BUNDLED_TARGET",
     "MinSpeedup",
+    "NodesConfig",
     "Profile",
     "ProfileSet",
     "SpeculativeConfig",
@@ -107,6 +108,53 @@ class Workload(_Strict):
     max_error_rate: float = Field(default=0.0, ge=0, le=1)
 
 
+#: Placeholders a ``nodes.launcher`` / ``nodes.stop`` template may use.
+LAUNCHER_FIELDS = ("host", "rank", "nnodes", "cmd", "shell_cmd")
+
+
+class NodesConfig(_Strict):
+    """``nodes:``: one server spread over several hosts with SGLang's multi-node launch (``--nnodes``,
+    ``--node-rank``, ``--dist-init-addr``; tensor parallelism across nodes), one launch per host.
+
+    ``launcher`` is a command template run once per rank, split like a shell line: ``{cmd}`` as a whole word
+    becomes the server command's words (``srun ... {cmd}``, or ``{cmd}`` alone to run locally); ``{shell_cmd}`` is
+    the command as one shell-quoted string, for launchers that hand a string to a remote shell (``ssh -tt {host}
+    {shell_cmd}``); ``{host}``, ``{rank}`` and ``{nnodes}`` are substituted everywhere. ``stop`` (optional, same
+    placeholders) runs once per rank at teardown, after the launcher process was stopped, for what the launcher
+    cannot end itself (e.g. ``ssh {host} pkill -f -- '--node-rank {rank}'``).
+    """
+
+    #: Rank order: ``hosts[0]`` is rank 0, the leader that serves HTTP and hosts ``--dist-init-addr``.
+    hosts: list[str] = Field(min_length=2)
+    launcher: str = "{cmd}"
+    #: Port of ``--dist-init-addr hosts[0]:PORT`` (default: a port free on this machine when the run starts).
+    dist_init_port: int | None = Field(default=None, ge=1, le=65535)
+    stop: str | None = None
+
+    @field_validator("launcher", "stop")
+    @classmethod
+    def _template(cls, value: str | None, info: Any) -> str | None:
+        if value is None:
+            return value
+        import shlex
+        import string
+
+        try:
+            words = shlex.split(value)
+            names = [f for _, f, _, _ in string.Formatter().parse(value) if f is not None]
+        except ValueError as exc:
+            raise ValueError(f"not a command template ({exc}): {value!r}") from None
+        unknown = [n for n in names if n not in LAUNCHER_FIELDS]
+        if unknown:
+            known = ", ".join("{" + f + "}" for f in LAUNCHER_FIELDS)
+            raise ValueError(f"unknown placeholder {{{unknown[0]}}} in {value!r}; use {known}")
+        if info.field_name == "launcher" and not ({"cmd", "shell_cmd"} & set(names)):
+            raise ValueError(f"{value!r} has neither {{cmd}} nor {{shell_cmd}}, so the server would never start")
+        if any("{cmd}" in w and w != "{cmd}" for w in words):
+            raise ValueError(f"{{cmd}} must be a word of its own in {value!r}; inside a string use {{shell_cmd}}")
+        return value
+
+
 class Profile(_Strict):
     """One named server configuration plus its workload and thresholds."""
 
@@ -144,6 +192,8 @@ class Profile(_Strict):
     #: servers alive, phases alternate) or ``bracketed`` (one server at a time: this, reference, this). None: by
     #: server kind (interleaved for reference and url:, bracketed for sglang and vllm).
     pairing: Literal["interleaved", "bracketed"] | None = None
+    #: A multi-node server (SGLang ``--nnodes``): hosts, launcher template; None: one process on this machine.
+    nodes: NodesConfig | None = None
     #: Where this profile was defined (file path); set by the loader.
     source: str = ""
 
@@ -166,6 +216,16 @@ class Profile(_Strict):
     def _check(self) -> Profile:
         if self.server == "sglang" and self.url is None and self.model_path is None:
             raise ValueError("model_path is required for server: sglang (or give url:)")
+        if self.nodes is not None:
+            if self.url is not None:
+                raise ValueError("nodes: and url: exclude each other (a server given by URL is never launched)")
+            if self.server == "vllm":
+                raise ValueError("nodes: launches SGLang's multi-node mode; use server: sglang (or reference)")
+            if self.tp_size % len(self.nodes.hosts):
+                raise ValueError(
+                    f"tp_size {self.tp_size} is not a multiple of the {len(self.nodes.hosts)} nodes.hosts "
+                    "(SGLang splits tensor parallelism evenly across nodes)"
+                )
         return self
 
 

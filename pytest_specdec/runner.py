@@ -179,6 +179,9 @@ def start_server(
         draft_path = make_draft_overlay(
             Path(spec_cfg.draft_model_path), spec_cfg.aux_hidden_state_layer_ids, log_dir / "overlays"
         )
+    if profile.nodes is not None:
+        return _start_group(profile, engine, api_key, log_dir=log_dir, draft_path=draft_path, budget_s=budget,
+                            on_progress=on_progress)  # fmt: skip
     port = profile.port or find_free_port(profile.host)
     launch = engine.launch_spec(profile, port=port, draft_path=draft_path)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -200,6 +203,44 @@ def start_server(
     server.startup_s = time.perf_counter() - started
     _register(server, log_dir.parent / "servers")
     try:
+        _read_back(server)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def _start_group(
+    profile: Profile,
+    engine: Engine,
+    api_key: str | None,
+    *,
+    log_dir: Path,
+    draft_path: Path | None,
+    budget_s: float,
+    on_progress: ProgressCallback | None,
+) -> RunningServer:
+    """``start_server`` for a profile with ``nodes:``: one launch per rank (``nodegroup.NodeGroup``), ready when
+    every rank joined and rank 0 really generates."""
+    from pytest_specdec.nodegroup import NodeGroup
+    from pytest_specdec.server import find_free_port
+
+    assert profile.nodes is not None
+    leader = profile.nodes.hosts[0]
+    port = profile.port or find_free_port(leader if leader in ("127.0.0.1", "localhost") else "127.0.0.1")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    group = NodeGroup.start(profile, engine, port=port, log_dir=log_dir, draft_path=draft_path)  # type: ignore[arg-type]
+    server = RunningServer(profile, engine, group.base_url, api_key, group.spec, group, group.log_path)
+    try:
+        with httpx.Client(base_url=group.base_url, headers=_auth(api_key), timeout=10.0) as http:
+            group.wait_ready(
+                lambda: engine.probe_ready(http, profile),
+                joined=engine.node_joined,  # type: ignore[attr-defined]
+                timeout_s=budget_s,
+                on_progress=on_progress,
+            )
+        server.startup_s = time.perf_counter() - started
         _read_back(server)
     except BaseException:
         server.stop()

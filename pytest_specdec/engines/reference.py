@@ -8,7 +8,15 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pytest_specdec.engines.base import LaunchSpec
-from pytest_specdec.engines.sglang import _FLAGS, FlagIssue, SglangEngine, SglangVersion, _flag_name, clean_env
+from pytest_specdec.engines.sglang import (
+    _FLAGS,
+    FlagIssue,
+    SglangEngine,
+    SglangVersion,
+    _flag_name,
+    clean_env,
+    node_flag_issues,
+)
 from pytest_specdec.errors import ProfileError
 from pytest_specdec.profiles import Profile
 
@@ -97,9 +105,12 @@ class ReferenceEngine(SglangEngine):
                       f"remove it; supported: {', '.join(sorted(REFERENCE_FLAGS))}")
             for flag in self._unsupported(profile)
         ]  # fmt: skip
-        if profile.tp_size != 1:
-            issues.append(FlagIssue("error", "tp_size", profile.tp_size, "the reference server runs on one CPU process",
-                                    "set tp_size: 1"))  # fmt: skip
+        issues += node_flag_issues(profile)
+        nnodes = len(profile.nodes.hosts) if profile.nodes is not None else 1
+        if profile.tp_size != 1 and not (nnodes > 1 and profile.tp_size == nnodes):
+            issues.append(FlagIssue("error", "tp_size", profile.tp_size,
+                                    "the reference server runs on one CPU process (per node with nodes:)",
+                                    "set tp_size: 1, or the number of nodes.hosts"))  # fmt: skip
         spec = profile.speculative
         if spec is not None and spec.algorithm not in ("EAGLE", "EAGLE3", "NEXTN"):
             issues.append(FlagIssue("error", "speculative.algorithm", spec.algorithm,

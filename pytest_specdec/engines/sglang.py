@@ -27,6 +27,8 @@ from pytest_specdec.profiles import Profile
 
 __all__ = [
     "BASE_ENV_KEYS",
+    "MULTINODE_FLAGS",
+    "NODE_JOINED",
     "VERSIONS",
     "DecodeLine",
     "FlagIssue",
@@ -35,6 +37,7 @@ __all__ = [
     "auth_headers",
     "clean_env",
     "graph_warning",
+    "node_flag_issues",
     "parse_decode_line",
     "probe_sglang_version",
     "resolve_api_key",
@@ -161,6 +164,18 @@ VERSIONS: tuple[SglangVersion, ...] = (
 )
 
 
+#: SGLang's multi-node flags, the same in every release we support (0.5.23:
+#: ``python/sglang/srt/arg_groups/fields/parallel.py`` fields ``nnodes``, ``node_rank``, ``dist_init_addr`` with the
+#: alias ``--nccl-init-addr``; 0.4.6: ``server_args.py::add_cli_args``). ``tp_size`` is the total over all nodes.
+MULTINODE_FLAGS = {"nnodes": "--nnodes", "node_rank": "--node-rank", "dist_init_addr": "--dist-init-addr"}
+
+#: What a rank other than 0 logs once its schedulers joined torch.distributed and loaded the weights: it then
+#: serves only /health (``entrypoints/engine.py::_launch_subprocesses`` -> ``utils/common.py::
+#: launch_dummy_health_check_server``: "Starting dummy health check server at H:P", or "Dummy health check server
+#: scheduled on existing loop at H:P" when an event loop already runs).
+NODE_JOINED = re.compile(r"Starting dummy health check server at |Dummy health check server scheduled on ")
+
+
 def version_row(version: str | None) -> SglangVersion:
     """The ``VERSIONS`` row for an installed version: the newest row with ``since <= version``.
 
@@ -284,6 +299,19 @@ def _flag_name(arg: str) -> str:
     return arg.split("=", 1)[0]
 
 
+def node_flag_issues(profile: Profile) -> list[FlagIssue]:
+    """Errors for :data:`MULTINODE_FLAGS` (or ``--nccl-init-addr``) in ``extra_args`` of a profile with ``nodes:``,
+    which sets them per rank: a copy in ``extra_args`` would give every rank the same rank."""
+    if profile.nodes is None:
+        return []
+    return [
+        FlagIssue("error", "extra_args", _flag_name(arg), "nodes: sets the multi-node flags for every rank",
+                  f"remove {_flag_name(arg)} from extra_args")
+        for arg in profile.extra_args
+        if _flag_name(arg) in (*MULTINODE_FLAGS.values(), "--nccl-init-addr")
+    ]  # fmt: skip
+
+
 class SglangEngine:
     """SGLang (``server: sglang``): implements ``engines.base.Engine``."""
 
@@ -356,6 +384,44 @@ class SglangEngine:
             port=port,
             draft_path=Path(draft) if draft is not None else None,
         )
+
+    def node_launch_spec(
+        self,
+        profile: Profile,
+        *,
+        rank: int,
+        host: str,
+        port: int,
+        dist_init_addr: str,
+        draft_path: Path | None,
+    ) -> LaunchSpec:
+        """argv and env of one rank of a multi-node server: ``launch_spec`` with ``--host`` set to the rank's host and
+        :data:`MULTINODE_FLAGS` (``--nnodes N --node-rank R --dist-init-addr H:P``) before ``extra_args``.
+
+        :param rank: 0 .. ``len(profile.nodes.hosts) - 1``; rank 0 serves the HTTP API, the others only /health.
+        :param dist_init_addr: ``hosts[0]:port`` where rank 0 hosts torch.distributed's rendezvous.
+        :raises ProfileError: as ``launch_spec``; the profile has no ``nodes:``.
+        """
+        if profile.nodes is None:
+            raise ProfileError(f"profiles.{profile.name}: node_launch_spec needs nodes:", profile=profile.name)
+        spec = self.launch_spec(profile.model_copy(update={"host": host}), port=port, draft_path=draft_path)
+        cut = len(spec.argv) - len(profile.extra_args)
+        node = [
+            MULTINODE_FLAGS["nnodes"], str(len(profile.nodes.hosts)),
+            MULTINODE_FLAGS["node_rank"], str(rank),
+            MULTINODE_FLAGS["dist_init_addr"], dist_init_addr,
+        ]  # fmt: skip
+        return LaunchSpec(
+            argv=(*spec.argv[:cut], *node, *spec.argv[cut:]),
+            env=spec.env,
+            host=host,
+            port=port,
+            draft_path=spec.draft_path,
+        )
+
+    def node_joined(self, log_text: str) -> bool:
+        """Whether a non-leader rank's log says it joined (:data:`NODE_JOINED`)."""
+        return NODE_JOINED.search(log_text) is not None
 
     def server_args(self, profile: Profile, *, port: int, draft_path: Path | None) -> list[str]:
         """The flags after the head (see ``launch_spec``), spelled for the version that will run."""
@@ -434,6 +500,7 @@ class SglangEngine:
                     FlagIssue("warning", "extra_args", arg, f"{flag} is deprecated in SGLang {shown}",
                               f"use {row.deprecated_flags[flag]}")
                 )  # fmt: skip
+        issues += node_flag_issues(profile)
         forcing = [a for a in profile.extra_args if _flag_name(a) in ("--enable-nccl-nvls", "--enable-symm-mem")]
         if forcing and "NCCL_NVLS_ENABLE" in profile.env:
             issues.append(

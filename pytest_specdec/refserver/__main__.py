@@ -75,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logger.info(f"server_args={args.public_dict()}")
     keep: list[object] = []
+    if args.nnodes > 1:
+        from pytest_specdec.refserver import nodes
+
+        if args.node_rank > 0:
+            return nodes.run_follower(args)
+        keep.append(nodes.wait_for_followers(args))
     if args.ref_fault_orphan:
         keep.append(faults.spawn_orphan())
     if args.ref_fault_hold_port is not None:

@@ -81,6 +81,12 @@ class ServerArgs:
     ref_fault_die_after_requests: int | None = None
     ref_fault_orphan: bool = False
     ref_fault_hold_port: int | None = None
+    # Multi-node (SGLang arg_groups/fields/parallel.py: nnodes, node_rank, dist_init_addr); see refserver/nodes.py.
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str | None = None
+    ref_fault_node_never_join: int | None = None
+    ref_fault_node_exit: str | None = None
 
     @property
     def speculative(self) -> bool:
@@ -115,7 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-running-requests", type=int, default=None)
     p.add_argument("--skip-server-warmup", action="store_true")
     p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1,
-                   help="Only 1 is supported.")
+                   help="1, or --nnodes in node mode (one CPU process per node).")
+    nodes = p.add_argument_group(
+        "multi-node (stand-in)",
+        "SGLang's multi-node flags. Rank 0 serves HTTP once every rank registered at --dist-init-addr; other ranks "
+        "register, then answer /health like SGLang's non-zero ranks (see pytest_specdec/refserver/nodes.py).",
+    )
+    nodes.add_argument("--nnodes", type=int, default=1, help="The number of nodes.")
+    nodes.add_argument("--node-rank", type=int, default=0, help="The node rank.")
+    nodes.add_argument("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr", default=None,
+                       help="HOST:PORT where rank 0 listens for the other ranks.")
     spec = p.add_argument_group("speculative decoding")
     spec.add_argument("--speculative-algorithm", type=str.upper, default=None,
                       help="EAGLE3, EAGLE or NEXTN (-> EAGLE). Chain drafting (topk 1) only.")
@@ -149,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Spawn a grandchild process that ignores SIGTERM and sleeps.")
     faults.add_argument("--ref-fault-hold-port", type=int, metavar="PORT", default=None,
                         help="Bind and hold an extra TCP port, like an engine's derived port.")
+    faults.add_argument("--ref-fault-node-never-join", type=int, metavar="RANK", default=None,
+                        help="Node mode: the rank RANK (>= 1) runs but never registers with rank 0.")
+    faults.add_argument("--ref-fault-node-exit", metavar="RANK:SECONDS", default=None,
+                        help="Node mode: the rank RANK (>= 1) exits 1 SECONDS after it joined (a lost node).")
     return p
 
 
@@ -184,9 +203,10 @@ def resolve_args(ns: argparse.Namespace) -> ServerArgs:
     :raises ArgsError: what the reference server does not implement (tree drafting, tp > 1, other algorithms).
     :raises AssertionError: as SGLang, for a partial steps/topk/draft-tokens set.
     """
-    if ns.tp_size != 1:
+    _check_nodes(ns)
+    if ns.tp_size != 1 and not (ns.nnodes > 1 and ns.tp_size == ns.nnodes):
         raise ArgsError(f"--tp-size {ns.tp_size}: the reference server runs on one CPU process; only --tp-size 1 "
-                        "is supported")
+                        "(or --tp-size equal to --nnodes in node mode) is supported")
     algo = ns.speculative_algorithm
     steps, topk, draft_tokens = _spec_values(ns)
     max_running = ns.max_running_requests
@@ -256,4 +276,35 @@ def resolve_args(ns: argparse.Namespace) -> ServerArgs:
         ref_fault_die_after_requests=ns.ref_fault_die_after_requests,
         ref_fault_orphan=ns.ref_fault_orphan,
         ref_fault_hold_port=ns.ref_fault_hold_port,
+        nnodes=ns.nnodes,
+        node_rank=ns.node_rank,
+        dist_init_addr=ns.dist_init_addr,
+        ref_fault_node_never_join=ns.ref_fault_node_never_join,
+        ref_fault_node_exit=ns.ref_fault_node_exit,
     )
+
+
+def _check_nodes(ns: argparse.Namespace) -> None:
+    """Node-mode flag rules: ``--nnodes`` >= 1, ``0 <= --node-rank < --nnodes``, ``--dist-init-addr HOST:PORT``
+    when ``--nnodes`` > 1 (SGLang needs it to find rank 0), fault ranks >= 1.
+
+    :raises ArgsError: naming the flag and value.
+    """
+    if ns.nnodes < 1:
+        raise ArgsError(f"--nnodes {ns.nnodes}: expected an integer >= 1")
+    if not 0 <= ns.node_rank < ns.nnodes:
+        raise ArgsError(f"--node-rank {ns.node_rank}: expected 0 <= rank < --nnodes ({ns.nnodes})")
+    if ns.nnodes > 1:
+        host, sep, port = (ns.dist_init_addr or "").rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ArgsError(f"--dist-init-addr {ns.dist_init_addr}: --nnodes {ns.nnodes} needs HOST:PORT of rank 0")
+    if ns.ref_fault_node_never_join is not None and ns.ref_fault_node_never_join < 1:
+        raise ArgsError(f"--ref-fault-node-never-join {ns.ref_fault_node_never_join}: expected a rank >= 1")
+    if ns.ref_fault_node_exit is not None:
+        rank, sep, seconds = ns.ref_fault_node_exit.partition(":")
+        try:
+            ok = bool(sep) and int(rank) >= 1 and float(seconds) >= 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ArgsError(f"--ref-fault-node-exit {ns.ref_fault_node_exit}: expected RANK:SECONDS with RANK >= 1")

@@ -1,0 +1,217 @@
+"""Multi-node servers (``nodes:``): launcher templates, SGLang's multi-node flags, group readiness and teardown.
+
+The end-to-end tests run the reference server's stand-in node mode: three processes on 127.0.0.1-3 (Linux routes
+all of 127/8 to loopback), rank 0 the leader, launched with ``launcher: "{cmd}"``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pytest_specdec import runner
+from pytest_specdec.engines.base import LaunchSpec
+from pytest_specdec.engines.reference import ReferenceEngine
+from pytest_specdec.engines.sglang import SglangEngine
+from pytest_specdec.errors import ProfileError, ServerError, ServerStartError
+from pytest_specdec.nodegroup import NodeGroup, render_launcher
+from pytest_specdec.profiles import Profile, load_profiles, resolve_paths
+from pytest_specdec.refserver.args import ArgsError, parse_args, resolve_args
+
+HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+
+
+def test_render_launcher_local_srun_and_ssh() -> None:
+    spec = LaunchSpec(argv=("sglang", "serve", "--model-path", "my model"), env={"PATH": "/bin", "NCCL_PROTO": "LL"},
+                      host="h", port=1)  # fmt: skip
+    assert render_launcher("{cmd}", spec, host="h", rank=0, nnodes=2) == (
+        "env", "NCCL_PROTO=LL", "sglang", "serve", "--model-path", "my model",
+    )  # fmt: skip
+    assert render_launcher("srun -N1 -n1 -w {host} {cmd}", spec, host="gpu-b", rank=1, nnodes=2)[:5] == (
+        "srun", "-N1", "-n1", "-w", "gpu-b",
+    )  # fmt: skip
+    assert render_launcher("ssh -tt {host} {shell_cmd}", spec, host="gpu-b", rank=1, nnodes=2) == (
+        "ssh", "-tt", "gpu-b", "env NCCL_PROTO=LL sglang serve --model-path 'my model'",
+    )  # fmt: skip
+
+
+def test_nodes_profile_errors_name_file_key_and_fix(tmp_path: Path) -> None:
+    path = tmp_path / "specdec.yaml"
+    path.write_text(
+        textwrap.dedent(
+            """
+            profiles:
+              a: {tp_size: 2, nodes: {hosts: [x, y], launcher: "ssh {host} 'run {cmd}'"}}
+              b: {tp_size: 3, nodes: {hosts: [x, y]}}
+              c: {nodes: {hosts: [x]}}
+              d: {tp_size: 2, nodes: {hosts: [x, y], launcher: "srun -w {hst} {cmd}"}}
+            """
+        )
+    )
+    with pytest.raises(ProfileError) as info:
+        load_profiles(path)
+    lines = str(info.value).splitlines()
+    assert any("profiles.a.nodes.launcher" in line and "{cmd} must be a word of its own" in line and "{shell_cmd}"
+               in line for line in lines)  # fmt: skip
+    assert any("profiles.b" in line and "tp_size 3 is not a multiple of the 2 nodes.hosts" in line for line in lines)
+    assert any("profiles.c.nodes.hosts" in line for line in lines)
+    assert any("profiles.d.nodes.launcher" in line and "unknown placeholder {hst}" in line for line in lines)
+
+
+def test_rank_command_has_sglang_multinode_flags_before_extra_args() -> None:
+    profile = resolve_paths(Profile(name="p", tp_size=3, extra_args=["--log-level", "debug"], nodes={"hosts": HOSTS}))
+    spec = ReferenceEngine().node_launch_spec(
+        profile, rank=2, host="127.0.0.3", port=30000, dist_init_addr="127.0.0.1:5000", draft_path=None
+    )
+    argv = list(spec.argv)
+    assert argv[argv.index("--host") + 1] == "127.0.0.3"
+    assert argv[-8:] == ["--nnodes", "3", "--node-rank", "2", "--dist-init-addr", "127.0.0.1:5000",
+                         "--log-level", "debug"]  # fmt: skip
+
+
+def test_sglang_joined_lines() -> None:
+    engine = SglangEngine()
+    # SGLang utils/common.py::launch_dummy_health_check_server, both branches.
+    assert engine.node_joined("[2026-12-01 02:00:00] Starting dummy health check server at 0.0.0.0:30000")
+    assert engine.node_joined("[...] Dummy health check server scheduled on existing loop at 10.0.0.2:30000")
+    assert not engine.node_joined("[2026-12-01 02:00:00] Init torch distributed begin.")
+
+
+def test_multinode_flags_in_extra_args_are_a_preflight_error() -> None:
+    profile = Profile(name="p", tp_size=2, extra_args=["--nnodes", "2"], nodes={"hosts": HOSTS[:2]})
+    issues = ReferenceEngine().flag_issues(profile)
+    assert [(i.severity, i.value, i.fix) for i in issues if i.key == "extra_args"][0] == (
+        "error", "--nnodes", "remove --nnodes from extra_args",
+    )  # fmt: skip
+
+
+def test_refserver_node_flags_are_checked() -> None:
+    with pytest.raises(ArgsError, match=r"--dist-init-addr None: --nnodes 2 needs HOST:PORT of rank 0"):
+        resolve_args(parse_args(["--model-path", "m", "--nnodes", "2", "--node-rank", "1", "--tp-size", "2"]))
+    with pytest.raises(ArgsError, match=r"--node-rank 2: expected 0 <= rank < --nnodes \(2\)"):
+        resolve_args(parse_args(["--model-path", "m", "--nnodes", "2", "--node-rank", "2",
+                                 "--dist-init-addr", "127.0.0.1:1"]))  # fmt: skip
+
+
+# -- end to end on the reference server's node mode ---------------------------------------------------------------
+
+
+def _profile(tmp_path: Path, *extra: str, timeout_s: int = 240) -> Profile:
+    tag = str(tmp_path)
+    path = tmp_path / "specdec.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            profiles:
+              tp3:
+                server: reference
+                tp_size: 3
+                env: {{SPECDEC_TEST_TAG: "{tag}"}}
+                startup_timeout_s: {timeout_s}
+                extra_args: {list(extra)!r}
+                nodes: {{hosts: {HOSTS!r}, launcher: "{{cmd}}"}}
+                workload: {{max_new_tokens: 8, num_requests: 2, warmup_requests: 0, repeats: 1}}
+            """
+        )
+    )
+    return load_profiles(path).get("tp3")
+
+
+def _tagged(tag: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("SPECDEC_TEST_TAG") == tag:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_rank_that_never_joins_names_rank_host_and_log(tmp_path: Path) -> None:
+    profile = _profile(tmp_path, "--ref-fault-node-never-join", "2", timeout_s=15)
+    logs = tmp_path / "logs"
+    with pytest.raises(ServerStartError) as info:
+        runner.start_server(profile, log_dir=logs)
+    first = str(info.value).splitlines()[0]
+    assert first == (
+        f"server 'tp3': after 15 s (startup_timeout_s) node rank 2 on 127.0.0.3 never joined (no 'joined' line in "
+        f"its log; log: {logs / 'tp3.rank2.log'}); rank 0 waits for every rank, so check that rank's host, launcher "
+        "and network"
+    )
+    assert info.value.cause == "timeout"
+    assert "ref fault: --ref-fault-node-never-join 2" in info.value.log_tail
+    assert "node rank 1 joined from 127.0.0.2" in (logs / "tp3.log").read_text()
+    assert not _tagged(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_rank_that_dies_before_ready_names_rank_host_and_log(tmp_path: Path) -> None:
+    profile = _profile(tmp_path, "--ref-fault-node-exit", "1:0")
+    logs = tmp_path / "logs"
+    with pytest.raises(ServerStartError) as info:
+        runner.start_server(profile, log_dir=logs)
+    first = str(info.value).splitlines()[0]
+    assert first.startswith(
+        f"server 'tp3': node rank 1 on 127.0.0.2 exited with code 1 before the group was ready (cause: unknown); "
+        f"log: {logs / 'tp3.rank1.log'}"
+    )
+    assert "ref fault: --ref-fault-node-exit 1:0: node rank 1 exits with status 1" in info.value.log_tail
+    assert not _tagged(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_group_serves_then_a_dead_rank_is_named_and_every_rank_stopped(tmp_path: Path) -> None:
+    profile = _profile(tmp_path)
+    logs = tmp_path / "logs"
+    server = runner.start_server(profile, log_dir=logs)
+    try:
+        group = server.process
+        assert isinstance(group, NodeGroup)
+        assert server.base_url.startswith("http://127.0.0.1:")
+        for rank in (1, 2):
+            text = (logs / f"tp3.rank{rank}.log").read_text()
+            assert f"Starting dummy health check server at 127.0.0.{rank + 1}:" in text
+        measurement = runner.measure(server)
+        assert measurement.metrics.num_ok == 2
+        victim = group.ranks[2].process
+        os.kill(victim.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while victim.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(ServerError) as info:
+            group.check_alive()
+        first = str(info.value).splitlines()[0]
+        assert first.startswith(
+            "server 'tp3': node rank 2 on 127.0.0.3 was killed by signal 9 (SIGKILL) while running (cause: unknown); "
+            f"log: {logs / 'tp3.rank2.log'}"
+        )
+    finally:
+        server.stop()
+    assert not _tagged(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_plugin_runs_a_multinode_profile(pytester: pytest.Pytester) -> None:
+    profile = _profile(pytester.path)
+    assert profile.source
+    pytester.makepyfile(
+        test_mn="""
+        def test_tp3(specdec_run):
+            assert specdec_run.metrics.num_ok == 2
+        """
+    )
+    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    result = pytester.runpytest_subprocess("--specdec-profiles=specdec.yaml", "--server-profile=tp3", timeout=600)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["test_tp3[[]tp3[]] * tp3 * passed"])
+    logs = pytester.path / ".specdec" / "logs"
+    assert sorted(p.name for p in logs.glob("tp3*.log")) == ["tp3.log", "tp3.rank1.log", "tp3.rank2.log"]
+    assert not _tagged(str(pytester.path))
