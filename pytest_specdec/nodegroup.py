@@ -58,6 +58,8 @@ class NodeEngine(Protocol):
 
     def node_joined(self, log_text: str) -> bool: ...
 
+    def node_at_rendezvous(self, log_text: str) -> bool: ...
+
 
 def _is_local(host: str) -> bool:
     if host == "localhost":
@@ -122,6 +124,7 @@ class Rank:
     spec: LaunchSpec
     process: ServerProcess
     joined: bool = False
+    at_rendezvous: bool = False
     _offset: int = 0
     _text: str = ""
 
@@ -219,11 +222,11 @@ class NodeGroup:
         self,
         probe: Callable[[], bool],
         *,
-        joined: Callable[[str], bool],
+        engine: NodeEngine,
         timeout_s: float,
         on_progress: ProgressCallback | None = None,
     ) -> float:
-        """Wait until every rank other than 0 has logged that it joined (``joined(log_text)``) and ``probe()``
+        """Wait until every rank other than 0 has logged that it joined (``engine.node_joined``) and ``probe()``
         (rank 0's readiness: health and a real generate) returns True; stop every rank and raise otherwise.
 
         ``probe`` runs in a helper thread, one call at a time, every 0.1 s; an exception means "not yet". Every
@@ -245,7 +248,9 @@ class NodeGroup:
                     raise self._died(dead, when="before the group was ready", error=ServerStartError)
                 for rank in self.ranks[1:]:
                     if not rank.joined:
-                        rank.joined = joined(rank.read_new())
+                        text = rank.read_new()
+                        rank.at_rendezvous = rank.at_rendezvous or engine.node_at_rendezvous(text)
+                        rank.joined = engine.node_joined(text)
                 elapsed = time.monotonic() - self._started
                 waiting = [r for r in self.ranks[1:] if not r.joined]
                 if leader_ok and not waiting:
@@ -291,14 +296,26 @@ class NodeGroup:
         return ServerError(message, profile=self.name, log_path=first.log_path)
 
     def _timeout(self, waiting: list[Rank], timeout_s: float) -> ServerStartError:
+        """Ranks that never reached the rendezvous come first: the rendezvous is collective, so one missing rank
+        keeps every other rank waiting, and the one that never got there is the one to look at."""
         self.stop()
         if waiting:
-            parts = [f"{r.label} never joined (no 'joined' line in its log; log: {r.log_path})" for r in waiting]
+            waiting = sorted(waiting, key=lambda r: (r.at_rendezvous, r.rank))
+            parts = [
+                f"{r.label} waits at the rendezvous (log: {r.log_path})" if r.at_rendezvous else
+                f"{r.label} never reached the rendezvous (no 'Init torch distributed begin' in its log; log: "
+                f"{r.log_path})"
+                for r in waiting
+            ]  # fmt: skip
             first = waiting[0]
+            hint = (
+                "a rank that never reaches it holds up all the others: check its host, launcher and environment"
+                if not first.at_rendezvous
+                else "check that --dist-init-addr (rank 0's host and nodes.dist_init_port) is reachable from every node"
+            )
             message = (
-                f"server '{self.name}': after {timeout_s:g} s (startup_timeout_s) " + "; ".join(parts) +
-                "; rank 0 waits for every rank, so check that rank's host, launcher and network\n" +
-                _tail(first.log_path)
+                f"server '{self.name}': after {timeout_s:g} s (startup_timeout_s) not every node rank joined: " +
+                "; ".join(parts) + f"; {hint}\n" + _tail(first.log_path)
             )  # fmt: skip
             return ServerStartError(message, profile=self.name, log_path=first.log_path, cause="timeout",
                                     log_tail=_tail(first.log_path))  # fmt: skip
@@ -334,8 +351,8 @@ class NodeGroup:
 
     def stop(self, timeout_s: float = 30.0) -> StopReport:
         """Stop every rank: rank 0, then the others all at once (one thread per rank, so one slow rank does not
-        delay the others' SIGKILL), then run the profile's ``nodes.stop`` template once per rank (output appended to that rank's log; bounded
-        by ``STOP_COMMAND_TIMEOUT_S``). Idempotent; never raises for a rank already gone.
+        delay the others' SIGKILL), then run the profile's ``nodes.stop`` template once per rank (output appended to
+        that rank's log; bounded by ``STOP_COMMAND_TIMEOUT_S``). Idempotent; never raises for a rank already gone.
 
         :returns: one report for the group: rank 0's pid and exit status, the union of every rank's pids, the
             slowest rank's duration, ``port_free`` only if every rank's port is free.

@@ -236,7 +236,7 @@ def _start_group(
         with httpx.Client(base_url=group.base_url, headers=_auth(api_key), timeout=10.0) as http:
             group.wait_ready(
                 lambda: engine.probe_ready(http, profile),
-                joined=engine.node_joined,  # type: ignore[attr-defined]
+                engine=engine,  # type: ignore[arg-type]
                 timeout_s=budget_s,
                 on_progress=on_progress,
             )

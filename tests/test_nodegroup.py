@@ -80,7 +80,8 @@ def test_sglang_joined_lines() -> None:
     # SGLang utils/common.py::launch_dummy_health_check_server, both branches.
     assert engine.node_joined("[2026-12-01 02:00:00] Starting dummy health check server at 0.0.0.0:30000")
     assert engine.node_joined("[...] Dummy health check server scheduled on existing loop at 10.0.0.2:30000")
-    assert not engine.node_joined("[2026-12-01 02:00:00] Init torch distributed begin.")
+    assert not engine.node_joined("[2026-12-01 02:00:00 TP8] Init torch distributed begin.")
+    assert engine.node_at_rendezvous("[2026-12-01 02:00:00 TP8] Init torch distributed begin.")
 
 
 def test_multinode_flags_in_extra_args_are_a_preflight_error() -> None:
@@ -142,13 +143,14 @@ def test_rank_that_never_joins_names_rank_host_and_log(tmp_path: Path) -> None:
         runner.start_server(profile, log_dir=logs)
     first = str(info.value).splitlines()[0]
     assert first == (
-        f"server 'tp3': after 15 s (startup_timeout_s) node rank 2 on 127.0.0.3 never joined (no 'joined' line in "
-        f"its log; log: {logs / 'tp3.rank2.log'}); rank 0 waits for every rank, so check that rank's host, launcher "
-        "and network"
+        "server 'tp3': after 15 s (startup_timeout_s) not every node rank joined: node rank 2 on 127.0.0.3 never "
+        f"reached the rendezvous (no 'Init torch distributed begin' in its log; log: {logs / 'tp3.rank2.log'}); "
+        f"node rank 1 on 127.0.0.2 waits at the rendezvous (log: {logs / 'tp3.rank1.log'}); a rank that never "
+        "reaches it holds up all the others: check its host, launcher and environment"
     )
     assert info.value.cause == "timeout"
     assert "ref fault: --ref-fault-node-never-join 2" in info.value.log_tail
-    assert "node rank 1 joined from 127.0.0.2" in (logs / "tp3.log").read_text()
+    assert "node rank 1 joined from 127.0.0.1 (1/2)" in (logs / "tp3.log").read_text()
     assert not _tagged(str(tmp_path))
 
 

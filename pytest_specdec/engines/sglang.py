@@ -29,6 +29,7 @@ __all__ = [
     "BASE_ENV_KEYS",
     "MULTINODE_FLAGS",
     "NODE_JOINED",
+    "NODE_RENDEZVOUS",
     "VERSIONS",
     "DecodeLine",
     "FlagIssue",
@@ -174,6 +175,9 @@ MULTINODE_FLAGS = {"nnodes": "--nnodes", "node_rank": "--node-rank", "dist_init_
 #: launch_dummy_health_check_server``: "Starting dummy health check server at H:P", or "Dummy health check server
 #: scheduled on existing loop at H:P" when an event loop already runs).
 NODE_JOINED = re.compile(r"Starting dummy health check server at |Dummy health check server scheduled on ")
+#: What every rank logs before it blocks in torch.distributed's rendezvous (``model_executor/model_runner.py::
+#: init_torch_distributed``): a rank without it never got that far (launcher, host, environment).
+NODE_RENDEZVOUS = re.compile(r"Init torch distributed begin")
 
 
 def version_row(version: str | None) -> SglangVersion:
@@ -422,6 +426,10 @@ class SglangEngine:
     def node_joined(self, log_text: str) -> bool:
         """Whether a non-leader rank's log says it joined (:data:`NODE_JOINED`)."""
         return NODE_JOINED.search(log_text) is not None
+
+    def node_at_rendezvous(self, log_text: str) -> bool:
+        """Whether a rank's log says it reached torch.distributed's rendezvous (:data:`NODE_RENDEZVOUS`)."""
+        return NODE_RENDEZVOUS.search(log_text) is not None
 
     def server_args(self, profile: Profile, *, port: int, draft_path: Path | None) -> list[str]:
         """The flags after the head (see ``launch_spec``), spelled for the version that will run."""

@@ -1,5 +1,6 @@
 """Stand-in for SGLang's multi-node launch on one machine (``--nnodes N --node-rank R --dist-init-addr HOST:PORT``).
 
+Every rank first logs SGLang's ``Init torch distributed begin.`` (``model_runner.py::init_torch_distributed``).
 Rank 0 (the leader) listens on the dist-init address until every other rank has registered (torch.distributed's
 rendezvous, which SGLang's ranks join before loading weights), tells them to go, then loads the model and serves HTTP
 as usual. A non-leader rank registers, waits for the go, logs SGLang's line ``Starting dummy health check server at
@@ -104,7 +105,8 @@ def run_follower(args: ServerArgs) -> int:
         while True:
             time.sleep(3600)
     host, port = _address(args)
-    logger.info(f"node rank {rank}/{args.nnodes}: registering with rank 0 at {host}:{port}")
+    logger.info(f"Init torch distributed begin. node rank {rank}/{args.nnodes}: registering with rank 0 at "
+                f"{host}:{port}")  # fmt: skip
     while True:
         try:
             conn = socket.create_connection((host, port), timeout=5.0)
