@@ -241,6 +241,8 @@ def _start_group(
                 on_progress=on_progress,
             )
         server.startup_s = time.perf_counter() - started
+        # Rank 0's launcher: if pytest is killed, the next run stops it, and the other ranks lose their peer.
+        _register(server, log_dir.parent / "servers")
         _read_back(server)
     except BaseException:
         server.stop()

@@ -88,7 +88,7 @@ def test_flags_are_read_from_the_refserver_parser() -> None:
 def test_flag_issues_catch_what_the_refserver_rejects() -> None:
     p = profile(tp_size=2, speculative={"algorithm": "NGRAM"})
     assert [(i.key, i.value, i.fix) for i in ReferenceEngine().flag_issues(p)] == [
-        ("tp_size", 2, "set tp_size: 1"),
+        ("tp_size", 2, "set tp_size: 1, or the number of nodes.hosts"),
         ("speculative.algorithm", "NGRAM", "use algorithm: EAGLE3, or server: sglang for other algorithms"),
     ]
     p = profile(speculative={"algorithm": "EAGLE3", "num_steps": 2, "eagle_topk": 2, "num_draft_tokens": 5})

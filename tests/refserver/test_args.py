@@ -32,7 +32,7 @@ def test_tp_size_above_one_rejected() -> None:
     res = run_cli(*BASE, "--tp-size", "2")
     assert res.returncode == 2
     assert ("python -m pytest_specdec.refserver: error: --tp-size 2: the reference server runs on one CPU process; "
-            "only --tp-size 1 is supported") in res.stderr
+            "only --tp-size 1 (or --tp-size equal to --nnodes in node mode) is supported") in res.stderr
 
 
 def test_all_three_omitted_explains_tree_drafting() -> None:
