@@ -35,7 +35,8 @@ def test_repository_profile_file_repeats_the_copied_profiles_unchanged() -> None
 def test_copied_tests_leave_thresholds_to_the_profile(pytester: pytest.Pytester) -> None:
     shutil.copy(EXAMPLES / "specdec.yaml", pytester.path / "specdec.yaml")
     shutil.copy(EXAMPLES / "test_specdec.py", pytester.path / "test_specdec.py")
-    items, _ = pytester.inline_genitems("--server-profile=eagle3", "-m", "specdec")
+    # importlib mode: the outer run already imported examples/test_specdec.py under the same module name.
+    items, _ = pytester.inline_genitems("--server-profile=eagle3", "-m", "specdec", "--import-mode=importlib")
     assert [item.name for item in items] == ["test_profile_thresholds[eagle3]", "test_latency_reported[eagle3]"]
     for item in items:
         marker = item.get_closest_marker("specdec")
