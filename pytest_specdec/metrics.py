@@ -18,7 +18,10 @@ from pytest_specdec.errors import ServerError
 from pytest_specdec.records import RequestRecord, RunMetrics
 
 __all__ = [
+    "ACCEPT_LENGTH_DEFINITION",
+    "ACCEPT_RATE_DEFINITION",
     "CROSS_CHECK_TOLERANCE",
+    "SCHEDULER_CHECK_TOLERANCE",
     "METRICS",
     "MetricSpec",
     "RequestTiming",
@@ -29,6 +32,18 @@ __all__ = [
 
 #: Relative difference between client and counter accept lengths above which :func:`cross_check` reports.
 CROSS_CHECK_TOLERANCE = 0.02
+#: The same for the scheduler's own figure (``avg_spec_accept_length``): it misses the decode iterations after its
+#: last fold (< ``--decode-log-interval``, 40) and counts drafts accepted past ``max_new_tokens``, so it is looser.
+SCHEDULER_CHECK_TOLERANCE = 0.05
+#: The accept length every engine is reported in (named in the summary and in each results file).
+ACCEPT_LENGTH_DEFINITION = (
+    "1 + accepted draft tokens / verify steps (the bonus token of each step counted, each request's prefill-sampled "
+    "first token not): SGLang's server-side avg_spec_accept_length; per request (SGLang, reference) "
+    "1 + Σspec_num_correct_drafts / Σspec_verify_ct (older SGLang: Σ(completion_tokens - 1) / Σspec_verify_ct); "
+    "vLLM counters 1 + Δaccepted / Δdrafts"
+)
+#: The accept rate every engine is reported in.
+ACCEPT_RATE_DEFINITION = "accepted draft tokens / (verify steps * num_steps) = (accept_length - 1) / num_steps"
 
 _PERCENTILES = (50, 90, 99)
 
@@ -69,17 +84,17 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
                 "accept_length",
                 "tokens/verify step",
                 True,
-                "sum(completion_tokens) / sum(meta_info.spec_verify_ct) over measured ok requests; "
-                "else engine counters",
-                "SGLang benchmark/mtbench/bench_sglang_eagle.py; test/kits/spec_server_kits.py::test_acc_length",
+                ACCEPT_LENGTH_DEFINITION,
+                "SGLang scheduler_components/metrics_reporter.py (spec_num_accept_tokens += num_correct_drafts + bs "
+                "per verify forward: avg_spec_accept_length); vLLM v1/spec_decode/metrics.py (1 + accepted / drafts)",
             ),
             MetricSpec(
                 "accept_rate",
-                "fraction of draft tokens",
+                "fraction of drafted positions",
                 True,
-                "sum(spec_num_correct_drafts) / sum(spec_num_proposed_drafts); else counters accepted/draft_tokens; "
-                "else (accept_length - 1) / (num_draft_tokens - 1)",
-                "SGLang managers/tokenizer_manager.py (spec_accept_rate); vLLM v1/spec_decode/metrics.py",
+                ACCEPT_RATE_DEFINITION,
+                "vLLM v1/spec_decode/metrics.py (accepted / draft tokens, draft tokens = drafts * k); SGLang's "
+                "spec_accept_rate for eagle_topk 1 (for topk > 1 SGLang divides by num_draft_tokens - 1, the tree)",
             ),
             MetricSpec(
                 "ttft_ms",
@@ -186,40 +201,38 @@ def _delta(after: float | None, before: float | None) -> float | None:
     return after - before
 
 
-def _server_accept(before: SpecCounters | None, after: SpecCounters | None) -> tuple[float | None, float | None]:
-    """(accept length, accept rate) from counter deltas; None where a counter is missing or did not move.
+def _server_accept(before: SpecCounters | None, after: SpecCounters | None) -> float | None:
+    """Accept length from counter deltas in the engine's own definition (``RunMetrics.accept_length_native``); None
+    where a counter is missing or did not move.
 
-    SGLang: length = Δ``sglang:generation_tokens_total`` / Δ``sglang:spec_verify_calls_total``.
-    vLLM: length = 1 + Δaccepted_tokens / Δdrafts, rate = Δaccepted_tokens / Δdraft_tokens
-    (``vllm/v1/spec_decode/metrics.py``).
+    SGLang: Δ``sglang:generation_tokens_total`` / Δ``sglang:spec_verify_calls_total`` (counts each request's prefill
+    token, like ``meta_info.spec_accept_length``). vLLM: 1 + Δaccepted_tokens / Δdrafts
+    (``vllm/v1/spec_decode/metrics.py``), which is also :data:`ACCEPT_LENGTH_DEFINITION`.
     """
     if before is None or after is None:
-        return None, None
-    length: float | None = None
-    rate: float | None = None
+        return None
     verify = _delta(after.verify_calls, before.verify_calls)
     generated = _delta(after.generation_tokens, before.generation_tokens)
     drafts = _delta(after.drafts, before.drafts)
     accepted = _delta(after.accepted_tokens, before.accepted_tokens)
-    draft_tokens = _delta(after.draft_tokens, before.draft_tokens)
     if verify is not None and generated is not None and verify > 0:
-        length = generated / verify
-    elif drafts is not None and accepted is not None and drafts > 0:
-        length = 1.0 + accepted / drafts
-    if draft_tokens is not None and accepted is not None and draft_tokens > 0:
-        rate = accepted / draft_tokens
-    return length, rate
+        return generated / verify
+    if drafts is not None and accepted is not None and drafts > 0:
+        return 1.0 + accepted / drafts
+    return None
 
 
 def summarize(
     records: Sequence[RequestRecord],
     duration_s: float,
     *,
-    num_draft_tokens: int | None,
+    num_steps: int | None,
     speculative: bool,
     counters_before: SpecCounters | None = None,
     counters_after: SpecCounters | None = None,
     max_error_rate: float = 0.0,
+    scheduler_accept_length: float | None = None,
+    cache_reset: str | None = None,
 ) -> RunMetrics:
     """Aggregate one measured phase.
 
@@ -227,23 +240,29 @@ def summarize(
     - TTFT, TPOT, e2e: per ok request (:func:`request_timing`), then mean / p50 / p90 / p99 in ms (numpy linear
       percentiles). ITL: all per-token gaps of all ok requests pooled, as ``calculate_metrics`` pools ``itls``.
       decode tok/s: median over ok requests.
-    - accept_length (None unless ``speculative``) = Σ completion_tokens / Σ spec_verify_ct over ok requests that
-      report ``spec_verify_ct > 0`` — only this phase, not the server's lifetime ``avg_spec_accept_length``;
-      when no request reports it, the counter-derived value (``accept_length_source`` says which).
-    - accept_rate (None unless ``speculative``) = Σ spec_num_correct_drafts / Σ spec_num_proposed_drafts when
-      reported; else the vLLM counters' Δaccepted / Δdraft_tokens; else (accept_length - 1) / (num_draft_tokens - 1)
-      when ``num_draft_tokens > 1``.
-    - server_accept_length / server_accept_rate from ``counters_after - counters_before`` (see
-      :func:`cross_check`); also computed when not ``speculative`` if counters are given.
+    - accept_length (None unless ``speculative``), :data:`ACCEPT_LENGTH_DEFINITION`: 1 + Σspec_num_correct_drafts
+      / Σspec_verify_ct over ok requests that report ``spec_verify_ct > 0`` (only this phase, not the server's
+      lifetime; Σ(completion_tokens - 1) / Σspec_verify_ct when a request lacks the drafts field); when no request
+      reports it, the counters' value (``accept_length_source`` says which).
+      ``accept_length_native`` is the engine's own figure beside it: SGLang's and the reference server's per-request
+      ``spec_accept_length`` convention Σcompletion_tokens / Σspec_verify_ct (counts the prefill token), vLLM's
+      1 + accepted / drafts (the same as ``accept_length``).
+    - accept_rate (None unless ``speculative`` and ``num_steps`` is known), :data:`ACCEPT_RATE_DEFINITION`.
+    - server_accept_length from ``counters_after - counters_before`` in the native definition
+      (:func:`_server_accept`), and ``scheduler_accept_length`` as given (the engine's independent figure, in the
+      convention), both for :func:`cross_check`.
 
-    Worked example: two ok requests, 8 and 4 tokens, spec_verify_ct 4 and 2, spec_num_correct_drafts 6 and 2,
-    spec_num_proposed_drafts 12 and 6, phase 0.5 s -> output_tok_s 12 / 0.5 = 24; accept_length 12 / 6 = 2.0;
-    accept_rate 8 / 18 = 0.444.
+    Worked example: two ok requests, 8 and 4 tokens, spec_verify_ct 4 and 2, spec_num_correct_drafts 3 and 1,
+    phase 0.5 s, num_steps 3 -> output_tok_s 12 / 0.5 = 24; accept_length 1 + 4 / 6 = 1.667; native 12 / 6 = 2.0;
+    accept_rate 0.667 / 3 = 0.222.
 
     :param records: the measured phase's records (warmup excluded), failed ones included.
     :param duration_s: phase wall time in seconds (``PhaseResult.duration_s``), > 0.
-    :param num_draft_tokens: the server's effective ``speculative_num_draft_tokens`` (None if unknown).
+    :param num_steps: the server's effective ``speculative_num_steps`` (draft depth; None if unknown).
     :param max_error_rate: the workload's ``max_error_rate``; the fraction of failed requests may not exceed it.
+    :param scheduler_accept_length: ``Engine.scheduler_accept_length`` read after the phase, when the prefix cache
+        (and with it the scheduler's totals) was reset before it; else None.
+    :param cache_reset: ``Engine.reset_prefix_cache``'s note, recorded as is.
     :raises ServerError: no successful request, or failed/total > ``max_error_rate``; the message gives the counts
         and the first error.
     :raises ValueError: ``duration_s <= 0``.
@@ -270,26 +289,29 @@ def summarize(
     decode = [t.decode_tok_s for t in timings if t.decode_tok_s is not None]
     output_tokens = sum(r.completion_tokens for r in ok)
 
-    server_length, server_rate = _server_accept(counters_before, counters_after)
+    server_length = _server_accept(counters_before, counters_after)
     accept_length: float | None = None
+    native: float | None = None
     accept_rate: float | None = None
     source: str | None = None
     if speculative:
         verified = [r for r in ok if r.spec_verify_ct]
         if verified:
-            accept_length = sum(r.completion_tokens for r in verified) / sum(r.spec_verify_ct or 0 for r in verified)
+            steps = sum(r.spec_verify_ct or 0 for r in verified)
+            emitted = sum(r.completion_tokens for r in verified)
+            if all(r.spec_num_correct_drafts is not None for r in verified):
+                accepted = sum(r.spec_num_correct_drafts or 0 for r in verified)
+            else:  # older SGLang: every token after the prefill one came out of a verify step
+                accepted = emitted - len(verified) - steps
+            accept_length = 1.0 + accepted / steps
+            native = emitted / steps
             source = "client"
         elif server_length is not None:
-            accept_length, source = server_length, "counters"
-        drafted = [r for r in ok if r.spec_num_proposed_drafts and r.spec_num_correct_drafts is not None]
-        if drafted:
-            accept_rate = sum(r.spec_num_correct_drafts or 0 for r in drafted) / sum(
-                r.spec_num_proposed_drafts or 0 for r in drafted
-            )
-        elif server_rate is not None:
-            accept_rate = server_rate
-        elif accept_length is not None and num_draft_tokens is not None and num_draft_tokens > 1:
-            accept_rate = (accept_length - 1.0) / (num_draft_tokens - 1)
+            # vLLM: no per-request fields; its counters' figure is already in the convention.
+            accept_length = native = server_length
+            source = "counters"
+        if accept_length is not None and num_steps:
+            accept_rate = (accept_length - 1.0) / num_steps
 
     return RunMetrics(
         num_requests=total,
@@ -318,26 +340,43 @@ def summarize(
         e2e_ms_p99=e2e[3],
         decode_tok_s_p50=float(np.median(decode)) if decode else None,
         server_accept_length=server_length,
-        server_accept_rate=server_rate,
         accept_length_source=source,
+        accept_length_native=native,
+        scheduler_accept_length=scheduler_accept_length if speculative else None,
+        cache_reset=cache_reset,
     )
 
 
 def cross_check(metrics: RunMetrics) -> str | None:
-    """Compare the client-side accept length with the engine counters' one.
+    """Compare the client-side accept length with the engine's other figures.
 
-    :returns: None when they agree within :data:`CROSS_CHECK_TOLERANCE` (relative to the counter value) or
-        either is missing or the client value itself came from the counters; else one line such as
-        ``accept length disagrees: client 2.00 (Σcompletion_tokens/Σspec_verify_ct) vs engine counters 2.50
-        (-20.0%): metrics bug, not a regression``.
+    - engine counters (``server_accept_length``, native definition) against ``accept_length_native``, within
+      :data:`CROSS_CHECK_TOLERANCE`: on SGLang they are summed from the same per-request fields, so this catches a
+      client that misread a response, not a server that miscounts;
+    - the scheduler's own average (``scheduler_accept_length``, SGLang's ``avg_spec_accept_length`` after the
+      ``/flush_cache``) against ``accept_length``, within :data:`SCHEDULER_CHECK_TOLERANCE`: counted by the
+      scheduler, an independent source.
+
+    :returns: None when every available figure agrees (or the client value itself came from the counters); else
+        one line per disagreement joined by ``"; "``, e.g. ``accept length disagrees: client 2.00
+        (Σcompletion_tokens/Σspec_verify_ct) vs engine counters 2.50 (-20.0%, tolerance 2%): metrics bug, not a
+        regression``.
     """
-    client, server = metrics.accept_length, metrics.server_accept_length
-    if metrics.accept_length_source != "client" or client is None or server is None or server <= 0:
+    if metrics.accept_length_source != "client":
         return None
-    diff = (client - server) / server
-    if abs(diff) <= CROSS_CHECK_TOLERANCE:
-        return None
-    return (
-        f"accept length disagrees: client {client:.2f} (Σcompletion_tokens/Σspec_verify_ct) vs engine counters "
-        f"{server:.2f} ({diff:+.1%}): metrics bug, not a regression"
-    )
+    problems = []
+    for label, client, other, tolerance in (
+        ("Σcompletion_tokens/Σspec_verify_ct", metrics.accept_length_native, metrics.server_accept_length,
+         ("engine counters", CROSS_CHECK_TOLERANCE)),
+        ("1 + accepted/verify steps", metrics.accept_length, metrics.scheduler_accept_length,
+         ("scheduler avg_spec_accept_length", SCHEDULER_CHECK_TOLERANCE)),
+    ):  # fmt: skip
+        if client is None or other is None or other <= 0:
+            continue
+        diff = (client - other) / other
+        if abs(diff) > tolerance[1]:
+            problems.append(
+                f"accept length disagrees: client {client:.2f} ({label}) vs {tolerance[0]} {other:.2f} "
+                f"({diff:+.1%}, tolerance {tolerance[1]:.0%}): metrics bug, not a regression"
+            )
+    return "; ".join(problems) or None

@@ -763,6 +763,8 @@ class SpecdecSession:
             f"specdec {r.profile}: {r.paired['speedup']}" for r in self.records if r.paired.get("speedup")
         ):
             terminalreporter.write_line(line)
+        for line in report.definition_lines(self.records):
+            terminalreporter.write_line(line)
         self._write_notes(terminalreporter)
         for run_id, tests in self.compared.items():
             terminalreporter.write_line(f"specdec compare: {len(tests)} test(s) compared with stored run {run_id}")

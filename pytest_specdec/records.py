@@ -75,11 +75,18 @@ class RunMetrics:
     e2e_ms_p90: float | None
     e2e_ms_p99: float | None
     decode_tok_s_p50: float | None
-    #: Accept length from engine counters (Δgeneration_tokens / Δverify_calls), for the cross-check.
+    #: Accept length from engine counters in the engine's own definition (as ``accept_length_native``).
     server_accept_length: float | None = None
-    server_accept_rate: float | None = None
-    #: Where ``accept_length`` came from: "client" (Σcompletion_tokens/Σspec_verify_ct), "counters", or None.
+    #: Where ``accept_length`` came from: "client" (per-request meta_info), "counters", or None.
     accept_length_source: str | None = None
+    #: The engine's own accept-length figure (SGLang/reference: Σcompletion_tokens / Σspec_verify_ct, which counts
+    #: the prefill token; vLLM: 1 + accepted / drafts), reported beside ``accept_length``.
+    accept_length_native: float | None = None
+    #: The scheduler's accept length since the cache reset (SGLang ``avg_spec_accept_length``): an independent check.
+    scheduler_accept_length: float | None = None
+    #: What was done to the prefix cache before this phase (``Engine.reset_prefix_cache``), e.g. "reset: POST
+    #: /flush_cache" or "not reset: ...".
+    cache_reset: str | None = None
 
     def as_dict(self) -> dict[str, float | int | str | None]:
         return asdict(self)

@@ -9,9 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.records import RunMetrics
-from pytest_specdec.results import RunFile
+from pytest_specdec.results import ResultRecord, RunFile
 
-__all__ = ["JUNIT_PREFIX", "SUMMARY_COLUMNS", "junit_properties", "summary_lines", "write_json_report"]
+__all__ = [
+    "JUNIT_PREFIX",
+    "SUMMARY_COLUMNS",
+    "definition_lines",
+    "junit_properties",
+    "summary_lines",
+    "write_json_report",
+]
 
 #: (RunMetrics field, header, format) of the summary table, in order.
 SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -51,6 +58,44 @@ def summary_lines(rows: Iterable[tuple[str, str, dict[str, Any], str]]) -> list[
         first = [str(r[0]).ljust(widths[0]), str(r[1]).ljust(widths[1])]
         rest = [str(c).rjust(w) for c, w in zip(r[2:-1], widths[2:-1], strict=True)]
         out.append("  ".join([*first, *rest, str(r[-1])]))
+    return out
+
+
+def definition_lines(records: Sequence[ResultRecord]) -> list[str]:
+    """What the summary's numbers are, printed under the table: the accept-length and accept-rate definitions
+    (``metrics.ACCEPT_LENGTH_DEFINITION``), each profile's accept length in its engine's own definition beside it,
+    and what was done to the prefix cache before the measured phases (``RunMetrics.cache_reset``).
+
+    Example::
+
+        accept_len = 1 + accepted drafts / verify steps (prefill token excluded); accept_rate = ...
+        accept_len in the engine's own definition: eagle3 2.68 (Σcompletion_tokens / Σspec_verify_ct)
+        prefix cache before each measured phase: reset: POST /flush_cache (baseline, eagle3)
+
+    :returns: no line for a kind of fact no record has.
+    """
+    out: list[str] = []
+    first: dict[str, ResultRecord] = {}
+    for record in records:
+        first.setdefault(record.profile, record)
+    if any(r.metrics.get("accept_length") is not None for r in first.values()):
+        out.append(
+            "accept_len = 1 + accepted drafts / verify steps (prefill token excluded); "
+            "accept_rate = (accept_len - 1) / num_steps"
+        )
+        native = [
+            f"{name} {r.metrics['accept_length_native']:.2f} ({r.fingerprint.get('accept_length_native') or '?'})"
+            for name, r in first.items()
+            if isinstance(r.metrics.get("accept_length_native"), int | float)
+        ]
+        if native:
+            out.append("accept_len in the engine's own definition: " + ", ".join(native))
+    notes: dict[str, list[str]] = {}
+    for name, r in first.items():
+        for note in dict.fromkeys(str(v) for v in r.repeats.get("cache_reset", []) if v):
+            notes.setdefault(note, []).append(name)
+    for note, names in notes.items():
+        out.append(f"prefix cache before each measured phase: {note} ({', '.join(names)})")
     return out
 
 

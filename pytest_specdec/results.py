@@ -43,6 +43,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "build_fingerprint",
     "commit_info",
+    "definitions",
     "gpu_info",
     "machine_info",
     "new_run_id",
@@ -313,7 +314,8 @@ def _draft_facts(server: RunningServer) -> dict[str, Any]:
 def build_fingerprint(server: RunningServer, prompt_hash: str) -> dict[str, Any]:
     """Everything that can explain a performance change, as a JSON-safe dict (secrets redacted).
 
-    Keys: ``plugin_version``; ``engine`` (``server.engine.name``); ``packages`` (:func:`package_versions` in the
+    Keys: ``plugin_version``; ``engine`` (``server.engine.name``); ``accept_length_native`` (how the engine states
+    accept length itself, ``Engine.native_accept_length``); ``packages`` (:func:`package_versions` in the
     server's interpreter, ``{}`` for a server given by URL); ``argv`` (launch argv, api key redacted); ``env``
     (launch env variables starting NCCL_/SGLANG_/CUDA_ plus every variable the profile sets, redacted by name);
     ``draft`` (path, config hash, aux ids); ``speculative`` (the profile's block); ``effective`` (what the server
@@ -344,6 +346,7 @@ def build_fingerprint(server: RunningServer, prompt_hash: str) -> dict[str, Any]
     fingerprint: dict[str, Any] = {
         "plugin_version": plugin_version(),
         "engine": server.engine.name,
+        "accept_length_native": getattr(server.engine, "native_accept_length", None),
         "packages": packages,
         "argv": argv,
         "env": redact_env(env_src),
@@ -526,6 +529,7 @@ class RunFile:
             "started": self.started,
             "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
             "machine": self.machine,
+            "definitions": definitions(),
             "results": [r.to_dict() for r in self.results],
         }
 
@@ -551,6 +555,14 @@ class RunFile:
             results=tuple(ResultRecord.from_dict(r) for r in results),
             schema=int(data.get("schema") or SCHEMA_VERSION),
         )
+
+
+def definitions() -> dict[str, str]:
+    """Metric name -> "formula [unit]; source" for every metric (``metrics.METRICS``), written into each run file so
+    a stored accept length says which definition it is in."""
+    from pytest_specdec.metrics import METRICS
+
+    return {name: f"{spec.formula} [{spec.unit}]; source: {spec.source}" for name, spec in METRICS.items()}
 
 
 def new_run_id(now: float | None = None) -> str:

@@ -382,24 +382,32 @@ def measure(server: RunningServer, *, base_dir: Path | None = None) -> Measureme
     )
     if warmup:
         client.run_phase(server.base_url, warmup, **common)  # type: ignore[arg-type]
+    # Warmup request i and measured request i share a prompt, and repeats resend the list: without a reset, TTFT
+    # would be measured on prefix-cache hits. The reset also zeroes SGLang's scheduler totals (the cross-check).
+    cache_reset = _reset_cache(server)
     before = _counters(server)
     phase = client.run_phase(server.base_url, measured, **common)  # type: ignore[arg-type]
     after = _counters(server)
     if server.process is not None:
         server.process.check_alive()  # type: ignore[attr-defined]
     spec = profile.speculative
-    num_draft_tokens = None
+    num_steps = None
+    scheduler_length = None
     if spec is not None:
         eff = server.effective
-        num_draft_tokens = (eff.num_draft_tokens if eff else None) or spec.num_draft_tokens
+        num_steps = (eff.num_steps if eff else None) or spec.num_steps
+        if cache_reset.startswith("reset") and _scheduler_covers(server, phase.records):
+            scheduler_length = _scheduler_accept_length(server)
     run = metrics.summarize(
         list(phase.records),
         phase.end_s - phase.start_s,
-        num_draft_tokens=num_draft_tokens,
+        num_steps=num_steps,
         speculative=spec is not None,
         counters_before=before,
         counters_after=after,
         max_error_rate=wl.max_error_rate,
+        scheduler_accept_length=scheduler_length,
+        cache_reset=cache_reset,
     )
     return Measurement(
         profile=profile.name,
@@ -410,6 +418,32 @@ def measure(server: RunningServer, *, base_dir: Path | None = None) -> Measureme
         counters_after=after,
         cross_check=metrics.cross_check(run),
     )
+
+
+def _reset_cache(server: RunningServer) -> str:
+    """``Engine.reset_prefix_cache`` on a fresh client; its note goes into the results (``RunMetrics.cache_reset``)."""
+    with httpx.Client(base_url=server.base_url, timeout=30.0) as http:
+        return server.engine.reset_prefix_cache(http, server.profile)
+
+
+#: The scheduler check runs only when its figure misses at most 1/N of the phase's decode iterations.
+SCHEDULER_MIN_WINDOWS = 20
+
+
+def _scheduler_covers(server: RunningServer, records: tuple[RequestRecord, ...] | list[RequestRecord]) -> bool:
+    """True when the scheduler's windowed figure covers nearly all of the phase: SGLang folds its totals every
+    ``decode_log_interval`` (``/server_info``; default 40) decode iterations, so the phase needs at least
+    ``SCHEDULER_MIN_WINDOWS`` windows (estimated iterations = Σspec_verify_ct / concurrency)."""
+    raw = server.effective.raw if server.effective is not None else {}
+    value = raw.get("decode_log_interval")
+    interval = value if isinstance(value, int) else 40
+    steps = sum(r.spec_verify_ct or 0 for r in records if r.ok)
+    return steps / max(server.profile.workload.concurrency, 1) >= SCHEDULER_MIN_WINDOWS * max(interval, 1)
+
+
+def _scheduler_accept_length(server: RunningServer) -> float | None:
+    with httpx.Client(base_url=server.base_url, timeout=30.0) as http:
+        return server.engine.scheduler_accept_length(http, server.profile)
 
 
 def _counters(server: RunningServer) -> SpecCounters | None:
@@ -454,6 +488,10 @@ def run_result(server: RunningServer, measured: Sequence[Measurement]) -> RunRes
     read_warnings = getattr(server.engine, "log_warnings", None)
     if read_warnings is not None and server.log_path is not None and server.log_path.is_file():
         warnings = read_warnings(server.profile, server.log_path.read_text(errors="replace"))
+    for note in dict.fromkeys(m.metrics.cache_reset or "" for m in measurements):
+        if note.startswith("not reset"):
+            warnings.append(f"prefix cache {note}; TTFT may be measured on cache hits (warmup and repeats resend the "
+                            "same prompts)")  # fmt: skip
     return RunResult(
         profile=server.profile.name,
         measurements=measurements,

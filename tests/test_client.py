@@ -128,10 +128,11 @@ def test_generate_stream_records_exact_chunks_and_spec_fields(fake_clock: FakeCl
     assert timing.tpot_s == pytest.approx(0.100 / 7)
     assert timing.decode_tok_s == pytest.approx(70.0)
 
-    m = summarize(result.records, result.duration_s, num_draft_tokens=4, speculative=True)
+    m = summarize(result.records, result.duration_s, num_steps=3, speculative=True)
     assert m.output_tok_s == pytest.approx(8 / 0.200)  # 40 tok/s
-    assert m.accept_length == pytest.approx(8 / 3)  # Σcompletion_tokens / Σspec_verify_ct
-    assert m.accept_rate == pytest.approx(5 / 9)
+    assert m.accept_length == pytest.approx(1 + 5 / 3)  # 1 + Σspec_num_correct_drafts / Σspec_verify_ct
+    assert m.accept_length_native == pytest.approx(8 / 3)  # SGLang's meta_info convention
+    assert m.accept_rate == pytest.approx(5 / 9)  # (accept_length - 1) / 3 steps
     assert m.itl_ms_mean == pytest.approx((3 * 10 + 4 * 15) / 7)
 
 
@@ -187,7 +188,7 @@ def test_http_status_and_connection_errors_are_failed_records(fake_clock: FakeCl
     assert records[0].error == 'HTTP 401 Unauthorized from http://testserver/generate: {"error":"Unauthorized"}'
     assert records[1].error == "ConnectError on http://testserver/generate: connection refused"
     with pytest.raises(ServerError, match=r"^no successful requests: 2 of 2 failed; first error: HTTP 401"):
-        summarize(records, 1.0, num_draft_tokens=None, speculative=False)
+        summarize(records, 1.0, num_steps=None, speculative=False)
 
 
 def test_stalled_stream_aborts_the_phase(fake_clock: FakeClock) -> None:
@@ -333,10 +334,10 @@ def test_openai_final_usage_only_never_counts_chunks_as_tokens(fake_clock: FakeC
     assert timing.itl_s == ()
     assert timing.ttft_s == pytest.approx(0.100)
     assert timing.tpot_s == pytest.approx(0.090 / 7)  # (190 - 100) ms / (8 - 1)
-    m = summarize([rec], 0.190, num_draft_tokens=4, speculative=True)
+    m = summarize([rec], 0.190, num_steps=3, speculative=True)
     assert m.itl_ms_mean is None and m.itl_ms_p50 is None
-    assert m.accept_length == pytest.approx(2.0)
-    assert m.accept_rate == pytest.approx(4 / 12)
+    assert m.accept_length == pytest.approx(2.0)  # 1 + 4 accepted drafts / 4 verify steps
+    assert m.accept_rate == pytest.approx(1 / 3)
 
 
 def test_openai_stream_without_usage_is_a_failed_record(fake_clock: FakeClock) -> None:

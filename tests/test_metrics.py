@@ -36,7 +36,7 @@ R1 = ok_record(
     [(0.100, 1), (0.130, 3), (0.170, 4)],
     0.170,
     spec_verify_ct=4,
-    spec_num_correct_drafts=4,
+    spec_num_correct_drafts=3,
     spec_num_proposed_drafts=12,
 )
 # R2: start 1 s; 1 token at 1.200 s, 2 at 1.260 s, 1 at 1.300 s; [DONE] 1.300 s; 4 tokens, 2 verify steps.
@@ -45,7 +45,7 @@ R2 = ok_record(
     [(1.200, 1), (1.260, 2), (1.300, 1)],
     1.300,
     spec_verify_ct=2,
-    spec_num_correct_drafts=2,
+    spec_num_correct_drafts=1,
     spec_num_proposed_drafts=6,
 )
 
@@ -65,7 +65,7 @@ def test_single_token_request_has_no_tpot_or_itl() -> None:
 
 
 def test_summarize_exact_values_and_failed_requests_excluded() -> None:
-    m = summarize([R1, failed_record(), R2], 2.0, num_draft_tokens=4, speculative=True, max_error_rate=0.5)
+    m = summarize([R1, failed_record(), R2], 2.0, num_steps=3, speculative=True, max_error_rate=0.5)
     assert (m.num_requests, m.num_ok, m.num_errors, m.output_tokens) == (3, 2, 1, 12)
     assert m.output_tok_s == pytest.approx(6.0)  # 12 tokens / 2 s
     # TTFT [100, 200] ms: mean 150, p50 150, p90 100 + 0.9*100 = 190, p99 199.
@@ -78,28 +78,32 @@ def test_summarize_exact_values_and_failed_requests_excluded() -> None:
     # e2e [170, 300] ms: p90 170 + 0.9*130 = 287, p99 298.7.
     assert (m.e2e_ms_mean, m.e2e_ms_p50, m.e2e_ms_p90, m.e2e_ms_p99) == pytest.approx((235, 235, 287, 298.7))
     assert m.decode_tok_s_p50 == pytest.approx(65.0)  # median(7/0.07 = 100, 3/0.1 = 30)
-    assert m.accept_length == pytest.approx(2.0)  # (8 + 4) / (4 + 2)
-    assert m.accept_rate == pytest.approx(1 / 3)  # (4 + 2) / (12 + 6)
+    assert m.accept_length == pytest.approx(1 + 4 / 6)  # 1 + accepted drafts (3 + 1) / verify steps (4 + 2)
+    assert m.accept_length_native == pytest.approx(2.0)  # SGLang's meta_info convention (8 + 4) / (4 + 2)
+    assert m.accept_rate == pytest.approx((10 / 6 - 1) / 3)  # accepted drafts per step / num_steps
     assert m.accept_length_source == "client"
-    assert (m.server_accept_length, m.server_accept_rate) == (None, None)
+    assert (m.server_accept_length, m.scheduler_accept_length, m.cache_reset) == (None, None, None)
 
 
 def test_not_speculative_has_no_accept_metrics() -> None:
-    m = summarize([R1, R2], 2.0, num_draft_tokens=4, speculative=False)
+    m = summarize([R1, R2], 2.0, num_steps=3, speculative=False)
     assert (m.accept_length, m.accept_rate, m.accept_length_source) == (None, None, None)
 
 
-def test_accept_rate_falls_back_to_accept_length_formula() -> None:
-    # 9 tokens in 3 verify steps -> accept length 3; (3 - 1) / (5 - 1) = 0.5.
-    r = ok_record(0.0, [(0.1, 1), (0.2, 4), (0.3, 4)], 0.3, spec_verify_ct=3)
-    m = summarize([r], 1.0, num_draft_tokens=5, speculative=True)
-    assert (m.accept_length, m.accept_rate) == pytest.approx((3.0, 0.5))
-    assert summarize([r], 1.0, num_draft_tokens=None, speculative=True).accept_rate is None
+def test_accept_rate_is_per_drafted_position_not_per_tree_node() -> None:
+    """Issue 14.8: one accept-rate definition; with topk > 1 (8 draft tokens for 3 steps) it divides by the 3 drafted
+    positions, not by the 7 non-root tree nodes as SGLang's spec_accept_rate does."""
+    # 3 verify steps accepting 6 drafts -> accept length 1 + 6 / 3 = 3; (3 - 1) / 3 steps = 0.667, not 6 / 21.
+    r = ok_record(0.0, [(0.1, 1), (0.2, 5), (0.3, 4)], 0.3, spec_verify_ct=3, spec_num_correct_drafts=6,
+                  spec_num_proposed_drafts=21)  # fmt: skip
+    m = summarize([r], 1.0, num_steps=3, speculative=True)
+    assert (m.accept_length, m.accept_rate) == pytest.approx((3.0, 2 / 3))
+    assert summarize([r], 1.0, num_steps=None, speculative=True).accept_rate is None
 
 
 def test_error_rate_above_limit_raises() -> None:
     with pytest.raises(ServerError) as excinfo:
-        summarize([R1, failed_record("HTTP 500"), R2], 2.0, num_draft_tokens=4, speculative=True, max_error_rate=0.2)
+        summarize([R1, failed_record("HTTP 500"), R2], 2.0, num_steps=3, speculative=True, max_error_rate=0.2)
     assert str(excinfo.value) == (
         "1 of 3 requests failed (error rate 0.33 > max_error_rate 0.2); first error: HTTP 500"
     )
@@ -110,30 +114,30 @@ def test_zero_successful_requests_raises() -> None:
         summarize(
             [failed_record("ConnectError"), failed_record()],
             1.0,
-            num_draft_tokens=None,
+            num_steps=None,
             speculative=False,
             max_error_rate=1.0,
         )
     assert str(excinfo.value) == "no successful requests: 2 of 2 failed; first error: ConnectError"
     with pytest.raises(ServerError, match=r"^no successful requests: 0 of 0 failed$"):
-        summarize([], 1.0, num_draft_tokens=None, speculative=False)
+        summarize([], 1.0, num_steps=None, speculative=False)
 
 
 def test_nonpositive_duration_is_a_bug() -> None:
     with pytest.raises(ValueError, match=r"^summarize: duration_s must be > 0, got 0.0$"):
-        summarize([R1], 0.0, num_draft_tokens=None, speculative=False)
+        summarize([R1], 0.0, num_steps=None, speculative=False)
 
 
 def test_sglang_counters_and_cross_check() -> None:
     before = SpecCounters(generation_tokens=100.0, verify_calls=50.0)
-    # Δgeneration 24 / Δverify 12 = 2.0: agrees with the client's (8 + 4) / (4 + 2) = 2.0.
+    # Δgeneration 12 / Δverify 6 = 2.0: agrees with the client's native (8 + 4) / (4 + 2).
     m = summarize(
         [R1, R2],
         2.0,
-        num_draft_tokens=4,
+        num_steps=3,
         speculative=True,
         counters_before=before,
-        counters_after=SpecCounters(generation_tokens=124.0, verify_calls=62.0),
+        counters_after=SpecCounters(generation_tokens=112.0, verify_calls=56.0),
     )
     assert m.server_accept_length == pytest.approx(2.0)
     assert cross_check(m) is None
@@ -141,37 +145,49 @@ def test_sglang_counters_and_cross_check() -> None:
     m = summarize(
         [R1, R2],
         2.0,
-        num_draft_tokens=4,
+        num_steps=3,
         speculative=True,
         counters_before=before,
         counters_after=SpecCounters(generation_tokens=140.0, verify_calls=60.0),
     )
     assert m.server_accept_length == pytest.approx(4.0)
     assert cross_check(m) == (
-        "accept length disagrees: client 2.00 (Σcompletion_tokens/Σspec_verify_ct) vs engine counters 4.00 "
-        "(-50.0%): metrics bug, not a regression"
+        "accept length disagrees: client 2.00 (Σcompletion_tokens/Σspec_verify_ct) vs engine counters 4.00 (-50.0%, "
+        "tolerance 2%): metrics bug, not a regression"
     )
 
 
-def test_cross_check_tolerance_is_two_percent() -> None:
-    base = summarize([R1, R2], 2.0, num_draft_tokens=4, speculative=True)  # client 2.0
+def test_older_sglang_without_drafts_field_counts_emitted_tokens() -> None:
+    old = [dataclasses.replace(r, spec_num_correct_drafts=None) for r in (R1, R2)]
+    m = summarize(old, 2.0, num_steps=3, speculative=True)
+    assert m.accept_length == pytest.approx(1 + (12 - 2 - 6) / 6)  # 1 + (Σ(completion - 1) - Σverify) / Σverify
+
+
+def test_cross_check_tolerances() -> None:
+    base = summarize([R1, R2], 2.0, num_steps=3, speculative=True)  # client 1.667, native 2.0
     assert cross_check(dataclasses.replace(base, server_accept_length=1.97)) is None  # +1.5 %
     assert cross_check(dataclasses.replace(base, server_accept_length=1.95)) is not None  # +2.6 %
+    # The scheduler's own figure (independent, folded every 40 iterations) gets 5 %.
+    assert cross_check(dataclasses.replace(base, scheduler_accept_length=1.60)) is None  # +4.2 %
+    assert cross_check(dataclasses.replace(base, scheduler_accept_length=2.0)) == (
+        "accept length disagrees: client 1.67 (1 + accepted/verify steps) vs scheduler avg_spec_accept_length "
+        "2.00 (-16.7%, tolerance 5%): metrics bug, not a regression"
+    )
 
 
 def test_vllm_counters_give_accept_length_and_rate() -> None:
-    # No per-request spec fields (vLLM): 1 + Δaccepted 15 / Δdrafts 10 = 2.5; rate Δaccepted 15 / Δdraft 30 = 0.5.
+    # No per-request spec fields (vLLM): 1 + Δaccepted 15 / Δdrafts 10 = 2.5; rate 1.5 / 3 steps = 0.5.
     plain = [dataclasses.replace(R1, spec_verify_ct=None, spec_num_correct_drafts=None, spec_num_proposed_drafts=None)]
     m = summarize(
         plain,
         1.0,
-        num_draft_tokens=3,
+        num_steps=3,
         speculative=True,
         counters_before=SpecCounters(drafts=10.0, draft_tokens=30.0, accepted_tokens=15.0),
         counters_after=SpecCounters(drafts=20.0, draft_tokens=60.0, accepted_tokens=30.0),
     )
-    assert (m.accept_length, m.accept_rate) == pytest.approx((2.5, 0.5))
-    assert (m.server_accept_length, m.server_accept_rate) == pytest.approx((2.5, 0.5))
+    assert (m.accept_length, m.accept_rate, m.accept_length_native) == pytest.approx((2.5, 0.5, 2.5))
+    assert m.server_accept_length == pytest.approx(2.5)
     assert m.accept_length_source == "counters"
     assert cross_check(m) is None
 

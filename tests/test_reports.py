@@ -122,3 +122,35 @@ def test_write_json_report_is_the_run_file_with_fingerprints(tmp_path: Path) -> 
     assert [r["profile"] for r in data["results"]] == ["baseline", "eagle3", "eagle3-wrong-layers"]
     assert data["results"][1]["fingerprint"] == {"speculative": {"algorithm": "EAGLE3"}, "workload": {"concurrency": 1}}
     assert read_run_file(path) == run
+
+
+def test_definition_lines_name_the_accept_length_the_native_figure_and_the_cache_reset() -> None:
+    """Issue 12.4 / 14.4: the summary says which accept length it shows, the engine's own figure beside it, and
+    what was done to the prefix cache."""
+    from pytest_specdec.report import definition_lines
+    from pytest_specdec.results import ResultRecord
+
+    def rec(profile: str, metrics: dict[str, object], native: str | None, notes: list[str]) -> ResultRecord:
+        return ResultRecord(f"t.py::t[{profile}]", profile, metrics, {"cache_reset": notes},
+                            {"accept_length_native": native})  # fmt: skip
+
+    sglang = "Σcompletion_tokens / Σspec_verify_ct"
+    records = [
+        rec("baseline", {"accept_length": None}, sglang, ["reset: POST /flush_cache"]),
+        rec("eagle3", {"accept_length": 2.5, "accept_length_native": 2.68}, sglang,
+               ["reset: POST /flush_cache"] * 3),  # fmt: skip
+        rec("vllm-eagle3", {"accept_length": 2.7, "accept_length_native": 2.7}, "1 + accepted / drafts",
+               ["not reset: POST /reset_prefix_cache answered HTTP 404 ()"]),  # fmt: skip
+    ]
+    assert definition_lines(records) == [
+        "accept_len = 1 + accepted drafts / verify steps (prefill token excluded); "
+        "accept_rate = (accept_len - 1) / num_steps",
+        "accept_len in the engine's own definition: eagle3 2.68 (Σcompletion_tokens / Σspec_verify_ct), "
+        "vllm-eagle3 2.70 (1 + accepted / drafts)",
+        "prefix cache before each measured phase: reset: POST /flush_cache (baseline, eagle3)",
+        "prefix cache before each measured phase: not reset: POST /reset_prefix_cache answered HTTP 404 () "
+        "(vllm-eagle3)",
+    ]
+    assert definition_lines(records[:1]) == [
+        "prefix cache before each measured phase: reset: POST /flush_cache (baseline)"
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -10,7 +11,10 @@ import httpx
 
 from pytest_specdec.profiles import Profile
 
-__all__ = ["EffectiveConfig", "Engine", "LaunchSpec", "SpecCounters"]
+__all__ = ["CACHE_RESET_RETRY_S", "EffectiveConfig", "Engine", "LaunchSpec", "SpecCounters", "post_reset"]
+
+#: How long a cache reset refused because requests are still in flight is retried (SGLang answers 400 while busy).
+CACHE_RESET_RETRY_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,8 @@ class Engine(Protocol):
     """One server kind. Implementations: ``engines/sglang.py``, ``engines/reference.py``, ``engines/vllm.py``."""
 
     name: str
+    #: How the engine itself states accept length, e.g. ``"Σcompletion_tokens / Σspec_verify_ct"``.
+    native_accept_length: str
 
     def launch_spec(self, profile: Profile, *, port: int, draft_path: Path | None) -> LaunchSpec:
         """Build argv and env for ``profile`` on ``port``; ``draft_path`` overrides the profile's draft (overlay)."""
@@ -81,3 +87,47 @@ class Engine(Protocol):
     def counters(self, metrics_text: str) -> SpecCounters:
         """Parse Prometheus text from ``/metrics``."""
         ...
+
+    def reset_prefix_cache(self, client: httpx.Client, profile: Profile) -> str:
+        """Empty the server's prefix cache before a measured phase, so TTFT is not measured on cache hits.
+
+        :returns: what happened, for the results: ``"reset: POST /flush_cache"`` or ``"not reset: <why>"``.
+        """
+        ...
+
+    def scheduler_accept_length(self, client: httpx.Client, profile: Profile) -> float | None:
+        """The engine's own accept length since the last cache reset, from a source independent of the per-request
+        fields the client reads (SGLang: the scheduler's ``avg_spec_accept_length``); None when the engine has none."""
+        ...
+
+
+def post_reset(
+    client: httpx.Client,
+    path: str,
+    headers: dict[str, str],
+    *,
+    busy_status: int | None = 400,
+    retry_s: float = CACHE_RESET_RETRY_S,
+    timeout_s: float = 30.0,
+) -> str:
+    """``POST path`` until it answers 200, retrying every 0.2 s for ``retry_s`` while it answers ``busy_status``
+    (SGLang's ``/flush_cache`` refuses with 400 while requests are in flight, e.g. the last warmup response is still
+    being finalized).
+
+    :returns: ``"reset: POST <path>"``, or ``"not reset: POST <path> answered HTTP <code> (<body>)[ for <s> s]"`` /
+        ``"not reset: POST <path>: <error>"``; never raises (a failed reset is recorded and warned about, not fatal).
+    """
+    deadline = time.monotonic() + retry_s
+    started = time.monotonic()
+    while True:
+        try:
+            resp = client.post(path, headers=headers, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            return f"not reset: POST {path}: {type(exc).__name__}: {exc}"
+        if resp.status_code == 200:
+            return f"reset: POST {path}"
+        if resp.status_code != busy_status or time.monotonic() >= deadline:
+            waited = f" for {time.monotonic() - started:.0f} s" if resp.status_code == busy_status else ""
+            body = " ".join(resp.text.split())[:120]
+            return f"not reset: POST {path} answered HTTP {resp.status_code} ({body}){waited}"
+        time.sleep(0.2)

@@ -96,6 +96,16 @@ class ReferenceEngine(SglangEngine):
             )
         return super().launch_spec(profile, port=port, draft_path=draft_path)
 
+    def server_args(self, profile: Profile, *, port: int, draft_path: Path | None) -> list[str]:
+        """SGLang's flags plus ``--decode-log-interval 1`` (unless ``extra_args`` sets it): the reference server then
+        folds its speculative totals every decode iteration, so ``/server_info``'s ``avg_spec_accept_length`` covers
+        the whole measured phase and the scheduler cross-check (``metrics.cross_check``) is exact, not windowed."""
+        args = super().server_args(profile, port=port, draft_path=draft_path)
+        if any(_flag_name(a) == "--decode-log-interval" for a in profile.extra_args):
+            return args
+        cut = len(args) - len(profile.extra_args)
+        return [*args[:cut], "--decode-log-interval", "1", *args[cut:]]
+
     def flag_issues(self, profile: Profile) -> list[FlagIssue]:
         """Errors for what the reference server rejects at startup (``refserver/args.py::resolve_args``): a flag it
         does not implement, ``tp_size`` other than 1, an algorithm other than EAGLE/EAGLE3/NEXTN, ``eagle_topk`` > 1

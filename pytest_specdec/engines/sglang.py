@@ -20,7 +20,7 @@ from typing import Any, Literal
 import httpx
 from packaging.version import InvalidVersion, Version
 
-from pytest_specdec.engines.base import EffectiveConfig, LaunchSpec, SpecCounters
+from pytest_specdec.engines.base import EffectiveConfig, LaunchSpec, SpecCounters, post_reset
 from pytest_specdec.engines.prometheus import sum_samples
 from pytest_specdec.errors import ProfileError, ServerError
 from pytest_specdec.profiles import Profile
@@ -320,6 +320,9 @@ class SglangEngine:
     """SGLang (``server: sglang``): implements ``engines.base.Engine``."""
 
     name = "sglang"
+    #: How this engine itself states accept length (``RunMetrics.accept_length_native``): the per-request
+    #: ``meta_info.spec_accept_length`` convention (``tokenizer_manager.py``), which counts the prefill token.
+    native_accept_length = "Σcompletion_tokens / Σspec_verify_ct"
     #: Explicit aux id i = output of layer i (``python/sglang/srt/models/llama.py::set_eagle3_layers_to_capture``).
     aux_id_convention = "sglang"
 
@@ -609,6 +612,34 @@ class SglangEngine:
             generation_tokens=totals.get("sglang:generation_tokens_total"),
             verify_calls=totals.get("sglang:spec_verify_calls_total"),
         )
+
+    # ------------------------------------------------------------ measured phase
+    def reset_prefix_cache(self, client: httpx.Client, profile: Profile) -> str:
+        """``POST /flush_cache`` (``http_server.py::flush_cache`` -> ``Scheduler.flush_cache``): empties the radix
+        (prefix) cache and resets the scheduler's speculative totals (``reset_metrics``), so
+        :meth:`scheduler_accept_length` then covers only what follows. SGLang refuses with HTTP 400 while requests
+        are in flight; that is retried for ``base.CACHE_RESET_RETRY_S``.
+
+        :returns: see ``base.post_reset``.
+        """
+        return post_reset(client, "/flush_cache", self._headers(profile), busy_status=400)
+
+    def scheduler_accept_length(self, client: httpx.Client, profile: Profile) -> float | None:
+        """``/server_info`` -> ``internal_states[0].avg_spec_accept_length``: the scheduler's accepted tokens
+        (accepted drafts + 1 bonus per step) / verify forwards since the last ``/flush_cache``
+        (``scheduler_components/metrics_reporter.py``: ``spec_num_accept_tokens += num_correct_drafts + bs``). It is
+        counted by the scheduler, not from the per-request ``meta_info`` the client reads, so it is an independent
+        check; it is folded in every ``--decode-log-interval`` (40) decode iterations, so the last < 40 iterations
+        are missing from it. None when absent (no window folded yet) or unreadable.
+        """
+        try:
+            info = self.server_info(client, profile)
+        except ServerError:
+            return None
+        states = info.get("internal_states")
+        first = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+        value = first.get("avg_spec_accept_length")
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
 
 
 def _draft_of(profile: Profile) -> str | None:

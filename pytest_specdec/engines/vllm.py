@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from pytest_specdec.engines.base import EffectiveConfig, LaunchSpec, SpecCounters
+from pytest_specdec.engines.base import EffectiveConfig, LaunchSpec, SpecCounters, post_reset
 from pytest_specdec.engines.prometheus import sum_samples
 from pytest_specdec.engines.sglang import FlagIssue, auth_headers, clean_env, resolve_api_key
 from pytest_specdec.errors import ProfileError, ServerError
@@ -465,6 +465,8 @@ def vllm_loadable_draft(draft_dir: Path, dest_root: Path) -> Path:
 class VllmEngine:
     """vLLM (``server: vllm``): implements ``engines.base.Engine``."""
 
+    #: vLLM's own accept length (``vllm/v1/spec_decode/metrics.py``), the same as the plugin's convention.
+    native_accept_length = "1 + accepted / drafts"
     name = "vllm"
     #: Explicit aux id i = residual stream entering layer i (``vllm/model_executor/models/llama.py::forward``).
     aux_id_convention = "vllm"
@@ -498,8 +500,10 @@ class VllmEngine:
 
     def env(self, profile: Profile) -> dict[str, str]:
         """``engines.sglang.clean_env(profile.env)`` plus ``VLLM_NO_USAGE_STATS=1`` and ``DO_NOT_TRACK=1`` (vLLM
-        otherwise tries to send usage reports, ``vllm/usage/usage_lib.py``) unless the profile sets them."""
-        return clean_env({"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", **profile.env})
+        otherwise tries to send usage reports, ``vllm/usage/usage_lib.py``) and ``VLLM_SERVER_DEV_MODE=1`` (the only
+        way vLLM serves ``POST /reset_prefix_cache``, ``vllm/entrypoints/serve/cache/api_router.py::attach_router``;
+        it also opens ``/server_info``, read back by :meth:`effective_config`), unless the profile sets them."""
+        return clean_env({"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_SERVER_DEV_MODE": "1", **profile.env})
 
     def launch_spec(self, profile: Profile, *, port: int, draft_path: Path | None) -> LaunchSpec:
         """argv and env for ``profile`` on ``port``: ``head`` + ``vllm_server_args``.
@@ -644,3 +648,22 @@ class VllmEngine:
             accepted_tokens=totals.get(_COUNTERS["accepted_tokens"]),
             accepted_per_position=_per_position(metrics_text),
         )
+
+    # ------------------------------------------------------------------------------------------ measured phase
+    def reset_prefix_cache(self, client: httpx.Client, profile: Profile) -> str:
+        """``POST /reset_prefix_cache`` (``vllm/entrypoints/serve/cache/api_router.py``; vLLM V1 caches prefixes by
+        default). vLLM registers it only with ``VLLM_SERVER_DEV_MODE=1``, which :meth:`env` sets for servers we
+        launch; a server given by URL without it answers 404, recorded as ``not reset``. vLLM answers 200 without
+        checking that the reset happened (its docstring says so).
+
+        :returns: see ``base.post_reset``; a 404 adds how to enable the route.
+        """
+        note = post_reset(client, "/reset_prefix_cache", self._headers(profile), busy_status=None)
+        if "HTTP 404" in note:
+            note += "; vLLM serves it only with VLLM_SERVER_DEV_MODE=1 in the server's environment"
+        return note
+
+    def scheduler_accept_length(self, client: httpx.Client, profile: Profile) -> float | None:
+        """None: vLLM's only other figure is the ``SpecDecoding metrics`` log line, whose 10 s intervals do not line
+        up with a measured phase (``accept_length_from_log`` reads it for offline checks)."""
+        return None

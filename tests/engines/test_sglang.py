@@ -446,3 +446,45 @@ def test_probe_sees_the_profiles_env(tmp_path: Path) -> None:
     assert probe_sglang_version(sys.executable) is None
     profile = eagle3_profile(sys.executable, env={"PYTHONPATH": str(tmp_path / "site")})
     assert SglangEngine().version(profile) == "0.5.17"
+
+
+def test_reset_prefix_cache_retries_while_busy_then_flushes() -> None:
+    """Issue 14.4: SGLang's /flush_cache answers 400 while requests are in flight; the reset is retried."""
+    answers = [httpx.Response(400, text="Cache not flushed because there are pending requests."), httpx.Response(200)]
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return answers.pop(0)
+
+    with httpx.Client(base_url="http://127.0.0.1:31000", transport=httpx.MockTransport(handler)) as http:
+        assert SglangEngine().reset_prefix_cache(http, PROFILE) == "reset: POST /flush_cache"
+    assert [(r.method, r.url.path, r.headers["authorization"]) for r in seen] == [
+        ("POST", "/flush_cache", "Bearer k"),
+        ("POST", "/flush_cache", "Bearer k"),
+    ]
+
+
+def test_reset_that_stays_refused_is_recorded_not_raised() -> None:
+    from pytest_specdec.engines.base import post_reset
+
+    busy = httpx.MockTransport(lambda r: httpx.Response(400, text="Cache not flushed because there are\npending"))
+    with httpx.Client(base_url="http://x", transport=busy) as http:
+        assert post_reset(http, "/flush_cache", {}, retry_s=0.3) == (
+            "not reset: POST /flush_cache answered HTTP 400 (Cache not flushed because there are pending) for 0 s"
+        )
+    with httpx.Client(base_url="http://x", transport=httpx.MockTransport(lambda r: httpx.Response(404))) as http:
+        assert post_reset(http, "/flush_cache", {}) == "not reset: POST /flush_cache answered HTTP 404 ()"
+
+
+def test_scheduler_accept_length_from_server_info() -> None:
+    seen: list[httpx.Request] = []
+    routes: dict[tuple[str, str], httpx.Response | Exception] = {
+        ("GET", "/server_info"): httpx.Response(200, json=SERVER_INFO_0523)
+    }
+    assert SglangEngine().scheduler_accept_length(client_for(routes, seen), PROFILE) == 2.61
+    no_key = {**SERVER_INFO_0523, "internal_states": [{"world_size": 1}]}
+    routes = {("GET", "/server_info"): httpx.Response(200, json=no_key)}
+    assert SglangEngine().scheduler_accept_length(client_for(routes, seen), PROFILE) is None
+    routes = {("GET", "/server_info"): httpx.Response(500)}
+    assert SglangEngine().scheduler_accept_length(client_for(routes, seen), PROFILE) is None

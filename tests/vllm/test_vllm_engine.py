@@ -357,3 +357,21 @@ def test_loadable_draft_drops_identity_d2t_and_keys_on_the_config(tmp_path: Path
     assert a != b
     configs = [json.loads((d / "config.json").read_text()) for d in (a, b)]
     assert [c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] for c in configs] == [[2, 4, 6], [1, 2, 3]]
+
+
+def test_reset_prefix_cache_needs_dev_mode_which_launches_set() -> None:
+    """Issue 14.4: vLLM serves POST /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1."""
+    assert VllmEngine().env(_profile())["VLLM_SERVER_DEV_MODE"] == "1"
+    seen: list[str] = []
+
+    def ok(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}")
+        return httpx.Response(200)
+
+    assert VllmEngine().reset_prefix_cache(_client(ok), _profile()) == "reset: POST /reset_prefix_cache"
+    assert seen == ["POST /reset_prefix_cache"]
+    assert VllmEngine().reset_prefix_cache(_client(lambda r: httpx.Response(404, text="Not Found")), _profile()) == (
+        "not reset: POST /reset_prefix_cache answered HTTP 404 (Not Found); vLLM serves it only with "
+        "VLLM_SERVER_DEV_MODE=1 in the server's environment"
+    )
+    assert VllmEngine().scheduler_accept_length(_client(ok), _profile()) is None
