@@ -43,9 +43,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "build_fingerprint",
     "commit_info",
-    "definitions",
     "gpu_info",
     "machine_info",
+    "metric_definitions",
     "new_run_id",
     "package_versions",
     "plugin_version",
@@ -529,7 +529,7 @@ class RunFile:
             "started": self.started,
             "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
             "machine": self.machine,
-            "definitions": definitions(),
+            "metric_definitions": metric_definitions(),
             "results": [r.to_dict() for r in self.results],
         }
 
@@ -557,7 +557,7 @@ class RunFile:
         )
 
 
-def definitions() -> dict[str, str]:
+def metric_definitions() -> dict[str, str]:
     """Metric name -> "formula [unit]; source" for every metric (``metrics.METRICS``), written into each run file so
     a stored accept length says which definition it is in."""
     from pytest_specdec.metrics import METRICS

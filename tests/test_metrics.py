@@ -214,3 +214,34 @@ def test_metrics_table_matches_run_metrics_fields() -> None:
         "accept_rate",
         "decode_tok_s",
     ]
+
+
+def test_real_sglang_0_5_17_batch_in_the_convention_and_natively() -> None:
+    """Issue 12.4 on what real SGLang 0.5.17 returned (tests/data/sglang/0.5.17/eagle3.batch.json, 16 requests x 64
+    tokens): the accept length is 1 + Σspec_num_correct_drafts / Σspec_verify_ct (the scheduler's convention; the
+    last step's drafts past max_new_tokens are counted, as the histogram shows), the native figure is SGLang's
+    meta_info spec_accept_length convention, and the scheduler's own lifetime average read after the batch
+    (/server_info, which also holds three earlier requests) agrees within the scheduler tolerance."""
+    import json
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data" / "sglang" / "0.5.17"
+    batch = json.loads((data / "eagle3.batch.json").read_text())["requests"]
+    records = []
+    for response in batch:
+        meta = response["meta_info"]
+        histogram = meta["spec_correct_drafts_histogram"]
+        assert sum(k * n for k, n in enumerate(histogram)) == meta["spec_num_correct_drafts"]
+        records.append(
+            RequestRecord(ok=True, error=None, start_s=0.0, end_s=1.0, prompt_tokens=meta["prompt_tokens"],
+                          completion_tokens=meta["completion_tokens"], spec_verify_ct=meta["spec_verify_ct"],
+                          spec_num_correct_drafts=meta["spec_num_correct_drafts"])  # fmt: skip
+        )
+    endpoints = json.loads((data / "eagle3.endpoints.json").read_text())
+    info = json.loads(endpoints["/server_info (after batch)"]["body"])
+    scheduler = info["internal_states"][0]["avg_spec_accept_length"]
+    m = summarize(records, 1.0, num_steps=3, speculative=True, scheduler_accept_length=scheduler)
+    assert (m.accept_length, m.accept_length_native) == pytest.approx((1 + 664 / 368, 1024 / 368))  # 2.804, 2.783
+    assert m.accept_rate == pytest.approx(664 / 368 / 3)  # 0.601
+    assert scheduler == pytest.approx(2.8337, abs=1e-4)
+    assert cross_check(m) is None

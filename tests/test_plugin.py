@@ -153,7 +153,7 @@ def test_eagle3_passes_and_prints_the_summary(project: pytest.Pytester) -> None:
     # after the /flush_cache, an independent source) within 5%.
     (run_file,) = (project.path / ".specdec" / "results").glob("*.json")
     data = json.loads(run_file.read_text())
-    assert data["definitions"]["accept_length"].startswith("1 + accepted draft tokens / verify steps")
+    assert data["metric_definitions"]["accept_length"].startswith("1 + accepted draft tokens / verify steps")
     repeats = data["results"][0]["repeats"]
     assert repeats["cache_reset"] == ["reset: POST /flush_cache"] * 3
     for client, server in zip(repeats["accept_length"], repeats["server_accept_length"], strict=True):
