@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.errors import CompareError
-from pytest_specdec.results import ResultRecord, ResultStore, RunFile, read_run_file
+from pytest_specdec.results import ResultRecord, ResultStore, RunFile, metric_definitions, read_run_file
 
 __all__ = [
     "EXIT_OK",
@@ -54,6 +54,9 @@ class Shard:
 
     path: Path
     run: RunFile
+    #: The file's ``metric_definitions`` (``results.metric_definitions`` of the plugin that wrote it); None in files
+    #: from before they were written.
+    metric_definitions: dict[str, str] | None = None
 
     @property
     def label(self) -> str:
@@ -119,7 +122,8 @@ def load_shards(paths: Iterable[str | Path]) -> tuple[list[Shard], list[Path]]:
                     "keep one of them"
                 )
             continue
-        shards[run.run_id] = Shard(path, run)
+        defs = data.get("metric_definitions")
+        shards[run.run_id] = Shard(path, run, dict(defs) if isinstance(defs, dict) else None)
     ordered = sorted(shards.values(), key=lambda s: (s.run.started, s.run.run_id))
     return ordered, skipped
 
@@ -160,6 +164,8 @@ def merge_problems(shards: Sequence[Shard]) -> list[str]:
     - different code: the shards' ``machine["commit"]`` (id, dirty flag) differ; lists each commit with its runs;
     - a profile defined differently: for a profile name measured in several shards, the ``profile_def`` of the
       fingerprints differ; lists each differing key (``workload.num_requests: 16 -> 32``) against the first shard;
+    - metric definitions: a shard's ``metric_definitions`` differ from this installation's (``merge`` writes the
+      merged run with its own, so its plugin version must match the shards');
     - a test measured twice: the same test id in two shards (the matrix selections overlap).
     Records without ``profile_def`` (files from before it existed) are not checked for definitions.
     """
@@ -194,6 +200,7 @@ def merge_problems(shards: Sequence[Shard]) -> list[str]:
             lines += [f"    {line}" for line in _definition_diff(first_def, definition)]
         lines.append("  run every shard from the same profile file, or pass --force")
         problems.append("\n".join(lines))
+    problems += _definition_problems(shards)
     owners: dict[str, Shard] = {}
     for shard in shards:
         for record in shard.run.results:
@@ -205,6 +212,24 @@ def merge_problems(shards: Sequence[Shard]) -> list[str]:
                     "the later one"
                 )
             owners[record.test_id] = shard
+    return problems
+
+
+def _definition_problems(shards: Sequence[Shard]) -> list[str]:
+    """Metric definitions (formula per metric) that differ between shards, or from this installation's, which the
+    merged file is written with: an accept length of one definition is not comparable with another's."""
+    current = metric_definitions()
+    problems = []
+    for shard in shards:
+        theirs = shard.metric_definitions
+        if theirs is None or theirs == current:
+            continue
+        keys = sorted(k for k in set(theirs) | set(current) if theirs.get(k) != current.get(k))
+        lines = [f"{shard.label} defines metrics differently from this pytest-specdec (the merged run is written "
+                 "with this one's definitions):"]  # fmt: skip
+        lines += [f"  {key}: {_show(theirs.get(key))} -> {_show(current.get(key))}" for key in keys]
+        lines.append("  merge with the pytest-specdec version the shards ran, or pass --force")
+        problems.append("\n".join(lines))
     return problems
 
 

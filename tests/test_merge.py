@@ -185,3 +185,14 @@ def test_nightly_workflow_shards_and_merges() -> None:
     assert jobs["merge"]["needs"] == "specdec"
     merge_step = next(s for s in jobs["merge"]["steps"] if "pytest_specdec merge" in s.get("run", ""))
     assert "python -m pytest_specdec merge shards --store .specdec/results" in merge_step["run"]
+
+
+def test_merge_refuses_runs_with_other_metric_definitions(shards: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = next(shards.rglob("20261201T020000Z-aaaaaa.json"))
+    data = json.loads(path.read_text())
+    data["metric_definitions"]["accept_length"] = "completion tokens / verify steps [tok/verify]; source: old"
+    path.write_text(json.dumps(data))
+    assert main(["merge", str(shards), "--store", str(shards.parent / "store")]) == 1
+    err = capsys.readouterr().err
+    assert f"20261201T020000Z-aaaaaa ({path}) defines metrics differently from this pytest-specdec" in err
+    assert '  accept_length: "completion tokens / verify steps [tok/verify]; source: old" -> "' in err
