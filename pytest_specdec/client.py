@@ -275,15 +275,14 @@ def _parse_generate_fast(times: Sequence[float], data: Sequence[bytes]) -> _Pars
     """The common case of :func:`_parse_generate` without decoding every event, or None when in any doubt.
 
     SGLang's cumulative events grow with the output (256 tokens: ~390 kB per request); JSON-decoding all of them
-    costs more than reading them. Here only the token counts are found with one regular-expression pass, and
-    only the last event is decoded (text, prompt_tokens, spec fields, and a check of the count). None (the caller
-    then decodes everything) when: an ``"error"`` or ``"spec_`` text appears before the last event, the number of
-    counts differs from the number of data lines, a line holds two counts, or the last event disagrees.
+    costs more than reading them. Here the token counts are found with one regular-expression pass over the bytes
+    and only the last event is decoded (text, prompt_tokens, spec fields, and a check of its count); the spec
+    fields are the last event's (SGLang's cumulative values). None (the caller then decodes every event) when the
+    number of counts differs from the number of data lines (an error event, a line without a count), a line holds
+    two counts, or the last event is not a well-formed token event agreeing with the count found.
     """
     joined = b"".join(data)
-    if b'"error"' in joined:
-        return None
-    ends = list(_cumulative(data))
+    ends = _cumulative(data)
     done = joined.rfind(b"[DONE]")
     done_s: float | None = None
     n_lines = joined.count(b"\ndata:") + joined.startswith(b"data:")
@@ -294,38 +293,40 @@ def _parse_generate_fast(times: Sequence[float], data: Sequence[bytes]) -> _Pars
         done_s = times[bisect.bisect_right(ends, done)]
         n_lines -= 1
     parsed = _Parsed(done_s=done_s)
+    chunk_times_s = parsed.chunk_times_s
+    chunk_tokens = parsed.chunk_tokens
+    find = joined.find
+    tokens = 0
     last_value = -1
     last_end = -1
-    last_start = 0
+    last_match_start = 0
     for match in _COMPLETION_RE.finditer(joined):
-        line_end = joined.find(b"\n", match.end())
-        if line_end < 0 or line_end <= last_end:
+        line_end = find(b"\n", match.end())
+        if line_end <= last_end:  # no newline (-1), or a second count on one line
             return None
-        last_start = joined.rfind(b"\n", 0, match.start()) + 1
         last_end = line_end
+        last_match_start = match.start()
         n_lines -= 1
         last_value = int(match.group(1))
-        new_tokens = last_value - parsed.tokens
-        if new_tokens > 0:
-            parsed.chunk_times_s.append(times[bisect.bisect_right(ends, line_end)])
-            parsed.chunk_tokens.append(new_tokens)
-            parsed.tokens += new_tokens
-    if n_lines != 0 or last_end < 0 or joined.find(b'"spec_', 0, last_start) >= 0:
+        if last_value > tokens:
+            chunk_times_s.append(times[bisect.bisect_right(ends, line_end)])
+            chunk_tokens.append(last_value - tokens)
+            tokens = last_value
+    if n_lines != 0 or last_end < 0:
         return None
-    line = joined[last_start:last_end].strip()
+    line = joined[joined.rfind(b"\n", 0, last_match_start) + 1 : last_end].strip()
     try:
         last = json.loads(line[5:]) if line.startswith(b"data:") else None
     except ValueError:
         return None
-    if (
-        not isinstance(last, dict)
-        or not isinstance(last.get("meta_info"), dict)
-        or not isinstance(last.get("text"), str)
-    ):
+    if not isinstance(last, dict) or "error" in last or not isinstance(last.get("text"), str):
         return None
-    meta = last["meta_info"]
-    if meta.get("completion_tokens") != last_value or not isinstance(meta.get("prompt_tokens"), int):
+    meta = last.get("meta_info")
+    if not isinstance(meta, dict) or meta.get("completion_tokens") != last_value:
         return None
+    if not isinstance(meta.get("prompt_tokens"), int):
+        return None
+    parsed.tokens = tokens
     parsed.prompt_tokens = meta["prompt_tokens"]
     parsed.text = last["text"]
     parsed.spec = _spec_fields(meta)
