@@ -5,6 +5,7 @@ and errors users meet in fixtures and failure messages.
 """
 
 from pytest_specdec.errors import (
+    ClientOverloadError,
     CompareError,
     PreflightError,
     ProfileError,
@@ -17,6 +18,7 @@ from pytest_specdec.profiles import Profile, SpeculativeConfig, Thresholds, Work
 from pytest_specdec.records import RequestRecord, RunMetrics
 
 __all__ = [
+    "ClientOverloadError",
     "CompareError",
     "PreflightError",
     "Profile",

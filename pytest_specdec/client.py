@@ -21,19 +21,34 @@ import asyncio
 import bisect
 import contextlib
 import json
+import math
+import os
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import httpx
+import numpy as np
 
 from pytest_specdec import clock
 from pytest_specdec.errors import ServerError
 from pytest_specdec.records import RequestRecord
 from pytest_specdec.workload import RequestSpec
 
-__all__ = ["Api", "PhaseResult", "fetch_text", "run_phase", "run_requests"]
+__all__ = [
+    "LAG_PROBE_INTERVAL_S",
+    "STREAMS_PER_WORKER",
+    "WORKER_CPU_TARGET",
+    "Api",
+    "ClientLoad",
+    "PhaseResult",
+    "auto_workers",
+    "fetch_text",
+    "run_phase",
+    "run_requests",
+]
 
 Api = Literal["generate", "completions", "chat"]
 
@@ -74,11 +89,38 @@ class PhaseResult:
     records: tuple[RequestRecord, ...]
     start_s: float
     end_s: float
+    #: How busy the client itself was during the phase (None when nothing was measured, e.g. no request).
+    load: ClientLoad | None = None
 
     @property
     def duration_s(self) -> float:
         """Phase wall time in seconds: first request sent to last response finished."""
         return self.end_s - self.start_s
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLoad:
+    """The measuring client's own load during one phase, to tell when it, not the server, set TTFT and ITL.
+
+    Event-loop lag: every :data:`LAG_PROBE_INTERVAL_S` a callback is queued with ``loop.call_soon`` and the time
+    until it runs is taken (``perf_counter``): the wait an SSE read arriving then would have had before being
+    stamped. Percentiles are numpy's linear ones over all probes (of all workers). CPU: process CPU seconds
+    (``time.process_time``, user + system) of every worker over the phase, divided by its wall time, so 1.0 is one
+    core busy all the time.
+
+    Worked example: probes of 0.02, 0.03 and 2.0 ms, 0.45 CPU s over a 0.5 s phase -> lag p50 0.03 ms, max 2.0 ms,
+    cpu_cores 0.9 (the client had almost a whole core busy: arrivals wait for it).
+    """
+
+    lag_ms_p50: float
+    lag_ms_p99: float
+    lag_ms_max: float
+    #: CPU seconds of the client processes / phase seconds (summed over workers).
+    cpu_cores: float
+    #: Worker processes that ran the phase's requests.
+    workers: int = 1
+    #: Lag probes taken.
+    probes: int = 0
 
 
 class _RequestFailed(Exception):
@@ -597,6 +639,39 @@ async def _watch(in_flight: dict[int, _Progress], stall_timeout_s: float, api: A
                 )
 
 
+#: Seconds between two event-loop lag probes (:class:`ClientLoad`).
+LAG_PROBE_INTERVAL_S = 0.01
+
+
+async def _probe_lag(samples: list[float]) -> None:
+    """Append one event-loop lag sample (seconds) every :data:`LAG_PROBE_INTERVAL_S` until cancelled."""
+    loop = asyncio.get_running_loop()
+    append = samples.append
+    perf = time.perf_counter  # not clock.now: a test's fake clock must not turn into lag
+    while True:
+        await asyncio.sleep(LAG_PROBE_INTERVAL_S)
+        loop.call_soon(_lag_sample, append, perf, perf())
+
+
+def _lag_sample(append: Callable[[float], None], perf: Callable[[], float], queued: float) -> None:
+    append(perf() - queued)
+
+
+def _load(lag_s: Sequence[float], cpu_s: float, wall_s: float, workers: int = 1) -> ClientLoad | None:
+    """A :class:`ClientLoad` from raw probes and CPU seconds; None without probes or wall time."""
+    if not lag_s or wall_s <= 0:
+        return None
+    p50, p99 = (float(v) for v in np.percentile(np.asarray(lag_s) * 1000.0, (50, 99)))
+    return ClientLoad(
+        lag_ms_p50=p50,
+        lag_ms_p99=p99,
+        lag_ms_max=float(max(lag_s)) * 1000.0,
+        cpu_cores=cpu_s / wall_s,
+        workers=workers,
+        probes=len(lag_s),
+    )
+
+
 async def run_requests(
     base_url: str,
     requests: Sequence[RequestSpec],
@@ -630,6 +705,54 @@ async def run_requests(
     headers = _auth_headers(api_key)
     if api != "generate" and model is None:
         model = await _resolve_model(base_url, headers, min(request_timeout_s, 30.0), transport)
+    raw = await _run_requests_raw(
+        base_url,
+        requests,
+        range(len(requests)),
+        api=api,
+        concurrency=concurrency,
+        headers=headers,
+        stall_timeout_s=stall_timeout_s,
+        request_timeout_s=request_timeout_s,
+        model=model,
+        transport=transport,
+    )
+    return _phase(raw.records, _load(raw.lag_s, raw.cpu_s, raw.wall_s))
+
+
+def _phase(records: Sequence[RequestRecord], load: ClientLoad | None) -> PhaseResult:
+    if records:
+        start_s = min(r.start_s for r in records)
+        end_s = max(r.end_s for r in records)
+    else:
+        start_s = end_s = clock.now()
+    return PhaseResult(records=tuple(records), start_s=start_s, end_s=end_s, load=load)
+
+
+@dataclass(frozen=True, slots=True)
+class _Raw:
+    """What one process measured: its records (request order), lag probes (s), CPU and wall seconds."""
+
+    records: list[RequestRecord]
+    lag_s: list[float]
+    cpu_s: float
+    wall_s: float
+
+
+async def _run_requests_raw(
+    base_url: str,
+    requests: Sequence[RequestSpec],
+    numbers: Sequence[int],
+    *,
+    api: Api,
+    concurrency: int,
+    headers: dict[str, str],
+    stall_timeout_s: float,
+    request_timeout_s: float,
+    model: str | None,
+    transport: httpx.AsyncBaseTransport | None,
+) -> _Raw:
+    """:func:`run_requests` in one process once the model is known; ``numbers[i]`` names request i in messages."""
     url = base_url.rstrip("/") + _PATHS[api]
     bodies = [json.dumps(_request_body(api, spec, model)).encode() for spec in requests]
     async with contextlib.AsyncExitStack() as stack:
@@ -653,21 +776,26 @@ async def run_requests(
             def open_stream(url: str, body: bytes, headers: dict[str, str]) -> Any:
                 return session.post(url, data=body, headers=headers)
 
-        records = await _run_all(
-            open_stream, url, bodies, headers, api, concurrency, stall_timeout_s, request_timeout_s
-        )
-    if records:
-        start_s = min(r.start_s for r in records)
-        end_s = max(r.end_s for r in records)
-    else:
-        start_s = end_s = clock.now()
-    return PhaseResult(records=tuple(records), start_s=start_s, end_s=end_s)
+        lag_s: list[float] = []
+        prober = asyncio.create_task(_probe_lag(lag_s))
+        cpu_start_s, wall_start_s = time.process_time(), time.perf_counter()
+        try:
+            records = await _run_all(
+                open_stream, url, bodies, numbers, headers, api, concurrency, stall_timeout_s, request_timeout_s
+            )
+        finally:
+            cpu_s, wall_s = time.process_time() - cpu_start_s, time.perf_counter() - wall_start_s
+            prober.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await prober
+    return _Raw(records, lag_s, cpu_s, wall_s)
 
 
 async def _run_all(
     open_stream: _Opener,
     url: str,
     bodies: list[bytes],
+    numbers: Sequence[int],
     headers: dict[str, str],
     api: Api,
     concurrency: int,
@@ -679,15 +807,16 @@ async def _run_all(
     in_flight: dict[int, _Progress] = {}
     semaphore = asyncio.Semaphore(concurrency)
 
-    async def run(index: int, body: bytes) -> None:
+    async def run(local: int, body: bytes) -> None:
+        index = numbers[local]
         progress = _Progress(start_s=clock.now())
         in_flight[index] = progress
         try:
-            records[index] = await asyncio.wait_for(
+            records[local] = await asyncio.wait_for(
                 _one_request(open_stream, url, body, headers, api, progress), request_timeout_s
             )
         except asyncio.TimeoutError:
-            records[index] = _failed(
+            records[local] = _failed(
                 progress,
                 f"request {index} timed out after {request_timeout_s:g} s ({_tokens_so_far(api, progress)} tokens)",
                 api,
@@ -699,10 +828,10 @@ async def _run_all(
     tasks: list[asyncio.Task[None]] = []
 
     async def dispatch() -> None:
-        for index, body in enumerate(bodies):
+        for local, body in enumerate(bodies):
             # Acquire before creating the task, so requests start in list order.
             await semaphore.acquire()
-            tasks.append(asyncio.create_task(run(index, body)))
+            tasks.append(asyncio.create_task(run(local, body)))
         await asyncio.gather(*tasks)
 
     dispatcher = asyncio.create_task(dispatch())
@@ -719,6 +848,30 @@ async def _run_all(
     return [record for record in records if record is not None]
 
 
+#: Concurrent streams one worker process takes before :func:`auto_workers` adds another.
+STREAMS_PER_WORKER = 128
+#: CPU (cores) one worker should stay under; a measured phase above it makes :func:`auto_workers` add workers.
+WORKER_CPU_TARGET = 0.5
+#: Seconds a worker process may take to start (interpreter, imports) before the phase is abandoned.
+_WORKER_START_S = 120.0
+
+
+def auto_workers(concurrency: int, load: ClientLoad | None = None, *, cpus: int | None = None) -> int:
+    """Worker processes for a phase of ``concurrency`` streams, given the client's load in an earlier phase.
+
+    ``ceil(concurrency / STREAMS_PER_WORKER)``, raised to ``ceil(load.cpu_cores / WORKER_CPU_TARGET)`` when a
+    measured phase kept the client busier than that; at most ``cpus - 1`` (one core left to the rest of the
+    process and the server when it is local) and ``concurrency``; at least 1.
+
+    Examples (16 cores): concurrency 64 -> 1; 256 -> 2; 64 after a phase that used 1.3 cores -> 3.
+    """
+    cpus = cpus or os.cpu_count() or 1
+    want = math.ceil(concurrency / STREAMS_PER_WORKER)
+    if load is not None:
+        want = max(want, math.ceil(load.cpu_cores / WORKER_CPU_TARGET))
+    return max(1, min(want, concurrency, cpus - 1))
+
+
 def run_phase(
     base_url: str,
     requests: Sequence[RequestSpec],
@@ -730,35 +883,184 @@ def run_phase(
     request_timeout_s: float = 600.0,
     model: str | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    workers: int = 1,
 ) -> PhaseResult:
-    """Synchronous :func:`run_requests` in a fresh event loop.
+    """Synchronous :func:`run_requests` in a fresh event loop, or spread over ``workers`` processes.
 
+    With ``workers > 1`` (and no ``transport``), request ``i`` goes to worker ``i % workers``, which sends its share
+    in order with its share of ``concurrency`` (the first ``concurrency % workers`` workers one more), each in its
+    own process and event loop. The workers start (spawn, imports, request bodies) before the first request; all
+    begin together; their records come back merged in request order. Every time is ``perf_counter``, which is
+    CLOCK_MONOTONIC on Linux: one clock for all processes. ``load`` pools the lag probes and sums the CPU.
     Must not be called from inside a running event loop (``asyncio.run`` refuses).
 
-    :returns: as :func:`run_requests`; the phase bounds exclude the event loop's creation and tear-down.
-    :raises ServerError: as :func:`run_requests`.
+    :param workers: processes to use, at most ``concurrency`` and the number of requests (see :func:`auto_workers`).
+    :returns: as :func:`run_requests`; the phase bounds exclude the event loop's creation and tear-down and the
+        workers' start.
+    :raises ServerError: as :func:`run_requests` (from any worker; the others are stopped).
+    :raises SpecdecError: a worker process failed to start or died.
     """
-    out: list[PhaseResult] = []
+    headers = _auth_headers(api_key)
+    n = max(1, min(workers, concurrency, len(requests)))
+    if n == 1 or transport is not None:
+        out: list[PhaseResult] = []
 
-    async def main() -> None:
-        # Returns None: Python 3.11's asyncio.run formats the main task's repr (result included) when it restores
-        # the SIGINT handler, which would repr every record (seconds for a large phase).
-        out.append(
-            await run_requests(
-                base_url,
-                requests,
-                api=api,
-                concurrency=concurrency,
-                api_key=api_key,
-                stall_timeout_s=stall_timeout_s,
-                request_timeout_s=request_timeout_s,
-                model=model,
-                transport=transport,
+        async def main() -> None:
+            # Returns None: Python 3.11's asyncio.run formats the main task's repr (result included) when it
+            # restores the SIGINT handler, which would repr every record (seconds for a large phase).
+            out.append(
+                await run_requests(
+                    base_url,
+                    requests,
+                    api=api,
+                    concurrency=concurrency,
+                    api_key=api_key,
+                    stall_timeout_s=stall_timeout_s,
+                    request_timeout_s=request_timeout_s,
+                    model=model,
+                    transport=transport,
+                )
             )
-        )
 
-    asyncio.run(main())
-    return out[0]
+        asyncio.run(main())
+        return out[0]
+    if api != "generate" and model is None:
+        model = asyncio.run(_resolve_model(base_url, headers, min(request_timeout_s, 30.0), None))
+    options = {
+        "api": api,
+        "headers": headers,
+        "stall_timeout_s": stall_timeout_s,
+        "request_timeout_s": request_timeout_s,
+        "model": model,
+        "transport": None,
+    }
+    shares = [list(range(w, len(requests), n)) for w in range(n)]
+    concurrencies = [concurrency // n + (1 if w < concurrency % n else 0) for w in range(n)]
+    raws = _run_workers(base_url, requests, shares, concurrencies, options)
+    records: list[RequestRecord | None] = [None] * len(requests)
+    for share, raw in zip(shares, raws, strict=True):
+        for index, record in zip(share, raw.records, strict=True):
+            records[index] = record
+    merged = [r for r in records if r is not None]
+    load = _load(
+        [lag for raw in raws for lag in raw.lag_s],
+        sum(raw.cpu_s for raw in raws),
+        max(raw.wall_s for raw in raws),
+        workers=n,
+    )
+    return _phase(merged, load)
+
+
+def _run_workers(
+    base_url: str,
+    requests: Sequence[RequestSpec],
+    shares: list[list[int]],
+    concurrencies: list[int],
+    options: dict[str, Any],
+) -> list[_Raw]:
+    """Start one process per share, wait until all are ready, start them together, collect their results.
+
+    Workers are ``python -c`` subprocesses talking pickles over a socket pair (``multiprocessing.connection``),
+    not ``multiprocessing.Process``: spawn would re-run the caller's ``__main__`` (a script without a main guard
+    breaks), and fork is unsafe in a process that may hold threads (xdist, connection pools).
+    """
+    import multiprocessing.connection
+    import socket
+    import subprocess
+    import sys
+
+    procs: list[subprocess.Popen[bytes]] = []
+    conns: list[multiprocessing.connection.Connection] = []
+    try:
+        for share, concurrency in zip(shares, concurrencies, strict=True):
+            mine, theirs = socket.socketpair()
+            with mine, theirs:
+                fd = theirs.fileno()
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-c", _WORKER_CODE, str(fd)], pass_fds=[fd], stdin=subprocess.DEVNULL
+                    )
+                )
+                conn = multiprocessing.connection.Connection(mine.detach())
+            conns.append(conn)
+            conn.send((base_url, [requests[i] for i in share], share, concurrency, options))
+        for w, conn in enumerate(conns):
+            _expect(conn, procs[w], w, "ready", _WORKER_START_S)
+        for conn in conns:
+            conn.send("go")
+        raws: list[_Raw | None] = [None] * len(conns)
+        pending = dict(enumerate(conns))
+        while pending:
+            for ready in multiprocessing.connection.wait(list(pending.values())):
+                w = next(k for k, c in pending.items() if c is ready)
+                raws[w] = _expect(ready, procs[w], w, "done", None)
+                del pending[w]
+        return [raw for raw in raws if raw is not None]
+    finally:
+        for conn in conns:
+            conn.close()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+_WORKER_CODE = "import sys; from pytest_specdec.client import _worker_main; _worker_main(int(sys.argv[1]))"
+
+
+def _expect(conn: Any, proc: Any, w: int, what: str, timeout_s: float | None) -> Any:
+    """The next message of worker ``w``, which must be ``(what, payload)``; an error it sent is raised here.
+
+    :raises SpecdecError: the worker died or did not answer within ``timeout_s``.
+    """
+    from pytest_specdec.errors import SpecdecError
+
+    if timeout_s is not None and not conn.poll(timeout_s):
+        raise SpecdecError(f"client worker {w} (pid {proc.pid}) did not start within {timeout_s:g} s")
+    try:
+        kind, payload = conn.recv()
+    except (EOFError, OSError):
+        code = proc.wait(5)
+        raise SpecdecError(f"client worker {w} (pid {proc.pid}) died (exit code {code})") from None
+    if kind == "error":
+        raise payload
+    if kind != what:
+        raise SpecdecError(f"client worker {w} (pid {proc.pid}) sent {kind!r}, expected {what!r}")
+    return payload
+
+
+def _worker_main(fd: int) -> None:
+    """One worker process: read its share, report ready, wait for "go", run, send back a :class:`_Raw` or the
+    error (see :func:`_run_workers`)."""
+    import multiprocessing.connection
+
+    conn = multiprocessing.connection.Connection(fd)
+    try:
+        base_url, requests, numbers, concurrency, options = conn.recv()
+        conn.send(("ready", None))
+        if conn.recv() != "go":
+            return
+        out: list[_Raw] = []
+
+        async def main() -> None:
+            out.append(await _run_requests_raw(base_url, requests, numbers, concurrency=concurrency, **options))
+
+        asyncio.run(main())
+        conn.send(("done", out[0]))
+    except (EOFError, KeyboardInterrupt):
+        pass  # the parent went away or stopped us
+    except Exception as exc:  # noqa: BLE001 - every failure goes to the parent, which raises it
+        try:
+            conn.send(("error", exc))
+        except Exception:  # noqa: BLE001 - an exception that does not pickle
+            conn.send(("error", ServerError(f"client worker failed: {type(exc).__name__}: {exc}")))
+    finally:
+        conn.close()
 
 
 def fetch_text(

@@ -7,6 +7,7 @@ Hierarchy::
      ├── PreflightError          preflight found errors; carries the findings
      ├── ServerStartError        the server died or did not become ready; carries log_path and the log tail
      ├── ServerError             a running server stalled, died, or failed too many requests
+     ├── ClientOverloadError     the measuring client was too busy to time the phase (workload.client_overload: fail)
      └── CompareError            two result sets cannot be compared (workload differs, file unreadable)
     SpecdecWarning(pytest.PytestWarning)   fingerprint differs, baseline missing, not applicable
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 __all__ = [
+    "ClientOverloadError",
     "CompareError",
     "PreflightError",
     "ProfileError",
@@ -79,6 +81,15 @@ class ServerError(SpecdecError):
         super().__init__(message)
         self.profile = profile
         self.log_path = log_path
+
+
+class ClientOverloadError(SpecdecError):
+    """Raised after a measured phase whose client event-loop lag was large against the ITL (``metrics.client_check``)
+    when the profile sets ``workload.client_overload: fail``; by default that is only a warning."""
+
+    def __init__(self, message: str, *, profile: str | None = None) -> None:
+        super().__init__(message)
+        self.profile = profile
 
 
 class CompareError(SpecdecError):

@@ -20,11 +20,13 @@ from pytest_specdec.records import RequestRecord, RunMetrics
 __all__ = [
     "ACCEPT_LENGTH_DEFINITION",
     "ACCEPT_RATE_DEFINITION",
+    "CLIENT_LAG_FRACTION",
     "CROSS_CHECK_TOLERANCE",
     "SCHEDULER_CHECK_TOLERANCE",
     "METRICS",
     "MetricSpec",
     "RequestTiming",
+    "client_check",
     "cross_check",
     "request_timing",
     "summarize",
@@ -344,6 +346,34 @@ def summarize(
         accept_length_native=native,
         scheduler_accept_length=scheduler_accept_length if speculative else None,
         cache_reset=cache_reset,
+    )
+
+
+#: Event-loop lag p99 above this fraction of the ITL p50 (TPOT p50 when ITL is unknown) makes
+#: :func:`client_check` report: arrivals then wait for the client long enough to bend TTFT and ITL.
+CLIENT_LAG_FRACTION = 0.10
+
+
+def client_check(metrics: RunMetrics) -> str | None:
+    """Whether the measuring client itself was too busy for its TTFT/ITL to be trusted.
+
+    :returns: None when ``client_lag_ms_p99 <= CLIENT_LAG_FRACTION * itl_ms_p50`` (``tpot_ms_p50`` when ITL is
+        unknown) or either is missing; else one line such as ``client overloaded: event-loop lag p99 1.20 ms > 10%
+        of ITL p50 5.00 ms (client CPU 0.97 cores, 1 worker process); TTFT and ITL include the client's own delay;
+        fix: raise workload.client_workers or lower workload.concurrency``.
+
+    Worked example: lag p99 0.8 ms, ITL p50 5.0 ms -> 0.8 > 0.5, reported; lag p99 0.3 ms -> None.
+    """
+    lag = metrics.client_lag_ms_p99
+    ref_name, ref = ("ITL", metrics.itl_ms_p50) if metrics.itl_ms_p50 else ("TPOT", metrics.tpot_ms_p50)
+    if lag is None or not ref or lag <= CLIENT_LAG_FRACTION * ref:
+        return None
+    cpu = f"client CPU {metrics.client_cpu_cores:.2f} cores, " if metrics.client_cpu_cores is not None else ""
+    workers = metrics.client_workers or 1
+    return (
+        f"client overloaded: event-loop lag p99 {lag:.2f} ms > {CLIENT_LAG_FRACTION:.0%} of {ref_name} p50 "
+        f"{ref:.2f} ms ({cpu}{workers} worker process{'es' if workers > 1 else ''}); TTFT and ITL include the "
+        "client's own delay; fix: raise workload.client_workers or lower workload.concurrency"
     )
 
 

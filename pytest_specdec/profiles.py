@@ -20,7 +20,7 @@ import copy
 import difflib
 import os
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -106,6 +106,12 @@ class Workload(_Strict):
     request_timeout_s: float = Field(default=600.0, gt=0)
     #: Fraction of failed requests above which the run is an error instead of a measurement.
     max_error_rate: float = Field(default=0.0, ge=0, le=1)
+    #: Processes that send a phase's requests (each with its own event loop): "auto" picks from the concurrency and
+    #: the client's measured load (``client.auto_workers``), or a number.
+    client_workers: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
+    #: When the client's event-loop lag p99 exceeds 10% of the ITL p50 (``metrics.client_check``): "warn" (a
+    #: SpecdecWarning) or "fail" (the phase's tests fail).
+    client_overload: Literal["warn", "fail"] = "warn"
 
 
 #: Placeholders a ``nodes.launcher`` / ``nodes.stop`` template may use.

@@ -87,6 +87,11 @@ class RunMetrics:
     #: What was done to the prefix cache before this phase (``Engine.reset_prefix_cache``), e.g. "reset: POST
     #: /flush_cache" or "not reset: ...".
     cache_reset: str | None = None
+    #: The measuring client's event-loop lag p99 and CPU use (cores) during the phase, and its worker processes
+    #: (``client.ClientLoad``); None when not measured.
+    client_lag_ms_p99: float | None = None
+    client_cpu_cores: float | None = None
+    client_workers: int | None = None
 
     def as_dict(self) -> dict[str, float | int | str | None]:
         return asdict(self)
