@@ -14,13 +14,15 @@ OpenAI APIs). ``--warmup-requests`` (default 1, as bench_serving) run first and 
 
 Figures (as bench_serving's ``calculate_metrics``): duration = first request sent to last response finished;
 output tok/s = Σ completion_tokens / duration; TTFT per request; ITL = each event gap divided over its tokens,
-pooled; ``events/s`` = token-carrying SSE events / duration (the client's load); ``client CPU`` = this process's
-CPU seconds / duration.
+pooled; ``events/s`` = token-carrying SSE events / duration (the client's load); client CPU (cores, summed over
+workers) and event-loop lag p99 from ``PhaseResult.load``, with the plugin's overload warning when lag p99 > 10% of
+the ITL p50. ``--workers N|auto`` spreads the requests over client processes as ``workload.client_workers`` does.
 
 Usage::
 
     python benchmarks/bench_vs_serving.py --base-url http://127.0.0.1:30000 --concurrency 64 \\
-        --num-prompts 256 --output-len 256 [--input-len 128] [--repeats 3] [--prompts builtin] [--api generate]
+        --num-prompts 256 --output-len 256 [--input-len 128] [--repeats 3] [--workers 1|N|auto] \\
+        [--prompts builtin] [--api generate] [--flush-cache] [--json-out FILE]
 
     # the same load through SGLang's own client, for comparison:
     python -m sglang.bench_serving --backend sglang --base-url http://127.0.0.1:30000 --dataset-name random-ids \\
@@ -31,10 +33,10 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -60,9 +62,9 @@ def build_requests(args: argparse.Namespace, n: int, offset: int) -> list[Reques
     ]
 
 
-def report(args: argparse.Namespace, phase: client.PhaseResult, cpu_s: float) -> dict[str, float | None]:
+def report(args: argparse.Namespace, phase: client.PhaseResult) -> dict[str, float | None]:
     run = metrics.summarize(
-        list(phase.records), phase.duration_s, num_draft_tokens=None, speculative=False, max_error_rate=1.0
+        list(phase.records), phase.duration_s, num_steps=None, speculative=False, max_error_rate=1.0
     )
     ok = [r for r in phase.records if r.ok]
     events = sum(len(r.chunk_times_s) for r in ok)
@@ -81,7 +83,9 @@ def report(args: argparse.Namespace, phase: client.PhaseResult, cpu_s: float) ->
         "itl_ms_p99": run.itl_ms_p99,
         "e2e_ms_p50": run.e2e_ms_p50,
         "events_s": events / phase.duration_s,
-        "client_cpu": cpu_s / phase.duration_s,
+        "client_cpu_cores": phase.load.cpu_cores if phase.load else None,
+        "client_lag_ms_p99": phase.load.lag_ms_p99 if phase.load else None,
+        "client_workers": phase.load.workers if phase.load else 1,
     }
 
     def f(v: float | None, fmt: str = "{:.2f}") -> str:
@@ -110,7 +114,19 @@ def report(args: argparse.Namespace, phase: client.PhaseResult, cpu_s: float) ->
     print(f"{'Median E2E Latency (ms):':<{w}}{f(run.e2e_ms_p50)}")
     print("{s:{c}^{n}}".format(s="Client load", n=50, c="-"))
     print(f"{'SSE events/s (token-carrying):':<{w}}{out['events_s']:.0f}")
-    print(f"{'Client CPU (cores):':<{w}}{out['client_cpu']:.2f}")
+    print(f"{'Client CPU (cores, all workers):':<{w}}{f(out['client_cpu_cores'])}")
+    print(f"{'Client event-loop lag p99 (ms):':<{w}}{f(out['client_lag_ms_p99'])}")
+    print(f"{'Client worker processes:':<{w}}{out['client_workers']}")
+    check = metrics.client_check(
+        dataclasses.replace(
+            run,
+            client_lag_ms_p99=out["client_lag_ms_p99"],
+            client_cpu_cores=out["client_cpu_cores"],
+            client_workers=out["client_workers"],
+        )
+    )
+    if check:
+        print(f"WARNING: {check}")
     print("=" * 50, flush=True)
     return out
 
@@ -133,9 +149,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--api-key", default=None)
     parser.add_argument("--json-out", default=None, help="append one JSON line per phase to this file")
+    parser.add_argument(
+        "--workers", default="1", help="client processes: a number or 'auto' (client.auto_workers; default 1)"
+    )
     args = parser.parse_args()
     if args.api != "generate" and args.prompts != "builtin":
         parser.error("--api completions/chat send text: add --prompts builtin")
+    last_load: client.ClientLoad | None = None
     for repeat in range(args.repeats):
         if args.warmup_requests:
             warm = build_requests(args, args.warmup_requests, offset=10_000 + repeat)
@@ -144,15 +164,15 @@ def main() -> None:
             headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
             httpx.post(args.base_url.rstrip("/") + "/flush_cache", headers=headers, timeout=30.0)
         requests = build_requests(args, args.num_prompts, offset=repeat * args.num_prompts)
-        cpu0 = time.process_time()
+        workers = client.auto_workers(args.concurrency, last_load) if args.workers == "auto" else int(args.workers)
         phase = client.run_phase(
-            args.base_url, requests, api=args.api, concurrency=args.concurrency, api_key=args.api_key
+            args.base_url, requests, api=args.api, concurrency=args.concurrency, api_key=args.api_key, workers=workers
         )
-        cpu_s = time.process_time() - cpu0
+        last_load = phase.load
         errors = [r.error for r in phase.records if not r.ok]
         if errors:
             print(f"{len(errors)} failed requests; first: {errors[0]}", file=sys.stderr)
-        out = report(args, phase, cpu_s)
+        out = report(args, phase)
         if args.json_out:
             with open(args.json_out, "a") as fh:
                 fh.write(json.dumps({"repeat": repeat, **vars(args), **out}) + "\n")

@@ -11,7 +11,8 @@ Truth for benchmarks: with ``--record`` the server keeps, per request, the ``tim
 after each event was handed to the socket (system-wide CLOCK_MONOTONIC on Linux, so comparable with the client's
 stamps) and ``GET /send_times`` returns ``{"<prompt text>": [t0, t1, ...], ...}`` (and clears them).
 
-Usage: ``python benchmarks/sse_server.py --port 31001 [--itl-ms 5 --ttft-ms 20] [--record] [--tokens-per-event 1]``
+Usage: ``python benchmarks/sse_server.py --port 31001 [--itl-ms 5 --ttft-ms 20] [--record] [--tokens-per-event 1]
+[--spec] [--stall-prompt TEXT]``
 Standard library only (raw ``asyncio`` protocol, HTTP/1.1 keep-alive, chunked transfer encoding).
 """
 
@@ -203,9 +204,12 @@ class Server(asyncio.Protocol):
         # Loop time and perf_counter share CLOCK_MONOTONIC on Linux; an absolute schedule: lateness does not add up.
         origin = loop.time() - (time.perf_counter() - received_s)
         k = 0
+        stall = self.args.stall_prompt is not None and self.args.stall_prompt in prompt
         for payload in payloads:
             if self.closed:
                 return
+            if stall and k == 1:
+                await asyncio.sleep(3600)  # a stalled stream: one event, then silence
             if itl > 0 or ttft > 0:
                 delay = origin + ttft + k * itl - loop.time()
                 if delay > 0:
@@ -245,6 +249,7 @@ def main() -> None:
     parser.add_argument("--tokens-per-event", type=int, default=1)
     parser.add_argument("--spec", action="store_true", help="add spec_* fields to the last meta_info")
     parser.add_argument("--record", action="store_true", help="keep per-event send times for GET /send_times")
+    parser.add_argument("--stall-prompt", default=None, help="requests whose prompt holds this stop after one event")
     asyncio.run(serve(parser.parse_args()))
 
 

@@ -923,7 +923,7 @@ def specdec_run(specdec_server: runner.RunningServer, request: pytest.FixtureReq
                 if path is not None:
                     session.save_shared(path, profile.name)
         run = session.runs[profile.name]
-        for message in dict.fromkeys([*run.cross_checks, *run.log_warnings]):
+        for message in dict.fromkeys([*run.cross_checks, *run.client_checks, *run.log_warnings]):
             # Counters disagreeing with the client (a metrics bug, not a regression), or a log-level warning.
             request.node.warn(SpecdecWarning(f"profile {profile.name}: {message}"))
     run = session.runs[profile.name]

@@ -20,7 +20,7 @@ import copy
 import difflib
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -108,10 +108,17 @@ class Workload(_Strict):
     max_error_rate: float = Field(default=0.0, ge=0, le=1)
     #: Processes that send a phase's requests (each with its own event loop): "auto" picks from the concurrency and
     #: the client's measured load (``client.auto_workers``), or a number.
-    client_workers: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
+    client_workers: int | Literal["auto"] = "auto"
     #: When the client's event-loop lag p99 exceeds 10% of the ITL p50 (``metrics.client_check``): "warn" (a
     #: SpecdecWarning) or "fail" (the phase's tests fail).
     client_overload: Literal["warn", "fail"] = "warn"
+
+    @field_validator("client_workers", mode="before")
+    @classmethod
+    def _client_workers(cls, value: Any) -> Any:
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            return value
+        raise ValueError(f"expected 'auto' or an integer >= 1, got {value!r}")
 
 
 #: Placeholders a ``nodes.launcher`` / ``nodes.stop`` template may use.

@@ -20,7 +20,7 @@ from pytest_specdec import client, metrics, workload
 from pytest_specdec.engines import get_engine
 from pytest_specdec.engines.base import EffectiveConfig, Engine, LaunchSpec, SpecCounters
 from pytest_specdec.engines.sglang import resolve_api_key
-from pytest_specdec.errors import ServerStartError
+from pytest_specdec.errors import ClientOverloadError, ServerStartError
 from pytest_specdec.profiles import Profile
 from pytest_specdec.records import RequestRecord, RunMetrics, median_metrics
 
@@ -54,6 +54,8 @@ class RunningServer:
     stop_report: object | None = None
 
     registry_entry: Path | None = None
+    #: The measuring client's load in the last phase on this server (``client.ClientLoad``), for auto workers.
+    client_load: client.ClientLoad | None = None
 
     def stop(self) -> None:
         """Tear the server down (no-op for a server given by URL: we never stop what we did not start)."""
@@ -147,6 +149,8 @@ class Measurement:
     counters_after: SpecCounters | None
     cross_check: str | None
     wall_time: float = field(default_factory=time.time)
+    #: ``metrics.client_check``'s line when the measuring client was overloaded, else None.
+    client_check: str | None = None
 
 
 def start_server(
@@ -379,15 +383,19 @@ def measure(server: RunningServer, *, base_dir: Path | None = None) -> Measureme
         stall_timeout_s=wl.stall_timeout_s,
         request_timeout_s=wl.request_timeout_s,
         model=None,
+        workers=_client_workers(server),
     )
     if warmup:
-        client.run_phase(server.base_url, warmup, **common)  # type: ignore[arg-type]
+        warm = client.run_phase(server.base_url, warmup, **common)  # type: ignore[arg-type]
+        server.client_load = warm.load or server.client_load
+        common["workers"] = _client_workers(server)
     # Warmup request i and measured request i share a prompt, and repeats resend the list: without a reset, TTFT
     # would be measured on prefix-cache hits. The reset also zeroes SGLang's scheduler totals (the cross-check).
     cache_reset = _reset_cache(server)
     before = _counters(server)
     phase = client.run_phase(server.base_url, measured, **common)  # type: ignore[arg-type]
     after = _counters(server)
+    server.client_load = phase.load or server.client_load
     if server.process is not None:
         server.process.check_alive()  # type: ignore[attr-defined]
     spec = profile.speculative
@@ -409,6 +417,13 @@ def measure(server: RunningServer, *, base_dir: Path | None = None) -> Measureme
         scheduler_accept_length=scheduler_length,
         cache_reset=cache_reset,
     )
+    if phase.load is not None:
+        run = dataclasses.replace(
+            run,
+            client_lag_ms_p99=phase.load.lag_ms_p99,
+            client_cpu_cores=phase.load.cpu_cores,
+            client_workers=phase.load.workers,
+        )
     return Measurement(
         profile=profile.name,
         metrics=run,
@@ -417,7 +432,31 @@ def measure(server: RunningServer, *, base_dir: Path | None = None) -> Measureme
         counters_before=before,
         counters_after=after,
         cross_check=metrics.cross_check(run),
+        client_check=client_verdict(profile, run),
     )
+
+
+def _client_workers(server: RunningServer) -> int:
+    """``workload.client_workers``, or for "auto" ``client.auto_workers`` from the concurrency and the client's
+    load in this server's previous phase."""
+    wl = server.profile.workload
+    if wl.client_workers != "auto":
+        return wl.client_workers
+    return client.auto_workers(wl.concurrency, server.client_load)  # type: ignore[arg-type]
+
+
+def client_verdict(profile: Profile, run: RunMetrics) -> str | None:
+    """``metrics.client_check`` of a phase, applied as the profile says (``workload.client_overload``).
+
+    :returns: the warning line, or None when the client kept up.
+    :raises ClientOverloadError: the client was overloaded and the profile sets ``client_overload: fail``.
+    """
+    message = metrics.client_check(run)
+    if message is not None and profile.workload.client_overload == "fail":
+        raise ClientOverloadError(
+            f"profile {profile.name}: {message} (workload.client_overload: fail)", profile=profile.name
+        )
+    return message
 
 
 def _reset_cache(server: RunningServer) -> str:
@@ -474,6 +513,11 @@ class RunResult:
     @property
     def cross_checks(self) -> tuple[str, ...]:
         return tuple(m.cross_check for m in self.measurements if m.cross_check)
+
+    @property
+    def client_checks(self) -> tuple[str, ...]:
+        """The client-overload lines of the repeats (``metrics.client_check``)."""
+        return tuple(m.client_check for m in self.measurements if m.client_check)
 
 
 def measure_repeats(server: RunningServer, repeats: int, *, base_dir: Path | None = None) -> RunResult:

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from pytest_specdec import clock
-from pytest_specdec.client import fetch_text, run_phase
+from pytest_specdec.client import ClientLoad, auto_workers, fetch_text, run_phase
 from pytest_specdec.errors import ServerError
 from pytest_specdec.metrics import request_timing, summarize
 from pytest_specdec.workload import RequestSpec
@@ -396,7 +396,7 @@ def test_phase_runs_from_first_request_sent_to_last_response_finished(fake_clock
     assert (rec.start_s, rec.end_s) == (5.0, 5.3)
     assert (result.start_s, result.end_s) == (5.0, 5.3)
     assert result.duration_s == pytest.approx(0.3)  # the old client said 9.3 s
-    assert summarize(result.records, result.duration_s, num_draft_tokens=None, speculative=False).output_tok_s == (
+    assert summarize(result.records, result.duration_s, num_steps=None, speculative=False).output_tok_s == (
         pytest.approx(2 / 0.3)
     )
 
@@ -510,9 +510,11 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def sse_url() -> Iterator[str]:
-    """A local SSE server (3 tokens per event, spec fields on the last event, 2 ms between events)."""
+    """A local SSE server (3 tokens per event, spec fields on the last event, 2 ms between events; a prompt
+    holding "stall-me" gets one event and then silence)."""
     port = _free_port()
     args = ["--port", str(port), "--tokens-per-event", "3", "--spec", "--itl-ms", "2", "--ttft-ms", "5"]
+    args += ["--stall-prompt", "stall-me"]
     proc = subprocess.Popen([sys.executable, str(SSE_SERVER), *args], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -549,3 +551,44 @@ def test_aiohttp_http_error_and_refused_connection_are_failed_records(sse_url: s
     (rec,) = run_phase(f"http://127.0.0.1:{port}", [req()]).records
     assert rec.error is not None
     assert rec.error.startswith(f"ClientConnectorError on http://127.0.0.1:{port}/generate: Cannot connect to host")
+
+
+def test_phase_records_the_clients_own_load(sse_url: str) -> None:
+    result = run_phase(sse_url, [req(f"p{i}", 30) for i in range(4)], concurrency=2)
+    load = result.load
+    assert load is not None
+    assert load.workers == 1 and load.probes >= 1  # ~30 ms per request, a probe every 10 ms
+    assert 0.0 <= load.lag_ms_p50 <= load.lag_ms_p99 <= load.lag_ms_max
+    assert 0.0 < load.cpu_cores <= 1.5
+
+
+def test_workers_send_every_request_once_and_merge_records_in_request_order(sse_url: str) -> None:
+    specs = [req(f"w{i}", 3 + i) for i in range(7)]
+    result = run_phase(sse_url, specs, concurrency=4, workers=2, api="completions")
+    assert [r.completion_tokens for r in result.records] == [3 + i for i in range(7)]
+    assert all(r.ok for r in result.records)
+    assert result.load is not None and result.load.workers == 2
+    assert result.start_s == min(r.start_s for r in result.records)
+    assert result.end_s == max(r.end_s for r in result.records)
+
+
+def test_a_stall_in_a_worker_aborts_the_phase_naming_the_request(sse_url: str) -> None:
+    specs = [req(f"w{i}", 12) for i in range(3)] + [req("stall-me", 12)]
+    began = time.monotonic()
+    with pytest.raises(ServerError) as excinfo:
+        run_phase(sse_url, specs, concurrency=4, workers=2, stall_timeout_s=0.5)
+    assert time.monotonic() - began < 60.0
+    # Request 3 (worker 1's second) got its first event of 3 tokens, then nothing.
+    assert str(excinfo.value) == (
+        f"server stalled: no token for 0.5 s on request 3 (3 tokens received so far) at {sse_url}/generate"
+    )
+
+
+def test_auto_workers_from_concurrency_and_measured_load() -> None:
+    busy = ClientLoad(lag_ms_p50=0.1, lag_ms_p99=3.0, lag_ms_max=9.0, cpu_cores=1.3)
+    assert auto_workers(64, cpus=16) == 1
+    assert auto_workers(256, cpus=16) == 2  # one per 128 streams
+    assert auto_workers(64, busy, cpus=16) == 3  # ceil(1.3 cores / 0.5 per worker)
+    assert auto_workers(1024, cpus=4) == 3  # one core left over
+    assert auto_workers(2, busy, cpus=16) == 2  # never more than the streams
+    assert auto_workers(1024, busy, cpus=2) == 1

@@ -8,7 +8,7 @@ import pytest
 
 from pytest_specdec.engines.base import SpecCounters
 from pytest_specdec.errors import ServerError
-from pytest_specdec.metrics import METRICS, cross_check, request_timing, summarize
+from pytest_specdec.metrics import METRICS, client_check, cross_check, request_timing, summarize
 from pytest_specdec.records import RequestRecord, RunMetrics
 
 
@@ -245,3 +245,24 @@ def test_real_sglang_0_5_17_batch_in_the_convention_and_natively() -> None:
     assert m.accept_rate == pytest.approx(664 / 368 / 3)  # 0.601
     assert scheduler == pytest.approx(2.8337, abs=1e-4)
     assert cross_check(m) is None
+
+
+def test_client_check_reports_lag_above_a_tenth_of_the_itl() -> None:
+    # ITL p50 10 ms (R1/R2 above): lag p99 0.9 ms is under 1.0 ms, 1.5 ms over it; TPOT stands in without ITL.
+    base = summarize([R1, R2], 2.0, num_steps=3, speculative=True)
+    itl = base.itl_ms_p50
+    assert itl is not None
+    calm = dataclasses.replace(base, itl_ms_p50=10.0, client_lag_ms_p99=0.9, client_cpu_cores=0.4, client_workers=1)
+    assert client_check(calm) is None
+    assert client_check(dataclasses.replace(calm, client_lag_ms_p99=1.5)) == (
+        "client overloaded: event-loop lag p99 1.50 ms > 10% of ITL p50 10.00 ms (client CPU 0.40 cores, 1 worker "
+        "process); TTFT and ITL include the client's own delay; fix: raise workload.client_workers or lower "
+        "workload.concurrency"
+    )
+    no_itl = dataclasses.replace(calm, itl_ms_p50=None, tpot_ms_p50=4.0, client_lag_ms_p99=0.5, client_workers=2)
+    assert client_check(no_itl) == (
+        "client overloaded: event-loop lag p99 0.50 ms > 10% of TPOT p50 4.00 ms (client CPU 0.40 cores, 2 worker "
+        "processes); TTFT and ITL include the client's own delay; fix: raise workload.client_workers or lower "
+        "workload.concurrency"
+    )
+    assert client_check(dataclasses.replace(calm, client_lag_ms_p99=None)) is None  # not measured

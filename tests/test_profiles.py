@@ -231,3 +231,17 @@ def test_get_unknown_profile_lists_available(in_tmp: Path) -> None:
         ProfileError, match=r"^--server-profile=c: no such profile in specdec.yaml \(available: a, b\)$"
     ):
         load_profiles("specdec.yaml").get("c")
+
+
+def test_client_workers_is_auto_or_a_positive_number(in_tmp: Path) -> None:
+    write(in_tmp, "profiles:\n  p:\n    workload: {client_workers: 0}\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml: profiles.p.workload.client_workers: expected 'auto' or an integer >= 1, got 0"
+    )
+    write(in_tmp, "profiles:\n  p:\n    workload: {client_workers: many, client_overload: warn}\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml: profiles.p.workload.client_workers: expected 'auto' or an integer >= 1, got 'many'"
+    )
+    write(in_tmp, "profiles:\n  p:\n    workload: {client_workers: 4, client_overload: fail}\n")
+    wl = load_profiles("specdec.yaml").get("p").workload
+    assert (wl.client_workers, wl.client_overload) == (4, "fail")

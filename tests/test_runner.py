@@ -1,0 +1,50 @@
+"""Tests of pytest_specdec.runner pieces that need no server: the client-overload verdict and worker choice."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+from pytest_specdec import runner
+from pytest_specdec.client import ClientLoad
+from pytest_specdec.errors import ClientOverloadError
+from pytest_specdec.metrics import summarize
+from pytest_specdec.profiles import Profile
+from pytest_specdec.records import RequestRecord
+
+# One request: ITL 10 ms (events 10 ms apart, one token each).
+RECORD = RequestRecord(True, None, 0.0, 0.05, 4, 4, (0.02, 0.03, 0.04, 0.05), (1, 1, 1, 1))
+OVERLOADED = "client overloaded: event-loop lag p99 2.00 ms > 10% of ITL p50 10.00 ms"
+
+
+def run_with_lag(lag_ms: float) -> object:
+    run = summarize([RECORD], 0.05, num_steps=None, speculative=False)
+    return dataclasses.replace(run, client_lag_ms_p99=lag_ms, client_cpu_cores=0.9, client_workers=1)
+
+
+def test_client_overload_warns_by_default_and_fails_when_the_profile_says() -> None:
+    warn = Profile.model_validate({"name": "p"})
+    assert runner.client_verdict(warn, run_with_lag(0.5)) is None  # type: ignore[arg-type]
+    line = runner.client_verdict(warn, run_with_lag(2.0))  # type: ignore[arg-type]
+    assert line is not None and line.startswith(OVERLOADED)
+    strict = Profile.model_validate({"name": "p", "workload": {"client_overload": "fail"}})
+    with pytest.raises(ClientOverloadError) as info:
+        runner.client_verdict(strict, run_with_lag(2.0))  # type: ignore[arg-type]
+    assert str(info.value).startswith(f"profile p: {OVERLOADED} (client CPU 0.90 cores, 1 worker process)")
+    assert str(info.value).endswith("(workload.client_overload: fail)")
+
+
+@pytest.mark.parametrize(
+    ("setting", "load", "expected"),
+    [(3, None, 3), ("auto", None, 1), ("auto", ClientLoad(0.1, 2.0, 4.0, cpu_cores=0.9), 2)],
+)
+def test_client_workers_set_or_chosen_from_the_last_phase(
+    monkeypatch: pytest.MonkeyPatch, setting: object, load: ClientLoad | None, expected: int
+) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    profile = Profile.model_validate({"name": "p", "workload": {"concurrency": 64, "client_workers": setting}})
+    server = runner.RunningServer(profile, engine=None, base_url="http://x", api_key=None)  # type: ignore[arg-type]
+    server.client_load = load
+    assert runner._client_workers(server) == expected  # 0.9 cores -> ceil(0.9 / 0.5) = 2 workers
