@@ -122,7 +122,7 @@ def report(args: argparse.Namespace, phase: client.PhaseResult) -> dict[str, flo
             run,
             client_lag_ms_p99=out["client_lag_ms_p99"],
             client_cpu_cores=out["client_cpu_cores"],
-            client_workers=out["client_workers"],
+            client_workers=phase.load.workers if phase.load else 1,
         )
     )
     if check:
