@@ -111,7 +111,8 @@ def test_k10_fails_on_tok_s_only_with_both_deltas() -> None:
     assert comp.lines() == [
         "fingerprint: same as baseline",
         "metric        better  baseline  current  delta  delta %  tolerance  verdict",
-        "output_tok_s  higher       100       90    -10   -10.0%  5%         REGRESSED (tolerance only)",
+        "output_tok_s  higher       100       90    -10   -10.0%  5%         "
+        "REGRESSED (tolerance only, 1 vs 1 repeats: one value shows no spread)",
         "ttft_ms_p50   lower         50       45     -5   -10.0%  5%         improved",
     ]
 
@@ -232,8 +233,8 @@ def test_fingerprint_diff_lines_first() -> None:
         "  torch: 2.13.0 -> 2.14.1",
     ]
     assert (
-        comp.lines()[-1]
-        == "output_tok_s  higher      88.8     62.9  -25.9   -29.2%  5%         REGRESSED (tolerance only)"
+        comp.lines()[-1] == "output_tok_s  higher      88.8     62.9  -25.9   -29.2%  5%         "
+        "REGRESSED (tolerance only, 1 vs 1 repeats: one value shows no spread)"
     )
 
 
@@ -271,7 +272,8 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
         "== t.py::test_x[eagle3] (profile eagle3)",
         "fingerprint: same as baseline",
         "metric        better  baseline  current  delta  delta %  tolerance  verdict",
-        "output_tok_s  higher       100       90    -10   -10.0%  5%         REGRESSED (tolerance only)",
+        "output_tok_s  higher       100       90    -10   -10.0%  5%         "
+        "REGRESSED (tolerance only, 1 vs 1 repeats: one value shows no spread)",
         "ttft_ms_p50   lower         50       45     -5   -10.0%  5%         improved",
         "",
         "specdec compare: 1 compared, 1 regressed, 0 without baseline, 0 refused",
