@@ -683,6 +683,7 @@ async def run_requests(
     request_timeout_s: float = 600.0,
     model: str | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    on_request_done: Callable[[RequestRecord], None] | None = None,
 ) -> PhaseResult:
     """Send ``requests`` as streams, at most ``concurrency`` in flight, issued strictly in list order.
 
@@ -696,6 +697,8 @@ async def run_requests(
         before the phase's clock starts.
     :param transport: an httpx transport for every request instead of aiohttp and the network (tests:
         ``httpx.MockTransport``).
+    :param on_request_done: called in the event loop with each request's record as it finishes (ok or failed; not
+        for requests cancelled by a stall), once per request and never per stream event: a progress display.
     :returns: the records, one per request in request order, and the phase bounds (:class:`PhaseResult`). Failed
         requests (connection error, HTTP status, error event, stream without ``[DONE]``, total timeout) are
         records with ``ok=False`` and ``error`` text.
@@ -716,6 +719,7 @@ async def run_requests(
         request_timeout_s=request_timeout_s,
         model=model,
         transport=transport,
+        on_request_done=on_request_done,
     )
     return _phase(raw.records, _load(raw.lag_s, raw.cpu_s, raw.wall_s))
 
@@ -751,6 +755,7 @@ async def _run_requests_raw(
     request_timeout_s: float,
     model: str | None,
     transport: httpx.AsyncBaseTransport | None,
+    on_request_done: Callable[[RequestRecord], None] | None = None,
 ) -> _Raw:
     """:func:`run_requests` in one process once the model is known; ``numbers[i]`` names request i in messages."""
     url = base_url.rstrip("/") + _PATHS[api]
@@ -781,7 +786,16 @@ async def _run_requests_raw(
         cpu_start_s, wall_start_s = time.process_time(), time.perf_counter()
         try:
             records = await _run_all(
-                open_stream, url, bodies, numbers, headers, api, concurrency, stall_timeout_s, request_timeout_s
+                open_stream,
+                url,
+                bodies,
+                numbers,
+                headers,
+                api,
+                concurrency,
+                stall_timeout_s,
+                request_timeout_s,
+                on_request_done,
             )
         finally:
             cpu_s, wall_s = time.process_time() - cpu_start_s, time.perf_counter() - wall_start_s
@@ -801,6 +815,7 @@ async def _run_all(
     concurrency: int,
     stall_timeout_s: float,
     request_timeout_s: float,
+    on_request_done: Callable[[RequestRecord], None] | None = None,
 ) -> list[RequestRecord]:
     """Issue ``bodies`` in order under a semaphore with the stall watchdog beside; records in request order."""
     records: list[RequestRecord | None] = [None] * len(bodies)
@@ -824,6 +839,9 @@ async def _run_all(
         finally:
             del in_flight[index]
             semaphore.release()
+        done = records[local]
+        if on_request_done is not None and done is not None:
+            on_request_done(done)
 
     tasks: list[asyncio.Task[None]] = []
 
@@ -884,6 +902,7 @@ def run_phase(
     model: str | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     workers: int = 1,
+    on_request_done: Callable[[RequestRecord], None] | None = None,
 ) -> PhaseResult:
     """Synchronous :func:`run_requests` in a fresh event loop, or spread over ``workers`` processes.
 
@@ -895,6 +914,9 @@ def run_phase(
     Must not be called from inside a running event loop (``asyncio.run`` refuses).
 
     :param workers: processes to use, at most ``concurrency`` and the number of requests (see :func:`auto_workers`).
+    :param on_request_done: as :func:`run_requests`, in this process; with workers, each worker sends a small
+        message per finished request and the callback gets a record with ``ok``, ``error``, ``start_s``, ``end_s``
+        and ``completion_tokens`` only (no stream times).
     :returns: as :func:`run_requests`; the phase bounds exclude the event loop's creation and tear-down and the
         workers' start.
     :raises ServerError: as :func:`run_requests` (from any worker; the others are stopped).
@@ -919,6 +941,7 @@ def run_phase(
                     request_timeout_s=request_timeout_s,
                     model=model,
                     transport=transport,
+                    on_request_done=on_request_done,
                 )
             )
 
@@ -933,10 +956,11 @@ def run_phase(
         "request_timeout_s": request_timeout_s,
         "model": model,
         "transport": None,
+        "progress": on_request_done is not None,
     }
     shares = [list(range(w, len(requests), n)) for w in range(n)]
     concurrencies = [concurrency // n + (1 if w < concurrency % n else 0) for w in range(n)]
-    raws = _run_workers(base_url, requests, shares, concurrencies, options)
+    raws = _run_workers(base_url, requests, shares, concurrencies, options, on_request_done)
     records: list[RequestRecord | None] = [None] * len(requests)
     for share, raw in zip(shares, raws, strict=True):
         for index, record in zip(share, raw.records, strict=True):
@@ -957,6 +981,7 @@ def _run_workers(
     shares: list[list[int]],
     concurrencies: list[int],
     options: dict[str, Any],
+    on_request_done: Callable[[RequestRecord], None] | None = None,
 ) -> list[_Raw]:
     """Start one process per share, wait until all are ready, start them together, collect their results.
 
@@ -993,8 +1018,10 @@ def _run_workers(
         while pending:
             for ready in multiprocessing.connection.wait(list(pending.values())):
                 w = next(k for k, c in pending.items() if c is ready)
-                raws[w] = _expect(ready, procs[w], w, "done", None)
-                del pending[w]
+                got = _expect(ready, procs[w], w, "done", None, on_tick=on_request_done)
+                if got is not _TICK:
+                    raws[w] = got
+                    del pending[w]
         return [raw for raw in raws if raw is not None]
     finally:
         for conn in conns:
@@ -1013,8 +1040,21 @@ def _run_workers(
 _WORKER_CODE = "import sys; from pytest_specdec.client import _worker_main; _worker_main(int(sys.argv[1]))"
 
 
-def _expect(conn: Any, proc: Any, w: int, what: str, timeout_s: float | None) -> Any:
-    """The next message of worker ``w``, which must be ``(what, payload)``; an error it sent is raised here.
+#: What :func:`_expect` returns for a worker's per-request progress message.
+_TICK = object()
+
+
+def _expect(
+    conn: Any,
+    proc: Any,
+    w: int,
+    what: str,
+    timeout_s: float | None,
+    on_tick: Callable[[RequestRecord], None] | None = None,
+) -> Any:
+    """The next message of worker ``w``, which must be ``(what, payload)``; an error it sent is raised here. With
+    ``on_tick``, a ``("tick", (ok, error, start_s, end_s, completion_tokens))`` message (one finished request) goes to
+    it as a record and ``_TICK`` is returned.
 
     :raises SpecdecError: the worker died or did not answer within ``timeout_s``.
     """
@@ -1027,6 +1067,11 @@ def _expect(conn: Any, proc: Any, w: int, what: str, timeout_s: float | None) ->
     except (EOFError, OSError):
         code = proc.wait(5)
         raise SpecdecError(f"client worker {w} (pid {proc.pid}) died (exit code {code})") from None
+    if kind == "tick" and on_tick is not None:
+        ok, error, start_s, end_s, tokens = payload
+        on_tick(RequestRecord(ok=ok, error=error, start_s=start_s, end_s=end_s, prompt_tokens=0,
+                              completion_tokens=tokens))  # fmt: skip
+        return _TICK
     if kind == "error":
         raise payload
     if kind != what:
@@ -1047,8 +1092,14 @@ def _worker_main(fd: int) -> None:
             return
         out: list[_Raw] = []
 
+        def tick(r: RequestRecord) -> None:
+            conn.send(("tick", (r.ok, r.error, r.start_s, r.end_s, r.completion_tokens)))
+
+        on_done = tick if options.pop("progress", False) else None
+
         async def main() -> None:
-            out.append(await _run_requests_raw(base_url, requests, numbers, concurrency=concurrency, **options))
+            out.append(await _run_requests_raw(base_url, requests, numbers, concurrency=concurrency,
+                                               on_request_done=on_done, **options))  # fmt: skip
 
         asyncio.run(main())
         conn.send(("done", out[0]))

@@ -44,6 +44,7 @@ from pytest_specdec.errors import (
     SpecdecWarning,
 )
 from pytest_specdec.profiles import MinSpeedup, Profile, ProfileSet, Thresholds, load_profiles
+from pytest_specdec.progress import PhaseProgress
 from pytest_specdec.thresholds import Check, evaluate, merge_marker, overrides
 
 T = TypeVar("T")
@@ -919,7 +920,13 @@ def specdec_run(specdec_server: runner.RunningServer, request: pytest.FixtureReq
             if path is not None:
                 session.load_shared(path)
             if session.needs_measurement(profile.name, vs):
-                _or_fail(lambda: session.measure(specdec_server, vs, shared=path is not None))
+                status = _MeasureStatus(request.config)
+                token = runner.phase_watcher.set(status)
+                try:
+                    _or_fail(lambda: session.measure(specdec_server, vs, shared=path is not None))
+                finally:
+                    runner.phase_watcher.reset(token)
+                    status.done()
                 if path is not None:
                     session.save_shared(path, profile.name)
         run = session.runs[profile.name]
@@ -1097,6 +1104,49 @@ def _compare(session: SpecdecSession, item: pytest.Item, record: results.ResultR
     return f"regression against run {run.run_id} ({test_id}):\n" + "\n".join(comparison.lines())
 
 
+def _live(config: pytest.Config) -> contextlib.AbstractContextManager[object]:
+    """Output capturing suspended, as pytest's live logging does (``logging.py``): a status line written while a
+    fixture runs would otherwise go to the test's captured output, shown only if it fails."""
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    return capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext()
+
+
+class _MeasureStatus:
+    """Measured-phase status (``progress.PhaseProgress``: requests done/total, tok/s so far): a rewritten line on a
+    terminal, a line every 30 s in CI logs; xdist workers stay silent."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.tr = None if hasattr(config, "workerinput") else config.pluginmanager.get_plugin("terminalreporter")
+        self.tty = bool(self.tr is not None and self.tr.isatty())
+        self.phases: dict[str, int] = {}
+        self.started = False
+
+    def __call__(self, profile: str, total: int) -> PhaseProgress | None:
+        if self.tr is None:
+            return None
+        self.phases[profile] = self.phases.get(profile, 0) + 1
+        return PhaseProgress(profile, total, self.phases[profile], self._write, tty=self.tty)
+
+    def _write(self, text: str) -> None:
+        assert self.tr is not None
+        with _live(self.config):
+            if not self.tty:
+                self.tr.write_line(text)
+            else:
+                if not self.started:
+                    self.tr.write("\n")
+                    self.started = True
+                self.tr.rewrite(text)
+            self.tr.flush()
+
+    def done(self) -> None:
+        if self.tty and self.started and self.tr is not None:
+            with _live(self.config):
+                self.tr.rewrite("", erase=True)
+                self.tr.flush()
+
+
 class _Progress:
     """Startup status: a rewritten line on a terminal, a line every 30 s in CI logs."""
 
@@ -1111,15 +1161,19 @@ class _Progress:
         if self.tr is None or hasattr(self.tr.config, "workerinput"):
             return
         text = f"specdec: starting {self.name}: {elapsed_s:.0f}/{budget_s:.0f} s | {last_line.strip()[:90]}"
-        if self.tty:
-            if not self.started:
-                self.tr.write("\n")
-                self.started = True
-            self.tr.rewrite(text)
-        elif elapsed_s - self.last_print >= 30.0:
-            self.last_print = elapsed_s
-            self.tr.write_line(text)
+        with _live(self.tr.config):
+            if self.tty:
+                if not self.started:
+                    self.tr.write("\n")
+                    self.started = True
+                self.tr.rewrite(text)
+            elif elapsed_s - self.last_print >= 30.0:
+                self.last_print = elapsed_s
+                self.tr.write_line(text)
+            self.tr.flush()
 
     def done(self) -> None:
         if self.tty and self.started and self.tr is not None:
-            self.tr.rewrite("", erase=True)
+            with _live(self.tr.config):
+                self.tr.rewrite("", erase=True)
+                self.tr.flush()

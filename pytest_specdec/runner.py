@@ -8,6 +8,7 @@ pytest; nothing here knows about pytest.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +31,7 @@ __all__ = [
     "RunningServer",
     "measure",
     "measure_repeats",
+    "phase_watcher",
     "run_result",
     "running_server",
     "start_server",
@@ -367,6 +369,15 @@ def _mismatch(server: RunningServer, diffs: list[str]) -> None:
     )
 
 
+#: Set around a measurement by whoever displays progress (the plugin): called as ``watch(profile, total_requests)``
+#: before each measured phase (not warmup), it returns the callback the client calls with each finished request
+#: (``client.run_requests(on_request_done=...)``), or None. A context variable so that every caller of
+#: :func:`measure` (repeats, paired arms) reports without passing it through.
+phase_watcher: contextvars.ContextVar[Callable[[str, int], Callable[[RequestRecord], None] | None] | None] = (
+    contextvars.ContextVar("specdec_phase_watcher", default=None)
+)
+
+
 def measure(server: RunningServer, *, base_dir: Path | None = None) -> Measurement:
     """Run the profile's workload once: warmup (not measured), counters, measured phase, counters, metrics.
 
@@ -393,7 +404,9 @@ def measure(server: RunningServer, *, base_dir: Path | None = None) -> Measureme
     # would be measured on prefix-cache hits. The reset also zeroes SGLang's scheduler totals (the cross-check).
     cache_reset = _reset_cache(server)
     before = _counters(server)
-    phase = client.run_phase(server.base_url, measured, **common)  # type: ignore[arg-type]
+    watch = phase_watcher.get()
+    on_done = watch(profile.name, len(measured)) if watch is not None else None
+    phase = client.run_phase(server.base_url, measured, on_request_done=on_done, **common)  # type: ignore[arg-type]
     after = _counters(server)
     server.client_load = phase.load or server.client_load
     if server.process is not None:

@@ -1,5 +1,5 @@
-"""Summary notes through pytester: preflight warnings, marker overrides of profile thresholds, one verdict printed
-once per profile. One reference-server start."""
+"""Live and summary output through pytester: the measured-phase progress line, preflight warnings, marker overrides
+of profile thresholds, one verdict printed once per profile. One reference-server start."""
 
 from __future__ import annotations
 
@@ -31,10 +31,12 @@ def test_loosened(specdec_run):
 
 
 @pytest.mark.slow
-def test_warning_override_and_shared_verdict_in_the_summary(pytester: pytest.Pytester) -> None:
+def test_progress_warning_override_and_shared_verdict(pytester: pytest.Pytester) -> None:
     pytester.makefile(".yaml", specdec=PROFILES)
     pytester.makepyfile(test_specdec=TESTS)
     pytester.makeini("[pytest]\n")
+    # A line per finished request instead of one every 30 s, to see the log form in a short phase.
+    pytester.makeconftest("import pytest_specdec.progress\npytest_specdec.progress.LOG_INTERVAL_S = 0.0\n")
     result = pytester.runpytest_subprocess("--server-profile=eagle3", "-p", "no:cacheprovider", timeout=600)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(passed=1, failed=2)
@@ -45,6 +47,9 @@ def test_warning_override_and_shared_verdict_in_the_summary(pytester: pytest.Pyt
     result.stdout.fnmatch_lines(
         [
             f"specdec preflight: {warning}",  # header
+            # live, not captured: the tests pass or fail after it, and passing tests' output is never shown
+            "specdec: measuring eagle3 (phase 1): 1/3 requests, * tok/s so far",
+            "specdec: measuring eagle3 (phase 1): 3/3 requests, * tok/s so far",
             "*accept_length * tok/verify < min 9 (margin *) [[]profile eagle3, 3 requests[]]",  # test_first: in full
             "*accept_length missed the thresholds of profile eagle3: the same verdict as test_first[[]eagle3[]] "
             "(printed there)",  # test_second refers to it

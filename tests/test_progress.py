@@ -1,0 +1,79 @@
+"""Measured-phase progress: the client's per-request callback and the status line (pytest_specdec.progress)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from pytest_specdec import clock as specdec_clock
+from pytest_specdec.client import run_phase
+from pytest_specdec.progress import PhaseProgress
+from pytest_specdec.records import RequestRecord
+from tests.test_client import BASE, GENERATE_SCRIPT, FakeClock, req, sse
+
+OK = RequestRecord(ok=True, error=None, start_s=10.0, end_s=11.0, prompt_tokens=5, completion_tokens=64)
+FAILED = RequestRecord(ok=False, error="boom", start_s=10.5, end_s=10.6, prompt_tokens=5, completion_tokens=0)
+
+
+@pytest.fixture
+def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(specdec_clock, "now", fake.now)
+    return fake
+
+
+def test_client_reports_each_finished_request_once(fake_clock: FakeClock) -> None:
+    calls = 0
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            return httpx.Response(500, text="overloaded")
+        return httpx.Response(
+            200, content=sse(fake_clock, GENERATE_SCRIPT)(), headers={"content-type": "text/event-stream"}
+        )
+
+    done: list[RequestRecord] = []
+    phase = run_phase(BASE, [req("a"), req("b"), req("c")], transport=httpx.MockTransport(handler),
+                      on_request_done=done.append)  # fmt: skip
+    assert [r.ok for r in done] == [True, False, True]
+    assert sorted(map(id, done)) == sorted(map(id, phase.records))  # the records themselves, once each
+
+
+class Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_terminal_line_at_most_every_half_second_and_for_the_last_request() -> None:
+    clock, lines = Clock(10.0), []
+    progress = PhaseProgress("eagle3", 3, 2, lines.append, tty=True, now=clock)
+    clock.t = 11.0
+    progress(OK)  # 64 tokens over 1 s since the first start
+    clock.t = 11.2
+    progress(FAILED)  # 0.2 s after the last line: not written
+    clock.t = 12.0
+    progress(OK)  # the last request: always written
+    assert lines == [
+        "specdec: measuring eagle3 (phase 2): 1/3 requests, 64.0 tok/s so far",
+        "specdec: measuring eagle3 (phase 2): 3/3 requests, 64.0 tok/s so far",
+    ]
+
+
+def test_log_line_every_30_seconds() -> None:
+    clock, lines = Clock(10.0), []
+    progress = PhaseProgress("eagle3", 100, 1, lines.append, tty=False, now=clock)
+    for t in (20.0, 39.0, 40.0, 50.0, 70.5):
+        clock.t = t
+        progress(OK)
+    assert lines == [
+        "specdec: measuring eagle3 (phase 1): 3/100 requests, 6.4 tok/s so far",  # 192 tokens / 30 s
+        "specdec: measuring eagle3 (phase 1): 5/100 requests, 5.3 tok/s so far",  # 320 tokens / 60.5 s
+    ]
+    assert PhaseProgress("p", 2, 1, lines.append, tty=False, now=Clock(0.0)).line(0.0) == (
+        "specdec: measuring p (phase 1): 0/2 requests"
+    )
