@@ -196,3 +196,24 @@ def test_merge_refuses_runs_with_other_metric_definitions(shards: Path, capsys: 
     err = capsys.readouterr().err
     assert f"20261201T020000Z-aaaaaa ({path}) defines metrics differently from this pytest-specdec" in err
     assert '  accept_length: "completion tokens / verify steps [tok/verify]; source: old" -> "' in err
+
+
+def test_commit_info_from_git_then_github_sha(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    from pytest_specdec.results import commit_info
+
+    monkeypatch.delenv("GITHUB_SHA", raising=False)
+    assert commit_info(tmp_path) == {}
+    monkeypatch.setenv("GITHUB_SHA", "abc123")
+    monkeypatch.setenv("GITHUB_REF_NAME", "main")
+    assert commit_info(tmp_path) == {"id": "abc123", "dirty": None, "branch": "main"}
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q", "-b", "trunk"], check=True)
+    (tmp_path / "f").write_text("1")
+    subprocess.run([*git, "add", "f"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert commit_info(tmp_path) == {"id": head, "dirty": False, "branch": "trunk"}
+    (tmp_path / "f").write_text("2")
+    assert commit_info(tmp_path)["dirty"] is True
