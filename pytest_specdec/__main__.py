@@ -12,13 +12,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_specdec.errors import CompareError, ProfileError
 from pytest_specdec.preflight import Finding, format_findings, run_preflight
-from pytest_specdec.profiles import load_profiles
+from pytest_specdec.profiles import Profile, load_profiles
+from pytest_specdec.results import ResultRecord, read_run_file
 
 __all__ = ["main"]
 
@@ -107,6 +109,12 @@ def _build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--runs", metavar="K", type=int, default=3, help="server starts (default: 3)")
     calibrate.add_argument("--from", dest="from_runs", metavar="RUN", nargs="+", help="use stored run files instead")
     calibrate.add_argument("--log-dir", metavar="DIR", default=".specdec/calibrate", help="server logs")
+    calibrate.add_argument(
+        "--noise-out",
+        metavar="PATH",
+        help="where the measured noise goes, read by --specdec-compare for the profile "
+        "(default: .specdec/noise/<profile>.json)",
+    )
     calibrate.set_defaults(func=_cmd_calibrate)
     return parser
 
@@ -124,10 +132,8 @@ def _cmd_merge(rest: list[str]) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from pytest_specdec import runner
-    from pytest_specdec.compare import calibrate_proposal, format_tolerances
+    from pytest_specdec.compare import calibrate_noise, calibrate_proposal, format_tolerances, paired_ratios
     from pytest_specdec.errors import ServerError, ServerStartError
-    from pytest_specdec.results import ResultRecord, read_run_file
 
     records: list[ResultRecord] = []
     if args.from_runs:
@@ -148,25 +154,68 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         except ProfileError as exc:
             print(f"ERROR: {exc}", file=sys.stderr)
             return EXIT_BAD_PROFILE
+        vs = profile.thresholds.min_speedup.vs if profile.thresholds.min_speedup is not None else None
+        try:
+            reference = load_profiles(args.profile_file).get(vs) if vs else None
+        except ProfileError as exc:
+            print(f"ERROR: {exc}", file=sys.stderr)
+            return EXIT_BAD_PROFILE
         for i in range(args.runs):
             try:
-                with runner.running_server(profile, log_dir=Path(args.log_dir)) as server:
-                    run = runner.measure_repeats(server, profile.workload.repeats)
+                record = _calibration_run(profile, reference, Path(args.log_dir))
             except (ServerStartError, ServerError) as exc:
                 print(f"ERROR: run {i + 1}/{args.runs}: {exc}", file=sys.stderr)
                 return EXIT_FINDINGS
-            records.append(ResultRecord.from_measurements(f"calibrate[{profile.name}]", run.measurements, {}))
-            print(f"run {i + 1}/{args.runs}: {run.metrics.output_tok_s:.1f} tok/s, "
-                  f"accept length {run.metrics.accept_length}")  # fmt: skip
+            records.append(record)
+            ratios = paired_ratios(record, "output_tok_s")
+            paired = f", {sorted(ratios)[len(ratios) // 2]:.3f}x {vs} (paired)" if ratios else ""
+            print(f"run {i + 1}/{args.runs}: {record.metrics.get('output_tok_s', 0):.1f} tok/s, "
+                  f"accept length {record.metrics.get('accept_length')}{paired}")  # fmt: skip
     proposal = calibrate_proposal(records)
     if not proposal:
         print("ERROR: not enough values to propose tolerances (need >= 2 per metric)", file=sys.stderr)
         return EXIT_USAGE
+    noise = calibrate_noise(records)
+    name = args.profile or (records[0].profile if records else "profile")
+    out = Path(args.noise_out or Path(".specdec/noise") / f"{name}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"profile": name, "runs": len(records), "sigma_rel": noise}, indent=1) + "\n")
+    print(f"# noise from {len(records)} run(s) -> {out} (--specdec-compare reads it: a shift must exceed 3 sigma)")
+    for key, sigma in noise.items():
+        print(f"#   {key}: sigma {sigma * 100:.2f}%")
     print(f"# proposed from {len(records)} run(s); paste into pytest's ini (or a profile's tolerances:)")
     print("specdec_tolerances =")
     for line in format_tolerances(proposal).split():
         print(f"    {line}")
     return EXIT_OK
+
+
+def _calibration_run(profile: Profile, reference: Profile | None, log_dir: Path) -> ResultRecord:
+    """One calibration run: a fresh server of ``profile`` measured ``repeats`` times, paired with ``reference`` (its
+    ``min_speedup.vs``) when given, so the noise of the paired ratio is measured too.
+
+    :raises ServerStartError, ServerError: a server failed.
+    """
+    from pytest_specdec import pairing, runner
+
+    with runner.running_server(profile, log_dir=log_dir) as server:
+        n = profile.workload.repeats
+        if reference is None:
+            measured = runner.measure_repeats(server, n).measurements
+            return ResultRecord.from_measurements(f"calibrate[{profile.name}]", measured, {})
+        if pairing.pairing_mode(profile) == "interleaved":
+            with runner.running_server(reference, log_dir=log_dir, log_name=f"{reference.name}.paired") as ref:
+                arms = pairing.measure_interleaved(server, ref, n)
+        else:
+            arms = pairing.measure_bracketed(
+                server,
+                n,
+                start_reference=lambda: runner.start_server(reference, log_dir=log_dir),
+                restart_target=server.restart,
+            )
+        return ResultRecord.from_measurements(
+            f"calibrate[{profile.name}]", arms.target_measurements(), {}, paired=arms.to_dict()
+        )
 
 
 def _cmd_check(args: argparse.Namespace) -> int:

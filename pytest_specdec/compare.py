@@ -17,6 +17,7 @@ Tolerance strings (``parse_tolerances``)::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import re
 import sys
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from pytest_specdec import stats
+from pytest_specdec import hoststate, stats
 from pytest_specdec.errors import CompareError
 from pytest_specdec.metrics import METRICS, MetricSpec
 from pytest_specdec.results import ResultRecord, ResultStore, RunFile
@@ -37,6 +38,7 @@ __all__ = [
     "RunComparison",
     "Tolerance",
     "WORKLOAD_KEYS",
+    "calibrate_noise",
     "calibrate_proposal",
     "compare_main",
     "compare_results",
@@ -44,8 +46,10 @@ __all__ = [
     "fingerprint_diff",
     "format_tolerances",
     "merge_tolerances",
+    "paired_ratios",
     "parse_tolerances",
     "profile_mapper",
+    "read_noise",
     "speedup_by_concurrency",
     "speedup_failures",
     "swap_profile_id",
@@ -295,8 +299,12 @@ def workload_differences(base: ResultRecord, current: ResultRecord) -> list[str]
 class CompareRow:
     """One metric field: baseline and current medians over repeats, the change, and the verdict.
 
-    ``verdict``: ``REGRESSED`` (worse beyond tolerance and significant), ``noise`` (worse beyond tolerance, not
-    significant), ``improved`` (better beyond tolerance), ``ok``, or ``n/a`` (missing on a side).
+    ``verdict``: ``REGRESSED`` (worse beyond the limit and significant), ``noise`` (worse beyond the limit, not
+    significant), ``improved`` (better beyond the limit), ``ok``, ``changed`` (an exact metric moved within its
+    tolerance), ``paired`` (a raw throughput/latency value shown but judged on its ``metric / vs`` ratio row), or
+    ``n/a`` (missing on a side). The limit is ``max(tolerance, NOISE_K x noise)`` (``noise``: sigma in the metric's
+    unit, the larger of the baseline's repeat spread and the calibrated one; None for exact rows).
+    ``basis``: ``exact`` when the row was judged equal-or-not (temperature 0, identical repeats: no statistics).
     """
 
     metric: str
@@ -308,10 +316,21 @@ class CompareRow:
     tolerance: Tolerance
     verdict: str
     test: stats.WorseTest | None = None
+    noise: float | None = None
+    basis: str = ""
 
     @property
     def regressed(self) -> bool:
         return self.verdict == "REGRESSED"
+
+    def limit_text(self) -> str:
+        """The tolerance, with the noise limit when it is the larger: ``5%`` or ``5% < 3σ 7.2%``."""
+        text = str(self.tolerance)
+        if self.noise and self.baseline:
+            allowed = self.tolerance.allowed(self.baseline)
+            if NOISE_K * self.noise > allowed:
+                text += f" < {NOISE_K:g}σ {NOISE_K * self.noise / abs(self.baseline) * 100:.1f}%"
+        return text
 
 
 def _num(value: float | None) -> str:
@@ -331,6 +350,8 @@ class Comparison:
     rows: tuple[CompareRow, ...]
     diff: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    #: Runner-state changes between the two measurements (``hoststate.state_changes``), printed first.
+    runner: tuple[str, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -345,6 +366,8 @@ class Comparison:
         """Fixed-width text: the fingerprint diff (``fingerprint: N differences from baseline`` then one indented
         line each, or ``fingerprint: same as baseline``), notes, then one table row per metric."""
         out = []
+        if self.runner:
+            out.append(f"runner state changed since the baseline: {'; '.join(self.runner)}")
         if self.diff:
             out.append(f"fingerprint: {len(self.diff)} difference{'s' if len(self.diff) != 1 else ''} from baseline")
             out += [f"  {line}" for line in self.diff]
@@ -357,7 +380,9 @@ class Comparison:
             pct = "n/a" if r.delta_pct is None else f"{r.delta_pct:+.1f}%"
             delta = "n/a" if r.delta is None else ("+" if r.delta >= 0 else "") + _num(r.delta)
             verdict = r.verdict
-            if r.test is not None and r.verdict in ("REGRESSED", "noise"):
+            if r.basis == "exact" and r.verdict in ("REGRESSED", "changed", "improved"):
+                verdict = f"{verdict} (exact)"
+            elif r.test is not None and r.verdict in ("REGRESSED", "noise"):
                 verdict = f"{verdict} ({r.test.describe()})"
             table.append(
                 [
@@ -367,7 +392,7 @@ class Comparison:
                     _num(r.current),
                     delta,
                     pct,
-                    str(r.tolerance),
+                    r.limit_text(),
                     verdict,
                 ]
             )
@@ -390,8 +415,15 @@ def compare_results(
     tolerances: Mapping[str, Tolerance] | None = None,
     *,
     force: bool = False,
+    noise: Mapping[str, float] | None = None,
 ) -> Comparison:
     """Compare one test's current result with its baseline.
+
+    Noise (issue 15): a row regresses only when the shift exceeds ``max(tolerance, NOISE_K x sigma)`` *and* is
+    significant (:func:`_judge`); ``noise`` maps a field (or ``field/vs`` for a paired ratio) to a calibrated
+    relative sigma (``calibrate``). When both records carry the same paired reference arm, throughput and latency
+    are judged on their ratio to it (:func:`_paired_rows`). Accept length/rate at temperature 0 with identical
+    repeats are compared equal-or-not (``EXACT_FIELDS``). Runner-state changes are listed first.
 
     For each metric field with a tolerance (``tolerances`` keys are metric names or fields, merged over
     :data:`DEFAULT_TOLERANCES` by :func:`merge_tolerances`, so naming one metric never drops the others): medians
@@ -415,48 +447,155 @@ def compare_results(
         notes.append(f"workload differs ({'; '.join(mismatch)}); compared anyway (--force)")
     specs = _field_specs()
     rows = []
+    ratio_rows, vs = _paired_rows(base, current, merge_tolerances(tolerances), noise or {})
+    exact = _temperature_zero(base) and _temperature_zero(current)
     for fname, tol in merge_tolerances(tolerances).items():
         higher = specs[fname].higher_is_better
         b_vals, c_vals = base.values(fname), current.values(fname)
-        b_sum, c_sum = stats.summarize(b_vals), stats.summarize(c_vals)
-        if b_sum is None or c_sum is None:
-            if b_sum is None and c_sum is None:
-                continue
-            rows.append(
-                CompareRow(
-                    fname,
-                    higher,
-                    None if b_sum is None else b_sum.median,
-                    None if c_sum is None else c_sum.median,
-                    None,
-                    None,
-                    tol,
-                    "n/a",
-                )
-            )
+        if not b_vals and not c_vals:
             continue
-        delta = c_sum.median - b_sum.median
-        pct = delta / abs(b_sum.median) * 100.0 if b_sum.median != 0 else None
-        allowed = tol.allowed(b_sum.median)
-        worse = _worse_by(delta, higher)
-        # A relative margin so that "10% shift at a 10% tolerance" is not decided by float rounding.
-        margin = 1e-9 * max(abs(b_sum.median), 1.0)
-        test = None
-        if worse > allowed + margin:
-            test = stats.worse_test(b_vals, c_vals, higher_is_better=higher)
-            verdict = "REGRESSED" if test.significant else "noise"
-        elif -worse > allowed + margin:
-            verdict = "improved"
-        else:
-            verdict = "ok"
-        rows.append(CompareRow(fname, higher, b_sum.median, c_sum.median, delta, pct, tol, verdict, test))
+        if fname in ratio_rows:
+            b_sum, c_sum = stats.summarize(b_vals), stats.summarize(c_vals)
+            b_med = None if b_sum is None else b_sum.median
+            c_med = None if c_sum is None else c_sum.median
+            delta = None if b_med is None or c_med is None else c_med - b_med
+            pct = None if delta is None or not b_med else delta / abs(b_med) * 100.0
+            rows.append(CompareRow(fname, higher, b_med, c_med, delta, pct, tol, "paired"))
+            rows.append(ratio_rows[fname])
+            continue
+        is_exact = exact and fname in EXACT_FIELDS and _constant(b_vals) and _constant(c_vals)
+        rows.append(_judge(fname, higher, tol, b_vals, c_vals, noise_rel=(noise or {}).get(fname), exact=is_exact))
+    if ratio_rows:
+        notes.append(
+            f"throughput and latency judged on their ratio to the paired {vs!r} arm measured with them "
+            "(raw values shown, marked 'paired'; pytest_specdec/pairing.py)"
+        )
+    if any(r.basis == "exact" for r in rows):
+        notes.append(
+            "exact: accept length/rate at temperature 0 with identical repeats are compared equal-or-not, "
+            "without statistics"
+        )
     return Comparison(
         test_id=current.test_id,
         profile=current.profile,
         rows=tuple(rows),
         diff=tuple(fingerprint_diff(base.fingerprint, current.fingerprint)),
         notes=tuple(notes),
+        runner=tuple(hoststate.state_changes(base.fingerprint.get("runner"), current.fingerprint.get("runner"))),
     )
+
+
+#: A shift must exceed ``NOISE_K`` times the measured noise (sigma), as well as the tolerance, to regress.
+NOISE_K = 3.0
+#: Fields compared equal-or-not at temperature 0 when every repeat of both runs agrees (greedy decoding on a fixed
+#: prompt set is deterministic there: any difference is real, no statistics needed).
+EXACT_FIELDS = ("accept_length", "accept_rate")
+
+
+def _temperature_zero(record: ResultRecord) -> bool:
+    return record.workload.get("temperature") in (0, 0.0)
+
+
+def _constant(values: Sequence[float]) -> bool:
+    return bool(values) and max(values) == min(values)
+
+
+def _judge(
+    fname: str,
+    higher: bool,
+    tol: Tolerance,
+    b_vals: Sequence[float],
+    c_vals: Sequence[float],
+    *,
+    noise_rel: float | None = None,
+    exact: bool = False,
+) -> CompareRow:
+    """One row: medians, delta, and the verdict.
+
+    Exact rows: worse beyond the tolerance -> ``REGRESSED``, any other difference ``changed``/``improved``, no test.
+    Other rows: limit = max(tolerance, NOISE_K x sigma) with sigma the larger of the repeat spread of both runs, each
+    around its own median (``stats.pooled_sigma``), and ``noise_rel`` x |baseline median| (``calibrate``, the
+    spread between separate runs); worse beyond the limit and
+    ``stats.worse_test`` significant -> ``REGRESSED``, not significant -> ``noise``.
+    """
+    b_sum, c_sum = stats.summarize(b_vals), stats.summarize(c_vals)
+    if b_sum is None or c_sum is None:
+        b_med = None if b_sum is None else b_sum.median
+        c_med = None if c_sum is None else c_sum.median
+        return CompareRow(fname, higher, b_med, c_med, None, None, tol, "n/a")
+    delta = c_sum.median - b_sum.median
+    pct = delta / abs(b_sum.median) * 100.0 if b_sum.median != 0 else None
+    worse = _worse_by(delta, higher)
+    # A relative margin so that "10% shift at a 10% tolerance" is not decided by float rounding.
+    margin = 1e-9 * max(abs(b_sum.median), 1.0)
+    allowed = tol.allowed(b_sum.median)
+    if exact:
+        if worse > allowed + margin:
+            verdict = "REGRESSED"
+        elif delta == 0:
+            verdict = "ok"
+        else:
+            verdict = "improved" if worse < 0 else "changed"
+        return CompareRow(fname, higher, b_sum.median, c_sum.median, delta, pct, tol, verdict, basis="exact")
+    sigma = max(stats.pooled_sigma(b_vals, c_vals), (noise_rel or 0.0) * abs(b_sum.median))
+    allowed = max(allowed, NOISE_K * sigma)
+    test = None
+    if worse > allowed + margin:
+        test = stats.worse_test(b_vals, c_vals, higher_is_better=higher)
+        verdict = "REGRESSED" if test.significant else "noise"
+    elif -worse > allowed + margin:
+        verdict = "improved"
+    else:
+        verdict = "ok"
+    return CompareRow(fname, higher, b_sum.median, c_sum.median, delta, pct, tol, verdict, test, noise=sigma or None)
+
+
+def paired_ratios(record: ResultRecord, fname: str) -> list[float]:
+    """Per pair, the target's value of ``fname`` over the paired reference arm's (``record.paired``, written by
+    ``pairing.PairedArms.to_dict``); empty without a paired arm."""
+    paired = record.paired or {}
+    t = (paired.get("target") or {}).get(fname) or []
+    r = (paired.get("reference") or {}).get(fname) or []
+    return [
+        float(a) / float(b)
+        for a, b in zip(t, r, strict=False)
+        if isinstance(a, int | float) and isinstance(b, int | float) and b != 0
+    ]
+
+
+def _paired_rows(
+    base: ResultRecord, current: ResultRecord, tolerances: Mapping[str, Tolerance], noise: Mapping[str, float]
+) -> tuple[dict[str, CompareRow], str | None]:
+    """``metric / vs`` ratio rows for the paired fields, when both records carry the same paired reference arm.
+
+    On a shared runner the raw throughput of two runs differs by the runner's load (-28 % measured on 2 busy
+    cores); the ratio to an arm measured in the same minutes does not. A relative tolerance applies to the ratio as
+    it is; an absolute one is turned relative at the baseline's raw median. Noise key: ``output_tok_s/baseline``.
+    """
+    from pytest_specdec.pairing import PAIRED_FIELDS
+
+    vs = (base.paired or {}).get("vs")
+    if not vs or vs != (current.paired or {}).get("vs"):
+        return {}, None
+    specs = _field_specs()
+    rows: dict[str, CompareRow] = {}
+    for fname in PAIRED_FIELDS:
+        tol = tolerances.get(fname)
+        b_ratios, c_ratios = paired_ratios(base, fname), paired_ratios(current, fname)
+        if tol is None or not b_ratios or not c_ratios:
+            continue
+        raw = stats.summarize(base.values(fname))
+        rel = tol.rel
+        if tol.abs and raw is not None and raw.median:
+            rel = tol.allowed(raw.median) / abs(raw.median)
+        rows[fname] = dataclasses.replace(
+            _judge(
+                fname, specs[fname].higher_is_better, Tolerance(rel=rel), b_ratios, c_ratios,
+                noise_rel=noise.get(f"{fname}/{vs}"),
+            ),  # fmt: skip
+            metric=f"{fname} / {vs}",
+        )
+    return rows, vs
 
 
 @dataclass(frozen=True, slots=True)
@@ -479,6 +618,7 @@ def compare_runs(
     *,
     force: bool = False,
     baseline_id: Callable[[ResultRecord], str] | None = None,
+    noise: Mapping[str, float] | None = None,
 ) -> RunComparison:
     """Compare every test of ``current`` with the same test id in ``base``.
 
@@ -496,7 +636,7 @@ def compare_runs(
             missing.append(record.test_id if wanted == record.test_id else f"{record.test_id} (as {wanted})")
             continue
         try:
-            comparisons.append(compare_results(old, record, tolerances, force=force))
+            comparisons.append(compare_results(old, record, tolerances, force=force, noise=noise))
         except CompareError as exc:
             refused.append(str(exc))
     return RunComparison(tuple(comparisons), tuple(missing), tuple(refused))
@@ -580,6 +720,50 @@ def calibrate_proposal(
     return out
 
 
+def calibrate_noise(records: Sequence[ResultRecord], fields: Sequence[str] | None = None) -> dict[str, float]:
+    """Relative noise (sigma / |median|) per field from repeated runs, for :func:`compare_results`'s ``noise``.
+
+    Per field: the per-repeat values of all ``records`` pooled (so the spread between separate runs counts, not
+    only the repeats within one), sigma = 1.4826 x MAD (``stats.mad_sigma``). Records with a paired reference arm
+    add ``field/vs`` keys from their per-pair ratios (:func:`paired_ratios`).
+
+    Example: tok/s 98, 100, 101, 103, 100 -> median 100, sigma 1.48 -> 0.0148.
+
+    :returns: key -> relative sigma, for keys with at least 2 values and a non-zero median.
+    """
+    pools: dict[str, list[float]] = {}
+    for r in records:
+        for fname in fields or list(DEFAULT_TOLERANCES):
+            pools.setdefault(fname, []).extend(r.values(fname))
+        vs = (r.paired or {}).get("vs")
+        if vs:
+            from pytest_specdec.pairing import PAIRED_FIELDS
+
+            for fname in PAIRED_FIELDS:
+                pools.setdefault(f"{fname}/{vs}", []).extend(paired_ratios(r, fname))
+    out: dict[str, float] = {}
+    for key, values in pools.items():
+        summary = stats.summarize(values) if len(values) >= 2 else None
+        if summary is not None and summary.median != 0:
+            out[key] = round(summary.sigma / abs(summary.median), 5)
+    return out
+
+
+def read_noise(path: Path) -> dict[str, float]:
+    """The ``sigma_rel`` mapping of a noise file written by ``calibrate`` (``{"profile": ..., "runs": N,
+    "sigma_rel": {field: x}}``); empty when the file is absent or unreadable."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    sigma = data.get("sigma_rel") if isinstance(data, dict) else None
+    if not isinstance(sigma, dict):
+        return {}
+    return {str(k): float(v) for k, v in sigma.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
 def speedup_by_concurrency(
     spec_runs: Sequence[ResultRecord], base_runs: Sequence[ResultRecord], metric: str = "output_tok_s"
 ) -> dict[int, float]:
@@ -657,6 +841,12 @@ def _parser() -> argparse.ArgumentParser:
         "eagle3-shifted-layers=eagle3 (default: each test with itself)",
     )
     p.add_argument(
+        "--noise",
+        metavar="FILE",
+        help="Calibrated noise (written by 'calibrate', e.g. .specdec/noise/eagle3.json): a shift must also exceed "
+        "3 x that sigma (default: the repeats' own spread only)",
+    )
+    p.add_argument(
         "--dir",
         default=".specdec/results",
         metavar="DIR",
@@ -693,7 +883,13 @@ def compare_main(argv: Sequence[str], *, stdout: TextIO | None = None, stderr: T
     except (ValueError, CompareError) as exc:
         print(f"error: {exc}", file=err)
         return 2
-    result = compare_runs(base, current, tolerances, force=args.force, baseline_id=mapper)
+    noise = None
+    if args.noise:
+        noise = read_noise(Path(args.noise))
+        if not noise:
+            print(f"error: --noise={args.noise}: not a noise file written by calibrate", file=err)
+            return 2
+    result = compare_runs(base, current, tolerances, force=args.force, baseline_id=mapper, noise=noise)
     print(f"specdec compare: baseline {base.run_id} -> current {current.run_id}", file=out)
     for comp in result.comparisons:
         print("", file=out)

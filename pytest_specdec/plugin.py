@@ -25,6 +25,7 @@ from pytest_specdec import (
     benchmark,
     compare,
     discovery,
+    hoststate,
     markdown,
     pairing,
     plots,
@@ -327,6 +328,10 @@ class SpecdecSession:
     #: (profile, reference profile) -> why the pair could not be measured (the speedup check fails with it).
     pair_errors: dict[tuple[str, str], str] = field(default_factory=dict)
     reference_servers: pairing.ReferenceServers | None = None
+    #: profile -> calibrated relative noise per field (``noise_for``).
+    noise: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: profile -> its re-measured record (``confirm_record``); None when it could not be re-measured.
+    confirmations: dict[str, results.ResultRecord | None] = field(default_factory=dict)
     #: profile -> its running server (the fixture's), for confirming measurements.
     servers: dict[str, runner.RunningServer] = field(default_factory=dict)
 
@@ -566,6 +571,7 @@ class SpecdecSession:
         """
         profile = server.profile
         n = self.repeats(profile)
+        before = hoststate.snapshot()
         if vs is not None:
             arms = None
             try:
@@ -577,14 +583,56 @@ class SpecdecSession:
             if arms is not None:
                 self.pairs[(profile.name, vs)] = arms
                 if profile.name not in self.runs:
-                    self._store_run(server, runner.run_result(server, arms.target_measurements()))
+                    self._store_run(server, runner.run_result(server, arms.target_measurements()), before)
                 return
         if profile.name not in self.runs:
-            self._store_run(server, runner.measure_repeats(server, n))
+            self._store_run(server, runner.measure_repeats(server, n), before)
 
-    def _store_run(self, server: runner.RunningServer, run: runner.RunResult) -> None:
+    def _store_run(self, server: runner.RunningServer, run: runner.RunResult, before: dict[str, Any]) -> None:
         self.runs[server.profile.name] = run
-        self.fingerprints[server.profile.name] = results.build_fingerprint(server, run.prompt_hash)
+        fingerprint = results.build_fingerprint(server, run.prompt_hash)
+        fingerprint["runner"] = hoststate.summarize(before, hoststate.snapshot())
+        self.fingerprints[server.profile.name] = fingerprint
+
+    def noise_for(self, name: str) -> dict[str, float]:
+        """Calibrated relative noise of profile ``name`` (``calibrate`` writes ``<specdec dir>/noise/<name>.json``);
+        empty when absent or unreadable."""
+        if name not in self.noise:
+            self.noise[name] = compare.read_noise(self.out_dir / "noise" / f"{name}.json")
+        return self.noise[name]
+
+    def confirm_record(self, item: pytest.Item, record: results.ResultRecord) -> results.ResultRecord | None:
+        """A record of the test's profile measured again now (as many phases, or pairs, as the first time; once per
+        profile and session), to confirm a suspected throughput/latency regression; None when its server is gone."""
+        name = record.profile
+        if name in self.confirmations:
+            found = self.confirmations[name]
+            return None if found is None else dataclasses.replace(found, test_id=record.test_id)
+        server = self.servers.get(name)
+        confirmed = None
+        if server is not None:
+            before = hoststate.snapshot()
+            vs = (record.paired or {}).get("vs")
+            arms = self.pairs.get((name, vs)) if vs else None
+            try:
+                if arms is not None:
+                    if arms.pairs <= arms.first:
+                        arms = self._confirm_pair((name, vs), arms)  # type: ignore[arg-type]
+                    again = pairing.PairedArms(
+                        arms.target_profile, arms.reference_profile, arms.mode,
+                        arms.target[arms.first :], arms.reference[arms.first :], arms.pairs - arms.first,
+                    )  # fmt: skip
+                    measured, paired = again.target_measurements(), again.to_dict()
+                else:
+                    with _measure_lock(self.config):
+                        measured, paired = runner.measure_repeats(server, self.repeats(server.profile)).measurements, {}
+            except SpecdecError:
+                measured = ()
+            if measured:
+                fingerprint = {**record.fingerprint, "runner": hoststate.summarize(before, hoststate.snapshot())}
+                confirmed = results.ResultRecord.from_measurements(name, measured, fingerprint, paired=paired)
+        self.confirmations[name] = confirmed
+        return None if confirmed is None else dataclasses.replace(confirmed, test_id=record.test_id)
 
     def _measure_pair(self, server: runner.RunningServer, vs: str, pairs: int, *, shared: bool) -> pairing.PairedArms:
         """:raises ServerStartError, ServerError: a server failed; ``ValueError``: bracketed pairing is impossible."""
@@ -1095,13 +1143,33 @@ def _compare(session: SpecdecSession, item: pytest.Item, record: results.ResultR
     # ini, then profile, then marker: each layer changes the tolerances it names; the defaults stay checked.
     layers = (session.tolerances, profile.tolerances, item.stash.get(tolerances_key, []))
     tolerances = compare.merge_tolerances(*(compare.parse_tolerances(spec) for spec in layers))
+    noise = session.noise_for(profile.name)
+    force = item.config.option.specdec_compare_force
     try:
-        comparison = compare.compare_results(base, record, tolerances, force=item.config.option.specdec_compare_force)
+        comparison = compare.compare_results(base, record, tolerances, force=force, noise=noise)
     except CompareError as exc:
         return f"not compared with run {run.run_id}: {exc} (--specdec-compare-force compares anyway)"
     if not comparison.failed:
         return None
-    return f"regression against run {run.run_id} ({test_id}):\n" + "\n".join(comparison.lines())
+    head = f"regression against run {run.run_id} ({test_id}):"
+    if any(r.basis == "exact" for r in comparison.regressions):
+        return "\n".join([head, *comparison.lines()])  # equal-or-not: nothing to re-measure
+    # Confirm before failing (issue 15.3): a throughput/latency regression is measured again now.
+    again = session.confirm_record(item, record)
+    if again is None:
+        return "\n".join([head, *comparison.lines(), "(not confirmed: the server could not be measured again)"])
+    confirming = compare.compare_results(base, again, tolerances, force=True, noise=noise)
+    suspected = {r.metric for r in comparison.regressions}
+    table = [line for line in confirming.lines() if not line.startswith(("fingerprint", "  ", "runner state"))]
+    if not suspected & {r.metric for r in confirming.regressions}:
+        item.warn(
+            SpecdecWarning(
+                f"{test_id}: suspected regression of {', '.join(sorted(suspected))} against run {run.run_id} not "
+                "confirmed by a second measurement; not failed"
+            )
+        )
+        return None
+    return "\n".join([head, "first measurement:", *comparison.lines(), "confirming measurement:", *table])
 
 
 def _live(config: pytest.Config) -> contextlib.AbstractContextManager[object]:

@@ -244,3 +244,20 @@ def below_test(ratios: Sequence[float | None], floor: float, *, alpha: float = A
     z = (observed - mean_w + 0.5) / math.sqrt(var_w)
     p = 0.5 * math.erfc(-z / math.sqrt(2.0))
     return BelowTest("wilcoxon normal", p <= alpha, p)
+
+
+def pooled_sigma(*groups: Sequence[float | None]) -> float:
+    """MAD-based sigma (:data:`MAD_TO_SIGMA` x median |x - median of its group|) of several groups' deviations from
+    their own medians pooled together: the repeat spread of a baseline and a current run, with a shift between them
+    not counted as spread. 0 when fewer than 2 values in all.
+
+    Example: [98, 100, 102] and [88, 90, 92] -> deviations [-2, 0, 2, -2, 0, 2] -> MAD 2 -> sigma 2.97.
+    """
+    devs: list[float] = []
+    for group in groups:
+        arr = _clean(group)
+        if arr.size:
+            devs += (arr - np.median(arr)).tolist()
+    if len(devs) < 2:
+        return 0.0
+    return float(MAD_TO_SIGMA * np.median(np.abs(np.asarray(devs))))

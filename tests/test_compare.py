@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
 from typing import Any
@@ -174,9 +175,18 @@ def test_noise_never_fails_and_ten_percent_shift_always_fails() -> None:
     assert (false_alarms, detections) == (0, 20)
 
 
-def test_shift_beyond_tolerance_but_not_significant_is_noise() -> None:
+def test_shift_within_three_sigma_of_the_repeat_spread_is_ok() -> None:
+    # Issue 15.2: the limit is max(tolerance, 3 x sigma of the repeats); a 10 % shift in +-20 % noise is no verdict.
     base = rec(output_tok_s=[100.0, 80.0, 120.0, 95.0, 105.0])
     cur = rec(output_tok_s=[90.0, 110.0, 70.0, 93.0, 85.0])
+    (row,) = compare_results(base, cur, parse_tolerances("output_tok_s:5%")).rows
+    assert row.verdict == "ok"
+    assert row.limit_text() == "5% < 3σ 22.2%"
+
+
+def test_shift_beyond_tolerance_and_noise_but_not_significant_is_noise() -> None:
+    base = rec(output_tok_s=[100.0, 101.0, 99.0, 100.0, 100.0])
+    cur = rec(output_tok_s=[90.0, 91.0, 100.0, 101.0, 89.0])
     (row,) = compare_results(base, cur, parse_tolerances("output_tok_s:5%")).rows
     assert row.verdict == "noise"
     assert row.test is not None and not row.test.significant
@@ -301,3 +311,53 @@ def test_cli_unusable_input(tmp_path: Path) -> None:
     err = io.StringIO()
     assert compare_main([str(base)], stdout=io.StringIO(), stderr=err) == 2
     assert err.getvalue().splitlines()[-1] == "error: the following arguments are required: CURRENT"
+
+
+# -- issue 15: paired ratios, exact metrics, runner state -----------------------------------------------------------
+
+
+def _paired(record: ResultRecord, target: list[float], reference: list[float]) -> ResultRecord:
+    paired = {"vs": "baseline", "mode": "interleaved", "pairs": len(target), "first": len(target)}
+    paired |= {"target": {"output_tok_s": target}, "reference": {"output_tok_s": reference}}
+    return dataclasses.replace(record, paired=paired)
+
+
+def test_paired_throughput_is_judged_on_its_ratio_to_the_reference_arm() -> None:
+    # The runner got 28 % slower for both arms (the load of issue 15): raw tok/s -28 %, the ratio unchanged.
+    base = _paired(rec(output_tok_s=[140.0, 138.0, 142.0]), [140.0, 138.0, 142.0], [100.0, 100.0, 101.0])
+    loaded = _paired(rec(output_tok_s=[101.0, 99.0, 102.0]), [101.0, 99.0, 102.0], [72.0, 71.0, 73.0])
+    comp = compare_results(base, loaded, parse_tolerances("output_tok_s:5%"))
+    assert not comp.failed
+    rows = {r.metric: r.verdict for r in comp.rows}
+    assert rows["output_tok_s"] == "paired" and rows["output_tok_s / baseline"] == "ok"
+    assert comp.notes[-1].startswith("throughput and latency judged on their ratio to the paired 'baseline' arm")
+    # The same load plus a 10 % slower target: the ratio falls 10 %.
+    slower = _paired(rec(output_tok_s=[91.0, 89.0, 92.0]), [91.0, 89.0, 92.0], [72.0, 71.0, 73.0])
+    comp = compare_results(base, slower, parse_tolerances("output_tok_s:5%"))
+    assert [r.metric for r in comp.regressions] == ["output_tok_s / baseline"]
+
+
+def test_exact_accept_length_at_temperature_zero_needs_no_statistics() -> None:
+    tol = parse_tolerances("accept_length:2%")
+    comp = compare_results(rec(accept_length=[2.63, 2.63]), rec(accept_length=[2.49, 2.49]), tol)
+    (row,) = [r for r in comp.rows if r.metric == "accept_length"]
+    assert (row.verdict, row.basis, row.test) == ("REGRESSED", "exact", None)
+    assert any(line.endswith("REGRESSED (exact)") for line in comp.lines())
+    assert "exact: accept length/rate at temperature 0 with identical repeats" in comp.notes[-1]
+    small = compare_results(rec(accept_length=[2.63]), rec(accept_length=[2.62]), tol)
+    assert [r.verdict for r in small.rows] == ["changed"]
+    # Repeats that differ (not deterministic): statistics as for any metric.
+    noisy = compare_results(rec(accept_length=[2.63, 2.60, 2.66]), rec(accept_length=[2.5, 2.52, 2.48]), tol)
+    assert noisy.rows[0].basis == ""
+
+
+def test_a_changed_runner_state_is_said_first() -> None:
+    quiet = {"load1_before": 0.4, "load1_after": 0.6, "cpus": 2, "steal_pct": 0.0}
+    busy = {"load1_before": 4.1, "load1_after": 4.6, "cpus": 2, "steal_pct": 9.0}
+    base = rec(fp=fingerprint(runner=quiet), output_tok_s=[100.0, 101.0, 99.0])
+    cur = rec(fp=fingerprint(runner=busy), output_tok_s=[70.0, 71.0, 69.0])
+    lines = compare_results(base, cur, parse_tolerances("output_tok_s:5%")).lines()
+    assert lines[0] == (
+        "runner state changed since the baseline: load average per CPU 0.3 -> 2.3 (2 CPUs); CPU steal 0% -> 9%"
+    )
+    assert lines[1] == "fingerprint: same as baseline"
