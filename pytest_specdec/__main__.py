@@ -4,6 +4,7 @@
 - ``compare BASE CURRENT [--tolerance METRIC:TOL ...] [--force] [--compare-profile NAME]``: the baseline compare,
   exit 1 on a regression;
 - ``calibrate PROFILE_FILE --profile NAME [--runs K]`` (or ``--from RUN ...``): propose tolerances from the spread;
+- ``trend [RUN ...] [--metric FIELD] [--profile NAME]``: change points over stored runs, exit 1 on a worse one;
 - ``plot [RUN ...] -o trend.png [--metric FIELD] [--threshold FIELD=VALUE] [--profile NAME]``: a trend PNG;
 - ``merge PATH... [--store DIR] [--markdown PATH] [--trend PNG] [--force]``: CI shards' runs -> one run
   (``pytest_specdec.merge``).
@@ -116,7 +117,55 @@ def _build_parser() -> argparse.ArgumentParser:
         "(default: .specdec/noise/<profile>.json)",
     )
     calibrate.set_defaults(func=_cmd_calibrate)
+    trend = sub.add_parser(
+        "trend",
+        help="find change points in a series of stored runs (a slow drift that passes every night)",
+        description="Per test and metric, one value per stored run (oldest first); report change points found by "
+        "binary segmentation and kept when significant (Welch's t-test). Exit 1 when a change point is in the worse "
+        "direction, 2 on bad input, else 0. Needs ruptures (the 'trend' extra).",
+    )
+    trend.add_argument("runs", metavar="RUN", nargs="*", help="run files or directories (default: --results-dir)")
+    trend.add_argument("--results-dir", metavar="DIR", default=".specdec/results", help="default: .specdec/results")
+    trend.add_argument(
+        "--metric", metavar="FIELD", action="append", help="a metric field (repeatable; default: output_tok_s, "
+        "accept_length; ratios to a paired arm are added)"
+    )  # fmt: skip
+    trend.add_argument("--profile", metavar="NAME", action="append", help="only this profile (repeatable)")
+    trend.add_argument("--max-pvalue", metavar="P", type=float, default=0.001, help="keep a split at p <= P (0.001)")
+    trend.add_argument("--min-size", metavar="N", type=int, default=3, help="fewest runs each side (default: 3)")
+    trend.set_defaults(func=_cmd_trend)
     return parser
+
+
+def _cmd_trend(args: argparse.Namespace) -> int:
+    from pytest_specdec.results import ResultStore
+    from pytest_specdec.trend import DEFAULT_FIELDS, series_from_runs, trend_lines
+
+    runs = []
+    try:
+        for ref in args.runs or [args.results_dir]:
+            path = Path(ref)
+            files = ResultStore(path).list() if path.is_dir() else [path]
+            runs += [read_run_file(p) for p in files]
+    except CompareError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if len(runs) < 2 * args.min_size:
+        print(f"ERROR: {len(runs)} run(s) found; trend needs at least {2 * args.min_size} (--min-size {args.min_size} "
+              "each side of a change)", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    try:
+        series = series_from_runs(runs, args.metric or DEFAULT_FIELDS, args.profile)
+        lines, worse = trend_lines(series, max_pvalue=args.max_pvalue, min_size=args.min_size)
+    except ValueError as exc:
+        print(f"ERROR: --metric: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ImportError as exc:
+        print(f"ERROR: {exc}; pip install 'pytest-specdec[trend]'", file=sys.stderr)
+        return EXIT_USAGE
+    for line in lines:
+        print(line)
+    return EXIT_FINDINGS if worse else EXIT_OK
 
 
 def _cmd_compare(rest: list[str]) -> int:
