@@ -296,7 +296,16 @@ def speedup(record: ResultRecord, baselines: Sequence[ResultRecord]) -> float | 
     when there is one); None without a matching baseline or with a zero baseline throughput.
 
     Example: 94.0 tok/s over a baseline of 88.8 tok/s -> 1.0586.
+
+    A point measured with a paired baseline arm (``record.paired``, ``pairing.py``) gives the median of its per-pair
+    ratios instead: phases measured minutes apart on a shared runner do not make a speedup.
     """
+    from pytest_specdec.compare import paired_ratios
+
+    ratios = sorted(paired_ratios(record, "output_tok_s"))
+    if ratios:
+        mid = len(ratios) // 2
+        return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2.0
     match = [b for b in baselines if _concurrency(b) == _concurrency(record)]
     if not match and len(baselines) == 1:
         match = list(baselines)

@@ -274,3 +274,12 @@ def test_sweep_table_best_per_concurrency() -> None:
         "best at concurrency 4: eagle3@num_steps=2,concurrency=4 (330.0 tok/s, 1.10x vs baseline@concurrency=4)",
     ]
     assert lines[2].endswith("0.93x  ok")
+
+
+def test_speedup_of_a_paired_point_is_its_median_paired_ratio() -> None:
+    # Issue 15.1: a sweep point measured with its baseline arm interleaved uses those pairs, not a run minutes apart.
+    paired = {"vs": "baseline", "target": {"output_tok_s": [130.0, 120.0, 140.0]},
+              "reference": {"output_tok_s": [100.0, 80.0, 100.0]}}  # fmt: skip
+    point = ResultRecord("t[eagle3]", "eagle3", {"output_tok_s": 130.0}, {}, {}, paired=paired)
+    far_apart = ResultRecord("t[baseline]", "baseline", {"output_tok_s": 160.0}, {}, {})
+    assert sweep.speedup(point, [far_apart]) == pytest.approx(1.4)
