@@ -328,6 +328,8 @@ class SpecdecSession:
     #: (profile, reference profile) -> why the pair could not be measured (the speedup check fails with it).
     pair_errors: dict[tuple[str, str], str] = field(default_factory=dict)
     reference_servers: pairing.ReferenceServers | None = None
+    #: How compares were judged (exact metrics, paired ratios), printed under the summary; a dict as ordered set.
+    compare_notes: dict[str, None] = field(default_factory=dict)
     #: profile -> calibrated relative noise per field (``noise_for``).
     noise: dict[str, dict[str, float]] = field(default_factory=dict)
     #: profile -> its re-measured record (``confirm_record``); None when it could not be re-measured.
@@ -817,6 +819,8 @@ class SpecdecSession:
         self._write_notes(terminalreporter)
         for run_id, tests in self.compared.items():
             terminalreporter.write_line(f"specdec compare: {len(tests)} test(s) compared with stored run {run_id}")
+        for note in self.compare_notes:
+            terminalreporter.write_line(f"specdec compare: {note}")
         if self.saved_path is not None:
             terminalreporter.write_sep("-", f"specdec results: {self.saved_path}")
         if self.sweep_table:
@@ -1149,6 +1153,9 @@ def _compare(session: SpecdecSession, item: pytest.Item, record: results.ResultR
         comparison = compare.compare_results(base, record, tolerances, force=force, noise=noise)
     except CompareError as exc:
         return f"not compared with run {run.run_id}: {exc} (--specdec-compare-force compares anyway)"
+    for note in comparison.notes:
+        if note.startswith(("exact:", "throughput and latency judged")):
+            session.compare_notes[f"{profile.name}: {note}"] = None
     if not comparison.failed:
         return None
     head = f"regression against run {run.run_id} ({test_id}):"
