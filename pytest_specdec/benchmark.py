@@ -1,5 +1,9 @@
-"""The bridge to pytest-benchmark: each specdec test becomes one pytest-benchmark entry (the only module that
-imports ``pytest_benchmark`` or reads ``config._benchmarksession``).
+"""The bridge to pytest-benchmark: each measured specdec profile becomes one pytest-benchmark entry (the only module
+that imports ``pytest_benchmark`` or reads ``config._benchmarksession``).
+
+One entry per profile, not per test: every specdec test of a profile shares one measurement, so per-test entries
+were identical rows. The entry is named ``specdec[<profile>]`` (its ``fullname`` too, which
+``--benchmark-compare`` matches across runs), and ``extra_info["specdec"]["tests"]`` lists the tests that used it.
 
 What users get with pytest-benchmark installed and enabled: ``--benchmark-autosave``, ``--benchmark-save``,
 ``--benchmark-compare``, ``--benchmark-compare-fail=mean:5%``, ``--benchmark-json`` and ``--benchmark-histogram``
@@ -10,22 +14,24 @@ catches. Other metrics and the fingerprint ride in ``extra_info["specdec"]``; GP
 through the public hook ``pytest_benchmark_update_machine_info``.
 
 Limits (pytest-benchmark's, not ours): ``--benchmark-compare-fail`` sees time stats only (min, max, mean, median,
-stddev, iqr; larger = worse) and fails the whole session from the terminal summary, never one test; extra_info is
-saved but never compared (use ``python -m pytest_specdec compare`` for accept length, TTFT, per-test tolerances).
+stddev, iqr; larger = worse) and fails the whole session from the terminal summary, never one test (it raises
+``PerformanceRegression`` there; :class:`BenchmarkBridge` turns that into one red line naming each failed check and
+a failed exit status, instead of a traceback); extra_info is saved but never compared (use ``python -m
+pytest_specdec compare`` for accept length, TTFT, per-test tolerances).
 Under xdist pytest-benchmark disables itself; specdec tests are then not recorded and :class:`BenchmarkBridge`
 emits one ``SpecdecWarning`` saying so. ``--benchmark-only`` skips specdec tests unless they request the
 ``benchmark`` fixture (pytest-benchmark selects by fixture name).
 
 Private pytest-benchmark use is confined to :func:`_session` (``config._benchmarksession``: its ``benchmarks``
-list and ``disabled`` flag) and :func:`_entry` (``pytest_benchmark.stats.Metadata(fixture, iterations, options)``,
-the object its own fixture appends); ``tests/test_benchmark_bridge.py::test_private_contract`` fails loudly if a
-release changes either.
+list, ``disabled`` flag and ``performance_regressions`` list) and :func:`_entry`
+(``pytest_benchmark.stats.Metadata(fixture, iterations, options)``, the object its own fixture appends);
+``tests/test_benchmark_bridge.py::test_private_contract`` fails loudly if a release changes either.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -150,20 +156,23 @@ def record(
     *,
     metrics: Mapping[str, Any] | None = None,
 ) -> bool:
-    """Add one pytest-benchmark entry for a specdec test (call it from the ``specdec_run`` fixture or after the
-    test's repeats, in the process that ran the test).
+    """Add the pytest-benchmark entry of a measured profile, once per profile and session (call it from the
+    ``specdec_run`` fixture for every test; the profile's later tests only add their node id to the entry).
 
-    Entry: name/fullname/param(s) from ``node`` (so ``--benchmark-compare`` matches it by node id across runs),
-    group :data:`GROUP` (or the ``@pytest.mark.benchmark(group=...)`` one), samples :func:`seconds_per_token`,
-    ``extra_info["specdec"]`` = {unit, profile, metrics (``metrics`` or the first repeat's ``RunMetrics``),
-    per_repeat (field -> values), fingerprint}.
+    Entry: name and fullname ``specdec[<profile>]`` (stable across runs, so ``--benchmark-compare`` matches it),
+    param/params the profile, group :data:`GROUP` (or the first test's ``@pytest.mark.benchmark(group=...)``),
+    samples :func:`seconds_per_token`, ``extra_info["specdec"]`` = {unit, profile, tests (node ids), metrics
+    (``metrics``, default the per-field median over repeats, ``records.median_metrics``), per_repeat (field ->
+    values), fingerprint}.
 
     :param node: the test item, or the fixture ``request`` (its ``node`` is used).
-    :param measurements: the test's repeats (``runner.Measurement``), at least one.
+    :param measurements: the profile's repeats (``runner.Measurement``), at least one.
     :param fingerprint: ``results.build_fingerprint(...)``.
-    :returns: True when an entry was added; False when pytest-benchmark is absent or disabled (xdist,
-        ``--benchmark-disable``) or no repeat produced a token.
+    :returns: True when this call added the entry; False when pytest-benchmark is absent or disabled (xdist,
+        ``--benchmark-disable``), no repeat produced a token, or the profile's entry already exists.
     """
+    from pytest_specdec.records import median_metrics
+
     if isinstance(node, pytest.FixtureRequest):
         node = node.node  # type: ignore[assignment]
     assert isinstance(node, pytest.Item)
@@ -174,7 +183,12 @@ def record(
         return False
     bs = _session(node.config)
     assert bs is not None  # enabled() checked it
-    callspec = getattr(node, "callspec", None)
+    profile = measurements[0].profile
+    name = f"specdec[{profile}]"
+    for entry in bs.benchmarks:
+        if getattr(entry, "fullname", None) == name and isinstance(getattr(entry, "extra_info", None), dict):
+            entry.extra_info.get("specdec", {}).get("tests", []).append(node.nodeid)
+            return False
     marker = node.get_closest_marker("benchmark")
     group = marker.kwargs.get("group") if marker is not None else None
     per_repeat: dict[str, list[Any]] = {}
@@ -182,16 +196,19 @@ def record(
         for key, value in m.metrics.as_dict().items():
             per_repeat.setdefault(key, []).append(value)
     shape = _FixtureShape(
-        name=node.name,
-        fullname=node.nodeid,
+        name=name,
+        fullname=name,
         group=group or GROUP,
-        param=callspec.id if callspec is not None else None,
-        params={k: _json_safe(v) for k, v in callspec.params.items()} if callspec is not None else None,
+        param=profile,
+        params={"profile": profile},
         extra_info={
             "specdec": {
                 "unit": "seconds per output token",
-                "profile": measurements[0].profile,
-                "metrics": dict(metrics) if metrics is not None else measurements[0].metrics.as_dict(),
+                "profile": profile,
+                "tests": [node.nodeid],
+                "metrics": dict(metrics)
+                if metrics is not None
+                else median_metrics([m.metrics for m in measurements]).as_dict(),
                 "per_repeat": per_repeat,
                 "fingerprint": dict(fingerprint),
             }
@@ -214,6 +231,7 @@ class BenchmarkBridge:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        self.session: pytest.Session | None = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> BenchmarkBridge | None:
@@ -232,3 +250,30 @@ class BenchmarkBridge:
         ``pytest_specdec`` (plugin version) to pytest-benchmark's ``machine_info``."""
         machine_info["gpus"] = [dict(g) for g in gpu_info()]
         machine_info["pytest_specdec"] = plugin_version()
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None, object, object]:
+        """``--benchmark-compare-fail``: take pytest-benchmark's failed checks before its summary raises
+        ``PerformanceRegression`` (a 60-line traceback), let it print its table, then end the output with one red
+        line and a failed exit status.
+
+        The line: ``specdec: pytest-benchmark --benchmark-compare-fail: performance regressed: specdec[eagle3] (0001)
+        - Field 'mean' has failed PercentageRegressionCheck: 11.1 > 5.0`` (checks joined by ``; ``).
+        """
+        bs = _session(self.config)
+        regressions = list(getattr(bs, "performance_regressions", None) or [])
+        if regressions:
+            bs.performance_regressions = []  # type: ignore[union-attr]
+        try:
+            return (yield)
+        finally:
+            if regressions:
+                checks = "; ".join(f"{name} - {' '.join(str(reason).split())}" for name, reason in regressions)
+                terminalreporter.write_line(
+                    f"specdec: pytest-benchmark --benchmark-compare-fail: performance regressed: {checks}", red=True
+                )
+                if self.session is not None:
+                    self.session.exitstatus = pytest.ExitCode.TESTS_FAILED
