@@ -308,3 +308,31 @@ def test_server_of_a_killed_pytest_is_stopped_by_the_next_run(project: pytest.Py
         ["specdec: server 'baseline' (pid *, http://127.0.0.1:*) outlived its pytest (pid *): stopped"]
     )
     assert not _our_servers(project)
+
+
+@pytest.mark.slow
+def test_client_load_is_recorded_and_an_overloaded_client_warns(project: pytest.Pytester) -> None:
+    # Issue 13.3 end to end: two client worker processes; every lag counts as overload (fraction 0) so the
+    # warning path runs deterministically; the load lands in the results.
+    profiles = PROFILES.replace("@TAG@", _tag(project)) + (
+        "  watched:\n    extends: baseline\n"
+        "    workload: {max_new_tokens: 24, num_requests: 6, warmup_requests: 1, concurrency: 2, client_workers: 2}\n"
+    )
+    project.makefile(".yaml", specdec=profiles)
+    project.makeconftest("import pytest_specdec.metrics\npytest_specdec.metrics.CLIENT_LAG_FRACTION = 0.0\n")
+    project.makepyfile(test_specdec="def test_run(specdec_run):\n    assert specdec_run.metrics.num_ok == 6\n")
+    project.makeini("[pytest]\n")
+    result = project.runpytest_subprocess("--server-profile=watched", "-W", "default", timeout=600)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*SpecdecWarning: profile watched: client overloaded: event-loop lag p99 * ms > 0% of ITL p50 * ms "
+            "(client CPU * cores, 2 worker processes); TTFT and ITL include the client's own delay; fix: raise "
+            "workload.client_workers or lower workload.concurrency",
+        ]
+    )
+    (run_file,) = (project.path / ".specdec" / "results").glob("*.json")
+    repeats = json.loads(run_file.read_text())["results"][0]["repeats"]
+    assert repeats["client_workers"] == [2, 2, 2]
+    assert all(lag is not None and lag >= 0 for lag in repeats["client_lag_ms_p99"])
+    assert not _our_servers(project)
