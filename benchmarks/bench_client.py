@@ -12,8 +12,9 @@
    within 1 ms up to 20,000 events/s.
 
 Usage: ``python benchmarks/bench_client.py [--concurrency 1,64,256,1024] [--output-len 64] [--itl-ms 5]
-[--ttft-ms 20] [--skip-floor] [--skip-truth]``. The server runs in its own process; on a shared machine the figures
-move with the load, so compare the readers within one run (they alternate per concurrency).
+[--ttft-ms 20] [--plugin-workers 2,4] [--skip-floor] [--skip-truth]``. The server runs in its own process; on a
+shared machine the figures move with the load, so compare the readers within one run (they alternate per
+concurrency).
 """
 
 from __future__ import annotations
@@ -113,9 +114,9 @@ def aiohttp_bench_serving(url: str, prompts: list[str], n: int, conc: int) -> li
     return asyncio.run(_aiohttp_reader(url, prompts, n, conc, parse=True))
 
 
-def plugin(url: str, prompts: list[str], n: int, conc: int) -> list[Stream]:
+def plugin(url: str, prompts: list[str], n: int, conc: int, workers: int = 1) -> list[Stream]:
     specs = [RequestSpec(prompt=p, max_new_tokens=n, temperature=0.0, ignore_eos=True) for p in prompts]
-    phase = client.run_phase(url, specs, concurrency=conc)
+    phase = client.run_phase(url, specs, concurrency=conc, workers=workers)
     bad = [r.error for r in phase.records if not r.ok]
     if bad:
         raise SystemExit(f"plugin client: {len(bad)} failed requests, first: {bad[0]}")
@@ -222,11 +223,19 @@ def main() -> None:
     parser.add_argument("--ttft-ms", type=float, default=20.0)
     parser.add_argument("--floor-tokens", type=int, default=256)
     parser.add_argument("--floor-repeats", type=int, default=2)
+    parser.add_argument(
+        "--plugin-workers", default="", help="also the plugin with these worker counts in the truth table, e.g. 2,4"
+    )
     parser.add_argument("--skip-floor", action="store_true")
     parser.add_argument("--skip-truth", action="store_true")
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    args.plugin_workers = [int(w) for w in args.plugin_workers.split(",") if w]
     args.readers = args.readers.split(",")
+    for workers in args.plugin_workers:
+        name = f"plugin x{workers}"
+        READERS[name] = lambda url, prompts, n, conc, w=workers: plugin(url, prompts, n, conc, w)  # type: ignore[misc]
+        args.readers.append(name)
     if not args.skip_floor:
         floor_table(args)
     if not args.skip_truth:

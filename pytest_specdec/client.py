@@ -1,8 +1,10 @@
 """Streaming HTTP clients for one measured phase (SGLang ``/generate``, OpenAI-compatible) -> per-request records.
 
 All HTTP of a measurement goes through this module. The control plane (``GET /v1/models``, ``/metrics``) uses
-httpx; the streams use aiohttp, whose C HTTP parser and ``StreamReader.readany`` cost about 4x less per SSE event
-than httpx's line iteration here (``benchmarks/bench_client.py``; README "How the client measures").
+httpx; the streams use aiohttp, whose C HTTP parser and ``StreamReader.readany`` let a client read 2-4x more SSE
+events per second than httpx's ``aiter_lines``/``aiter_raw`` (``benchmarks/bench_client.py``; README "How the
+client keeps up"). A phase can be spread over worker processes (:func:`run_phase` ``workers``), and every phase
+records the client's own event-loop lag and CPU use (:class:`ClientLoad`).
 
 The hot path does the least work per event: while a stream runs, the client only stamps each read of the socket
 with :func:`pytest_specdec.clock.now` and keeps the bytes. An event's arrival time is the stamp of the read that
