@@ -1005,7 +1005,9 @@ def _run_workers(
                 fd = theirs.fileno()
                 procs.append(
                     subprocess.Popen(
-                        [sys.executable, "-c", _WORKER_CODE, str(fd)], pass_fds=[fd], stdin=subprocess.DEVNULL
+                        [sys.executable, "-c", _WORKER_CODE, str(fd), _PACKAGE_ROOT],
+                        pass_fds=[fd],
+                        stdin=subprocess.DEVNULL,
                     )
                 )
                 conn = multiprocessing.connection.Connection(mine.detach())
@@ -1039,7 +1041,12 @@ def _run_workers(
                 proc.wait()
 
 
-_WORKER_CODE = "import sys; from pytest_specdec.client import _worker_main; _worker_main(int(sys.argv[1]))"
+#: The worker imports this copy of the package even when it is not installed (a source checkout on sys.path only).
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_WORKER_CODE = (
+    "import sys; sys.path.insert(0, sys.argv[2]); "
+    "from pytest_specdec.client import _worker_main; _worker_main(int(sys.argv[1]))"
+)
 
 
 #: What :func:`_expect` returns for a worker's per-request progress message.
