@@ -184,3 +184,19 @@ def test_min_speedup_vs_unknown_profile_is_a_usage_error(pytester: pytest.Pytest
         ["ERROR: */specdec.yaml: profiles.eagle3.thresholds.min_speedup.vs: 'basline' is not another profile of "
          "this file (available: baseline)"]  # fmt: skip
     )
+
+
+@pytest.mark.slow
+def test_min_speedup_fails_with_the_reason_when_its_reference_arm_cannot_start(pytester: pytest.Pytester) -> None:
+    pytester.makefile(
+        ".yaml",
+        specdec=PROFILES.replace("@RATIO@", "1.05").replace("vs: baseline", "vs: crashes")
+        + '  crashes:\n    extends: baseline\n    extra_args: ["--ref-fault-oom-at-startup", "0.2"]\n',
+    )
+    pytester.makepyfile(test_speed=TESTS)
+    result = pytester.runpytest_subprocess("--server-profile=eagle3", "-p", "no:cacheprovider", timeout=600)
+    result.assert_outcomes(failed=1)
+    result.stdout.re_match_lines(
+        [r"speedup vs crashes: not measured: reference arm 'crashes': server 'crashes' exited with code 1 before it "
+         r"was ready \(cause: out of memory\).*log: .*/crashes.paired.log"]  # fmt: skip
+    )
