@@ -22,8 +22,12 @@ __all__ = ["LOAD_CHANGE", "STEAL_CHANGE_PCT", "CLOCK_CHANGE", "snapshot", "state
 LOAD_CHANGE = 0.5
 #: A change of the CPU steal share by more than this many percentage points is a changed state.
 STEAL_CHANGE_PCT = 5.0
-#: A relative change of a GPU's SM clock by more than this is a changed state (power or thermal throttling).
+#: A relative change of a GPU's application clock or power limit by more than this is a changed state. (The current
+#: SM clock is recorded but not compared: it drops to ~345 MHz within a second of idling on an H200.)
 CLOCK_CHANGE = 0.10
+#: ``clocks_throttle_reasons.active`` bits that slow a busy GPU (nvidia-smi ``--help-query-gpu``): SW power cap
+#: 0x4, HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power brake 0x80 (0x1 is "idle", 0x2 "app clocks").
+_SLOWDOWN_BITS = {0x4: "SW power cap", 0x8: "HW slowdown", 0x20: "SW thermal", 0x40: "HW thermal", 0x80: "power brake"}
 _NVIDIA_TIMEOUT_S = 10.0
 
 
@@ -44,28 +48,36 @@ def _nvidia(args: list[str]) -> list[list[str]] | None:
 
 
 def _gpu_state(own_pids: set[int]) -> dict[str, Any] | None:
-    """``{"clocks_sm_mhz": [...], "clocks_mem_mhz": [...], "temperature_c": [...], "other_processes": [...]}`` from
-    ``nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu`` and ``--query-compute-apps=pid,process_name,
-    used_memory`` (processes of ours, ``own_pids``, left out); None without nvidia-smi."""
-    gpus = _nvidia(["--query-gpu=clocks.sm,clocks.mem,temperature.gpu"])
+    """Per GPU lists ``clocks_sm_mhz``, ``app_clocks_mhz``, ``power_limit_w``, ``temperature_c``,
+    ``throttle_reasons`` (bit mask), and ``other_processes`` ("pid name MiB"), from ``nvidia-smi
+    --query-gpu=clocks.sm,clocks.applications.graphics,power.limit,temperature.gpu,clocks_throttle_reasons.active``
+    and ``--query-compute-apps=pid,process_name,used_memory`` (processes of ours, ``own_pids``, left out); None
+    without nvidia-smi. Checked on an H200: ``345, 1980, 700.00, 35, 0x0000000000000001`` when idle."""
+    query = "clocks.sm,clocks.applications.graphics,power.limit,temperature.gpu,clocks_throttle_reasons.active"
+    gpus = _nvidia([f"--query-gpu={query}"])
     if gpus is None:
         return None
     apps = _nvidia(["--query-compute-apps=pid,process_name,used_memory"]) or []
 
     def num(text: str) -> float | None:
         try:
-            return float(text)
+            return float(int(text, 16)) if text.startswith("0x") else float(text)
         except ValueError:
             return None
+
+    def col(i: int) -> list[float | None]:
+        return [num(r[i]) if len(r) > i else None for r in gpus]
 
     others = []
     for row in apps:
         if len(row) >= 3 and row[0].isdigit() and int(row[0]) not in own_pids:
             others.append(f"{row[0]} {row[1]} {row[2]} MiB")
     return {
-        "clocks_sm_mhz": [num(r[0]) for r in gpus if r],
-        "clocks_mem_mhz": [num(r[1]) for r in gpus if len(r) > 1],
-        "temperature_c": [num(r[2]) for r in gpus if len(r) > 2],
+        "clocks_sm_mhz": col(0),
+        "app_clocks_mhz": col(1),
+        "power_limit_w": col(2),
+        "temperature_c": col(3),
+        "throttle_reasons": col(4),
         "other_processes": sorted(others),
     }
 
@@ -119,8 +131,9 @@ def _load_per_cpu(state: Mapping[str, Any]) -> float | None:
 def state_changes(base: Mapping[str, Any] | None, current: Mapping[str, Any] | None) -> list[str]:
     """What changed in the runner's state between two measurements (``fingerprint["runner"]``), one line each:
     ``load average per CPU 0.4 -> 2.3 (2 CPUs)``, ``CPU steal 0% -> 12%``, ``other GPU processes: none -> 4242
-    python 20000 MiB``, ``GPU SM clock 1980 -> 1410 MHz``. Empty when either side has no record (older runs) or
-    nothing moved beyond :data:`LOAD_CHANGE`, :data:`STEAL_CHANGE_PCT`, :data:`CLOCK_CHANGE`."""
+    python 20000 MiB``, ``GPU 0 power limit 700 -> 500 W``, ``GPU 0 throttled: HW thermal``. Empty when either side
+    has no record (older runs) or nothing moved beyond :data:`LOAD_CHANGE`, :data:`STEAL_CHANGE_PCT`,
+    :data:`CLOCK_CHANGE`."""
     if not base or not current:
         return []
     lines = []
@@ -134,7 +147,12 @@ def state_changes(base: Mapping[str, Any] | None, current: Mapping[str, Any] | N
     ob, oc = gb.get("other_processes"), gc.get("other_processes")
     if ob is not None and oc is not None and ob != oc:
         lines.append(f"other GPU processes: {', '.join(ob) or 'none'} -> {', '.join(oc) or 'none'}")
-    for i, (cb, cc) in enumerate(zip(gb.get("clocks_sm_mhz") or [], gc.get("clocks_sm_mhz") or [], strict=False)):
-        if cb and cc and abs(cc - cb) / cb > CLOCK_CHANGE:
-            lines.append(f"GPU {i} SM clock {cb:g} -> {cc:g} MHz")
+    for key, label, unit in (("app_clocks_mhz", "application clock", "MHz"), ("power_limit_w", "power limit", "W")):
+        for i, (vb, vc) in enumerate(zip(gb.get(key) or [], gc.get(key) or [], strict=False)):
+            if vb and vc and abs(vc - vb) / vb > CLOCK_CHANGE:
+                lines.append(f"GPU {i} {label} {vb:g} -> {vc:g} {unit}")
+    for i, (tb, tc) in enumerate(zip(gb.get("throttle_reasons") or [], gc.get("throttle_reasons") or [], strict=False)):
+        new = [name for bit, name in _SLOWDOWN_BITS.items() if int(tc or 0) & bit and not int(tb or 0) & bit]
+        if new:
+            lines.append(f"GPU {i} throttled: {', '.join(new)}")
     return lines

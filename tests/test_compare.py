@@ -361,3 +361,19 @@ def test_a_changed_runner_state_is_said_first() -> None:
         "runner state changed since the baseline: load average per CPU 0.3 -> 2.3 (2 CPUs); CPU steal 0% -> 9%"
     )
     assert lines[1] == "fingerprint: same as baseline"
+
+
+def test_gpu_state_changes_name_other_processes_limits_and_throttling() -> None:
+    from pytest_specdec.hoststate import state_changes
+
+    # As nvidia-smi reports an idle H200: SM 345 MHz (not compared: it idles down), app clock 1980, 700 W, 0x1 idle.
+    gpu = {"clocks_sm_mhz": [345.0], "app_clocks_mhz": [1980.0], "power_limit_w": [700.0], "throttle_reasons": [1.0],
+           "other_processes": []}  # fmt: skip
+    busy = {**gpu, "clocks_sm_mhz": [1980.0], "power_limit_w": [500.0], "throttle_reasons": [float(0x1 | 0x40)],
+            "other_processes": ["4242 python 20000 MiB"]}  # fmt: skip
+    assert state_changes({"gpu_after": gpu}, {"gpu_after": gpu}) == []
+    assert state_changes({"gpu_after": gpu}, {"gpu_after": busy}) == [
+        "other GPU processes: none -> 4242 python 20000 MiB",
+        "GPU 0 power limit 700 -> 500 W",
+        "GPU 0 throttled: HW thermal",
+    ]
