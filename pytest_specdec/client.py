@@ -185,6 +185,10 @@ def _auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+#: The per-request acceptance histogram, newest name first (SGLang 0.5.17 also sends ``spec_accept_histogram``).
+_HISTOGRAM_FIELDS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
+
+
 def _spec_fields(source: dict[str, Any]) -> dict[str, Any]:
     """Pick the spec fields out of a ``meta_info`` / ``spec_tokens_details`` dict, accepting older names."""
     out: dict[str, Any] = {}
@@ -194,6 +198,11 @@ def _spec_fields(source: dict[str, Any]) -> dict[str, Any]:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 out[name] = value
                 break
+    for key in _HISTOGRAM_FIELDS:
+        hist = source.get(key)
+        if isinstance(hist, list) and hist and all(isinstance(n, int) and not isinstance(n, bool) for n in hist):
+            out["spec_correct_drafts_histogram"] = tuple(hist)
+            break
     return out
 
 

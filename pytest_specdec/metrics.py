@@ -22,12 +22,15 @@ __all__ = [
     "ACCEPT_RATE_DEFINITION",
     "CLIENT_LAG_FRACTION",
     "CROSS_CHECK_TOLERANCE",
+    "HISTOGRAM_SOURCE",
     "SCHEDULER_CHECK_TOLERANCE",
     "METRICS",
     "MetricSpec",
+    "PositionAcceptance",
     "RequestTiming",
     "client_check",
     "cross_check",
+    "position_acceptance",
     "request_timing",
     "summarize",
 ]
@@ -143,6 +146,85 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
 )
 
 
+#: ``accept_position_source`` when per-position acceptance comes from the per-request histograms.
+HISTOGRAM_SOURCE = "meta_info.spec_correct_drafts_histogram"
+
+
+@dataclass(frozen=True, slots=True)
+class PositionAcceptance:
+    """Acceptance per draft position k = 1..n over one phase (n = draft tokens per verify step - 1 on a chain).
+
+    ``accepted_at[k - 1]`` = verify steps that accepted draft token k (and so every token before it);
+    ``verify_steps`` = all verify steps. ``source`` names where the counts came from.
+    """
+
+    verify_steps: float
+    accepted_at: tuple[float, ...]
+    source: str
+
+    @property
+    def rates(self) -> tuple[float, ...]:
+        """Unconditional rate per position: accepted at k / verify steps (vLLM's "per-position acceptance rate",
+        ``vllm/v1/spec_decode/metrics.py``: ``num_accepted_tokens_per_pos / num_drafts``). Non-increasing in k."""
+        return tuple(a / self.verify_steps for a in self.accepted_at)
+
+    @property
+    def conditional_rates(self) -> tuple[float | None, ...]:
+        """Conditional rate per position: accepted at k / reached k, where reached 1 = verify steps and reached k =
+        accepted at k - 1. None where no step reached k."""
+        reached = (self.verify_steps, *self.accepted_at[:-1])
+        return tuple(a / r if r > 0 else None for a, r in zip(self.accepted_at, reached, strict=True))
+
+
+def position_acceptance(
+    records: Sequence[RequestRecord],
+    *,
+    num_positions: int | None,
+    counters_before: SpecCounters | None = None,
+    counters_after: SpecCounters | None = None,
+) -> PositionAcceptance | None:
+    """Acceptance per draft position of one phase, from the first source that has it:
+
+    1. the requests' ``meta_info.spec_correct_drafts_histogram`` (SGLang 0.5.17 and 0.5.23 send it on the final
+       chunk; the reference server too): summed over the ok requests, accepted at k = Σ_{i >= k} histogram[i],
+       verify steps = Σ histogram. Used only when every ok request with ``spec_verify_ct > 0`` has one.
+    2. engine counters: Δ``accepted_per_position`` (vLLM ``vllm:spec_decode_num_accepted_tokens_per_pos_total``,
+       the reference server's ``refserver:`` copy) over Δverify steps (``verify_calls``, else vLLM's ``drafts``).
+
+    Worked example: histograms [1, 2, 1] and [0, 1, 0, 1] (n = 3) sum to [1, 3, 1, 1] over 6 steps -> accepted at
+    1, 2, 3 = 5, 2, 1 -> rates 0.833, 0.333, 0.167; conditional 5/6 = 0.833, 2/5 = 0.4, 1/2 = 0.5.
+
+    :param num_positions: draft tokens per verify step - 1 (the server's ``num_draft_tokens - 1`` on a chain);
+        None: as many as the source reports.
+    :returns: None when no source reports it or no verify step happened.
+    """
+    ok = [r for r in records if r.ok and r.spec_verify_ct]
+    if ok and all(r.spec_correct_drafts_histogram for r in ok):
+        width = max(len(r.spec_correct_drafts_histogram) for r in ok)
+        total = [0] * width
+        for r in ok:
+            for i, n in enumerate(r.spec_correct_drafts_histogram):
+                total[i] += n
+        steps = sum(total)
+        n_pos = max(num_positions or 0, width - 1)
+        accepted = tuple(float(sum(total[k:])) for k in range(1, n_pos + 1))
+        return PositionAcceptance(float(steps), accepted, HISTOGRAM_SOURCE) if steps > 0 else None
+    if counters_before is None or counters_after is None or not counters_after.accepted_per_position:
+        return None
+    steps_delta = _delta(counters_after.verify_calls, counters_before.verify_calls)
+    if steps_delta is None:
+        steps_delta = _delta(counters_after.drafts, counters_before.drafts)
+    if not steps_delta or steps_delta <= 0:
+        return None
+    before = counters_before.accepted_per_position
+    after = counters_after.accepted_per_position
+    n_pos = num_positions if num_positions is not None else len(after)
+    accepted = tuple(
+        (after[k] if k < len(after) else 0.0) - (before[k] if k < len(before) else 0.0) for k in range(n_pos)
+    )
+    return PositionAcceptance(steps_delta, accepted, f"counters {counters_after.per_position_series or 'per position'}")
+
+
 @dataclass(frozen=True, slots=True)
 class RequestTiming:
     """Derived timings of one successful request, in seconds; None when not applicable (see each field)."""
@@ -253,6 +335,8 @@ def summarize(
     - server_accept_length from ``counters_after - counters_before`` in the native definition
       (:func:`_server_accept`), and ``scheduler_accept_length`` as given (the engine's independent figure, in the
       convention), both for :func:`cross_check`.
+    - accept_rate_at / accept_rate_cond_at (empty unless ``speculative``): :func:`position_acceptance` over
+      ``num_steps`` positions (the most drafts one verify step can accept, on a chain and on a tree).
 
     Worked example: two ok requests, 8 and 4 tokens, spec_verify_ct 4 and 2, spec_num_correct_drafts 3 and 1,
     phase 0.5 s, num_steps 3 -> output_tok_s 12 / 0.5 = 24; accept_length 1 + 4 / 6 = 1.667; native 12 / 6 = 2.0;
@@ -314,6 +398,13 @@ def summarize(
             source = "counters"
         if accept_length is not None and num_steps:
             accept_rate = (accept_length - 1.0) / num_steps
+    positions = (
+        position_acceptance(
+            ok, num_positions=num_steps, counters_before=counters_before, counters_after=counters_after
+        )
+        if speculative
+        else None
+    )
 
     return RunMetrics(
         num_requests=total,
@@ -346,6 +437,9 @@ def summarize(
         accept_length_native=native,
         scheduler_accept_length=scheduler_accept_length if speculative else None,
         cache_reset=cache_reset,
+        accept_rate_at=positions.rates if positions else (),
+        accept_rate_cond_at=positions.conditional_rates if positions else (),
+        accept_position_source=positions.source if positions else None,
     )
 
 

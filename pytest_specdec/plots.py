@@ -1,4 +1,5 @@
-"""PNG plots of results: a sweep (tok/s and accept length against the swept parameter) and a trend across runs.
+"""PNG plots of results: a sweep (tok/s and accept length against the swept parameter), a trend across runs, and
+acceptance per draft position.
 
 matplotlib (the ``plot`` extra) is imported only when a plot is drawn, through its object API with the Agg canvas
 (``matplotlib.figure.Figure`` + ``backend_agg.FigureCanvasAgg``): no pyplot, no global backend switch, so a user's
@@ -21,6 +22,7 @@ __all__ = [
     "DEFAULT_TREND_METRICS",
     "TrendPoint",
     "metric_label",
+    "plot_positions",
     "plot_sweep",
     "plot_trend",
     "trend_points",
@@ -317,3 +319,54 @@ def trend_title(profiles: Sequence[str] | None, runs: int) -> str:
 
 def _when(started: float) -> datetime:
     return datetime.fromtimestamp(started, tz=timezone.utc)
+
+
+def plot_positions(
+    records: Sequence[ResultRecord],
+    path: str | Path,
+    *,
+    floors: Mapping[str, Mapping[int, float]] | None = None,
+    title: str | None = None,
+) -> Path:
+    """Draw acceptance per draft position: x = position k, y = rate; per record a solid line of the unconditional
+    rate (``accept_rate_at``: accepted at k / verify steps) and a dashed line of the conditional one
+    (``accept_rate_cond_at``: accepted at k / reached k), same colour; ``min_accept_rate_at`` floors as red ticks.
+
+    :param records: result records; those without per-position data are skipped.
+    :param path: the PNG to write (parent directories are created).
+    :param floors: profile -> ``{position: floor}`` (a profile's ``thresholds.min_accept_rate_at``).
+    :returns: ``path``.
+    :raises ValueError: no record has per-position data.
+    :raises ImportError: matplotlib is not installed.
+    """
+    rows = [r for r in records if r.metrics.get("accept_rate_at")]
+    if not rows:
+        raise ValueError("plot_positions: no result has per-position acceptance")
+    seen: dict[str, ResultRecord] = {}
+    for record in rows:  # every test of a profile shares one measurement: one line per profile
+        seen.setdefault(record.profile, record)
+    fig = _figure(7.5, 4.6)
+    ax = fig.add_subplot()
+    top = 1
+    for i, (profile, record) in enumerate(seen.items()):
+        rates = [_num(v) for v in record.metrics.get("accept_rate_at") or ()]
+        cond = [_num(v) for v in record.metrics.get("accept_rate_cond_at") or ()]
+        xs = list(range(1, len(rates) + 1))
+        top = max(top, len(xs))
+        color = f"C{i % 10}"
+        ax.plot(xs, rates, marker="o", color=color, label=f"{profile}: accepted at k / verify steps")
+        if len(cond) == len(xs):
+            ax.plot(xs, cond, marker="s", color=color, linestyle="--", alpha=0.8,
+                    label=f"{profile}: accepted at k / reached k")  # fmt: skip
+        for k, floor in sorted((floors or {}).get(profile, {}).items()):
+            ax.plot([k], [floor], marker="_", markersize=22, markeredgewidth=2.5, color="red", linestyle="none")
+            ax.annotate(f"min {floor:g}", (k, floor), textcoords="offset points", xytext=(12, -3), color="red",
+                        fontsize=8)  # fmt: skip
+    ax.set_xticks(list(range(1, top + 1)))
+    ax.set_xlabel("draft position k (1 = first draft token)")
+    ax.set_ylabel("acceptance rate")
+    ax.set_ylim(0, 1.05)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(title or "specdec acceptance by draft position")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=1, fontsize=8)
+    return _save(fig, Path(path))

@@ -168,6 +168,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Where the sweep PNG goes (default: <specdec dir>/sweep-<run id>.png)",
     )
     group.addoption(
+        "--specdec-position-plot",
+        action="store",
+        default=None,
+        metavar="PATH",
+        help="Write a PNG of acceptance per draft position (every speculative profile) to PATH (default: none)",
+    )
+    group.addoption(
         "--specdec-report",
         action="store",
         default=None,
@@ -320,6 +327,8 @@ class SpecdecSession:
     verdicts: dict[tuple[str, str], str] = field(default_factory=dict)
     sweep_table: list[str] = field(default_factory=list)
     sweep_plot: Path | None = None
+    position_plot: Path | None = None
+    position_plot_error: str = ""
     sweep_failed: bool = False
     report_path: Path | None = None
     markdown_paths: list[Path] = field(default_factory=list)
@@ -497,6 +506,13 @@ class SpecdecSession:
                 if not best:
                     self.sweep_failed = True
                     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if option.specdec_position_plot and any(r.metrics.get("accept_rate_at") for r in self.records):
+            profiles = self.profile_set.profiles if self.profile_set is not None else {}
+            floors = {name: p.thresholds.min_accept_rate_at or {} for name, p in profiles.items()}
+            try:
+                self.position_plot = plots.plot_positions(self.records, option.specdec_position_plot, floors=floors)
+            except ImportError as exc:
+                self.position_plot_error = str(exc)
         if option.specdec_report:
             self.report_path = report.write_json_report(run, Path(option.specdec_report))
         targets = markdown.markdown_targets(option.specdec_markdown, os.environ)
@@ -816,6 +832,12 @@ class SpecdecSession:
             terminalreporter.write_line(line)
         for line in report.definition_lines(self.records):
             terminalreporter.write_line(line)
+        by_position = report.position_lines(rows)
+        if by_position:
+            terminalreporter.write_sep("-", "specdec acceptance by draft position")
+            terminalreporter.write_line(report.POSITION_LEGEND)
+            for line in by_position:
+                terminalreporter.write_line(line)
         self._write_notes(terminalreporter)
         for run_id, tests in self.compared.items():
             terminalreporter.write_line(f"specdec compare: {len(tests)} test(s) compared with stored run {run_id}")
@@ -829,6 +851,10 @@ class SpecdecSession:
                 terminalreporter.write_line(line, red=self.sweep_failed and line.startswith("no point"))
             if self.sweep_plot is not None:
                 terminalreporter.write_sep("-", f"specdec sweep plot: {self.sweep_plot}")
+        if self.position_plot is not None:
+            terminalreporter.write_sep("-", f"specdec position plot: {self.position_plot}")
+        elif self.position_plot_error:
+            terminalreporter.write_line(f"specdec: no position plot: {self.position_plot_error}", red=True)
         if self.report_path is not None:
             terminalreporter.write_sep("-", f"specdec report: {self.report_path}")
         for path in self.markdown_paths:

@@ -84,6 +84,32 @@ class Thresholds(_Strict):
     max_itl_ms: float | None = Field(default=None, gt=0)
     max_tpot_ms: float | None = Field(default=None, gt=0)
     min_speedup: MinSpeedup | None = None
+    #: Floors on the acceptance rate per draft position k (1 = the first draft token): ``{1: 0.7, 2: 0.5}``.
+    #: The rate is unconditional: verify steps that accepted draft token k / all verify steps (vLLM's
+    #: per-position rate, ``metrics.PositionAcceptance.rates``).
+    min_accept_rate_at: dict[int, float] | None = None
+
+    @field_validator("min_accept_rate_at", mode="before")
+    @classmethod
+    def _positions(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        example = "e.g. {1: 0.7, 2: 0.5} (draft position -> minimum rate)"
+        if not isinstance(value, dict) or not value:
+            raise ValueError(f"expected a non-empty mapping of draft position to rate, {example}, got {value!r}")
+        out: dict[int, float] = {}
+        for key, rate in value.items():
+            position = key
+            if isinstance(key, str) and key.strip().isdigit():
+                position = int(key)
+            if not isinstance(position, int) or isinstance(position, bool) or position < 1:
+                raise ValueError(
+                    f"position {key!r}: positions are integers >= 1 (1 = the first draft token), {example}"
+                )
+            if not isinstance(rate, int | float) or isinstance(rate, bool) or not 0 <= rate <= 1:
+                raise ValueError(f"position {position}: rate {rate!r} is not a number in [0, 1], {example}")
+            out[position] = float(rate)
+        return dict(sorted(out.items()))
 
 
 class Workload(_Strict):

@@ -39,6 +39,10 @@ class RequestRecord:
     spec_accept_length: float | None = None
     spec_accept_rate: float | None = None
     output_text: str = ""
+    #: ``meta_info.spec_correct_drafts_histogram`` (SGLang 0.5.17+; 0.5.17 also sends it as
+    #: ``spec_accept_histogram``): entry i = verify steps of this request that accepted exactly i draft tokens.
+    #: Empty when the server does not report it.
+    spec_correct_drafts_histogram: tuple[int, ...] = ()
 
     @property
     def itl_available(self) -> bool:
@@ -92,9 +96,18 @@ class RunMetrics:
     client_lag_ms_p99: float | None = None
     client_cpu_cores: float | None = None
     client_workers: int | None = None
+    #: Per draft position k = 1..n (index k - 1): verify steps that accepted draft token k / verify steps
+    #: (vLLM's per-position acceptance rate). Empty when not speculative or not reported (``metrics.positions``).
+    accept_rate_at: tuple[float, ...] = ()
+    #: Per draft position k: verify steps that accepted draft token k / those that accepted token k - 1 (all verify
+    #: steps for k = 1): the chance draft k survives once it is reached. None where no step reached k.
+    accept_rate_cond_at: tuple[float | None, ...] = ()
+    #: Where the per-position figures came from (``meta_info.spec_correct_drafts_histogram`` or a counter name).
+    accept_position_source: str | None = None
 
-    def as_dict(self) -> dict[str, float | int | str | None]:
-        return asdict(self)
+    def as_dict(self) -> dict[str, float | int | str | list[float | None] | None]:
+        """Field -> value, per-position tuples as lists (what they read back as from JSON)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
 def median_of_repeats(values: Sequence[Any]) -> Any:
@@ -105,8 +118,14 @@ def median_of_repeats(values: Sequence[Any]) -> Any:
     ordinary median (mean of the middle two for an even number). No number: the first non-None value (a string
     such as ``accept_length_source``), else None.
 
-    Examples: [15, 16] -> 15 (not 15.5); [15, 16, 17] -> 16; [2.0, 2.5] -> 2.25; [None, 3] -> 3.
+    Per-position values (tuples or lists of one length, ``accept_rate_at``): element by element, as a tuple.
+
+    Examples: [15, 16] -> 15 (not 15.5); [15, 16, 17] -> 16; [2.0, 2.5] -> 2.25; [None, 3] -> 3;
+    [(0.8, 0.5), (0.9, None)] -> (0.85, 0.5).
     """
+    seqs = [v for v in values if isinstance(v, list | tuple)]
+    if seqs and len(seqs) == len(values) and len({len(v) for v in seqs}) == 1:
+        return tuple(median_of_repeats(list(column)) for column in zip(*seqs, strict=True))
     numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
     if not numbers:
         return next((v for v in values if v is not None), None)

@@ -13,9 +13,11 @@ from pytest_specdec.results import ResultRecord, RunFile
 
 __all__ = [
     "JUNIT_PREFIX",
+    "POSITION_LEGEND",
     "SUMMARY_COLUMNS",
     "definition_lines",
     "junit_properties",
+    "position_lines",
     "summary_lines",
     "write_json_report",
 ]
@@ -99,6 +101,49 @@ def definition_lines(records: Sequence[ResultRecord]) -> list[str]:
     return out
 
 
+#: Printed above the per-position table: what the two numbers of a cell are.
+POSITION_LEGEND = (
+    "rate/cond per draft position k: rate = steps accepting draft k / verify steps; "
+    "cond = steps accepting draft k / steps that reached k"
+)
+
+
+def _rate(value: Any) -> str:
+    return "n/a" if not isinstance(value, int | float) else f"{value:.3f}"
+
+
+def position_lines(rows: Iterable[tuple[str, str, dict[str, Any], str]]) -> list[str]:
+    """The per-position acceptance table: a header, then one fixed-width line per row that has per-position data.
+
+    A cell is ``rate/cond`` (``accept_rate_at[k-1]`` / ``accept_rate_cond_at[k-1]``), the last column the source.
+    Example line: ``test_x[eagle3]  eagle3  0.718/0.718  0.512/0.713  meta_info.spec_correct_drafts_histogram``.
+
+    :param rows: as :func:`summary_lines`.
+    :returns: no lines when no row has per-position data.
+    """
+    table = []
+    for nodeid, profile, values, _ in rows:
+        rates = list(values.get("accept_rate_at") or ())
+        if not rates:
+            continue
+        cond = list(values.get("accept_rate_cond_at") or ())
+        cond += [None] * (len(rates) - len(cond))
+        cells = [f"{_rate(r)}/{_rate(c)}" for r, c in zip(rates, cond, strict=True)]
+        table.append((nodeid.split("::", 1)[-1], profile, cells, str(values.get("accept_position_source") or "")))
+    if not table:
+        return []
+    n = max(len(cells) for _, _, cells, _ in table)
+    headers = ["test", "profile", *(f"k={k}" for k in range(1, n + 1)), "source"]
+    grid = [[test, profile, *cells, *([""] * (n - len(cells))), source] for test, profile, cells, source in table]
+    widths = [max(len(r[i]) for r in [headers, *grid]) for i in range(len(headers))]
+    out = []
+    for r in [headers, *grid]:
+        left = [r[0].ljust(widths[0]), r[1].ljust(widths[1])]
+        mid = [c.rjust(w) for c, w in zip(r[2:-1], widths[2:-1], strict=True)]
+        out.append("  ".join([*left, *mid, r[-1]]).rstrip())
+    return out
+
+
 #: Prefix of the JUnit XML properties written per metric (``specdec_output_tok_s``).
 JUNIT_PREFIX = "specdec_"
 
@@ -108,7 +153,8 @@ def junit_properties(metrics: Mapping[str, Any]) -> list[tuple[str, object]]:
     (``record_property`` style) for CI dashboards.
 
     Every numeric ``RunMetrics`` field present in ``metrics`` becomes ``("specdec_<field>", value)``, in
-    ``RunMetrics`` field order; None (not applicable), strings and booleans are left out.
+    ``RunMetrics`` field order, and each entry k of a per-position field ``("specdec_<field>_<k>", value)``
+    (k from 1); None (not applicable), strings and booleans are left out.
     Example: ``{"output_tok_s": 94.0, "accept_length": None, "num_ok": 16}`` ->
     ``[("specdec_num_ok", 16), ("specdec_output_tok_s", 94.0)]``.
 
@@ -119,6 +165,13 @@ def junit_properties(metrics: Mapping[str, Any]) -> list[tuple[str, object]]:
         value = metrics.get(f.name)
         if isinstance(value, int | float) and not isinstance(value, bool):
             out.append((f"{JUNIT_PREFIX}{f.name}", value))
+        elif isinstance(value, list | tuple):
+            # Per-position fields: one property per draft position, 1-based (specdec_accept_rate_at_1).
+            out.extend(
+                (f"{JUNIT_PREFIX}{f.name}_{k}", v)
+                for k, v in enumerate(value, start=1)
+                if isinstance(v, int | float) and not isinstance(v, bool)
+            )
     return out
 
 

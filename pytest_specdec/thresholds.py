@@ -37,6 +37,12 @@ def merge_marker(profile_thresholds: Thresholds, marker_kwargs: dict[str, Any]) 
         raise ValueError(
             f"unknown threshold {', '.join(map(repr, unknown))} ({hint}valid: {', '.join(valid)}, tolerances)"
         )
+    positions = marker_kwargs.get("min_accept_rate_at")
+    if positions is not None and not isinstance(positions, dict):
+        raise ValueError(
+            f"min_accept_rate_at={positions!r}: expected a mapping of draft position to rate like "
+            "min_accept_rate_at={1: 0.7, 2: 0.5}"
+        )
     speedup = marker_kwargs.get("min_speedup")
     if speedup is not None and not isinstance(speedup, dict | MinSpeedup):
         raise ValueError(
@@ -49,7 +55,8 @@ def merge_marker(profile_thresholds: Thresholds, marker_kwargs: dict[str, Any]) 
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
-        raise ValueError(f"{key}={err.get('input')!r}: {err['msg']}") from None
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise ValueError(f"{key}={err.get('input')!r}: {msg}") from None
 
 
 def _shown(value: Any) -> str:
@@ -95,7 +102,8 @@ class Check:
         kind = "min" if self.op == ">=" else "max"
         if self.passed is None:
             return f"{self.label}: {kind} {self.threshold:g} not applicable ({self.note})"
-        assert self.measured is not None
+        if self.measured is None:
+            return f"{self.label}: {kind} {self.threshold:g} cannot be checked: {self.note}"
         margin = self.measured - self.threshold
         rel = f", {margin / self.threshold * 100:+.1f}%" if self.threshold else ""
         sym = ("<" if self.op == ">=" else ">") if not self.passed else self.op
@@ -130,6 +138,8 @@ def evaluate(
     """Compare ``metrics`` with every set threshold.
 
     Accept-length/-rate thresholds on a profile without speculation are reported as not applicable, not failed.
+    ``min_accept_rate_at`` checks ``metrics.accept_rate_at`` position by position (label ``accept_rate_at[k]``); a
+    position the server does not draft fails, saying how many it drafts.
     ``speedup_check`` is the ``min_speedup`` check already judged on paired arms (``pairing.Speedup.check``; the
     plugin always gives it); else ``speedup`` is this profile's output tok/s over the ``min_speedup.vs`` profile's,
     or None when that profile was not measured.
@@ -148,6 +158,7 @@ def evaluate(
             continue
         passed = measured >= threshold if op == ">=" else measured <= threshold
         checks.append(Check(key, label, op, threshold, float(measured), unit, passed))
+    checks.extend(_position_checks(thresholds, metrics, speculative))
     if thresholds.min_speedup is not None and speedup_check is not None:
         checks.append(speedup_check)
     elif thresholds.min_speedup is not None:
@@ -159,3 +170,28 @@ def evaluate(
         else:
             checks.append(Check("min_speedup", label, ">=", ms.ratio, speedup, "x", speedup >= ms.ratio))
     return Verdict(tuple(checks))
+
+
+def _position_checks(thresholds: Thresholds, metrics: RunMetrics, speculative: bool) -> list[Check]:
+    """One check per ``min_accept_rate_at`` entry against the unconditional per-position rate."""
+    floors = thresholds.min_accept_rate_at or {}
+    checks: list[Check] = []
+    rates = tuple(metrics.accept_rate_at or ())
+    for position, floor in sorted(floors.items()):
+        label = f"accept_rate_at[{position}]"
+        key = "min_accept_rate_at"
+        if not speculative:
+            checks.append(Check(key, label, ">=", floor, None, "", None, "profile runs no speculative decoding"))
+        elif not rates:
+            note = "per-position acceptance not reported by the server"
+            checks.append(Check(key, label, ">=", floor, None, "", None, note))
+        elif position > len(rates):
+            note = (
+                f"the server drafts {len(rates)} position(s) per verify step; lower the position or raise "
+                "speculative num_steps/num_draft_tokens"
+            )
+            checks.append(Check(key, label, ">=", floor, None, "", False, note))
+        else:
+            measured = float(rates[position - 1])
+            checks.append(Check(key, label, ">=", floor, measured, "", measured >= floor))
+    return checks

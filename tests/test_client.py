@@ -592,3 +592,15 @@ def test_auto_workers_from_concurrency_and_measured_load() -> None:
     assert auto_workers(1024, cpus=4) == 3  # one core left over
     assert auto_workers(2, busy, cpus=16) == 2  # never more than the streams
     assert auto_workers(1024, busy, cpus=2) == 1
+
+
+@pytest.mark.parametrize("name", ["spec_correct_drafts_histogram", "spec_accept_histogram"])
+def test_acceptance_histogram_is_read_under_both_sglang_names(fake_clock: FakeClock, name: str) -> None:
+    # SGLang 0.5.23 sends spec_correct_drafts_histogram; 0.5.17 also the alias spec_accept_histogram.
+    script: Script = [(0.1, gen_event("abcd", 4, spec_verify_ct=2, **{name: [1, 0, 1]})), (0.2, "[DONE]")]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=sse(fake_clock, script)())
+
+    (rec,) = run_phase(BASE, [req()], transport=httpx.MockTransport(handler)).records
+    assert rec.spec_correct_drafts_histogram == (1, 0, 1)

@@ -8,7 +8,7 @@ import pytest
 
 from pytest_specdec.engines.base import SpecCounters
 from pytest_specdec.errors import ServerError
-from pytest_specdec.metrics import METRICS, client_check, cross_check, request_timing, summarize
+from pytest_specdec.metrics import METRICS, client_check, cross_check, position_acceptance, request_timing, summarize
 from pytest_specdec.records import RequestRecord, RunMetrics
 
 
@@ -266,3 +266,53 @@ def test_client_check_reports_lag_above_a_tenth_of_the_itl() -> None:
         "workload.concurrency"
     )
     assert client_check(dataclasses.replace(calm, client_lag_ms_p99=None)) is None  # not measured
+
+
+def hist_record(hist: tuple[int, ...], completion: int = 8) -> RequestRecord:
+    return ok_record(0.0, [(0.1, 1), (0.2, completion - 1)], 0.2, spec_verify_ct=sum(hist),
+                     spec_correct_drafts_histogram=hist)  # type: ignore[arg-type]
+
+
+def test_position_acceptance_from_histograms_worked_example() -> None:
+    # [1, 2, 1] + [0, 1, 0, 1] = [1, 3, 1, 1] over 6 steps; accepted at 1, 2, 3 = 5, 2, 1.
+    pos = position_acceptance([hist_record((1, 2, 1)), hist_record((0, 1, 0, 1))], num_positions=3)
+    assert pos is not None and pos.source == "meta_info.spec_correct_drafts_histogram"
+    assert (pos.verify_steps, pos.accepted_at) == (6.0, (5.0, 2.0, 1.0))
+    assert pos.rates == pytest.approx((5 / 6, 2 / 6, 1 / 6))
+    assert pos.conditional_rates == pytest.approx((5 / 6, 2 / 5, 1 / 2))
+
+
+def test_position_acceptance_pads_positions_never_reached_and_conditional_none() -> None:
+    pos = position_acceptance([hist_record((2, 1))], num_positions=3)
+    assert pos is not None and pos.rates == pytest.approx((1 / 3, 0.0, 0.0))
+    assert pos.conditional_rates[1:] == (0.0, None)  # position 2 reached once, never accepted; 3 never reached
+
+
+def test_position_acceptance_needs_every_request_histogram_else_counters() -> None:
+    without = ok_record(0.0, [(0.1, 4)], 0.2, spec_verify_ct=2)
+    assert position_acceptance([hist_record((1, 1)), without], num_positions=2) is None
+    before = SpecCounters(verify_calls=10.0, accepted_per_position=(5.0, 2.0, 0.0),
+                          per_position_series="refserver:spec_decode_num_accepted_tokens_per_pos_total")
+    after = dataclasses.replace(before, verify_calls=20.0, accepted_per_position=(13.0, 6.0, 1.0))
+    pos = position_acceptance([without], num_positions=3, counters_before=before, counters_after=after)
+    assert pos is not None and pos.accepted_at == (8.0, 4.0, 1.0) and pos.verify_steps == 10.0
+    assert pos.source == "counters refserver:spec_decode_num_accepted_tokens_per_pos_total"
+
+
+def test_position_acceptance_from_vllm_counters_uses_drafts() -> None:
+    # vLLM: per_pos / drafts (vllm/v1/spec_decode/metrics.py); 10 drafts, positions accepted 9, 5.
+    before = SpecCounters(drafts=0.0, accepted_per_position=(0.0, 0.0), per_position_series="vllm:x")
+    after = SpecCounters(drafts=10.0, accepted_per_position=(9.0, 5.0), per_position_series="vllm:x")
+    pos = position_acceptance([], num_positions=None, counters_before=before, counters_after=after)
+    assert pos is not None and pos.rates == pytest.approx((0.9, 0.5))
+    assert pos.conditional_rates == pytest.approx((0.9, 5 / 9))
+
+
+def test_summarize_fills_positions_only_when_speculative() -> None:
+    records = [hist_record((1, 2, 1)), hist_record((0, 1, 0, 1))]
+    spec = summarize(records, 1.0, num_steps=3, speculative=True)
+    assert spec.accept_rate_at == pytest.approx((5 / 6, 2 / 6, 1 / 6))
+    assert spec.accept_rate_cond_at == pytest.approx((5 / 6, 2 / 5, 1 / 2))
+    assert spec.accept_position_source == "meta_info.spec_correct_drafts_histogram"
+    plain = summarize(records, 1.0, num_steps=None, speculative=False)
+    assert (plain.accept_rate_at, plain.accept_rate_cond_at, plain.accept_position_source) == ((), (), None)

@@ -188,6 +188,39 @@ def test_wrong_layers_fail_on_accept_length_naming_value_and_threshold(project: 
 
 
 @pytest.mark.slow
+def test_per_position_floor_fails_and_summary_shows_positions(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_specdec="""
+        import pytest
+
+        @pytest.mark.specdec(min_accept_rate_at={1: 0.5, 3: 0.99})
+        def test_positions(specdec_run):
+            assert len(specdec_run.metrics.accept_rate_at) == 3
+        """
+    )
+    plot = project.path / "positions.png"
+    result = project.runpytest_subprocess(
+        "--server-profile=eagle3", f"--specdec-position-plot={plot}", timeout=600
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*accept_rate_at[[]3[]] 0.* < min 0.99 (margin -0.*) [[]profile eagle3, 6 requests, median of 3 repeats[]]",
+            "*- specdec acceptance by draft position -*",
+            "rate/cond per draft position k: rate = steps accepting draft k / verify steps; "
+            "cond = steps accepting draft k / steps that reached k",
+            "test * profile * k=1 * k=2 * k=3  source",
+            "test_positions[[]eagle3[]] * eagle3 * 0.*/0.* * 0.*/0.* * 0.*/0.*  "
+            "meta_info.spec_correct_drafts_histogram",
+            "*- specdec position plot: *positions.png -*",
+        ]
+    )
+    assert "accept_rate_at[1]" not in result.stdout.str()  # passed floors print nothing
+    assert plot.stat().st_size > 0
+
+
+@pytest.mark.slow
 def test_accept_thresholds_not_applicable_without_speculation(project: pytest.Pytester) -> None:
     result = project.runpytest_subprocess("--server-profile=baseline", timeout=600)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()

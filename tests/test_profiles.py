@@ -245,3 +245,18 @@ def test_client_workers_is_auto_or_a_positive_number(in_tmp: Path) -> None:
     write(in_tmp, "profiles:\n  p:\n    workload: {client_workers: 4, client_overload: fail}\n")
     wl = load_profiles("specdec.yaml").get("p").workload
     assert (wl.client_workers, wl.client_overload) == (4, "fail")
+
+
+def test_min_accept_rate_at_bad_position_and_rate(in_tmp: Path) -> None:
+    write(in_tmp, "profiles:\n  a:\n    thresholds: {min_accept_rate_at: {0: 0.7, 2: 2}}\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml: profiles.a.thresholds.min_accept_rate_at: position 0: positions are integers >= 1 (1 = the "
+        "first draft token), e.g. {1: 0.7, 2: 0.5} (draft position -> minimum rate)"
+    )
+    write(in_tmp, "profiles:\n  a:\n    thresholds: {min_accept_rate_at: [0.7, 0.5]}\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml: profiles.a.thresholds.min_accept_rate_at: expected a non-empty mapping of draft position to "
+        "rate, e.g. {1: 0.7, 2: 0.5} (draft position -> minimum rate), got [0.7, 0.5]"
+    )
+    write(in_tmp, "profiles:\n  a:\n    thresholds: {min_accept_rate_at: {1: 0.7, 2: 0.5}}\n")
+    assert load_profiles("specdec.yaml").get("a").thresholds.min_accept_rate_at == {1: 0.7, 2: 0.5}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.markdown import markdown_summary, markdown_targets, write_markdown
-from pytest_specdec.report import junit_properties, write_json_report
+from pytest_specdec.report import junit_properties, position_lines, write_json_report
 from pytest_specdec.results import RunFile, read_run_file
 from tests.test_sweep import record
 
@@ -154,3 +154,23 @@ def test_definition_lines_name_the_accept_length_the_native_figure_and_the_cache
     assert definition_lines(records[:1]) == [
         "prefix cache before each measured phase: reset: POST /flush_cache (baseline)"
     ]
+
+
+def test_position_table_exact_lines_and_junit_per_position() -> None:
+    spec = {"accept_rate_at": [0.718, 0.512, 0.35], "accept_rate_cond_at": [0.718, 0.713, None],
+            "accept_position_source": "meta_info.spec_correct_drafts_histogram"}
+    rows = [
+        ("t.py::test_a[eagle3]", "eagle3", spec, "passed"),
+        ("t.py::test_a[baseline]", "baseline", {"accept_rate_at": []}, "passed"),
+        ("t.py::test_a[short]", "short", {"accept_rate_at": [0.5], "accept_rate_cond_at": [0.5],
+                                          "accept_position_source": "counters x"}, "failed"),
+    ]
+    assert position_lines(rows) == [
+        "test            profile          k=1          k=2        k=3  source",
+        "test_a[eagle3]  eagle3   0.718/0.718  0.512/0.713  0.350/n/a  meta_info.spec_correct_drafts_histogram",
+        "test_a[short]   short    0.500/0.500                          counters x",
+    ]
+    assert position_lines(rows[1:2]) == []
+    assert junit_properties(spec) == [("specdec_accept_rate_at_1", 0.718), ("specdec_accept_rate_at_2", 0.512),
+                                      ("specdec_accept_rate_at_3", 0.35), ("specdec_accept_rate_cond_at_1", 0.718),
+                                      ("specdec_accept_rate_cond_at_2", 0.713)]

@@ -55,6 +55,9 @@ class SpecCounters:
     SGLang: ``sglang:generation_tokens_total``, ``sglang:spec_verify_calls_total``.
     vLLM: ``vllm:generation_tokens_total``, ``vllm:spec_decode_num_drafts_total``,
     ``vllm:spec_decode_num_draft_tokens_total``, ``vllm:spec_decode_num_accepted_tokens_total``.
+    ``accepted_per_position[i]``: verify steps whose draft token i + 1 was accepted (vLLM
+    ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}``; the reference server's
+    ``refserver:spec_decode_num_accepted_tokens_per_pos_total``), named by ``per_position_series``.
     """
 
     generation_tokens: float | None = None
@@ -63,6 +66,8 @@ class SpecCounters:
     draft_tokens: float | None = None
     accepted_tokens: float | None = None
     accepted_per_position: tuple[float, ...] = ()
+    #: The Prometheus series ``accepted_per_position`` was read from; None when the engine exports none.
+    per_position_series: str | None = None
 
 
 class Engine(Protocol):

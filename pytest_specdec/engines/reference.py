@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from pytest_specdec.engines.base import LaunchSpec
+from pytest_specdec.engines.base import LaunchSpec, SpecCounters
+from pytest_specdec.engines.prometheus import per_position
 from pytest_specdec.engines.sglang import (
     _FLAGS,
     FlagIssue,
@@ -20,7 +22,11 @@ from pytest_specdec.engines.sglang import (
 from pytest_specdec.errors import ProfileError
 from pytest_specdec.profiles import Profile
 
-__all__ = ["REFERENCE_FLAGS", "ReferenceEngine"]
+__all__ = ["PER_POSITION_SERIES", "REFERENCE_FLAGS", "ReferenceEngine"]
+
+#: The reference server's per-position counter: vLLM's ``spec_decode_num_accepted_tokens_per_pos`` (same
+#: semantics, 0-based ``position`` label) under its own prefix, since SGLang 0.5.23 exports no such series.
+PER_POSITION_SERIES = "refserver:spec_decode_num_accepted_tokens_per_pos_total"
 
 
 def _reference_flags() -> frozenset[str]:
@@ -131,6 +137,17 @@ class ReferenceEngine(SglangEngine):
                                     "the reference server drafts chains only (topk 1)",
                                     "set eagle_topk: 1 and num_draft_tokens: num_steps + 1"))  # fmt: skip
         return issues
+
+    def counters(self, metrics_text: str) -> SpecCounters:
+        """SGLang's counters (``SglangEngine.counters``) plus :data:`PER_POSITION_SERIES` per position.
+
+        :raises ValueError: the text is not Prometheus exposition format.
+        """
+        base = super().counters(metrics_text)
+        per_pos = per_position(metrics_text, PER_POSITION_SERIES)
+        return dataclasses.replace(
+            base, accepted_per_position=per_pos, per_position_series=PER_POSITION_SERIES if per_pos else None
+        )
 
     def _unsupported(self, profile: Profile) -> list[str]:
         return [

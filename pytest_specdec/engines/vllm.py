@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from pytest_specdec.engines.base import EffectiveConfig, LaunchSpec, SpecCounters, post_reset
-from pytest_specdec.engines.prometheus import sum_samples
+from pytest_specdec.engines.prometheus import per_position, sum_samples
 from pytest_specdec.engines.sglang import FlagIssue, auth_headers, clean_env, resolve_api_key
 from pytest_specdec.errors import ProfileError, ServerError
 from pytest_specdec.profiles import Profile
@@ -289,16 +288,6 @@ _COUNTERS = {
     "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
 }
 _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-
-
-def _per_position(metrics_text: str) -> tuple[float, ...]:
-    by_pos: dict[int, float] = {}
-    for family in text_string_to_metric_families(metrics_text):
-        for sample in family.samples:
-            if sample.name == _PER_POS and "position" in sample.labels:
-                pos = int(sample.labels["position"])
-                by_pos[pos] = by_pos.get(pos, 0.0) + float(sample.value)
-    return tuple(by_pos[p] for p in sorted(by_pos))
 
 
 # ---------------------------------------------------------------------------------------------------- log parsing
@@ -641,12 +630,14 @@ class VllmEngine:
         :raises ValueError: the text is not Prometheus exposition format.
         """
         totals = sum_samples(metrics_text)
+        per_pos = per_position(metrics_text, _PER_POS)
         return SpecCounters(
             generation_tokens=totals.get(_COUNTERS["generation_tokens"]),
             drafts=totals.get(_COUNTERS["drafts"]),
             draft_tokens=totals.get(_COUNTERS["draft_tokens"]),
             accepted_tokens=totals.get(_COUNTERS["accepted_tokens"]),
-            accepted_per_position=_per_position(metrics_text),
+            accepted_per_position=per_pos,
+            per_position_series=_PER_POS if per_pos else None,
         )
 
     # ------------------------------------------------------------------------------------------ measured phase

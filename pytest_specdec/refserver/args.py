@@ -73,6 +73,8 @@ class ServerArgs:
     #: tests/data/sglang/0.5.17/eagle3-aux-minus1.log), "patched" = serve it, as the patched SGLang of the original
     #: incident did (accept length drops instead).
     ref_embedding_capture: str = "stock"
+    #: SGLang's ``--speculative-draft-window-size``: the drafter attends to the most recent N keys only.
+    speculative_draft_window_size: int | None = None
     # Test affordances (reference-server only, all off by default).
     ref_fault_oom_at_startup: float | None = None
     ref_fault_never_ready: bool = False
@@ -143,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="Aux layer id -1 (the embedding output): 'stock' crashes on the first forward like stock "
                       "SGLang 0.5.17 (scheduler TypeError, then the server kills itself); 'patched' serves it like the "
                       "patched SGLang of the incident this project comes from (default: stock).")
+    spec.add_argument("--speculative-draft-window-size", type=int, default=None, metavar="N",
+                      help="The drafter attends to the most recent N keys only (SGLang's sliding window for Llama "
+                      "EAGLE-3 drafters; default: full context).")
     faults = p.add_argument_group(
         "test affordances",
         "Fault knobs for testing a harness (reference server only, off by default). Env SPECDEC_REF_FORWARD_DELAY_MS "
@@ -199,9 +204,11 @@ def resolve_args(ns: argparse.Namespace) -> ServerArgs:
     - steps omitted but topk/draft tokens given: SGLang's bare ``assert`` (AssertionError, no message).
     - topk 1 and draft tokens != steps + 1: logs :data:`TOPK_WARNING` and rewrites draft tokens.
     - max_running_requests unset with speculation -> 48 and :data:`MAX_RUNNING_WARNING`.
+    - ``--speculative-draft-window-size`` <= 0: ``ValueError`` with SGLang's text.
 
     :raises ArgsError: what the reference server does not implement (tree drafting, tp > 1, other algorithms).
     :raises AssertionError: as SGLang, for a partial steps/topk/draft-tokens set.
+    :raises ValueError: an unknown algorithm or a non-positive draft window, as SGLang (a traceback, exit 1).
     """
     _check_nodes(ns)
     if ns.tp_size != 1 and not (ns.nnodes > 1 and ns.tp_size == ns.nnodes):
@@ -247,6 +254,10 @@ def resolve_args(ns: argparse.Namespace) -> ServerArgs:
     elif ns.speculative_draft_model_path is not None or any(v is not None for v in (steps, topk, draft_tokens)):
         # SGLang ignores speculative flags without an algorithm; say so instead of silently running without spec.
         logger.warning("Speculative flags given without --speculative-algorithm; speculative decoding is off.")
+    window = ns.speculative_draft_window_size
+    if window is not None and window <= 0:
+        # SGLang 0.5.23 arg_groups/speculative_hook.py raises this ValueError (a traceback, exit 1).
+        raise ValueError(f"--speculative-draft-window-size must be positive, got {window}.")
     if ns.decode_log_interval < 1:
         raise ArgsError(f"--decode-log-interval {ns.decode_log_interval}: expected an integer >= 1")
     seed = ns.random_seed if ns.random_seed is not None else random.randint(0, 2**30 - 1)
@@ -269,6 +280,7 @@ def resolve_args(ns: argparse.Namespace) -> ServerArgs:
         speculative_num_steps=steps if algo else None,
         speculative_eagle_topk=topk if algo else None,
         speculative_num_draft_tokens=draft_tokens if algo else None,
+        speculative_draft_window_size=window if algo else None,
         ref_fault_oom_at_startup=ns.ref_fault_oom_at_startup,
         ref_fault_never_ready=ns.ref_fault_never_ready,
         ref_fault_slow_start=ns.ref_fault_slow_start,

@@ -277,6 +277,7 @@ class SpecEngine:
         self.stats = EngineStats()
         self.num_steps = args.speculative_num_steps or 0
         self.num_draft_tokens = args.speculative_num_draft_tokens or 0
+        self.draft_window = args.speculative_draft_window_size
         self.max_running = args.max_running_requests or 1024
         self.gen = torch.Generator().manual_seed(args.random_seed)
         self.delay_s = float(os.environ.get(FORWARD_DELAY_ENV, "0") or 0) / 1000.0
@@ -458,7 +459,7 @@ class SpecEngine:
         prefix = seq.target_cache.get_seq_length()  # committed positions; the bonus token is not cached yet
         # Draft step 1: extend the draft cache over the newly committed positions (token after, aux state).
         seq.draft_cache, h = draft.extend(seq.draft_cache, seq.draft_tokens_in, seq.draft_hidden_in,
-                                          prefix - seq.draft_tokens_in.shape[0])
+                                          prefix - seq.draft_tokens_in.shape[0], self.draft_window)
         h = h[-1:]
         drafts: list[int] = []
         qs: list[torch.Tensor] = []
@@ -474,7 +475,7 @@ class SpecEngine:
                 d = self._sample(q)
             drafts.append(d)
             if k + 1 < n:
-                seq.draft_cache, h = draft.extend(seq.draft_cache, torch.tensor([d]), h, prefix + k)
+                seq.draft_cache, h = draft.extend(seq.draft_cache, torch.tensor([d]), h, prefix + k, self.draft_window)
         seq.draft_cache.crop(prefix)
         verify_in = torch.tensor([seq.last_token, *drafts])
         out, g = self._target(verify_in, seq.target_cache, True)

@@ -212,7 +212,8 @@ class Eagle3Draft(nn.Module):
 
     @torch.inference_mode()
     def extend(
-        self, cache: DraftCache | None, token_ids: torch.Tensor, hidden: torch.Tensor, start_pos: int
+        self, cache: DraftCache | None, token_ids: torch.Tensor, hidden: torch.Tensor, start_pos: int,
+        window: int | None = None,
     ) -> tuple[DraftCache, torch.Tensor]:
         """Run the draft over ``n`` new positions of one sequence and append them to the cache.
 
@@ -220,6 +221,9 @@ class Eagle3Draft(nn.Module):
         :param token_ids: [n] token ids (the token *after* each hidden state's position).
         :param hidden: [n, K*Ht] fused aux states from the target, or [n, H] the draft's own previous outputs.
         :param start_pos: rotary position of the first new entry.
+        :param window: attend only to the most recent ``window`` keys, the query's own included (SGLang 0.5.23
+            ``--speculative-draft-window-size`` for Llama EAGLE-3: a sliding window on the drafter's attention);
+            None = full context.
         :returns: the cache and the pre-norm outputs h [n, H] (``logits(h)`` gives draft-vocab logits).
         """
         hidden = self.fuse(hidden)
@@ -234,8 +238,10 @@ class Eagle3Draft(nn.Module):
             cache.k = torch.cat([cache.k, k], dim=1)
             cache.v = torch.cat([cache.v, v], dim=1)
         past = cache.length - n
-        # Causal over the new block, full view of the past.
+        # Causal over the new block, full view of the past (or the last `window` keys).
         mask = torch.ones(n, cache.length, dtype=torch.bool).tril(diagonal=past)
+        if window is not None:
+            mask &= torch.ones(n, cache.length, dtype=torch.bool).triu(diagonal=past - window + 1)
         reps = q.shape[0] // k.shape[0]
         kk = cache.k.repeat_interleave(reps, 0) if reps > 1 else cache.k
         vv = cache.v.repeat_interleave(reps, 0) if reps > 1 else cache.v

@@ -93,3 +93,19 @@ def test_flag_issues_catch_what_the_refserver_rejects() -> None:
     ]
     p = profile(speculative={"algorithm": "EAGLE3", "num_steps": 2, "eagle_topk": 2, "num_draft_tokens": 5})
     assert [i.key for i in ReferenceEngine().flag_issues(p)] == ["speculative.eagle_topk"]
+
+
+def test_counters_read_the_per_position_series() -> None:
+    text = (
+        "# TYPE sglang:spec_verify_calls_total counter\n"
+        'sglang:spec_verify_calls_total{model_name="m",engine_type="unified"} 10.0\n'
+        "# TYPE refserver:spec_decode_num_accepted_tokens_per_pos_total counter\n"
+        'refserver:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",engine_type="unified",position="1"}'
+        " 4.0\n"
+        'refserver:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",engine_type="unified",position="0"}'
+        " 8.0\n"
+    )
+    counters = ReferenceEngine().counters(text)
+    assert (counters.verify_calls, counters.accepted_per_position) == (10.0, (8.0, 4.0))
+    assert counters.per_position_series == "refserver:spec_decode_num_accepted_tokens_per_pos_total"
+    assert ReferenceEngine().counters("").per_position_series is None

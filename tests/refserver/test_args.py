@@ -125,3 +125,11 @@ def test_standalone_rejected_in_process() -> None:
 )
 def test_capture_indices(ids: list[int] | None, layers: int, expected: list[int]) -> None:
     assert capture_indices(ids, layers) == expected
+
+
+def test_draft_window_size_as_sglang() -> None:
+    steps = ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+    args = resolve_args(parse_args([*BASE, *SPEC, *steps, "--speculative-draft-window-size", "2"]))
+    assert args.speculative_draft_window_size == 2 and args.public_dict()["speculative_draft_window_size"] == 2
+    with pytest.raises(ValueError, match=r"^--speculative-draft-window-size must be positive, got 0\.$"):
+        resolve_args(parse_args([*BASE, *SPEC, *steps, "--speculative-draft-window-size", "0"]))

@@ -41,3 +41,20 @@ def test_rejected_draft_resamples_from_residual() -> None:
     gen = torch.Generator().manual_seed(2)
     results = {speculative_accept(p, [q], [2], gen) for _ in range(50)}
     assert results == {(0, 0), (0, 1)}
+
+
+def test_draft_window_limits_attention_to_the_last_keys() -> None:
+    from pytest_specdec.refserver.model import Eagle3Draft, Eagle3DraftConfig
+
+    torch.manual_seed(0)
+    cfg = Eagle3DraftConfig(hidden_size=8, target_hidden_size=8, intermediate_size=16, num_attention_heads=2,
+                            num_key_value_heads=2, vocab_size=11, draft_vocab_size=11, num_aux_hidden_states=3)
+    draft = Eagle3Draft(cfg, torch.nn.Embedding(11, 8))
+    ids, aux = torch.tensor([1, 2, 3, 4, 5]), torch.randn(5, 24)
+    _, full = draft.extend(None, ids, aux, 0)
+    _, wide = draft.extend(None, ids, aux, 0, window=5)
+    _, one = draft.extend(None, ids, aux, 0, window=1)
+    alone = torch.stack([draft.extend(None, ids[i:i + 1], aux[i:i + 1], i)[1][0] for i in range(5)])
+    assert torch.allclose(full, wide)  # a window covering every key is full attention
+    assert torch.allclose(one, alone, atol=1e-6)  # window 1: each position attends to itself only
+    assert torch.allclose(one[0], full[0]) and not torch.allclose(one[4], full[4])

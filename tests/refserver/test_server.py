@@ -16,6 +16,8 @@ import httpx
 import pytest
 from refhelpers import RunningServer, asset_dir, load_prompts, running_server, spec_flags
 
+from pytest_specdec.engines.reference import ReferenceEngine
+
 pytestmark = pytest.mark.slow
 
 KEY = "sekrit"
@@ -221,6 +223,11 @@ def test_metrics_counts_measured_requests_only(spec_server: RunningServer) -> No
     assert sample(t1, "sglang:generation_tokens_total") - sample(t0, "sglang:generation_tokens_total") == MAX_NEW
     assert (sample(t1, "sglang:spec_verify_calls_total") - sample(t0, "sglang:spec_verify_calls_total")
             == meta["spec_verify_ct"])
+    # vLLM's per-position semantics: position i counts the steps that accepted more than i drafts.
+    hist = meta["spec_correct_drafts_histogram"]
+    before, after = ReferenceEngine().counters(t0), ReferenceEngine().counters(t1)
+    deltas = [a - b for a, b in zip(after.accepted_per_position, before.accepted_per_position, strict=True)]
+    assert deltas == [sum(hist[i + 1:]) for i in range(3)]
     for name in ("sglang:prompt_tokens_total", "sglang:spec_accept_length", "sglang:spec_accept_rate",
                  "sglang:gen_throughput", "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:is_cuda_graph",
                  "sglang:time_to_first_token_seconds_count"):
