@@ -106,7 +106,7 @@ def reference(tmp: Path) -> list[str]:
     try:
         proc.wait_ready(_probe(proc.base_url), timeout_s=600)
     except ServerStartError as exc:
-        elapsed = time.monotonic() - proc._started
+        elapsed = time.monotonic() - proc.started
         lines.append(f"reference --ref-fault-oom-at-startup 1: ServerStartError {elapsed:.2f} s after launch, "
                      f"cause {exc.cause!r}")  # fmt: skip
     with ServerProcess.start(_ref_spec("--ref-fault-orphan"), name="reference", log_path=tmp / "g.log") as proc:

@@ -8,6 +8,7 @@
 - ``plot [RUN ...] -o trend.png [--metric FIELD] [--threshold FIELD=VALUE] [--profile NAME]``: a trend PNG;
 - ``merge PATH... [--store DIR] [--markdown PATH] [--trend PNG] [--force]``: CI shards' runs -> one run
   (``pytest_specdec.merge``).
+- ``reap [--dir DIR]``: stop the recorded servers whose pytest is gone, and list them.
 """
 
 from __future__ import annotations
@@ -82,6 +83,20 @@ def _build_parser() -> argparse.ArgumentParser:
         help="where run ids are looked up (default: .specdec/results)",
     )
     plot.set_defaults(func=_cmd_plot)
+    reap = sub.add_parser(
+        "reap",
+        help="stop servers launched by pytest runs that are gone (killed before their teardown), and list them",
+        description="Stop every server recorded in DIR/servers whose pytest (the launching process, or the xdist "
+        "controller) is gone; servers of a live pytest are in use and left alone. Prints one line per server "
+        "stopped; exit 0.",
+    )
+    reap.add_argument(
+        "--dir",
+        metavar="DIR",
+        default=".specdec",
+        help="the specdec directory (pytest's --specdec-dir / ini specdec_dir; default: .specdec)",
+    )
+    reap.set_defaults(func=_cmd_reap)
     compare = sub.add_parser(
         "compare",
         help="compare two stored runs; exit 1 on a regression",
@@ -265,6 +280,17 @@ def _calibration_run(profile: Profile, reference: Profile | None, log_dir: Path)
         return ResultRecord.from_measurements(
             f"calibrate[{profile.name}]", arms.target_measurements(), {}, paired=arms.to_dict()
         )
+
+
+def _cmd_reap(args: argparse.Namespace) -> int:
+    from pytest_specdec.registry import reap
+
+    where = Path(args.dir) / "servers"
+    lines = reap(where)
+    for line in lines:
+        print(line)
+    print(f"reap: {len(lines)} server(s) stopped ({where})")
+    return EXIT_OK
 
 
 def _cmd_check(args: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ from pytest_specdec import (
     markdown,
     pairing,
     plots,
+    registry,
     report,
     results,
     runner,
@@ -371,7 +372,7 @@ class SpecdecSession:
         session.profile_search = searched
         session.started = time.time()
         if not hasattr(config, "workerinput"):
-            session.reaped = runner.reap_orphans(out_dir / "servers")
+            session.reaped = registry.reap(out_dir / "servers")
         session.run_id = results.new_run_id(session.started)
         session.tolerances = list(config.getini("specdec_tolerances"))
         try:
@@ -928,7 +929,7 @@ def specdec_server(
     session: SpecdecSession = request.config.stash[session_key]
     config = request.config
 
-    def start() -> runner.RunningServer:
+    def start(on_launch: Callable[[Any], None] | None = None) -> runner.RunningServer:
         progress = _Progress(config, specdec_profile.name)
         try:
             return runner.start_server(
@@ -936,6 +937,7 @@ def specdec_server(
                 log_dir=session.out_dir / "logs",
                 startup_timeout_s=config.option.specdec_startup_timeout,
                 on_progress=progress,
+                on_launch=on_launch,
             )
         finally:
             progress.done()
@@ -951,8 +953,8 @@ def specdec_server(
         return
     started: list[runner.RunningServer] = []
 
-    def start_process():  # type: ignore[no-untyped-def]
-        started.append(start())
+    def start_process(on_launch: Callable[[Any], None]) -> Any:
+        started.append(start(on_launch))
         return started[0].process
 
     root = tmp_path_factory.getbasetemp().parent

@@ -54,7 +54,7 @@ class RunningServer:
     effective: EffectiveConfig | None = None
     startup_s: float | None = None
     stop_report: object | None = None
-
+    #: A node group's record for ``registry.reap`` (a single server's is its ``ServerProcess.record_path``).
     registry_entry: Path | None = None
     #: The measuring client's load in the last phase on this server (``client.ClientLoad``), for auto workers.
     client_load: client.ClientLoad | None = None
@@ -80,63 +80,16 @@ class RunningServer:
             setattr(self, f.name, getattr(new, f.name))
 
 
-def _register(server: RunningServer, registry: Path) -> None:
-    """Record a launched server with its owner (this pytest process), so a later run can stop it if this process is
-    killed without a chance to tear down (SIGKILL, OOM killer, a CI runner timeout)."""
-    import json
-    import os
+def _register(server: RunningServer, registry_dir: Path) -> None:
+    """Record a node group's rank 0 (``registry.record``), so that ``reap`` can stop it if this pytest is killed.
+    A single server is recorded by ``ServerProcess.start`` itself, at launch."""
+    from pytest_specdec import registry
+    from pytest_specdec.launch import owners
 
-    import psutil
-
-    registry.mkdir(parents=True, exist_ok=True)
     pid = server.process.pid  # type: ignore[attr-defined]
-    entry = {
-        "pid": pid,
-        "create_time": psutil.Process(pid).create_time(),
-        "owner_pid": os.getpid(),
-        "owner_create_time": psutil.Process(os.getpid()).create_time(),
-        "profile": server.profile.name,
-        "base_url": server.base_url,
-    }
-    server.registry_entry = registry / f"{pid}.json"
-    server.registry_entry.write_text(json.dumps(entry))
-
-
-def reap_orphans(registry: Path) -> list[str]:
-    """Stop servers recorded by earlier pytest processes that died without tearing them down.
-
-    :returns: one line per server stopped, e.g. ``"server 'eagle3' (pid 4242) outlived its pytest (pid 4200):
-        stopped"``.
-    """
-    import json
-
-    import psutil
-
-    from pytest_specdec.server import stop_process_tree
-
-    def running(pid: int, created: float) -> bool:
-        try:
-            proc = psutil.Process(pid)
-            return abs(proc.create_time() - created) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            return False
-
-    lines = []
-    for path in sorted(registry.glob("*.json")) if registry.is_dir() else []:
-        try:
-            entry = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if running(entry["owner_pid"], entry["owner_create_time"]):
-            continue  # its pytest is alive (another session in this directory)
-        if running(entry["pid"], entry["create_time"]):
-            stop_process_tree(entry["pid"], timeout_s=10.0, name=entry["profile"])
-            lines.append(
-                f"server {entry['profile']!r} (pid {entry['pid']}, {entry['base_url']}) outlived its pytest "
-                f"(pid {entry['owner_pid']}): stopped"
-            )
-        path.unlink(missing_ok=True)
-    return lines
+    server.registry_entry = registry.record(
+        registry_dir, pid=pid, profile=server.profile.name, base_url=server.base_url, owners=owners()
+    )
 
 
 @dataclass(frozen=True)
@@ -162,8 +115,12 @@ def start_server(
     startup_timeout_s: float | None = None,
     on_progress: ProgressCallback | None = None,
     log_name: str | None = None,
+    on_launch: Callable[[object], None] | None = None,
 ) -> RunningServer:
     """Launch ``profile``'s server (or attach to ``profile.url``) and return once it really generates.
+
+    The server is recorded in ``log_dir.parent / "servers"`` for ``registry.reap``; ``on_launch(process)`` is
+    passed to ``ServerProcess.start``.
 
     :param log_name: the log file's stem in ``log_dir`` (default: the profile name).
 
@@ -193,7 +150,9 @@ def start_server(
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{log_name or profile.name}.log"
     started = time.perf_counter()
-    process = ServerProcess.start(launch, name=profile.name, log_path=log_path)
+    process = ServerProcess.start(
+        launch, name=profile.name, log_path=log_path, on_launch=on_launch, record_dir=log_dir.parent / "servers"
+    )
     server = RunningServer(profile, engine, launch.base_url, api_key, launch, process, log_path)
     try:
         with httpx.Client(base_url=launch.base_url, headers=_auth(api_key), timeout=10.0) as http:
@@ -207,7 +166,6 @@ def start_server(
         server.stop()
         raise
     server.startup_s = time.perf_counter() - started
-    _register(server, log_dir.parent / "servers")
     try:
         _read_back(server)
     except BaseException:

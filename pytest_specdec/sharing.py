@@ -22,7 +22,8 @@ Wiring (plugin)::
 
     # session fixture, on an xdist worker only (hasattr(config, "workerinput"))
     root = tmp_path_factory.getbasetemp().parent
-    with shared_server(profile.name, root, lambda: runner.start_server(profile, ...).process) as shared:
+    start = lambda on_launch: runner.start_server(profile, ..., on_launch=on_launch).process
+    with shared_server(profile.name, root, start) as shared:
         yield ...  # a client of shared.base_url; shared.check_alive() after each measured phase
     # controller, pytest_sessionfinish (not on workers): report what had to be stopped
     for line in sweep_shared(config._tmp_path_factory.getbasetemp()):  # as xdist's workermanage.py reads it
@@ -44,9 +45,9 @@ from typing import Any
 import psutil
 from filelock import FileLock
 
-from pytest_specdec import server
 from pytest_specdec.errors import ServerError, ServerStartError
-from pytest_specdec.server import ServerProcess, StopReport, stop_process_tree
+from pytest_specdec.proctree import StopReport, running, stop_process_tree
+from pytest_specdec.server import ServerProcess
 
 __all__ = ["SharedServer", "shared_server", "sweep_shared"]
 
@@ -66,7 +67,7 @@ class SharedServer:
 
     def alive(self) -> bool:
         """Whether the server's main process is still running (pid and start time match, not a zombie)."""
-        return _running(self.pid, self.create_time)
+        return running(self.pid, self.create_time)
 
     def check_alive(self) -> None:
         """:raises ServerError: the shared server's main process is gone."""
@@ -83,16 +84,6 @@ def _paths(root: Path, key: str) -> tuple[Path, Path]:
     return root / f"{_PREFIX}{safe}.json", root / f"{_PREFIX}{safe}.lock"
 
 
-def _running(pid: int, create_time: float) -> bool:
-    try:
-        proc = psutil.Process(pid)
-        # psutil derives create_time from boot time + ticks; allow float noise, not pid reuse.
-        return abs(proc.create_time() - create_time) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:
-        return True
-
 
 def _me() -> list[Any]:
     """A user entry: pid and start time (liveness, safe from pid reuse), plus a token per ``shared_server`` call."""
@@ -100,7 +91,7 @@ def _me() -> list[Any]:
 
 
 def _user_alive(user: list[Any]) -> bool:
-    return _running(user[0], user[1])
+    return running(user[0], user[1])
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -121,17 +112,17 @@ def _merge_procs(state: dict[str, Any], procs: list[psutil.Process]) -> None:
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             seen.add((proc.pid, proc.create_time()))
-    state["procs"] = sorted([list(p) for p in seen if _running(*p)])
+    state["procs"] = sorted([list(p) for p in seen if running(*p)])
 
 
 def _stop_by_state(state: dict[str, Any], timeout_s: float) -> StopReport:
     """Stop a server this process did not launch, from what the state file recorded."""
     root = None
-    if _running(state["pid"], state["create_time"]):
+    if running(state["pid"], state["create_time"]):
         root = psutil.Process(state["pid"])
     known = []
     for pid, create_time in state.get("procs", []):
-        if _running(pid, create_time):
+        if running(pid, create_time):
             with contextlib.suppress(psutil.Error):
                 known.append(psutil.Process(pid))
     return stop_process_tree(
@@ -149,7 +140,7 @@ def _record_stop(state: dict[str, Any], report: StopReport, by: str) -> None:
     state["status"] = "stopped"
     state["users"] = []
     state["stop"] = {"by": by, "describe": report.describe(), "killed_pids": list(report.killed_pids)}
-    state["procs"] = [list(p) for p in state.get("procs", []) if _running(*p)]
+    state["procs"] = [list(p) for p in state.get("procs", []) if running(*p)]
 
 
 def _running_state(key: str, proc: ServerProcess, starts: int) -> dict[str, Any]:
@@ -178,14 +169,19 @@ def _start_error(state: dict[str, Any]) -> ServerStartError:
 
 @contextlib.contextmanager
 def shared_server(
-    key: str, root: Path, start: Callable[[], ServerProcess], *, stop_timeout_s: float = 30.0
+    key: str,
+    root: Path,
+    start: Callable[[Callable[[ServerProcess], None]], ServerProcess],
+    *,
+    stop_timeout_s: float = 30.0,
 ) -> Iterator[SharedServer]:
     """Use the one server for ``key`` shared by every process that passes the same ``root``; start it if needed.
 
     :param key: the profile name (file-name-safe characters are kept, others become ``_``).
     :param root: the shared directory (workers: ``tmp_path_factory.getbasetemp().parent``).
-    :param start: launches the server and waits until it is ready (``ServerProcess.start`` + ``wait_ready``);
-        called at most once per key while a server is running, under the lock.
+    :param start: ``start(on_launch)`` launches the server and waits until it is ready (``ServerProcess.start(...,
+        on_launch=on_launch)`` + ``wait_ready``); ``on_launch`` records the pid before the wait, so that a worker
+        dying mid-startup leaves a record. Called at most once per key while a server is running, under the lock.
     :param stop_timeout_s: grace between SIGTERM and SIGKILL when this process is the last one out.
     :raises ServerStartError: ``start`` raised it here or in another worker (same message, cause and log tail).
     :raises ServerError: the recorded server died while other live workers still use it.
@@ -201,7 +197,7 @@ def shared_server(
         status = state.get("status")
         if status == "failed":
             raise _start_error(state)
-        if status != "running" or not _running(state["pid"], state["create_time"]):
+        if status != "running" or not running(state["pid"], state["create_time"]):
             if status == "running":
                 if users:
                     raise ServerError(
@@ -218,9 +214,8 @@ def shared_server(
             def record_launch(proc: ServerProcess) -> None:
                 _write(state_path, {**_running_state(key, proc, starts), "status": "starting", "users": [me]})
 
-            server._launch_listeners.append(record_launch)
             try:
-                own = start()
+                own = start(record_launch)
             except ServerStartError as exc:
                 state = {
                     "key": key,
@@ -236,8 +231,6 @@ def shared_server(
                 }
                 _write(state_path, state)
                 raise
-            finally:
-                server._launch_listeners.remove(record_launch)
             state = _running_state(key, own, starts)
             _merge_procs(state, own.processes())
         state["users"] = [*users, me]
@@ -302,7 +295,7 @@ def sweep_shared(root: Path, *, timeout_s: float = 30.0) -> list[str]:
             state = _read(state_path)
             if state.get("status") not in ("running", "starting"):
                 continue
-            alive = _running(state["pid"], state["create_time"]) or any(_running(*p) for p in state.get("procs", []))
+            alive = running(state["pid"], state["create_time"]) or any(running(*p) for p in state.get("procs", []))
             if not alive:
                 state["status"] = "stopped"
                 _write(state_path, state)

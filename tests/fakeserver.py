@@ -60,6 +60,9 @@ def main() -> None:
     parser.add_argument("--print-env", action="store_true")
     parser.add_argument("--stamp-file", default=None)
     parser.add_argument("--count-file", default=None, help="append one line per start")
+    parser.add_argument("--zombie-child", default=None, help="fork a child that exits at once, unreaped; pid -> file")
+    parser.add_argument("--adopted-grandchild", default=None,
+                        help="a grandchild whose parent exits at once (orphaned), sleeping 600 s; pid -> file")
     args = parser.parse_args()
 
     if args.count_file:
@@ -73,6 +76,20 @@ def main() -> None:
         sys.exit(1)
     if args.orphan:
         subprocess.Popen([sys.executable, "-c", GRANDCHILD, args.orphan])
+    if args.zombie_child:
+        # As SGLang's engine children after it kills its own tree: exited, and the parent never waits for them.
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        with open(args.zombie_child, "w") as f:
+            f.write(str(pid))
+    if args.adopted_grandchild:
+        if os.fork() == 0:
+            if os.fork() == 0:
+                with open(args.adopted_grandchild, "w") as f:
+                    f.write(str(os.getpid()))
+                time.sleep(600)
+            os._exit(0)
     ready = threading.Event()
 
     def on_term(signum: int, frame: object) -> None:

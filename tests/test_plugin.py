@@ -6,10 +6,18 @@ Tests that launch the bundled reference server use a small workload; each starts
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 
 import psutil
 import pytest
+
+from pytest_specdec.ports import port_is_free
 
 PROFILES = """
 profiles:
@@ -315,13 +323,8 @@ def test_missing_prompt_file_and_api_key_env_stop_before_launch(pytester: pytest
     )
 
 
-@pytest.mark.slow
-def test_server_of_a_killed_pytest_is_stopped_by_the_next_run(project: pytest.Pytester) -> None:
-    import signal
-    import subprocess
-    import sys
-    import time
-
+def _hang(project: pytest.Pytester) -> tuple[subprocess.Popen[bytes], dict]:
+    """A pytest holding the baseline server (its test sleeps), and the server's record once it is launched."""
     project.makepyfile(test_hang="import time\n\ndef test_hang(specdec_server):\n    time.sleep(600)\n")
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "test_hang.py", "--server-profile=baseline", "-p", "no:cacheprovider"],
@@ -329,18 +332,66 @@ def test_server_of_a_killed_pytest_is_stopped_by_the_next_run(project: pytest.Py
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    records = project.path / ".specdec" / "servers"
     deadline = time.monotonic() + 180
-    while not list((project.path / ".specdec" / "servers").glob("*.json")) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    while not list(records.glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    (record,) = records.glob("*.json")
+    entry = json.loads(record.read_text())
     assert _our_servers(project), "the server did not start"
-    proc.send_signal(signal.SIGKILL)  # no teardown possible
+    return proc, entry
+
+
+def _port(entry: dict) -> int:
+    return int(entry["base_url"].rsplit(":", 1)[1])
+
+
+@pytest.mark.slow
+def test_server_dies_within_seconds_of_its_sigkilled_pytest(project: pytest.Pytester) -> None:
+    """Issue 16.1: SIGKILL runs no teardown; the server's supervisor stops it (seconds: bench_lifecycle.py)."""
+    proc, entry = _hang(project)
+    proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert _our_servers(project)  # the orphan a killed pytest leaves behind
-    result = project.runpytest_subprocess("--server-profile=eagle3", "--collect-only", timeout=120)
-    result.stdout.fnmatch_lines(
-        ["specdec: server 'baseline' (pid *, http://127.0.0.1:*) outlived its pytest (pid *): stopped"]
-    )
+    deadline = time.monotonic() + 10
+    while (psutil.pid_exists(entry["pid"]) or _our_servers(project)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not _our_servers(project)
+    assert not psutil.pid_exists(entry["pid"])  # stopped and reaped
+    assert port_is_free("127.0.0.1", _port(entry))
+    result = project.runpytest_subprocess("--server-profile=eagle3", "--collect-only", timeout=120)
+    assert "outlived its pytest" not in result.stdout.str()  # nothing left for the next run to reap
+
+
+@pytest.mark.slow
+def test_reap_stops_only_servers_whose_pytest_is_gone(project: pytest.Pytester) -> None:
+    """Issue 16.2: ``python -m pytest_specdec reap``; a server whose pytest is alive is in use and left alone."""
+    proc, entry = _hang(project)
+    reap = [sys.executable, "-m", "pytest_specdec", "reap", "--dir", ".specdec"]
+    try:
+        busy = subprocess.run(reap, cwd=project.path, capture_output=True, text=True, timeout=120)
+        assert busy.stdout.splitlines() == ["reap: 0 server(s) stopped (.specdec/servers)"], busy
+        assert _our_servers(project)
+        # Now the worst case: the supervisor dies too (SIGKILL both), so nothing stops the server but reap.
+        os.kill(entry["supervisor"][0], signal.SIGKILL)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    time.sleep(0.5)
+    assert _our_servers(project)
+    done = subprocess.run(reap, cwd=project.path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done
+    first, last = done.stdout.splitlines()
+    # Its parent (the supervisor) is gone, so its zombie goes to PID 1, which in some containers never reaps.
+    assert re.fullmatch(
+        rf"server 'baseline' \(pid {entry['pid']}, {entry['base_url']}\) outlived its pytest \(pid {proc.pid}\): "
+        rf"stopped( \(server 'baseline' \(pid {entry['pid']}\) stopped in [\d.]+ s; zombie \(not reaped\): "
+        rf"pid {entry['pid']}\))?",
+        first,
+    ), first
+    assert last == "reap: 1 server(s) stopped (.specdec/servers)"
+    assert not _our_servers(project)
+    assert port_is_free("127.0.0.1", _port(entry))
+    assert not list((project.path / ".specdec" / "servers").glob("*.json"))
 
 
 @pytest.mark.slow

@@ -371,6 +371,77 @@ def test_slow_graceful_shutdown_is_waited_for(tmp_path: Path) -> None:
     assert report.duration_s >= 0.5
 
 
+def test_zombie_child_is_reaped_at_teardown(tmp_path: Path) -> None:
+    """Issue 12: a <defunct> engine child was left after a real SGLang teardown. PID 1 of a container (and of this
+    sandbox) may never reap the orphans it inherits; the supervisor, a child subreaper, reaps them."""
+    pid_file = tmp_path / "zombie.pid"
+    proc = start(make_spec("--zombie-child", str(pid_file)), tmp_path)
+    proc.wait_ready(health(proc.base_url), timeout_s=60)
+    child = int(wait_file(pid_file))
+    assert psutil.Process(child).status() == psutil.STATUS_ZOMBIE  # the server never waits for it
+    report = proc.stop()
+    assert report.zombies == () and report.clean, report
+    assert not psutil.pid_exists(child), psutil.Process(child).status()
+
+
+def test_orphaned_grandchild_is_adopted_reaped_and_stopped(tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    proc = start(make_spec("--adopted-grandchild", str(pid_file)), tmp_path)
+    proc.wait_ready(health(proc.base_url), timeout_s=60)
+    grandchild = int(wait_file(pid_file))
+    supervisor = psutil.Process(proc.pid).ppid()
+    assert supervisor != os.getpid()  # the server's parent is its supervisor, not pytest
+    deadline = time.monotonic() + 10
+    while psutil.Process(grandchild).ppid() != supervisor and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert psutil.Process(grandchild).ppid() == supervisor  # adopted by the subreaper, not by PID 1
+    report = proc.stop()
+    assert grandchild in report.terminated_pids and report.clean, report
+    assert not psutil.pid_exists(grandchild)
+    assert not psutil.pid_exists(supervisor)  # it exits once the tree is gone, and we reaped it
+
+
+OWNER_SCRIPT = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_server_process import health, make_spec
+from pytest_specdec.server import ServerProcess
+
+out = Path(sys.argv[1])
+proc = ServerProcess.start(make_spec(*sys.argv[2:]), name="eagle3", log_path=out / "eagle3.log")
+proc.wait_ready(health(proc.base_url), timeout_s=120)
+(out / "server.txt").write_text(f"{{proc.pid}} {{proc.spec.port}}")
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("flags", [(), ("--ignore-term",)], ids=["sigterm", "sigterm-ignored"])
+def test_server_dies_with_its_sigkilled_owner(tmp_path: Path, flags: tuple[str, ...]) -> None:
+    """Issue 16.1: however the launching process dies (here SIGKILL: no teardown code runs), its supervisor stops
+    the server (SIGTERM, 1 s grace, SIGKILL) without waiting for a next run. Seconds: benchmarks/bench_lifecycle.py."""
+    script = tmp_path / "owner.py"
+    script.write_text(OWNER_SCRIPT.format(tests=str(Path(__file__).parent)))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    owner = subprocess.Popen([sys.executable, str(script), str(tmp_path), *flags], env=env)
+    try:
+        pid, port = map(int, wait_file(tmp_path / "server.txt", timeout_s=120).split())
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 10
+    while (psutil.pid_exists(pid) or not port_is_free(HOST, port)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not psutil.pid_exists(pid)  # stopped and reaped (not a zombie)
+    assert port_is_free(HOST, port)
+    last = (tmp_path / "eagle3.log").read_text().splitlines()[-1]
+    assert re.fullmatch(
+        rf"\[pytest-specdec supervisor\] the pytest that launched it is gone: server 'eagle3' \(pid {pid}\) "
+        rf"stopped in \d+\.\d\d s" + ("; SIGKILL needed for pid " + str(pid) if flags else ""),
+        last,
+    ), last
+
+
 def test_leftovers_sweeps_unstopped_servers(tmp_path: Path) -> None:
     proc = start(make_spec(), tmp_path)
     proc.wait_ready(health(proc.base_url), timeout_s=60)

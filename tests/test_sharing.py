@@ -34,7 +34,7 @@ def gone(pid: int) -> bool:
 
 
 def fake_start(log_dir: Path, *flags: str, starts: list[int] | None = None):  # type: ignore[no-untyped-def]
-    def start() -> ServerProcess:
+    def start(on_launch) -> ServerProcess:  # type: ignore[no-untyped-def]
         port = find_free_port(HOST)
         spec = LaunchSpec(
             argv=(sys.executable, str(FAKE), "--port", str(port), *flags),
@@ -42,7 +42,7 @@ def fake_start(log_dir: Path, *flags: str, starts: list[int] | None = None):  # 
             host=HOST,
             port=port,
         )
-        proc = ServerProcess.start(spec, name="eagle3", log_path=log_dir / "eagle3.log")
+        proc = ServerProcess.start(spec, name="eagle3", log_path=log_dir / "eagle3.log", on_launch=on_launch)
         proc.wait_ready(lambda: httpx.get(spec.base_url + "/health", timeout=1.0).status_code == 200, timeout_s=60)
         if starts is not None:
             starts.append(proc.pid)
@@ -133,19 +133,19 @@ from pytest_specdec.sharing import shared_server
 
 root, mode, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 
-def start():
+def start(on_launch):
     if mode == "sleep":
         port = find_free_port("127.0.0.1")
         spec = LaunchSpec(argv=(sys.executable, "-c", "import time; time.sleep(60)"),
                           env={{"PATH": os.environ["PATH"]}}, host="127.0.0.1", port=port)
-        proc = ServerProcess.start(spec, name="eagle3", log_path=root / "eagle3.log")
+        proc = ServerProcess.start(spec, name="eagle3", log_path=root / "eagle3.log", on_launch=on_launch)
     else:
         port = find_free_port("127.0.0.1")
         orphan = [] if mode == "die-starting" else ["--orphan", str(root / "gc.pid")]
         spec = LaunchSpec(argv=(sys.executable, {fake!r}, "--port", str(port), *orphan,
                                 *(["--never-ready"] if mode == "die-starting" else [])),
                           env={{"PATH": os.environ["PATH"]}}, host="127.0.0.1", port=port)
-        proc = ServerProcess.start(spec, name="eagle3", log_path=root / "eagle3.log")
+        proc = ServerProcess.start(spec, name="eagle3", log_path=root / "eagle3.log", on_launch=on_launch)
         if mode == "die-starting":
             os._exit(1)  # a worker dying while it waits for the server it launched
         proc.wait_ready(lambda: httpx.get(spec.base_url + "/health", timeout=1).status_code == 200, timeout_s=60)
@@ -168,7 +168,8 @@ def run_users(tmp_path: Path, mode: str, count: int, processes: int) -> list[sub
     script.write_text(USER_SCRIPT.format(tests=str(Path(__file__).parent), fake=str(FAKE)))
     root = tmp_path / "share"
     root.mkdir(exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    # As an xdist worker: its servers belong to its parent (here this test), so a crashed user leaves them running.
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "PYTEST_XDIST_WORKER": "gw0"}
     procs = [
         subprocess.Popen([sys.executable, str(script), str(root), mode, str(count)], env=env, stderr=subprocess.PIPE)
         for _ in range(processes)
@@ -246,13 +247,13 @@ OUT = Path({out!r})
 @pytest.fixture(scope="session")
 def srv(tmp_path_factory):
     root = tmp_path_factory.getbasetemp().parent
-    def start():
+    def start(on_launch):
         port = find_free_port("127.0.0.1")
         spec = LaunchSpec(
             argv=(sys.executable, {fake!r}, "--port", str(port), "--count-file", str(OUT / "starts.txt"),
                   "--orphan", str(OUT / "gc.pid")),
             env={{"PATH": os.environ["PATH"]}}, host="127.0.0.1", port=port)
-        proc = ServerProcess.start(spec, name="eagle3", log_path=root / "eagle3.log")
+        proc = ServerProcess.start(spec, name="eagle3", log_path=root / "eagle3.log", on_launch=on_launch)
         proc.wait_ready(lambda: httpx.get(spec.base_url + "/health", timeout=1).status_code == 200, timeout_s=60)
         return proc
     # the grandchild ignores SIGTERM: a short grace keeps the test fast
