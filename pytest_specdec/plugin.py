@@ -33,6 +33,7 @@ from pytest_specdec import (
     report,
     results,
     runner,
+    schedule,
     server,
     sharing,
     sweep,
@@ -249,6 +250,8 @@ def pytest_configure(config: pytest.Config) -> None:
     bridge = benchmark.BenchmarkBridge.from_config(config)
     if bridge is not None:
         config.pluginmanager.register(bridge, "specdec-benchmark")
+    if session.selected and config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(schedule.XdistSchedule(config), "specdec-xdist-schedule")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -256,9 +259,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if session is not None:
         del config.stash[session_key]
         config.pluginmanager.unregister(session)
-    bridge = config.pluginmanager.get_plugin("specdec-benchmark")
-    if bridge is not None:
-        config.pluginmanager.unregister(bridge)
+    for name in ("specdec-benchmark", "specdec-xdist-schedule"):
+        plugin = config.pluginmanager.get_plugin(name)
+        if plugin is not None:
+            config.pluginmanager.unregister(plugin)
     server.leftovers()  # an atexit-style last resort; the session-end sweep below reports
 
 
@@ -346,6 +350,8 @@ class SpecdecSession:
     confirmations: dict[str, results.ResultRecord | None] = field(default_factory=dict)
     #: profile -> its running server (the fixture's), for confirming measurements.
     servers: dict[str, runner.RunningServer] = field(default_factory=dict)
+    #: The live ``specdec_server`` fixture: (FixtureDef, its request, profile name), to stop it after its last test.
+    server_fixture: tuple[Any, Any, str] | None = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> SpecdecSession:
@@ -885,10 +891,54 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     session = config.stash.get(session_key, None)
     if session is None or session.profile_set is None:
         return
+    units: dict[str, str] = {}
     for item in items:
         name = getattr(getattr(item, "callspec", None), "params", {}).get("specdec_profile")
         if name:
-            item.add_marker(session.profile(name).server)
+            profile = session.profile(name)
+            item.add_marker(profile.server)
+            units[item.nodeid] = schedule.unit_of(name, exclusive=profile.exclusive and profile.url is None)
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    tmp_factory = getattr(config, "_tmp_path_factory", None)  # as xdist's workermanage.py reads it
+    if worker and units and tmp_factory is not None:
+        # The controller's scheduler groups by these units (schedule.py): one worker per server.
+        schedule.write_units(tmp_factory.getbasetemp().parent, worker, units)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(
+    fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
+) -> Generator[None, Any, Any]:
+    result = yield
+    if fixturedef.argname == "specdec_server":
+        session = request.config.stash.get(session_key, None)
+        if session is not None:
+            session.server_fixture = (fixturedef, request, result.profile.name)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    result = yield
+    # Stop a profile's server right after its last test (in collection order), not at the end of the session: the
+    # tests that follow may not need it, and under xdist another worker may be waiting to start the next server.
+    session = item.config.stash.get(session_key, None)
+    if session is not None and session.server_fixture is not None and nextitem is not None:
+        fixturedef, request, name = session.server_fixture
+        if fixturedef.cached_result is not None and _last_test_of(item, name):
+            session.server_fixture = None
+            fixturedef.finish(request)  # type: ignore[arg-type]
+    return result
+
+
+def _last_test_of(item: pytest.Item, profile: str) -> bool:
+    """Whether no test after ``item`` in the session's collection order runs on ``profile``."""
+    found = False
+    for other in item.session.items:
+        if found and getattr(getattr(other, "callspec", None), "params", {}).get("specdec_profile") == profile:
+            return False
+        found = found or other is item
+    return found
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -987,14 +1037,16 @@ def _or_fail(call: Callable[[], T]) -> T:
 
 
 @pytest.fixture
-def specdec_run(specdec_server: runner.RunningServer, request: pytest.FixtureRequest) -> runner.RunResult:
+def specdec_run(specdec_profile: Profile, request: pytest.FixtureRequest) -> runner.RunResult:
     """The profile's workload, measured ``repeats`` times once per session and profile (``runner.RunResult``:
     ``.metrics`` is the per-metric median over repeats — output_tok_s, accept_length, accept_rate, TTFT/ITL/TPOT/e2e
     percentiles in ms; ``.measurements`` the repeats). When a ``min_speedup`` applies, the repeats are paired with
     phases of the reference profile measured close in time (``pairing.py``). Marker and profile thresholds, and the
-    baseline compare when ``--specdec-compare`` is given, are checked after the test body."""
+    baseline compare when ``--specdec-compare`` is given, are checked after the test body. The server
+    (``specdec_server``) is started or attached only when no measurement of the profile exists yet in this session
+    (under xdist: in any worker)."""
     session: SpecdecSession = request.config.stash[session_key]
-    profile = specdec_server.profile
+    profile = specdec_profile
     item = request.node
     vs = _speedup_vs(item, session)
     if session.needs_measurement(profile.name, vs):
@@ -1002,22 +1054,30 @@ def specdec_run(specdec_server: runner.RunningServer, request: pytest.FixtureReq
             path = shared_file(profile.name) if shared_file else None
             if path is not None:
                 session.load_shared(path)
-            if session.needs_measurement(profile.name, vs):
-                status = _MeasureStatus(request.config)
-                token = runner.phase_watcher.set(status)
-                try:
-                    _or_fail(lambda: session.measure(specdec_server, vs, shared=path is not None))
-                finally:
-                    runner.phase_watcher.reset(token)
-                    status.done()
+        if session.needs_measurement(profile.name, vs):
+            specdec_server: runner.RunningServer = request.getfixturevalue("specdec_server")  # launch only now
+            session.servers[profile.name] = specdec_server
+            with _measure_lock(request.config) as shared_file:
+                path = shared_file(profile.name) if shared_file else None
                 if path is not None:
-                    session.save_shared(path, profile.name)
+                    session.load_shared(path)  # measured by a sibling worker meanwhile?
+                if session.needs_measurement(profile.name, vs):
+                    status = _MeasureStatus(request.config)
+                    token = runner.phase_watcher.set(status)
+                    try:
+                        _or_fail(lambda: session.measure(specdec_server, vs, shared=path is not None))
+                    finally:
+                        runner.phase_watcher.reset(token)
+                        status.done()
+                    if path is not None:
+                        session.save_shared(path, profile.name)
         run = session.runs[profile.name]
         for message in dict.fromkeys([*run.cross_checks, *run.client_checks, *run.log_warnings]):
             # Counters disagreeing with the client (a metrics bug, not a regression), or a log-level warning.
             request.node.warn(SpecdecWarning(f"profile {profile.name}: {message}"))
     run = session.runs[profile.name]
-    session.servers[profile.name] = specdec_server
+    if "specdec_server" in request.fixturenames:  # already set up for this test: no launch
+        session.servers[profile.name] = request.getfixturevalue("specdec_server")
     arms = session.pairs.get((profile.name, vs)) if vs else None
     fingerprint = session.fingerprints[profile.name]
     record = results.ResultRecord.from_measurements(

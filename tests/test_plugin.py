@@ -420,3 +420,87 @@ def test_client_load_is_recorded_and_an_overloaded_client_warns(project: pytest.
     assert repeats["client_workers"] == [2, 2, 2]
     assert all(lag is not None and lag >= 0 for lag in repeats["client_lag_ms_p99"])
     assert not _our_servers(project)
+
+
+class _ServerSampler:
+    """Samples, every 50 ms, the reference servers carrying this test's tag: pids per profile, most alive at once."""
+
+    def __init__(self, pytester: pytest.Pytester) -> None:
+        import threading
+
+        self.tag = _tag(pytester)
+        self.pids: dict[str, set[int]] = {}
+        self.max_alive = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            alive = 0
+            for proc in psutil.process_iter():
+                try:
+                    env = proc.environ()
+                    if env.get("SPECDEC_TEST_TAG") == self.tag and "pytest_specdec.refserver" in proc.cmdline():
+                        self.pids.setdefault(env.get("SPECDEC_TEST_PROFILE", "?"), set()).add(proc.pid)
+                        alive += 1
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    continue
+            self.max_alive = max(self.max_alive, alive)
+
+    def __enter__(self) -> _ServerSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.mark.slow
+def test_xdist_schedule_one_launch_per_profile_one_server_at_a_time(project: pytest.Pytester) -> None:
+    """Issue 16.3: under -n 4, the tests of 3 profiles are grouped so that each server starts once and never two run
+    at once, while the other tests spread over the other workers."""
+    spec = "speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}"
+    profiles = "profiles:\n" + "".join(
+        f"  {name}:\n    server: reference\n"
+        f"    env: {{SPECDEC_TEST_TAG: {_tag(project)!r}, SPECDEC_TEST_PROFILE: {name}}}\n"
+        f"    workload: {{max_new_tokens: 16, num_requests: 2, repeats: 1, warmup_requests: 0}}\n    {extra}\n"
+        for name, extra in [("baseline", ""), ("eagle3", spec), ("eagle3-wrong-layers", spec[:-1] + ", "
+                            "aux_hidden_state_layer_ids: [0, 1, 2]}")]
+    )
+    project.makefile(".yaml", specdec=profiles)
+    project.makepyfile(
+        test_specdec="""
+        import pytest
+
+        @pytest.mark.specdec(min_accept_length=1.0)
+        def test_accept(specdec_run):
+            assert specdec_run.metrics.num_ok == 2
+
+        def test_server_info(specdec_server):
+            assert specdec_server.base_url.startswith("http://127.0.0.1:")
+
+        def test_run_again(specdec_run):
+            assert specdec_run.metrics.num_ok == 2
+        """,
+        test_other="""
+        import time, pytest
+
+        @pytest.mark.parametrize("i", range(8))
+        def test_other(i):
+            time.sleep(0.3)
+        """,
+    )
+    with _ServerSampler(project) as sampler:
+        result = project.runpytest_subprocess(
+            "-n", "4", "-p", "xdist", "--server-profile=baseline,eagle3,eagle3-wrong-layers", timeout=900
+        )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=17)
+    assert {name: len(pids) for name, pids in sampler.pids.items()} == {
+        "baseline": 1,
+        "eagle3": 1,
+        "eagle3-wrong-layers": 1,
+    }
+    assert sampler.max_alive == 1
+    assert not _our_servers(project)

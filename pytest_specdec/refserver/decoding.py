@@ -283,6 +283,8 @@ class SpecEngine:
         self.delay_s = float(os.environ.get(FORWARD_DELAY_ENV, "0") or 0) / 1000.0
         self._waiting: collections.deque[Sequence] = collections.deque()
         self._running: list[Sequence] = []
+        # Popped from _waiting, not yet in _running: in prefill. Still busy for /flush_cache (issue 16.4).
+        self._admitted: list[Sequence] = []
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
         # Outputs are sent at the end of a scheduler step, after its stats are folded, so a client that got its
@@ -311,7 +313,9 @@ class SpecEngine:
     def busy(self) -> bool:
         """True while any measured request is running or waiting (SGLang's flush_cache refuses then)."""
         with self._cv:
-            return any(s.log_metrics and not s.finished for s in [*self._waiting, *self._running])
+            return any(
+                s.log_metrics and not s.finished for s in [*self._waiting, *self._admitted, *self._running]
+            )
 
     # ---- engine thread ---------------------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -330,12 +334,15 @@ class SpecEngine:
             admitted: list[Sequence] = []
             while self._waiting and len(self._running) + len(admitted) < self.max_running:
                 admitted.append(self._waiting.popleft())
+            self._admitted = admitted
             queued = len(self._waiting)
         admitted = [s for s in admitted if not s.aborted]
-        if admitted:
-            for seq in admitted:
-                self._prefill(seq)
+        for seq in admitted:
+            self._prefill(seq)
+        with self._cv:
             self._running.extend(s for s in admitted if not s.finished)
+            self._admitted = []
+        if admitted:
             logger.info(
                 f"Prefill batch, #new-seq: {len(admitted)}, #new-token: {sum(len(s.prompt_ids) for s in admitted)}, "
                 f"#cached-token: 0, token usage: {self._usage():.2f}, #running-req: {len(self._running)}, "
