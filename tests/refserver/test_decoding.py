@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from pytest_specdec.refserver.decoding import speculative_accept
@@ -58,3 +60,37 @@ def test_draft_window_limits_attention_to_the_last_keys() -> None:
     assert torch.allclose(full, wide)  # a window covering every key is full attention
     assert torch.allclose(one, alone, atol=1e-6)  # window 1: each position attends to itself only
     assert torch.allclose(one[0], full[0]) and not torch.allclose(one[4], full[4])
+
+
+def test_a_request_in_prefill_counts_as_busy() -> None:
+    """Issue 16.4: a request popped from the waiting queue is busy during its prefill (SGLang's /flush_cache refuses
+    while any request is waiting or running); the engine's model math is replaced by events, so the window is held
+    open deterministically."""
+    import threading
+    import types
+
+    from pytest_specdec.refserver.decoding import SamplingParams, Sequence, SpecEngine
+
+    args = types.SimpleNamespace(
+        speculative_num_steps=None, speculative_num_draft_tokens=None, max_running_requests=None, random_seed=0,
+        decode_log_interval=1000, ref_fault_stall_after_tokens=None, speculative_draft_window_size=None,
+    )  # fmt: skip
+    engine = SpecEngine(types.SimpleNamespace(draft=None), args)  # type: ignore[arg-type]
+    in_prefill, release = threading.Event(), threading.Event()
+
+    def prefill(seq: Sequence) -> None:
+        in_prefill.set()
+        assert release.wait(30)
+
+    engine._prefill = prefill  # type: ignore[method-assign]
+    engine._decode = lambda seq: setattr(seq, "finished", True)  # type: ignore[method-assign]
+    engine.start()
+    assert not engine.busy()
+    engine.submit(Sequence(rid="r", prompt_ids=[1, 2, 3], params=SamplingParams(), emit=lambda out: None))
+    assert in_prefill.wait(30)
+    assert engine.busy()  # popped from the waiting queue, not yet running
+    release.set()
+    deadline = time.monotonic() + 30
+    while engine.busy() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not engine.busy()
