@@ -1,29 +1,39 @@
 """Prints how fast pytest_specdec.server notices readiness and crashes, and how long teardown takes (not a test).
 
-Usage: ``python benchmarks/bench_lifecycle.py [--repeats 5] [--reference]``
+Usage: ``python benchmarks/bench_lifecycle.py [--repeats 5] [--reference] [--pytest]``
 
 Fake servers (tests/fakeserver.py) stamp ``time.monotonic()`` (CLOCK_MONOTONIC, shared by all processes on Linux)
 when they become ready or exit; the harness stamps when it notices. Targets (issue 6): readiness detection <= 0.25 s,
 exit detection <= 1 s, teardown <= the server's own shutdown + 1 s. ``--reference`` also runs the bundled reference
 server (``python -m pytest_specdec.refserver``, EAGLE-3 on the committed assets): it has no monotonic stamps, so it
 shows startup time, teardown time and how its OOM and orphan faults are handled.
+
+``--pytest`` runs the plugin end to end in a scratch project (reference server, issue 16): pytest SIGKILLed while
+its server starts and while a test runs -> seconds until no server process is left and its port is free (the
+supervisor's work, no later run needed); and ``pytest -n 4`` over 3 profiles -> launches per profile and the most
+servers alive at once (sampled every 50 ms).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 from pytest_specdec.engines.base import LaunchSpec
 from pytest_specdec.errors import ServerStartError
-from pytest_specdec.ports import find_free_port
+from pytest_specdec.ports import find_free_port, port_is_free
 from pytest_specdec.server import ServerProcess
 
 FAKE = Path(__file__).resolve().parents[1] / "tests" / "fakeserver.py"
@@ -116,6 +126,135 @@ def reference(tmp: Path) -> list[str]:
     return lines
 
 
+# -- pytest end to end (issue 16) --------------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+_PROFILE = """  {name}:
+    server: reference
+    env: {{SPECDEC_BENCH_TAG: "{tag}", SPECDEC_BENCH_PROFILE: {name}}}
+    workload: {{max_new_tokens: 16, num_requests: 2, repeats: 1, warmup_requests: 0}}
+    {extra}
+"""
+_SPEC = "speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}"
+
+
+def _project(tmp: Path, tag: str) -> Path:
+    project = tmp / tag
+    project.mkdir()
+    profiles = [("p1", ""), ("p2", _SPEC), ("p3", _SPEC[:-1] + ", aux_hidden_state_layer_ids: [0, 1, 2]}")]
+    (project / "specdec.yaml").write_text(
+        "profiles:\n" + "".join(_PROFILE.format(name=n, tag=tag, extra=e) for n, e in profiles)
+    )
+    (project / "test_bench.py").write_text(
+        "import time\n\n"
+        "def test_accept(specdec_run):\n    assert specdec_run.metrics.num_ok == 2\n\n"
+        "def test_info(specdec_server):\n    assert specdec_server.base_url\n\n"
+        "def test_hang(specdec_server, request):\n"
+        "    if request.config.option.keyword == 'hang':\n        time.sleep(600)\n"
+    )
+    (project / "test_other.py").write_text(
+        "import time, pytest\n\n@pytest.mark.parametrize('i', range(8))\ndef test_other(i):\n    time.sleep(0.3)\n"
+    )
+    (project / "pytest.ini").write_text("[pytest]\n")
+    return project
+
+
+def _servers(tag: str) -> list[tuple[int, str]]:
+    """(pid, profile) of the live reference servers carrying ``tag`` in their environment."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+            if env.get("SPECDEC_BENCH_TAG") == tag and "pytest_specdec.refserver" in proc.cmdline():
+                found.append((proc.pid, env.get("SPECDEC_BENCH_PROFILE", "?")))
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def _pytest(project: Path, *args: str, **kwargs: object) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=project, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def sigkill_pytest(tmp: Path, i: int, *, when: str) -> float:
+    """SIGKILL pytest while its server starts (``when="startup"``) or while a test runs (``"mid-run"``); seconds
+    from the kill until no server process is left (not even a zombie) and its port is free."""
+    tag = f"kill-{when}-{i}"
+    project = _project(tmp, tag)
+    proc = _pytest(project, "test_bench.py", "-k", "hang", "--server-profile=p1")
+    records = project / ".specdec" / "servers"
+    deadline = time.monotonic() + 300
+    entry: dict[str, object] = {}
+    while time.monotonic() < deadline:
+        found = list(records.glob("*.json"))
+        if found:
+            entry = json.loads(found[0].read_text())
+            if when == "startup":
+                break
+            try:
+                if httpx.get(str(entry["base_url"]) + "/health", timeout=1.0).status_code == 200:
+                    time.sleep(1.0)  # the test body is running
+                    break
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.02)
+    else:
+        proc.kill()
+        raise RuntimeError(f"{tag}: the server did not start")
+    pid, port = int(entry["pid"]), int(str(entry["base_url"]).rsplit(":", 1)[1])  # type: ignore[call-overload]
+    proc.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    proc.wait()
+    while psutil.pid_exists(pid) or not port_is_free(HOST, port):
+        if time.monotonic() - killed > 60:
+            raise RuntimeError(f"{tag}: server pid {pid} still there 60 s after pytest was killed")
+        time.sleep(0.01)
+    return time.monotonic() - killed
+
+
+def xdist_schedule(tmp: Path) -> tuple[dict[str, int], int, int, float]:
+    """``pytest -n 4`` over profiles p1, p2, p3 (3 specdec tests each, 8 other tests): launches per profile, most
+    servers alive at once, the exit status, and the wall time."""
+    tag = "xdist"
+    project = _project(tmp, tag)
+    pids: dict[str, set[int]] = {}
+    most = 0
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal most
+        while not stop.wait(0.05):
+            live = _servers(tag)
+            most = max(most, len(live))
+            for pid, name in live:
+                pids.setdefault(name, set()).add(pid)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    started = time.monotonic()
+    proc = _pytest(project, "-n", "4", "-p", "xdist", "--server-profile=p1,p2,p3", "-k", "not hang")
+    code = proc.wait(timeout=1200)
+    wall = time.monotonic() - started
+    stop.set()
+    sampler.join()
+    return {name: len(found) for name, found in sorted(pids.items())}, most, code, wall
+
+
+def pytest_rows(tmp: Path, repeats: int) -> list[str]:
+    lines = []
+    for when in ("startup", "mid-run"):
+        values = [sigkill_pytest(tmp, i, when=when) for i in range(repeats)]
+        lines.append(_row(f"pytest SIGKILL at {when} -> no server, port free", values, "<= 2000 ms"))
+    launches, most, code, wall = xdist_schedule(tmp)
+    lines.append(f"pytest -n 4, profiles p1,p2,p3: launches per profile {launches} (target 1 each); most servers "
+                 f"alive at once {most} (target 1); exit {code}; {wall:.0f} s")  # fmt: skip
+    return lines
+
+
 def _row(name: str, values: list[float], target: str) -> str:
     return f"{name:<44} {statistics.median(values) * 1000:>9.1f} {max(values) * 1000:>9.1f} {len(values):>3}  {target}"
 
@@ -124,6 +263,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--reference", action="store_true")
+    parser.add_argument("--pytest", action="store_true", help="the plugin end to end: SIGKILLed pytest, xdist")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-lifecycle-") as name:
         tmp = Path(name)
@@ -148,6 +288,9 @@ def main() -> None:
             print(row)
         if args.reference:
             for line in reference(tmp):
+                print(line)
+        if args.pytest:
+            for line in pytest_rows(tmp, n):
                 print(line)
 
 

@@ -352,6 +352,9 @@ class SpecdecSession:
     servers: dict[str, runner.RunningServer] = field(default_factory=dict)
     #: The live ``specdec_server`` fixture: (FixtureDef, its request, profile name), to stop it after its last test.
     server_fixture: tuple[Any, Any, str] | None = None
+    #: profile -> position of its last test in the collection, and node id -> position (``_last_test_of``).
+    last_of: dict[str, int] | None = None
+    positions: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> SpecdecSession:
@@ -933,12 +936,16 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 def _last_test_of(item: pytest.Item, profile: str) -> bool:
     """Whether no test after ``item`` in the session's collection order runs on ``profile``."""
-    found = False
-    for other in item.session.items:
-        if found and getattr(getattr(other, "callspec", None), "params", {}).get("specdec_profile") == profile:
-            return False
-        found = found or other is item
-    return found
+    state: SpecdecSession = item.config.stash[session_key]
+    if state.last_of is None:  # computed once: the collection does not change during the run
+        state.last_of, state.positions = {}, {}
+        for i, other in enumerate(item.session.items):
+            state.positions[other.nodeid] = i
+            name = getattr(getattr(other, "callspec", None), "params", {}).get("specdec_profile")
+            if name:
+                state.last_of[name] = i
+    position = state.positions.get(item.nodeid)
+    return position is not None and position >= state.last_of.get(profile, -1)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
