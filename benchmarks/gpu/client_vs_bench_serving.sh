@@ -38,7 +38,7 @@ ours() {
     --num-prompts "$2" --input-len 128 --output-len "${OUTLEN:-256}" > "$3" 2>&1
 }
 for c in $CONCS; do
-  n=$((c * 4)); [ "$n" -lt 256 ] && n=256; n=${NPROMPTS:-$n}
+  n=$((c * 2)); [ "$n" -lt 256 ] && n=256; n=${NPROMPTS:-$n}
   for r in $(seq 1 "$REPS"); do  # alternate which client goes first
     if [ $((r % 2)) = 1 ]; then bench "$c" "$n" "$OUT/bench_c${c}_r$r.txt"; ours "$c" "$n" "$OUT/ours_c${c}_r$r.txt"
     else ours "$c" "$n" "$OUT/ours_c${c}_r$r.txt"; bench "$c" "$n" "$OUT/bench_c${c}_r$r.txt"; fi

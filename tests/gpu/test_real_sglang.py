@@ -35,8 +35,16 @@ FLAGS = os.environ.get(
     "--disable-flashinfer-autotune --mm-feature-transport cpu --dtype bfloat16 --mem-fraction-static 0.3",
 )
 #: Passed through to the server: what the JIT kernels of a bare wheel install need (sgenv.sh exports them).
-PASS_ENV = ("CUDA_HOME", "NVCC_APPEND_FLAGS", "TVM_FFI_CACHE_DIR", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-            "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+PASS_ENV = (
+    "CUDA_HOME",
+    "NVCC_APPEND_FLAGS",
+    "TVM_FFI_CACHE_DIR",
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "NCCL_NVLS_ENABLE",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+    "NVSHMEM_DISABLE_NVLS",
+)
 
 
 def _profiles() -> str:
@@ -50,23 +58,46 @@ def _profiles() -> str:
         "startup_timeout_s": 600,
         "extra_args": shlex.split(FLAGS),
         "env": env,
-        "workload": {"prompts": "builtin", "max_new_tokens": 64, "num_requests": 16, "warmup_requests": 2,
-                     "concurrency": 1, "temperature": 0.0, "ignore_eos": True, "repeats": 2},
+        "workload": {
+            "prompts": "builtin",
+            "max_new_tokens": 64,
+            "num_requests": 16,
+            "warmup_requests": 2,
+            "concurrency": 1,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "repeats": 2,
+        },
         "thresholds": {"min_tok_s": 50},
     }
-    spec = {"algorithm": "EAGLE3", "draft_model_path": str(ASSETS / "draft-eagle3"), "num_steps": 3,
-            "eagle_topk": 1, "num_draft_tokens": 4}
+    spec = {
+        "algorithm": "EAGLE3",
+        "draft_model_path": str(ASSETS / "draft-eagle3"),
+        "num_steps": 3,
+        "eagle_topk": 1,
+        "num_draft_tokens": 4,
+    }
     # Measured on the H200 (README "Real SGLang"): trained ids 2.78 / 0.60, [0, 2, 4] 2.59 / 0.53,
     # [0, 1, 2] 2.34 / 0.45 (accept length counted as SGLang's completion_tokens / spec_verify_ct).
-    eagle3 = {"extends": "baseline", "speculative": spec,
-              "thresholds": {"min_accept_length": 2.5, "min_accept_rate": 0.5}}
+    eagle3 = {
+        "extends": "baseline",
+        "speculative": spec,
+        "thresholds": {"min_accept_length": 2.5, "min_accept_rate": 0.5},
+    }
     profiles = {
         "baseline": base,
         "eagle3": eagle3,
-        "eagle3-speedup": {"extends": "eagle3", "thresholds": {"min_speedup": {"vs": "baseline", "ratio": 1.05}}},
+        # Both tiny servers fit on one GPU at --mem-fraction-static 0.3: measure the arms interleaved.
+        "eagle3-speedup": {
+            "extends": "eagle3",
+            "pairing": "interleaved",
+            "thresholds": {"min_speedup": {"vs": "baseline", "ratio": 1.05}},
+        },
         "eagle3-wrong-layers": {"extends": "eagle3", "speculative": {"aux_hidden_state_layer_ids": [0, 1, 2]}},
-        "eagle3-embedding": {"extends": "eagle3", "speculative": {"aux_hidden_state_layer_ids": [-1, 1, 3],
-                                                                  "allow_embedding_capture": True}},
+        "eagle3-embedding": {
+            "extends": "eagle3",
+            "speculative": {"aux_hidden_state_layer_ids": [-1, 1, 3], "allow_embedding_capture": True},
+        },
         "eagle-algorithm": {"extends": "eagle3", "speculative": {"algorithm": "EAGLE"}},
         "eagle3-completions": {"extends": "eagle3", "workload": {"api": "completions"}},
         "eagle3-chat": {"extends": "eagle3", "workload": {"api": "chat"}},
@@ -97,6 +128,14 @@ def _sglang_processes() -> list[str]:
     return [line for line in out.splitlines() if "sglang::" in line or "sglang.launch_server" in line]
 
 
+def _zombies() -> set[str]:
+    """``pid comm`` of every <defunct> process (a zombie detokenizer was seen once after teardown)."""
+    out = subprocess.run(["ps", "-eo", "pid=,stat=,comm="], capture_output=True, text=True).stdout
+    return {
+        f"{f[0]} {f[2]}" for line in out.splitlines() if len(f := line.split(None, 2)) == 3 and f[1].startswith("Z")
+    }
+
+
 @pytest.fixture
 def run_plugin(pytester: pytest.Pytester):
     pytester.makefile(".yaml", specdec=_profiles())
@@ -104,9 +143,16 @@ def run_plugin(pytester: pytest.Pytester):
     out_dir = os.environ.get("SPECDEC_GPU_OUT")
 
     def run(*args: str, timeout: float = 540) -> pytest.RunResult:
+        zombies_before = _zombies()
         result = pytester.runpytest_subprocess(
-            *_plugin_args(), "-m", "specdec", "--specdec-profiles=specdec.yaml", "-p", "no:cacheprovider",
-            *args, timeout=timeout,
+            *_plugin_args(),
+            "-m",
+            "specdec",
+            "--specdec-profiles=specdec.yaml",
+            "-p",
+            "no:cacheprovider",
+            *args,
+            timeout=timeout,
         )
         if out_dir:  # keep what the user would see, for the README and the recorded data
             name = "_".join(a.strip("-").replace("=", "-").replace("/", "_") for a in args)[:80]
@@ -116,6 +162,7 @@ def run_plugin(pytester: pytest.Pytester):
         while _sglang_processes() and time.monotonic() < deadline:
             time.sleep(0.5)
         assert _sglang_processes() == []
+        assert _zombies() <= zombies_before
         return result
 
     return run
@@ -146,7 +193,9 @@ def test_embedding_layer_id_crash_is_named(run_plugin) -> None:
 def test_eagle_algorithm_on_eagle3_draft_stops_at_preflight(run_plugin) -> None:
     result = run_plugin("--server-profile=eagle-algorithm")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*profiles.eagle-algorithm.speculative.algorithm*fix: set speculative.algorithm: EAGLE3"])
+    result.stderr.fnmatch_lines(
+        ["*profiles.eagle-algorithm.speculative.algorithm*fix: set speculative.algorithm: EAGLE3"]
+    )
 
 
 @pytest.mark.parametrize("profile", ["eagle3-completions", "eagle3-chat"])
@@ -156,7 +205,7 @@ def test_openai_apis(run_plugin, profile: str) -> None:
 
 
 def test_sweep_num_steps(run_plugin) -> None:
-    result = run_plugin("--server-profile=eagle3", "--specdec-sweep=num_steps=1..4", "--specdec-repeats=1")
+    result = run_plugin("--server-profile=eagle3", "--specdec-sweep=num_steps=1..3", "--specdec-repeats=1")
     result.stdout.fnmatch_lines(["*num_steps*"])
-    for steps in ("1", "2", "3", "4"):
+    for steps in ("1", "2", "3"):
         assert f"num_steps={steps}" in result.stdout.str()
