@@ -423,7 +423,8 @@ def compare_results(
     significant (:func:`_judge`); ``noise`` maps a field (or ``field/vs`` for a paired ratio) to a calibrated
     relative sigma (``calibrate``). When both records carry the same paired reference arm, throughput and latency
     are judged on their ratio to it (:func:`_paired_rows`). Accept length/rate at temperature 0 with identical
-    repeats are compared equal-or-not (``EXACT_FIELDS``). Runner-state changes are listed first.
+    repeats are compared equal-or-not (``EXACT_FIELDS``). Runner-state changes are listed first. Prompt categories
+    both records have get rows of their own (``accept_length[code]``, ``CATEGORY_COMPARE_FIELDS``).
 
     For each metric field with a tolerance (``tolerances`` keys are metric names or fields, merged over
     :data:`DEFAULT_TOLERANCES` by :func:`merge_tolerances`, so naming one metric never drops the others): medians
@@ -465,6 +466,7 @@ def compare_results(
             continue
         is_exact = exact and fname in EXACT_FIELDS and _constant(b_vals) and _constant(c_vals)
         rows.append(_judge(fname, higher, tol, b_vals, c_vals, noise_rel=(noise or {}).get(fname), exact=is_exact))
+    rows.extend(_category_rows(base, current, merge_tolerances(tolerances), exact))
     if ratio_rows:
         notes.append(
             f"throughput and latency judged on their ratio to the paired {vs!r} arm measured with them "
@@ -483,6 +485,30 @@ def compare_results(
         notes=tuple(notes),
         runner=tuple(hoststate.state_changes(base.fingerprint.get("runner"), current.fingerprint.get("runner"))),
     )
+
+
+#: Fields compared per prompt category (``RunMetrics.by_category``), with the tolerance of the field itself.
+CATEGORY_COMPARE_FIELDS = ("accept_length", "accept_rate", "ttft_ms_p50", "itl_ms_p50", "tpot_ms_p50")
+
+
+def _category_rows(
+    base: ResultRecord, current: ResultRecord, tolerances: Mapping[str, Tolerance], exact: bool
+) -> list[CompareRow]:
+    """Rows ``accept_length[code]`` ... for every category both records have, judged like the field itself."""
+    specs = _field_specs()
+    rows = []
+    for category in sorted(set(base.categories) & set(current.categories)):
+        for fname in CATEGORY_COMPARE_FIELDS:
+            tol = tolerances.get(fname)
+            if tol is None:
+                continue
+            name = f"{fname}[{category}]"
+            b_vals, c_vals = base.values(name), current.values(name)
+            if not b_vals and not c_vals:
+                continue
+            is_exact = exact and fname in EXACT_FIELDS and _constant(b_vals) and _constant(c_vals)
+            rows.append(_judge(name, specs[fname].higher_is_better, tol, b_vals, c_vals, exact=is_exact))
+    return rows
 
 
 #: A shift must exceed ``NOISE_K`` times the measured noise (sigma), as well as the tolerance, to regress.

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -22,12 +23,15 @@ __all__ = [
     "ACCEPT_RATE_DEFINITION",
     "CLIENT_LAG_FRACTION",
     "CROSS_CHECK_TOLERANCE",
+    "CATEGORY_FIELDS",
     "HISTOGRAM_SOURCE",
     "SCHEDULER_CHECK_TOLERANCE",
     "METRICS",
     "MetricSpec",
     "PositionAcceptance",
     "RequestTiming",
+    "UNCATEGORIZED",
+    "category_metrics",
     "client_check",
     "cross_check",
     "position_acceptance",
@@ -317,6 +321,7 @@ def summarize(
     max_error_rate: float = 0.0,
     scheduler_accept_length: float | None = None,
     cache_reset: str | None = None,
+    categories: Sequence[str | None] | None = None,
 ) -> RunMetrics:
     """Aggregate one measured phase.
 
@@ -349,6 +354,8 @@ def summarize(
     :param scheduler_accept_length: ``Engine.scheduler_accept_length`` read after the phase, when the prefix cache
         (and with it the scheduler's totals) was reset before it; else None.
     :param cache_reset: ``Engine.reset_prefix_cache``'s note, recorded as is.
+    :param categories: each record's prompt category (``RequestSpec.category``), aligned with ``records``; gives
+        ``by_category`` (:func:`category_metrics`).
     :raises ServerError: no successful request, or failed/total > ``max_error_rate``; the message gives the counts
         and the first error.
     :raises ValueError: ``duration_s <= 0``.
@@ -437,6 +444,9 @@ def summarize(
         accept_length_native=native,
         scheduler_accept_length=scheduler_accept_length if speculative else None,
         cache_reset=cache_reset,
+        by_category=category_metrics(
+            records, categories, duration_s=duration_s, num_steps=num_steps, speculative=speculative
+        ),
         accept_rate_at=positions.rates if positions else (),
         accept_rate_cond_at=positions.conditional_rates if positions else (),
         accept_position_source=positions.source if positions else None,
@@ -469,6 +479,56 @@ def client_check(metrics: RunMetrics) -> str | None:
         f"{ref:.2f} ms ({cpu}{workers} worker process{'es' if workers > 1 else ''}); TTFT and ITL include the "
         "client's own delay; fix: raise workload.client_workers or lower workload.concurrency"
     )
+
+
+#: The figures ``RunMetrics.by_category`` holds per category: the per-request ones (throughput belongs to the
+#: whole phase, whose requests of all categories share the server).
+CATEGORY_FIELDS = (
+    "num_requests",
+    "num_ok",
+    "accept_length",
+    "accept_rate",
+    "ttft_ms_p50",
+    "itl_ms_p50",
+    "tpot_ms_p50",
+    "decode_tok_s_p50",
+    "accept_rate_at",
+)
+#: The category of prompts without one, in a workload where other prompts have one.
+UNCATEGORIZED = "uncategorized"
+
+
+def category_metrics(
+    records: Sequence[RequestRecord],
+    categories: Sequence[str | None] | None,
+    *,
+    duration_s: float,
+    num_steps: int | None,
+    speculative: bool,
+) -> dict[str, dict[str, Any]]:
+    """:data:`CATEGORY_FIELDS` per prompt category, each from :func:`summarize` over that category's requests (so
+    every definition is the run's own, e.g. accept length = 1 + Σaccepted drafts / Σverify steps of the category).
+
+    Example: records of categories ["code", "prose", "code"] -> ``{"code": {...2 requests...}, "prose": {...}}``.
+
+    :param categories: aligned with ``records``; None or all None -> ``{}``.
+    :returns: category -> field -> value (sorted by category); a category whose requests all failed has only
+        ``num_requests`` and ``num_ok`` 0.
+    """
+    if not categories or all(c is None for c in categories):
+        return {}
+    groups: dict[str, list[RequestRecord]] = {}
+    for record, category in zip(records, categories, strict=True):
+        groups.setdefault(category or UNCATEGORIZED, []).append(record)
+    out: dict[str, dict[str, Any]] = {}
+    for category in sorted(groups):
+        group = groups[category]
+        if not any(r.ok for r in group):
+            out[category] = {"num_requests": len(group), "num_ok": 0}
+            continue
+        run = summarize(group, duration_s, num_steps=num_steps, speculative=speculative, max_error_rate=1.0)
+        out[category] = {name: getattr(run, name) for name in CATEGORY_FIELDS}
+    return out
 
 
 def cross_check(metrics: RunMetrics) -> str | None:

@@ -842,6 +842,11 @@ class SpecdecSession:
             terminalreporter.write_line(line)
         for line in report.definition_lines(self.records):
             terminalreporter.write_line(line)
+        by_category = report.category_lines(rows)
+        if by_category:
+            terminalreporter.write_sep("-", "specdec accept length by prompt category (requests)")
+            for line in by_category:
+                terminalreporter.write_line(line)
         by_position = report.position_lines(rows)
         if by_position:
             terminalreporter.write_sep("-", "specdec acceptance by draft position")

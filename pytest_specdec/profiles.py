@@ -30,6 +30,7 @@ from pytest_specdec.errors import ProfileError
 __all__ = [
     "BUNDLED_DRAFT_EAGLE3",
     "BUNDLED_TARGET",
+    "CategoryThresholds",
     "MinSpeedup",
     "NodesConfig",
     "Profile",
@@ -74,6 +75,44 @@ class MinSpeedup(_Strict):
     ratio: float = Field(gt=0)
 
 
+def _positions(value: Any) -> Any:
+    """Validate ``min_accept_rate_at``: a non-empty mapping of position (int >= 1, or its digits) to a rate in
+    [0, 1]; returns it sorted by position."""
+    if value is None:
+        return None
+    example = "e.g. {1: 0.7, 2: 0.5} (draft position -> minimum rate)"
+    if not isinstance(value, dict) or not value:
+        raise ValueError(f"expected a non-empty mapping of draft position to rate, {example}, got {value!r}")
+    out: dict[int, float] = {}
+    for key, rate in value.items():
+        position = key
+        if isinstance(key, str) and key.strip().isdigit():
+            position = int(key)
+        if not isinstance(position, int) or isinstance(position, bool) or position < 1:
+            raise ValueError(f"position {key!r}: positions are integers >= 1 (1 = the first draft token), {example}")
+        if not isinstance(rate, int | float) or isinstance(rate, bool) or not 0 <= rate <= 1:
+            raise ValueError(f"position {position}: rate {rate!r} is not a number in [0, 1], {example}")
+        out[position] = float(rate)
+    return dict(sorted(out.items()))
+
+
+class CategoryThresholds(_Strict):
+    """Floors and ceilings for the requests of one prompt category (``thresholds.categories.<name>``): the
+    per-request figures only; throughput and speedup belong to the whole phase."""
+
+    min_accept_length: float | None = Field(default=None, ge=1)
+    min_accept_rate: float | None = Field(default=None, ge=0, le=1)
+    max_ttft_ms: float | None = Field(default=None, gt=0)
+    max_itl_ms: float | None = Field(default=None, gt=0)
+    max_tpot_ms: float | None = Field(default=None, gt=0)
+    min_accept_rate_at: dict[int, float] | None = None
+
+    @field_validator("min_accept_rate_at", mode="before")
+    @classmethod
+    def _check_positions(cls, value: Any) -> Any:
+        return _positions(value)
+
+
 class Thresholds(_Strict):
     """Floors and ceilings; a marker's keyword arguments override these key by key."""
 
@@ -88,28 +127,13 @@ class Thresholds(_Strict):
     #: The rate is unconditional: verify steps that accepted draft token k / all verify steps (vLLM's
     #: per-position rate, ``metrics.PositionAcceptance.rates``).
     min_accept_rate_at: dict[int, float] | None = None
+    #: Thresholds per prompt category (the workload's JSONL ``category``): ``{code: {min_accept_length: 2.5}}``.
+    categories: dict[str, CategoryThresholds] | None = None
 
     @field_validator("min_accept_rate_at", mode="before")
     @classmethod
-    def _positions(cls, value: Any) -> Any:
-        if value is None:
-            return None
-        example = "e.g. {1: 0.7, 2: 0.5} (draft position -> minimum rate)"
-        if not isinstance(value, dict) or not value:
-            raise ValueError(f"expected a non-empty mapping of draft position to rate, {example}, got {value!r}")
-        out: dict[int, float] = {}
-        for key, rate in value.items():
-            position = key
-            if isinstance(key, str) and key.strip().isdigit():
-                position = int(key)
-            if not isinstance(position, int) or isinstance(position, bool) or position < 1:
-                raise ValueError(
-                    f"position {key!r}: positions are integers >= 1 (1 = the first draft token), {example}"
-                )
-            if not isinstance(rate, int | float) or isinstance(rate, bool) or not 0 <= rate <= 1:
-                raise ValueError(f"position {position}: rate {rate!r} is not a number in [0, 1], {example}")
-            out[position] = float(rate)
-        return dict(sorted(out.items()))
+    def _check_positions(cls, value: Any) -> Any:
+        return _positions(value)
 
 
 class Workload(_Strict):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["RequestRecord", "RunMetrics", "median_metrics", "median_of_repeats"]
@@ -104,10 +104,21 @@ class RunMetrics:
     accept_rate_cond_at: tuple[float | None, ...] = ()
     #: Where the per-position figures came from (``meta_info.spec_correct_drafts_histogram`` or a counter name).
     accept_position_source: str | None = None
+    #: Per prompt category (the workload's JSONL ``category``; "uncategorized" for prompts without one when others
+    #: have one): the ``metrics.CATEGORY_FIELDS`` of that category's requests. Empty when no prompt has a category.
+    by_category: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, float | int | str | list[float | None] | None]:
-        """Field -> value, per-position tuples as lists (what they read back as from JSON)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+    def as_dict(self) -> dict[str, Any]:
+        """Field -> value, JSON-safe: per-position tuples as lists (what they read back as from JSON)."""
+        return {k: _json_safe(v) for k, v in asdict(self).items()}
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    return value
 
 
 def median_of_repeats(values: Sequence[Any]) -> Any:
@@ -120,9 +131,14 @@ def median_of_repeats(values: Sequence[Any]) -> Any:
 
     Per-position values (tuples or lists of one length, ``accept_rate_at``): element by element, as a tuple.
 
+    Per-category values (dicts, ``by_category``): key by key, for the keys of the first value.
+
     Examples: [15, 16] -> 15 (not 15.5); [15, 16, 17] -> 16; [2.0, 2.5] -> 2.25; [None, 3] -> 3;
-    [(0.8, 0.5), (0.9, None)] -> (0.85, 0.5).
+    [(0.8, 0.5), (0.9, None)] -> (0.85, 0.5); [{"a": 1.0}, {"a": 2.0}] -> {"a": 1.5}.
     """
+    dicts = [v for v in values if isinstance(v, dict)]
+    if dicts and len(dicts) == len(values):
+        return {k: median_of_repeats([d.get(k) for d in dicts]) for k in dicts[0]}
     seqs = [v for v in values if isinstance(v, list | tuple)]
     if seqs and len(seqs) == len(values) and len({len(v) for v in seqs}) == 1:
         return tuple(median_of_repeats(list(column)) for column in zip(*seqs, strict=True))

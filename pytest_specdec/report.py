@@ -15,6 +15,7 @@ __all__ = [
     "JUNIT_PREFIX",
     "POSITION_LEGEND",
     "SUMMARY_COLUMNS",
+    "category_lines",
     "definition_lines",
     "junit_properties",
     "position_lines",
@@ -98,6 +99,43 @@ def definition_lines(records: Sequence[ResultRecord]) -> list[str]:
             notes.setdefault(note, []).append(name)
     for note, names in notes.items():
         out.append(f"prefix cache before each measured phase: {note} ({', '.join(names)})")
+    return out
+
+
+def category_lines(rows: Iterable[tuple[str, str, dict[str, Any], str]]) -> list[str]:
+    """Accept length per prompt category: a header, then one fixed-width line per row with categories.
+
+    A cell is ``accept_len (requests)`` of that category (``by_category``), ``n/a`` without speculation, ``-`` when
+    the row has no request of that category. Example line: ``test_x[eagle3]  eagle3  2.71 (15)  2.10 (1)``.
+
+    :param rows: as :func:`summary_lines`.
+    :returns: no lines when no row has categories.
+    """
+    table = [
+        (nodeid.split("::", 1)[-1], profile, values.get("by_category") or {}) for nodeid, profile, values, _ in rows
+    ]
+    table = [t for t in table if t[2]]
+    if not table:
+        return []
+    names = sorted({c for _, _, by in table for c in by})
+    headers = ["test", "profile", *names]
+    grid = []
+    for test, profile, by in table:
+        cells = []
+        for name in names:
+            entry = by.get(name)
+            if not isinstance(entry, dict):
+                cells.append("-")
+                continue
+            length = entry.get("accept_length")
+            shown = f"{length:.2f}" if isinstance(length, int | float) else "n/a"
+            cells.append(f"{shown} ({entry.get('num_ok', 0)})")
+        grid.append([test, profile, *cells])
+    widths = [max(len(r[i]) for r in [headers, *grid]) for i in range(len(headers))]
+    out = []
+    for r in [headers, *grid]:
+        right = [c.rjust(w) for c, w in zip(r[2:], widths[2:], strict=True)]
+        out.append("  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]), *right]))
     return out
 
 

@@ -417,13 +417,27 @@ class ResultRecord:
     paired: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def categories(self) -> list[str]:
+        """The prompt categories this record has results for (``metrics["by_category"]``), sorted."""
+        by = self.metrics.get("by_category")
+        return sorted(by) if isinstance(by, dict) else []
+
+    @property
     def workload(self) -> dict[str, Any]:
         """``fingerprint["workload"]`` (empty when absent)."""
         wl = self.fingerprint.get("workload")
         return dict(wl) if isinstance(wl, dict) else {}
 
     def values(self, field_name: str) -> list[float]:
-        """Per-repeat values of one metric field, None dropped (falls back to ``metrics`` for old records)."""
+        """Per-repeat values of one metric field, None dropped (falls back to ``metrics`` for old records).
+
+        ``FIELD[CATEGORY]`` (``accept_length[code]``) reads the field of one prompt category (``by_category``).
+        """
+        if field_name.endswith("]") and "[" in field_name:
+            name, category = field_name[:-1].split("[", 1)
+            per_repeat = self.repeats.get("by_category") or [self.metrics.get("by_category")]
+            found = [(d.get(category) or {}).get(name) if isinstance(d, dict) else None for d in per_repeat]
+            return [float(v) for v in found if isinstance(v, int | float) and not isinstance(v, bool)]
         vals = self.repeats.get(field_name)
         if vals is None:
             vals = [self.metrics.get(field_name)]

@@ -387,6 +387,7 @@ def measure(server: RunningServer, *, base_dir: Path | None = None) -> Measureme
         max_error_rate=wl.max_error_rate,
         scheduler_accept_length=scheduler_length,
         cache_reset=cache_reset,
+        categories=[spec.category for spec in measured],
     )
     if phase.load is not None:
         run = dataclasses.replace(

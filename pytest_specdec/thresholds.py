@@ -43,13 +43,24 @@ def merge_marker(profile_thresholds: Thresholds, marker_kwargs: dict[str, Any]) 
             f"min_accept_rate_at={positions!r}: expected a mapping of draft position to rate like "
             "min_accept_rate_at={1: 0.7, 2: 0.5}"
         )
+    categories = marker_kwargs.get("categories")
+    if categories is not None and not (
+        isinstance(categories, dict) and all(isinstance(v, dict) for v in categories.values())
+    ):
+        raise ValueError(
+            f"categories={categories!r}: expected a mapping of category to thresholds like "
+            "categories={'code': {'min_accept_length': 2.5}}"
+        )
     speedup = marker_kwargs.get("min_speedup")
     if speedup is not None and not isinstance(speedup, dict | MinSpeedup):
         raise ValueError(
             f"min_speedup={speedup!r}: expected a mapping like min_speedup={{'vs': 'baseline', 'ratio': 1.1}}"
         )
     data = profile_thresholds.model_dump(exclude_none=True)
-    data.update({k: v for k, v in marker_kwargs.items()})
+    data.update({k: v for k, v in marker_kwargs.items() if k != "categories"})
+    if categories:
+        # Category by category: the marker's categories replace the profile's of the same name only.
+        data["categories"] = {**data.get("categories", {}), **categories}
     try:
         return Thresholds.model_validate(data)
     except ValidationError as exc:
@@ -139,7 +150,8 @@ def evaluate(
 
     Accept-length/-rate thresholds on a profile without speculation are reported as not applicable, not failed.
     ``min_accept_rate_at`` checks ``metrics.accept_rate_at`` position by position (label ``accept_rate_at[k]``); a
-    position the server does not draft fails, saying how many it drafts.
+    position the server does not draft fails, saying how many it drafts. ``categories`` checks each category's
+    figures in ``metrics.by_category`` (label ``accept_length[code]``); a category the run has no request of fails.
     ``speedup_check`` is the ``min_speedup`` check already judged on paired arms (``pairing.Speedup.check``; the
     plugin always gives it); else ``speedup`` is this profile's output tok/s over the ``min_speedup.vs`` profile's,
     or None when that profile was not measured.
@@ -158,7 +170,8 @@ def evaluate(
             continue
         passed = measured >= threshold if op == ">=" else measured <= threshold
         checks.append(Check(key, label, op, threshold, float(measured), unit, passed))
-    checks.extend(_position_checks(thresholds, metrics, speculative))
+    checks.extend(_position_checks(thresholds.min_accept_rate_at, metrics.accept_rate_at, speculative))
+    checks.extend(_category_checks(thresholds, metrics, speculative))
     if thresholds.min_speedup is not None and speedup_check is not None:
         checks.append(speedup_check)
     elif thresholds.min_speedup is not None:
@@ -172,13 +185,14 @@ def evaluate(
     return Verdict(tuple(checks))
 
 
-def _position_checks(thresholds: Thresholds, metrics: RunMetrics, speculative: bool) -> list[Check]:
+def _position_checks(
+    floors: dict[int, float] | None, rates: Any, speculative: bool, suffix: str = ""
+) -> list[Check]:
     """One check per ``min_accept_rate_at`` entry against the unconditional per-position rate."""
-    floors = thresholds.min_accept_rate_at or {}
     checks: list[Check] = []
-    rates = tuple(metrics.accept_rate_at or ())
-    for position, floor in sorted(floors.items()):
-        label = f"accept_rate_at[{position}]"
+    rates = tuple(rates or ())
+    for position, floor in sorted((floors or {}).items()):
+        label = f"accept_rate_at[{position}]{suffix}"
         key = "min_accept_rate_at"
         if not speculative:
             checks.append(Check(key, label, ">=", floor, None, "", None, "profile runs no speculative decoding"))
@@ -194,4 +208,39 @@ def _position_checks(thresholds: Thresholds, metrics: RunMetrics, speculative: b
         else:
             measured = float(rates[position - 1])
             checks.append(Check(key, label, ">=", floor, measured, "", measured >= floor))
+    return checks
+
+
+def _category_checks(thresholds: Thresholds, metrics: RunMetrics, speculative: bool) -> list[Check]:
+    """The ``categories:`` thresholds against ``metrics.by_category``; labels carry the category
+    (``accept_length[code]``). A category with no request in the run fails, naming the categories it has."""
+    checks: list[Check] = []
+    by = metrics.by_category or {}
+    for category, limits in sorted((thresholds.categories or {}).items()):
+        entry = by.get(category)
+        set_keys = {k: v for k, v in limits.model_dump(exclude_none=True).items() if k != "min_accept_rate_at"}
+        if entry is None:
+            have = ", ".join(sorted(by)) or "none: no prompt of the workload has a category"
+            note = f"no request of category {category!r} in this run (categories: {have})"
+            for key, threshold in set_keys.items():
+                _, op, label, unit, _ = _RULES[key]
+                checks.append(Check(key, f"{label}[{category}]", op, threshold, None, unit, False, note))
+            if limits.min_accept_rate_at:
+                checks.append(Check("min_accept_rate_at", f"accept_rate_at[{category}]", ">=",
+                                    min(limits.min_accept_rate_at.values()), None, "", False, note))  # fmt: skip
+            continue
+        for key, threshold in set_keys.items():
+            field, op, label, unit, spec_only = _RULES[key]
+            name = f"{label}[{category}]"
+            measured = entry.get(field)
+            if spec_only and not speculative:
+                checks.append(Check(key, name, op, threshold, None, unit, None, "profile runs no speculative decoding"))
+            elif measured is None:
+                checks.append(Check(key, name, op, threshold, None, unit, None, "not reported by the server"))
+            else:
+                passed = measured >= threshold if op == ">=" else measured <= threshold
+                checks.append(Check(key, name, op, threshold, float(measured), unit, passed))
+        checks.extend(
+            _position_checks(limits.min_accept_rate_at, entry.get("accept_rate_at"), speculative, f"[{category}]")
+        )
     return checks

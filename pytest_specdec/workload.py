@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 from pytest_specdec.errors import ProfileError
 from pytest_specdec.profiles import Workload
 
-__all__ = ["BUILTIN_PROMPTS", "RequestSpec", "build_requests", "load_prompts", "prompt_set_hash"]
+__all__ = ["BUILTIN_PROMPTS", "Prompt", "RequestSpec", "build_requests", "load_prompts", "prompt_set_hash"]
 
 #: The bundled prompt set, one ``{"prompt": ...}`` object per line; ``workload.prompts: builtin`` selects it.
 BUILTIN_PROMPTS = Path(__file__).parent / "refserver" / "prompts.jsonl"
@@ -21,6 +22,18 @@ _SHAREGPT_FIX = (
     'fix: give a JSON list of {"conversations": [{"from": "human", "value": "..."}, ...]} entries, '
     'or use a .jsonl file with one {"prompt": ...} per line'
 )
+
+
+class Prompt(str):
+    """One prompt's text (a ``str``, so prompt lists hash and send as before) with its optional ``category``
+    (the JSONL ``category`` field, e.g. ``code``; None when the file gives none)."""
+
+    category: str | None
+
+    def __new__(cls, text: str, category: str | None = None) -> Prompt:
+        obj = super().__new__(cls, text)
+        obj.category = category
+        return obj
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,16 +46,19 @@ class RequestSpec:
     ignore_eos: bool
     #: Token ids sent instead of ``prompt`` (SGLang ``/generate`` ``input_ids``; ``bench_serving``'s random ids).
     input_ids: tuple[int, ...] | None = None
+    #: The prompt's category (``Prompt.category``), for per-category results; None when uncategorized.
+    category: str | None = None
 
 
-def load_prompts(spec: str, base_dir: str | Path) -> list[str]:
+def load_prompts(spec: str, base_dir: str | Path) -> list[Prompt]:
     """Read a prompt set.
 
     :param spec: ``"builtin"`` (:data:`BUILTIN_PROMPTS`) or a path, relative paths resolved against ``base_dir``
         (the profile file's directory). Format by content: a file whose first non-blank character is ``[`` is
         ShareGPT-style JSON (a list of ``{"conversations": [{"from": "human", "value": ...}, ...]}``; the first
         human turn is the prompt; entries without one are skipped, as SGLang's ``sharegpt`` dataset loader does);
-        anything else is JSONL, one object per line with a string ``"prompt"`` or ``"text"``; blank lines skipped.
+        anything else is JSONL, one object per line with a string ``"prompt"`` or ``"text"`` and an optional string
+        ``"category"`` (``code``, ``prose``, ...: results are also reported per category); blank lines skipped.
     :param base_dir: directory relative paths resolve against.
     :returns: the prompts in file order, at least one.
     :raises ProfileError: file missing or unreadable, invalid JSON, a line/entry without a usable prompt, or no
@@ -68,8 +84,8 @@ def load_prompts(spec: str, base_dir: str | Path) -> list[str]:
     return prompts
 
 
-def _parse_jsonl(text: str, path: Path) -> list[str]:
-    prompts: list[str] = []
+def _parse_jsonl(text: str, path: Path) -> list[Prompt]:
+    prompts: list[Prompt] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -90,16 +106,23 @@ def _parse_jsonl(text: str, path: Path) -> list[str]:
             raise ProfileError(
                 f'{path}:{lineno}: "{key}" must be a non-empty string, got {value!r:.40}; {_JSONL_FIX}', path=path
             )
-        prompts.append(value)
+        category = obj.get("category")
+        if category is not None and (not isinstance(category, str) or not category.strip()):
+            raise ProfileError(
+                f'{path}:{lineno}: "category" must be a non-empty string such as "code", got {category!r:.40}; '
+                'fix: {"prompt": "...", "category": "code"}, or leave "category" out',
+                path=path,
+            )
+        prompts.append(Prompt(value, category.strip() if category else None))
     return prompts
 
 
-def _parse_sharegpt(text: str, path: Path) -> list[str]:
+def _parse_sharegpt(text: str, path: Path) -> list[Prompt]:
     try:
         data: Any = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ProfileError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg}); {_SHAREGPT_FIX}", path=path) from None
-    prompts: list[str] = []
+    prompts: list[Prompt] = []
     for index, entry in enumerate(data):
         turns = entry.get("conversations") if isinstance(entry, dict) else None
         if not isinstance(turns, list):
@@ -112,12 +135,16 @@ def _parse_sharegpt(text: str, path: Path) -> list[str]:
                         f'{path}: entry {index}: human turn has no string "value"; {_SHAREGPT_FIX}', path=path
                     )
                 if value:
-                    prompts.append(value)
+                    # SPEED-Bench style entries carry a "category" beside "conversations"; others none.
+                    category = entry.get("category")
+                    prompts.append(Prompt(value, category if isinstance(category, str) and category else None))
                 break
     return prompts
 
 
-def build_requests(workload: Workload, prompts: list[str]) -> tuple[list[RequestSpec], list[RequestSpec]]:
+def build_requests(
+    workload: Workload, prompts: Sequence[str]
+) -> tuple[list[RequestSpec], list[RequestSpec]]:
     """The warmup and measured request lists of one phase.
 
     Warmup request ``i`` and measured request ``i`` both use ``prompts[i % len(prompts)]``: the schedule depends
@@ -131,19 +158,22 @@ def build_requests(workload: Workload, prompts: list[str]) -> tuple[list[Request
         raise ValueError("build_requests: empty prompt list")
 
     def make(i: int) -> RequestSpec:
+        prompt = prompts[i % len(prompts)]
         return RequestSpec(
-            prompt=prompts[i % len(prompts)],
+            prompt=str(prompt),
             max_new_tokens=workload.max_new_tokens,
             temperature=workload.temperature,
             ignore_eos=workload.ignore_eos,
+            category=getattr(prompt, "category", None),
         )
 
     return [make(i) for i in range(workload.warmup_requests)], [make(i) for i in range(workload.num_requests)]
 
 
-def prompt_set_hash(prompts: list[str]) -> str:
+def prompt_set_hash(prompts: Sequence[str]) -> str:
     """SHA-256 hex digest (64 chars) of the prompt list, order-sensitive, for result fingerprints.
 
-    Computed over ``json.dumps(prompts, ensure_ascii=False)`` in UTF-8, so the boundaries between prompts count.
+    Computed over ``json.dumps(prompts, ensure_ascii=False)`` in UTF-8, so the boundaries between prompts count;
+    categories are not part of it (relabelling a prompt set keeps its runs comparable).
     """
     return hashlib.sha256(json.dumps(prompts, ensure_ascii=False).encode("utf-8")).hexdigest()

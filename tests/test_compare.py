@@ -377,3 +377,22 @@ def test_gpu_state_changes_name_other_processes_limits_and_throttling() -> None:
         "GPU 0 power limit 700 -> 500 W",
         "GPU 0 throttled: HW thermal",
     ]
+
+
+def _with_categories(record: ResultRecord, code: list[float], prose: list[float]) -> ResultRecord:
+    per_repeat = [{"code": {"accept_length": c, "num_ok": 12}, "prose": {"accept_length": p, "num_ok": 4}}
+                  for c, p in zip(code, prose, strict=True)]
+    metrics = {**record.metrics, "by_category": per_repeat[0]}
+    return dataclasses.replace(record, metrics=metrics, repeats={**record.repeats, "by_category": per_repeat})
+
+
+def test_categories_get_rows_of_their_own_and_regress_alone() -> None:
+    # Overall accept length equal; prose alone drops 2.0 -> 1.8 (-10%, beyond accept_length's 2%), exact at temp 0.
+    base = _with_categories(rec(accept_length=[2.6] * 3), code=[2.8] * 3, prose=[2.0] * 3)
+    cur = _with_categories(rec(accept_length=[2.6] * 3), code=[2.8] * 3, prose=[1.8] * 3)
+    assert cur.values("accept_length[prose]") == [1.8, 1.8, 1.8] and cur.categories == ["code", "prose"]
+    comparison = compare_results(base, cur)
+    rows = {r.metric: r for r in comparison.rows}
+    assert rows["accept_length[code]"].verdict == "ok" and not rows["accept_length"].regressed
+    assert rows["accept_length[prose]"].regressed and rows["accept_length[prose]"].basis == "exact"
+    assert "accept_rate[prose]" not in rows  # not reported: no row

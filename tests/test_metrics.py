@@ -316,3 +316,23 @@ def test_summarize_fills_positions_only_when_speculative() -> None:
     assert spec.accept_position_source == "meta_info.spec_correct_drafts_histogram"
     plain = summarize(records, 1.0, num_steps=None, speculative=False)
     assert (plain.accept_rate_at, plain.accept_rate_cond_at, plain.accept_position_source) == ((), (), None)
+
+
+def test_category_metrics_per_category_with_the_runs_definitions() -> None:
+    # code: 2 requests, 8 + 8 tokens, correct drafts 3 + 1 over 2 + 2 verify steps -> 1 + 4 / 4 = 2.0.
+    # prose: 1 request, 0 correct drafts over 3 steps -> 1.0; one failed request counted, not measured.
+    code_a = hist_record((0, 1, 1), completion=8)
+    code_a = dataclasses.replace(code_a, spec_num_correct_drafts=3)
+    code_b = dataclasses.replace(hist_record((1, 1), completion=8), spec_num_correct_drafts=1)
+    prose = dataclasses.replace(hist_record((3,), completion=4), spec_num_correct_drafts=0)
+    records = [code_a, prose, code_b, failed_record()]
+    run = summarize(records, 1.0, num_steps=3, speculative=True, max_error_rate=0.5,
+                    categories=["code", "prose", "code", None])
+    assert set(run.by_category) == {"code", "prose", "uncategorized"}
+    code = run.by_category["code"]
+    assert (code["num_requests"], code["num_ok"]) == (2, 2)
+    assert code["accept_length"] == pytest.approx(2.0) and code["accept_rate"] == pytest.approx(1 / 3)
+    assert code["accept_rate_at"] == pytest.approx((3 / 4, 1 / 4, 0.0))
+    assert run.by_category["prose"]["accept_length"] == pytest.approx(1.0)
+    assert run.by_category["uncategorized"] == {"num_requests": 1, "num_ok": 0}
+    assert summarize(records, 1.0, num_steps=3, speculative=True, max_error_rate=0.5).by_category == {}

@@ -196,30 +196,43 @@ def test_wrong_layers_fail_on_accept_length_naming_value_and_threshold(project: 
 
 
 @pytest.mark.slow
-def test_per_position_floor_fails_and_summary_shows_positions(project: pytest.Pytester) -> None:
+def test_per_position_and_category_floors_fail_and_summary_shows_both(project: pytest.Pytester) -> None:
+    cats = "  eagle3-cats:\n    extends: eagle3\n    workload: {prompts: prompts.jsonl}\n"
+    project.makefile(".yaml", specdec=PROFILES.replace("@TAG@", _tag(project)) + cats)
+    (project.path / "prompts.jsonl").write_text(
+        '{"prompt": "def read_config(path):\\n    result = {}\\n    with open(path", "category": "code"}\n'
+        '{"prompt": "# This module reads files. Each line ", "category": "prose"}\n'
+        '{"prompt": "class Stack:\\n    def __init__(self):\\n        self.", "category": "code"}\n'
+    )
     project.makepyfile(
         test_specdec="""
         import pytest
 
-        @pytest.mark.specdec(min_accept_rate_at={1: 0.5, 3: 0.99})
+        @pytest.mark.specdec(min_accept_rate_at={1: 0.5, 3: 0.99}, categories={"prose": {"min_accept_length": 99}})
         def test_positions(specdec_run):
             assert len(specdec_run.metrics.accept_rate_at) == 3
+            assert specdec_run.metrics.by_category["code"]["num_ok"] == 4
         """
     )
     plot = project.path / "positions.png"
     result = project.runpytest_subprocess(
-        "--server-profile=eagle3", f"--specdec-position-plot={plot}", timeout=600
+        "--server-profile=eagle3-cats", f"--specdec-position-plot={plot}", timeout=600
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(failed=1)
+    context = "[[]profile eagle3-cats, 6 requests, median of 3 repeats[]]"
     result.stdout.fnmatch_lines(
         [
-            "*accept_rate_at[[]3[]] 0.* < min 0.99 (margin -0.*) [[]profile eagle3, 6 requests, median of 3 repeats[]]",
+            f"*accept_rate_at[[]3[]] 0.* < min 0.99 (margin -0.*) {context}",
+            f"*accept_length[[]prose[]] * tok/verify < min 99 (margin -*) {context}",
+            "*- specdec accept length by prompt category (requests) -*",
+            "test * profile * code * prose",
+            "test_positions[[]eagle3-cats[]] * eagle3-cats * *.** (4) * *.** (2)",
             "*- specdec acceptance by draft position -*",
             "rate/cond per draft position k: rate = steps accepting draft k / verify steps; "
             "cond = steps accepting draft k / steps that reached k",
             "test * profile * k=1 * k=2 * k=3  source",
-            "test_positions[[]eagle3[]] * eagle3 * 0.*/0.* * 0.*/0.* * 0.*/0.*  "
+            "test_positions[[]eagle3-cats[]] * eagle3-cats * 0.*/0.* * 0.*/0.* * 0.*/0.*  "
             "meta_info.spec_correct_drafts_histogram",
             "*- specdec position plot: *positions.png -*",
         ]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.markdown import markdown_summary, markdown_targets, write_markdown
-from pytest_specdec.report import junit_properties, position_lines, write_json_report
+from pytest_specdec.report import category_lines, junit_properties, position_lines, write_json_report
 from pytest_specdec.results import RunFile, read_run_file
 from tests.test_sweep import record
 
@@ -174,3 +174,18 @@ def test_position_table_exact_lines_and_junit_per_position() -> None:
     assert junit_properties(spec) == [("specdec_accept_rate_at_1", 0.718), ("specdec_accept_rate_at_2", 0.512),
                                       ("specdec_accept_rate_at_3", 0.35), ("specdec_accept_rate_cond_at_1", 0.718),
                                       ("specdec_accept_rate_cond_at_2", 0.713)]
+
+
+def test_category_table_exact_lines() -> None:
+    rows = [
+        ("t.py::test_a[eagle3]", "eagle3", {"by_category": {"code": {"accept_length": 2.714, "num_ok": 15},
+                                                            "structured": {"accept_length": 2.1, "num_ok": 1}}}, "p"),
+        ("t.py::test_a[baseline]", "baseline", {"by_category": {"code": {"accept_length": None, "num_ok": 15}}}, "p"),
+        ("t.py::test_a[x]", "x", {}, "p"),
+    ]
+    assert category_lines(rows) == [
+        "test              profile        code  structured",
+        "test_a[eagle3]    eagle3    2.71 (15)    2.10 (1)",
+        "test_a[baseline]  baseline   n/a (15)           -",
+    ]
+    assert category_lines(rows[2:]) == []

@@ -64,3 +64,43 @@ def test_bad_marker_positions_name_key_value_and_shape(value: object, message: s
     with pytest.raises(ValueError) as info:
         merge_marker(Thresholds(), {"min_accept_rate_at": value})
     assert str(info.value) == message
+
+
+CATEGORIZED = dataclasses.replace(
+    SPEC,
+    by_category={
+        "code": {"num_ok": 12, "accept_length": 2.8, "accept_rate": 0.6, "ttft_ms_p50": 40.0,
+                 "accept_rate_at": [0.9, 0.6, 0.3]},
+        "prose": {"num_ok": 4, "accept_length": 1.9, "accept_rate": 0.3, "ttft_ms_p50": 45.0,
+                  "accept_rate_at": [0.6, 0.2, 0.1]},
+    },
+)
+
+
+def test_category_thresholds_fail_with_the_category_in_the_label() -> None:
+    limits = Thresholds(categories={"code": {"min_accept_length": 2.5, "min_accept_rate_at": {1: 0.8}},
+                                    "prose": {"min_accept_length": 2.0, "max_ttft_ms": 50}})
+    verdict = evaluate(limits, CATEGORIZED, speculative=True)
+    assert [c.label for c in verdict.checks] == [
+        "accept_length[code]", "accept_rate_at[1][code]", "accept_length[prose]", "ttft_ms p50[prose]"]
+    assert verdict.message("p") == "accept_length[prose] 1.9 tok/verify < min 2 (margin -0.1, -5.0%) [p]"
+
+
+def test_category_without_requests_fails_naming_the_ones_there() -> None:
+    verdict = evaluate(Thresholds(categories={"math": {"min_accept_length": 2}}), CATEGORIZED, speculative=True)
+    assert verdict.message("p") == (
+        "accept_length[math]: min 2 cannot be checked: no request of category 'math' in this run "
+        "(categories: code, prose) [p]"
+    )
+
+
+def test_marker_categories_merge_category_by_category() -> None:
+    base = Thresholds(categories={"code": {"min_accept_length": 2.5}, "prose": {"min_accept_length": 1.5}})
+    merged = merge_marker(base, {"categories": {"prose": {"min_accept_length": 1.8}}})
+    assert merged.categories is not None
+    assert {k: v.min_accept_length for k, v in merged.categories.items()} == {"code": 2.5, "prose": 1.8}
+    with pytest.raises(ValueError) as info:
+        merge_marker(base, {"categories": {"code": {"min_tok_s": 5}}})
+    assert str(info.value) == "categories.code.min_tok_s=5: Extra inputs are not permitted"
+    with pytest.raises(ValueError, match=r"^categories=\['code'\]: expected a mapping of category to thresholds"):
+        merge_marker(base, {"categories": ["code"]})

@@ -108,3 +108,35 @@ def test_prompt_set_hash_is_sha256_order_and_boundary_sensitive() -> None:
     assert len(h) == 64
     assert h != prompt_set_hash(["a", "bc"])
     assert h != prompt_set_hash(["c", "ab"])
+
+
+def test_categories_from_jsonl_reach_the_requests(tmp_path: Path) -> None:
+    (tmp_path / "p.jsonl").write_text(
+        '{"prompt": "a", "category": "code"}\n{"prompt": "b"}\n{"text": "c", "category": " prose "}\n',
+        encoding="utf-8",
+    )
+    prompts = load_prompts("p.jsonl", tmp_path)
+    assert prompts == ["a", "b", "c"] and [p.category for p in prompts] == ["code", None, "prose"]
+    assert prompt_set_hash(prompts) == prompt_set_hash(["a", "b", "c"])  # labels do not change the hash
+    _, measured = build_requests(Workload(num_requests=4, warmup_requests=0), prompts)
+    assert [(r.prompt, r.category) for r in measured] == [("a", "code"), ("b", None), ("c", "prose"), ("a", "code")]
+    assert type(measured[0].prompt) is str
+
+
+@pytest.mark.parametrize("bad", ['""', "3", '["code"]'])
+def test_bad_category_names_file_line_and_fix(tmp_path: Path, bad: str) -> None:
+    (tmp_path / "p.jsonl").write_text(f'{{"prompt": "a", "category": {bad}}}\n', encoding="utf-8")
+    with pytest.raises(ProfileError) as excinfo:
+        load_prompts("p.jsonl", tmp_path)
+    assert str(excinfo.value) == (
+        f'{tmp_path}/p.jsonl:1: "category" must be a non-empty string such as "code", got {json.loads(bad)!r}; '
+        'fix: {"prompt": "...", "category": "code"}, or leave "category" out'
+    )
+
+
+def test_builtin_set_has_five_categories_and_keeps_its_first_prompts() -> None:
+    prompts = load_prompts("builtin", "/unused")
+    assert {p.category for p in prompts} == {"code", "prose", "math", "dialogue", "structured"}
+    # The examples' thresholds were measured on the first 16 prompts: they stay first, in order.
+    assert prompts[0].startswith("def _check_type(value, name):") and prompts[15].startswith("class TestCase(")
+    assert len(prompts) == 44
