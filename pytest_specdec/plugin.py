@@ -55,6 +55,7 @@ session_key = pytest.StashKey["SpecdecSession"]()
 thresholds_key = pytest.StashKey[Thresholds]()
 record_key = pytest.StashKey[results.ResultRecord]()
 tolerances_key = pytest.StashKey[list[str]]()
+_phases_key = pytest.StashKey[dict[str, int]]()
 
 _SERVER_FIXTURES = ("specdec_server", "specdec_run", "specdec_profile")
 _USER_PROPERTY = "specdec"
@@ -1074,13 +1075,7 @@ def specdec_run(specdec_profile: Profile, request: pytest.FixtureRequest) -> run
                 if path is not None:
                     session.load_shared(path)  # measured by a sibling worker meanwhile?
                 if session.needs_measurement(profile.name, vs):
-                    status = _MeasureStatus(request.config)
-                    token = runner.phase_watcher.set(status)
-                    try:
-                        _or_fail(lambda: session.measure(specdec_server, vs, shared=path is not None))
-                    finally:
-                        runner.phase_watcher.reset(token)
-                        status.done()
+                    _or_fail(lambda: session.measure(specdec_server, vs, shared=path is not None))
                     if path is not None:
                         session.save_shared(path, profile.name)
         run = session.runs[profile.name]
@@ -1130,13 +1125,19 @@ def _replace_record(item: pytest.Item, **changes: Any) -> None:
 def _measure_lock(config: pytest.Config) -> Iterator[Callable[[str], Path] | None]:
     """Under xdist, workers share servers: one measured phase at a time, and each profile is measured once for all
     workers (the first one measures, the others read its result). Yields the per-profile result file namer, or None
-    without xdist."""
-    if not hasattr(config, "workerinput"):
-        yield None
-        return
-    root = config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]  # as xdist's workermanage.py
-    with FileLock(str(root / "specdec-measure.lock")):
-        yield lambda name: root / f"specdec-run-{re.sub(r'[^A-Za-z0-9_.@=-]', '_', name)}.pickle"
+    without xdist. Every measurement goes through here, so it also shows the measured-phase status line."""
+    status = _MeasureStatus(config)
+    token = runner.phase_watcher.set(status)
+    try:
+        if not hasattr(config, "workerinput"):
+            yield None
+            return
+        root = config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]  # as xdist's workermanage
+        with FileLock(str(root / "specdec-measure.lock")):
+            yield lambda name: root / f"specdec-run-{re.sub(r'[^A-Za-z0-9_.@=-]', '_', name)}.pickle"
+    finally:
+        runner.phase_watcher.reset(token)
+        status.done()
 
 
 def _load_shared_run(path: Path) -> Any:
@@ -1297,7 +1298,8 @@ class _MeasureStatus:
         self.config = config
         self.tr = None if hasattr(config, "workerinput") else config.pluginmanager.get_plugin("terminalreporter")
         self.tty = bool(self.tr is not None and self.tr.isatty())
-        self.phases: dict[str, int] = {}
+        #: profile -> phases measured so far in this session (confirmations continue the count)
+        self.phases = config.stash.setdefault(_phases_key, {})
         self.started = False
 
     def __call__(self, profile: str, total: int) -> PhaseProgress | None:
