@@ -77,14 +77,18 @@ def plot_sweep(
     best: Sequence[ResultRecord] = (),
     thresholds_ok: Mapping[str, bool] | None = None,
     title: str | None = None,
+    accept_floor: float | None = None,
 ) -> Path:
-    """Draw output tok/s (left axis, solid) and accept length (right axis, dashed) against the swept parameter.
+    """Draw output tok/s (left axis, solid) and accept length (right axis, dashed) against the swept parameter,
+    each point with its spread over repeats (min-max error bars, ``ResultRecord.values``).
 
     The x axis is the first swept key of the points (``sweep.split_name`` of each record's profile); every other
     combination (another base profile, or the values of further swept keys) is its own pair of lines. Baselines
     without speculation are dotted horizontal lines of their tok/s (a line over x when x is concurrency and the
     baseline was swept with it; coloured as the series of the same concurrency). Each best point is starred and
-    labelled with its tok/s and speedup; points whose tests failed are crossed out in red.
+    labelled with its tok/s and speedup; points whose tests failed are crossed out in red and labelled with the
+    thresholds they missed (``ResultRecord.checks``, e.g. ``missed accept_length``). ``accept_floor`` (the
+    profile's ``min_accept_length``) is drawn as a purple dash-dot line on the accept-length axis.
 
     :param records: ``sweep.sweep_records`` (one per point), at least one.
     :param path: the PNG to write (parent directories are created).
@@ -128,6 +132,12 @@ def plot_sweep(
         (h1,) = ax.plot(xs, tok, marker="o", color=color, linestyle="-", label=f"{label}: output tok/s")
         (h2,) = ax2.plot(xs, acc, marker="s", color=color2, linestyle="--", alpha=0.85,
                          label=f"{label}: accept length")  # fmt: skip
+        for axis, field, mids, c in ((ax, "output_tok_s", tok, color), (ax2, "accept_length", acc, color2)):
+            spreads = [r.values(field) for _, r in items]
+            low = [m - min(v) if v and m == m else 0.0 for m, v in zip(mids, spreads, strict=True)]
+            high = [max(v) - m if v and m == m else 0.0 for m, v in zip(mids, spreads, strict=True)]
+            if any(low) or any(high):
+                axis.errorbar(xs, mids, yerr=[low, high], fmt="none", ecolor=c, capsize=4, alpha=0.8)
         handles += [h1, h2]
         if single:
             ax.set_ylabel("output throughput (tok/s)", color=color)
@@ -137,6 +147,16 @@ def plot_sweep(
     if failed:
         (h,) = ax.plot([x for x, _ in failed], [y for _, y in failed], marker="X", markersize=11, color="red",
                        linestyle="none", label="thresholds not met", zorder=4)  # fmt: skip
+        handles.append(h)
+        for r in records:
+            missed = [k.removeprefix("min_") for k, v in r.checks.items() if v.startswith("FAILED")]
+            if missed and thresholds_ok is not None and not thresholds_ok.get(r.profile, False):
+                ax.annotate("missed " + ", ".join(missed), (split_name(r.profile)[1].get(x_key),
+                            _num(r.metrics.get("output_tok_s"))), textcoords="offset points", xytext=(0, -16),
+                            ha="center", fontsize=8, color="red")  # fmt: skip
+    if accept_floor is not None:
+        h = ax2.axhline(accept_floor, color=(0.6, 0.0, 0.6), linestyle="-.", linewidth=1.4,
+                        label=f"min_accept_length {accept_floor:g}")  # fmt: skip
         handles.append(h)
     series_color = {label: (colors[0] if single else colors[i % len(colors)]) for i, label in enumerate(series)}
     series_conc = {label: {_conc(r) for _, r in items} for label, items in series.items()}
@@ -177,7 +197,8 @@ def plot_sweep(
     ax.set_xticks(sorted(xs_all))
     tops = [_num(r.metrics.get("output_tok_s")) for r in [*records, *baselines]]
     ax.set_ylim(bottom=0, top=max([t for t in tops if t == t] + [1.0]) * 1.2)  # headroom for the best label
-    ax2.set_ylim(bottom=0, top=max([_num(r.metrics.get("accept_length")) for _, _, r in points] + [1.0]) * 1.25)
+    acc_top = max([_num(r.metrics.get("accept_length")) for _, _, r in points] + [1.0, accept_floor or 0.0])
+    ax2.set_ylim(bottom=0, top=acc_top * 1.25)
     ax.grid(True, alpha=0.3)
     bases = sorted({b for b, _, _ in points})
     ax.set_title(title or f"specdec sweep of {', '.join(bases)} over {x_key}")

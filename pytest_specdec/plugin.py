@@ -59,6 +59,8 @@ _phases_key = pytest.StashKey[dict[str, int]]()
 
 _SERVER_FIXTURES = ("specdec_server", "specdec_run", "specdec_profile")
 _USER_PROPERTY = "specdec"
+#: Per-threshold outcomes of a test (``thresholds.Verdict.outcomes``), joined to its record on the controller.
+_CHECKS_PROPERTY = "specdec_checks"
 #: user_properties entry listing what a test's marker changed in its profile's thresholds (shown in the summary).
 _OVERRIDES_PROPERTY = "specdec_threshold_overrides"
 
@@ -164,6 +166,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(default: a selected profile without speculation, if any)",
     )
     group.addoption(
+        "--specdec-sweep-max-gap",
+        action="store",
+        type=_percent("--specdec-sweep-max-gap"),
+        default=0.05,
+        metavar="PCT",
+        help="Fail a sweep whose best point beats the profile's configured point by more than PCT percent of "
+        "output tok/s, ties (overlapping repeat ranges) excepted (default: 5)",
+    )
+    group.addoption(
         "--specdec-sweep-plot",
         action="store",
         default=None,
@@ -210,6 +221,19 @@ def _positive_float(option: str):  # type: ignore[no-untyped-def]
         if number <= 0:
             raise pytest.UsageError(f"{option}={value}: expected a positive number of seconds")
         return number
+
+    return parse
+
+
+def _percent(option: str):  # type: ignore[no-untyped-def]
+    def parse(value: str) -> float:
+        try:
+            number = float(value.strip().removesuffix("%"))
+        except ValueError:
+            raise pytest.UsageError(f"{option}={value}: expected a percentage, e.g. {option}=5") from None
+        if not 0 <= number <= 100:
+            raise pytest.UsageError(f"{option}={value}: expected a percentage from 0 to 100, e.g. {option}=5")
+        return number / 100.0
 
     return parse
 
@@ -336,6 +360,8 @@ class SpecdecSession:
     position_plot: Path | None = None
     position_plot_error: str = ""
     sweep_failed: bool = False
+    #: Sweep lines that fail the run (no passing point; configured point too far below the best).
+    sweep_red: list[str] = field(default_factory=list)
     report_path: Path | None = None
     markdown_paths: list[Path] = field(default_factory=list)
     #: (profile, reference profile) -> paired arms measured for min_speedup (``pairing.PairedArms``).
@@ -507,14 +533,27 @@ class SpecdecSession:
                 ok = sweep.thresholds_ok(self.records)
                 best = sweep.best_points(points, thresholds_ok=ok)
                 self.sweep_table = sweep.sweep_table(points, baselines=baselines, thresholds_ok=ok)
+                assert self.profile_set is not None
+                gap_lines, self.sweep_red = sweep.configured_point_lines(
+                    points, self.profile_set.profiles, thresholds_ok=ok, max_gap=option.specdec_sweep_max_gap
+                )
+                self.sweep_table += gap_lines
+                accept_floors = {self.profile(r.profile).thresholds.min_accept_length for r in points}
                 plot_path = Path(option.specdec_sweep_plot or self.out_dir / f"sweep-{self.run_id}.png")
                 try:
                     self.sweep_plot = plots.plot_sweep(
-                        points, plot_path, baselines=baselines, best=best, thresholds_ok=ok
+                        points,
+                        plot_path,
+                        baselines=baselines,
+                        best=best,
+                        thresholds_ok=ok,
+                        accept_floor=accept_floors.pop() if len(accept_floors) == 1 else None,
                     )
                 except ImportError as exc:
                     self.sweep_table.append(f"no plot: {exc}")
                 if not best:
+                    self.sweep_red = [line for line in self.sweep_table if line.startswith("no point")]
+                if self.sweep_red:
                     self.sweep_failed = True
                     session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if option.specdec_position_plot and any(r.metrics.get("accept_rate_at") for r in self.records):
@@ -785,10 +824,16 @@ class SpecdecSession:
         # Runs on the controller under xdist too: records travel in user_properties.
         if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
             return
+        checks = {
+            str(k): str(v)
+            for name, value in report.user_properties
+            if name == _CHECKS_PROPERTY
+            for k, v in json.loads(str(value)).items()
+        }
         for name, value in report.user_properties:
             if name == _USER_PROPERTY:
                 record = results.ResultRecord.from_dict(json.loads(str(value)))
-                self.records.append(dataclasses.replace(record, outcome=report.outcome))
+                self.records.append(dataclasses.replace(record, outcome=report.outcome, checks=checks))
                 if report.failed:
                     self.failures[report.nodeid] = report.longreprtext
             elif name == _OVERRIDES_PROPERTY:
@@ -864,7 +909,7 @@ class SpecdecSession:
         if self.sweep_table:
             terminalreporter.write_sep("=", "specdec sweep")
             for line in self.sweep_table:
-                terminalreporter.write_line(line, red=self.sweep_failed and line.startswith("no point"))
+                terminalreporter.write_line(line, red=line in self.sweep_red)
             if self.sweep_plot is not None:
                 terminalreporter.write_sep("-", f"specdec sweep plot: {self.sweep_plot}")
         if self.position_plot is not None:
@@ -1207,7 +1252,17 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     speedup_check = None
     if thresholds.min_speedup is not None:
         speedup_check = session.speedup_check(item, profile.name, thresholds.min_speedup)
-    verdict = evaluate(thresholds, run.metrics, speculative=profile.is_speculative, speedup_check=speedup_check)
+    # At a sweep point, a threshold the point cannot reach by construction is not applicable (sweep.py).
+    steps = profile.speculative.num_steps if profile.speculative is not None else None
+    sweep_steps = steps if sweep.split_name(profile.name)[1] else None
+    verdict = evaluate(
+        thresholds,
+        run.metrics,
+        speculative=profile.is_speculative,
+        speedup_check=speedup_check,
+        sweep_steps=sweep_steps,
+    )
+    item.user_properties.append((_CHECKS_PROPERTY, json.dumps(verdict.outcomes())))
     failures = []
     if verdict.failed:
         repeats = len(run.measurements)

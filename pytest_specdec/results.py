@@ -415,6 +415,9 @@ class ResultRecord:
     #: The paired reference arm (``pairing.PairedArms.to_dict``: vs, mode, pairs, first, per-pair values of both
     #: arms); empty when this profile was not measured against another.
     paired: dict[str, Any] = field(default_factory=dict)
+    #: Threshold key -> "passed" | "FAILED: <verdict line>" | "n/a: <why>" (``thresholds.Verdict.outcomes``) of this
+    #: test's marker/profile thresholds; empty for old records or tests without thresholds.
+    checks: dict[str, str] = field(default_factory=dict)
 
     @property
     def categories(self) -> list[str]:
@@ -520,6 +523,8 @@ class ResultRecord:
         kw["repeats"] = {str(k): list(v) for k, v in (data.get("repeats") or {}).items()}
         kw["fingerprint"] = dict(data.get("fingerprint") or {})
         kw["paired"] = dict(data.get("paired") or {}) if isinstance(data.get("paired"), dict) else {}
+        checks = data.get("checks")
+        kw["checks"] = {str(k): str(v) for k, v in checks.items()} if isinstance(checks, dict) else {}
         kw["samples"] = tuple(RequestSample.from_dict(s) for s in data.get("samples") or () if isinstance(s, dict))
         return cls(**kw)
 

@@ -30,6 +30,8 @@ __all__ = [
     "baseline_records",
     "best_point",
     "best_points",
+    "check_cell",
+    "configured_point_lines",
     "expand_profiles",
     "parse_sweep",
     "point_label",
@@ -38,6 +40,8 @@ __all__ = [
     "sweep_records",
     "sweep_table",
     "thresholds_ok",
+    "tok_s_range",
+    "ties",
 ]
 
 #: Sweepable keys of the ``speculative:`` block (SGLang ``--speculative-num-steps`` etc.).
@@ -352,6 +356,122 @@ def best_points(records: Sequence[ResultRecord], *, thresholds_ok: Mapping[str, 
     return out
 
 
+def tok_s_range(record: ResultRecord) -> tuple[float, float] | None:
+    """(min, max) of the point's per-repeat output tok/s (``ResultRecord.values``); None when it has none."""
+    values = record.values("output_tok_s")
+    return (min(values), max(values)) if values else None
+
+
+def ties(
+    best: ResultRecord, records: Sequence[ResultRecord], *, thresholds_ok: Mapping[str, bool]
+) -> list[ResultRecord]:
+    """The other passing points of ``best``'s concurrency whose tok/s repeat range overlaps the best's: the repeats
+    cannot tell them apart, so the table calls them a tie rather than crowning the fastest median (under noise the
+    "best" of three overlapping points is a coin toss). With one repeat per point the ranges are points: only an
+    equal median ties.
+
+    :param records: :func:`sweep_records`; ``best`` is one of :func:`best_points`.
+    """
+    best_range = tok_s_range(best)
+    if best_range is None:
+        return []
+    out = []
+    for record in records:
+        if record is best or not thresholds_ok.get(record.profile, False):
+            continue
+        if _concurrency(record) != _concurrency(best):
+            continue
+        other = tok_s_range(record)
+        if other is not None and other[1] >= best_range[0] and other[0] <= best_range[1]:
+            out.append(record)
+    return out
+
+
+def check_cell(record: ResultRecord, ok: bool) -> str:
+    """The thresholds cell of a point: ``ok``, ``FAILED accept_length`` (the thresholds it missed, from
+    ``ResultRecord.checks``), ``FAILED`` (a failure without a threshold miss: compare, error), and
+    ``ok (min_accept_length n/a)`` when a threshold could not apply at the point (``thresholds.evaluate``)."""
+    failed = [key.removeprefix("min_") for key, v in record.checks.items() if v.startswith("FAILED")]
+    na = [key for key, v in record.checks.items() if v.startswith("n/a")]
+    if not ok:
+        return "FAILED " + ", ".join(failed) if failed else "FAILED"
+    return f"ok ({', '.join(na)} n/a)" if na else "ok"
+
+
+def _configured(profile: Profile, keys: Iterable[str]) -> dict[str, int] | None:
+    point: dict[str, int] = {}
+    for key in keys:
+        if key == "concurrency":
+            value: int | None = profile.workload.concurrency
+        else:
+            value = getattr(profile.speculative, key, None) if profile.speculative is not None else None
+        if value is None:
+            return None
+        point[key] = int(value)
+    return point
+
+
+def configured_point_lines(
+    records: Sequence[ResultRecord],
+    profiles: Mapping[str, Profile],
+    *,
+    thresholds_ok: Mapping[str, bool],
+    max_gap: float,
+) -> tuple[list[str], list[str]]:
+    """Is the profile's configured point (its own num_steps/topk/draft tokens/concurrency) within ``max_gap`` of the
+    sweep's best? The check the original incident needed: 2 steps beat the 5 configured, and nothing said so.
+
+    Per best point (:func:`best_points`): the configured point of its base profile, at the best's concurrency.
+    A tie (:func:`ties`) with the best passes; otherwise gap = (best median tok/s - configured median) / best.
+
+    :param profiles: the session's profiles by name (the base profiles, before sweep expansion).
+    :param max_gap: the largest allowed gap as a fraction (0.05 = 5 %).
+    :returns: (lines for the table, the failing ones among them), e.g. ``configured point eagle3@num_steps=5
+        (92.1 tok/s) is 12.3% below the sweep's best eagle3@num_steps=2 (105.0 tok/s), more than the allowed 5%
+        (--specdec-sweep-max-gap); set num_steps: 2 in profile eagle3``.
+    """
+    lines: list[str] = []
+    failing: list[str] = []
+    by_name = {r.profile: r for r in records}
+    for best in best_points(records, thresholds_ok=thresholds_ok):
+        base, point = split_name(best.profile)
+        profile = profiles.get(base)
+        configured = _configured(profile, point) if profile is not None else None
+        if configured is None:
+            continue
+        if "concurrency" in point and configured["concurrency"] != point["concurrency"]:
+            continue  # the configured point belongs to another concurrency's group
+        name = f"{base}{_AT}{point_label(configured)}"
+        conf = by_name.get(name)
+        if conf is None:
+            lines.append(f"configured point {name} was not swept; not compared with the best {best.profile}")
+            continue
+        if conf is best:
+            lines.append(f"configured point {name} is the sweep's best")
+            continue
+        if conf in ties(best, records, thresholds_ok=thresholds_ok):
+            lines.append(
+                f"configured point {name} is tied with the sweep's best {best.profile} (repeat ranges overlap)"
+            )
+            continue
+        b, c = best.metrics.get("output_tok_s"), conf.metrics.get("output_tok_s")
+        if not isinstance(b, int | float) or not isinstance(c, int | float) or b <= 0:
+            continue
+        gap = (b - c) / b
+        if gap > max_gap:
+            better = ", ".join(f"{k}: {v}" for k, v in point.items() if configured.get(k) != v)
+            line = (
+                f"configured point {name} ({c:.1f} tok/s) is {gap:.1%} below the sweep's best {best.profile} "
+                f"({b:.1f} tok/s), more than the allowed {max_gap:.0%} (--specdec-sweep-max-gap); set {better} in "
+                f"profile {base}"
+            )
+            failing.append(line)
+        else:
+            line = f"configured point {name} is {gap:.1%} below the sweep's best {best.profile} (allowed {max_gap:.0%})"
+        lines.append(line)
+    return lines, failing
+
+
 #: (header, metrics key, format) of the sweep table.
 _COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("accept_len", "accept_length", "{:.2f}"),
@@ -372,35 +492,48 @@ def sweep_table(
     baselines: Sequence[ResultRecord] = (),
     thresholds_ok: Mapping[str, bool],
 ) -> list[str]:
-    """The sweep as fixed-width lines: a header, one row per point, then a closing verdict line.
+    """The sweep as fixed-width lines: a header, one row per point, then closing verdict lines.
 
-    Columns: point (derived profile name), accept length (tokens per verify step), accept rate (fraction of draft
-    tokens), output tok/s, TTFT p50 ms, ITL p50 ms, speedup (``n.nnx`` vs the baseline of the same concurrency,
-    :func:`speedup`; ``n/a`` without one), thresholds (``ok`` / ``FAILED``); each best point's row
-    (:func:`best_points`) ends in ``<- best``. The closing lines are ``best: <point> (<tok/s> tok/s[, <speedup>x
-    vs <baseline>])`` (``best at concurrency N: ...`` per concurrency when concurrency is swept), or
-    ``no point met the thresholds (<n> points)``.
+    Columns: point (derived profile name), accept length (tokens per verify step), accept rate (fraction of drafted
+    positions), output tok/s (median of repeats) and its repeat range (min-max, :func:`tok_s_range`), TTFT p50 ms,
+    ITL p50 ms, speedup (``n.nnx`` vs the baseline of the same concurrency, :func:`speedup`; ``n/a`` without one),
+    thresholds (:func:`check_cell`). Each best point's row (:func:`best_points`) ends in ``<- best``, its ties'
+    (:func:`ties`) in ``<- tie``. The closing lines are ``best: <point> (<tok/s> tok/s, repeats <min>-<max>[,
+    <speedup>x vs <baseline>])`` plus ``; tied with <points> (repeat ranges overlap)`` (``best at concurrency N:
+    ...`` per concurrency when concurrency is swept), or ``no point met the thresholds (<n> points)``.
 
     :param records: :func:`sweep_records` (one per point).
     :param baselines: :func:`baseline_records`; empty when no profile without speculation ran.
     :param thresholds_ok: :func:`thresholds_ok`.
     """
     bests = best_points(records, thresholds_ok=thresholds_ok)
-    headers = ["point", *(h for h, _, _ in _COLUMNS), "speedup", "thresholds"]
+    tied = {id(t): b for b in bests for t in ties(b, records, thresholds_ok=thresholds_ok)}
+    headers = ["point", *(h for h, _, _ in _COLUMNS), "tok/s range", "speedup", "thresholds"]
     rows: list[list[str]] = []
     for record in records:
         up = speedup(record, baselines)
         cells = [record.profile, *(_fmt(fmt, record.metrics.get(key)) for _, key, fmt in _COLUMNS)]
+        spread = tok_s_range(record)
+        if spread is None:
+            cells.append("n/a")
+        else:
+            cells.append(f"{spread[0]:.1f}-{spread[1]:.1f}" if spread[0] != spread[1] else f"{spread[0]:.1f}")
         cells.append(f"{up:.2f}x" if up is not None else "n/a")
-        cells.append("ok" if thresholds_ok.get(record.profile, False) else "FAILED")
+        cells.append(check_cell(record, thresholds_ok.get(record.profile, False)))
         rows.append(cells)
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
     lines = []
     for i, row in enumerate([headers, *rows]):
         cells = [row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:-1], widths[1:-1], strict=True)), row[-1]]
         line = "  ".join(cells)
-        if i > 0 and any(records[i - 1] is b for b in bests):
-            line = f"{line.ljust(sum(widths) + 2 * (len(widths) - 1))}  <- best"
+        if i > 0:
+            mark = (
+                "<- best"
+                if any(records[i - 1] is b for b in bests)
+                else ("<- tie" if id(records[i - 1]) in tied else "")
+            )
+            if mark:
+                line = f"{line.ljust(sum(widths) + 2 * (len(widths) - 1))}  {mark}"
         lines.append(line.rstrip())
     if not bests:
         lines.append(f"no point met the thresholds ({len(records)} points)")
@@ -408,10 +541,14 @@ def sweep_table(
     for best in bests:
         up = speedup(best, baselines)
         tok_s = _fmt("{:.1f}", best.metrics.get("output_tok_s"))
+        spread = tok_s_range(best)
+        repeats = f", repeats {spread[0]:.1f}-{spread[1]:.1f}" if spread is not None and spread[0] != spread[1] else ""
         versus = ""
         if up is not None:
             match = [b for b in baselines if _concurrency(b) == _concurrency(best)] or list(baselines)
             versus = f", {up:.2f}x vs {match[0].profile}"
         at = f" at concurrency {_concurrency(best)}" if len(concurrencies) > 1 else ""
-        lines.append(f"best{at}: {best.profile} ({tok_s} tok/s{versus})")
+        tie = [r.profile for r in ties(best, records, thresholds_ok=thresholds_ok)]
+        tied_with = f"; tied with {', '.join(tie)} (repeat ranges overlap)" if tie else ""
+        lines.append(f"best{at}: {best.profile} ({tok_s} tok/s{repeats}{versus}){tied_with}")
     return lines

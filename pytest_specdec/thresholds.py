@@ -132,6 +132,19 @@ class Verdict:
     def failed(self) -> tuple[Check, ...]:
         return tuple(c for c in self.checks if c.passed is False)
 
+    def outcomes(self) -> dict[str, str]:
+        """Threshold key -> ``"passed"``, ``"FAILED: <line>"`` or ``"n/a: <why>"``, for the result record
+        (``ResultRecord.checks``) and the sweep table/plot."""
+        out = {}
+        for c in self.checks:
+            # One entry per position / category: "min_accept_rate_at[2]", "min_accept_length[code]".
+            key = f"{c.key.split('_', 1)[0]}_{c.label}" if "[" in c.label else c.key
+            if c.passed is None:
+                out[key] = f"n/a: {c.note}"
+            else:
+                out[key] = "passed" if c.passed else f"FAILED: {c.line()}"
+        return out
+
     def message(self, context: str) -> str:
         """The failure text: one line per missed threshold, then the context (profile, requests)."""
         lines = [c.line() for c in self.failed]
@@ -145,6 +158,7 @@ def evaluate(
     speculative: bool,
     speedup: float | None = None,
     speedup_check: Check | None = None,
+    sweep_steps: int | None = None,
 ) -> Verdict:
     """Compare ``metrics`` with every set threshold.
 
@@ -152,6 +166,10 @@ def evaluate(
     ``min_accept_rate_at`` checks ``metrics.accept_rate_at`` position by position (label ``accept_rate_at[k]``); a
     position the server does not draft fails, saying how many it drafts. ``categories`` checks each category's
     figures in ``metrics.by_category`` (label ``accept_length[code]``); a category the run has no request of fails.
+    At a sweep point (``sweep_steps`` = the point's ``num_steps``), ``min_accept_length`` above ``num_steps + 1`` is
+    not applicable either: one verify step emits at most ``num_steps`` accepted drafts plus the bonus token, so the
+    point would fail by construction (min 2.4 at num_steps 1, where accept length <= 2). A profile of its own with
+    such a threshold still fails: there it is a configuration mistake, not a sweep's range.
     ``speedup_check`` is the ``min_speedup`` check already judged on paired arms (``pairing.Speedup.check``; the
     plugin always gives it); else ``speedup`` is this profile's output tok/s over the ``min_speedup.vs`` profile's,
     or None when that profile was not measured.
@@ -165,12 +183,18 @@ def evaluate(
         if spec_only and not speculative:
             checks.append(Check(key, label, op, threshold, None, unit, None, "profile runs no speculative decoding"))
             continue
+        if key == "min_accept_length" and sweep_steps is not None and threshold > sweep_steps + 1:
+            note = f"at num_steps {sweep_steps} accept length is at most {sweep_steps + 1}"
+            checks.append(Check(key, label, op, threshold, measured, unit, None, note))
+            continue
         if measured is None:
             checks.append(Check(key, label, op, threshold, None, unit, None, "not reported by the server"))
             continue
         passed = measured >= threshold if op == ">=" else measured <= threshold
         checks.append(Check(key, label, op, threshold, float(measured), unit, passed))
-    checks.extend(_position_checks(thresholds.min_accept_rate_at, metrics.accept_rate_at, speculative))
+    checks.extend(
+        _position_checks(thresholds.min_accept_rate_at, metrics.accept_rate_at, speculative, sweep_steps=sweep_steps)
+    )
     checks.extend(_category_checks(thresholds, metrics, speculative))
     if thresholds.min_speedup is not None and speedup_check is not None:
         checks.append(speedup_check)
@@ -186,9 +210,15 @@ def evaluate(
 
 
 def _position_checks(
-    floors: dict[int, float] | None, rates: Any, speculative: bool, suffix: str = ""
+    floors: dict[int, float] | None,
+    rates: Any,
+    speculative: bool,
+    suffix: str = "",
+    *,
+    sweep_steps: int | None = None,
 ) -> list[Check]:
-    """One check per ``min_accept_rate_at`` entry against the unconditional per-position rate."""
+    """One check per ``min_accept_rate_at`` entry against the unconditional per-position rate; at a sweep point a
+    position beyond its ``num_steps`` is not applicable (never drafted there)."""
     checks: list[Check] = []
     rates = tuple(rates or ())
     for position, floor in sorted((floors or {}).items()):
@@ -196,6 +226,9 @@ def _position_checks(
         key = "min_accept_rate_at"
         if not speculative:
             checks.append(Check(key, label, ">=", floor, None, "", None, "profile runs no speculative decoding"))
+        elif sweep_steps is not None and position > sweep_steps:
+            note = f"at num_steps {sweep_steps} only {sweep_steps} position(s) are drafted"
+            checks.append(Check(key, label, ">=", floor, None, "", None, note))
         elif not rates:
             note = "per-position acceptance not reported by the server"
             checks.append(Check(key, label, ">=", floor, None, "", None, note))

@@ -210,3 +210,21 @@ def test_cli_plot_unreadable_run_file(tmp_path: Path, capsys: pytest.CaptureFixt
     bad.write_text("{not json")
     assert main(["plot", str(bad), "-o", str(tmp_path / "t.png")]) == 2
     assert capsys.readouterr().err.startswith(f"ERROR: {bad}: not JSON: ")
+
+
+def test_plot_sweep_draws_the_accept_floor_and_names_the_missed_threshold(tmp_path: Path) -> None:
+    """Issue 14.6: the threshold line on the accept-length axis, and the failed point says which threshold."""
+    import dataclasses
+
+    records = seed_records(failed=(1,))
+    points = sweep.sweep_records(records)
+    ok = sweep.thresholds_ok(records)
+    plain = plot_sweep(points, tmp_path / "plain.png", thresholds_ok=ok)
+    named = [dataclasses.replace(p, checks={"min_accept_length": "FAILED: accept_length 1.8 < min 2.4"},
+                                 repeats={"output_tok_s": [88.0, 90.1, 93.0]}) if p.profile.endswith("=1") else p
+             for p in points]  # fmt: skip
+    out = plot_sweep(named, tmp_path / "named.png", thresholds_ok=ok, accept_floor=2.4)
+    purple = (0.6, 0.0, 0.6)
+    assert pixels(plain, purple) == 0
+    assert pixels(out, purple) > 50
+    assert pixels(out, RED) > pixels(plain, RED) + 20  # "missed accept_length" in red beside the cross

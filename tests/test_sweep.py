@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -239,11 +240,12 @@ def test_sweep_table_lines() -> None:
         thresholds_ok=sweep.thresholds_ok(records),
     )
     assert lines == [
-        "point               accept_len  accept_rate  tok/s  TTFT p50 ms  ITL p50 ms  speedup  thresholds",
-        "eagle3@num_steps=1        1.80        0.267   90.1         40.0       11.10    1.01x  FAILED",
-        "eagle3@num_steps=2        2.40        0.467   94.0         40.0       10.64    1.06x  ok          <- best",
-        "eagle3@num_steps=3        2.70        0.567   92.5         40.0       10.81    1.04x  ok",
-        "eagle3@num_steps=4        2.90        0.633   89.0         40.0       11.24    1.00x  ok",
+        "point               accept_len  accept_rate  tok/s  TTFT p50 ms  ITL p50 ms  tok/s range  speedup  thresholds",
+        "eagle3@num_steps=1        1.80        0.267   90.1         40.0       11.10         90.1    1.01x  FAILED",
+        "eagle3@num_steps=2        2.40        0.467   94.0         40.0       10.64         94.0    1.06x  ok"
+        "          <- best",
+        "eagle3@num_steps=3        2.70        0.567   92.5         40.0       10.81         92.5    1.04x  ok",
+        "eagle3@num_steps=4        2.90        0.633   89.0         40.0       11.24         89.0    1.00x  ok",
         "best: eagle3@num_steps=2 (94.0 tok/s, 1.06x vs baseline)",
     ]
 
@@ -251,7 +253,9 @@ def test_sweep_table_lines() -> None:
 def test_sweep_table_without_baseline_or_passing_point() -> None:
     records = seed_records(failed=(1, 2, 3, 4))
     lines = sweep.sweep_table(sweep.sweep_records(records), thresholds_ok=sweep.thresholds_ok(records))
-    assert lines[1] == "eagle3@num_steps=1        1.80        0.267   90.1         40.0       11.10      n/a  FAILED"
+    assert lines[1] == (
+        "eagle3@num_steps=1        1.80        0.267   90.1         40.0       11.10         90.1      n/a  FAILED"
+    )
     assert lines[-1] == "no point met the thresholds (4 points)"
 
 
@@ -283,3 +287,99 @@ def test_speedup_of_a_paired_point_is_its_median_paired_ratio() -> None:
     point = ResultRecord("t[eagle3]", "eagle3", {"output_tok_s": 130.0}, {}, {}, paired=paired)
     far_apart = ResultRecord("t[baseline]", "baseline", {"output_tok_s": 160.0}, {}, {})
     assert sweep.speedup(point, [far_apart]) == pytest.approx(1.4)
+
+
+# -- issue 14.6: applicable thresholds, spread, ties, the configured point ---------------------------------------
+
+
+def with_repeats(rec: ResultRecord, tok_s: list[float], **checks: str) -> ResultRecord:
+    return dataclasses.replace(rec, repeats={"output_tok_s": tok_s}, checks=dict(checks))
+
+
+def test_min_accept_length_cannot_apply_where_accept_length_cannot_reach_it() -> None:
+    """min_accept_length 2.4 at num_steps 1 (accept length <= 2) is not applicable at a sweep point, not failed."""
+    from pytest_specdec.profiles import Thresholds
+    from pytest_specdec.thresholds import evaluate
+    from tests.test_results import run_metrics
+
+    thresholds = Thresholds(min_accept_length=2.4, min_tok_s=50)
+    metrics = run_metrics(accept_length=1.8, output_tok_s=90.0)
+    verdict = evaluate(thresholds, metrics, speculative=True, sweep_steps=1)
+    assert not verdict.failed
+    assert verdict.outcomes() == {
+        "min_accept_length": "n/a: at num_steps 1 accept length is at most 2",
+        "min_tok_s": "passed",
+    }
+    # Per-position floors beyond the point's drafted positions do not apply either.
+    at = evaluate(Thresholds(min_accept_rate_at={1: 0.5, 2: 0.3}), dataclasses.replace(metrics, accept_rate_at=(0.6,)),
+                  speculative=True, sweep_steps=1)  # fmt: skip
+    assert at.outcomes() == {
+        "min_accept_rate_at[1]": "passed",
+        "min_accept_rate_at[2]": "n/a: at num_steps 1 only 1 position(s) are drafted",
+    }
+    # At num_steps 2 it can apply, and 1.8 fails it; a profile of its own (no sweep) fails too.
+    assert [c.key for c in evaluate(thresholds, metrics, speculative=True, sweep_steps=2).failed] == [
+        "min_accept_length"
+    ]
+    assert evaluate(thresholds, metrics, speculative=True).outcomes()["min_accept_length"] == (
+        "FAILED: accept_length 1.8 tok/verify < min 2.4 (margin -0.6, -25.0%)"
+    )
+
+
+def test_table_names_missed_and_inapplicable_thresholds() -> None:
+    records = seed_records(failed=(3,))
+    points = sweep.sweep_records(records)
+    points[0] = dataclasses.replace(points[0], checks={"min_accept_length": "n/a: at num_steps 1 ..."})
+    points[2] = dataclasses.replace(points[2], checks={"min_accept_length": "FAILED: accept_length ..."})
+    ok = sweep.thresholds_ok(records)
+    rows = sweep.sweep_table(points, thresholds_ok=ok)[1:5]
+    cells = [row.split("n/a  ", 1)[1].removesuffix("<- best").strip() for row in rows]
+    assert cells == ["ok (min_accept_length n/a)", "ok", "FAILED accept_length", "ok"]
+
+
+def test_best_with_overlapping_repeats_is_a_tie() -> None:
+    """Under noise the fastest median of overlapping points is a coin toss: the table calls it a tie."""
+    records = seed_records()
+    points = sweep.sweep_records(records)
+    points = [
+        with_repeats(points[0], [88.0, 90.1, 91.0]),
+        with_repeats(points[1], [91.5, 94.0, 96.0]),  # best median
+        with_repeats(points[2], [90.0, 92.5, 95.0]),  # overlaps the best's 91.5-96.0
+        with_repeats(points[3], [88.5, 89.0, 89.5]),
+    ]
+    ok = sweep.thresholds_ok(records)
+    assert [r.profile for r in sweep.ties(points[1], points, thresholds_ok=ok)] == ["eagle3@num_steps=3"]
+    lines = sweep.sweep_table(points, baselines=sweep.baseline_records(records, None), thresholds_ok=ok)
+    assert lines[2].endswith("91.5-96.0    1.06x  ok          <- best")
+    assert lines[3].endswith("90.0-95.0    1.04x  ok          <- tie")
+    assert lines[-1] == (
+        "best: eagle3@num_steps=2 (94.0 tok/s, repeats 91.5-96.0, 1.06x vs baseline); tied with eagle3@num_steps=3 "
+        "(repeat ranges overlap)"
+    )
+
+
+def test_configured_point_within_max_gap_of_the_best(profiles: dict) -> None:
+    """The incident's check: eagle3 is configured at 3 steps; 2 steps was faster."""
+    records = seed_records()
+    points = sweep.sweep_records(records)
+    ok = sweep.thresholds_ok(records)
+    lines, failing = sweep.configured_point_lines(points, profiles, thresholds_ok=ok, max_gap=0.05)
+    assert (lines, failing) == (
+        ["configured point eagle3@num_steps=3 is 1.6% below the sweep's best eagle3@num_steps=2 (allowed 5%)"],
+        [],
+    )
+    lines, failing = sweep.configured_point_lines(points, profiles, thresholds_ok=ok, max_gap=0.01)
+    assert failing == lines == [
+        "configured point eagle3@num_steps=3 (92.5 tok/s) is 1.6% below the sweep's best eagle3@num_steps=2 "
+        "(94.0 tok/s), more than the allowed 1% (--specdec-sweep-max-gap); set num_steps: 2 in profile eagle3"
+    ]
+    # A tie with the best passes whatever the gap; a configured point outside the sweep is said, not judged.
+    tied = [with_repeats(p, [80.0, p.metrics["output_tok_s"], 100.0]) for p in points]
+    lines, failing = sweep.configured_point_lines(tied, profiles, thresholds_ok=ok, max_gap=0.01)
+    assert (lines, failing) == (
+        ["configured point eagle3@num_steps=3 is tied with the sweep's best eagle3@num_steps=2 (repeat ranges "
+         "overlap)"],
+        [],
+    )  # fmt: skip
+    lines, _ = sweep.configured_point_lines(points[:2], profiles, thresholds_ok=ok, max_gap=0.05)
+    assert lines == ["configured point eagle3@num_steps=3 was not swept; not compared with the best eagle3@num_steps=2"]

@@ -72,10 +72,11 @@ def test_sweep_runs_each_point_prints_table_and_writes_outputs(project: pytest.P
     result.stdout.fnmatch_lines(
         [
             "*= specdec sweep =*",
-            "point * accept_len * accept_rate * tok/s * TTFT p50 ms * ITL p50 ms * speedup * thresholds",
+            "point * accept_len * accept_rate * tok/s * TTFT p50 ms * ITL p50 ms * tok/s range * speedup * thresholds",
             "eagle3@num_steps=1 * ?.??x  ok*",
             "eagle3@num_steps=2 * ?.??x  ok*",
-            "best: eagle3@num_steps=? (* tok/s, *x vs baseline)",
+            "best: eagle3@num_steps=? (* tok/s, *x vs baseline)*",
+            "configured point eagle3@num_steps=3 was not swept; not compared with the best eagle3@num_steps=?",
             "*- specdec sweep plot: out/sweep.png -*",
             "*- specdec report: out/report.json -*",
             "*- specdec markdown: out/summary.md -*",
@@ -93,7 +94,8 @@ def test_sweep_runs_each_point_prints_table_and_writes_outputs(project: pytest.P
 
 
 def test_sweep_without_a_passing_point_fails_the_run(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    project.makepyfile(test_specdec=TESTS.replace("min_accept_length=1.2", "min_accept_length=9.0"))
+    # min_accept_length 9 cannot apply at num_steps 1 (accept length <= 2): not applicable; min_tok_s fails.
+    project.makepyfile(test_specdec=TESTS.replace("min_accept_length=1.2", "min_accept_length=9.0, min_tok_s=99999"))
     step = project.path / "step_summary.md"
     step.write_text("earlier\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
@@ -102,8 +104,25 @@ def test_sweep_without_a_passing_point_fails_the_run(project: pytest.Pytester, m
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*= specdec sweep =*", "eagle3@num_steps=1 * n/a  FAILED", "no point met the thresholds (1 points)"]
+        ["*= specdec sweep =*", "eagle3@num_steps=1 * n/a  FAILED tok_s", "no point met the thresholds (1 points)"]
     )
     text = step.read_text()
     assert text.startswith("earlier\n\n## specdec summary\n")
-    assert "### Failed" in text and "< min 9 (margin" in text
+    assert "### Failed" in text and "< min 99999 (margin" in text
+    assert "accept_length" not in text.split("### Failed", 1)[1]
+
+
+def test_sweep_fails_when_the_configured_point_is_far_below_the_best(project: pytest.Pytester) -> None:
+    """Issue 14.6: the incident's check. eagle3 is configured at 3 steps; a 0% allowed gap fails unless 3 steps is
+    the best or tied with it, and the reason names the better point."""
+    result = project.runpytest_subprocess("-m", "specdec", "--server-profile=eagle3", "--specdec-sweep=num_steps=1,3",
+                                          "--specdec-sweep-max-gap=0", timeout=900)  # fmt: skip
+    out = result.stdout.str()
+    if "configured point eagle3@num_steps=3 is the sweep's best" in out or "is tied with" in out:
+        assert result.ret == pytest.ExitCode.OK, out
+    else:
+        assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+        result.stdout.fnmatch_lines(
+            ["configured point eagle3@num_steps=3 (* tok/s) is *% below the sweep's best eagle3@num_steps=1 (* tok/s), "
+             "more than the allowed 0% (--specdec-sweep-max-gap); set num_steps: 1 in profile eagle3"]
+        )  # fmt: skip
