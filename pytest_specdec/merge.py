@@ -283,8 +283,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pytest_specdec merge",
         description="Merge the run files of CI shards into one run in the store, with one markdown summary and one "
-        "trend PNG. Refuses runs of different commits or different profile definitions unless --force. Exit 0 "
-        "merged, 1 refused, 2 bad input.",
+        "trend PNG. Refuses runs of different commits, profile definitions or metric definitions, and a test "
+        "measured twice, unless --force. Exit 0 merged, 1 refused, 2 bad input.",
     )
     parser.add_argument(
         "paths",
