@@ -173,13 +173,24 @@ class NodeGroup:
 
     @classmethod
     def start(
-        cls, profile: Profile, engine: NodeEngine, *, port: int, log_dir: Path, draft_path: Path | None
+        cls,
+        profile: Profile,
+        engine: NodeEngine,
+        *,
+        port: int,
+        log_dir: Path,
+        draft_path: Path | None,
+        on_launch: Callable[[NodeGroup], None] | None = None,
+        record_dir: Path | None = None,
     ) -> NodeGroup:
         """Launch every rank of ``profile.nodes`` (rank 0 first) through its launcher template.
 
         Logs: rank 0 writes ``<log_dir>/<profile>.log`` (where single-node runs write theirs), rank R
         ``<log_dir>/<profile>.rank<R>.log``. Port checks (``ServerProcess.start``) apply to ranks on a loopback
-        host (the HTTP port, and rank 0's dist-init port); a remote host's ports are the remote's business.
+        host (the HTTP port, and rank 0's dist-init port); a remote host's ports are the remote's business. Each
+        rank's launcher runs under its own supervisor and is recorded in ``record_dir`` (``ServerProcess.start``),
+        so a killed pytest leaves no rank behind on this machine. ``on_launch(group)`` is called once every rank is
+        launched, before any wait (``sharing`` records the group then); if it raises, every rank is stopped.
 
         :raises ServerStartError: a rank could not be launched (the ranks already launched are stopped).
         :raises ProfileError: the engine cannot build the command.
@@ -207,14 +218,21 @@ class NodeGroup:
                 suffix = "" if rank == 0 else f".rank{rank}"
                 proc = ServerProcess.start(
                     launch, name=f"{profile.name} node rank {rank} on {host}",
-                    log_path=log_dir / f"{profile.name}{suffix}.log",
+                    log_path=log_dir / f"{profile.name}{suffix}.log", record_dir=record_dir,
                 )  # fmt: skip
                 ranks.append(Rank(rank, host, spec, proc, joined=rank == 0))
         except BaseException:
             for done in ranks:
                 done.process.stop()
             raise
-        return cls(profile.name, ranks, stop_template=nodes.stop)
+        group = cls(profile.name, ranks, stop_template=nodes.stop)
+        if on_launch is not None:
+            try:
+                on_launch(group)
+            except BaseException:
+                group.stop()
+                raise
+        return group
 
     # -- readiness --------------------------------------------------------------------------------------------
 

@@ -54,8 +54,6 @@ class RunningServer:
     effective: EffectiveConfig | None = None
     startup_s: float | None = None
     stop_report: object | None = None
-    #: A node group's record for ``registry.reap`` (a single server's is its ``ServerProcess.record_path``).
-    registry_entry: Path | None = None
     #: The measuring client's load in the last phase on this server (``client.ClientLoad``), for auto workers.
     client_load: client.ClientLoad | None = None
 
@@ -63,8 +61,6 @@ class RunningServer:
         """Tear the server down (no-op for a server given by URL: we never stop what we did not start)."""
         if self.process is not None and self.stop_report is None:
             self.stop_report = self.process.stop()  # type: ignore[attr-defined]
-            if self.registry_entry is not None:
-                self.registry_entry.unlink(missing_ok=True)
 
     def restart(self, *, startup_timeout_s: float | None = None) -> None:
         """Stop (if running) and start the same profile again, updating this object in place, so that holders of
@@ -78,18 +74,6 @@ class RunningServer:
         new = start_server(self.profile, log_dir=self.log_path.parent, startup_timeout_s=startup_timeout_s)
         for f in dataclasses.fields(self):
             setattr(self, f.name, getattr(new, f.name))
-
-
-def _register(server: RunningServer, registry_dir: Path) -> None:
-    """Record a node group's rank 0 (``registry.record``), so that ``reap`` can stop it if this pytest is killed.
-    A single server is recorded by ``ServerProcess.start`` itself, at launch."""
-    from pytest_specdec import registry
-    from pytest_specdec.launch import owners
-
-    pid = server.process.pid  # type: ignore[attr-defined]
-    server.registry_entry = registry.record(
-        registry_dir, pid=pid, profile=server.profile.name, base_url=server.base_url, owners=owners()
-    )
 
 
 @dataclass(frozen=True)
@@ -144,7 +128,7 @@ def start_server(
         )
     if profile.nodes is not None:
         return _start_group(profile, engine, api_key, log_dir=log_dir, draft_path=draft_path, budget_s=budget,
-                            on_progress=on_progress)  # fmt: skip
+                            on_progress=on_progress, on_launch=on_launch)  # fmt: skip
     port = profile.port or find_free_port(profile.host)
     launch = engine.launch_spec(profile, port=port, draft_path=draft_path)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -183,9 +167,11 @@ def _start_group(
     draft_path: Path | None,
     budget_s: float,
     on_progress: ProgressCallback | None,
+    on_launch: Callable[[object], None] | None = None,
 ) -> RunningServer:
-    """``start_server`` for a profile with ``nodes:``: one launch per rank (``nodegroup.NodeGroup``), ready when
-    every rank joined and rank 0 really generates."""
+    """``start_server`` for a profile with ``nodes:``: one launch per rank (``nodegroup.NodeGroup``, each rank
+    recorded for ``registry.reap``; ``on_launch(group)`` once all are launched), ready when every rank joined and
+    rank 0 really generates."""
     from pytest_specdec.nodegroup import NodeGroup
     from pytest_specdec.server import find_free_port
 
@@ -194,7 +180,10 @@ def _start_group(
     port = profile.port or find_free_port(leader if leader in ("127.0.0.1", "localhost") else "127.0.0.1")
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    group = NodeGroup.start(profile, engine, port=port, log_dir=log_dir, draft_path=draft_path)  # type: ignore[arg-type]
+    group = NodeGroup.start(
+        profile, engine, port=port, log_dir=log_dir, draft_path=draft_path,  # type: ignore[arg-type]
+        on_launch=on_launch, record_dir=log_dir.parent / "servers",
+    )  # fmt: skip
     server = RunningServer(profile, engine, group.base_url, api_key, group.spec, group, group.log_path)
     try:
         with httpx.Client(base_url=group.base_url, headers=_auth(api_key), timeout=10.0) as http:
@@ -205,8 +194,6 @@ def _start_group(
                 on_progress=on_progress,
             )
         server.startup_s = time.perf_counter() - started
-        # Rank 0's launcher: if pytest is killed, the next run stops it, and the other ranks lose their peer.
-        _register(server, log_dir.parent / "servers")
         _read_back(server)
     except BaseException:
         server.stop()

@@ -217,3 +217,43 @@ def test_plugin_runs_a_multinode_profile(pytester: pytest.Pytester) -> None:
     logs = pytester.path / ".specdec" / "logs"
     assert sorted(p.name for p in logs.glob("tp3*.log")) == ["tp3.log", "tp3.rank1.log", "tp3.rank2.log"]
     assert not _tagged(str(pytester.path))
+
+
+@pytest.mark.slow
+def test_killed_pytest_leaves_no_rank_behind(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    _profile(tmp_path, "--ref-fault-node-never-join", "2")
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        from pytest_specdec.engines import get_engine
+        from pytest_specdec.nodegroup import NodeGroup
+        from pytest_specdec.profiles import load_profiles
+        p = load_profiles({str(tmp_path / "specdec.yaml")!r}).get("tp3")
+        g = NodeGroup.start(p, get_engine(p), port=int(sys.argv[1]), log_dir=Path({str(tmp_path / "logs")!r}),
+                            draft_path=None, record_dir=Path({str(tmp_path / "servers")!r}))
+        print("launched", flush=True)
+        time.sleep(600)
+        """
+    )
+    from pytest_specdec.ports import find_free_port
+
+    owner = subprocess.Popen([sys.executable, "-c", script, str(find_free_port())], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None and owner.stdout.readline().strip() == "launched"
+        deadline = time.monotonic() + 60
+        while len(_tagged(str(tmp_path))) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(_tagged(str(tmp_path))) >= 3
+    finally:
+        owner.kill()  # SIGKILL: no teardown runs in the owner; each rank's supervisor must stop it
+        owner.wait()
+        if owner.stdout is not None:
+            owner.stdout.close()
+    deadline = time.monotonic() + 15
+    while _tagged(str(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _tagged(str(tmp_path))
