@@ -88,7 +88,8 @@ class Launched:
     """A server started by its supervisor. ``pid``: the server's main process (its process group and session id).
 
     ``poll()`` returns the server's exit status once the supervisor reported it (``Popen.returncode`` convention),
-    else None; ``exited()`` also covers a supervisor that died (then the status is unknown and None).
+    else None; ``exited()`` looks at the process itself (exited, or a zombie), so it also covers a supervisor that
+    died (then the status stays unknown: None).
     """
 
     def __init__(self, supervisor: subprocess.Popen[bytes], pid: int, buffer: bytes) -> None:
@@ -139,7 +140,9 @@ class Launched:
         """Whether the server's main process has ended (status reported, or supervisor gone and it not running)."""
         if self.poll() is not None:
             return True
-        return self._eof and not running(self.pid, self._create_time)
+        # The process itself, not the supervisor's line: that comes a scheduler wake-up later (the status is read
+        # when the message needs it, after the teardown closed the supervisor).
+        return not running(self.pid, self._create_time)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """After the teardown: let the supervisor exit (it does once the tree is gone and reaped); if it is still

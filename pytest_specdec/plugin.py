@@ -1030,9 +1030,10 @@ def specdec_server(
 ) -> Iterator[runner.RunningServer]:
     """The profile's server, started once per session and ready to generate (``runner.RunningServer``).
 
-    Ready means ``/health`` 200 *and* a real 1-token generate. Torn down (whole process tree) at the end of the
-    session, or before the next profile's server starts. Under pytest-xdist one server per profile serves every
-    worker; the last worker out tears it down.
+    Ready means ``/health`` 200 *and* a real 1-token generate. Torn down (whole process tree) right after the
+    profile's last test, or at the end of the session; its supervisor stops it if pytest dies first. Under
+    pytest-xdist the profile's tests go to one worker (``schedule``); a server is still shared if two workers need
+    it (the last one out tears it down).
     """
     session: SpecdecSession = request.config.stash[session_key]
     config = request.config

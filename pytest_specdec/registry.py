@@ -106,12 +106,17 @@ def record(
     owners: Sequence[tuple[int, float]],
     supervisor: int | None = None,
     log_path: Path | None = None,
-) -> Path:
-    """Write ``<directory>/<pid>.json`` for a server just launched; returns its path (remove it after teardown)."""
+) -> Path | None:
+    """Write ``<directory>/<pid>.json`` for a server just launched; returns its path (remove it after teardown), or
+    None when the server is already gone (nothing to record)."""
+    try:
+        create_time = psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        return None
     directory.mkdir(parents=True, exist_ok=True)
     entry: dict[str, Any] = {
         "pid": pid,
-        "create_time": psutil.Process(pid).create_time(),
+        "create_time": create_time,
         "profile": profile,
         "base_url": base_url,
         "owners": [list(o) for o in owners],
