@@ -400,6 +400,7 @@ class NodeGroup:
                 survivors=tuple(sorted({p for rep in reports for p in rep.survivors})),
                 port_free=all(rep.port_free for rep in reports),
                 duration_s=time.monotonic() - started,
+                zombies=tuple(sorted({p for rep in reports for p in rep.zombies})),
             )
             return self._stop_report
 
