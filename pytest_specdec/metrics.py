@@ -447,6 +447,8 @@ def summarize(
         by_category=category_metrics(
             records, categories, duration_s=duration_s, num_steps=num_steps, speculative=speculative
         ),
+        draft_ms_per_cycle=_per_cycle_ms(counters_before, counters_after, "draft_seconds"),
+        verify_ms_per_cycle=_per_cycle_ms(counters_before, counters_after, "verify_seconds"),
         accept_rate_at=positions.rates if positions else (),
         accept_rate_cond_at=positions.conditional_rates if positions else (),
         accept_position_source=positions.source if positions else None,
@@ -479,6 +481,17 @@ def client_check(metrics: RunMetrics) -> str | None:
         f"{ref:.2f} ms ({cpu}{workers} worker process{'es' if workers > 1 else ''}); TTFT and ITL include the "
         "client's own delay; fix: raise workload.client_workers or lower workload.concurrency"
     )
+
+
+def _per_cycle_ms(before: SpecCounters | None, after: SpecCounters | None, name: str) -> float | None:
+    """Δ``name`` seconds / Δverify calls, in ms (None when either is missing or no cycle ran)."""
+    if before is None or after is None:
+        return None
+    seconds = _delta(getattr(after, name), getattr(before, name))
+    cycles = _delta(after.verify_calls, before.verify_calls)
+    if seconds is None or not cycles or cycles <= 0:
+        return None
+    return seconds / cycles * 1000.0
 
 
 #: The figures ``RunMetrics.by_category`` holds per category: the per-request ones (throughput belongs to the

@@ -886,6 +886,8 @@ class SpecdecSession:
             f"specdec {r.profile}: {r.paired['speedup']}" for r in self.records if r.paired.get("speedup")
         ):
             terminalreporter.write_line(line)
+        for line in report.cycle_lines(self.records):
+            terminalreporter.write_line(line)
         for line in report.definition_lines(self.records):
             terminalreporter.write_line(line)
         by_category = report.category_lines(rows)

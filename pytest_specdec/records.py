@@ -107,6 +107,10 @@ class RunMetrics:
     #: Per prompt category (the workload's JSONL ``category``; "uncategorized" for prompts without one when others
     #: have one): the ``metrics.CATEGORY_FIELDS`` of that category's requests. Empty when no prompt has a category.
     by_category: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Milliseconds per speculative cycle spent drafting / verifying, from the engine's counters over this phase
+    #: (the reference server reports them; SGLang and vLLM do not: None).
+    draft_ms_per_cycle: float | None = None
+    verify_ms_per_cycle: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Field -> value, JSON-safe: per-position tuples as lists (what they read back as from JSON)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ __all__ = [
     "POSITION_LEGEND",
     "SUMMARY_COLUMNS",
     "category_lines",
+    "cycle_cost",
+    "cycle_lines",
     "definition_lines",
     "junit_properties",
     "position_lines",
@@ -99,6 +102,59 @@ def definition_lines(records: Sequence[ResultRecord]) -> list[str]:
             notes.setdefault(note, []).append(name)
     for note, names in notes.items():
         out.append(f"prefix cache before each measured phase: {note} ({', '.join(names)})")
+    return out
+
+
+def cycle_cost(record: ResultRecord) -> tuple[float, int] | None:
+    """The cost of one speculative cycle in plain decode steps, from the paired baseline arm measured with it.
+
+    Per pair i: ``accept_length x reference tok/s_i / target tok/s_i``; returns (median, pairs). Why: a plain
+    decode step makes 1 token, a cycle makes ``accept_length`` (bonus included), so tok/s = 1 / step_ms and
+    accept_length / cycle_ms at equal concurrency, hence cycle_ms / step_ms = accept_length x baseline tok/s / spec
+    tok/s. Speculation pays when the accept length exceeds this cost. Prefill and queueing are in both arms' tok/s,
+    so it is an upper estimate for long prompts.
+
+    Worked example: accept length 2.6, pairs (baseline 100, spec 140) and (100, 130) -> 1.857 and 2.0 -> 1.93.
+
+    :returns: None without paired arms or an accept length.
+    """
+    paired = record.paired or {}
+    length = record.metrics.get("accept_length")
+    target = (paired.get("target") or {}).get("output_tok_s") or []
+    reference = (paired.get("reference") or {}).get("output_tok_s") or []
+    if not isinstance(length, int | float) or not target:
+        return None
+    costs = [length * r / t for t, r in zip(target, reference, strict=False) if t and r]
+    return (float(statistics.median(costs)), len(costs)) if costs else None
+
+
+def cycle_lines(records: Sequence[ResultRecord]) -> list[str]:
+    """One line per profile with paired arms: what a speculative cycle costs (:func:`cycle_cost`) and, when the
+    server reports it (reference server), where the cycle's time goes.
+
+    Example: ``specdec eagle3: a speculative cycle costs 1.93 plain decode steps (accept_len 2.60 x baseline
+    tok/s / eagle3 tok/s, median of 2 pairs at concurrency 1); speculation pays while the accept length exceeds
+    1.93 [server: draft 3.10 ms + verify 9.80 ms per cycle]``.
+    """
+    out = []
+    seen: set[str] = set()
+    for record in records:
+        found = cycle_cost(record)
+        if found is None or record.profile in seen:
+            continue
+        seen.add(record.profile)
+        cost, pairs = found
+        vs = (record.paired or {}).get("vs", "baseline")
+        line = (
+            f"specdec {record.profile}: a speculative cycle costs {cost:.2f} plain decode steps (accept_len "
+            f"{record.metrics['accept_length']:.2f} x {vs} tok/s / {record.profile} tok/s, median of {pairs} pairs at "
+            f"concurrency {record.workload.get('concurrency', '?')}); speculation pays while the accept length "
+            f"exceeds {cost:.2f}"
+        )
+        draft, verify = record.metrics.get("draft_ms_per_cycle"), record.metrics.get("verify_ms_per_cycle")
+        if isinstance(draft, int | float) and isinstance(verify, int | float):
+            line += f" [server: draft {draft:.2f} ms + verify {verify:.2f} ms per cycle]"
+        out.append(line)
     return out
 
 

@@ -517,3 +517,30 @@ def test_xdist_schedule_one_launch_per_profile_one_server_at_a_time(project: pyt
     }
     assert sampler.max_alive == 1
     assert not _our_servers(project)
+
+
+@pytest.mark.slow
+def test_slower_verify_shows_as_a_higher_cycle_cost_with_the_same_accept_length(project: pytest.Pytester) -> None:
+    # A lost-NCCL-env style slowdown: only the verify forward of the speculative server gets slower.
+    extra = (
+        "  eagle3-paired:\n    extends: eagle3\n    thresholds: {min_speedup: {vs: baseline, ratio: 0.01}}\n"
+        "  eagle3-slow-verify:\n    extends: eagle3-paired\n"
+        '    extra_args: ["--ref-fault-verify-delay-ms", "60"]\n'
+    )
+    project.makefile(".yaml", specdec=PROFILES.replace("@TAG@", _tag(project)) + extra)
+    project.makepyfile(test_specdec="def test_run(specdec_run):\n    pass\n")
+    result = project.runpytest_subprocess("--server-profile=baseline,eagle3-paired,eagle3-slow-verify", timeout=900)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    out = result.stdout.str()
+    pattern = (
+        r"specdec (\S+): a speculative cycle costs ([\d.]+) plain decode steps \(accept_len ([\d.]+) x baseline "
+        r"tok/s / \S+ tok/s, median of \d+ pairs at concurrency 1\); speculation pays while the accept length "
+        r"exceeds [\d.]+ \[server: draft ([\d.]+) ms \+ verify ([\d.]+) ms per cycle\]"
+    )
+    found = {m[0]: tuple(float(x) for x in m[1:]) for m in re.findall(pattern, out)}
+    assert set(found) == {"eagle3-paired", "eagle3-slow-verify"}, out
+    fast, slow = found["eagle3-paired"], found["eagle3-slow-verify"]
+    assert fast[1] == slow[1]  # same accept length (temperature 0, same draft)
+    assert slow[0] > fast[0] * 1.2, out  # the cycle costs more plain decode steps
+    assert slow[3] - fast[3] > 30.0, out  # the verify took the delay (60 ms; the machine's load moves the rest)
+    assert not _our_servers(project)

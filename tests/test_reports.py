@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -189,3 +190,25 @@ def test_category_table_exact_lines() -> None:
         "test_a[baseline]  baseline   n/a (15)           -",
     ]
     assert category_lines(rows[2:]) == []
+
+
+def test_cycle_cost_worked_example_and_line() -> None:
+    from pytest_specdec.report import cycle_cost, cycle_lines
+    from pytest_specdec.results import ResultRecord
+
+    rec = ResultRecord(
+        test_id="t.py::test_a[eagle3]", profile="eagle3",
+        metrics={"accept_length": 2.6, "draft_ms_per_cycle": 3.1, "verify_ms_per_cycle": 9.8},
+        repeats={}, fingerprint={"workload": {"concurrency": 1}},
+        paired={"vs": "baseline", "target": {"output_tok_s": [140.0, 130.0]},
+                "reference": {"output_tok_s": [100.0, 100.0]}},
+    )
+    # 2.6 x 100 / 140 = 1.857, 2.6 x 100 / 130 = 2.0 -> median 1.929.
+    found = cycle_cost(rec)
+    assert found is not None and found[0] == pytest.approx((2.6 * 100 / 140 + 2.0) / 2) and found[1] == 2
+    assert cycle_lines([rec, rec]) == [
+        "specdec eagle3: a speculative cycle costs 1.93 plain decode steps (accept_len 2.60 x baseline tok/s / "
+        "eagle3 tok/s, median of 2 pairs at concurrency 1); speculation pays while the accept length exceeds 1.93 "
+        "[server: draft 3.10 ms + verify 9.80 ms per cycle]"
+    ]
+    assert cycle_lines([dataclasses.replace(rec, paired={})]) == []

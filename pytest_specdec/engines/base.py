@@ -68,6 +68,10 @@ class SpecCounters:
     accepted_per_position: tuple[float, ...] = ()
     #: The Prometheus series ``accepted_per_position`` was read from; None when the engine exports none.
     per_position_series: str | None = None
+    #: Seconds spent drafting / verifying in speculative cycles (reference server's
+    #: ``refserver:spec_{draft,verify}_seconds_total``); None when the engine does not report them.
+    draft_seconds: float | None = None
+    verify_seconds: float | None = None
 
 
 class Engine(Protocol):

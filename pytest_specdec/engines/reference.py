@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pytest_specdec.engines.base import LaunchSpec, SpecCounters
-from pytest_specdec.engines.prometheus import per_position
+from pytest_specdec.engines.prometheus import per_position, sum_samples
 from pytest_specdec.engines.sglang import (
     _FLAGS,
     FlagIssue,
@@ -139,14 +139,20 @@ class ReferenceEngine(SglangEngine):
         return issues
 
     def counters(self, metrics_text: str) -> SpecCounters:
-        """SGLang's counters (``SglangEngine.counters``) plus :data:`PER_POSITION_SERIES` per position.
+        """SGLang's counters (``SglangEngine.counters``) plus :data:`PER_POSITION_SERIES` per position and the
+        seconds of drafting and verifying (``refserver:spec_{draft,verify}_seconds_total``).
 
         :raises ValueError: the text is not Prometheus exposition format.
         """
         base = super().counters(metrics_text)
         per_pos = per_position(metrics_text, PER_POSITION_SERIES)
+        totals = sum_samples(metrics_text)
         return dataclasses.replace(
-            base, accepted_per_position=per_pos, per_position_series=PER_POSITION_SERIES if per_pos else None
+            base,
+            accepted_per_position=per_pos,
+            per_position_series=PER_POSITION_SERIES if per_pos else None,
+            draft_seconds=totals.get("refserver:spec_draft_seconds_total"),
+            verify_seconds=totals.get("refserver:spec_verify_seconds_total"),
         )
 
     def _unsupported(self, profile: Profile) -> list[str]:

@@ -83,6 +83,7 @@ class ServerArgs:
     ref_fault_die_after_requests: int | None = None
     ref_fault_orphan: bool = False
     ref_fault_hold_port: int | None = None
+    ref_fault_verify_delay_ms: float | None = None
     # Multi-node (SGLang arg_groups/fields/parallel.py: nnodes, node_rank, dist_init_addr); see refserver/nodes.py.
     nnodes: int = 1
     node_rank: int = 0
@@ -167,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Exit 1 after serving N measured requests.")
     faults.add_argument("--ref-fault-orphan", action="store_true",
                         help="Spawn a grandchild process that ignores SIGTERM and sleeps.")
+    faults.add_argument("--ref-fault-verify-delay-ms", type=float, metavar="MS", default=None,
+                        help="Sleep MS milliseconds in every verify forward of a speculative cycle (drafting and "
+                        "plain decoding unchanged): a slower verify with the same accept length.")
     faults.add_argument("--ref-fault-hold-port", type=int, metavar="PORT", default=None,
                         help="Bind and hold an extra TCP port, like an engine's derived port.")
     faults.add_argument("--ref-fault-node-never-join", type=int, metavar="RANK", default=None,
@@ -288,6 +292,7 @@ def resolve_args(ns: argparse.Namespace) -> ServerArgs:
         ref_fault_die_after_requests=ns.ref_fault_die_after_requests,
         ref_fault_orphan=ns.ref_fault_orphan,
         ref_fault_hold_port=ns.ref_fault_hold_port,
+        ref_fault_verify_delay_ms=ns.ref_fault_verify_delay_ms,
         nnodes=ns.nnodes,
         node_rank=ns.node_rank,
         dist_init_addr=ns.dist_init_addr,

@@ -143,6 +143,10 @@ class Sequence:
     verify_ct: int = 0
     correct: int = 0
     histogram: list[int] = field(default_factory=list)
+    #: Seconds this request's speculative cycles spent drafting (draft forwards) and verifying (target forward and
+    #: acceptance), for ``refserver:spec_{draft,verify}_seconds_total``.
+    draft_s: float = 0.0
+    verify_s: float = 0.0
     # Engine-private state.
     target_cache: Any = None  # transformers DynamicCache
     draft_cache: DraftCache | None = None
@@ -234,6 +238,10 @@ class EngineStats:
         self.num_running = 0
         self.num_queue = 0
         self.total_generated_tokens = 0  # measured requests only (not warmup/health), for the stall fault
+        # Measured requests' speculative cycles since the last /flush_cache: seconds drafting and verifying.
+        self.spec_draft_s = 0.0
+        self.spec_verify_s = 0.0
+        self.spec_cycles = 0
 
     @property
     def avg_spec_accept_length(self) -> float | None:
@@ -246,6 +254,8 @@ class EngineStats:
         with self.lock:
             self.spec_total_accept_tokens = 0
             self.spec_total_forward_ct = 0
+            self.spec_draft_s = self.spec_verify_s = 0.0
+            self.spec_cycles = 0
 
 
 class EngineListener:
@@ -278,6 +288,7 @@ class SpecEngine:
         self.num_steps = args.speculative_num_steps or 0
         self.num_draft_tokens = args.speculative_num_draft_tokens or 0
         self.draft_window = args.speculative_draft_window_size
+        self.verify_delay_s = (args.ref_fault_verify_delay_ms or 0.0) / 1000.0
         self.max_running = args.max_running_requests or 1024
         self.gen = torch.Generator().manual_seed(args.random_seed)
         self.delay_s = float(os.environ.get(FORWARD_DELAY_ENV, "0") or 0) / 1000.0
@@ -464,6 +475,7 @@ class SpecEngine:
         params = seq.params
         n = self.num_steps
         prefix = seq.target_cache.get_seq_length()  # committed positions; the bonus token is not cached yet
+        tic = time.perf_counter()
         # Draft step 1: extend the draft cache over the newly committed positions (token after, aux state).
         seq.draft_cache, h = draft.extend(seq.draft_cache, seq.draft_tokens_in, seq.draft_hidden_in,
                                           prefix - seq.draft_tokens_in.shape[0], self.draft_window)
@@ -484,8 +496,11 @@ class SpecEngine:
             if k + 1 < n:
                 seq.draft_cache, h = draft.extend(seq.draft_cache, torch.tensor([d]), h, prefix + k, self.draft_window)
         seq.draft_cache.crop(prefix)
+        drafted = time.perf_counter()
         verify_in = torch.tensor([seq.last_token, *drafts])
         out, g = self._target(verify_in, seq.target_cache, True)
+        if self.verify_delay_s:
+            time.sleep(self.verify_delay_s)  # --ref-fault-verify-delay-ms: a slower verify, drafting unchanged
         if params.greedy:
             tgt = g.argmax(-1)
             match = (tgt[:n] == verify_in[1:]).to(torch.int64)
@@ -498,6 +513,14 @@ class SpecEngine:
         kept = drafts[:a] + [bonus]
         seq.draft_tokens_in = torch.tensor(kept)
         seq.draft_hidden_in = self._aux(out.hidden_states)[: a + 1]
+        done = time.perf_counter()
+        seq.draft_s += drafted - tic
+        seq.verify_s += done - drafted
+        if seq.log_metrics:
+            with self.stats.lock:
+                self.stats.spec_draft_s += drafted - tic
+                self.stats.spec_verify_s += done - drafted
+                self.stats.spec_cycles += 1
         seq.verify_ct += 1
         seq.correct += a
         if len(seq.histogram) <= a:

@@ -49,6 +49,11 @@ class MetricsCollector(EngineListener):
         # spec_correct_drafts_histogram): vLLM's counter of the same meaning, 0-based position label.
         per_pos = Counter("refserver:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
                           [*names, "position"], registry=r)
+        # Where a speculative cycle's time goes (not SGLang series either; its profiler is /start_profile).
+        self.draft_seconds = counter("refserver:spec_draft_seconds_total",
+                                     "Seconds spent drafting in speculative cycles of measured requests.")
+        self.verify_seconds = counter("refserver:spec_verify_seconds_total",
+                                      "Seconds spent in the verify forward (and acceptance) of speculative cycles.")
         self.accepted_per_pos = [per_pos.labels(**labels, position=str(i))
                                  for i in range(max(0, (args.speculative_num_draft_tokens or 1) - 1))]
         self.ttft = Histogram(
@@ -73,6 +78,8 @@ class MetricsCollector(EngineListener):
             self.prompt_tokens.inc(len(seq.prompt_ids))
             self.generation_tokens.inc(len(seq.output_ids))
             self.verify_calls.inc(seq.verify_ct)
+            self.draft_seconds.inc(seq.draft_s)
+            self.verify_seconds.inc(seq.verify_s)
             # histogram[a] = verify steps that accepted a drafts; position i (0-based) was accepted when a > i.
             for i, counter in enumerate(self.accepted_per_pos):
                 counter.inc(sum(seq.histogram[i + 1:]))

@@ -49,13 +49,20 @@ def model_info_dict(state: AppState) -> dict:
 
 def server_info_dict(state: AppState) -> dict:
     """The ``/server_info`` body: resolved args at the top level, ``internal_states`` with the lifetime
-    ``avg_spec_accept_length`` (absent while no verify step was folded in, as SGLang)."""
+    ``avg_spec_accept_length`` (absent while no verify step was folded in, as SGLang) and, reference server only,
+    ``draft_ms_per_cycle`` / ``verify_ms_per_cycle`` / ``spec_cycles`` of measured requests since /flush_cache."""
     stats = state.engine.stats
     with stats.lock:
         internal: dict[str, Any] = {"last_gen_throughput": stats.last_gen_throughput}
         avg = stats.avg_spec_accept_length
+        cycles, draft_s, verify_s = stats.spec_cycles, stats.spec_draft_s, stats.spec_verify_s
     if avg is not None:
         internal["avg_spec_accept_length"] = avg
+    if cycles:
+        # Reference server only: where a cycle's time goes, measured requests since the last /flush_cache.
+        internal["draft_ms_per_cycle"] = draft_s / cycles * 1000.0
+        internal["verify_ms_per_cycle"] = verify_s / cycles * 1000.0
+        internal["spec_cycles"] = cycles
     return {
         **state.args.public_dict(),
         "launch_command": state.launch_command,
