@@ -32,6 +32,7 @@ __all__ = [
     "best_points",
     "check_cell",
     "configured_point_lines",
+    "crossover_lines",
     "expand_profiles",
     "parse_sweep",
     "point_label",
@@ -551,4 +552,46 @@ def sweep_table(
         tie = [r.profile for r in ties(best, records, thresholds_ok=thresholds_ok)]
         tied_with = f"; tied with {', '.join(tie)} (repeat ranges overlap)" if tie else ""
         lines.append(f"best{at}: {best.profile} ({tok_s} tok/s{repeats}{versus}){tied_with}")
+    return lines + crossover_lines(records, baselines)
+
+
+def crossover_lines(records: Sequence[ResultRecord], baselines: Sequence[ResultRecord]) -> list[str]:
+    """Speedup by concurrency and where speculation stops paying (issue 18.4), one line per speculative point
+    swept over concurrency (the same point at two or more concurrencies, each with a speedup, :func:`speedup`).
+
+    ``speedup by concurrency, eagle3@num_steps=3: 1: 1.38x, 8: 1.12x, 64: 0.84x; speculation stops paying between
+    concurrency 8 and 64`` (or ``pays at every measured concurrency`` / ``pays at none``). Speculation trades spare
+    compute for fewer forward passes: as the batch grows, verify stops being free and the plain arm catches up (real
+    SGLang 0.5.17 on an H200, tiny model, concurrency 64: 3,752 tok/s with EAGLE-3 vs 8,796 without).
+    """
+    groups: dict[tuple[str, tuple[tuple[str, int], ...]], list[tuple[int, float]]] = {}
+    for record in records:
+        base, point = split_name(record.profile)
+        conc = _concurrency(record)
+        up = speedup(record, baselines)
+        if "concurrency" not in point or conc is None or up is None:
+            continue
+        rest = tuple(sorted((k, v) for k, v in point.items() if k != "concurrency"))
+        groups.setdefault((base, rest), []).append((conc, up))
+    lines = []
+    for (base, rest), series in groups.items():
+        if len({c for c, _ in series}) < 2:
+            continue
+        series.sort()
+        name = f"{base}@{point_label(dict(rest))}" if rest else base
+        cells = ", ".join(f"{c}: {u:.2f}x" for c, u in series)
+        paying = [u > 1.0 for _, u in series]
+        if all(paying):
+            verdict = "speculation pays at every measured concurrency"
+        elif not any(paying):
+            verdict = "speculation pays at none"
+        else:
+            # The first step from paying to not paying; None when it only starts paying further up.
+            i = next((i for i in range(1, len(series)) if paying[i - 1] and not paying[i]), None)
+            verdict = (
+                f"speculation stops paying between concurrency {series[i - 1][0]} and {series[i][0]}"
+                if i is not None
+                else "speculation pays only at higher concurrency"
+            )
+        lines.append(f"speedup by concurrency, {name}: {cells}; {verdict}")
     return lines

@@ -273,11 +273,28 @@ def test_sweep_table_best_per_concurrency() -> None:
     best = sweep.best_points(points, thresholds_ok=ok)
     assert [r.profile for r in best] == ["eagle3@num_steps=1,concurrency=1", "eagle3@num_steps=2,concurrency=4"]
     lines = sweep.sweep_table(points, baselines=sweep.baseline_records(records, "baseline"), thresholds_ok=ok)
-    assert lines[-2:] == [
+    assert lines[-4:] == [
         "best at concurrency 1: eagle3@num_steps=1,concurrency=1 (90.0 tok/s, 1.12x vs baseline@concurrency=1)",
         "best at concurrency 4: eagle3@num_steps=2,concurrency=4 (330.0 tok/s, 1.10x vs baseline@concurrency=4)",
+        # Issue 18.4: speedup by concurrency and the crossover.
+        "speedup by concurrency, eagle3@num_steps=1: 1: 1.12x, 4: 0.93x; speculation stops paying between "
+        "concurrency 1 and 4",
+        "speedup by concurrency, eagle3@num_steps=2: 1: 1.06x, 4: 1.10x; "
+        "speculation pays at every measured concurrency",
     ]
     assert lines[2].endswith("0.93x  ok")
+
+
+def test_crossover_lines_name_where_speculation_stops_paying() -> None:
+    baselines = [record(f"baseline@concurrency={c}", t, None, conc=c) for c, t in ((1, 100.0), (8, 400.0), (64, 900.0))]
+    points = [record(f"eagle3@concurrency={c}", t, 2.5, conc=c) for c, t in ((1, 140.0), (8, 420.0), (64, 380.0))]
+    assert sweep.crossover_lines(points, baselines) == [
+        "speedup by concurrency, eagle3: 1: 1.40x, 8: 1.05x, 64: 0.42x; "
+        "speculation stops paying between concurrency 8 and 64"
+    ]
+    slow = [record(f"eagle3@concurrency={c}", t, 2.5, conc=c) for c, t in ((1, 90.0), (8, 300.0))]
+    assert sweep.crossover_lines(slow, baselines)[0].endswith("speculation pays at none")
+    assert sweep.crossover_lines(points[:1], baselines) == []  # one concurrency: nothing to cross
 
 
 def test_speedup_of_a_paired_point_is_its_median_paired_ratio() -> None:
@@ -369,10 +386,14 @@ def test_configured_point_within_max_gap_of_the_best(profiles: dict) -> None:
         [],
     )
     lines, failing = sweep.configured_point_lines(points, profiles, thresholds_ok=ok, max_gap=0.01)
-    assert failing == lines == [
-        "configured point eagle3@num_steps=3 (92.5 tok/s) is 1.6% below the sweep's best eagle3@num_steps=2 "
-        "(94.0 tok/s), more than the allowed 1% (--specdec-sweep-max-gap); set num_steps: 2 in profile eagle3"
-    ]
+    assert (
+        failing
+        == lines
+        == [
+            "configured point eagle3@num_steps=3 (92.5 tok/s) is 1.6% below the sweep's best eagle3@num_steps=2 "
+            "(94.0 tok/s), more than the allowed 1% (--specdec-sweep-max-gap); set num_steps: 2 in profile eagle3"
+        ]
+    )
     # A tie with the best passes whatever the gap; a configured point outside the sweep is said, not judged.
     tied = [with_repeats(p, [80.0, p.metrics["output_tok_s"], 100.0]) for p in points]
     lines, failing = sweep.configured_point_lines(tied, profiles, thresholds_ok=ok, max_gap=0.01)
