@@ -66,11 +66,18 @@ def _pytest(project: Path, args: list[str], timeout_s: float) -> Outcome:
     xml.unlink(missing_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     started = time.perf_counter()
-    done = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-m", "specdec", "-p", "no:cacheprovider", "-q", f"--junitxml={xml}",
          "-W", "default", *args],
-        cwd=project, env=env, capture_output=True, text=True, timeout=timeout_s,
+        cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    try:
+        _stdout, stderr = proc.communicate(timeout=timeout_s)
+    except BaseException:
+        # Ctrl-C / SIGTERM / timeout: let pytest tear its servers down (SIGINT), as a user's Ctrl-C would.
+        proc.send_signal(signal.SIGINT)
+        proc.wait(120)
+        raise
     took = time.perf_counter() - started
     passed = failed = compare = speedup = other = 0
     note = ""
@@ -99,7 +106,7 @@ def _pytest(project: Path, args: list[str], timeout_s: float) -> Outcome:
                 kinds.append(text.strip().splitlines()[0][:80] if text.strip() else "failed")
             note = note or "; ".join(kinds)
     else:
-        note = f"no junit xml (exit {done.returncode}): {done.stderr.strip()[-200:]}"
+        note = f"no junit xml (exit {proc.returncode}): {stderr.strip()[-200:]}"
         failed = 1
         other = 1
     return Outcome(passed, failed, compare, speedup, other, took, note)
@@ -156,6 +163,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the scratch project")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per pytest run (default 1200)")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop like Ctrl-C: servers and load torn down
 
     project = Path(tempfile.mkdtemp(prefix="specdec-false-alarms-"))
     shutil.copy(ROOT / "examples/test_specdec.py", project / "test_specdec.py")
