@@ -1,13 +1,16 @@
 """False alarms and misses of the compare and speedup checks on a runner whose load comes and goes (issue 15.6).
 
     python benchmarks/bench_false_alarms.py --runs 20            # the full benchmark (hours on 2 busy cores)
-    python benchmarks/bench_false_alarms.py --runs 5 --quick     # 8 requests a phase instead of 16
+    python benchmarks/bench_false_alarms.py --runs 5 --quick     # 4 requests x 32 tokens a phase (16 x 64)
 
-In a scratch project with ``examples/specdec.yaml`` (plus ``eagle3-slow``: eagle3 with ``SPECDEC_REF_FORWARD_DELAY_MS``
-in the reference server) and ``examples/test_specdec.py``:
+In a scratch project with ``examples/specdec.yaml`` (its ``min_tok_s`` floor lowered to 1, see ``_profiles``; plus
+``eagle3-slow``: eagle3 with ``SPECDEC_REF_FORWARD_DELAY_MS`` in the reference server) and
+``examples/test_specdec.py``:
 
-1. calibrate the delay: eagle3-slow against eagle3, both servers alive, interleaved phases, until the paired tok/s
-   ratio is about 0.90 (-10 %; a paired ratio does not move with the runner's load, so "quiet" is not needed);
+1. calibrate the delay: eagle3-slow against eagle3, both servers alive, interleaved phases, for a paired tok/s
+   ratio of about 0.90 (-10 %). The pairing cancels the load both arms share, but a sleep costs a starved process
+   less than an idle one (measured here at load 12: 11.55 ms -> 0.937), so calibrate at the load you run at, or
+   give ``--delay-ms``;
 2. store a baseline: ``pytest -m specdec --server-profile=eagle3`` with no extra load;
 3. ``--runs`` times each, with a background CPU load (``--load-procs`` busy processes) switched on for odd runs and
    off for even ones:
@@ -41,8 +44,11 @@ BUSY = "import time\nwhile True:\n    sum(i * i for i in range(10000))\n"
 
 def _profiles(delay_ms: float, quick: bool) -> str:
     text = (ROOT / "examples/specdec.yaml").read_text()
+    # The example's absolute floor (min_tok_s: 20) is not a compare or speedup check, and a runner at load 12 on
+    # 2 cores misses it (eagle3 made 17 tok/s there): it would fail every run and leave no passing baseline.
+    text = text.replace("min_tok_s: 20", "min_tok_s: 1")
     if quick:
-        text = text.replace("num_requests: 16", "num_requests: 8")
+        text = text.replace("num_requests: 16", "num_requests: 4").replace("max_new_tokens: 64", "max_new_tokens: 32")
     # The rest of examples/specdec.yaml stays; vLLM profiles are never selected here.
     return text + (
         "\n  eagle3-slow:\n    extends: eagle3\n"
@@ -70,6 +76,8 @@ def _pytest(project: Path, args: list[str], timeout_s: float) -> Outcome:
         [sys.executable, "-m", "pytest", "-m", "specdec", "-p", "no:cacheprovider", "-q", f"--junitxml={xml}",
          "-W", "default", *args],
         cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # A background job's shell ignores SIGINT and children inherit it: restore it so Ctrl-C/SIGINT stops pytest.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         _stdout, stderr = proc.communicate(timeout=timeout_s)
@@ -159,7 +167,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20, help="runs of each kind (default: 20)")
     parser.add_argument("--load-procs", type=int, default=2, help="busy processes when the load is on (default 2)")
     parser.add_argument("--delay-ms", type=float, default=None, help="skip the delay calibration")
-    parser.add_argument("--quick", action="store_true", help="8 requests a phase instead of the example's 16")
+    parser.add_argument("--quick", action="store_true", help="4 requests x 32 tokens a phase instead of 16 x 64")
     parser.add_argument("--keep", action="store_true", help="keep the scratch project")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per pytest run (default 1200)")
     args = parser.parse_args()
