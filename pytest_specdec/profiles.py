@@ -37,6 +37,7 @@ __all__ = [
     "ProfileSet",
     "SpeculativeConfig",
     "Thresholds",
+    "TraceConfig",
     "Workload",
     "load_profiles",
     "resolve_paths",
@@ -134,6 +135,19 @@ class Thresholds(_Strict):
     @classmethod
     def _check_positions(cls, value: Any) -> Any:
         return _positions(value)
+
+
+class TraceConfig(_Strict):
+    """``trace:``: after the measured repeats, one extra phase of ``requests`` requests under the engine's own
+    profiler (SGLang ``/start_profile`` + ``/stop_profile``; the reference server writes a Chrome trace of its draft
+    and verify spans). The traced phase is never measured: a profiler slows what it watches."""
+
+    #: Where the engine writes its trace (relative: against the profile file); None: ``.specdec/traces/<profile>``
+    #: under the working directory.
+    dir: str | None = None
+    requests: int = Field(default=4, ge=1)
+    #: SGLang ``ProfileReq.activities``.
+    activities: tuple[Literal["CPU", "GPU", "MEM"], ...] = ("CPU", "GPU")
 
 
 class Workload(_Strict):
@@ -260,6 +274,8 @@ class Profile(_Strict):
     pairing: Literal["interleaved", "bracketed"] | None = None
     #: A multi-node server (SGLang ``--nnodes``): hosts, launcher template; None: one process on this machine.
     nodes: NodesConfig | None = None
+    #: Drive the engine's profiler over one extra, unmeasured phase (:class:`TraceConfig`); None: no trace.
+    trace: TraceConfig | None = None
     #: Where this profile was defined (file path); set by the loader.
     source: str = ""
 

@@ -468,6 +468,8 @@ class RunResult:
     prompt_hash: str
     #: Warnings read from the server log (e.g. decode without CUDA graphs on SGLang).
     log_warnings: tuple[str, ...] = ()
+    #: With ``trace:``, what the traced phase left: ``"trace: <dir> (<n> files)"`` or ``"not traced: <why>"``.
+    trace: str | None = None
 
     @property
     def cross_checks(self) -> tuple[str, ...]:
@@ -501,4 +503,53 @@ def run_result(server: RunningServer, measured: Sequence[Measurement]) -> RunRes
         metrics=median_metrics([m.metrics for m in measurements]),
         prompt_hash=measurements[0].prompt_hash,
         log_warnings=tuple(warnings),
+        trace=trace_phase(server) if server.profile.trace is not None else None,
     )
+
+
+def trace_dir(profile: Profile) -> Path:
+    """Where ``profile.trace`` puts its files: ``trace.dir`` against the profile file's directory, else
+    ``.specdec/traces/<profile>`` under the working directory; absolute (the server's cwd is not ours)."""
+    assert profile.trace is not None
+    if profile.trace.dir is None:
+        return (Path(".specdec") / "traces" / profile.name).resolve()
+    return (Path(profile.source or ".").parent / profile.trace.dir).resolve()
+
+
+def trace_phase(server: RunningServer, *, base_dir: Path | None = None) -> str:
+    """One unmeasured phase of ``trace.requests`` requests under the engine's profiler (``Engine.start_trace`` /
+    ``stop_trace``), after the measured repeats; a failure to trace is recorded, never fatal.
+
+    :returns: ``"trace: <dir> (<n> new files)"`` or ``"not traced: <why>"``.
+    :raises ServerError: the server died or stalled during the traced phase (as in :func:`measure`).
+    """
+    profile = server.profile
+    assert profile.trace is not None
+    out_dir = trace_dir(profile)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    before = set(out_dir.rglob("*"))
+    wl = profile.workload
+    prompts = workload.load_prompts(wl.prompts, base_dir or Path(profile.source or ".").parent)
+    _, measured = workload.build_requests(wl, prompts)
+    requests = measured[: profile.trace.requests]
+    with httpx.Client(base_url=server.base_url, timeout=60.0) as http:
+        why = server.engine.start_trace(http, profile, out_dir)
+        if why is not None:
+            return f"not traced: {why}"
+        try:
+            client.run_phase(server.base_url, requests, api=wl.api, concurrency=wl.concurrency,
+                             api_key=server.api_key, stall_timeout_s=wl.stall_timeout_s,
+                             request_timeout_s=wl.request_timeout_s)  # fmt: skip
+        finally:
+            why = server.engine.stop_trace(http, profile)
+    if why is not None:
+        return f"not traced: {why}"
+    # SGLang writes its trace after /stop_profile returns ("This will take some time"): wait for it briefly.
+    deadline = time.monotonic() + 30.0
+    new: list[Path] = []
+    while time.monotonic() < deadline:
+        new = [p for p in out_dir.rglob("*") if p.is_file() and p not in before]
+        if new:
+            break
+        time.sleep(0.5)
+    return f"trace: {out_dir} ({len(new)} new files)" if new else f"not traced: no file appeared in {out_dir} in 30 s"

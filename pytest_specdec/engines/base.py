@@ -109,6 +109,30 @@ class Engine(Protocol):
         fields the client reads (SGLang: the scheduler's ``avg_spec_accept_length``); None when the engine has none."""
         ...
 
+    def start_trace(self, client: httpx.Client, profile: Profile, out_dir: Path) -> str | None:
+        """Start the engine's own profiler, writing its trace under ``out_dir`` (absolute) when stopped.
+
+        :returns: None when started, else why not (recorded as ``"not traced: <why>"``).
+        """
+        ...
+
+    def stop_trace(self, client: httpx.Client, profile: Profile) -> str | None:
+        """Stop the profiler started by :meth:`start_trace`. :returns: None when stopped, else why not."""
+        ...
+
+
+def post_profiler(
+    client: httpx.Client, path: str, headers: dict[str, str], body: dict[str, object] | None
+) -> str | None:
+    """``POST path`` (SGLang's ``/start_profile`` / ``/stop_profile``). :returns: None on HTTP 200, else why not."""
+    try:
+        resp = client.post(path, headers=headers, json=body, timeout=60.0)
+    except httpx.HTTPError as exc:
+        return f"POST {path}: {type(exc).__name__}: {exc}"
+    if resp.status_code == 200:
+        return None
+    return f"POST {path} answered HTTP {resp.status_code} ({' '.join(resp.text.split())[:120]})"
+
 
 def post_reset(
     client: httpx.Client,

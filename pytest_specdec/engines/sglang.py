@@ -20,7 +20,7 @@ from typing import Any, Literal
 import httpx
 from packaging.version import InvalidVersion, Version
 
-from pytest_specdec.engines.base import EffectiveConfig, LaunchSpec, SpecCounters, post_reset
+from pytest_specdec.engines.base import EffectiveConfig, LaunchSpec, SpecCounters, post_profiler, post_reset
 from pytest_specdec.engines.prometheus import sum_samples
 from pytest_specdec.errors import ProfileError, ServerError
 from pytest_specdec.profiles import Profile
@@ -623,6 +623,23 @@ class SglangEngine:
         :returns: see ``base.post_reset``.
         """
         return post_reset(client, "/flush_cache", self._headers(profile), busy_status=400)
+
+    def start_trace(self, client: httpx.Client, profile: Profile, out_dir: Path) -> str | None:
+        """``POST /start_profile`` with ``output_dir``, ``activities`` and ``profile_prefix`` (``http_server.py`` ->
+        ``TokenizerManager.start_profile``; body ``managers/io_struct.py::ProfileReq``, same in 0.5.17 and 0.5.23).
+        SGLang writes its PyTorch profiler trace there on ``/stop_profile``; the reference server writes a Chrome
+        trace of its draft and verify spans."""
+        assert profile.trace is not None
+        body: dict[str, object] = {
+            "output_dir": str(out_dir),
+            "activities": list(profile.trace.activities),
+            "profile_prefix": profile.name,
+        }
+        return post_profiler(client, "/start_profile", self._headers(profile), body)
+
+    def stop_trace(self, client: httpx.Client, profile: Profile) -> str | None:
+        """``POST /stop_profile``."""
+        return post_profiler(client, "/stop_profile", self._headers(profile), None)
 
     def scheduler_accept_length(self, client: httpx.Client, profile: Profile) -> float | None:
         """``/server_info`` -> ``internal_states[0].avg_spec_accept_length``: the scheduler's accepted tokens

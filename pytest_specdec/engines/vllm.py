@@ -385,6 +385,7 @@ def accept_length_from_log(lines: list[str]) -> float | None:
 
 # -------------------------------------------------------------------------------------------------------- engine
 
+
 def vllm_loadable_draft(draft_dir: Path, dest_root: Path) -> Path:
     """A draft directory vLLM 0.32 can load: ``draft_dir`` itself, or a copy without identity ``d2t``/``t2d``.
 
@@ -450,6 +451,7 @@ def vllm_loadable_draft(draft_dir: Path, dest_root: Path) -> Path:
     except OSError:  # another process made it first
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
 
 class VllmEngine:
     """vLLM (``server: vllm``): implements ``engines.base.Engine``."""
@@ -641,6 +643,15 @@ class VllmEngine:
         )
 
     # ------------------------------------------------------------------------------------------ measured phase
+    def start_trace(self, client: httpx.Client, profile: Profile, out_dir: Path) -> str | None:
+        """Not driven: vLLM's ``/start_profile`` needs ``VLLM_TORCH_PROFILER_DIR`` set at launch (its env, not a
+        request field); set it in the profile's ``env:`` and call the endpoints yourself."""
+        return "vLLM's profiler directory is fixed at launch (VLLM_TORCH_PROFILER_DIR), not per request"
+
+    def stop_trace(self, client: httpx.Client, profile: Profile) -> str | None:
+        """Nothing was started (:meth:`start_trace`)."""
+        return None
+
     def reset_prefix_cache(self, client: httpx.Client, profile: Profile) -> str:
         """``POST /reset_prefix_cache`` (``vllm/entrypoints/serve/cache/api_router.py``; vLLM V1 caches prefixes by
         default). vLLM registers it only with ``VLLM_SERVER_DEV_MODE=1``, which :meth:`env` sets for servers we

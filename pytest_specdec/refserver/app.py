@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from pytest_specdec.refserver.metrics_collector import MetricsCollector
-from pytest_specdec.refserver.routes import generate, health, info, openai
+from pytest_specdec.refserver.routes import generate, health, info, openai, profile
 from pytest_specdec.refserver.routes.info import SGLANG_VERSION
 from pytest_specdec.refserver.state import AppState
 
@@ -53,6 +53,7 @@ def create_app(state: AppState) -> FastAPI:
         app.include_router(info.metrics_router)
     app.include_router(generate.router)
     app.include_router(openai.router)
+    app.include_router(profile.router)
     return app
 
 

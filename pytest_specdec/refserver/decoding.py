@@ -68,8 +68,9 @@ def capture_indices(layer_ids: list[int] | None, num_layers: int) -> list[int]:
     return sorted({k for k in wanted if 0 <= k < num_layers})
 
 
-def speculative_accept(p_all: torch.Tensor, qs: list[torch.Tensor], drafts: list[int],
-                       gen: torch.Generator) -> tuple[int, int]:
+def speculative_accept(
+    p_all: torch.Tensor, qs: list[torch.Tensor], drafts: list[int], gen: torch.Generator
+) -> tuple[int, int]:
     """Standard speculative sampling for a chain (Leviathan et al. 2023, Alg. 1; Chen et al. 2023).
 
     Draft j is accepted with probability min(1, p_j(d_j) / q_j(d_j)); at the first rejection the token is resampled
@@ -302,6 +303,8 @@ class SpecEngine:
         # response sees counters that include it (and a /flush_cache after it cannot be undone by a late fold).
         self._outbox: list[tuple[Sequence, StepOutput]] = []
         self.on_fatal: Callable[[], None] = _kill_own_tree
+        #: Chrome trace events ("X" spans, µs) while a /start_profile is active; None otherwise.
+        self.trace_events: list[dict[str, Any]] | None = None
         self.measured_finished = 0
         # Window accumulators (SGLang metrics_reporter fields of the same names).
         self._decode_ct = 0
@@ -324,9 +327,7 @@ class SpecEngine:
     def busy(self) -> bool:
         """True while any measured request is running or waiting (SGLang's flush_cache refuses then)."""
         with self._cv:
-            return any(
-                s.log_metrics and not s.finished for s in [*self._waiting, *self._admitted, *self._running]
-            )
+            return any(s.log_metrics and not s.finished for s in [*self._waiting, *self._admitted, *self._running])
 
     # ---- engine thread ---------------------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -393,9 +394,11 @@ class SpecEngine:
         now = time.perf_counter()
         gap = max(now - self._win_tic, 1e-9)
         self._win_tic = now
-        msg = (f"Decode batch, #running-req: {len(self._running)}, "
-               f"#token: {sum(len(s.prompt_ids) + len(s.output_ids) for s in self._running)}, "
-               f"token usage: {self._usage():.2f}, ")
+        msg = (
+            f"Decode batch, #running-req: {len(self._running)}, "
+            f"#token: {sum(len(s.prompt_ids) + len(s.output_ids) for s in self._running)}, "
+            f"token usage: {self._usage():.2f}, "
+        )
         with self.stats.lock:
             self.stats.last_gen_throughput = self._win_tokens / gap
             if self.m.draft is not None:
@@ -477,8 +480,13 @@ class SpecEngine:
         prefix = seq.target_cache.get_seq_length()  # committed positions; the bonus token is not cached yet
         tic = time.perf_counter()
         # Draft step 1: extend the draft cache over the newly committed positions (token after, aux state).
-        seq.draft_cache, h = draft.extend(seq.draft_cache, seq.draft_tokens_in, seq.draft_hidden_in,
-                                          prefix - seq.draft_tokens_in.shape[0], self.draft_window)
+        seq.draft_cache, h = draft.extend(
+            seq.draft_cache,
+            seq.draft_tokens_in,
+            seq.draft_hidden_in,
+            prefix - seq.draft_tokens_in.shape[0],
+            self.draft_window,
+        )
         h = h[-1:]
         drafts: list[int] = []
         qs: list[torch.Tensor] = []
@@ -489,7 +497,8 @@ class SpecEngine:
             else:
                 q_draft = self._probs(logits, params)
                 q = torch.zeros(self.m.vocab_size).index_add_(
-                    0, draft.to_target_ids(torch.arange(q_draft.shape[0])), q_draft)
+                    0, draft.to_target_ids(torch.arange(q_draft.shape[0])), q_draft
+                )
                 qs.append(q)
                 d = self._sample(q)
             drafts.append(d)
@@ -516,6 +525,20 @@ class SpecEngine:
         done = time.perf_counter()
         seq.draft_s += drafted - tic
         seq.verify_s += done - drafted
+        events = self.trace_events
+        if events is not None:  # between /start_profile and /stop_profile: one span per draft and per verify
+            for name, start, end in (("draft", tic, drafted), ("verify", drafted, done)):
+                events.append(
+                    {
+                        "name": name,
+                        "ph": "X",
+                        "ts": start * 1e6,
+                        "dur": (end - start) * 1e6,
+                        "pid": os.getpid(),
+                        "tid": 1,
+                        "args": {"rid": seq.rid, "accepted": a},
+                    }
+                )
         if seq.log_metrics:
             with self.stats.lock:
                 self.stats.spec_draft_s += drafted - tic
@@ -573,8 +596,19 @@ class SpecEngine:
             if seq.log_metrics:  # before the emit, so a client never sees a response its counters miss
                 self.listener.on_finish(seq)
                 self.measured_finished += 1
-        self._outbox.append((seq, StepOutput(
-            output_ids=tuple(seq.output_ids), text=text, finished=seq.finished, finish_reason=seq.finish_reason,
-            prompt_tokens=len(seq.prompt_ids), spec_verify_ct=seq.verify_ct, spec_num_correct_drafts=seq.correct,
-            spec_correct_drafts_histogram=tuple(seq.histogram), first_token_time=seq.first_token_time,
-        )))
+        self._outbox.append(
+            (
+                seq,
+                StepOutput(
+                    output_ids=tuple(seq.output_ids),
+                    text=text,
+                    finished=seq.finished,
+                    finish_reason=seq.finish_reason,
+                    prompt_tokens=len(seq.prompt_ids),
+                    spec_verify_ct=seq.verify_ct,
+                    spec_num_correct_drafts=seq.correct,
+                    spec_correct_drafts_histogram=tuple(seq.histogram),
+                    first_token_time=seq.first_token_time,
+                ),
+            )
+        )

@@ -58,6 +58,8 @@ class AppState:
     status: str = "Starting"
     #: Seconds ``/health`` waits for its 1-token generate before answering 503.
     health_timeout_s: float = field(default_factory=_health_timeout_s)
+    #: (output_dir, file prefix) of the running /start_profile recording; None when none runs.
+    trace_target: tuple[str, str] | None = None
 
 
 def app_state(request: Request) -> AppState:
@@ -76,8 +78,10 @@ def void(_: object) -> None:
 
 def error_response(status: int, message: str) -> JSONResponse:
     """SGLang's error body: ``{"error": {"message", "type", "code"}}`` with ``type`` BadRequestError for 400."""
-    return JSONResponse({"error": {"message": message, "type": "BadRequestError" if status == 400 else "Error",
-                                   "code": status}}, status_code=status)
+    return JSONResponse(
+        {"error": {"message": message, "type": "BadRequestError" if status == 400 else "Error", "code": status}},
+        status_code=status,
+    )
 
 
 def sampling_params(raw: dict, max_tokens_key: str = "max_new_tokens", default_max: int = 128) -> SamplingParams:
@@ -99,8 +103,13 @@ def sampling_params(raw: dict, max_tokens_key: str = "max_new_tokens", default_m
     stop = raw.get("stop") or ()
     if isinstance(stop, str):
         stop = (stop,)
-    return SamplingParams(max_new_tokens=max_new, temperature=temperature, top_p=top_p,
-                          ignore_eos=bool(raw.get("ignore_eos", False)), stop=tuple(stop))
+    return SamplingParams(
+        max_new_tokens=max_new,
+        temperature=temperature,
+        top_p=top_p,
+        ignore_eos=bool(raw.get("ignore_eos", False)),
+        stop=tuple(stop),
+    )
 
 
 def encode(state: AppState, text: str) -> list[int]:
@@ -114,14 +123,17 @@ def check_prompt(state: AppState, prompt_ids: list[int]) -> None:
     if not prompt_ids:
         raise BadRequest("The input_ids is empty.")
     if len(prompt_ids) >= models.context_len:
-        raise BadRequest(f"The input ({len(prompt_ids)} tokens) is longer than the model's context length "
-                         f"({models.context_len} tokens).")
+        raise BadRequest(
+            f"The input ({len(prompt_ids)} tokens) is longer than the model's context length "
+            f"({models.context_len} tokens)."
+        )
     if any(not 0 <= t < models.vocab_size for t in prompt_ids):
         raise BadRequest(f"input_ids out of range [0, {models.vocab_size}).")
 
 
-async def stream_outputs(state: AppState, prompt_ids: list[int], params: SamplingParams, log_metrics: bool,
-                         rid: str | None = None) -> AsyncGenerator[StepOutput, None]:
+async def stream_outputs(
+    state: AppState, prompt_ids: list[int], params: SamplingParams, log_metrics: bool, rid: str | None = None
+) -> AsyncGenerator[StepOutput, None]:
     """Submit one request to the engine; yield its latest cumulative output after each engine step.
 
     Only the latest queued output is yielded when several are waiting (SGLang ``tokenizer_manager.py`` does the
@@ -129,9 +141,13 @@ async def stream_outputs(state: AppState, prompt_ids: list[int], params: Samplin
     """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[StepOutput] = asyncio.Queue()
-    seq = Sequence(rid=rid or uuid.uuid4().hex, prompt_ids=prompt_ids, params=params,
-                   emit=lambda out: void(loop.call_soon_threadsafe(queue.put_nowait, out)),
-                   log_metrics=log_metrics)
+    seq = Sequence(
+        rid=rid or uuid.uuid4().hex,
+        prompt_ids=prompt_ids,
+        params=params,
+        emit=lambda out: void(loop.call_soon_threadsafe(queue.put_nowait, out)),
+        log_metrics=log_metrics,
+    )
     state.engine.submit(seq)
     try:
         while True:
@@ -150,4 +166,3 @@ def spec_proposed(state: AppState, out: StepOutput) -> int:
     """Draft tokens proposed for one request: verify steps x (num_draft_tokens - 1), SGLang's
     ``spec_num_proposed_drafts``."""
     return out.spec_verify_ct * ((state.args.speculative_num_draft_tokens or 1) - 1)
-

@@ -74,6 +74,7 @@ def test_a_request_in_prefill_counts_as_busy() -> None:
     args = types.SimpleNamespace(
         speculative_num_steps=None, speculative_num_draft_tokens=None, max_running_requests=None, random_seed=0,
         decode_log_interval=1000, ref_fault_stall_after_tokens=None, speculative_draft_window_size=None,
+        ref_fault_verify_delay_ms=None, ref_embedding_capture="stock",
     )  # fmt: skip
     engine = SpecEngine(types.SimpleNamespace(draft=None), args)  # type: ignore[arg-type]
     in_prefill, release = threading.Event(), threading.Event()

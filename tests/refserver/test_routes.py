@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -14,8 +15,18 @@ from pytest_specdec.refserver.decoding import EngineStats, Models, SamplingParam
 from pytest_specdec.refserver.metrics_collector import MetricsCollector
 from pytest_specdec.refserver.state import AppState
 
-SPEC = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d", "--speculative-num-steps", "3",
-        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+SPEC = [
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "d",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "4",
+]
 
 
 class FakeTokenizer:
@@ -35,6 +46,7 @@ class FakeEngine:
         self.pending = False
         self.silent = False
         self.submitted: list[Sequence] = []
+        self.trace_events: list[dict] | None = None
 
     def busy(self) -> bool:
         return self.pending
@@ -46,12 +58,19 @@ class FakeEngine:
         n = min(4, seq.params.max_new_tokens)
         for ids, verify, hist in (((7,), 0, ()), (tuple(range(7, 7 + n)), 1, (0, 0, 1))):
             done = len(ids) >= n
-            seq.emit(StepOutput(
-                output_ids=ids[:n], text="x" * len(ids[:n]), finished=done,
-                finish_reason={"type": "length", "length": n} if done else None, prompt_tokens=len(seq.prompt_ids),
-                spec_verify_ct=verify, spec_num_correct_drafts=2 * verify, spec_correct_drafts_histogram=hist,
-                first_token_time=0.0,
-            ))
+            seq.emit(
+                StepOutput(
+                    output_ids=ids[:n],
+                    text="x" * len(ids[:n]),
+                    finished=done,
+                    finish_reason={"type": "length", "length": n} if done else None,
+                    prompt_tokens=len(seq.prompt_ids),
+                    spec_verify_ct=verify,
+                    spec_num_correct_drafts=2 * verify,
+                    spec_correct_drafts_histogram=hist,
+                    first_token_time=0.0,
+                )
+            )
             if done:
                 seq.finished = True
                 return
@@ -59,11 +78,25 @@ class FakeEngine:
 
 def make_state(*flags: str) -> AppState:
     args = resolve_args(parse_args(["--model-path", "m", "--random-seed", "0", *flags]))
-    models = Models(target=None, tokenizer=FakeTokenizer(), num_layers=8, vocab_size=200, eos_token_id=None,
-                    context_len=64, architectures=["LlamaForCausalLM"], model_type="llama")
+    models = Models(
+        target=None,
+        tokenizer=FakeTokenizer(),
+        num_layers=8,
+        vocab_size=200,
+        eos_token_id=None,
+        context_len=64,
+        architectures=["LlamaForCausalLM"],
+        model_type="llama",
+    )
     engine = FakeEngine()
-    return AppState(args=args, models=models, engine=engine,  # type: ignore[arg-type]
-                    metrics=MetricsCollector(args, args.enable_metrics), launch_command="refserver", status="Up")
+    return AppState(
+        args=args,
+        models=models,
+        engine=engine,  # type: ignore[arg-type]
+        metrics=MetricsCollector(args, args.enable_metrics),
+        launch_command="refserver",
+        status="Up",
+    )
 
 
 @pytest.fixture
@@ -166,10 +199,14 @@ def test_generate_batch_and_stream(spec: tuple[AppState, TestClient]) -> None:
         ({"text": "x", "sampling_params": {"temperature": -1}}, "temperature must be non-negative, got -1.0."),
         ({"input_ids": [999]}, "input_ids out of range [0, 200)."),
         ({"text": "x" * 64}, "The input (64 tokens) is longer than the model's context length (64 tokens)."),
-        ({"text": "x", "sampling_params": {"max_new_tokens": "many"}},
-         "invalid request: invalid literal for int() with base 10: 'many'"),
-        ({"text": ["a", "b"], "stream": True},
-         "Streaming is not supported for batch requests by the reference server."),
+        (
+            {"text": "x", "sampling_params": {"max_new_tokens": "many"}},
+            "invalid request: invalid literal for int() with base 10: 'many'",
+        ),
+        (
+            {"text": ["a", "b"], "stream": True},
+            "Streaming is not supported for batch requests by the reference server.",
+        ),
     ],
 )
 def test_generate_bad_request(spec: tuple[AppState, TestClient], body: dict, message: str) -> None:
@@ -180,8 +217,13 @@ def test_generate_bad_request(spec: tuple[AppState, TestClient], body: dict, mes
 
 def test_openai_completions_stream_with_spec_details_and_usage(spec: tuple[AppState, TestClient]) -> None:
     _, client = spec
-    body = {"prompt": "hi", "max_tokens": 4, "stream": True, "stream_options": {"include_usage": True},
-            "return_spec_tokens_details": True}
+    body = {
+        "prompt": "hi",
+        "max_tokens": 4,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_spec_tokens_details": True,
+    }
     with client.stream("POST", "/v1/completions", json=body) as r:
         chunks = [json.loads(p[6:]) for p in r.read().decode().split("\n\n") if p.startswith("data: {")]
     assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == "xxxx"
@@ -192,8 +234,9 @@ def test_openai_completions_stream_with_spec_details_and_usage(spec: tuple[AppSt
 
 def test_openai_chat_and_models(spec: tuple[AppState, TestClient]) -> None:
     state, client = spec
-    chat = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "q"}],
-                                                     "max_tokens": 4}).json()
+    chat = client.post(
+        "/v1/chat/completions", json={"messages": [{"role": "user", "content": "q"}], "max_tokens": 4}
+    ).json()
     assert chat["object"] == "chat.completion" and chat["choices"][0]["message"]["content"] == "xxxx"
     assert state.engine.submitted[-1].prompt_ids == [ord("q"), ord(">")]  # type: ignore[attr-defined]
     assert client.get("/v1/models").json()["data"][0]["owned_by"] == "sglang"
@@ -213,3 +256,19 @@ def test_metrics_per_position_counter_as_vllm_counts_it() -> None:
     # position 0 (draft 1) accepted in 3 of 4 steps, position 1 in 1, position 2 never: vLLM's per_pos semantics.
     assert counters.accepted_per_position == (3.0, 1.0, 0.0)
     assert (counters.verify_calls, counters.generation_tokens) == (4.0, 9.0)
+
+
+def test_start_and_stop_profile_write_a_chrome_trace(spec: tuple[AppState, TestClient], tmp_path: Path) -> None:
+    """SGLang's /start_profile + /stop_profile (ProfileReq body): the reference server writes its spans on stop."""
+    state, client = spec
+    assert client.post("/stop_profile").status_code == 400  # nothing running
+    start = client.post("/start_profile", json={"output_dir": str(tmp_path), "profile_prefix": "eagle3",
+                                                "activities": ["CPU", "GPU"], "num_steps": None})  # fmt: skip
+    assert (start.status_code, start.text) == (200, "Start profiling.\n")
+    assert client.post("/start_profile", json={}).status_code == 400  # already running
+    state.engine.trace_events.append({"name": "verify", "ph": "X", "ts": 1.0, "dur": 2.0, "pid": 1, "tid": 1})
+    stop = client.post("/stop_profile")
+    assert stop.status_code == 200
+    (trace,) = tmp_path.glob("eagle3-*.trace.json")
+    assert json.loads(trace.read_text())["traceEvents"][0]["name"] == "verify"
+    assert state.engine.trace_events is None

@@ -1,0 +1,38 @@
+"""``trace:`` end to end on the reference server: one unmeasured phase under the engine's profiler (SGLang's
+/start_profile + /stop_profile), whose trace shows where the speculative cycle goes (draft vs verify spans)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec import runner
+from pytest_specdec.profiles import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET, Profile
+
+
+@pytest.mark.slow
+def test_trace_phase_writes_draft_and_verify_spans_outside_the_measurement(tmp_path: Path) -> None:
+    profile = Profile(
+        name="eagle3", server="reference", source=str(tmp_path / "specdec.yaml"), startup_timeout_s=300,
+        model_path=str(BUNDLED_TARGET),
+        speculative={"algorithm": "EAGLE3", "draft_model_path": str(BUNDLED_DRAFT_EAGLE3), "num_steps": 3,
+                     "eagle_topk": 1, "num_draft_tokens": 4},
+        workload={"max_new_tokens": 16, "num_requests": 3, "warmup_requests": 1, "repeats": 1},
+        trace={"dir": "traces", "requests": 2},
+    )  # fmt: skip
+    server = runner.start_server(profile, log_dir=tmp_path / "logs")
+    try:
+        result = runner.measure_repeats(server, 1)
+    finally:
+        server.stop()
+    assert result.trace == f"trace: {tmp_path / 'traces'} (1 new files)"
+    (trace,) = (tmp_path / "traces").glob("eagle3-*.trace.json")
+    spans = json.loads(trace.read_text())["traceEvents"]
+    names = {span["name"] for span in spans}
+    assert names == {"draft", "verify"}
+    assert all(span["dur"] > 0 for span in spans)
+    # The measured phase is not the traced one: 3 measured requests, a trace over 2.
+    assert result.metrics.num_ok == 3
+    assert len({span["args"]["rid"] for span in spans}) == 2
