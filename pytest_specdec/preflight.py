@@ -463,6 +463,28 @@ def _rule_spec_params(ctx: _Ctx) -> None:
                        f"a draft tree of {steps} steps x topk {topk} holds at most topk*steps+1 = {topk * steps + 1} "
                        "tokens",
                        f"set num_draft_tokens <= {topk * steps + 1} or raise num_steps/eagle_topk")  # fmt: skip
+    _rule_reachable_thresholds(ctx, steps)
+
+
+def _rule_reachable_thresholds(ctx: _Ctx, steps: int) -> None:
+    """Acceptance floors the configuration can never meet: one verify step emits at most num_steps + 1 tokens (the
+    deepest draft path plus the bonus token; SGLang ``speculative/eagle_info.py`` verify), and draft positions beyond
+    num_steps are never proposed. A sweep point (``eagle3@num_steps=1``) is exempt: there such a floor is reported
+    as not applicable at that point instead (``thresholds.py``)."""
+    if "@" in ctx.profile.name:
+        return
+    th = ctx.profile.thresholds
+    most = steps + 1
+    if th.min_accept_length is not None and th.min_accept_length > most:
+        ctx.at_profile("error", "thresholds.min_accept_length", th.min_accept_length,
+                       f"can never be met: with num_steps {steps} one verify step emits at most num_steps + 1 = "
+                       f"{most} tokens",
+                       f"set min_accept_length <= {most} (or raise speculative.num_steps)")  # fmt: skip
+    never = sorted(k for k in (th.min_accept_rate_at or {}) if k > steps)
+    if never:
+        ctx.at_profile("error", "thresholds.min_accept_rate_at", th.min_accept_rate_at,
+                       f"draft position(s) {never} are never proposed with num_steps {steps} (positions 1..{steps})",
+                       f"keep positions 1..{steps} (or raise speculative.num_steps)")  # fmt: skip
 
 
 # ------------------------------------------------------------------- rule 5

@@ -344,3 +344,18 @@ def test_cli_runs_as_a_module(tmp_path: Path) -> None:
         [sys.executable, "-m", "pytest_specdec"], capture_output=True, text=True, env=env, timeout=120
     )
     assert done.returncode == 2 and "the following arguments are required: COMMAND" in done.stderr
+
+
+def test_unreachable_acceptance_floors_are_errors_before_launch(tmp_path: Path) -> None:
+    """min_accept_length above num_steps + 1, or a per-position floor past num_steps, can never be met (found by a
+    fresh user: `check` said ok, the server started, and the failure never said the floor was impossible)."""
+    target, draft = make_models(tmp_path)
+    found = run_preflight(profile(target, draft, thresholds={"min_accept_length": 9, "min_accept_rate_at": {5: 0.5}}))
+    length = only(found, "thresholds.min_accept_length")
+    assert length.severity == "error"
+    assert length.why == "can never be met: with num_steps 3 one verify step emits at most num_steps + 1 = 4 tokens"
+    assert length.fix == "set min_accept_length <= 4 (or raise speculative.num_steps)"
+    position = only(found, "thresholds.min_accept_rate_at")
+    assert position.why == "draft position(s) [5] are never proposed with num_steps 3 (positions 1..3)"
+    fine = run_preflight(profile(target, draft, thresholds={"min_accept_length": 4, "min_accept_rate_at": {3: 0.1}}))
+    assert not [f for f in fine if f.key.startswith("thresholds")]
