@@ -335,7 +335,10 @@ BUNDLED_ASSETS = Path(__file__).resolve().parent / "refserver" / "assets"
 BUNDLED_TARGET = BUNDLED_ASSETS / "target"
 BUNDLED_DRAFT_EAGLE3 = BUNDLED_ASSETS / "draft-eagle3"
 
-_HOW_TO_PASS = "pass a profile file with --specdec-profiles=PATH or the ini key specdec_profiles"
+_HOW_TO_PASS = (
+    "check the path (pytest: --specdec-profiles=PATH or the ini key specdec_profiles; "
+    "python -m pytest_specdec: the PROFILE_FILE argument)"
+)
 
 
 def load_profiles(path: str | Path) -> ProfileSet:

@@ -149,8 +149,8 @@ def test_yaml_indentation_error_names_the_enclosing_mapping(in_tmp: Path) -> Non
 
 def test_missing_file_says_how_to_pass_one(in_tmp: Path) -> None:
     assert load_error("nope.yaml") == (
-        "nope.yaml: profile file not found; pass a profile file with --specdec-profiles=PATH "
-        "or the ini key specdec_profiles"
+        "nope.yaml: profile file not found; check the path (pytest: --specdec-profiles=PATH or the ini key "
+        "specdec_profiles; python -m pytest_specdec: the PROFILE_FILE argument)"
     )
 
 
