@@ -233,8 +233,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             records.append(record)
             ratios = paired_ratios(record, "output_tok_s")
             paired = f", {sorted(ratios)[len(ratios) // 2]:.3f}x {vs} (paired)" if ratios else ""
+            length = record.metrics.get("accept_length")
+            shown = f"{length:.3f}" if isinstance(length, int | float) else "n/a"
             print(f"run {i + 1}/{args.runs}: {record.metrics.get('output_tok_s', 0):.1f} tok/s, "
-                  f"accept length {record.metrics.get('accept_length')}{paired}")  # fmt: skip
+                  f"accept length {shown}{paired}")  # fmt: skip
     proposal = calibrate_proposal(records)
     if not proposal:
         print("ERROR: not enough values to propose tolerances (need >= 2 per metric)", file=sys.stderr)
