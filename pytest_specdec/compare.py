@@ -45,6 +45,7 @@ __all__ = [
     "compare_runs",
     "fingerprint_diff",
     "format_tolerances",
+    "layered_tolerances",
     "merge_tolerances",
     "paired_ratios",
     "parse_tolerances",
@@ -171,6 +172,16 @@ def merge_tolerances(*layers: Mapping[str, Tolerance] | None) -> dict[str, Toler
 
 
 # -- fingerprint diff ---------------------------------------------------------------------------------------------
+
+
+def layered_tolerances(*specs: str | Sequence[str]) -> dict[str, Tolerance]:
+    """The tolerances of a test from its layers, lowest first (ini ``specdec_tolerances``, then the profile's
+    ``tolerances``, then the marker's): each layer changes the fields it names; the defaults stay checked
+    (``merge_tolerances``).
+
+    :raises ValueError: a layer that does not parse (``parse_tolerances``).
+    """
+    return merge_tolerances(*(parse_tolerances(spec) for spec in specs))
 
 
 def _show(value: Any, missing: str = "(absent)") -> str:

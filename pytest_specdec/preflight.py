@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pytest_specdec.engines.sglang import clean_env
 from pytest_specdec.profiles import BUNDLED_ASSETS, Profile
 
-__all__ = ["Finding", "format_findings", "read_safetensors_header", "run_preflight"]
+__all__ = ["Finding", "blocking", "format_findings", "read_safetensors_header", "run_preflight"]
 
 Severity = Literal["error", "warning", "note"]
 _ORDER = {"error": 0, "warning": 1, "note": 2}
@@ -56,6 +56,11 @@ class Finding:
         if self.file.endswith((".yaml", ".yml")) or self.file == "<profile>":
             return f"{self.severity}: {self.file}: profiles.{self.profile}.{self.key}: {self.why}{got}; fix: {self.fix}"
         return f"{self.severity}: {self.file}: {self.key}: {self.why}{got} [profile {self.profile}]; fix: {self.fix}"
+
+
+def blocking(findings: Sequence[Finding], *, strict: bool) -> list[Finding]:
+    """The findings that stop a run: errors, and warnings too when ``strict`` (``--specdec-strict``)."""
+    return [f for f in findings if f.severity == "error" or (strict and f.severity == "warning")]
 
 
 def format_findings(findings: Sequence[Finding]) -> list[str]:

@@ -1,4 +1,5 @@
-"""Progress of a measured phase: requests done / total and output tok/s so far, as one status line.
+"""Progress of a measured phase (requests done / total and output tok/s so far) and of a server's startup, as one
+status line: rewritten on a terminal, a line every 30 s in CI logs; xdist workers stay silent.
 
 The client calls a :class:`PhaseProgress` once per finished request (``client.run_requests(on_request_done=...)``),
 never per stream event, so the display costs the hot path one call and a few additions per request.
@@ -6,12 +7,18 @@ never per stream event, so the display costs the hot path one call and a few add
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+
+import pytest
 
 from pytest_specdec import clock
 from pytest_specdec.records import RequestRecord
 
-__all__ = ["PhaseProgress"]
+__all__ = ["MeasureStatus", "PhaseProgress", "StartupProgress"]
+
+#: profile -> phases measured so far in this session (``MeasureStatus``; confirmations continue the count).
+_phases_key = pytest.StashKey[dict[str, int]]()
 
 #: Seconds between two lines in a log that is not a terminal (CI), as the startup status line does.
 LOG_INTERVAL_S = 30.0
@@ -69,3 +76,79 @@ class PhaseProgress:
         if now_s - self.last_write_s >= interval or (self.tty and self.done == self.total):
             self.last_write_s = now_s
             self.write(self.line(now_s))
+
+
+def _live(config: pytest.Config) -> contextlib.AbstractContextManager[object]:
+    """Output capturing suspended, as pytest's live logging does (``logging.py``): a status line written while a
+    fixture runs would otherwise go to the test's captured output, shown only if it fails."""
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    return capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext()
+
+
+class MeasureStatus:
+    """Measured-phase status (``progress.PhaseProgress``: requests done/total, tok/s so far): a rewritten line on a
+    terminal, a line every 30 s in CI logs; xdist workers stay silent."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.tr = None if hasattr(config, "workerinput") else config.pluginmanager.get_plugin("terminalreporter")
+        self.tty = bool(self.tr is not None and self.tr.isatty())
+        #: profile -> phases measured so far in this session (confirmations continue the count)
+        self.phases = config.stash.setdefault(_phases_key, {})
+        self.started = False
+
+    def __call__(self, profile: str, total: int) -> PhaseProgress | None:
+        if self.tr is None:
+            return None
+        self.phases[profile] = self.phases.get(profile, 0) + 1
+        return PhaseProgress(profile, total, self.phases[profile], self._write, tty=self.tty)
+
+    def _write(self, text: str) -> None:
+        assert self.tr is not None
+        with _live(self.config):
+            if not self.tty:
+                self.tr.write_line(text)
+            else:
+                if not self.started:
+                    self.tr.write("\n")
+                    self.started = True
+                self.tr.rewrite(text)
+            self.tr.flush()
+
+    def done(self) -> None:
+        if self.tty and self.started and self.tr is not None:
+            with _live(self.config):
+                self.tr.rewrite("", erase=True)
+                self.tr.flush()
+
+
+class StartupProgress:
+    """Startup status: a rewritten line on a terminal, a line every 30 s in CI logs."""
+
+    def __init__(self, config: pytest.Config, name: str) -> None:
+        self.tr = config.pluginmanager.get_plugin("terminalreporter")
+        self.name = name
+        self.tty = bool(self.tr is not None and self.tr.isatty() and not hasattr(config, "workerinput"))
+        self.last_print = 0.0
+        self.started = False
+
+    def __call__(self, elapsed_s: float, budget_s: float, last_line: str) -> None:
+        if self.tr is None or hasattr(self.tr.config, "workerinput"):
+            return
+        text = f"specdec: starting {self.name}: {elapsed_s:.0f}/{budget_s:.0f} s | {last_line.strip()[:90]}"
+        with _live(self.tr.config):
+            if self.tty:
+                if not self.started:
+                    self.tr.write("\n")
+                    self.started = True
+                self.tr.rewrite(text)
+            elif elapsed_s - self.last_print >= 30.0:
+                self.last_print = elapsed_s
+                self.tr.write_line(text)
+            self.tr.flush()
+
+    def done(self) -> None:
+        if self.tty and self.started and self.tr is not None:
+            with _live(self.tr.config):
+                self.tr.rewrite("", erase=True)
+                self.tr.flush()

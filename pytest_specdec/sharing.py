@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import re
 import uuid
 from collections.abc import Callable, Iterator
@@ -311,3 +312,23 @@ def sweep_shared(root: Path, *, timeout_s: float = 30.0) -> list[str]:
             _record_stop(state, report, by="controller sweep")
             _write(state_path, state)
     return lines
+
+
+def load_run(path: Path) -> Any:
+    """What a sibling xdist worker measured for a profile (``save_run``), or None when not yet written.
+
+    The file is a pickle of the plugin's own run state, written by a worker of the same pytest session
+    (``SpecdecSession.save_shared``), never one from elsewhere.
+    """
+    if not path.is_file():
+        return None
+    with path.open("rb") as fh:
+        return pickle.load(fh)  # written by a sibling worker, save_run
+
+
+def save_run(path: Path, data: object) -> None:
+    """Write ``data`` for the sibling workers (``load_run``), atomically (a temporary file, then a rename)."""
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("wb") as fh:
+        pickle.dump(data, fh)
+    os.replace(tmp, path)

@@ -18,6 +18,7 @@ import difflib
 import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_specdec.profiles import Profile
@@ -26,6 +27,7 @@ from pytest_specdec.results import ResultRecord
 __all__ = [
     "SPECULATIVE_KEYS",
     "SWEEP_KEYS",
+    "SweepSummary",
     "WORKLOAD_KEYS",
     "baseline_records",
     "best_point",
@@ -38,6 +40,7 @@ __all__ = [
     "point_label",
     "speedup",
     "split_name",
+    "summarize",
     "sweep_records",
     "sweep_table",
     "thresholds_ok",
@@ -595,3 +598,49 @@ def crossover_lines(records: Sequence[ResultRecord], baselines: Sequence[ResultR
             )
         lines.append(f"speedup by concurrency, {name}: {cells}; {verdict}")
     return lines
+
+
+@dataclass
+class SweepSummary:
+    """The end-of-run verdict of a sweep (``summarize``): what the table and plot show and which lines fail the run."""
+
+    points: list[ResultRecord]
+    baselines: list[ResultRecord]
+    thresholds_ok: dict[str, bool]
+    best: list[ResultRecord]
+    #: The table (``sweep_table``) followed by the configured-point lines (``configured_point_lines``).
+    table: list[str] = field(default_factory=list)
+    #: Lines that fail the run: configured point too far below the best, or "no point ..." when none passed.
+    red: list[str] = field(default_factory=list)
+    #: ``min_accept_length`` shared by every point (a line in the plot), None when they differ.
+    accept_floor: float | None = None
+
+
+def summarize(
+    records: Sequence[ResultRecord],
+    profiles: Mapping[str, Profile],
+    *,
+    baseline: str | None,
+    max_gap: float,
+) -> SweepSummary | None:
+    """The sweep's table, best points and failing lines from the run's records; None when no record is a sweep point.
+
+    :param profiles: the session's profiles by name (sweep points included, for their thresholds).
+    :param baseline: ``--specdec-sweep-baseline`` (``baseline_records``).
+    :param max_gap: the largest allowed gap of the configured point below the best, a fraction
+        (``configured_point_lines``).
+    """
+    points = sweep_records(records)
+    if not points:
+        return None
+    baselines = baseline_records(records, baseline)
+    ok = thresholds_ok(records)
+    best = best_points(points, thresholds_ok=ok)
+    table = sweep_table(points, baselines=baselines, thresholds_ok=ok)
+    gap_lines, red = configured_point_lines(points, profiles, thresholds_ok=ok, max_gap=max_gap)
+    table += gap_lines
+    floors = {profiles[r.profile].thresholds.min_accept_length for r in points}
+    summary = SweepSummary(
+        points, baselines, ok, best, table, red, accept_floor=floors.pop() if len(floors) == 1 else None
+    )
+    return summary

@@ -1,0 +1,996 @@
+"""The run's state, one typed object per pytest session: options read, profiles loaded and preflighted, the
+measurements, paired arms and result records, the baseline, and what the terminal summary prints.
+
+``plugin.py`` registers it as a plugin (its ``pytest_*`` methods are hooks) and forwards the per-test hooks and the
+fixtures to its methods. The policies live below it: ``thresholds`` (verdicts), ``compare`` (baseline compare,
+tolerances), ``pairing`` (min_speedup), ``sweep`` (sweep verdicts), ``sharing`` (xdist), ``report``/``markdown``
+(output), ``progress`` (status lines).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from filelock import FileLock
+
+from pytest_specdec import (
+    benchmark,
+    compare,
+    discovery,
+    hoststate,
+    markdown,
+    pairing,
+    plots,
+    registry,
+    report,
+    results,
+    runner,
+    sharing,
+    sweep,
+)
+from pytest_specdec.errors import (
+    CompareError,
+    ProfileError,
+    ServerError,
+    ServerStartError,
+    SpecdecError,
+    SpecdecWarning,
+)
+from pytest_specdec.profiles import MinSpeedup, Profile, ProfileSet, Thresholds, load_profiles
+from pytest_specdec.progress import MeasureStatus, StartupProgress
+from pytest_specdec.thresholds import Check, evaluate, merge_marker, overrides
+
+__all__ = [
+    "SpecdecSession",
+    "item_thresholds",
+    "measure_lock",
+    "or_fail",
+    "record_key",
+    "replace_record",
+    "session_key",
+    "speedup_vs",
+    "thresholds_key",
+    "tolerances_key",
+]
+
+T = TypeVar("T")
+session_key = pytest.StashKey["SpecdecSession"]()
+thresholds_key = pytest.StashKey[Thresholds]()
+record_key = pytest.StashKey[results.ResultRecord]()
+tolerances_key = pytest.StashKey[list[str]]()
+
+_USER_PROPERTY = "specdec"
+#: Per-threshold outcomes of a test (``thresholds.Verdict.outcomes``), joined to its record on the controller.
+_CHECKS_PROPERTY = "specdec_checks"
+#: user_properties entry listing what a test's marker changed in its profile's thresholds (shown in the summary).
+_OVERRIDES_PROPERTY = "specdec_threshold_overrides"
+
+
+def _profile_path(config: pytest.Config) -> tuple[Path, list[Path]]:
+    """The profile file, and the directories searched when neither the option nor the ini key names one."""
+    if config.option.specdec_profiles:
+        return Path(os.path.abspath(config.invocation_params.dir / config.option.specdec_profiles)), []
+    raw = config.getini("specdec_profiles")
+    if raw:
+        return (Path(raw) if Path(raw).is_absolute() else config.rootpath / raw), []
+    start = discovery.args_ancestor(config.args, config.invocation_params.dir)
+    found, looked = discovery.find_profile_file(start, config.rootpath, project_root=config.inipath is not None)
+    return found or config.rootpath / discovery.DEFAULT_PROFILE_FILE, looked
+
+
+def _selected(config: pytest.Config) -> list[str]:
+    return [n.strip() for n in (config.option.server_profile or "").split(",") if n.strip()]
+
+
+@dataclass(eq=False)  # registered as a plugin: pluggy needs it hashable
+class SpecdecSession:
+    """Per-run state: the profile file, the selected profiles, measurements, result records, the baseline run."""
+
+    config: pytest.Config
+    selected: list[str]
+    profile_path: Path
+    out_dir: Path
+    profile_set: ProfileSet | None = None
+    #: Directories searched for specdec.yaml (empty when an option or ini key named the file).
+    profile_search: list[Path] = field(default_factory=list)
+    runs: dict[str, runner.RunResult] = field(default_factory=dict)
+    fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    records: list[results.ResultRecord] = field(default_factory=list)
+    preflight_notes: list[str] = field(default_factory=list)
+    baseline: results.RunFile | None = None
+    baseline_paths: list[Path] = field(default_factory=list)
+    compare_enabled: bool = False
+    _loaded: dict[Path, results.RunFile] = field(default_factory=dict)
+    tolerances: list[str] = field(default_factory=list)
+    run_id: str = ""
+    started: float = 0.0
+    saved_path: Path | None = None
+    check_lines: list[tuple[str, list[str]]] = field(default_factory=list)
+    check_failed: bool = False
+    sweep_lines: list[str] = field(default_factory=list)
+    reaped: list[str] = field(default_factory=list)
+    compared: dict[str, list[str]] = field(default_factory=dict)
+    #: node id -> failure text of failed specdec tests (for the markdown summary).
+    failures: dict[str, str] = field(default_factory=dict)
+    #: node id -> (profile, what its marker changed in the profile's thresholds), for the summary.
+    overrides: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    #: (profile, threshold verdict) -> the first test that failed with it; later tests refer to it.
+    verdicts: dict[tuple[str, str], str] = field(default_factory=dict)
+    sweep_table: list[str] = field(default_factory=list)
+    sweep_plot: Path | None = None
+    position_plot: Path | None = None
+    position_plot_error: str = ""
+    sweep_failed: bool = False
+    #: Sweep lines that fail the run (no passing point; configured point too far below the best).
+    sweep_red: list[str] = field(default_factory=list)
+    report_path: Path | None = None
+    markdown_paths: list[Path] = field(default_factory=list)
+    #: (profile, reference profile) -> paired arms measured for min_speedup (``pairing.PairedArms``).
+    pairs: dict[tuple[str, str], pairing.PairedArms] = field(default_factory=dict)
+    #: (profile, reference profile) -> why the pair could not be measured (the speedup check fails with it).
+    pair_errors: dict[tuple[str, str], str] = field(default_factory=dict)
+    reference_servers: pairing.ReferenceServers | None = None
+    #: How compares were judged (exact metrics, paired ratios), printed under the summary; a dict as ordered set.
+    compare_notes: dict[str, None] = field(default_factory=dict)
+    #: profile -> calibrated relative noise per field (``noise_for``).
+    noise: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: profile -> its re-measured record (``confirm_record``); None when it could not be re-measured.
+    confirmations: dict[str, results.ResultRecord | None] = field(default_factory=dict)
+    #: profile -> its running server (the fixture's), for confirming measurements.
+    servers: dict[str, runner.RunningServer] = field(default_factory=dict)
+    #: The live ``specdec_server`` fixture: (FixtureDef, its request, profile name), to stop it after its last test.
+    server_fixture: tuple[Any, Any, str] | None = None
+    #: profile -> position of its last test in the collection, and node id -> position (``_last_test_of``).
+    last_of: dict[str, int] | None = None
+    positions: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> SpecdecSession:
+        """Read options and ini; load and preflight the profile file when profiles are selected; load the baseline.
+
+        :raises pytest.UsageError: unknown profile, broken profile file, preflight errors, unreadable baseline,
+            bad tolerance.
+        """
+        trap = discovery.space_form_trap(
+            config.invocation_params.args,
+            config.invocation_params.dir,
+            config.rootpath,
+            discovery.args_ancestor(config.args, config.invocation_params.dir),
+            "--specdec-dir",
+        )
+        if trap:
+            raise pytest.UsageError(trap)
+        if config.option.specdec_dir:  # command-line paths are relative to the current directory, ini ones to rootdir
+            out_dir = Path(os.path.abspath(config.invocation_params.dir / config.option.specdec_dir))
+        else:
+            out_dir = config.rootpath / (config.getini("specdec_dir") or ".specdec")
+        profile_path, searched = _profile_path(config)
+        session = cls(config=config, selected=_selected(config), profile_path=profile_path, out_dir=out_dir)
+        session.profile_search = searched
+        session.started = time.time()
+        if not hasattr(config, "workerinput"):
+            session.reaped = registry.reap(out_dir / "servers")
+        session.run_id = results.new_run_id(session.started)
+        session.tolerances = list(config.getini("specdec_tolerances"))
+        try:
+            compare.parse_tolerances(session.tolerances)
+        except ValueError as exc:
+            raise pytest.UsageError(f"ini specdec_tolerances: {exc}") from None
+        if config.option.specdec_check:
+            session.load()
+            session._check_only()
+            return session
+        if session.selected:
+            session.load()
+            session._expand_sweep()
+            session._preflight()
+        elif config.option.specdec_sweep:
+            raise pytest.UsageError("--specdec-sweep: no profile selected; add --server-profile=NAME (e.g. eagle3)")
+        ref = config.option.specdec_compare
+        if ref == "latest":
+            # Per test, the newest stored run in which that test passed (see _baseline_for).
+            session.baseline_paths = list(reversed(session.store().list()))
+            session.compare_enabled = True
+        elif ref is not None:
+            try:
+                session.baseline = session.store().load(ref)
+            except CompareError as exc:
+                raise pytest.UsageError(f"--specdec-compare={ref}: {exc}") from None
+            session.compare_enabled = True
+        return session
+
+    def baseline_for(self, test_id: str) -> tuple[results.RunFile, results.ResultRecord] | None:
+        """The stored record to compare ``test_id`` with: from the run named by ``--specdec-compare=RUN``, or, with
+        plain ``--specdec-compare``, from the newest run where that test passed (a regressed run never becomes the
+        next baseline, and runs of other profiles are skipped)."""
+        if self.baseline is not None:
+            record = self.baseline.find(test_id)
+            return (self.baseline, record) if record is not None else None
+        for path in self.baseline_paths:
+            run = self._loaded.get(path)
+            if run is None:
+                try:
+                    run = self._loaded[path] = results.read_run_file(path)
+                except CompareError:
+                    continue
+            record = run.find(test_id)
+            if record is not None and record.outcome in ("passed", ""):
+                return run, record
+        return None
+
+    def store(self) -> results.ResultStore:
+        return results.ResultStore(self.out_dir / "results", current=self.run_id)
+
+    def load(self) -> ProfileSet:
+        if self.profile_search and not self.profile_path.is_file():
+            raise pytest.UsageError(
+                discovery.not_found_message(self.profile_path.name, self.profile_search, self.config.rootpath)
+            )
+        try:
+            self.profile_set = load_profiles(self.profile_path)
+        except ProfileError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        url = self.config.option.server_url
+        if url and not url.startswith(("http://", "https://")):
+            raise pytest.UsageError(f"--server-url={url}: expected http://HOST:PORT, e.g. --server-url=http://127.0.0.1:30000")
+        if url:
+            self.profile_set = ProfileSet(
+                path=self.profile_set.path,
+                profiles={n: p.model_copy(update={"url": url}) for n, p in self.profile_set.profiles.items()},
+            )
+        for name in self.selected:
+            try:
+                self.profile_set.get(name)
+            except ProfileError as exc:
+                raise pytest.UsageError(str(exc)) from None
+            try:
+                compare.parse_tolerances(self.profile_set.profiles[name].tolerances)
+            except ValueError as exc:
+                raise pytest.UsageError(f"{self.profile_path}: profiles.{name}.tolerances: {exc}") from None
+            ms = self.profile_set.profiles[name].thresholds.min_speedup
+            if ms is not None and (ms.vs not in self.profile_set.profiles or ms.vs == name):
+                available = ", ".join(n for n in sorted(self.profile_set.profiles) if n != name)
+                raise pytest.UsageError(
+                    f"{self.profile_path}: profiles.{name}.thresholds.min_speedup.vs: {ms.vs!r} is not another "
+                    f"profile of this file (available: {available})"
+                )
+        return self.profile_set
+
+    def _expand_sweep(self) -> None:
+        """``--specdec-sweep``: replace the selected profiles by one derived profile per point (``eagle3@num_steps=2``,
+        see ``sweep.expand_profiles``); preflight then checks every derived profile before anything launches."""
+        points = self.config.option.specdec_sweep
+        if not points:
+            return
+        assert self.profile_set is not None
+        names = list(self.selected)
+        base = self.config.option.specdec_sweep_baseline
+        if base:
+            try:
+                baseline = self.profile_set.get(base)
+            except ProfileError as exc:
+                raise pytest.UsageError(str(exc).replace("--server-profile=", "--specdec-sweep-baseline=", 1)) from None
+            if baseline.is_speculative:
+                raise pytest.UsageError(
+                    f"--specdec-sweep-baseline={base}: profile runs speculative decoding; name one without a "
+                    "speculative: block"
+                )
+            if base not in names:
+                names.append(base)
+        try:
+            profiles, self.selected = sweep.expand_profiles(self.profile_set.profiles, names, points)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--specdec-sweep: {exc}") from None
+        self.profile_set = ProfileSet(path=self.profile_set.path, profiles=profiles)
+
+    def _finish_outputs(self, session: pytest.Session, run: results.RunFile) -> None:
+        """Sweep table and plot, ``--specdec-report``, markdown summary. A sweep in which no point met its thresholds
+        is a run-level failure."""
+        option = self.config.option
+        if option.specdec_sweep:
+            assert self.profile_set is not None
+            summary = sweep.summarize(
+                self.records,
+                self.profile_set.profiles,
+                baseline=option.specdec_sweep_baseline,
+                max_gap=option.specdec_sweep_max_gap,
+            )
+            if summary is not None:
+                self.sweep_table, self.sweep_red = summary.table, summary.red
+                plot_path = Path(option.specdec_sweep_plot or self.out_dir / f"sweep-{self.run_id}.png")
+                try:
+                    self.sweep_plot = plots.plot_sweep(
+                        summary.points,
+                        plot_path,
+                        baselines=summary.baselines,
+                        best=summary.best,
+                        thresholds_ok=summary.thresholds_ok,
+                        accept_floor=summary.accept_floor,
+                    )
+                except ImportError as exc:
+                    self.sweep_table.append(f"no plot: {exc}")
+                if not summary.best:
+                    self.sweep_red = [line for line in self.sweep_table if line.startswith("no point")]
+                if self.sweep_red:
+                    self.sweep_failed = True
+                    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if option.specdec_position_plot and any(r.metrics.get("accept_rate_at") for r in self.records):
+            profiles = self.profile_set.profiles if self.profile_set is not None else {}
+            floors = {name: p.thresholds.min_accept_rate_at or {} for name, p in profiles.items()}
+            try:
+                self.position_plot = plots.plot_positions(self.records, option.specdec_position_plot, floors=floors)
+            except ImportError as exc:
+                self.position_plot_error = str(exc)
+        if option.specdec_report:
+            self.report_path = report.write_json_report(run, Path(option.specdec_report))
+        targets = markdown.markdown_targets(option.specdec_markdown, os.environ)
+        if targets:
+            lines = markdown.markdown_summary(
+                self.records, self.failures, results_path=self.saved_path, sweep_lines=self.sweep_table
+            )
+            for path, append in targets:
+                markdown.write_markdown(lines, path, append=append)
+            self.markdown_paths = [path for path, _ in targets]
+
+    def _preflight(self) -> None:
+        from pytest_specdec.preflight import blocking, format_findings, run_preflight
+
+        assert self.profile_set is not None
+        strict = self.config.option.specdec_strict
+        errors: list[str] = []
+        for name in self.selected:
+            errors.extend(self._run_inputs(self.profile_set.profiles[name]))
+            findings = run_preflight(self.profile_set.profiles[name])
+            bad = blocking(findings, strict=strict)
+            if bad:
+                errors.extend(format_findings(bad))
+            rest = [f for f in findings if f not in bad]
+            if rest:
+                self.preflight_notes.extend(f"{name}: {line}" for line in format_findings(rest))
+        if errors:
+            raise pytest.UsageError("specdec preflight failed (nothing was launched):\n" + "\n".join(errors))
+
+    def _run_inputs(self, profile: Profile) -> list[str]:
+        """What the run itself needs besides the model files: the prompt set and the API key, checked before any
+        launch so a 15-minute startup is not wasted on them."""
+        from pytest_specdec.workload import load_prompts
+
+        problems = []
+        try:
+            load_prompts(profile.workload.prompts, Path(profile.source or self.profile_path).parent)
+        except ProfileError as exc:
+            detail = str(exc).removeprefix("workload.prompts: ")
+            problems.append(f"error: {self.profile_path}: profiles.{profile.name}.workload.prompts: {detail}")
+        if profile.api_key_env and not os.environ.get(profile.api_key_env):
+            problems.append(
+                f"error: {self.profile_path}: profiles.{profile.name}.api_key_env: environment variable "
+                f"{profile.api_key_env} is not set; export it, or remove api_key_env"
+            )
+        return problems
+
+    def _check_only(self) -> None:
+        """``--specdec-check``: preflight every selected profile (all when none is selected); launch nothing."""
+        from pytest_specdec.preflight import blocking, format_findings, run_preflight
+
+        assert self.profile_set is not None
+        strict = self.config.option.specdec_strict
+        for name in self.selected or sorted(self.profile_set.profiles):
+            findings = run_preflight(self.profile_set.profiles[name])
+            inputs = self._run_inputs(self.profile_set.profiles[name])
+            self.check_lines.append((name, inputs + format_findings(findings) or ["no findings"]))
+            self.check_failed = self.check_failed or bool(inputs)
+            if blocking(findings, strict=strict):
+                self.check_failed = True
+
+    def needs_measurement(self, name: str, vs: str | None) -> bool:
+        """Whether profile ``name`` still has to be measured (or paired with ``vs``) in this process."""
+        if name not in self.runs:
+            return True
+        return vs is not None and (name, vs) not in self.pairs and (name, vs) not in self.pair_errors
+
+    def measure(self, server: runner.RunningServer, vs: str | None, *, shared: bool) -> None:
+        """Measure ``server``'s profile (when not yet), paired with profile ``vs`` when given. A reference arm that
+        cannot be measured is recorded in ``pair_errors`` (its speedup check fails with the reason); the target's
+        own checks still run on phases measured alone.
+
+        :raises SpecdecError: the target's server failed during its phases.
+        """
+        profile = server.profile
+        n = self.repeats(profile)
+        before = hoststate.snapshot()
+        if vs is not None:
+            arms = None
+            try:
+                arms = self._measure_pair(server, vs, n, shared=shared)
+            except (ServerStartError, ServerError, ValueError) as exc:
+                self.pair_errors[(profile.name, vs)] = f"reference arm {vs!r}: {exc}"
+                if server.process is not None and not server.process.alive():  # type: ignore[attr-defined]
+                    raise
+            if arms is not None:
+                self.pairs[(profile.name, vs)] = arms
+                if profile.name not in self.runs:
+                    self._store_run(server, runner.run_result(server, arms.target_measurements()), before)
+                return
+        if profile.name not in self.runs:
+            self._store_run(server, runner.measure_repeats(server, n), before)
+
+    def _store_run(self, server: runner.RunningServer, run: runner.RunResult, before: dict[str, Any]) -> None:
+        self.runs[server.profile.name] = run
+        fingerprint = results.build_fingerprint(server, run.prompt_hash)
+        fingerprint["runner"] = hoststate.summarize(before, hoststate.snapshot())
+        self.fingerprints[server.profile.name] = fingerprint
+
+    def noise_for(self, name: str) -> dict[str, float]:
+        """Calibrated relative noise of profile ``name`` (``calibrate`` writes ``<specdec dir>/noise/<name>.json``);
+        empty when absent or unreadable."""
+        if name not in self.noise:
+            self.noise[name] = compare.read_noise(self.out_dir / "noise" / f"{name}.json")
+        return self.noise[name]
+
+    def confirm_record(self, item: pytest.Item, record: results.ResultRecord) -> results.ResultRecord | None:
+        """A record of the test's profile measured again now (as many phases, or pairs, as the first time; once per
+        profile and session), to confirm a suspected throughput/latency regression; None when its server is gone."""
+        name = record.profile
+        if name in self.confirmations:
+            found = self.confirmations[name]
+            return None if found is None else dataclasses.replace(found, test_id=record.test_id)
+        server = self.servers.get(name)
+        confirmed = None
+        if server is not None:
+            before = hoststate.snapshot()
+            vs = (record.paired or {}).get("vs")
+            arms = self.pairs.get((name, vs)) if vs else None
+            try:
+                if arms is not None:
+                    if arms.pairs <= arms.first:
+                        arms = self._confirm_pair((name, vs), arms)  # type: ignore[arg-type]
+                    again = pairing.PairedArms(
+                        arms.target_profile, arms.reference_profile, arms.mode,
+                        arms.target[arms.first :], arms.reference[arms.first :], arms.pairs - arms.first,
+                    )  # fmt: skip
+                    measured, paired = again.target_measurements(), again.to_dict()
+                else:
+                    with measure_lock(self.config):
+                        measured, paired = runner.measure_repeats(server, self.repeats(server.profile)).measurements, {}
+            except SpecdecError:
+                measured = ()
+            if measured:
+                fingerprint = {**record.fingerprint, "runner": hoststate.summarize(before, hoststate.snapshot())}
+                confirmed = results.ResultRecord.from_measurements(name, measured, fingerprint, paired=paired)
+        self.confirmations[name] = confirmed
+        return None if confirmed is None else dataclasses.replace(confirmed, test_id=record.test_id)
+
+    def _measure_pair(self, server: runner.RunningServer, vs: str, pairs: int, *, shared: bool) -> pairing.PairedArms:
+        """:raises ServerStartError, ServerError: a server failed; ``ValueError``: bracketed pairing is impossible."""
+        profile = server.profile
+        reference = self.profile(vs)
+        if self.reference_servers is None:
+            self.reference_servers = pairing.ReferenceServers(
+                self.out_dir / "logs", startup_timeout_s=self.config.option.specdec_startup_timeout
+            )
+        refs = self.reference_servers
+        if pairing.pairing_mode(profile) == "interleaved":
+            return pairing.measure_interleaved(server, refs.get(reference), pairs)
+        if shared or server.process is None:
+            raise ValueError(
+                "bracketed pairing restarts this profile's server, which is shared with other xdist workers or "
+                "given by URL; run without -n, or set pairing: interleaved in the profile if both servers fit"
+            )
+        timeout = self.config.option.specdec_startup_timeout
+        return pairing.measure_bracketed(
+            server,
+            pairs,
+            start_reference=lambda: refs.start_once(reference),
+            restart_target=lambda: server.restart(startup_timeout_s=timeout),
+        )
+
+    def load_shared(self, path: Path) -> None:
+        """Take what a sibling xdist worker measured for a profile (``save_shared``)."""
+        loaded = sharing.load_run(path)
+        if loaded is None:
+            return
+        name, run, fingerprint, pairs, errors = loaded
+        self.runs.setdefault(name, run)
+        self.fingerprints.setdefault(name, fingerprint)
+        for key, arms in pairs.items():
+            self.pairs.setdefault(key, arms)
+        for key, error in errors.items():
+            self.pair_errors.setdefault(key, error)
+
+    def save_shared(self, path: Path, name: str) -> None:
+        pairs = {k: v for k, v in self.pairs.items() if k[0] == name}
+        errors = {k: v for k, v in self.pair_errors.items() if k[0] == name}
+        sharing.save_run(path, (name, self.runs[name], self.fingerprints[name], pairs, errors))
+
+    def stop_reference_servers(self) -> None:
+        if self.reference_servers is not None:
+            self.reference_servers.stop()
+
+    def speedup_check(self, item: pytest.Item, name: str, ms: MinSpeedup) -> Check:
+        """The ``min_speedup`` check of profile ``name`` on its paired arms: a median ratio below the floor is
+        re-measured (as many pairs again) before it can fail; below but not significant warns. Not measured fails
+        with the reason (never a silent pass)."""
+        key = (name, ms.vs)
+        arms = self.pairs.get(key)
+        if arms is None:
+            reason = self.pair_errors.get(key, f"profile {ms.vs!r} was not measured with {name!r}")
+            text = f"speedup vs {ms.vs}: not measured: {reason}"
+            return Check("min_speedup", f"speedup vs {ms.vs}", ">=", ms.ratio, None, "x", False, text=text)
+        confirmable = arms.pairs <= arms.first and name in self.servers
+        judged = pairing.judge_speedup(
+            arms.ratios(), ms.ratio, vs=ms.vs, mode=arms.mode, first=arms.first, confirmable=confirmable
+        )
+        if judged.verdict == "suspected":
+            arms = self._confirm_pair(key, arms)
+            judged = pairing.judge_speedup(
+                arms.ratios(), ms.ratio, vs=ms.vs, mode=arms.mode, first=arms.first, confirmable=False
+            )
+        replace_record(item, paired={**arms.to_dict(), "speedup": judged.line(), "verdict": judged.verdict})
+        if judged.verdict == "not significant":
+            item.warn(SpecdecWarning(f"{judged.line()}: below the floor, not significant; not failed"))
+        return judged.check()
+
+    def _confirm_pair(self, key: tuple[str, str], arms: pairing.PairedArms) -> pairing.PairedArms:
+        """``arms`` extended by as many pairs measured again (on failure to re-measure, ``arms`` unchanged and the
+        reason recorded in ``pair_errors``)."""
+        server = self.servers[key[0]]
+        with measure_lock(self.config) as shared_file:
+            try:
+                count = max(arms.first, pairing.CONFIRM_TOTAL_PAIRS - arms.first)
+                more = self._measure_pair(server, key[1], count, shared=shared_file is not None)
+            except (ServerStartError, ServerError, ValueError) as exc:
+                self.pair_errors[key] = f"confirming measurement failed: {exc}"
+                return arms
+        self.pairs[key] = arms = arms.extend(more)
+        return arms
+
+    def profile(self, name: str) -> Profile:
+        assert self.profile_set is not None
+        return self.profile_set.profiles[name]
+
+    def repeats(self, profile: Profile) -> int:
+        return int(self.config.option.specdec_repeats or profile.workload.repeats)
+
+    # -- per test (the plugin's hook functions and fixtures forward here) --
+
+    def setup_item(self, item: pytest.Item) -> None:
+        """``pytest_runtest_setup``: merge the ``specdec`` marker into the profile's thresholds (stashed on the item)
+        and validate its tolerances; a bad marker fails the test with the reason."""
+        marker = item.get_closest_marker("specdec")
+        if marker is None:
+            return
+        if marker.args:
+            pytest.fail(
+                f"@pytest.mark.specdec takes keyword arguments only, got positional {marker.args!r}; "
+                "e.g. @pytest.mark.specdec(min_accept_length=2.0)",
+                pytrace=False,
+            )
+        kwargs = dict(marker.kwargs)
+        tolerances = kwargs.pop("tolerances", None)
+        profile_param = getattr(getattr(item, "callspec", None), "params", {}).get("specdec_profile")
+        base = self.profile(profile_param).thresholds if profile_param else Thresholds()
+        error = None
+        try:
+            item.stash[thresholds_key] = merged = merge_marker(base, kwargs)
+            vs = merged.min_speedup.vs if merged.min_speedup is not None else None
+            if vs is not None and self.profile_set is not None and vs not in self.profile_set.profiles:
+                available = ", ".join(sorted(self.profile_set.profiles))
+                error = f"@pytest.mark.specdec: min_speedup vs {vs!r}: no such profile in {self.profile_path} " + (
+                    f"(available: {available})"
+                )
+        except ValueError as exc:
+            error = f"@pytest.mark.specdec: {exc}"
+        else:
+            changed = overrides(base, item.stash[thresholds_key]) if profile_param else []
+            if changed:
+                item.user_properties.append((_OVERRIDES_PROPERTY, json.dumps([profile_param, changed])))
+        if tolerances is not None and error is None:
+            try:
+                compare.parse_tolerances(tolerances)
+                item.stash[tolerances_key] = [tolerances] if isinstance(tolerances, str) else list(tolerances)
+            except ValueError as exc:
+                error = f"@pytest.mark.specdec(tolerances=...): {exc}"
+        if error is not None:
+            pytest.fail(error, pytrace=False)
+
+    def judge_item(self, item: pytest.Item) -> None:
+        """After a test body (``pytest_runtest_call``): its thresholds, then the baseline compare; fails the test with
+        the verdict. Tests without a measurement are left alone."""
+        record = item.stash.get(record_key, None)
+        if record is None:
+            return
+        profile = self.profile(record.profile)
+        thresholds = item.stash.get(thresholds_key, None) or profile.thresholds
+        run = self.runs[profile.name]
+        speedup_check = None
+        if thresholds.min_speedup is not None:
+            speedup_check = self.speedup_check(item, profile.name, thresholds.min_speedup)
+        # At a sweep point, a threshold the point cannot reach by construction is not applicable (sweep.py).
+        steps = profile.speculative.num_steps if profile.speculative is not None else None
+        sweep_steps = steps if sweep.split_name(profile.name)[1] else None
+        verdict = evaluate(
+            thresholds,
+            run.metrics,
+            speculative=profile.is_speculative,
+            speedup_check=speedup_check,
+            sweep_steps=sweep_steps,
+        )
+        item.user_properties.append((_CHECKS_PROPERTY, json.dumps(verdict.outcomes())))
+        failures = []
+        if verdict.failed:
+            repeats = len(run.measurements)
+            context = f"profile {profile.name}, {run.metrics.num_ok} requests" + (
+                f", median of {repeats} repeats" if repeats > 1 else ""
+            )
+            message = verdict.message(context)
+            first = self.verdicts.setdefault((profile.name, message), item.nodeid)
+            if first != item.nodeid:
+                # Every test of a profile shares one measurement: print the verdict once, refer to it after.
+                missed = ", ".join(c.label for c in verdict.failed)
+                message = (
+                    f"{missed} missed the thresholds of profile {profile.name}: the same verdict as "
+                    f"{first.split('::', 1)[-1]} (printed there)"
+                )
+            failures.append(message)
+        if self.compare_enabled:
+            text = self.compare_item(item, record, profile)
+            if text:
+                failures.append(text)
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+
+    def compare_item(self, item: pytest.Item, record: results.ResultRecord, profile: Profile) -> str | None:
+        """The baseline-compare failure text for one test, or None when it did not regress."""
+        test_id = record.test_id
+        base_profile = item.config.option.specdec_compare_profile
+        if base_profile and profile.is_speculative:
+            # Swap only the profile's part of the parametrization id ("[eagle3-shifted-layers-1]" -> "[eagle3-1]");
+            # profiles without speculation keep their own baseline.
+            test_id = compare.swap_profile_id(test_id, profile.name, base_profile)
+        found = self.baseline_for(test_id)
+        if found is None:
+            where = f"run {self.baseline.run_id}" if self.baseline else f"{self.out_dir / 'results'}"
+            item.warn(SpecdecWarning(f"no baseline for {test_id} in {where}; not compared"))
+            return None
+        run, base = found
+        self.compared.setdefault(run.run_id, []).append(record.test_id)
+        tolerances = compare.layered_tolerances(self.tolerances, profile.tolerances, item.stash.get(tolerances_key, []))
+        noise = self.noise_for(profile.name)
+        force = item.config.option.specdec_compare_force
+        try:
+            comparison = compare.compare_results(base, record, tolerances, force=force, noise=noise)
+        except CompareError as exc:
+            return f"not compared with run {run.run_id}: {exc} (--specdec-compare-force compares anyway)"
+        for note in comparison.notes:
+            if note.startswith(("exact:", "throughput and latency judged")):
+                self.compare_notes[f"{profile.name}: {note}"] = None
+        if not comparison.failed:
+            return None
+        head = f"regression against run {run.run_id} ({test_id}):"
+        if any(r.basis == "exact" for r in comparison.regressions):
+            return "\n".join([head, *comparison.lines()])  # equal-or-not: nothing to re-measure
+        # Confirm before failing (issue 15.3): a throughput/latency regression is measured again now.
+        again = self.confirm_record(item, record)
+        if again is None:
+            return "\n".join([head, *comparison.lines(), "(not confirmed: the server could not be measured again)"])
+        confirming = compare.compare_results(base, again, tolerances, force=True, noise=noise)
+        suspected = {r.metric for r in comparison.regressions}
+        table = [line for line in confirming.lines() if not line.startswith(("fingerprint", "  ", "runner state"))]
+        if not suspected & {r.metric for r in confirming.regressions}:
+            item.warn(
+                SpecdecWarning(
+                    f"{test_id}: suspected regression of {', '.join(sorted(suspected))} against run {run.run_id} not "
+                    "confirmed by a second measurement; not failed"
+                )
+            )
+            return None
+        return "\n".join([head, "first measurement:", *comparison.lines(), "confirming measurement:", *table])
+
+    def measure_for(self, profile: Profile, request: pytest.FixtureRequest) -> runner.RunResult:
+        """The ``specdec_run`` fixture: the profile's measurement (made now when none exists yet in this session, under
+        xdist in any worker), attached to the test as its result record, JUnit properties and benchmark entry."""
+        item = request.node
+        vs = speedup_vs(item, self)
+        if self.needs_measurement(profile.name, vs):
+            with measure_lock(request.config) as shared_file:
+                path = shared_file(profile.name) if shared_file else None
+                if path is not None:
+                    self.load_shared(path)
+            if self.needs_measurement(profile.name, vs):
+                specdec_server: runner.RunningServer = request.getfixturevalue("specdec_server")  # launch only now
+                self.servers[profile.name] = specdec_server
+                with measure_lock(request.config) as shared_file:
+                    path = shared_file(profile.name) if shared_file else None
+                    if path is not None:
+                        self.load_shared(path)  # measured by a sibling worker meanwhile?
+                    if self.needs_measurement(profile.name, vs):
+                        or_fail(lambda: self.measure(specdec_server, vs, shared=path is not None))
+                        if path is not None:
+                            self.save_shared(path, profile.name)
+            run = self.runs[profile.name]
+            for message in dict.fromkeys([*run.cross_checks, *run.client_checks, *run.log_warnings]):
+                # Counters disagreeing with the client (a metrics bug, not a regression), or a log-level warning.
+                request.node.warn(SpecdecWarning(f"profile {profile.name}: {message}"))
+        run = self.runs[profile.name]
+        if "specdec_server" in request.fixturenames:  # already set up for this test: no launch
+            self.servers[profile.name] = request.getfixturevalue("specdec_server")
+        arms = self.pairs.get((profile.name, vs)) if vs else None
+        fingerprint = self.fingerprints[profile.name]
+        record = results.ResultRecord.from_measurements(
+            item.nodeid, run.measurements, fingerprint, paired=arms.to_dict() if arms is not None else None
+        )
+        item.stash[record_key] = record
+        item.user_properties.append((_USER_PROPERTY, json.dumps(record.to_dict(), default=str)))
+        item.user_properties.extend(report.junit_properties(record.metrics))  # JUnit <property name="specdec_...">
+        benchmark.record(request, run.measurements, fingerprint)
+        return run
+
+    def serve(self, profile: Profile, tmp_path_factory: pytest.TempPathFactory) -> Iterator[runner.RunningServer]:
+        """The ``specdec_server`` fixture's body: start (or, under xdist, share through ``sharing.shared_server``) the
+        profile's server, yield it, stop it (and the reference servers of its paired arms) afterwards.
+
+        :raises pytest.fail.Exception: the server could not be started or attached (``or_fail``).
+        """
+        config = self.config
+
+        def start(on_launch: Callable[[Any], None] | None = None) -> runner.RunningServer:
+            progress = StartupProgress(config, profile.name)
+            try:
+                return runner.start_server(
+                    profile,
+                    log_dir=self.out_dir / "logs",
+                    startup_timeout_s=config.option.specdec_startup_timeout,
+                    on_progress=progress,
+                    on_launch=on_launch,
+                )
+            finally:
+                progress.done()
+
+        if not hasattr(config, "workerinput") or profile.url is not None:
+            server = or_fail(start)
+            try:
+                yield server
+            finally:
+                self.servers.pop(profile.name, None)
+                self.stop_reference_servers()
+                server.stop()
+            return
+        started: list[runner.RunningServer] = []
+
+        def start_process(on_launch: Callable[[Any], None]) -> Any:
+            started.append(start(on_launch))
+            return started[0].process
+
+        root = tmp_path_factory.getbasetemp().parent
+        budget = config.option.specdec_startup_timeout or profile.startup_timeout_s
+        sharer = sharing.shared_server(profile.name, root, start_process)
+        shared = or_fail(sharer.__enter__)
+        try:
+            # The worker that launched it keeps its handle; the others attach by URL. Teardown is shared_server's job.
+            yield started[0] if started else or_fail(
+                lambda: runner.attach(profile, shared.base_url, budget_s=budget)
+            )
+        finally:
+            self.servers.pop(profile.name, None)
+            self.stop_reference_servers()
+            sharer.__exit__(None, None, None)
+
+    def is_last_test_of(self, item: pytest.Item, profile: str) -> bool:
+        """Whether no test after ``item`` in the session's collection order runs on ``profile``."""
+        if self.last_of is None:  # computed once: the collection does not change during the run
+            self.last_of, self.positions = {}, {}
+            for i, other in enumerate(item.session.items):
+                self.positions[other.nodeid] = i
+                name = getattr(getattr(other, "callspec", None), "params", {}).get("specdec_profile")
+                if name:
+                    self.last_of[name] = i
+        position = self.positions.get(item.nodeid)
+        return position is not None and position >= self.last_of.get(profile, -1)
+
+    # -- hooks (this object is registered as a plugin) --
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str] | None:
+        reaped = [f"specdec: {line}" for line in self.reaped]
+        if not self.selected:
+            return reaped or None
+        lines = reaped + [
+            f"specdec: profiles {', '.join(self.selected)} from {self.profile_path}; logs/results in {self.out_dir}"
+        ]
+        if self.baseline is not None:
+            lines.append(f"specdec: comparing against run {self.baseline.run_id}")
+        elif self.compare_enabled:
+            lines.append(
+                f"specdec: comparing each test against the newest of {len(self.baseline_paths)} stored run(s) "
+                f"in which it passed ({self.out_dir / 'results'})"
+            )
+        lines += [f"specdec preflight: {line}" for line in self.preflight_notes]
+        return lines
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> bool | None:
+        return True if self.config.option.specdec_check else None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        return True if self.config.option.specdec_check else None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # Runs on the controller under xdist too: records travel in user_properties.
+        if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
+            return
+        checks = {
+            str(k): str(v)
+            for name, value in report.user_properties
+            if name == _CHECKS_PROPERTY
+            for k, v in json.loads(str(value)).items()
+        }
+        for name, value in report.user_properties:
+            if name == _USER_PROPERTY:
+                record = results.ResultRecord.from_dict(json.loads(str(value)))
+                self.records.append(dataclasses.replace(record, outcome=report.outcome, checks=checks))
+                if report.failed:
+                    self.failures[report.nodeid] = report.longreprtext
+            elif name == _OVERRIDES_PROPERTY:
+                profile, changed = json.loads(str(value))
+                self.overrides[report.nodeid] = (str(profile), [str(c) for c in changed])
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.config.option.specdec_check:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED if self.check_failed else pytest.ExitCode.OK
+            return
+        if hasattr(self.config, "workerinput"):
+            return
+        tmp_factory = getattr(self.config, "_tmp_path_factory", None)  # as xdist's workermanage.py reads it
+        if tmp_factory is not None and self.config.pluginmanager.hasplugin("xdist"):
+            self.sweep_lines = sharing.sweep_shared(tmp_factory.getbasetemp())
+            if self.sweep_lines:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if not self.records:
+            return
+        run = results.RunFile(
+            run_id=self.run_id, started=self.started, machine=results.machine_info(), results=tuple(self.records)
+        )
+        self.saved_path = self.store().save(run)
+        self._finish_outputs(session, run)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.check_lines:
+            for name, lines in self.check_lines:
+                terminalreporter.write_sep("-", f"specdec check: {name}")
+                for line in lines:
+                    terminalreporter.write_line(line)
+            verdict = "FAILED" if self.check_failed else "passed"
+            terminalreporter.write_line(
+                f"specdec check {verdict}: {len(self.check_lines)} profile(s) from {self.profile_path}; "
+                "nothing launched",
+                red=self.check_failed,
+                green=not self.check_failed,
+            )
+        for line in self.sweep_lines:
+            terminalreporter.write_line(f"specdec: {line}", red=True)
+        if not self.records:
+            self._write_notes(terminalreporter)
+            return
+        terminalreporter.write_sep("=", "specdec summary")
+        rows = [(r.test_id, r.profile, r.metrics, r.outcome) for r in self.records]
+        for line in report.summary_lines(rows):
+            terminalreporter.write_line(line)
+        for line in dict.fromkeys(
+            f"specdec {r.profile}: {r.paired['speedup']}" for r in self.records if r.paired.get("speedup")
+        ):
+            terminalreporter.write_line(line)
+        for line in report.cycle_lines(self.records):
+            terminalreporter.write_line(line)
+        for line in report.definition_lines(self.records):
+            terminalreporter.write_line(line)
+        by_category = report.category_lines(rows)
+        if by_category:
+            terminalreporter.write_sep("-", "specdec accept length by prompt category (requests)")
+            for line in by_category:
+                terminalreporter.write_line(line)
+        by_position = report.position_lines(rows)
+        if by_position:
+            terminalreporter.write_sep("-", "specdec acceptance by draft position")
+            terminalreporter.write_line(report.POSITION_LEGEND)
+            for line in by_position:
+                terminalreporter.write_line(line)
+        self._write_notes(terminalreporter)
+        for run_id, tests in self.compared.items():
+            terminalreporter.write_line(f"specdec compare: {len(tests)} test(s) compared with stored run {run_id}")
+        for note in self.compare_notes:
+            terminalreporter.write_line(f"specdec compare: {note}")
+        if self.saved_path is not None:
+            terminalreporter.write_sep("-", f"specdec results: {self.saved_path}")
+        if self.sweep_table:
+            terminalreporter.write_sep("=", "specdec sweep")
+            for line in self.sweep_table:
+                terminalreporter.write_line(line, red=line in self.sweep_red)
+            if self.sweep_plot is not None:
+                terminalreporter.write_sep("-", f"specdec sweep plot: {self.sweep_plot}")
+        if self.position_plot is not None:
+            terminalreporter.write_sep("-", f"specdec position plot: {self.position_plot}")
+        elif self.position_plot_error:
+            terminalreporter.write_line(f"specdec: no position plot: {self.position_plot_error}", red=True)
+        if self.report_path is not None:
+            terminalreporter.write_sep("-", f"specdec report: {self.report_path}")
+        for path in self.markdown_paths:
+            terminalreporter.write_sep("-", f"specdec markdown: {path}")
+
+    def _write_notes(self, terminalreporter: Any) -> None:
+        """Preflight warnings (also in the header, which scrolls away) and marker overrides of profile thresholds."""
+        for line in self.preflight_notes:
+            terminalreporter.write_line(f"specdec preflight: {line}", yellow=True)
+        measured = {r.test_id for r in self.records}
+        for nodeid, (profile, changed) in self.overrides.items():
+            if nodeid not in measured:  # its setup failed: no threshold was checked
+                continue
+            test = nodeid.split("::", 1)[-1]
+            terminalreporter.write_line(f"specdec: {test}: marker overrides profile {profile}: {', '.join(changed)}")
+
+
+def item_thresholds(item: pytest.Item, session: SpecdecSession) -> Thresholds | None:
+    """The test's thresholds (profile merged with its marker; ``pytest_runtest_setup`` stores them)."""
+    found = item.stash.get(thresholds_key, None)
+    if found is not None:
+        return found
+    name = getattr(getattr(item, "callspec", None), "params", {}).get("specdec_profile")
+    return session.profile(name).thresholds if name else None
+
+
+def speedup_vs(item: pytest.Item, session: SpecdecSession) -> str | None:
+    """The profile this test's ``min_speedup`` is judged against, or None."""
+    thresholds = item_thresholds(item, session)
+    return thresholds.min_speedup.vs if thresholds is not None and thresholds.min_speedup is not None else None
+
+
+def replace_record(item: pytest.Item, **changes: Any) -> None:
+    """Update the test's result record (stash and the user property the controller reads)."""
+    record = dataclasses.replace(item.stash[record_key], **changes)
+    item.stash[record_key] = record
+    item.user_properties[:] = [
+        (k, json.dumps(record.to_dict(), default=str) if k == _USER_PROPERTY else v) for k, v in item.user_properties
+    ]
+
+
+@contextlib.contextmanager
+def measure_lock(config: pytest.Config) -> Iterator[Callable[[str], Path] | None]:
+    """Under xdist, workers share servers: one measured phase at a time, and each profile is measured once for all
+    workers (the first one measures, the others read its result). Yields the per-profile result file namer, or None
+    without xdist. Every measurement goes through here, so it also shows the measured-phase status line."""
+    status = MeasureStatus(config)
+    token = runner.phase_watcher.set(status)
+    try:
+        if not hasattr(config, "workerinput"):
+            yield None
+            return
+        root = config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]  # as xdist's workermanage
+        with FileLock(str(root / "specdec-measure.lock")):
+            yield lambda name: root / f"specdec-run-{re.sub(r'[^A-Za-z0-9_.@=-]', '_', name)}.pickle"
+    finally:
+        runner.phase_watcher.reset(token)
+        status.done()
+
+
+def or_fail(call: Callable[[], T]) -> T:
+    """Run ``call``; our errors become one clean pytest failure (message, cause, log path and tail), not a
+    traceback through the plugin. In a session fixture pytest caches it: one launch, every dependent test ERRORs."""
+    message = None
+    try:
+        return call()
+    except SpecdecError as exc:
+        message = str(exc)
+        tail = getattr(exc, "log_tail", "")
+        if tail and tail not in message:
+            message += "\n" + tail
+    pytest.fail(message, pytrace=False)
