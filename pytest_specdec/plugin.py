@@ -273,7 +273,6 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     return result
 
 
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     uses_server = any(n in metafunc.fixturenames for n in _SERVER_FIXTURES)
     marked = metafunc.definition.get_closest_marker("specdec") is not None
