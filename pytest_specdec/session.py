@@ -150,7 +150,7 @@ class SpecdecSession:
     servers: dict[str, runner.RunningServer] = field(default_factory=dict)
     #: The live ``specdec_server`` fixture: (FixtureDef, its request, profile name), to stop it after its last test.
     server_fixture: tuple[Any, Any, str] | None = None
-    #: profile -> position of its last test in the collection, and node id -> position (``_last_test_of``).
+    #: profile -> position of its last test in the collection, and node id -> position (``is_last_test_of``).
     last_of: dict[str, int] | None = None
     positions: dict[str, int] = field(default_factory=dict)
 
@@ -198,7 +198,7 @@ class SpecdecSession:
             raise pytest.UsageError("--specdec-sweep: no profile selected; add --server-profile=NAME (e.g. eagle3)")
         ref = config.option.specdec_compare
         if ref == "latest":
-            # Per test, the newest stored run in which that test passed (see _baseline_for).
+            # Per test, the newest stored run in which that test passed (see baseline_for).
             session.baseline_paths = list(reversed(session.store().list()))
             session.compare_enabled = True
         elif ref is not None:
