@@ -11,7 +11,18 @@ import pytest
 
 from pytest_specdec import sweep
 
-__all__ = ["percent", "positive_float", "positive_int", "sweep_points"]
+__all__ = ["percent", "positive_float", "positive_int", "profile_names", "sweep_points"]
+
+
+def profile_names(value: str) -> str:
+    """``--server-profile``: one or more comma-separated names (kept as given; an empty value is an error, since
+    ``--server-profile=$PROFILE`` with PROFILE unset would otherwise skip every specdec test and pass)."""
+    if not [name for name in value.split(",") if name.strip()]:
+        raise pytest.UsageError(
+            f"--server-profile={value}: no profile named; give NAME[,NAME...], e.g. --server-profile=eagle3 "
+            "(leave the option out to skip specdec tests)"
+        )
+    return value
 
 
 def positive_float(option: str) -> Callable[[str], float]:

@@ -32,6 +32,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--server-profile",
         action="store",
+        type=options.profile_names,
         default=None,
         metavar="NAME[,NAME...]",
         help="Profiles to run specdec tests against, one server alive at a time (default: none; specdec tests skip)",

@@ -928,7 +928,8 @@ class SpecdecSession:
             terminalreporter.write_sep("-", f"specdec markdown: {path}")
 
     def _write_notes(self, terminalreporter: Any) -> None:
-        """Preflight warnings (also in the header, which scrolls away) and marker overrides of profile thresholds."""
+        """Preflight warnings (also in the header, which scrolls away), marker overrides of profile thresholds, and
+        where each ``trace:`` went."""
         for line in self.preflight_notes:
             terminalreporter.write_line(f"specdec preflight: {line}", yellow=True)
         measured = {r.test_id for r in self.records}
@@ -937,6 +938,9 @@ class SpecdecSession:
                 continue
             test = nodeid.split("::", 1)[-1]
             terminalreporter.write_line(f"specdec: {test}: marker overrides profile {profile}: {', '.join(changed)}")
+        for run in self.runs.values():  # profiles with trace: (runner.trace_phase); not on xdist workers' behalf
+            if run.trace is not None:
+                terminalreporter.write_line(f"specdec {run.profile}: {run.trace}", yellow=run.trace.startswith("not"))
 
 
 def item_thresholds(item: pytest.Item, session: SpecdecSession) -> Thresholds | None:

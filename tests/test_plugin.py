@@ -76,6 +76,16 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+def test_empty_server_profile_is_a_usage_error_not_a_green_run(project: pytest.Pytester) -> None:
+    """`--server-profile=$PROFILE` with PROFILE unset must not skip everything and pass (found by a fresh user)."""
+    result = project.runpytest_subprocess("--server-profile=", timeout=120)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: --server-profile=: no profile named; give NAME[[],NAME...[]], e.g. --server-profile=eagle3 "
+        "(leave the option out to skip specdec tests)"
+    ])  # fmt: skip
+
+
 def test_unknown_profile_is_a_usage_error(project: pytest.Pytester) -> None:
     result = project.runpytest_subprocess("--server-profile=eagle")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
