@@ -60,4 +60,6 @@ def test_progress_warning_override_and_shared_verdict(pytester: pytest.Pytester)
             "specdec: test_loosened[[]eagle3[]]: marker overrides profile eagle3: min_accept_length 1 (profile: 3.9)",
         ]
     )
-    assert result.stdout.str().count("< min 3.9 (margin") == 1
+    # Printed once in full; pytest's short summary repeats it untruncated when CI is set, so skip those lines.
+    full = [line for line in result.stdout.lines if not line.startswith("FAILED ")]
+    assert sum(line.count("< min 3.9 (margin") for line in full) == 1
