@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Collection
 from dataclasses import dataclass
 
-__all__ = ["ExitDiagnosis", "classify_exit", "diagnose_exit", "last_exception", "oom_killer_lines"]
+__all__ = ["ExitDiagnosis", "diagnose_exit", "last_exception", "oom_killer_lines"]
 
 # Order matters: the first matching cause wins ("CUDA error: out of memory" is an OOM, not a CUDA error).
 _CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -91,14 +91,6 @@ class ExitDiagnosis:
                     "in dmesg, which could not be read or had no line for this server)"
                 )
         return "; ".join(parts)
-
-
-def classify_exit(log_text: str) -> str:
-    """The cause alone (``diagnose_exit(log_text).cause``), for callers that need no detail.
-
-    :returns: one of the causes listed in ``ExitDiagnosis.cause``.
-    """
-    return diagnose_exit(log_text).cause
 
 
 def last_exception(log_text: str) -> tuple[str, str | None] | None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import shlex
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,18 +32,20 @@ from typing import Any, Protocol
 
 import psutil
 
+from pytest_specdec.diagnosis import ExitDiagnosis, diagnose_exit
 from pytest_specdec.engines.base import LaunchSpec
 from pytest_specdec.engines.sglang import BASE_ENV_KEYS
 from pytest_specdec.errors import ServerError, ServerStartError
+from pytest_specdec.exits import describe_exit, read_tail, tail_lines
+from pytest_specdec.launch import redact
 from pytest_specdec.ports import find_free_port
 from pytest_specdec.profiles import Profile
-from pytest_specdec.server import ProgressCallback, ServerProcess, StopReport, classify_exit
+from pytest_specdec.server import ProgressCallback, ServerProcess, StopReport
 
 __all__ = ["NodeEngine", "NodeGroup", "Rank", "render_launcher"]
 
 _POLL_S = 0.1
 _PROGRESS_S = 0.5
-_TAIL_LINES = 20
 #: Seconds for each run of the profile's ``nodes.stop`` template.
 STOP_COMMAND_TIMEOUT_S = 30.0
 
@@ -90,29 +91,6 @@ def render_launcher(template: str, spec: LaunchSpec, *, host: str, rank: int, nn
         else:
             out.append(word.format(**fields))
     return tuple(out)
-
-
-def _describe_exit(returncode: int | None) -> str:
-    if returncode is None:
-        return "exited"
-    if returncode < 0:
-        try:
-            return f"was killed by signal {-returncode} ({signal.Signals(-returncode).name})"
-        except ValueError:
-            return f"was killed by signal {-returncode}"
-    return f"exited with code {returncode}"
-
-
-def _tail(path: Path, n: int = _TAIL_LINES) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - 64 * 1024))
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    lines = [line.rstrip("\r").rsplit("\r", 1)[-1].rstrip() for line in text.split("\n")]
-    return "\n".join([line for line in lines if line][-n:])
 
 
 @dataclass
@@ -251,9 +229,10 @@ class NodeGroup:
         rank's process is checked every 0.1 s, so a rank that dies is reported within about that.
 
         :returns: seconds from launch to ready.
-        :raises ServerStartError: a rank's launcher process exited (names its rank, host, exit status, classified
-            cause and log, then the log tail); the budget ran out with ranks that never joined (names each with its
-            host and log; cause "timeout"), or with rank 0 not answering (cause "timeout").
+        :raises ServerStartError: a rank's launcher process exited (names its rank, host, exit status, diagnosed
+            cause with the exception and file:line when its log has a traceback, and log, then the log tail); the
+            budget ran out with ranks that never joined (names each with its host and log; cause "timeout"), or with
+            rank 0 not answering (cause "timeout").
         """
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"specdec-probe-{self.name}")
         future: Future[bool] | None = None
@@ -279,8 +258,9 @@ class NodeGroup:
                 if on_progress is not None and now - last_report >= _PROGRESS_S:
                     last_report = now
                     joined_n = len(self.ranks) - 1 - len(waiting)
+                    last = redact(tail_lines(self.log_path, 1), self.ranks[0].process.secrets)[:200]
                     on_progress(elapsed, timeout_s, f"{joined_n}/{len(self.ranks) - 1} node ranks joined; rank 0: "
-                                f"{(_tail(self.log_path, 1) or '')[:200]}")  # fmt: skip
+                                f"{last}")  # fmt: skip
                 if not leader_ok:
                     if future is None:
                         future = executor.submit(_safe, probe)
@@ -296,21 +276,30 @@ class NodeGroup:
 
     def _died(self, dead: list[Rank], *, when: str, error: type[Exception]) -> Exception:
         """Stop every rank; the error names each dead rank (non-leaders first: a lost rank usually takes rank 0
-        down with it, so the first one named is the likely cause) and shows the first one's log tail."""
+        down with it, so the first one named is the likely cause) with its exit status, diagnosed cause and detail
+        (``diagnosis.diagnose_exit``, as ``readiness.exit_error`` for one server), and shows the first one's log
+        tail (secrets redacted)."""
+        pids = {rank.rank: rank.process.known_pids() for rank in dead}
         self.stop()
         dead = sorted(dead, key=lambda r: (r.rank == 0, r.rank))
         parts = []
+        found: list[ExitDiagnosis] = []
         for rank in dead:
             report = rank.process.stop_report
             code = report.returncode if report is not None else None
-            cause = classify_exit(_tail(rank.log_path, 200))
-            parts.append(f"{rank.label} {_describe_exit(code)} {when} (cause: {cause}); log: {rank.log_path}")
+            diagnosis = diagnose_exit(read_tail(rank.log_path), code, pids=pids[rank.rank])
+            detail = redact(diagnosis.detail(code), rank.process.secrets)
+            found.append(diagnosis)
+            parts.append(
+                f"{rank.label} {describe_exit(code)} {when} (cause: {diagnosis.cause})"
+                f"{': ' + detail if detail else ''}; log: {rank.log_path}"
+            )
         first = dead[0]
-        message = f"server '{self.name}': " + "; ".join(parts) + f"\n{_tail(first.log_path)}"
+        tail = _redacted_tail(first)
+        message = f"server '{self.name}': " + "; ".join(parts) + f"\n{tail}"
         if error is ServerStartError:
-            cause = classify_exit(_tail(first.log_path, 200))
-            return ServerStartError(message, profile=self.name, log_path=first.log_path, cause=cause,
-                                    log_tail=_tail(first.log_path))  # fmt: skip
+            return ServerStartError(message, profile=self.name, log_path=first.log_path, cause=found[0].cause,
+                                    log_tail=tail)  # fmt: skip
         return ServerError(message, profile=self.name, log_path=first.log_path)
 
     def _timeout(self, waiting: list[Rank], timeout_s: float) -> ServerStartError:
@@ -333,17 +322,17 @@ class NodeGroup:
             )
             message = (
                 f"server '{self.name}': after {timeout_s:g} s (startup_timeout_s) not every node rank joined: " +
-                "; ".join(parts) + f"; {hint}\n" + _tail(first.log_path)
+                "; ".join(parts) + f"; {hint}\n" + _redacted_tail(first)
             )  # fmt: skip
             return ServerStartError(message, profile=self.name, log_path=first.log_path, cause="timeout",
-                                    log_tail=_tail(first.log_path))  # fmt: skip
+                                    log_tail=_redacted_tail(first))  # fmt: skip
         leader = self.ranks[0]
         message = (
             f"server '{self.name}': every node rank joined, but {leader.label} did not answer a generate within "
-            f"{timeout_s:g} s (startup_timeout_s); log: {leader.log_path}\n{_tail(leader.log_path)}"
+            f"{timeout_s:g} s (startup_timeout_s); log: {leader.log_path}\n{_redacted_tail(leader)}"
         )
         return ServerStartError(message, profile=self.name, log_path=leader.log_path, cause="timeout",
-                                log_tail=_tail(leader.log_path))  # fmt: skip
+                                log_tail=_redacted_tail(leader))  # fmt: skip
 
     # -- liveness ---------------------------------------------------------------------------------------------
 
@@ -354,8 +343,9 @@ class NodeGroup:
     def check_alive(self) -> None:
         """Raise if any rank died during the run (then every rank is stopped).
 
-        :raises ServerError: ``server 'p': node rank 2 on 127.0.0.3 exited with code 1 while running (cause: ...);
-            log: ...`` for each dead rank, then the first one's log tail.
+        :raises ServerError: ``server 'p': node rank 2 on 127.0.0.3 exited with code 1 while running (cause: ...):
+            DETAIL; log: ...`` for each dead rank (DETAIL: ``ExitDiagnosis.detail``, e.g. the exception and its
+            file:line), then the first one's log tail.
         """
         dead = [r for r in self.ranks if not r.process.alive()]
         if dead:
@@ -438,3 +428,8 @@ def _safe(probe: Callable[[], Any]) -> bool:
         return bool(probe())
     except Exception:  # connection refused, 503, read timeout: "not yet"
         return False
+
+
+def _redacted_tail(rank: Rank) -> str:
+    """The last lines of the rank's log, as shown in an error (the launch's secrets redacted)."""
+    return redact(tail_lines(rank.log_path), rank.process.secrets)

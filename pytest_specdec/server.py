@@ -27,7 +27,7 @@ from types import TracebackType
 import psutil
 
 from pytest_specdec import registry
-from pytest_specdec.diagnosis import classify_exit, diagnose_exit
+from pytest_specdec.diagnosis import diagnose_exit
 from pytest_specdec.engines.base import LaunchSpec
 from pytest_specdec.errors import ServerError
 from pytest_specdec.exits import describe_exit, read_tail, tail_lines
@@ -42,7 +42,6 @@ __all__ = [
     "ProgressCallback",
     "ServerProcess",
     "StopReport",
-    "classify_exit",
     "find_free_port",
     "leftovers",
     "port_holder",

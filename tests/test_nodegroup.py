@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -21,10 +22,12 @@ from pytest_specdec.engines.reference import ReferenceEngine
 from pytest_specdec.engines.sglang import SglangEngine
 from pytest_specdec.errors import ProfileError, ServerError, ServerStartError
 from pytest_specdec.nodegroup import NodeGroup, render_launcher
+from pytest_specdec.ports import find_free_port
 from pytest_specdec.profiles import Profile, load_profiles, resolve_paths
 from pytest_specdec.refserver.args import ArgsError, parse_args, resolve_args
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+SGLANG_DATA = Path(__file__).parent / "data" / "sglang" / "0.5.17"
 
 
 def test_render_launcher_local_srun_and_ssh() -> None:
@@ -98,6 +101,53 @@ def test_refserver_node_flags_are_checked() -> None:
     with pytest.raises(ArgsError, match=r"--node-rank 2: expected 0 <= rank < --nnodes \(2\)"):
         resolve_args(parse_args(["--model-path", "m", "--nnodes", "2", "--node-rank", "2",
                                  "--dist-init-addr", "127.0.0.1:1"]))  # fmt: skip
+
+
+class _ReplayEngine:
+    """Rank 0 idles; rank 1 prints a recorded SGLang log, then dies the way that SGLang did (SIGKILL to itself)."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+
+    def node_launch_spec(
+        self, profile: Profile, *, rank: int, host: str, port: int, dist_init_addr: str, draft_path: Path | None
+    ) -> LaunchSpec:
+        script = (
+            "import time; time.sleep(120)" if rank == 0 else
+            "import os, signal, sys; sys.stdout.write(open(sys.argv[1]).read()); sys.stdout.flush(); "
+            "os.kill(os.getpid(), signal.SIGKILL)"
+        )  # fmt: skip
+        argv = (sys.executable, "-c", script, str(self.log), "--api-key", "sk-node-secret")
+        return LaunchSpec(argv=argv, env={"PATH": os.environ["PATH"]}, host=host, port=port)
+
+    def node_joined(self, log_text: str) -> bool:
+        return False
+
+    def node_at_rendezvous(self, log_text: str) -> bool:
+        return False
+
+
+def test_rank_that_dies_of_a_scheduler_exception_names_the_exception_and_where(tmp_path: Path) -> None:
+    """A rank whose output is SGLang 0.5.17's aux-id -1 crash: the exception and its file:line, as for one server."""
+    log = tmp_path / "sglang.log"
+    log.write_text((SGLANG_DATA / "eagle3-aux-minus1.log").read_text() + "server_args api_key='sk-node-secret'\n")
+    profile = Profile(name="p", tp_size=2, nodes={"hosts": HOSTS[:2]})
+    logs = tmp_path / "logs"
+    engine = _ReplayEngine(log)
+    group = NodeGroup.start(profile, engine, port=find_free_port("127.0.0.1"), log_dir=logs, draft_path=None)
+    with pytest.raises(ServerStartError) as info:
+        group.wait_ready(lambda: False, engine=engine, timeout_s=60)
+    first = str(info.value).splitlines()[0]
+    assert first == (
+        "server 'p': node rank 1 on 127.0.0.2 was killed by signal 9 (SIGKILL) before the group was ready (cause: "
+        "scheduler exception): TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType' at "
+        "sglang/srt/models/llama.py:437; the server then stopped its own process tree (signal 9); "
+        f"log: {logs / 'p.rank1.log'}"
+    )
+    assert info.value.cause == "scheduler exception"
+    assert info.value.log_tail.splitlines()[-1].startswith("server_args api_key=")
+    assert "sk-node-secret" not in str(info.value) + info.value.log_tail
+    assert not group.alive()
 
 
 # -- end to end on the reference server's node mode ---------------------------------------------------------------
@@ -192,8 +242,9 @@ def test_group_serves_then_a_dead_rank_is_named_and_every_rank_stopped(tmp_path:
             group.check_alive()
         first = str(info.value).splitlines()[0]
         assert first.startswith(
-            "server 'tp3': node rank 2 on 127.0.0.3 was killed by signal 9 (SIGKILL) while running (cause: unknown); "
-            f"log: {logs / 'tp3.rank2.log'}"
+            "server 'tp3': node rank 2 on 127.0.0.3 was killed by signal 9 (SIGKILL) while running (cause: unknown): "
+            "no error in the log: something outside killed it (the kernel OOM killer would say so in dmesg, which "
+            f"could not be read or had no line for this server); log: {logs / 'tp3.rank2.log'}"
         )
     finally:
         server.stop()

@@ -17,10 +17,11 @@ import psutil
 import pytest
 
 from pytest_specdec import server
+from pytest_specdec.diagnosis import diagnose_exit
 from pytest_specdec.engines.base import LaunchSpec
 from pytest_specdec.errors import ServerError, ServerStartError
 from pytest_specdec.ports import find_free_port, port_holder, port_is_free
-from pytest_specdec.server import ServerProcess, classify_exit
+from pytest_specdec.server import ServerProcess
 
 FAKE = Path(__file__).with_name("fakeserver.py")
 HOST = "127.0.0.1"
@@ -473,8 +474,8 @@ def test_leftovers_sweeps_unstopped_servers(tmp_path: Path) -> None:
         ("Killed", "unknown"),
     ],
 )
-def test_classify_exit(text: str, cause: str) -> None:
-    assert classify_exit(f"INFO loading\n{text}\n") == cause
+def test_diagnosed_cause(text: str, cause: str) -> None:
+    assert diagnose_exit(f"INFO loading\n{text}\n").cause == cause
 
 
 def test_port_helpers() -> None:
