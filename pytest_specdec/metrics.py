@@ -33,6 +33,7 @@ __all__ = [
     "UNCATEGORIZED",
     "category_metrics",
     "client_check",
+    "client_overloaded",
     "cross_check",
     "position_acceptance",
     "request_timing",
@@ -458,28 +459,66 @@ def summarize(
 #: Event-loop lag p99 above this fraction of the ITL p50 (TPOT p50 when ITL is unknown) makes
 #: :func:`client_check` report: arrivals then wait for the client long enough to bend TTFT and ITL.
 CLIENT_LAG_FRACTION = 0.10
+#: Client CPU per worker process (cores) from which that lag is put down to the client itself; below it the client
+#: was mostly idle and waited for a core that the server or other processes held. The same half core per worker
+#: above which ``client.auto_workers`` adds a worker (``client.WORKER_CPU_TARGET``).
+CLIENT_BUSY_CORES = 0.5
 
 
-def client_check(metrics: RunMetrics) -> str | None:
-    """Whether the measuring client itself was too busy for its TTFT/ITL to be trusted.
-
-    :returns: None when ``client_lag_ms_p99 <= CLIENT_LAG_FRACTION * itl_ms_p50`` (``tpot_ms_p50`` when ITL is
-        unknown) or either is missing; else one line such as ``client overloaded: event-loop lag p99 1.20 ms > 10%
-        of ITL p50 5.00 ms (client CPU 0.97 cores, 1 worker process); TTFT and ITL include the client's own delay;
-        fix: raise workload.client_workers or lower workload.concurrency``.
-
-    Worked example: lag p99 0.8 ms, ITL p50 5.0 ms -> 0.8 > 0.5, reported; lag p99 0.3 ms -> None.
-    """
+def _lag_over(metrics: RunMetrics) -> tuple[float, str, float] | None:
+    """(lag p99 ms, "ITL" or "TPOT", its p50 ms) when the lag is above ``CLIENT_LAG_FRACTION`` of it, else None."""
     lag = metrics.client_lag_ms_p99
     ref_name, ref = ("ITL", metrics.itl_ms_p50) if metrics.itl_ms_p50 else ("TPOT", metrics.tpot_ms_p50)
     if lag is None or not ref or lag <= CLIENT_LAG_FRACTION * ref:
         return None
-    cpu = f"client CPU {metrics.client_cpu_cores:.2f} cores, " if metrics.client_cpu_cores is not None else ""
+    return lag, ref_name, ref
+
+
+def client_overloaded(metrics: RunMetrics) -> bool:
+    """Whether the client itself was too busy: the event-loop lag is over the limit (:func:`client_check`) and the
+    client used at least ``CLIENT_BUSY_CORES`` per worker process (or its CPU was not recorded).
+
+    Worked example: lag p99 2.7 ms, ITL p50 20 ms (limit 2.0 ms): 0.95 cores in 1 worker -> True; 0.07 cores ->
+    False (the machine was busy, not the client).
+    """
+    if _lag_over(metrics) is None:
+        return False
+    cpu = metrics.client_cpu_cores
+    return cpu is None or cpu / (metrics.client_workers or 1) >= CLIENT_BUSY_CORES
+
+
+def client_check(metrics: RunMetrics) -> str | None:
+    """Whether the measuring client's TTFT/ITL can be trusted: its event loop must not lag behind the stream.
+
+    :returns: None when ``client_lag_ms_p99 <= CLIENT_LAG_FRACTION * itl_ms_p50`` (``tpot_ms_p50`` when ITL is
+        unknown) or either is missing; else one line. When the client itself was busy (:func:`client_overloaded`):
+        ``client overloaded: event-loop lag p99 1.20 ms > 10% of ITL p50 5.00 ms (client CPU 0.97 cores, 1 worker
+        process); TTFT and ITL include the client's own delay; fix: raise workload.client_workers or lower
+        workload.concurrency``. When it was mostly idle, the CPU went elsewhere: ``machine busy: event-loop lag p99
+        2.70 ms > 10% of ITL p50 20.00 ms while the client used 0.07 cores (1 worker process); the server or other
+        processes took the CPU, so TTFT and ITL include waits for a free core; fix: ...``.
+
+    Worked example: lag p99 0.8 ms, ITL p50 5.0 ms -> 0.8 > 0.5, reported (as "client overloaded" at 0.9 client
+    cores, "machine busy" at 0.1); lag p99 0.3 ms -> None.
+    """
+    over = _lag_over(metrics)
+    if over is None:
+        return None
+    lag, ref_name, ref = over
     workers = metrics.client_workers or 1
+    procs = f"{workers} worker process{'es' if workers > 1 else ''}"
+    head = f"event-loop lag p99 {lag:.2f} ms > {CLIENT_LAG_FRACTION:.0%} of {ref_name} p50 {ref:.2f} ms"
+    cpu = metrics.client_cpu_cores
+    if not client_overloaded(metrics) and cpu is not None:
+        return (
+            f"machine busy: {head} while the client used {cpu:.2f} cores ({procs}); the server or other processes "
+            "took the CPU, so TTFT and ITL include waits for a free core; fix: run fewer jobs beside the benchmark, "
+            "or the server on another machine"
+        )
+    shown = f"client CPU {cpu:.2f} cores, " if cpu is not None else ""
     return (
-        f"client overloaded: event-loop lag p99 {lag:.2f} ms > {CLIENT_LAG_FRACTION:.0%} of {ref_name} p50 "
-        f"{ref:.2f} ms ({cpu}{workers} worker process{'es' if workers > 1 else ''}); TTFT and ITL include the "
-        "client's own delay; fix: raise workload.client_workers or lower workload.concurrency"
+        f"client overloaded: {head} ({shown}{procs}); TTFT and ITL include the client's own delay; fix: raise "
+        "workload.client_workers or lower workload.concurrency"
     )
 
 

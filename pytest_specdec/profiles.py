@@ -173,8 +173,9 @@ class Workload(_Strict):
     #: Processes that send a phase's requests (each with its own event loop): "auto" picks from the concurrency and
     #: the client's measured load (``client.auto_workers``), or a number.
     client_workers: int | Literal["auto"] = "auto"
-    #: When the client's event-loop lag p99 exceeds 10% of the ITL p50 (``metrics.client_check``): "warn" (a
-    #: SpecdecWarning) or "fail" (the phase's tests fail).
+    #: When the client's event-loop lag p99 exceeds 10% of the ITL p50 and the client itself was busy
+    #: (``metrics.client_overloaded``): "warn" (a SpecdecWarning) or "fail" (the phase's tests fail). A busy machine
+    #: (the client mostly idle) is always a warning.
     client_overload: Literal["warn", "fail"] = "warn"
 
     @field_validator("client_workers", mode="before")

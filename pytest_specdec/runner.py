@@ -407,11 +407,13 @@ def _client_workers(server: RunningServer) -> int:
 def client_verdict(profile: Profile, run: RunMetrics) -> str | None:
     """``metrics.client_check`` of a phase, applied as the profile says (``workload.client_overload``).
 
-    :returns: the warning line, or None when the client kept up.
-    :raises ClientOverloadError: the client was overloaded and the profile sets ``client_overload: fail``.
+    :returns: the warning line ("client overloaded: ..." or "machine busy: ..."), or None when the client kept up.
+    :raises ClientOverloadError: the client itself was overloaded (``metrics.client_overloaded``) and the profile
+        sets ``client_overload: fail``. A busy machine (the client mostly idle, the CPU taken by the server or other
+        processes) stays a warning: more client workers would not help, and the key is about the client.
     """
     message = metrics.client_check(run)
-    if message is not None and profile.workload.client_overload == "fail":
+    if message is not None and profile.workload.client_overload == "fail" and metrics.client_overloaded(run):
         raise ClientOverloadError(
             f"profile {profile.name}: {message} (workload.client_overload: fail)", profile=profile.name
         )

@@ -419,14 +419,17 @@ def test_reap_stops_only_servers_whose_pytest_is_gone(project: pytest.Pytester) 
 
 @pytest.mark.slow
 def test_client_load_is_recorded_and_an_overloaded_client_warns(project: pytest.Pytester) -> None:
-    # Issue 13.3 end to end: two client worker processes; every lag counts as overload (fraction 0) so the
-    # warning path runs deterministically; the load lands in the results.
+    # Issue 13.3 end to end: two client worker processes; every lag counts as overload (fraction 0), and as the
+    # client's own (busy from 0 cores), so the warning path runs deterministically; the load lands in the results.
     profiles = PROFILES.replace("@TAG@", _tag(project)) + (
         "  watched:\n    extends: baseline\n"
         "    workload: {max_new_tokens: 24, num_requests: 6, warmup_requests: 1, concurrency: 2, client_workers: 2}\n"
     )
     project.makefile(".yaml", specdec=profiles)
-    project.makeconftest("import pytest_specdec.metrics\npytest_specdec.metrics.CLIENT_LAG_FRACTION = 0.0\n")
+    project.makeconftest(
+        "import pytest_specdec.metrics\npytest_specdec.metrics.CLIENT_LAG_FRACTION = 0.0\n"
+        "pytest_specdec.metrics.CLIENT_BUSY_CORES = 0.0\n"
+    )
     project.makepyfile(test_specdec="def test_run(specdec_run):\n    assert specdec_run.metrics.num_ok == 6\n")
     project.makeini("[pytest]\n")
     result = project.runpytest_subprocess("--server-profile=watched", "-W", "default", timeout=600)

@@ -36,6 +36,19 @@ def test_client_overload_warns_by_default_and_fails_when_the_profile_says() -> N
     assert str(info.value).endswith("(workload.client_overload: fail)")
 
 
+def test_client_overload_fail_does_not_fire_on_a_busy_machine() -> None:
+    # The same lag with the client at 0.07 cores: the server or other processes held the CPU; more client workers
+    # would not help, so client_overload: fail leaves it a warning that says so.
+    strict = Profile.model_validate({"name": "p", "workload": {"client_overload": "fail"}})
+    idle = dataclasses.replace(run_with_lag(2.0), client_cpu_cores=0.07)  # type: ignore[type-var]
+    line = runner.client_verdict(strict, idle)  # type: ignore[arg-type]
+    assert line == (
+        "machine busy: event-loop lag p99 2.00 ms > 10% of ITL p50 10.00 ms while the client used 0.07 cores (1 "
+        "worker process); the server or other processes took the CPU, so TTFT and ITL include waits for a free "
+        "core; fix: run fewer jobs beside the benchmark, or the server on another machine"
+    )
+
+
 @pytest.mark.parametrize(
     ("setting", "load", "expected"),
     [(3, None, 3), ("auto", None, 1), ("auto", ClientLoad(0.1, 2.0, 4.0, cpu_cores=0.9), 2)],
