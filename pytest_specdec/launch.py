@@ -1,8 +1,7 @@
 """Launch a server: check its ports, start it under its supervisor (``supervisor.py``), follow its exit status.
 
 ``launch(spec, name=..., log_path=...)`` returns a ``Launched``: the server's pid, and ``poll()`` for its exit status,
-which the supervisor (its parent and subreaper) reports. Secrets of a launch (``--api-key``, secret-looking env
-values) are found here too, so that no message or kept log shows them.
+which the supervisor (its parent and subreaper) reports.
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import select
 import subprocess
 import sys
@@ -24,37 +22,13 @@ from pytest_specdec.errors import ServerStartError
 from pytest_specdec.ports import port_holder, port_is_free
 from pytest_specdec.proctree import running
 
-__all__ = ["ORPHAN_GRACE_S", "Launched", "check_ports", "launch", "launch_secrets", "owners", "redact"]
+__all__ = ["ORPHAN_GRACE_S", "Launched", "check_ports", "launch", "owners"]
 
 #: When pytest dies, the supervisor's SIGTERM -> SIGKILL grace: the server is gone within about this + 0.2 s.
 ORPHAN_GRACE_S = 1.0
 #: How long the supervisor may take to start the server and report its pid (a Python start on a loaded runner).
 _SUPERVISOR_START_S = 60.0
 _SUPERVISOR = Path(__file__).with_name("supervisor.py")
-
-_SECRET_NAME_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
-
-
-def launch_secrets(spec: LaunchSpec) -> tuple[str, ...]:
-    """Values that must never reach a message or a log we keep: the ``--api-key`` argument and env values whose
-    names look secret (TOKEN, KEY, SECRET, PASSWORD); longest first, so that ``redact`` replaces whole values."""
-    found: list[str] = []
-    argv = list(spec.argv)
-    for i, arg in enumerate(argv):
-        if arg.endswith("api-key") and i + 1 < len(argv):
-            found.append(argv[i + 1])
-        elif "api-key=" in arg:
-            found.append(arg.split("=", 1)[1])
-    found += [v for k, v in spec.env.items() if set(re.split(r"[_\-]+", k.upper())) & set(_SECRET_NAME_PARTS)]
-    return tuple(sorted({v for v in found if len(v) >= 4}, key=len, reverse=True))
-
-
-def redact(text: str, secrets: tuple[str, ...]) -> str:
-    """``text`` with every secret value replaced by ``<redacted>``."""
-    for secret in secrets:
-        text = text.replace(secret, "<redacted>")
-    return text
-
 
 def check_ports(spec: LaunchSpec, name: str) -> None:
     """:raises ServerStartError: ``spec.port`` or one of ``spec.derived_ports`` is held (cause "port in use"; the

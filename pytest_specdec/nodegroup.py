@@ -37,9 +37,9 @@ from pytest_specdec.engines.base import LaunchSpec
 from pytest_specdec.engines.sglang import BASE_ENV_KEYS
 from pytest_specdec.errors import ServerError, ServerStartError
 from pytest_specdec.exits import describe_exit, read_tail, tail_lines
-from pytest_specdec.launch import redact
 from pytest_specdec.ports import find_free_port
 from pytest_specdec.profiles import Profile
+from pytest_specdec.redaction import redact
 from pytest_specdec.server import ProgressCallback, ServerProcess, StopReport
 
 __all__ = ["NodeEngine", "NodeGroup", "Rank", "render_launcher"]

@@ -17,7 +17,7 @@ from typing import BinaryIO, Protocol
 from pytest_specdec.diagnosis import diagnose_exit
 from pytest_specdec.errors import ServerStartError
 from pytest_specdec.exits import describe_exit, display_lines, read_tail, tail_lines
-from pytest_specdec.launch import redact
+from pytest_specdec.redaction import redact
 
 __all__ = ["ProgressCallback", "exit_error", "wait_ready"]
 

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import CompareError
 from pytest_specdec.records import RunMetrics, median_metrics
+from pytest_specdec.redaction import REDACTED, redact_argv, redact_env
 
 if TYPE_CHECKING:
     from pytest_specdec.runner import Measurement, RunningServer
 
 __all__ = [
     "FINGERPRINT_PACKAGES",
-    "REDACTED",
     "RequestSample",
     "ResultRecord",
     "ResultStore",
@@ -51,8 +51,6 @@ __all__ = [
     "plugin_version",
     "profile_definition",
     "read_run_file",
-    "redact_argv",
-    "redact_env",
 ]
 
 #: Version of the JSON layout written by :class:`ResultStore`; readers accept any version.
@@ -69,9 +67,6 @@ FINGERPRINT_PACKAGES = (
     "vllm",
     "triton",
 )
-REDACTED = "<redacted>"
-#: Variable names containing one of these (case-insensitive) have their values redacted.
-_SECRET_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 #: Launch-env prefixes recorded in the fingerprint (besides every variable the profile sets).
 _ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_")
 _PROBE_TIMEOUT_S = 30.0
@@ -98,40 +93,6 @@ def plugin_version() -> str:
         return importlib.metadata.version("pytest-specdec")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
-
-
-def _is_secret(name: str) -> bool:
-    """Whole words only: HF_TOKEN, OPENAI_API_KEY, --hf-token are secret; TOKENIZERS_PARALLELISM and
-    --speculative-num-draft-tokens are not."""
-    words = re.split(r"[_\-]+", name.upper())
-    return any(word in _SECRET_PARTS or word == "APIKEY" for word in words)
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with the value of every variable whose name has the word TOKEN, KEY, SECRET or PASSWORD replaced by
-    ``<redacted>``; keys sorted."""
-    return {k: (REDACTED if _is_secret(k) else v) for k, v in sorted(env.items())}
-
-
-def redact_argv(argv: Sequence[str], api_key: str | None) -> list[str]:
-    """``argv`` with the api key value replaced wherever it occurs (``--api-key K``, ``--api-key=K``, inside a
-    JSON argument), and the value after any ``--*key*``/``--*token*``/``--*secret*``/``--*password*`` flag."""
-    out: list[str] = []
-    redact_next = False
-    for arg in argv:
-        if redact_next:
-            out.append(REDACTED)
-            redact_next = False
-            continue
-        if api_key:
-            arg = arg.replace(api_key, REDACTED)
-        if arg.startswith("--") and _is_secret(arg[2:].split("=", 1)[0].replace("-", "_")):
-            if "=" in arg:
-                arg = arg.split("=", 1)[0] + "=" + REDACTED
-            else:
-                redact_next = True
-        out.append(arg)
-    return out
 
 
 _PACKAGE_PROBE = (

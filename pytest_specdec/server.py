@@ -31,11 +31,12 @@ from pytest_specdec.diagnosis import diagnose_exit
 from pytest_specdec.engines.base import LaunchSpec
 from pytest_specdec.errors import ServerError
 from pytest_specdec.exits import describe_exit, read_tail, tail_lines
-from pytest_specdec.launch import Launched, launch, launch_secrets, owners, redact
+from pytest_specdec.launch import Launched, launch, owners
 from pytest_specdec.ports import find_free_port, port_holder
 from pytest_specdec.proctree import Descendants, StopReport, alive, stop_process_tree
 from pytest_specdec.readiness import ProgressCallback
 from pytest_specdec.readiness import wait_ready as _wait_ready
+from pytest_specdec.redaction import launch_secrets, redact
 from pytest_specdec.registry import leftovers
 
 __all__ = [
@@ -65,7 +66,7 @@ class ServerProcess:
         self.log_path = log_path
         self.pid = launched.pid
         self.base_url = spec.base_url
-        self.secrets = launch_secrets(spec)
+        self.secrets = launch_secrets(spec.argv, spec.env)
         self.started = started
         self.record_path: Path | None = None
         self._launched = launched

@@ -16,16 +16,14 @@ from pytest_specdec.engines.base import EffectiveConfig, LaunchSpec
 from pytest_specdec.errors import CompareError
 from pytest_specdec.profiles import Profile, SpeculativeConfig, Workload
 from pytest_specdec.records import RequestRecord, RunMetrics
+from pytest_specdec.redaction import REDACTED
 from pytest_specdec.results import (
     FINGERPRINT_PACKAGES,
-    REDACTED,
     ResultRecord,
     ResultStore,
     RunFile,
     build_fingerprint,
     package_versions,
-    redact_argv,
-    redact_env,
 )
 from pytest_specdec.runner import Measurement, RunningServer
 
@@ -122,27 +120,6 @@ def test_record_json_round_trip_and_lenient_reading() -> None:
     with pytest.raises(ValueError) as info:
         ResultRecord.from_dict({"profile": "p", "metrics": {}})
     assert str(info.value) == "result record: 'test_id' missing or not a str"
-
-
-def test_redaction() -> None:
-    env = {"HF_TOKEN": "hf_x", "OPENAI_API_KEY": "sk", "db_password": "p", "NCCL_PROTO": "LL"}
-    assert redact_env(env) == {
-        "HF_TOKEN": REDACTED,
-        "NCCL_PROTO": "LL",
-        "OPENAI_API_KEY": REDACTED,
-        "db_password": REDACTED,
-    }
-    argv = ["sglang", "--api-key", "sk-123", "--x", '{"key": "sk-123"}', "--admin-api-key=abc", "--hf-token", "t"]
-    assert redact_argv(argv, "sk-123") == [
-        "sglang",
-        "--api-key",
-        REDACTED,
-        "--x",
-        '{"key": "<redacted>"}',
-        "--admin-api-key=<redacted>",
-        "--hf-token",
-        REDACTED,
-    ]
 
 
 def test_package_versions_reads_metadata_in_a_subprocess() -> None:
