@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import psutil
 
-__all__ = ["Descendants", "StopReport", "alive", "running", "stop_process_tree"]
+__all__ = ["Descendants", "StopReport", "alive", "running", "stop_process_tree", "zombie"]
 
 #: After SIGKILL, how long to wait for the kernel to finish the processes before calling them survivors.
 _KILL_WAIT_S = 5.0
@@ -29,20 +29,12 @@ _REAP_WAIT_S = 1.0
 _SAME_PROCESS_S = 1.0
 
 
-def alive(proc: psutil.Process) -> bool:
-    """Running and not a zombie. A zombie holds no memory, GPU or port; its reaping is its parent's job."""
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:
-        return True
-
-
 def running(pid: int, create_time: float) -> bool:
     """Whether process ``pid`` started at ``create_time`` (epoch s, psutil's) is still running and not a zombie.
 
-    The start time guards against pid reuse; a process we may not inspect (another user) counts as running.
+    The one liveness check of the package (owners, users of a shared server, recorded servers, the tree at
+    teardown). The start time guards against pid reuse; a zombie counts as gone (it holds no memory, GPU or port;
+    its reaping is its parent's job); a process we may not inspect (another user) counts as running.
     """
     try:
         proc = psutil.Process(pid)
@@ -53,7 +45,13 @@ def running(pid: int, create_time: float) -> bool:
         return True
 
 
-def _zombie(proc: psutil.Process) -> bool:
+def alive(proc: psutil.Process) -> bool:
+    """:func:`running` for a process already looked up (its pid and the start time psutil recorded then)."""
+    return running(*_key(proc))
+
+
+def zombie(proc: psutil.Process) -> bool:
+    """Whether ``proc`` has exited but is not reaped yet (False when it is gone or cannot be read)."""
     try:
         return proc.status() == psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -219,7 +217,7 @@ def stop_process_tree(
             if alive(proc):
                 targets.setdefault(_key(proc), proc)
                 seen.setdefault(_key(proc), proc)
-            elif _zombie(proc):
+            elif zombie(proc):
                 seen.setdefault(_key(proc), proc)
 
     if root is not None and alive(root):
@@ -265,12 +263,12 @@ def stop_process_tree(
             popen.wait(timeout=1.0)
     survivors = sorted(proc.pid for proc in left)
     reap_deadline = time.monotonic() + _REAP_WAIT_S
-    zombies = [proc for proc in seen.values() if _zombie(proc)]
+    zombies = [proc for proc in seen.values() if zombie(proc)]
     while zombies and time.monotonic() < reap_deadline:
         time.sleep(0.02)
         if reap is not None:
             reap()
-        zombies = [proc for proc in zombies if _zombie(proc)]
+        zombies = [proc for proc in zombies if zombie(proc)]
     port_free = True
     if host is not None and port is not None:
         from pytest_specdec.ports import wait_port_free  # not needed (nor importable) in the supervisor

@@ -33,7 +33,7 @@ from pytest_specdec.errors import ServerError
 from pytest_specdec.exits import describe_exit, read_tail, tail_lines
 from pytest_specdec.launch import Launched, launch, owners
 from pytest_specdec.ports import find_free_port, port_holder
-from pytest_specdec.proctree import Descendants, StopReport, alive, stop_process_tree
+from pytest_specdec.proctree import Descendants, StopReport, stop_process_tree, zombie
 from pytest_specdec.readiness import ProgressCallback
 from pytest_specdec.readiness import wait_ready as _wait_ready
 from pytest_specdec.redaction import launch_secrets, redact
@@ -222,7 +222,7 @@ class ServerProcess:
                 name=self.name,
             )
             self._launched.close()  # after it, every status line of the supervisor has been read
-            zombies = tuple(p.pid for p in self._tree.known() if p.pid in report.zombies and _zombie(p))
+            zombies = tuple(p.pid for p in self._tree.known() if p.pid in report.zombies and zombie(p))
             self._stop_report = dataclasses.replace(report, returncode=self._launched.poll(), zombies=zombies)
             if self.record_path is not None:
                 self.record_path.unlink(missing_ok=True)
@@ -261,14 +261,3 @@ class ServerProcess:
     def __repr__(self) -> str:
         state = "stopped" if self._stop_report else ("running" if self.alive() else "exited")
         return f"<ServerProcess {self.name!r} pid={self.pid} {self.base_url} {state}>"
-
-
-def _zombie(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-# Kept for callers of the earlier single-module layout.
-_alive = alive

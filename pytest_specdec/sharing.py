@@ -91,10 +91,6 @@ def _me() -> list[Any]:
     return [os.getpid(), psutil.Process().create_time(), uuid.uuid4().hex[:12]]
 
 
-def _user_alive(user: list[Any]) -> bool:
-    return running(user[0], user[1])
-
-
 def _read(path: Path) -> dict[str, Any]:
     try:
         return dict(json.loads(path.read_text(encoding="utf-8")))
@@ -194,7 +190,7 @@ def shared_server(
     own: ServerProcess | None = None
     with lock:
         state = _read(state_path)
-        users = [u for u in state.get("users", []) if _user_alive(u)]
+        users = [u for u in state.get("users", []) if running(u[0], u[1])]
         status = state.get("status")
         if status == "failed":
             raise _start_error(state)
@@ -268,7 +264,7 @@ def _leave(
             return
         if own is not None:
             _merge_procs(state, own.processes())
-        users = [u for u in state.get("users", []) if u != me and _user_alive(u)]
+        users = [u for u in state.get("users", []) if u != me and running(u[0], u[1])]
         if users:
             state["users"] = users
             if own is not None:
@@ -302,7 +298,7 @@ def sweep_shared(root: Path, *, timeout_s: float = 30.0) -> list[str]:
                 _write(state_path, state)
                 continue
             users = state.get("users", [])
-            gone = len([u for u in users if not _user_alive(u)])
+            gone = len([u for u in users if not running(u[0], u[1])])
             report = _stop_by_state(state, timeout_s)
             lines.append(
                 f"shared server '{state['key']}' (pid {state['pid']}) was still running at session end "
