@@ -9,8 +9,8 @@ Each synthetic shard run holds ``--tests`` records shaped like a real run of the
 ``RunMetrics`` field, 3 repeats, 48 request samples (16 requests x 3 repeats), a full fingerprint with the profile
 definition; a file is about 30 KB at 4 tests. Phases timed with ``time.perf_counter()``: reading the files
 (``load_shards``), the consistency checks (``merge_problems``), building the merged run (``merge_runs``), writing it
-(``ResultStore.save``), and the whole CLI (``merge_main`` with ``--markdown``, and ``--trend`` over the newest 30
-runs when ``--trend``), each the median of 3.
+(``ResultStore.save``), and the whole CLI (``python -m pytest_specdec merge`` with ``--markdown``, and ``--trend``
+over the newest 30 runs when ``--trend``), each the median of 3.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec.merge import load_shards, merge_main, merge_problems, merge_runs
+from pytest_specdec.__main__ import main as cli_main
+from pytest_specdec.merge import load_shards, merge_problems, merge_runs
 from pytest_specdec.profiles import Profile
 from pytest_specdec.records import RunMetrics
 from pytest_specdec.results import RequestSample, ResultRecord, ResultStore, RunFile, profile_definition
@@ -99,7 +100,7 @@ def _row(tmp: Path, runs: int, tests: int, trend: bool) -> str:
 
 def _cli(argv: list[str]) -> None:
     with contextlib.redirect_stdout(io.StringIO()):
-        assert merge_main(argv) == 0
+        assert cli_main(["merge", *argv]) == 0
 
 
 def main() -> None:

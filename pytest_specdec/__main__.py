@@ -18,8 +18,10 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 from pytest_specdec.errors import CompareError, ProfileError
+from pytest_specdec.merge import DEFAULT_TREND_RUNS
 from pytest_specdec.preflight import Finding, format_findings, run_preflight
 from pytest_specdec.profiles import Profile, load_profiles
 from pytest_specdec.results import ResultRecord, read_run_file
@@ -32,9 +34,46 @@ EXIT_OK, EXIT_FINDINGS, EXIT_BAD_PROFILE = 0, 1, 2
 EXIT_USAGE = 2
 
 
+#: Stands for ``compare``'s default tolerances in its help, filled in only when the help is shown (importing
+#: ``compare`` takes numpy).
+_DEFAULT_TOLERANCES = "{default_tolerances}"
+
+
+class _ShortUsageError(Exception):
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    """A subcommand's parser; ``short_errors=True``: a usage error raises ``_ShortUsageError`` (``main`` prints the
+    usage and ``error: ...`` and returns 2) instead of argparse's exit."""
+
+    def __init__(self, *args: Any, short_errors: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.short_errors = short_errors
+        self.set_defaults(parser=self)
+
+    def error(self, message: str) -> NoReturn:
+        if self.short_errors:
+            raise _ShortUsageError(self, message)
+        super().error(message)
+
+
+class _CompareHelpFormatter(argparse.HelpFormatter):
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        if text is not None and _DEFAULT_TOLERANCES in text:
+            from pytest_specdec.compare import DEFAULT_TOLERANCES, format_tolerances
+
+            text = text.replace(_DEFAULT_TOLERANCES, format_tolerances(DEFAULT_TOLERANCES).replace("%", "%%"))
+        return text
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pytest_specdec", description="pytest-specdec tools")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     check = sub.add_parser(
         "check",
         help="run preflight checks on a profile file without launching anything",
@@ -100,20 +139,79 @@ def _build_parser() -> argparse.ArgumentParser:
     compare = sub.add_parser(
         "compare",
         help="compare two stored runs; exit 1 on a regression",
-        add_help=False,
-        description="python -m pytest_specdec compare BASE CURRENT [--tolerance METRIC:TOL ...] [--force] "
-        "[--compare-profile NAME]",
+        description="Compare a specdec run with a baseline run: fingerprint diff, then one row per metric.",
+        formatter_class=_CompareHelpFormatter,
+        short_errors=True,
     )
-    compare.add_argument("rest", nargs=argparse.REMAINDER)
-    compare.set_defaults(func=lambda args: _cmd_compare(args.rest))
+    compare.add_argument("base", metavar="BASE", help="baseline: a run file, a run id (or unique prefix), or 'latest'")
+    compare.add_argument("current", metavar="CURRENT", help="current run: a run file, a run id, or 'latest'")
+    compare.add_argument(
+        "-t",
+        "--tolerance",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="Per-metric tolerance, e.g. output_tok_s:5%% accept_length:0.02 ttft_ms:10%%+5 (repeatable; each one "
+        "replaces that metric's default, the other defaults stay: " + _DEFAULT_TOLERANCES + ")",
+    )
+    compare.add_argument("--force", action="store_true", help="Compare even when the workloads differ")
+    compare.add_argument(
+        "--compare-profile",
+        metavar="NAME|CUR=BASE[,...]",
+        help="Compare with another profile's results, as pytest's --specdec-compare-profile: NAME for every test of "
+        "a speculative profile (tests without speculation keep their own), or CUR=BASE pairs, e.g. "
+        "eagle3-shifted-layers=eagle3 (default: each test with itself)",
+    )
+    compare.add_argument(
+        "--noise",
+        metavar="FILE",
+        help="Calibrated noise (written by 'calibrate', e.g. .specdec/noise/eagle3.json): a shift must also exceed "
+        "3 x that sigma (default: the repeats' own spread only)",
+    )
+    compare.add_argument(
+        "--dir",
+        default=".specdec/results",
+        metavar="DIR",
+        help="Where run ids are looked up (default: .specdec/results)",
+    )
+    compare.set_defaults(func=_cmd_compare)
     merge = sub.add_parser(
         "merge",
         help="merge the run files of CI shards into one run, one markdown summary and one trend",
-        add_help=False,
-        description="python -m pytest_specdec merge PATH... [--store DIR] [--markdown PATH] [--trend PNG] [--force]",
+        description="Merge the run files of CI shards into one run in the store, with one markdown summary and one "
+        "trend PNG. Refuses runs of different commits, profile definitions or metric definitions, and a test "
+        "measured twice, unless --force. Exit 0 merged, 1 refused, 2 bad input.",
     )
-    merge.add_argument("rest", nargs=argparse.REMAINDER)
-    merge.set_defaults(func=lambda args: _cmd_merge(args.rest))
+    merge.add_argument(
+        "paths",
+        metavar="PATH",
+        nargs="+",
+        help="a run file, or a directory searched recursively for run files (e.g. the downloaded shard artifacts)",
+    )
+    merge.add_argument(
+        "--store",
+        metavar="DIR",
+        default=".specdec/results",
+        help="the results store the merged run is written to (default: .specdec/results)",
+    )
+    merge.add_argument("--markdown", metavar="PATH", help="write the merged summary as markdown (also appended to "
+                       "$GITHUB_STEP_SUMMARY when set)")  # fmt: skip
+    merge.add_argument("--trend", metavar="PNG", help="draw the store's trend (needs matplotlib)")
+    merge.add_argument(
+        "--trend-runs",
+        metavar="N",
+        type=int,
+        default=DEFAULT_TREND_RUNS,
+        help=f"the newest N runs of the store in the trend (default: {DEFAULT_TREND_RUNS})",
+    )
+    merge.add_argument(
+        "--metric",
+        metavar="FIELD",
+        action="append",
+        help="a RunMetrics field for the trend (repeatable; default: output_tok_s and accept_length)",
+    )
+    merge.add_argument("--force", action="store_true", help="merge even when the runs differ (recorded in the run)")
+    merge.set_defaults(func=_cmd_merge)
     calibrate = sub.add_parser(
         "calibrate",
         help="rerun a profile K times (separate server starts) and propose baseline-compare tolerances",
@@ -183,16 +281,40 @@ def _cmd_trend(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if worse else EXIT_OK
 
 
-def _cmd_compare(rest: list[str]) -> int:
-    from pytest_specdec.compare import compare_main
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from pytest_specdec.compare import compare_command
 
-    return compare_main(rest)
+    return compare_command(
+        args.base,
+        args.current,
+        tolerances=args.tolerance,
+        force=args.force,
+        compare_profile=args.compare_profile,
+        noise_path=args.noise,
+        results_dir=args.dir,
+    )
 
 
-def _cmd_merge(rest: list[str]) -> int:
-    from pytest_specdec.merge import merge_main
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from pytest_specdec.merge import merge_command
 
-    return merge_main(rest)
+    if args.trend_runs < 1:
+        print(f"ERROR: --trend-runs={args.trend_runs}: expected an integer >= 1", file=sys.stderr)
+        return EXIT_USAGE
+    fields = _numeric_fields()
+    for name in args.metric or ():
+        if name not in fields:
+            print(f"ERROR: --metric={name}: not a metric field (available: {', '.join(fields)})", file=sys.stderr)
+            return EXIT_USAGE
+    return merge_command(
+        args.paths,
+        store_dir=args.store,
+        markdown=args.markdown,
+        trend=args.trend,
+        trend_runs=args.trend_runs,
+        metrics=args.metric,
+        force=args.force,
+    )
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -383,14 +505,22 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code."""
+    """Run the CLI; returns the exit code.
+
+    A usage error exits 2 the argparse way (usage, then ``<prog>: error: ...``), except ``compare``'s, which prints
+    its usage and ``error: ...`` and returns 2 like the rest of its errors. Unrecognized arguments are reported
+    with the usage of the subcommand they were given to.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["compare"]:
-        # compare has its own parser (compare.compare_main), --help included.
-        return _cmd_compare(argv[1:])
-    if argv[:1] == ["merge"]:
-        return _cmd_merge(argv[1:])
-    args = _build_parser().parse_args(argv)
+    parser = _build_parser()
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    except _ShortUsageError as exc:
+        print(exc.parser.format_usage().rstrip(), file=sys.stderr)
+        print(f"error: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
     return int(args.func(args))
 
 

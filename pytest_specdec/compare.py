@@ -16,7 +16,6 @@ Tolerance strings (``parse_tolerances``)::
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import re
@@ -40,7 +39,7 @@ __all__ = [
     "WORKLOAD_KEYS",
     "calibrate_noise",
     "calibrate_proposal",
-    "compare_main",
+    "compare_command",
     "compare_results",
     "compare_runs",
     "fingerprint_diff",
@@ -839,94 +838,54 @@ def speedup_failures(speedups: Mapping[int, float], min_ratio: float, *, vs: str
     ]
 
 
-# -- CLI ----------------------------------------------------------------------------------------------------------
+# -- the compare command -------------------------------------------------------------------------------------------
 
 
-class _ArgError(Exception):
-    pass
+def compare_command(
+    base_ref: str,
+    current_ref: str,
+    *,
+    tolerances: Sequence[str] = (),
+    force: bool = False,
+    compare_profile: str | None = None,
+    noise_path: str | Path | None = None,
+    results_dir: str | Path = ".specdec/results",
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    """``python -m pytest_specdec compare`` (its options are defined in ``__main__``): load both runs, compare them
+    (:func:`compare_runs`) and print the fingerprint diff and one table per test to ``stdout``, errors to ``stderr``.
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse would sys.exit(2); we return 2 from compare_main
-        raise _ArgError(message)
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="python -m pytest_specdec compare",
-        description="Compare a specdec run with a baseline run: fingerprint diff, then one row per metric.",
-    )
-    p.add_argument("base", metavar="BASE", help="baseline: a run file, a run id (or unique prefix), or 'latest'")
-    p.add_argument("current", metavar="CURRENT", help="current run: a run file, a run id, or 'latest'")
-    p.add_argument(
-        "-t",
-        "--tolerance",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        help="Per-metric tolerance, e.g. output_tok_s:5%% accept_length:0.02 ttft_ms:10%%+5 (repeatable; each one "
-        "replaces that metric's default, the other defaults stay: "
-        + format_tolerances(DEFAULT_TOLERANCES).replace("%", "%%")
-        + ")",
-    )
-    p.add_argument("--force", action="store_true", help="Compare even when the workloads differ")
-    p.add_argument(
-        "--compare-profile",
-        metavar="NAME|CUR=BASE[,...]",
-        help="Compare with another profile's results, as pytest's --specdec-compare-profile: NAME for every test of "
-        "a speculative profile (tests without speculation keep their own), or CUR=BASE pairs, e.g. "
-        "eagle3-shifted-layers=eagle3 (default: each test with itself)",
-    )
-    p.add_argument(
-        "--noise",
-        metavar="FILE",
-        help="Calibrated noise (written by 'calibrate', e.g. .specdec/noise/eagle3.json): a shift must also exceed "
-        "3 x that sigma (default: the repeats' own spread only)",
-    )
-    p.add_argument(
-        "--dir",
-        default=".specdec/results",
-        metavar="DIR",
-        help="Where run ids are looked up (default: .specdec/results)",
-    )
-    return p
-
-
-def compare_main(argv: Sequence[str], *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    """``python -m pytest_specdec compare BASE CURRENT [--tolerance SPEC ...] [--force] [--dir DIR]
-    [--compare-profile NAME|CUR=BASE,...]``.
-
-    :param argv: the arguments after ``compare``.
-    :returns: 1 when a test regressed; 2 on unusable input (bad arguments or tolerance, unreadable file,
-        no matching run, no test in common, a refused workload mismatch); else 0.
+    :param base_ref: the baseline: a run file, a run id (or unique prefix) in ``results_dir``, or ``latest``.
+    :param current_ref: the current run, the same way.
+    :param tolerances: ``METRIC:TOL`` specs (:func:`parse_tolerances`), each replacing that metric's default.
+    :param force: compare even when the workloads differ.
+    :param compare_profile: ``NAME`` or ``CUR=BASE[,...]`` (:func:`profile_mapper`); None: each test with itself.
+    :param noise_path: a noise file written by ``calibrate`` (:func:`read_noise`).
+    :returns: 1 when a test regressed; 2 on unusable input (bad tolerance, unreadable file, no matching run, no test
+        in common, a refused workload mismatch); else 0.
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    parser = _parser()
     try:
-        args = parser.parse_args(list(argv))
-        tolerances = parse_tolerances(args.tolerance) if args.tolerance else None
-        store = ResultStore(Path(args.dir))
-        if args.base == "latest" and args.current == "latest":
+        parsed = parse_tolerances(tolerances) if tolerances else None
+        store = ResultStore(Path(results_dir))
+        if base_ref == "latest" and current_ref == "latest":
             raise CompareError("BASE and CURRENT are both 'latest'; name at least one run")
-        current = store.load(args.current)
+        current = store.load(current_ref)
         store.current = current.run_id
-        base = store.load(args.base)
-        mapper = profile_mapper(args.compare_profile, base, current) if args.compare_profile else None
-    except _ArgError as exc:
-        print(parser.format_usage().rstrip(), file=err)
-        print(f"error: {exc}", file=err)
-        return 2
+        base = store.load(base_ref)
+        mapper = profile_mapper(compare_profile, base, current) if compare_profile else None
     except (ValueError, CompareError) as exc:
         print(f"error: {exc}", file=err)
         return 2
     noise = None
-    if args.noise:
-        noise = read_noise(Path(args.noise))
+    if noise_path:
+        noise = read_noise(Path(noise_path))
         if not noise:
-            print(f"error: --noise={args.noise}: not a noise file written by calibrate", file=err)
+            print(f"error: --noise={noise_path}: not a noise file written by calibrate", file=err)
             return 2
-    result = compare_runs(base, current, tolerances, force=args.force, baseline_id=mapper, noise=noise)
+    result = compare_runs(base, current, parsed, force=force, baseline_id=mapper, noise=noise)
     print(f"specdec compare: baseline {base.run_id} -> current {current.run_id}", file=out)
     for comp in result.comparisons:
         print("", file=out)

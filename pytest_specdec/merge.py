@@ -14,7 +14,6 @@ Typical use (the merge job of ``examples/ci/nightly-gpu.yml``)::
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -35,7 +34,7 @@ __all__ = [
     "Shard",
     "find_run_files",
     "load_shards",
-    "merge_main",
+    "merge_command",
     "merge_problems",
     "merge_runs",
 ]
@@ -279,53 +278,6 @@ def merge_runs(shards: Sequence[Shard], *, forced: Sequence[str] = ()) -> RunFil
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m pytest_specdec merge",
-        description="Merge the run files of CI shards into one run in the store, with one markdown summary and one "
-        "trend PNG. Refuses runs of different commits, profile definitions or metric definitions, and a test "
-        "measured twice, unless --force. Exit 0 merged, 1 refused, 2 bad input.",
-    )
-    parser.add_argument(
-        "paths",
-        metavar="PATH",
-        nargs="+",
-        help="a run file, or a directory searched recursively for run files (e.g. the downloaded shard artifacts)",
-    )
-    parser.add_argument(
-        "--store",
-        metavar="DIR",
-        default=".specdec/results",
-        help="the results store the merged run is written to (default: .specdec/results)",
-    )
-    parser.add_argument("--markdown", metavar="PATH", help="write the merged summary as markdown (also appended to "
-                        "$GITHUB_STEP_SUMMARY when set)")  # fmt: skip
-    parser.add_argument("--trend", metavar="PNG", help="draw the store's trend (needs matplotlib)")
-    parser.add_argument(
-        "--trend-runs",
-        metavar="N",
-        type=int,
-        default=DEFAULT_TREND_RUNS,
-        help=f"the newest N runs of the store in the trend (default: {DEFAULT_TREND_RUNS})",
-    )
-    parser.add_argument(
-        "--metric",
-        metavar="FIELD",
-        action="append",
-        help="a RunMetrics field for the trend (repeatable; default: output_tok_s and accept_length)",
-    )
-    parser.add_argument("--force", action="store_true", help="merge even when the runs differ (recorded in the run)")
-    return parser
-
-
-def _numeric_fields() -> list[str]:
-    import dataclasses
-
-    from pytest_specdec.records import RunMetrics
-
-    return [f.name for f in dataclasses.fields(RunMetrics) if f.name != "accept_length_source"]
-
-
 def _markdown(run: RunFile, shards: Sequence[Shard], saved: Path) -> list[str]:
     from pytest_specdec.markdown import markdown_summary
 
@@ -339,22 +291,33 @@ def _markdown(run: RunFile, shards: Sequence[Shard], saved: Path) -> list[str]:
     return lines
 
 
-def merge_main(argv: Sequence[str]) -> int:
-    """``python -m pytest_specdec merge``: see the module docstring; returns the exit code."""
+def merge_command(
+    paths: Sequence[str | Path],
+    *,
+    store_dir: str | Path = ".specdec/results",
+    markdown: str | Path | None = None,
+    trend: str | Path | None = None,
+    trend_runs: int = DEFAULT_TREND_RUNS,
+    metrics: Sequence[str] | None = None,
+    force: bool = False,
+) -> int:
+    """``python -m pytest_specdec merge`` (its options are defined in ``__main__``; see the module docstring).
+
+    :param paths: run files, or directories searched recursively for run files.
+    :param store_dir: the results store the merged run is written to.
+    :param markdown: also write the merged summary as markdown here (and append it to ``$GITHUB_STEP_SUMMARY`` when
+        set).
+    :param trend: draw the store's newest ``trend_runs`` runs (>= 1) into this PNG, plotting ``metrics``
+        (``RunMetrics`` fields; None: ``plots.DEFAULT_TREND_METRICS``).
+    :param force: merge even when the runs differ (recorded in the run).
+    :returns: ``EXIT_OK``, ``EXIT_REFUSED`` (the runs differ, without ``force``) or ``EXIT_USAGE`` (no run files,
+        an unreadable file, the trend could not be drawn); messages go to stdout and errors to stderr.
+    """
     from pytest_specdec.report import summary_lines
 
-    args = _parser().parse_args(list(argv))
-    if args.trend_runs < 1:
-        print(f"ERROR: --trend-runs={args.trend_runs}: expected an integer >= 1", file=sys.stderr)
-        return EXIT_USAGE
-    fields = _numeric_fields()
-    for name in args.metric or ():
-        if name not in fields:
-            print(f"ERROR: --metric={name}: not a metric field (available: {', '.join(fields)})", file=sys.stderr)
-            return EXIT_USAGE
-    store = ResultStore(Path(args.store))
+    store = ResultStore(Path(store_dir))
     try:
-        shards, skipped = load_shards(args.paths)
+        shards, skipped = load_shards(paths)
     except CompareError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -362,13 +325,13 @@ def merge_main(argv: Sequence[str]) -> int:
     history = [s for s in shards if s.path.resolve().parent == store_root]
     shards = [s for s in shards if s not in history]  # the store's runs are history, never merged again
     if not shards:
-        where = ", ".join(map(str, args.paths))
-        why = f"; the {len(history)} in {args.store} are the store's history" if history else ""
+        where = ", ".join(map(str, paths))
+        why = f"; the {len(history)} in {store_dir} are the store's history" if history else ""
         print(f"ERROR: no run files to merge under {where}{why}; pass the shards' result directories (each shard "
               "writes <specdec dir>/results/<run id>.json)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     problems = merge_problems(shards)
-    if problems and not args.force:
+    if problems and not force:
         print(f"ERROR: cannot merge {len(shards)} runs:", file=sys.stderr)
         for problem in problems:
             print(problem, file=sys.stderr)
@@ -384,17 +347,17 @@ def merge_main(argv: Sequence[str]) -> int:
         print(line)
     from pytest_specdec.markdown import markdown_targets, write_markdown
 
-    for path, append in markdown_targets(args.markdown, os.environ):
+    for path, append in markdown_targets(None if markdown is None else str(markdown), os.environ):
         write_markdown(_markdown(run, shards, saved), path, append=append)
         print(f"wrote {path}")
-    if args.trend:
+    if trend:
         from pytest_specdec.plots import DEFAULT_TREND_METRICS, plot_trend
 
-        trend_runs = [read_run_file(p) for p in store.list()[-args.trend_runs :]]
+        drawn = [read_run_file(p) for p in store.list()[-trend_runs:]]
         try:
-            out = plot_trend(trend_runs, Path(args.trend), metrics=args.metric or list(DEFAULT_TREND_METRICS))
+            out = plot_trend(drawn, Path(trend), metrics=list(metrics or DEFAULT_TREND_METRICS))
         except (ValueError, ImportError) as exc:
             print(f"ERROR: --trend: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        print(f"wrote {out} ({len(trend_runs)} runs)")
+        print(f"wrote {out} ({len(drawn)} runs)")
     return EXIT_OK

@@ -101,3 +101,26 @@ def test_calibrate_from_stored_runs_proposes_tolerances(
 def test_calibrate_without_inputs_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibrate"]) == 2
     assert "calibrate needs PROFILE_FILE, --profile NAME and --runs K >= 2" in capsys.readouterr().err
+
+
+def test_merge_help_lists_its_options(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["merge", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m pytest_specdec merge [-h] [--store DIR] [--markdown PATH]")
+    for option in ("--store DIR", "--markdown PATH", "--trend PNG", "--trend-runs N", "--metric FIELD", "--force"):
+        assert f"  {option}" in out
+
+
+def test_unrecognized_arguments_show_the_subcommand_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["merge", "x", "--bogus"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("usage: python -m pytest_specdec merge ")
+    assert err[-1] == "python -m pytest_specdec merge: error: unrecognized arguments: --bogus"
+    with pytest.raises(SystemExit):
+        main(["plot", "--bogus"])
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == "python -m pytest_specdec plot: error: unrecognized arguments: --bogus"

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from pytest_specdec.__main__ import main
 from pytest_specdec.compare import (
     Tolerance,
     calibrate_proposal,
-    compare_main,
     compare_results,
     fingerprint_diff,
     format_tolerances,
@@ -270,13 +269,12 @@ def _write(tmp_path: Path, run_id: str, *records: ResultRecord) -> Path:
     return ResultStore(tmp_path).save(RunFile(run_id, 1.0, {}, tuple(records)))
 
 
-def test_cli_exit_codes(tmp_path: Path) -> None:
+def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = _write(tmp_path, "20260101T000000Z-aaaaaa", rec(output_tok_s=[100.0], ttft_ms_p50=[50.0]))
     bad = _write(tmp_path, "20260102T000000Z-bbbbbb", rec(output_tok_s=[90.0], ttft_ms_p50=[45.0]))
-    out, err = io.StringIO(), io.StringIO()
-    code = compare_main([str(base), str(bad), "-t", "output_tok_s:5%", "-t", "ttft_ms_p50:5%"], stdout=out, stderr=err)
+    code = main(["compare", str(base), str(bad), "-t", "output_tok_s:5%", "-t", "ttft_ms_p50:5%"])
     assert code == 1
-    assert out.getvalue().splitlines() == [
+    assert capsys.readouterr().out.splitlines() == [
         "specdec compare: baseline 20260101T000000Z-aaaaaa -> current 20260102T000000Z-bbbbbb",
         "",
         "== t.py::test_x[eagle3] (profile eagle3)",
@@ -289,28 +287,40 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
         "specdec compare: 1 compared, 1 regressed, 0 without baseline, 0 refused",
     ]
     # run ids and "latest" resolve in --dir; a 15 % tolerance passes
-    assert (
-        compare_main(["20260101", "latest", "--dir", str(tmp_path), "-t", "output_tok_s:15%"], stdout=io.StringIO())
-        == 0
-    )
+    assert main(["compare", "20260101", "latest", "--dir", str(tmp_path), "-t", "output_tok_s:15%"]) == 0
 
 
-def test_cli_unusable_input(tmp_path: Path) -> None:
+def test_cli_unusable_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = _write(tmp_path, "20260101T000000Z-aaaaaa", rec(output_tok_s=[100.0]))
     other = _write(tmp_path, "20260102T000000Z-bbbbbb", rec(fp=fingerprint(prompt_hash="f" * 64), output_tok_s=[100.0]))
-    err = io.StringIO()
-    assert compare_main([str(base), str(base), "-t", "tok_s:5%"], stdout=io.StringIO(), stderr=err) == 2
-    assert err.getvalue().startswith("error: bad tolerance 'tok_s:5%': unknown metric 'tok_s'")
-    err = io.StringIO()
-    assert compare_main(["nope", str(base), "--dir", str(tmp_path)], stdout=io.StringIO(), stderr=err) == 2
-    assert err.getvalue() == f"error: no run 'nope': not a file and no run id in {tmp_path} (2 runs stored)\n"
-    err = io.StringIO()
-    assert compare_main([str(base), str(other)], stdout=io.StringIO(), stderr=err) == 2
-    assert "workload differs from the baseline" in err.getvalue()
-    assert compare_main([str(base), str(other), "--force"], stdout=io.StringIO()) == 0
-    err = io.StringIO()
-    assert compare_main([str(base)], stdout=io.StringIO(), stderr=err) == 2
-    assert err.getvalue().splitlines()[-1] == "error: the following arguments are required: CURRENT"
+    capsys.readouterr()
+    assert main(["compare", str(base), str(base), "-t", "tok_s:5%"]) == 2
+    assert capsys.readouterr().err.startswith("error: bad tolerance 'tok_s:5%': unknown metric 'tok_s'")
+    assert main(["compare", "nope", str(base), "--dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"error: no run 'nope': not a file and no run id in {tmp_path} (2 runs stored)\n"
+    assert main(["compare", str(base), str(other)]) == 2
+    assert "workload differs from the baseline" in capsys.readouterr().err
+    assert main(["compare", str(base), str(other), "--force"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(base)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("usage: python -m pytest_specdec compare [-h] [-t SPEC] [--force]")
+    assert err[-1] == "error: the following arguments are required: CURRENT"
+    assert main(["compare", str(base), str(base), "--bogus"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "error: unrecognized arguments: --bogus"
+
+
+def test_cli_compare_help_lists_its_options(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["compare", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m pytest_specdec compare [-h] [-t SPEC] [--force]")
+    for option in ("-t SPEC, --tolerance SPEC", "--force", "--compare-profile NAME|CUR=BASE[,...]", "--noise FILE",
+                   "--dir DIR"):  # fmt: skip
+        assert f"  {option}" in out
+    # the default tolerances, filled in when the help is shown
+    assert "stay: output_tok_s:5% accept_length:2%" in " ".join(out.split())
 
 
 # -- issue 15: paired ratios, exact metrics, runner state -----------------------------------------------------------
