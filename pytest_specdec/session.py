@@ -617,13 +617,17 @@ class SpecdecSession:
             speedup_check = self.speedup_check(item, profile.name, thresholds.min_speedup)
         # At a sweep point, a threshold the point cannot reach by construction is not applicable (sweep.py).
         steps = profile.speculative.num_steps if profile.speculative is not None else None
-        sweep_steps = steps if sweep.split_name(profile.name)[1] else None
+        base_name, point = sweep.split_name(profile.name)
+        sweep_steps = steps if point else None
+        base = self.profile_set.profiles.get(base_name) if point and self.profile_set is not None else None
+        configured_steps = base.speculative.num_steps if base is not None and base.speculative is not None else None
         verdict = evaluate(
             thresholds,
             run.metrics,
             speculative=profile.is_speculative,
             speedup_check=speedup_check,
             sweep_steps=sweep_steps,
+            configured_steps=configured_steps,
         )
         item.user_properties.append((_CHECKS_PROPERTY, json.dumps(verdict.outcomes())))
         failures = []

@@ -404,3 +404,22 @@ def test_configured_point_within_max_gap_of_the_best(profiles: dict) -> None:
     )  # fmt: skip
     lines, _ = sweep.configured_point_lines(points[:2], profiles, thresholds_ok=ok, max_gap=0.05)
     assert lines == ["configured point eagle3@num_steps=3 was not swept; not compared with the best eagle3@num_steps=2"]
+
+
+def test_min_accept_length_set_for_more_steps_is_not_judged_at_fewer() -> None:
+    """Real SGLang 0.5.17 (benchmarks/gpu/results-2026-12-01-b): a 2.5 floor set at num_steps 3 (2.80 measured)
+    failed the sweep's fastest point, num_steps 2 at 2.47 (accept rate 0.73 > 0.60). Below the configured steps the
+    floor does not apply; at the configured steps and above it does."""
+    from pytest_specdec.profiles import Thresholds
+    from pytest_specdec.thresholds import evaluate
+    from tests.test_results import run_metrics
+
+    thresholds = Thresholds(min_accept_length=2.5)
+    metrics = run_metrics(accept_length=2.47, output_tok_s=179.5)
+    fewer = evaluate(thresholds, metrics, speculative=True, sweep_steps=2, configured_steps=3)
+    assert fewer.outcomes() == {
+        "min_accept_length": "n/a: the floor is set for num_steps 3; accept length grows with steps"
+    }
+    for steps in (3, 4):
+        judged = evaluate(thresholds, metrics, speculative=True, sweep_steps=steps, configured_steps=3)
+        assert [c.key for c in judged.failed] == ["min_accept_length"]
