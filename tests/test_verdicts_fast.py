@@ -1,0 +1,455 @@
+"""Verdict and summary lines end to end against the fake SGLang (``tests/fakesglang``), fast.
+
+Each test runs pytest (in process) on ``server: sglang`` profiles whose ``PYTHONPATH`` holds the fake: the plugin's
+real version probe, flag table, preflight (on the bundled model's config files), launch, readiness, ``/server_info``
+read-back, ``/flush_cache``, ``/metrics`` and streaming ``/generate`` run as against SGLang 0.5.17, at well under a
+second per server start. The fake's acceptance follows the draft's aux layer ids (through the plugin's overlay) and
+the algorithm, so accept lengths and per-position rates are exact: per verify step the trained ids [1, 3, 5] accept
+3, 3, 2, 1, 0 drafts (accept length 2.8, rates 0.8/0.6/0.4), [0, 1, 2] 3, 2, 2, 1, 0, 0 (2.333). Both cycles make
+14 tokens, so a 15-token request (prefill token + cycles) is whole cycles. Throughput follows the fake's sleeps
+(``step_ms`` per target forward), so tok/s and speedup checks use floors far from the measured value.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+import pytest_specdec.progress
+from pytest_specdec.profiles import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
+
+FAKE = Path(__file__).resolve().parent / "fakesglang"
+SPEC = (
+    f"{{algorithm: EAGLE3, draft_model_path: {BUNDLED_DRAFT_EAGLE3}, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}}"
+)
+WORKLOAD = "{max_new_tokens: 15, num_requests: 4, warmup_requests: 0, repeats: 2}"
+#: For tests whose lines do not name the request count: fewer requests, shorter phases.
+SMALL = "{max_new_tokens: 15, num_requests: 2, warmup_requests: 0, repeats: 2}"
+
+
+def _env(script: dict[str, object] | None = None, **extra: str) -> str:
+    """The profile ``env:`` that makes ``server: sglang`` launch the fake, as a YAML flow mapping."""
+    return json.dumps({"PYTHONPATH": str(FAKE), "SPECDEC_FAKE_SGLANG": json.dumps(script or {}), **extra})
+
+
+def _profiles(script: dict[str, object] | None = None, *, extra: str = "", workload: str = WORKLOAD) -> str:
+    """``baseline`` and ``eagle3`` (+ wrong-ids variants) on the fake SGLang, NCCL_PROTO set; ``extra`` appended."""
+    return f"""
+profiles:
+  baseline:
+    server: sglang
+    model_path: {BUNDLED_TARGET}
+    env: {_env(script, NCCL_PROTO="LL")}
+    startup_timeout_s: 60
+    pairing: interleaved
+    workload: {workload}
+  eagle3:
+    extends: baseline
+    speculative: {SPEC}
+  eagle3-wrong-layers:
+    extends: eagle3
+    speculative: {{aux_hidden_state_layer_ids: [0, 1, 2]}}
+{extra}"""
+
+
+TESTS = """
+import pytest
+
+@pytest.mark.specdec(min_accept_length=2.5)
+def test_accept(specdec_run):
+    assert specdec_run.metrics.num_ok == 4
+"""
+
+
+def _project(pytester: pytest.Pytester, tests: str = TESTS, **kwargs: object) -> pytest.Pytester:
+    pytester.makefile(".yaml", specdec=_profiles(**kwargs))  # type: ignore[arg-type]
+    pytester.makepyfile(test_specdec=tests)
+    # SpecdecWarnings (a client "overloaded" on a busy runner, ...) are shown, not raised: none changes a verdict.
+    pytester.makeini("[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.errors.SpecdecWarning\n")
+    return pytester
+
+
+def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """In process: the servers are subprocesses either way, and a pytest start costs seconds on a loaded runner."""
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:benchmark", *args)
+
+
+def test_trained_ids_pass_with_summary_definitions_and_positions(pytester: pytest.Pytester) -> None:
+    _project(pytester)
+    result = _run(pytester, "--server-profile=eagle3")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*= specdec summary =*",
+            "test * profile * tok/s * accept_len * accept_rate * TTFT p50 ms * ITL p50 ms * TPOT p50 ms * requests "
+            "* result",
+            "test_accept[[]eagle3[]] * eagle3 * 2.80 * 0.600 * 4  passed",
+            "accept_len = 1 + accepted drafts / verify steps (prefill token excluded); "
+            "accept_rate = (accept_len - 1) / num_steps",
+            "accept_len in the engine's own definition: eagle3 3.00 (Σcompletion_tokens / Σspec_verify_ct)",
+            "prefix cache before each measured phase: reset: POST /flush_cache (eagle3)",
+            "*- specdec accept length by prompt category (requests) -*",
+            "test * profile * code",
+            "test_accept[[]eagle3[]] * eagle3 * 2.80 (4)",
+            "*- specdec acceptance by draft position -*",
+            "rate/cond per draft position k: rate = steps accepting draft k / verify steps; "
+            "cond = steps accepting draft k / steps that reached k",
+            "test * profile * k=1 * k=2 * k=3  source",
+            "test_accept[[]eagle3[]] * eagle3 * 0.800/0.800  0.600/0.750  0.400/0.667  "
+            "meta_info.spec_correct_drafts_histogram",
+            "specdec: test_accept[[]eagle3[]]: marker overrides profile eagle3: min_accept_length 2.5 "
+            "(profile: not set)",
+            "*- specdec results: *.json -*",
+        ]
+    )
+    assert "< min" not in result.stdout.str()
+
+
+def test_wrong_layers_fail_accept_rate_tok_s_and_position_floors_with_margins(pytester: pytest.Pytester) -> None:
+    """The incident's wrong aux layer ids ([0, 1, 2], through the plugin's draft overlay): every floor that misses
+    prints one line with value, floor, margin and context; a position the server does not draft says so."""
+    _project(
+        pytester,
+        """
+        import pytest
+
+        @pytest.mark.specdec(min_accept_length=2.5, min_accept_rate=0.5, min_tok_s=1000000)
+        def test_floors(specdec_run):
+            pass
+
+        @pytest.mark.specdec(min_accept_rate_at={1: 0.5, 3: 0.5})
+        def test_positions(specdec_run):
+            pass
+
+        @pytest.mark.specdec(min_accept_rate_at={4: 0.1})
+        def test_position_not_drafted(specdec_run):
+            pass
+        """,
+    )
+    result = _run(pytester, "--server-profile=eagle3-wrong-layers")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(failed=3)
+    context = "[[]profile eagle3-wrong-layers, 4 requests, median of 2 repeats[]]"
+    result.stdout.fnmatch_lines(
+        [
+            f"accept_length 2.333 tok/verify < min 2.5 (margin -0.1667, -6.7%) {context}",
+            f"accept_rate 0.4444 < min 0.5 (margin -0.05556, -11.1%) {context}",
+            f"output_tok_s * tok/s < min 1e+06 (margin -*, -*%) {context}",
+            f"accept_rate_at[[]3[]] 0.1667 < min 0.5 (margin -0.3333, -66.7%) {context}",
+            "accept_rate_at[[]4[]]: min 0.1 cannot be checked: the server drafts 3 position(s) per verify step; lower "
+            f"the position or raise speculative num_steps/num_draft_tokens {context}",
+            "*= specdec summary =*",
+            "test_floors[[]eagle3-wrong-layers[]] * eagle3-wrong-layers * 2.33 * 0.444 * 4  failed",
+            "accept_len in the engine's own definition: eagle3-wrong-layers 2.50 "
+            "(Σcompletion_tokens / Σspec_verify_ct)",
+            "test_floors[[]eagle3-wrong-layers[]] * 0.667/0.667  0.500/0.750  0.167/0.333  "
+            "meta_info.spec_correct_drafts_histogram",
+        ]
+    )
+    assert "accept_rate_at[1]" not in result.stdout.str()  # a floor that holds prints nothing
+
+
+SPEEDUP_TESTS = """
+import pytest
+
+@pytest.mark.specdec(min_speedup={"vs": "baseline", "ratio": 1.1})
+def test_speedup_pass(specdec_run):
+    pass
+
+@pytest.mark.specdec(min_speedup={"vs": "baseline", "ratio": 50})
+def test_speedup_fail(specdec_run):
+    pass
+"""
+
+
+def test_min_speedup_on_paired_arms_passes_and_a_confirmed_miss_fails(pytester: pytest.Pytester) -> None:
+    """Interleaved pairs: the met floor prints its judged line; the missed one is re-measured up to 6 pairs and
+    fails with both measurements and the Wilcoxon p."""
+    _project(pytester, SPEEDUP_TESTS, workload=SMALL)
+    result = _run(pytester, "--server-profile=eagle3")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.re_match_lines(
+        [
+            r"speedup vs baseline [\d.]+x < min 50x \(margin -[\d.]+, -[\d.]+%\) \[median of 6 paired ratios, "
+            r"interleaved; CI [\d.]+-[\d.]+ \(97%\); first 2: [\d.]+x, confirming 4: [\d.]+x; wilcoxon exact "
+            r"p=0.0156\] \[profile eagle3, 2 requests, median of 2 repeats\]",
+            r"specdec eagle3: speedup vs baseline [\d.]+x >= min 1.1x \[median of 2 paired ratios, interleaved; "
+            r"CI [\d.]+-[\d.]+ \(50%\)\]",
+            r"specdec eagle3: speedup vs baseline [\d.]+x < min 50x .*wilcoxon exact p=0.0156\]",
+            r"specdec eagle3: a speculative cycle costs [\d.]+ plain decode steps \(accept_len 2.80 x baseline tok/s "
+            r"/ eagle3 tok/s, median of 2 pairs at concurrency 1\); speculation pays while the accept length exceeds "
+            r"[\d.]+",
+        ]
+    )
+    assert (pytester.path / ".specdec/logs/baseline.paired.log").is_file()
+
+
+def test_lost_nccl_env_slows_the_restarted_server_below_its_speedup_floor(pytester: pytest.Pytester) -> None:
+    """The incident's other half: the speculative server restarted without NCCL_PROTO and its target forwards got
+    10x slower (the fake's ``env_slowdown``); the accept length is unchanged, the paired speedup falls under 1.05."""
+    slow = {"env_slowdown": {"NCCL_PROTO": 10}}
+    lost = (
+        f"  eagle3-lost-env:\n    server: sglang\n    model_path: {BUNDLED_TARGET}\n    env: {_env(slow)}\n"
+        f"    pairing: interleaved\n    workload: {SMALL}\n    speculative: {SPEC}\n"
+        "    thresholds: {min_speedup: {vs: baseline, ratio: 1.05}}\n"
+    )
+    _project(pytester, "def test_speed(specdec_run):\n    pass\n", script=slow, extra=lost, workload=SMALL)
+    result = _run(pytester, "--server-profile=eagle3-lost-env")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(failed=1)
+    result.stdout.re_match_lines(
+        [
+            r"speedup vs baseline 0\.[\d]+x < min 1.05x \(margin -[\d.]+, -[\d.]+%\) \[median of 6 paired ratios, "
+            r"interleaved; .*wilcoxon exact p=0\.0\d+\] \[profile eagle3-lost-env, 2 requests, median of 2 repeats\]",
+            r"test_speed\[eagle3-lost-env\] +eagle3-lost-env +[\d.]+ +2.80 +0.600 .* failed",
+        ]
+    )
+
+
+SUMMARY_PROFILES = """
+  eagle3-5-drafts:
+    extends: eagle3
+    speculative: {num_draft_tokens: 5}
+    workload: {max_new_tokens: 15, num_requests: 3, warmup_requests: 0, repeats: 1}
+    thresholds: {min_accept_length: 3.9, min_tok_s: 0.1}  # reachable (<= num_steps + 1), never met
+"""
+
+SUMMARY_TESTS = """
+import pytest
+
+def test_first(specdec_run):
+    pass
+
+def test_second(specdec_run):
+    pass
+
+@pytest.mark.specdec(min_accept_length=1.0)
+def test_loosened(specdec_run):
+    pass
+"""
+
+
+def test_summary_repeats_preflight_warnings_and_prints_a_shared_verdict_once(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast twin of ``test_summary_notes.py``: progress lines, the preflight warning in the header and again
+    under the table, the marker override, one verdict printed in full once for two tests of one profile."""
+    monkeypatch.setattr(pytest_specdec.progress, "LOG_INTERVAL_S", 0.0)  # a line per request (in process: shared)
+    _project(pytester, SUMMARY_TESTS, extra=SUMMARY_PROFILES)
+    result = _run(pytester, "--server-profile=eagle3-5-drafts")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(passed=1, failed=2)
+    warning = (
+        "eagle3-5-drafts: warning: *specdec.yaml: profiles.eagle3-5-drafts.speculative.num_draft_tokens: with "
+        "eagle_topk 1 SGLang overwrites num_draft_tokens*"
+    )
+    result.stdout.fnmatch_lines(
+        [
+            f"specdec preflight: {warning}",
+            "specdec: measuring eagle3-5-drafts (phase 1): 1/3 requests, * tok/s so far",
+            "specdec: measuring eagle3-5-drafts (phase 1): 3/3 requests, * tok/s so far",
+            "accept_length 2.8 tok/verify < min 3.9 (margin -1.1, -28.2%) [[]profile eagle3-5-drafts, 3 requests[]]",
+            "accept_length missed the thresholds of profile eagle3-5-drafts: the same verdict as "
+            "test_first[[]eagle3-5-drafts[]] (printed there)",
+            "*= specdec summary =*",
+            "test_first[[]eagle3-5-drafts[]] *failed",
+            "test_loosened[[]eagle3-5-drafts[]] *passed",
+            f"specdec preflight: {warning}",
+            "specdec: test_loosened[[]eagle3-5-drafts[]]: marker overrides profile eagle3-5-drafts: "
+            "min_accept_length 1 (profile: 3.9)",
+        ]
+    )
+    full = [line for line in result.stdout.lines if not line.startswith("FAILED ")]
+    assert sum(line.count("< min 3.9 (margin") for line in full) == 1
+
+
+COMPARE_TEST = "def test_run(specdec_run):\n    pass\n"
+
+
+def test_shifted_ids_regress_against_the_stored_run_with_aux_id_diff_first(pytester: pytest.Pytester) -> None:
+    """Baseline compare: ids off by one pass every floor but regress against the stored eagle3 run; the aux-id diff
+    comes before the numbers; accept length at temperature 0 is compared exactly."""
+    # [0, 2, 4]: 3, 3, 2, 1, 0, 3, 3, 1, 1, 0, 0 drafts per step: 28 tokens in 11 steps (2.545); trained: 10 steps.
+    script = {"accept": {"0,2,4": [3, 3, 2, 1, 0, 3, 3, 1, 1, 0, 0]}}
+    shifted = "  eagle3-shifted-layers:\n    extends: eagle3\n    speculative: {aux_hidden_state_layer_ids: [0, 2, 4]}"
+    workload = "{max_new_tokens: 29, num_requests: 2, warmup_requests: 0, repeats: 2}"
+    _project(pytester, COMPARE_TEST, script=script, extra=shifted, workload=workload)
+    first = _run(pytester, "--server-profile=eagle3")
+    assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+    second = _run(pytester, "--server-profile=eagle3-shifted-layers", "--specdec-compare",
+                  "--specdec-compare-profile=eagle3")  # fmt: skip
+    assert second.ret == pytest.ExitCode.TESTS_FAILED, second.stdout.str()
+    second.assert_outcomes(failed=1)
+    second.stdout.fnmatch_lines(
+        [
+            "regression against run * (test_specdec.py::test_run[[]eagle3[]]):",
+            "*draft aux ids: [[]1, 3, 5[]] -> [[]0, 2, 4[]]*",
+            "metric *baseline *current *delta *tolerance *verdict",
+            "accept_length * 2.8 * 2.545 * -9.1% * REGRESSED (exact)",
+        ]
+    )
+    second.stdout.fnmatch_lines(
+        [
+            "specdec compare: 1 test(s) compared with stored run *",
+            "specdec compare: eagle3-shifted-layers: exact: accept length/rate at temperature 0 with identical "
+            "repeats are compared equal-or-not, without statistics",
+        ]
+    )
+    out = second.stdout.str()
+    assert out.index("draft aux ids") < out.index("REGRESSED")
+
+
+def test_lost_env_regression_leads_with_the_env_diff_and_is_confirmed(pytester: pytest.Pytester) -> None:
+    """The stored run had NCCL_PROTO; the rerun lost it and its forwards are 4x slower: the env diff comes first, the
+    throughput regression is re-measured before it fails and both measurements are shown."""
+    slow = {"env_slowdown": {"NCCL_PROTO": 4}, "step_ms": 3}
+    _project(pytester, COMPARE_TEST, script=slow, workload=SMALL)
+    first = _run(pytester, "--server-profile=eagle3")
+    assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+    pytester.makefile(".yaml", specdec=_profiles(slow, workload=SMALL).replace(', "NCCL_PROTO": "LL"', ""))
+    second = _run(pytester, "--server-profile=eagle3", "--specdec-compare")
+    assert second.ret == pytest.ExitCode.TESTS_FAILED, second.stdout.str()
+    # 2 vs 2 repeats cannot reach p 0.05: the tolerance alone decides, and the row says so.
+    tolerance_only = "REGRESSED (tolerance only, 2 vs 2 repeats: smallest possible p 0.167 > 0.05)"
+    second.stdout.fnmatch_lines(["regression against run *", "*env NCCL_PROTO: LL -> (unset)*",
+                                 f"output_tok_s *higher * -*% *{tolerance_only}"])  # fmt: skip
+    second.stdout.fnmatch_lines(["first measurement:", "*output_tok_s*REGRESSED*", "confirming measurement:",
+                                 "metric*", "*output_tok_s*REGRESSED*"])  # fmt: skip
+    out = second.stdout.str()
+    assert out.index("env NCCL_PROTO") < out.index("REGRESSED")
+    assert "accept_length" not in out.split("confirming measurement:")[1].split("REGRESSED")[0]
+
+
+def test_sweep_over_num_steps_prints_the_table_and_writes_outputs(pytester: pytest.Pytester) -> None:
+    """A 2-point sweep with the no-speculation baseline: per point the fake's acceptance capped at num_steps (1 step:
+    1, 1, 1, 1, 0 drafts; 2 steps: 2, 2, 2, 1, 0), tok/s range, speedup, the best point; plot, report, markdown and
+    JUnit properties written (the fast twin of ``test_sweep_plugin.py``'s reference-server sweep)."""
+    _project(pytester, COMPARE_TEST.replace("def", "import pytest\n\n@pytest.mark.specdec(min_accept_length=1.2)\ndef"),
+             workload=SMALL)  # fmt: skip
+    result = _run(
+        pytester, "--server-profile=eagle3", "--specdec-sweep=num_steps=1,2", "--specdec-sweep-baseline=baseline",
+        "--specdec-sweep-plot=out/sweep.png", "--specdec-report=out/report.json", "--specdec-markdown=out/summary.md",
+        "--junitxml=out/junit.xml",
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*= specdec sweep =*",
+            "point * accept_len * accept_rate * tok/s * TTFT p50 ms * ITL p50 ms * tok/s range * speedup * thresholds",
+            "eagle3@num_steps=1 * 1.88 * 0.875 * *.*x  ok*",
+            "eagle3@num_steps=2 * 2.50 * 0.750 * *.*x  ok*",
+            "best: eagle3@num_steps=? (* tok/s, repeats *-*, *x vs baseline)*",
+            "configured point eagle3@num_steps=3 was not swept; not compared with the best eagle3@num_steps=?",
+            "*- specdec sweep plot: out/sweep.png -*",
+            "*- specdec report: out/report.json -*",
+            "*- specdec markdown: out/summary.md -*",
+        ]
+    )
+    assert (pytester.path / "out/sweep.png").read_bytes()[:4] == b"\x89PNG"
+    report = json.loads((pytester.path / "out/report.json").read_text())
+    assert [r["profile"] for r in report["results"]] == ["baseline", "eagle3@num_steps=1", "eagle3@num_steps=2"]
+    assert report["results"][2]["fingerprint"]["effective"]["num_draft_tokens"] == 3  # SGLang's steps + 1 rewrite
+    summary = (pytester.path / "out/summary.md").read_text()
+    assert "| `test_run[eagle3@num_steps=2]` | eagle3@num_steps=2 | " in summary
+    assert "### Sweep" in summary
+    names = {p.get("name") for p in ET.parse(pytester.path / "out/junit.xml").iter("property")}
+    assert {"specdec_output_tok_s", "specdec_accept_length", "specdec_ttft_ms_p50"} <= names
+
+
+def test_sweep_without_a_passing_point_fails_the_run_and_the_step_summary_says_why(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # min_accept_length 9 cannot apply at num_steps 1 (accept length <= 2): not applicable; min_tok_s fails.
+    _project(pytester, "import pytest\n\n@pytest.mark.specdec(min_accept_length=9.0, min_tok_s=99999999)\n"
+                       "def test_run(specdec_run):\n    pass\n", workload=SMALL)  # fmt: skip
+    step = pytester.path / "step_summary.md"
+    step.write_text("earlier\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+    result = _run(pytester, "--server-profile=eagle3", "--specdec-sweep=num_steps=1")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*= specdec sweep =*", "eagle3@num_steps=1 * n/a  FAILED tok_s", "no point met the thresholds (1 points)"]
+    )
+    text = step.read_text()
+    assert text.startswith("earlier\n\n## specdec summary\n")
+    assert "### Failed" in text and "< min 1e+08 (margin" in text
+    assert "accept_length" not in text.split("### Failed", 1)[1]
+
+
+def test_sweep_fails_when_the_configured_point_is_far_below_the_best(pytester: pytest.Pytester) -> None:
+    """The incident's check: eagle3 is configured at 3 steps; with 5 ms per draft step (the fake's ``draft_ms``) one
+    step makes 9 tokens in 5 x 7 ms, three steps 14 tokens in 5 x 17 ms: 1 step is about twice as fast."""
+    _project(pytester, COMPARE_TEST, script={"draft_ms": 5}, workload=SMALL)
+    result = _run(pytester, "--server-profile=eagle3", "--specdec-sweep=num_steps=1,3", "--specdec-sweep-max-gap=0")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["configured point eagle3@num_steps=3 (* tok/s) is *% below the sweep's best eagle3@num_steps=1 (* tok/s), "
+         "more than the allowed 0% (--specdec-sweep-max-gap); set num_steps: 1 in profile eagle3"]
+    )  # fmt: skip
+
+
+CRASH_PROFILES = """
+  eagle3-embedding:
+    extends: eagle3
+    speculative: {aux_hidden_state_layer_ids: [-1, 1, 3], allow_embedding_capture: true}
+  renamed-flag:
+    extends: eagle3
+    extra_args: ["--speculative-aux-layer-ids", "1,3,5"]
+"""
+
+
+def test_startup_failures_are_diagnosed_as_real_sglang_fails(pytester: pytest.Pytester) -> None:
+    """Aux id -1 crashes at the first forward and SGLang SIGKILLs its own tree (the recorded traceback); a flag
+    0.5.17 does not have ends in argparse's error, exit 2. Each is named with its cause, no OOM blamed."""
+    _project(pytester, COMPARE_TEST, extra=CRASH_PROFILES)
+    result = _run(pytester, "--server-profile=eagle3-embedding,renamed-flag")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "specdec preflight: eagle3-embedding: warning: *profiles.eagle3-embedding.speculative."
+            "aux_hidden_state_layer_ids: id -1 is the embedding output (allowed by speculative."
+            "allow_embedding_capture); stock SGLang crashes on it at the first forward*",
+            "server 'eagle3-embedding' was killed by signal 9 (SIGKILL) before it was ready (cause: scheduler "
+            "exception) after * s: TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType' at "
+            "sglang/srt/models/llama.py:437; the server then stopped its own process tree (signal 9); log: "
+            "*eagle3-embedding.log",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "server 'renamed-flag' exited with code 2 before it was ready (cause: bad flag) after * s: sglang serve: "
+            "error: unrecognized arguments: --speculative-aux-layer-ids 1,3,5; log: *renamed-flag.log",
+        ]
+    )
+    assert "OOM" not in result.stdout.str()
+
+
+def test_log_and_counter_warnings_reach_the_test(pytester: pytest.Pytester) -> None:
+    """Decode lines saying ``cuda graph: False`` without a flag that disables graphs, and engine counters that
+    disagree with the per-request fields (a metrics bug): warnings, never a failed verdict."""
+    script = {"cuda_graph": False, "counter_skew": 2.0}
+    extra = '  eagle3-logged:\n    extends: eagle3\n    extra_args: ["--decode-log-interval", "1"]\n'
+    _project(pytester, COMPARE_TEST, script=script, extra=extra)
+    result = _run(pytester, "--server-profile=eagle3-logged")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*SpecdecWarning: profile eagle3-logged: accept length disagrees: client 3.00 "
+            "(Σcompletion_tokens/Σspec_verify_ct) vs engine counters 1.50 (+100.0%, tolerance 2%): metrics bug, not a "
+            "regression",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*SpecdecWarning: profile eagle3-logged: profile eagle3-logged: * of * 'Decode batch' log lines say "
+            "'cuda graph: False' although the profile does not disable CUDA graphs*",
+        ]
+    )
