@@ -1,5 +1,8 @@
 """--specdec-sweep, --specdec-report, --specdec-markdown and the JUnit properties end to end (pytester, reference
-server; needs the plugin wiring of issue 8)."""
+server; needs the plugin wiring of issue 8).
+
+The sweeps here start the reference server and are ``slow``; ``test_verdicts_fast.py`` checks the same lines against
+the fake SGLang in the fast suite (``test_sweep_*``)."""
 
 from __future__ import annotations
 
@@ -60,6 +63,7 @@ def test_sweep_usage_errors(project: pytest.Pytester, args: list[str], message: 
     result.stderr.fnmatch_lines([message])
 
 
+@pytest.mark.slow
 def test_sweep_runs_each_point_prints_table_and_writes_outputs(project: pytest.Pytester) -> None:
     result = project.runpytest_subprocess(
         "-m", "specdec", "--server-profile=eagle3", "--specdec-sweep=num_steps=1,2",
@@ -93,6 +97,7 @@ def test_sweep_runs_each_point_prints_table_and_writes_outputs(project: pytest.P
     assert {"specdec_output_tok_s", "specdec_accept_length", "specdec_ttft_ms_p50"} <= names
 
 
+@pytest.mark.slow
 def test_sweep_without_a_passing_point_fails_the_run(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     # min_accept_length 9 cannot apply at num_steps 1 (accept length <= 2): not applicable; min_tok_s fails.
     project.makepyfile(test_specdec=TESTS.replace("min_accept_length=1.2", "min_accept_length=9.0, min_tok_s=99999"))
@@ -112,6 +117,7 @@ def test_sweep_without_a_passing_point_fails_the_run(project: pytest.Pytester, m
     assert "accept_length" not in text.split("### Failed", 1)[1]
 
 
+@pytest.mark.slow
 def test_sweep_fails_when_the_configured_point_is_far_below_the_best(project: pytest.Pytester) -> None:
     """Issue 14.6: the incident's check. eagle3 is configured at 3 steps; a 0% allowed gap fails unless 3 steps is
     the best or tied with it, and the reason names the better point."""
