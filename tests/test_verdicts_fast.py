@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -30,12 +31,12 @@ WORKLOAD = "{max_new_tokens: 15, num_requests: 4, warmup_requests: 0, repeats: 2
 SMALL = "{max_new_tokens: 15, num_requests: 2, warmup_requests: 0, repeats: 2}"
 
 
-def _env(script: dict[str, object] | None = None, **extra: str) -> str:
+def _env(script: Mapping[str, object] | None = None, **extra: str) -> str:
     """The profile ``env:`` that makes ``server: sglang`` launch the fake, as a YAML flow mapping."""
-    return json.dumps({"PYTHONPATH": str(FAKE), "SPECDEC_FAKE_SGLANG": json.dumps(script or {}), **extra})
+    return json.dumps({"PYTHONPATH": str(FAKE), "SPECDEC_FAKE_SGLANG": json.dumps(dict(script or {})), **extra})
 
 
-def _profiles(script: dict[str, object] | None = None, *, extra: str = "", workload: str = WORKLOAD) -> str:
+def _profiles(script: Mapping[str, object] | None = None, *, extra: str = "", workload: str = WORKLOAD) -> str:
     """``baseline`` and ``eagle3`` (+ wrong-ids variants) on the fake SGLang, NCCL_PROTO set; ``extra`` appended."""
     return f"""
 profiles:
@@ -64,8 +65,15 @@ def test_accept(specdec_run):
 """
 
 
-def _project(pytester: pytest.Pytester, tests: str = TESTS, **kwargs: object) -> pytest.Pytester:
-    pytester.makefile(".yaml", specdec=_profiles(**kwargs))  # type: ignore[arg-type]
+def _project(
+    pytester: pytest.Pytester,
+    tests: str = TESTS,
+    *,
+    script: Mapping[str, object] | None = None,
+    extra: str = "",
+    workload: str = WORKLOAD,
+) -> pytest.Pytester:
+    pytester.makefile(".yaml", specdec=_profiles(script, extra=extra, workload=workload))
     pytester.makepyfile(test_specdec=tests)
     # SpecdecWarnings (a client "overloaded" on a busy runner, ...) are shown, not raised: none changes a verdict.
     pytester.makeini("[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.errors.SpecdecWarning\n")
@@ -153,17 +161,21 @@ def test_wrong_layers_fail_accept_rate_tok_s_and_position_floors_with_margins(py
     assert "accept_rate_at[1]" not in result.stdout.str()  # a floor that holds prints nothing
 
 
-SPEEDUP_TESTS = """
+SPEEDUP_PASS = """
 import pytest
 
 @pytest.mark.specdec(min_speedup={"vs": "baseline", "ratio": 1.1})
 def test_speedup_pass(specdec_run):
     pass
-
+"""
+SPEEDUP_TESTS = (
+    SPEEDUP_PASS
+    + """
 @pytest.mark.specdec(min_speedup={"vs": "baseline", "ratio": 50})
 def test_speedup_fail(specdec_run):
     pass
 """
+)
 
 
 def test_min_speedup_on_paired_arms_passes_and_a_confirmed_miss_fails(pytester: pytest.Pytester) -> None:
@@ -305,9 +317,9 @@ def test_shifted_ids_regress_against_the_stored_run_with_aux_id_diff_first(pytes
 
 
 def test_lost_env_regression_leads_with_the_env_diff_and_is_confirmed(pytester: pytest.Pytester) -> None:
-    """The stored run had NCCL_PROTO; the rerun lost it and its forwards are 4x slower: the env diff comes first, the
+    """The stored run had NCCL_PROTO; the rerun lost it and its forwards are 10x slower: the env diff comes first, the
     throughput regression is re-measured before it fails and both measurements are shown."""
-    slow = {"env_slowdown": {"NCCL_PROTO": 4}, "step_ms": 3}
+    slow = {"env_slowdown": {"NCCL_PROTO": 10}}
     _project(pytester, COMPARE_TEST, script=slow, workload=SMALL)
     first = _run(pytester, "--server-profile=eagle3")
     assert first.ret == pytest.ExitCode.OK, first.stdout.str()
@@ -451,5 +463,50 @@ def test_log_and_counter_warnings_reach_the_test(pytester: pytest.Pytester) -> N
         [
             "*SpecdecWarning: profile eagle3-logged: profile eagle3-logged: * of * 'Decode batch' log lines say "
             "'cuda graph: False' although the profile does not disable CUDA graphs*",
+        ]
+    )
+
+
+def test_bracketed_pairing_restarts_the_target_and_judges_its_ratio(pytester: pytest.Pytester) -> None:
+    """SGLang's default pairing: one server at a time (target, reference, target again), pair i = mean(T_i, T'_i)
+    / R_i; the reference arm's own log is ``<vs>.paired.log``."""
+    _project(pytester, SPEEDUP_PASS)
+    pytester.makefile(".yaml", specdec=_profiles(workload=SMALL).replace("    pairing: interleaved\n", ""))
+    result = _run(pytester, "--server-profile=eagle3")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=1)
+    result.stdout.re_match_lines(
+        [r"specdec eagle3: speedup vs baseline [\d.]+x >= min 1.1x \[median of 2 paired ratios, bracketed; "
+         r"CI [\d.]+-[\d.]+ \(50%\)\]"]
+    )  # fmt: skip
+    assert (pytester.path / ".specdec/logs/baseline.paired.log").is_file()
+
+
+def test_min_speedup_fails_with_the_reason_when_its_reference_arm_cannot_start(pytester: pytest.Pytester) -> None:
+    extra = (
+        "  eagle3-vs-broken:\n    extends: eagle3\n    thresholds: {min_speedup: {vs: broken, ratio: 1.05}}\n"
+        '  broken:\n    extends: baseline\n    extra_args: ["--no-such-flag"]\n'
+    )
+    _project(pytester, COMPARE_TEST, extra=extra, workload=SMALL)
+    result = _run(pytester, "--server-profile=eagle3-vs-broken")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(failed=1)
+    result.stdout.re_match_lines(
+        [r"speedup vs broken: not measured: reference arm 'broken': server 'broken' exited with code 2 before it was "
+         r"ready \(cause: bad flag\).*log: .*/broken.paired.log"]
+    )  # fmt: skip
+
+
+def test_a_server_running_another_speculative_config_than_the_profile_is_an_error(pytester: pytest.Pytester) -> None:
+    """``/server_info`` read back after startup: SGLang resolving num_steps to something else fails the start."""
+    _project(pytester, COMPARE_TEST, script={"server_info": {"speculative_num_steps": 5}})
+    result = _run(pytester, "--server-profile=eagle3")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "server for profile 'eagle3' (http://127.0.0.1:*) runs a different speculative config than the profile "
+            "asks for:",
+            "  num_steps: profile 3, server 5",
         ]
     )

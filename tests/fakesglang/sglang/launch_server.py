@@ -36,6 +36,8 @@ Scripted through the environment variable ``SPECDEC_FAKE_SGLANG``: inline JSON o
   NCCL variable on restart);
 - ``cuda_graph``: what the Decode lines say (default: False with ``--disable-cuda-graph``, else True);
 - ``counter_skew``: multiply ``sglang:spec_verify_calls_total`` by this (a metrics bug for the cross-check);
+- ``server_info``: fields to report in ``/server_info`` instead of the launch's own (SGLang resolving a flag to
+  something else than asked);
 - ``startup_s`` (0): sleep before serving.
 
 Standard library only. Logs go to stdout in SGLang's format (``[YYYY-mm-dd HH:MM:SS] ...``).
@@ -513,6 +515,7 @@ def main(argv: list[str] | None = None) -> None:
         max_running_requests=_one(args, "max_running_requests", 48 if config.algorithm else 2048, int),
         disable_cuda_graph=bool(args.disable_cuda_graph),
     )  # fmt: skip
+    info.update(script.get("server_info") or {})
     info.setdefault("internal_states", [{}])
     model = _recorded("/model_info", "eagle3")
     model.update(model_path=config.model_path, tokenizer_path=config.model_path)
