@@ -74,7 +74,8 @@ def _project(
     workload: str = WORKLOAD,
 ) -> pytest.Pytester:
     pytester.makefile(".yaml", specdec=_profiles(script, extra=extra, workload=workload))
-    pytester.makepyfile(test_specdec=tests)
+    # Not test_specdec.py: in process, examples/test_specdec.py may already be the module of that name.
+    pytester.makepyfile(test_fake_specdec=tests)
     # SpecdecWarnings (a client "overloaded" on a busy runner, ...) are shown, not raised: none changes a verdict.
     pytester.makeini("[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.errors.SpecdecWarning\n")
     return pytester
@@ -299,7 +300,7 @@ def test_shifted_ids_regress_against_the_stored_run_with_aux_id_diff_first(pytes
     second.assert_outcomes(failed=1)
     second.stdout.fnmatch_lines(
         [
-            "regression against run * (test_specdec.py::test_run[[]eagle3[]]):",
+            "regression against run * (test_fake_specdec.py::test_run[[]eagle3[]]):",
             "*draft aux ids: [[]1, 3, 5[]] -> [[]0, 2, 4[]]*",
             "metric *baseline *current *delta *tolerance *verdict",
             "accept_length * 2.8 * 2.545 * -9.1% * REGRESSED (exact)",
