@@ -45,6 +45,7 @@ __all__ = [
     "fingerprint_diff",
     "format_tolerances",
     "layered_tolerances",
+    "load_pair",
     "merge_tolerances",
     "paired_ratios",
     "parse_tolerances",
@@ -678,6 +679,34 @@ def compare_runs(
     return RunComparison(tuple(comparisons), tuple(missing), tuple(refused))
 
 
+def load_pair(store: ResultStore, base_ref: str, current_ref: str) -> tuple[RunFile, RunFile]:
+    """The two runs of a compare, ``(base, current)``, each a path, run id, unique prefix or ``latest``
+    (``ResultStore.load``); ``latest`` for BASE is the newest run other than CURRENT (``store.current`` is set).
+
+    :raises CompareError: both refs are ``latest``; or a run cannot be loaded: the message names every one that
+        cannot, e.g. ``BASE: no run 'v1': not a file and no run id in .specdec/results (3 runs stored); CURRENT: no
+        run 'v2': ...`` (one alone keeps ``ResultStore.load``'s message).
+    """
+    if base_ref == "latest" and current_ref == "latest":
+        raise CompareError("BASE and CURRENT are both 'latest'; name at least one run")
+    problems: dict[str, str] = {}
+    current = base = None
+    try:
+        current = store.load(current_ref)
+        store.current = current.run_id
+    except CompareError as exc:
+        problems["CURRENT"] = str(exc)
+    try:
+        base = store.load(base_ref)
+    except CompareError as exc:
+        problems["BASE"] = str(exc)
+    if base is None or current is None:
+        if len(problems) == 1:
+            raise CompareError(next(iter(problems.values())))
+        raise CompareError(f"BASE: {problems['BASE']}; CURRENT: {problems['CURRENT']}")
+    return base, current
+
+
 def swap_profile_id(test_id: str, profile: str, other: str) -> str:
     """``test_id`` with the profile part of its parametrization id replaced, and nothing else:
     ``t.py::test_x[eagle3-shifted-layers-1]`` with (eagle3-shifted-layers, eagle3) -> ``t.py::test_x[eagle3-1]``.
@@ -870,11 +899,7 @@ def compare_command(
     try:
         parsed = parse_tolerances(tolerances) if tolerances else None
         store = ResultStore(Path(results_dir))
-        if base_ref == "latest" and current_ref == "latest":
-            raise CompareError("BASE and CURRENT are both 'latest'; name at least one run")
-        current = store.load(current_ref)
-        store.current = current.run_id
-        base = store.load(base_ref)
+        base, current = load_pair(store, base_ref, current_ref)
         mapper = profile_mapper(compare_profile, base, current) if compare_profile else None
     except (ValueError, CompareError) as exc:
         print(f"error: {exc}", file=err)

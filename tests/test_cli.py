@@ -124,3 +124,15 @@ def test_unrecognized_arguments_show_the_subcommand_usage(capsys: pytest.Capture
         main(["plot", "--bogus"])
     err = capsys.readouterr().err.splitlines()
     assert err[-1] == "python -m pytest_specdec plot: error: unrecognized arguments: --bogus"
+
+
+def test_compare_names_every_missing_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stored = _run(tmp_path, "20260101T000000Z-aaaaaa", [100.0], [2.6])
+    where = f"not a file and no run id in {tmp_path} (1 runs stored)"
+    assert main(["compare", "v1", "v2", "--dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"error: BASE: no run 'v1': {where}; CURRENT: no run 'v2': {where}\n"
+    # One missing: named alone, whichever it is.
+    assert main(["compare", str(stored), "v2", "--dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"error: no run 'v2': {where}\n"
+    assert main(["compare", "v1", str(stored), "--dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"error: no run 'v1': {where}\n"
