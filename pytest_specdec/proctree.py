@@ -146,16 +146,30 @@ class StopReport:
 
     def describe(self) -> str:
         """One line, e.g. ``server 'eagle3' (pid 12) stopped in 0.31 s; SIGKILL needed for pid 15``."""
-        text = f"server '{self.name}' (pid {self.pid}) stopped in {self.duration_s:.2f} s"
+        return "; ".join([f"server '{self.name}' (pid {self.pid}) stopped in {self.duration_s:.2f} s", *self.notes()])
+
+    def notes(self) -> list[str]:
+        """What the teardown needed or left, one phrase each (empty for a plain stop): ``SIGKILL needed for pid
+        15``, ``still alive: pid 16``, ``pid 17 left as a zombie (already dead, ...)``, ``port still in use``."""
+        notes = []
         if self.killed_pids:
-            text += "; SIGKILL needed for pid " + ", ".join(map(str, self.killed_pids))
+            notes.append("SIGKILL needed for pid " + ", ".join(map(str, self.killed_pids)))
         if self.survivors:
-            text += "; still alive: pid " + ", ".join(map(str, self.survivors))
+            notes.append("still alive: pid " + ", ".join(map(str, self.survivors)))
         if self.zombies:
-            text += "; zombie (not reaped): pid " + ", ".join(map(str, self.zombies))
+            # Only a process's parent can reap it; when that parent is PID 1 of a container that never reaps, the
+            # entry stays. Nothing is held: no memory, GPU or port.
+            pids = ", ".join(map(str, self.zombies))
+            notes.append(
+                f"pid {pids} left as a zombie (already dead, holding no memory, GPU or port: only its exit status "
+                "remains, for its parent to collect)"
+                if len(self.zombies) == 1
+                else f"pids {pids} left as zombies (already dead, holding no memory, GPU or port: only their exit "
+                "status remains, for their parent to collect)"
+            )
         if not self.port_free:
-            text += "; port still in use"
-        return text
+            notes.append("port still in use")
+        return notes
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

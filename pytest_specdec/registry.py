@@ -142,7 +142,8 @@ def reap(directory: Path, *, timeout_s: float = 10.0) -> list[str]:
     by a concurrent session).
 
     :returns: one line per server stopped, e.g. ``"server 'eagle3' (pid 4242, http://127.0.0.1:30000) outlived its
-        pytest (pid 4200): stopped"``, plus the teardown's own line when it was not clean.
+        pytest (pid 4200): stopped"``, followed, when the teardown was not clean, by its notes
+        (``StopReport.notes``: ``; pid 4242 left as a zombie (already dead, ...)``).
     """
     lines: list[str] = []
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
@@ -162,13 +163,13 @@ def reap(directory: Path, *, timeout_s: float = 10.0) -> list[str]:
         if running(pid, create_time):
             root = psutil.Process(pid)
             report = stop_process_tree(pid, root=root, known=known, timeout_s=timeout_s, name=entry.get("profile", ""))
-            line = (
-                f"server {entry.get('profile')!r} (pid {pid}, {entry.get('base_url')}) outlived its pytest "
-                f"(pid {owners[0][0]}): stopped"
-            )
-            if not report.clean:
-                line += f" ({report.describe()})"
-            lines.append(line)
+            lines.append(
+                "; ".join([
+                    f"server {entry.get('profile')!r} (pid {pid}, {entry.get('base_url')}) outlived its pytest "
+                    f"(pid {owners[0][0]}): stopped",
+                    *(report.notes() if not report.clean else ()),
+                ])
+            )  # fmt: skip
         elif known:
             stop_process_tree(known[0].pid, root=known[0], timeout_s=1.0)
         path.unlink(missing_ok=True)

@@ -4,10 +4,13 @@ own test modules)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from pytest_specdec import registry
 from pytest_specdec.__main__ import main
 from pytest_specdec.results import ResultRecord, ResultStore, RunFile
 
@@ -136,3 +139,26 @@ def test_compare_names_every_missing_run(tmp_path: Path, capsys: pytest.CaptureF
     assert capsys.readouterr().err == f"error: no run 'v2': {where}\n"
     assert main(["compare", "v1", str(stored), "--dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"error: no run 'v1': {where}\n"
+
+
+def test_reap_says_plainly_what_a_zombie_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A stopped server whose parent does not reap it (here: this test, which waits only at the end; in a container,
+    a PID 1 that never reaps) stays a zombie: dead, holding nothing. The line says so instead of reading like a
+    failed stop."""
+    owner = subprocess.Popen([sys.executable, "-c", "pass"])
+    owner.wait()  # its pytest is gone (create time 0.0 matches no live process)
+    server = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        registry.record(tmp_path / "servers", pid=server.pid, profile="eagle3", base_url="http://127.0.0.1:1",
+                        owners=[(owner.pid, 0.0)])  # fmt: skip
+        assert main(["reap", "--dir", str(tmp_path)]) == 0
+        assert capsys.readouterr().out.splitlines() == [
+            f"server 'eagle3' (pid {server.pid}, http://127.0.0.1:1) outlived its pytest (pid {owner.pid}): stopped; "
+            f"pid {server.pid} left as a zombie (already dead, holding no memory, GPU or port: only its exit status "
+            "remains, for its parent to collect)",
+            f"reap: 1 server(s) stopped ({tmp_path / 'servers'})",
+        ]
+        assert server.poll() == -15  # SIGTERM; reaped here, by its parent
+    finally:
+        server.kill()
+        server.wait()
