@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 from collections.abc import Sequence
@@ -493,6 +494,14 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         print(f"ERROR: {exc}", file=sys.stderr)
         return EXIT_USAGE
     unique = {run.run_id: run for run in runs}
+    found = sorted({r.profile for run in unique.values() for r in run.results})
+    for name in args.profile or ():
+        if name not in found:
+            close = difflib.get_close_matches(name, found, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            print(f"ERROR: --profile={name}: no such profile in {len(unique)} run(s){hint} (available: "
+                  f"{', '.join(found)})", file=sys.stderr)  # fmt: skip
+            return EXIT_USAGE
     try:
         out = plot_trend(list(unique.values()), Path(args.output), metrics=metrics, thresholds=thresholds,
                          profiles=args.profile)  # fmt: skip

@@ -194,7 +194,15 @@ def test_cli_plot_a_directory_and_no_threshold(tmp_path: Path, capsys: pytest.Ca
         ),  # fmt: skip
         (["--threshold", "output_tok_s=fast"], "ERROR: --threshold=output_tok_s=fast: expected FIELD=NUMBER"),
         (["nope"], "ERROR: no run 'nope': not a file and no run id in "),
-        (["--profile", "eagle4"], "ERROR: plot_trend: no results of profile(s) eagle4 in 3 run(s)\n"),
+        (
+            ["--profile", "eagle4"],
+            "ERROR: --profile=eagle4: no such profile in 3 run(s) (did you mean 'eagle3'?) (available: baseline, "
+            "eagle3)\n",
+        ),
+        (
+            ["--profile", "eagle3", "--profile", "xyz"],
+            "ERROR: --profile=xyz: no such profile in 3 run(s) (available: baseline, eagle3)\n",
+        ),
     ],
 )
 def test_cli_plot_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
