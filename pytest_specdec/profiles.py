@@ -421,14 +421,28 @@ def _yaml_error(shown: str, text: str, exc: yaml.MarkedYAMLError) -> str:
     gives one on another line: an unclosed ``{`` on line 4 is only noticed on line 5, so both lines are named.
 
     Example: ``specdec.yaml:5:15: YAML syntax error: expected ',' or '}', but got ':' (while parsing a flow mapping
-    that starts at 4:15: `workload: {max_new_tokens: 64`; is its closing '}' missing?)``.
+    that starts at 4:15: `workload: {max_new_tokens: 64`; is its closing '}' missing?)``. A tab gets its own message,
+    naming the line: ``specdec.yaml:3:1: YAML syntax error: a tab in the indentation of line 3 ('\\tserver: sglang');
+    tabs are not allowed in YAML indentation: indent with spaces``.
     """
     mark = exc.problem_mark or exc.context_mark
     where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+    lines = text.splitlines()
+    line = lines[mark.line] if mark is not None and mark.line < len(lines) else ""
+    if mark is not None and (line[mark.column : mark.column + 1] == "\t" or "tab character" in (exc.problem or "")):
+        # PyYAML says "found character '\t' that cannot start any token", which does not say what to do.
+        if not line[: mark.column].strip(" \t"):
+            return (
+                f"{shown}{where}: YAML syntax error: a tab in the indentation of line {mark.line + 1} ({line!r}); "
+                "tabs are not allowed in YAML indentation: indent with spaces"
+            )
+        return (
+            f"{shown}{where}: YAML syntax error: a tab in line {mark.line + 1} ({line!r}); YAML (PyYAML) accepts a "
+            "tab only inside quotes or a comment: use spaces"
+        )
     message = f"{shown}{where}: YAML syntax error: {exc.problem or exc.context or 'invalid YAML'}"
     ctx = exc.context_mark
     if exc.context and exc.problem and ctx is not None and (mark is None or ctx.line != mark.line):
-        lines = text.splitlines()
         snippet = lines[ctx.line].strip() if ctx.line < len(lines) else ""
         hint = _UNCLOSED.get(exc.context)
         message += f" ({exc.context} that starts at {ctx.line + 1}:{ctx.column + 1}"
@@ -561,6 +575,13 @@ def _expected(info: Any, element: bool) -> str:
     return text
 
 
+def _literal_choices(info: Any) -> list[str]:
+    """The string values a ``Literal[...]`` field (possibly inside ``X | None``) allows, e.g. ``server``'s."""
+    annotation = info.annotation if info is not None else None
+    literals = [a for a in (annotation, *get_args(annotation)) if get_origin(a) is Literal]
+    return [str(v) for lit in literals for v in get_args(lit) if isinstance(v, str)]
+
+
 def _describe_error(shown: str, name: str, err: Any) -> str:
     """One line for one pydantic error: file, key path, what was expected, the value, and the fix when known."""
     loc: tuple[int | str, ...] = tuple(err["loc"])
@@ -579,7 +600,8 @@ def _describe_error(shown: str, name: str, err: Any) -> str:
     if kind == "missing":
         return f"{where}: required key missing"
     if kind == "literal_error":
-        return f"{where}: expected one of {err['ctx']['expected']}, got {value!r}"
+        hint = _did_you_mean(value, _literal_choices(info)) if isinstance(value, str) else ""
+        return f"{where}: expected one of {err['ctx']['expected']}, got {value!r}{hint}"
     if kind in ("value_error", "assertion_error"):
         msg = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
         return f"{where}: {msg}"

@@ -79,7 +79,8 @@ def test_one_line_per_problem_with_bounds_literals_and_lists(in_tmp: Path) -> No
         """,
     )
     assert load_error("specdec.yaml").splitlines() == [
-        "specdec.yaml: profiles.a.server: expected one of 'reference', 'sglang' or 'vllm', got 'sglan'",
+        "specdec.yaml: profiles.a.server: expected one of 'reference', 'sglang' or 'vllm', got 'sglan' (did you mean "
+        "'sglang'?)",
         "specdec.yaml: profiles.a.extra_args[1]: expected a string, got 3",
         "specdec.yaml: profiles.a.thresholds.min_tok_s: expected a number > 0, got 0",
         "specdec.yaml: profiles.a.workload.ignore_eos: expected true or false, got 'maybe'",
@@ -145,6 +146,42 @@ def test_yaml_indentation_error_names_the_enclosing_mapping(in_tmp: Path) -> Non
         "specdec.yaml:4:4: YAML syntax error: expected <block end>, but found '<block mapping start>' "
         "(while parsing a block mapping that starts at 2:3: `a:`)"
     )
+
+
+def test_tab_in_the_indentation_is_named_with_its_line(in_tmp: Path) -> None:
+    # PyYAML alone says "found character '\\t' that cannot start any token".
+    write(in_tmp, "profiles:\n  a:\n    server: reference\n    workload:\n\t  max_new_tokens: 8\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml:5:1: YAML syntax error: a tab in the indentation of line 5 ('\\t  max_new_tokens: 8'); tabs are "
+        "not allowed in YAML indentation: indent with spaces"
+    )
+    write(in_tmp, "profiles:\n  a:\n    server:\treference\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml:3:12: YAML syntax error: a tab in line 3 ('    server:\\treference'); YAML (PyYAML) accepts a "
+        "tab only inside quotes or a comment: use spaces"
+    )
+
+
+def test_typo_in_server_gets_a_suggestion(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".yaml", specdec="profiles:\n  eagle3:\n    server: sgl\n    model_path: /m\n")
+    pytester.makepyfile(test_x="def test_x(specdec_run): pass\n")
+    result = pytester.runpytest_subprocess("--server-profile=eagle3", timeout=120)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        f"ERROR: {pytester.path / 'specdec.yaml'}: profiles.eagle3.server: expected one of 'reference', 'sglang' or "
+        "'vllm', got 'sgl' (did you mean 'sglang'?)"
+    ])  # fmt: skip
+
+
+def test_profile_file_indented_with_a_tab_is_a_usage_error_naming_the_line(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".yaml", specdec="profiles:\n  eagle3:\n\tserver: reference\n")
+    pytester.makepyfile(test_x="def test_x(specdec_run): pass\n")
+    result = pytester.runpytest_subprocess("--server-profile=eagle3", timeout=120)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        f"ERROR: {pytester.path / 'specdec.yaml'}:3:1: YAML syntax error: a tab in the indentation of line 3 "
+        "('\\tserver: reference'); tabs are not allowed in YAML indentation: indent with spaces"
+    ])  # fmt: skip
 
 
 def test_missing_file_says_how_to_pass_one(in_tmp: Path) -> None:
