@@ -84,8 +84,9 @@ class ServerError(SpecdecError):
 
 
 class ClientOverloadError(SpecdecError):
-    """Raised after a measured phase whose client event-loop lag was large against the ITL (``metrics.client_check``)
-    when the profile sets ``workload.client_overload: fail``; by default that is only a warning."""
+    """Raised after a measured phase whose client event-loop lag was large against the ITL while the client itself
+    was busy (``metrics.client_overloaded``) when the profile sets ``workload.client_overload: fail``; by default that
+    is only a warning, and so is always the same lag with an idle client (the machine was busy)."""
 
     def __init__(self, message: str, *, profile: str | None = None) -> None:
         super().__init__(message)
