@@ -42,6 +42,7 @@ from pathlib import Path
 import httpx
 
 from pytest_specdec import client, metrics, workload
+from pytest_specdec.auth import bearer_headers
 from pytest_specdec.workload import RequestSpec
 
 
@@ -161,8 +162,7 @@ def main() -> None:
             warm = build_requests(args, args.warmup_requests, offset=10_000 + repeat)
             client.run_phase(args.base_url, warm, api=args.api, concurrency=args.concurrency, api_key=args.api_key)
         if args.flush_cache:
-            headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-            httpx.post(args.base_url.rstrip("/") + "/flush_cache", headers=headers, timeout=30.0)
+            httpx.post(args.base_url.rstrip("/") + "/flush_cache", headers=bearer_headers(args.api_key), timeout=30.0)
         requests = build_requests(args, args.num_prompts, offset=repeat * args.num_prompts)
         workers = client.auto_workers(args.concurrency, last_load) if args.workers == "auto" else int(args.workers)
         phase = client.run_phase(

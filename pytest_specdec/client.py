@@ -35,6 +35,7 @@ import httpx
 import numpy as np
 
 from pytest_specdec import clock
+from pytest_specdec.auth import bearer_headers
 from pytest_specdec.errors import ServerError
 from pytest_specdec.records import RequestRecord
 from pytest_specdec.workload import RequestSpec
@@ -179,10 +180,6 @@ class _Parsed:
     done_s: float | None = None
     #: Why the stream cannot be read past some event (a malformed payload), else None.
     error: str | None = None
-
-
-def _auth_headers(api_key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 #: The per-request acceptance histogram, newest name first (SGLang 0.5.17 also sends ``spec_accept_histogram``).
@@ -716,7 +713,7 @@ async def run_requests(
     :raises ServerError: a stream stalled ("server stalled: no token for N s on request i ..."), or the model name
         could not be determined; in-flight requests are cancelled first.
     """
-    headers = _auth_headers(api_key)
+    headers = bearer_headers(api_key)
     if api != "generate" and model is None:
         model = await _resolve_model(base_url, headers, min(request_timeout_s, 30.0), transport)
     raw = await _run_requests_raw(
@@ -933,7 +930,7 @@ def run_phase(
     :raises ServerError: as :func:`run_requests` (from any worker; the others are stopped).
     :raises SpecdecError: a worker process failed to start or died.
     """
-    headers = _auth_headers(api_key)
+    headers = bearer_headers(api_key)
     n = max(1, min(workers, concurrency, len(requests)))
     if n == 1 or transport is not None:
         out: list[PhaseResult] = []
@@ -1147,7 +1144,7 @@ def fetch_text(
     url = base_url.rstrip("/") + path
     try:
         with httpx.Client(timeout=timeout, transport=transport) as client:
-            resp = client.get(url, headers=_auth_headers(api_key))
+            resp = client.get(url, headers=bearer_headers(api_key))
     except httpx.HTTPError as exc:
         raise ServerError(f"GET {url} failed: {type(exc).__name__}: {exc}") from None
     if not resp.is_success:

@@ -34,7 +34,7 @@ import psutil
 
 from pytest_specdec.diagnosis import ExitDiagnosis, diagnose_exit
 from pytest_specdec.engines.base import LaunchSpec
-from pytest_specdec.engines.sglang import BASE_ENV_KEYS
+from pytest_specdec.engines.common import BASE_ENV_KEYS
 from pytest_specdec.errors import ServerError, ServerStartError
 from pytest_specdec.exits import describe_exit, read_tail, tail_lines
 from pytest_specdec.ports import find_free_port

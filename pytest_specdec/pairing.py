@@ -53,11 +53,16 @@ Measure = Callable[[runner.RunningServer], runner.Measurement]
 
 
 def pairing_mode(profile: Profile) -> str:
-    """``profile.pairing`` when set; else ``interleaved`` for the reference server and servers given by URL (both
-    fit: a CPU process of ~430 MiB, or nothing of ours), ``bracketed`` for launched SGLang/vLLM servers."""
+    """``profile.pairing`` when set; else ``interleaved`` for servers given by URL (nothing of ours runs) and the
+    engine's ``Engine.default_pairing`` for launched ones (reference: interleaved, a CPU process of ~430 MiB;
+    SGLang/vLLM: bracketed)."""
     if profile.pairing is not None:
         return profile.pairing
-    return "interleaved" if profile.server == "reference" or profile.url is not None else "bracketed"
+    if profile.url is not None:
+        return "interleaved"
+    from pytest_specdec.engines import get_engine
+
+    return get_engine(profile).default_pairing
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,8 @@ Rules (each names the SGLang source it encodes):
 2. EAGLE-3 aux layer ids: nested under ``eagle_config``, ints, unique, ascending, in the range the target captures,
    ``-1`` (the embedding output) only with ``speculative.allow_embedding_capture``;
 3. ``len(ids) x target hidden == fc.weight`` input width (safetensors header only);
-4. steps / topk / draft tokens: all three or none, and what SGLang will really run;
+4. steps / topk / draft tokens as the engine resolves them (``Engine.speculative_issues``: for SGLang all three or
+   none, and what SGLang will really run); acceptance floors beyond ``Engine.max_tokens_per_step``;
 5. draft vs target: hidden size, vocab size, context length vs the workload;
 6. ``required_env`` present in the launch environment; env the engine overrides;
 7. flags renamed or removed in the engine version that will run; aux-id convention vs the engine's.
@@ -17,21 +18,21 @@ from __future__ import annotations
 import json
 import math
 import re
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_specdec.engines.sglang import clean_env
 from pytest_specdec.profiles import BUNDLED_ASSETS, Profile
+from pytest_specdec.weights import read_safetensors_header
+
+if TYPE_CHECKING:
+    from pytest_specdec.engines.base import Engine
 
 __all__ = ["Finding", "blocking", "format_findings", "read_safetensors_header", "run_preflight"]
 
 Severity = Literal["error", "warning", "note"]
 _ORDER = {"error": 0, "warning": 1, "note": 2}
-#: Largest safetensors JSON header we read (the format caps it at 100 MB; real drafts have a few KB).
-_MAX_HEADER_BYTES = 100_000_000
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -80,32 +81,10 @@ def format_findings(findings: Sequence[Finding]) -> list[str]:
     return lines
 
 
-def read_safetensors_header(path: str | Path) -> dict[str, Any]:
-    """The JSON header of a safetensors file: 8-byte little-endian length, then that many bytes of JSON.
-
-    Reads only the header, never tensor data (format: https://github.com/huggingface/safetensors#format).
-
-    :returns: tensor name -> ``{"dtype", "shape", "data_offsets"}`` (plus ``__metadata__`` when present).
-    :raises ValueError: truncated file, absurd header length, or a header that is not a JSON object.
-    :raises OSError: unreadable file.
-    """
-    with open(path, "rb") as fh:
-        raw_len = fh.read(8)
-        if len(raw_len) != 8:
-            raise ValueError("file shorter than the 8-byte safetensors header length")
-        (length,) = struct.unpack("<Q", raw_len)
-        if length > _MAX_HEADER_BYTES:
-            raise ValueError(f"header length {length} bytes is not plausible")
-        header = json.loads(fh.read(length))
-    if not isinstance(header, dict):
-        raise ValueError("safetensors header is not a JSON object")
-    return header
-
-
 @dataclass
 class _Ctx:
     profile: Profile
-    engine: Any
+    engine: Engine | None
     findings: list[Finding] = field(default_factory=list)
     target_dir: Path | None = None
     target_cfg: dict[str, Any] | None = None
@@ -139,14 +118,14 @@ class _Ctx:
         return _int(_text_cfg(self.target_cfg).get("hidden_size")) if self.target_cfg else None
 
 
-def run_preflight(profile: Profile, *, engine: Any | None = None) -> list[Finding]:
+def run_preflight(profile: Profile, *, engine: Engine | None = None) -> list[Finding]:
     """Check ``profile`` and its model files before anything is launched.
 
     Reads the target and draft ``config.json`` (local directories, or Hugging Face ids found in the local HF cache;
     an id not cached gives one note and skips the file checks) and the draft's safetensors header (never weights).
 
-    :param engine: the profile's engine (default ``engines.get_engine(profile)``); used for its ``aux_id_convention``
-        attribute, ``env(profile)`` and ``flag_issues(profile)`` when it has them.
+    :param engine: the profile's engine (default ``engines.get_engine(profile)``): its ``aux_id_convention``,
+        ``env``, ``speculative_issues``, ``max_tokens_per_step`` and ``flag_issues`` (``engines.base.Engine``).
     :returns: findings in rule order; an empty list means nothing to say.
     """
     if engine is None:
@@ -163,7 +142,7 @@ def run_preflight(profile: Profile, *, engine: Any | None = None) -> list[Findin
     return _run(profile, engine)
 
 
-def _run(profile: Profile, engine: Any | None) -> list[Finding]:
+def _run(profile: Profile, engine: Engine | None) -> list[Finding]:
     ctx = _Ctx(profile, engine)
     spec = profile.speculative
     ctx.target_dir, ctx.target_cfg = _load_model(ctx, profile.model_path, "model_path", "target")
@@ -287,7 +266,7 @@ def _rule_algorithm(ctx: _Ctx) -> None:
 
 # ------------------------------------------------------------------- rule 2
 def _convention(ctx: _Ctx) -> str:
-    return str(getattr(ctx.engine, "aux_id_convention", "sglang"))
+    return ctx.engine.aux_id_convention if ctx.engine is not None else "sglang"
 
 
 def _rule_aux_ids(ctx: _Ctx) -> list[int] | None:
@@ -357,7 +336,7 @@ def _rule_aux_ids(ctx: _Ctx) -> list[int] | None:
                 f"id {emb} is the embedding output in {engine} (capture index 0, the input to layer 0), not a "
                 f"decoder layer{stock}", "use decoder layer ids, or set speculative.allow_embedding_capture: true "
                 "if the draft was trained on the embeddings and your SGLang is patched to capture them")  # fmt: skip
-    elif emb in ids and stock and ctx.profile.server == "sglang":
+    elif emb in ids and stock and ctx.engine is not None and ctx.engine.crashes_on_embedding_capture:
         ctx.add("warning", file, key, ids,
                 f"id {emb} is the embedding output (allowed by speculative.allow_embedding_capture){stock}",
                 "expect a scheduler exception at the first request unless your SGLang is patched")  # fmt: skip
@@ -435,40 +414,16 @@ def _find_tensor(directory: Path, suffix: str) -> tuple[Path, str, dict[str, Any
 
 # ------------------------------------------------------------------- rule 4
 def _rule_spec_params(ctx: _Ctx) -> None:
-    """Source: SGLang 0.5.23 ``arg_groups/speculative_hook.py::_handle_eagle_family`` (partial sets hit a bare
-    assert; topk=1 rewrites draft tokens to steps+1) and ``_auto_choose_speculative_params`` (defaults)."""
-    spec = ctx.profile.speculative
-    if spec is None or spec.algorithm not in ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE"):
+    """The engine's own rule for steps/topk/draft tokens (``Engine.speculative_issues``; SGLang's: all three or
+    none, topk 1 rewrites draft tokens), then the acceptance floors the configuration can never meet."""
+    if ctx.engine is None:
         return
-    triple = {"num_steps": spec.num_steps, "eagle_topk": spec.eagle_topk, "num_draft_tokens": spec.num_draft_tokens}
-    given = {k: v for k, v in triple.items() if v is not None}
-    if not given:
-        arch = str(((ctx.target_cfg or {}).get("architectures") or ["?"])[0])
-        auto = "(5, 4, 8)" if arch in ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM") else "(3, 1, 4)"
-        ctx.at_profile("note", "speculative", None,
-                       f"steps/topk/draft tokens not set; SGLang picks {auto} for target architecture {arch} and "
-                       "may change that choice between releases", "set all three to pin what is measured")  # fmt: skip
-        return
-    if len(given) < 3:
-        missing = [k for k in triple if k not in given]
-        ctx.at_profile("error", f"speculative.{missing[0]}", None,
-                       f"num_steps, eagle_topk and num_draft_tokens must be set together (missing "
-                       f"{', '.join(missing)}); SGLang aborts with a bare AssertionError otherwise",
-                       "set all three, or none to let SGLang choose")  # fmt: skip
-        return
-    steps, topk, tokens = spec.num_steps, spec.eagle_topk, spec.num_draft_tokens
-    assert steps is not None and topk is not None and tokens is not None
-    if topk == 1 and tokens != steps + 1:
-        ctx.at_profile("warning", "speculative.num_draft_tokens", tokens,
-                       f"with eagle_topk 1 SGLang overwrites num_draft_tokens with num_steps + 1 = {steps + 1}, so it "
-                       f"will run steps {steps}, topk 1, draft tokens {steps + 1}",
-                       f"set num_draft_tokens: {steps + 1}")  # fmt: skip
-    elif topk > 1 and tokens > topk * steps + 1:
-        ctx.at_profile("error", "speculative.num_draft_tokens", tokens,
-                       f"a draft tree of {steps} steps x topk {topk} holds at most topk*steps+1 = {topk * steps + 1} "
-                       "tokens",
-                       f"set num_draft_tokens <= {topk * steps + 1} or raise num_steps/eagle_topk")  # fmt: skip
-    _rule_reachable_thresholds(ctx, steps)
+    arch = str(((ctx.target_cfg or {}).get("architectures") or ["?"])[0])
+    for issue in ctx.engine.speculative_issues(ctx.profile, target_arch=arch):
+        ctx.at_profile(issue.severity, issue.key, issue.value, issue.why, issue.fix)
+    most = ctx.engine.max_tokens_per_step(ctx.profile)
+    if most is not None:
+        _rule_reachable_thresholds(ctx, most - 1)
 
 
 def _rule_reachable_thresholds(ctx: _Ctx, steps: int) -> None:
@@ -573,8 +528,12 @@ def _longest_prompt_tokens(profile: Profile) -> int | None:
 # ------------------------------------------------------------------- rule 6
 def _rule_env(ctx: _Ctx) -> None:
     """``required_env`` must be in the server's environment: the engine's ``env(profile)`` (clean base + ``env:``)."""
-    env_of = getattr(ctx.engine, "env", None)
-    env = env_of(ctx.profile) if callable(env_of) else clean_env(ctx.profile.env)
+    if ctx.engine is not None:
+        env = ctx.engine.env(ctx.profile)
+    else:
+        from pytest_specdec.engines.common import clean_env
+
+        env = clean_env(ctx.profile.env)
     for name in ctx.profile.required_env:
         if name not in env:
             ctx.at_profile("error", "required_env", name,
@@ -586,13 +545,13 @@ def _rule_env(ctx: _Ctx) -> None:
 def _rule_engine(ctx: _Ctx) -> None:
     """Engine-specific flag/env problems (``engine.flag_issues``) and the aux-id convention mismatch
     (``/work/shared/reference/aux_layer_ids.md``: SGLang id i = output of layer i, vLLM id i = output of layer i-1)."""
-    issues = getattr(ctx.engine, "flag_issues", None)
-    if callable(issues):
-        for issue in issues(ctx.profile):
-            ctx.at_profile(issue.severity, issue.key, issue.value, issue.why, issue.fix)
+    if ctx.engine is None:
+        return
+    for issue in ctx.engine.flag_issues(ctx.profile):
+        ctx.at_profile(issue.severity, issue.key, issue.value, issue.why, issue.fix)
     spec = ctx.profile.speculative
-    engine_conv = getattr(ctx.engine, "aux_id_convention", None)
-    if spec is None or spec.aux_id_convention is None or engine_conv is None or spec.aux_id_convention == engine_conv:
+    engine_conv = ctx.engine.aux_id_convention
+    if spec is None or spec.aux_id_convention is None or spec.aux_id_convention == engine_conv:
         return
     shift = 1 if engine_conv == "vllm" else -1
     ids = spec.aux_hidden_state_layer_ids or _eagle_cfg(ctx.draft_cfg).get(_IDS)

@@ -18,7 +18,6 @@ import re
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -289,8 +288,7 @@ def build_fingerprint(server: RunningServer, prompt_hash: str) -> dict[str, Any]
     """
     profile = server.profile
     launch = server.launch
-    python = getattr(server.engine, "python", None)
-    interpreter = python(profile) if callable(python) else (profile.python or sys.executable)
+    interpreter = server.engine.python(profile)
     if launch is not None:
         env_src = {k: v for k, v in launch.env.items() if k.startswith(_ENV_PREFIXES) or k in profile.env}
         packages = package_versions(interpreter, launch.env)
@@ -307,7 +305,7 @@ def build_fingerprint(server: RunningServer, prompt_hash: str) -> dict[str, Any]
     fingerprint: dict[str, Any] = {
         "plugin_version": plugin_version(),
         "engine": server.engine.name,
-        "accept_length_native": getattr(server.engine, "native_accept_length", None),
+        "accept_length_native": server.engine.native_accept_length,
         "packages": packages,
         "argv": argv,
         "env": redact_env(env_src),

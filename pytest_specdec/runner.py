@@ -18,9 +18,10 @@ from pathlib import Path
 import httpx
 
 from pytest_specdec import client, metrics, workload
+from pytest_specdec.auth import bearer_headers
 from pytest_specdec.engines import get_engine
 from pytest_specdec.engines.base import EffectiveConfig, Engine, LaunchSpec, SpecCounters
-from pytest_specdec.engines.sglang import resolve_api_key
+from pytest_specdec.engines.common import resolve_api_key
 from pytest_specdec.errors import ClientOverloadError, ServerStartError
 from pytest_specdec.profiles import Profile
 from pytest_specdec.records import RequestRecord, RunMetrics, median_metrics
@@ -104,7 +105,8 @@ def start_server(
     """Launch ``profile``'s server (or attach to ``profile.url``) and return once it really generates.
 
     The server is recorded in ``log_dir.parent / "servers"`` for ``registry.reap``; ``on_launch(process)`` is
-    passed to ``ServerProcess.start``.
+    passed to ``ServerProcess.start``. Files the server needs (an aux-id overlay, ``Engine.prepare``'s draft copy)
+    are written under ``log_dir`` before the argv is built.
 
     :param log_name: the log file's stem in ``log_dir`` (default: the profile name).
 
@@ -126,6 +128,7 @@ def start_server(
         draft_path = make_draft_overlay(
             Path(spec_cfg.draft_model_path), spec_cfg.aux_hidden_state_layer_ids, log_dir / "overlays"
         )
+    draft_path = engine.prepare(profile, work_dir=log_dir / "drafts", draft_path=draft_path)
     if profile.nodes is not None:
         return _start_group(profile, engine, api_key, log_dir=log_dir, draft_path=draft_path, budget_s=budget,
                             on_progress=on_progress, on_launch=on_launch)  # fmt: skip
@@ -139,7 +142,7 @@ def start_server(
     )
     server = RunningServer(profile, engine, launch.base_url, api_key, launch, process, log_path)
     try:
-        with httpx.Client(base_url=launch.base_url, headers=_auth(api_key), timeout=10.0) as http:
+        with httpx.Client(base_url=launch.base_url, headers=bearer_headers(api_key), timeout=10.0) as http:
             process.wait_ready(
                 lambda: engine.probe_ready(http, profile),
                 timeout_s=budget,
@@ -186,7 +189,7 @@ def _start_group(
     )  # fmt: skip
     server = RunningServer(profile, engine, group.base_url, api_key, group.spec, group, group.log_path)
     try:
-        with httpx.Client(base_url=group.base_url, headers=_auth(api_key), timeout=10.0) as http:
+        with httpx.Client(base_url=group.base_url, headers=bearer_headers(api_key), timeout=10.0) as http:
             group.wait_ready(
                 lambda: engine.probe_ready(http, profile),
                 engine=engine,  # type: ignore[arg-type]
@@ -223,10 +226,6 @@ def running_server(profile: Profile, **kwargs: object) -> Iterator[RunningServer
         server.stop()
 
 
-def _auth(api_key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
-
 #: A server given by URL is supposed to be up: no connection for this long means nothing listens there.
 REFUSED_GRACE_S = 10.0
 
@@ -237,7 +236,7 @@ def _wait_url(server: RunningServer, budget_s: float) -> None:
     deadline = time.monotonic() + budget_s
     refused_since: float | None = None
     where = f"server {server.base_url} (profile {server.profile.name!r}, --server-url/url:)"
-    with httpx.Client(base_url=server.base_url, headers=_auth(server.api_key), timeout=10.0) as http:
+    with httpx.Client(base_url=server.base_url, headers=bearer_headers(server.api_key), timeout=10.0) as http:
         while True:
             if server.engine.probe_ready(http, server.profile):
                 return
@@ -268,7 +267,7 @@ def _wait_url(server: RunningServer, budget_s: float) -> None:
 def _read_back(server: RunningServer) -> None:
     """Compare what the server reports it runs with the profile (SGLang rewrites some values silently)."""
     profile = server.profile
-    with httpx.Client(base_url=server.base_url, headers=_auth(server.api_key), timeout=10.0) as http:
+    with httpx.Client(base_url=server.base_url, headers=bearer_headers(server.api_key), timeout=10.0) as http:
         server.effective = eff = server.engine.effective_config(http, profile)
     spec = profile.speculative
     if eff is None:
@@ -281,22 +280,13 @@ def _read_back(server: RunningServer) -> None:
     if reports_algorithm and not eff.speculative_algorithm:
         # e.g. --server-url pointing at a server started without speculation: it would pass every tok/s check.
         _mismatch(server, [f"speculative_algorithm: profile {spec.algorithm!r}, server none (no speculative decoding)"])
-    expected: dict[str, object] = {"speculative_algorithm": spec.algorithm}
-    if spec.num_steps is not None:
-        expected["num_steps"] = spec.num_steps
-        expected["eagle_topk"] = spec.eagle_topk
-        if spec.eagle_topk == 1:
-            # SGLang rewrites draft tokens to steps + 1 when topk == 1 (speculative_hook.py); preflight says so.
-            expected["num_draft_tokens"] = spec.num_steps + 1
-        else:
-            expected["num_draft_tokens"] = spec.num_draft_tokens
     diffs = []
-    for key, want in expected.items():
+    # What the engine will run for the profile, its rewrites and aliases applied (SGLang: topk 1 -> steps + 1 draft
+    # tokens, NEXTN -> EAGLE).
+    for key, want in server.engine.expected_config(profile).items():
         got = getattr(eff, key)
         if got is None or want is None:
             continue
-        if key == "speculative_algorithm" and want == "NEXTN":
-            want = "EAGLE"
         if str(got).upper() != str(want).upper():
             diffs.append(f"{key}: profile {want!r}, server {got!r}")
     if diffs:
@@ -492,9 +482,8 @@ def run_result(server: RunningServer, measured: Sequence[Measurement]) -> RunRes
     """A ``RunResult`` of phases already measured on ``server`` (per-field medians, the server log's warnings)."""
     measurements = tuple(measured)
     warnings: list[str] = []
-    read_warnings = getattr(server.engine, "log_warnings", None)
-    if read_warnings is not None and server.log_path is not None and server.log_path.is_file():
-        warnings = read_warnings(server.profile, server.log_path.read_text(errors="replace"))
+    if server.log_path is not None and server.log_path.is_file():
+        warnings = server.engine.log_warnings(server.profile, server.log_path.read_text(errors="replace"))
     for note in dict.fromkeys(m.metrics.cache_reset or "" for m in measurements):
         if note.startswith("not reset"):
             warnings.append(f"prefix cache {note}; TTFT may be measured on cache hits (warmup and repeats resend the "

@@ -235,7 +235,7 @@ def test_rule7_removed_flag_for_the_installed_sglang(tmp_path: Path) -> None:
 
 
 def test_rule7_aux_id_convention_of_the_other_engine(tmp_path: Path) -> None:
-    class VllmLike:
+    class VllmLike(ReferenceEngine):
         aux_id_convention = "vllm"
 
     target, draft = make_models(tmp_path)
@@ -253,7 +253,7 @@ def test_missing_paths_and_uncached_hub_ids(tmp_path: Path) -> None:
         "name": "h", "source": "specdec.yaml", "server": "sglang", "model_path": "nobody-xyz/absent-model-123",
         "speculative": {"algorithm": "EAGLE3", "draft_model_path": str(tmp_path / "nope")},
     })  # fmt: skip
-    findings = run_preflight(p, engine=object())
+    findings = run_preflight(p, engine=ReferenceEngine())
     assert [(f.severity, f.key) for f in findings] == [
         ("note", "model_path"),
         ("error", "speculative.draft_model_path"),

@@ -137,6 +137,7 @@ def test_package_versions_reads_metadata_in_a_subprocess() -> None:
 
 class FakeEngine:
     name = "sglang"
+    native_accept_length = "Σcompletion_tokens / Σspec_verify_ct"
 
     def python(self, profile: Profile) -> str:
         return sys.executable

@@ -5,13 +5,29 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
 import httpx
 
 from pytest_specdec.profiles import Profile
 
-__all__ = ["CACHE_RESET_RETRY_S", "EffectiveConfig", "Engine", "LaunchSpec", "SpecCounters", "post_reset"]
+__all__ = [
+    "CACHE_RESET_RETRY_S",
+    "AuxIdConvention",
+    "EffectiveConfig",
+    "Engine",
+    "FlagIssue",
+    "LaunchSpec",
+    "PairingMode",
+    "SpecCounters",
+    "post_reset",
+]
+
+#: How an engine numbers EAGLE-3 aux layer ids: ``"sglang"``: id i = output of decoder layer i (-1 = embeddings);
+#: ``"vllm"``: id i = residual stream entering layer i (0 = embeddings) (``/work/shared/reference/aux_layer_ids.md``).
+AuxIdConvention = Literal["sglang", "vllm"]
+#: How a profile and its ``min_speedup.vs`` reference are measured against each other (``pairing.py``).
+PairingMode = Literal["interleaved", "bracketed"]
 
 #: How long a cache reset refused because requests are still in flight is retried (SGLang answers 400 while busy).
 CACHE_RESET_RETRY_S = 10.0
@@ -74,17 +90,91 @@ class SpecCounters:
     verify_seconds: float | None = None
 
 
-class Engine(Protocol):
-    """One server kind. Implementations: ``engines/sglang.py``, ``engines/reference.py``, ``engines/vllm.py``."""
+@dataclass(frozen=True, slots=True)
+class FlagIssue:
+    """A launch flag, env or speculative-parameter problem an engine knows about (preflight turns it into a
+    ``Finding`` at ``profiles.<profile>.<key>`` of the profile file)."""
 
+    severity: Literal["error", "warning", "note"]
+    key: str
+    value: Any
+    why: str
+    fix: str
+
+
+class Engine(Protocol):
+    """One server kind: everything callers need that differs between engines, so no caller tests ``profile.server``.
+
+    Implementations: ``engines/sglang.py::SglangEngine``, ``engines/reference.py::ReferenceEngine``,
+    ``engines/vllm.py::VllmEngine``; ``engines.get_engine`` picks one. Multi-node launch (``nodes:``) is a separate
+    protocol, ``nodegroup.NodeEngine``, which only SGLang and the reference server implement.
+    """
+
+    #: ``profile.server``: ``"sglang"``, ``"reference"`` or ``"vllm"`` (the fingerprint's ``engine``).
     name: str
     #: How the engine itself states accept length, e.g. ``"Σcompletion_tokens / Σspec_verify_ct"``.
     native_accept_length: str
+    #: How the engine numbers EAGLE-3 aux layer ids (preflight rules 2 and 7).
+    aux_id_convention: AuxIdConvention
+    #: Pairing when the profile sets none (``pairing.pairing_mode``): ``"interleaved"`` when the target and the
+    #: reference server fit on the machine together, ``"bracketed"`` when each takes the accelerator.
+    default_pairing: PairingMode
+    #: Whether the stock engine crashes at the first forward when an aux id names the embedding output (preflight
+    #: warns then even with ``speculative.allow_embedding_capture``).
+    crashes_on_embedding_capture: bool
 
-    def launch_spec(self, profile: Profile, *, port: int, draft_path: Path | None) -> LaunchSpec:
-        """Build argv and env for ``profile`` on ``port``; ``draft_path`` overrides the profile's draft (overlay)."""
+    # ------------------------------------------------------------------------------------------------ launch
+    def python(self, profile: Profile) -> str:
+        """The interpreter whose environment runs the server (for package versions in the fingerprint)."""
         ...
 
+    def env(self, profile: Profile) -> dict[str, str]:
+        """The server's whole environment: a clean base (``common.clean_env``) plus the profile's ``env:`` and what
+        the engine adds; preflight checks ``required_env`` against it."""
+        ...
+
+    def prepare(self, profile: Profile, *, work_dir: Path, draft_path: Path | None) -> Path | None:
+        """Write whatever files the server needs besides its argv, under ``work_dir`` (a directory the caller owns),
+        before :meth:`launch_spec`; the only engine step with side effects on disk.
+
+        :param draft_path: the draft directory chosen so far (an aux-id overlay), None for the profile's own.
+        :returns: the draft directory to pass to :meth:`launch_spec` (``draft_path`` itself when nothing is needed).
+        """
+        ...
+
+    def launch_spec(self, profile: Profile, *, port: int, draft_path: Path | None) -> LaunchSpec:
+        """Build argv and env for ``profile`` on ``port``; ``draft_path`` overrides the profile's draft (overlay).
+        Pure: reads the profile and probes the interpreter, writes nothing (see :meth:`prepare`)."""
+        ...
+
+    # ------------------------------------------------------------------------------------------------- preflight
+    def flag_issues(self, profile: Profile) -> list[FlagIssue]:
+        """Problems in ``extra_args``/``env``/``tp_size`` for the engine version that will run (preflight rule 7)."""
+        ...
+
+    def speculative_issues(self, profile: Profile, *, target_arch: str | None) -> list[FlagIssue]:
+        """What the engine does with ``num_steps``/``eagle_topk``/``num_draft_tokens`` (preflight rule 4).
+
+        :param target_arch: the target's ``config.json`` ``architectures[0]`` when known (engines pick defaults by it).
+        """
+        ...
+
+    def max_tokens_per_step(self, profile: Profile) -> int | None:
+        """The most tokens one verify step can emit (the deepest draft path plus the bonus token: num_steps + 1),
+        or None when it is not known before launch (the engine chooses, or the profile runs no speculation)."""
+        ...
+
+    # -------------------------------------------------------------------------------------------------- readback
+    def expected_config(self, profile: Profile) -> dict[str, object]:
+        """``EffectiveConfig`` field -> the value the server should report for ``profile``'s ``speculative:`` block
+        (with the engine's own rewrites and aliases applied); ``{}`` without one. None values are not checked."""
+        ...
+
+    def log_warnings(self, profile: Profile, log_text: str) -> list[str]:
+        """Warnings read from the server log after a measured run (e.g. SGLang decoding without CUDA graphs)."""
+        ...
+
+    # ------------------------------------------------------------------------------------------------- serving
     def probe_ready(self, client: httpx.Client, profile: Profile) -> bool:
         """One readiness probe: True only when the server answers health *and* really generates one token."""
         ...

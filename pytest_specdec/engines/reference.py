@@ -8,17 +8,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from pytest_specdec.engines.base import LaunchSpec, SpecCounters
+from pytest_specdec.engines.base import AuxIdConvention, FlagIssue, LaunchSpec, PairingMode, SpecCounters
+from pytest_specdec.engines.common import clean_env, flag_name
 from pytest_specdec.engines.prometheus import per_position, sum_samples
-from pytest_specdec.engines.sglang import (
-    _FLAGS,
-    FlagIssue,
-    SglangEngine,
-    SglangVersion,
-    _flag_name,
-    clean_env,
-    node_flag_issues,
-)
+from pytest_specdec.engines.sglang import SGLANG_FLAGS, SglangEngine, SglangVersion, node_flag_issues
 from pytest_specdec.errors import ProfileError
 from pytest_specdec.profiles import Profile
 
@@ -47,7 +40,7 @@ _ROW = SglangVersion(
     console_script=False,
     server_info_paths=("/server_info",),
     # The bundled server implements exactly the flags the plugin emits, under SGLang 0.5.23's names.
-    flags=dict(_FLAGS),
+    flags=dict(SGLANG_FLAGS),
 )
 
 #: The directory holding the ``pytest_specdec`` package, put first on the server's PYTHONPATH so it runs this code.
@@ -58,7 +51,12 @@ class ReferenceEngine(SglangEngine):
     """``server: reference``: SGLang's argv, readiness, readback and counters; only the head and flags differ."""
 
     name = "reference"
-    aux_id_convention = "sglang"
+    aux_id_convention: AuxIdConvention = "sglang"
+    #: A CPU process of ~430 MiB: the target and the reference server both fit, so their phases interleave.
+    default_pairing: PairingMode = "interleaved"
+    #: How it serves id -1 is chosen by ``--ref-embedding-capture`` (default: crash as stock SGLang), so a profile
+    #: that allows embedding capture is taken to have chosen; preflight does not warn.
+    crashes_on_embedding_capture = False
 
     def version(self, profile: Profile) -> str | None:
         """The reference server has no sglang version; it follows 0.5.23's API."""
@@ -107,7 +105,7 @@ class ReferenceEngine(SglangEngine):
         folds its speculative totals every decode iteration, so ``/server_info``'s ``avg_spec_accept_length`` covers
         the whole measured phase and the scheduler cross-check (``metrics.cross_check``) is exact, not windowed."""
         args = super().server_args(profile, port=port, draft_path=draft_path)
-        if any(_flag_name(a) == "--decode-log-interval" for a in profile.extra_args):
+        if any(flag_name(a) == "--decode-log-interval" for a in profile.extra_args):
             return args
         cut = len(args) - len(profile.extra_args)
         return [*args[:cut], "--decode-log-interval", "1", *args[cut:]]
@@ -157,7 +155,7 @@ class ReferenceEngine(SglangEngine):
 
     def _unsupported(self, profile: Profile) -> list[str]:
         return [
-            _flag_name(arg)
+            flag_name(arg)
             for arg in profile.extra_args
-            if arg.startswith("--") and _flag_name(arg) not in REFERENCE_FLAGS
+            if arg.startswith("--") and flag_name(arg) not in REFERENCE_FLAGS
         ]

@@ -15,51 +15,42 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 from packaging.version import InvalidVersion, Version
 
-from pytest_specdec.engines.base import EffectiveConfig, LaunchSpec, SpecCounters, post_profiler, post_reset
+from pytest_specdec.engines.base import (
+    AuxIdConvention,
+    EffectiveConfig,
+    FlagIssue,
+    LaunchSpec,
+    PairingMode,
+    SpecCounters,
+    post_profiler,
+    post_reset,
+)
+from pytest_specdec.engines.common import auth_headers, clean_env, flag_name, resolve_api_key
 from pytest_specdec.engines.prometheus import sum_samples
 from pytest_specdec.errors import ProfileError, ServerError
 from pytest_specdec.profiles import Profile
 
 __all__ = [
-    "BASE_ENV_KEYS",
     "MULTINODE_FLAGS",
     "NODE_JOINED",
     "NODE_RENDEZVOUS",
+    "SGLANG_FLAGS",
     "VERSIONS",
     "DecodeLine",
-    "FlagIssue",
     "SglangEngine",
     "SglangVersion",
-    "auth_headers",
-    "clean_env",
     "graph_warning",
     "node_flag_issues",
     "parse_decode_line",
     "probe_sglang_version",
-    "resolve_api_key",
+    "sglang_speculative_issues",
     "version_row",
 ]
-
-#: Caller variables a launched server inherits; everything else comes from ``profile.env``.
-BASE_ENV_KEYS: tuple[str, ...] = (
-    "PATH",
-    "HOME",
-    "USER",
-    "LANG",
-    "TMPDIR",
-    "HF_HOME",
-    "HF_HUB_CACHE",
-    "HF_HUB_OFFLINE",
-    "TRANSFORMERS_OFFLINE",
-    "CUDA_VISIBLE_DEVICES",
-    "LD_LIBRARY_PATH",
-    "VIRTUAL_ENV",
-)
 
 #: Seconds per ``/health_generate`` probe (SGLang's own launcher uses 5, ``python/sglang/test/test_utils.py``).
 HEALTH_TIMEOUT_S = 5.0
@@ -67,42 +58,6 @@ HEALTH_TIMEOUT_S = 5.0
 GENERATE_TIMEOUT_S = 30.0
 #: Seconds for the ``importlib.metadata`` version probe subprocess.
 PROBE_TIMEOUT_S = 60.0
-
-
-def clean_env(extra: Mapping[str, str] | None = None, *, source: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A server environment: ``BASE_ENV_KEYS`` copied from ``source`` when set there, then ``extra`` on top.
-
-    The caller's shell is never passed whole, so a stray ``CUDA_LAUNCH_BLOCKING`` or ``SGLANG_*`` in a developer's
-    shell cannot change what is measured; the profile's ``env:`` is the one place to add variables.
-
-    :param extra: variables to add or override (``profile.env``).
-    :param source: where base values come from (default ``os.environ``).
-    :returns: a new dict.
-    """
-    src = os.environ if source is None else source
-    env = {key: src[key] for key in BASE_ENV_KEYS if key in src}
-    env.update(extra or {})
-    return env
-
-
-def resolve_api_key(profile: Profile, *, source: Mapping[str, str] | None = None) -> str | None:
-    """``profile.api_key``, else the value of the caller's variable ``profile.api_key_env``, else None.
-
-    :raises ProfileError: ``api_key_env`` names a variable that is not set.
-    """
-    if profile.api_key is not None:
-        return profile.api_key
-    if profile.api_key_env is None:
-        return None
-    src = os.environ if source is None else source
-    if profile.api_key_env not in src:
-        raise ProfileError(
-            f"{profile.source or '<profile>'}: profiles.{profile.name}.api_key_env: variable "
-            f"{profile.api_key_env!r} is not set; export it or give api_key:",
-            path=profile.source or None,
-            profile=profile.name,
-        )
-    return src[profile.api_key_env]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +77,9 @@ class SglangVersion:
     deprecated_flags: Mapping[str, str] = field(default_factory=dict)
 
 
-_FLAGS = {
+#: Logical name -> SGLang 0.5.23 flag spelling for every flag the plugin emits (the reference server implements
+#: exactly these, ``engines/reference.py``).
+SGLANG_FLAGS: Mapping[str, str] = {
     "model_path": "--model-path",
     "host": "--host",
     "port": "--port",
@@ -139,7 +96,7 @@ _FLAGS = {
 }
 
 #: Oldest first. Sources: 0.4.6.post5 ``python/sglang/srt/server_args.py::ServerArgs.add_cli_args`` (every flag in
-#: ``_FLAGS`` is an ``add_argument`` there; ``--cuda-graph-max-bs`` still exists; no console script in the wheel;
+#: ``SGLANG_FLAGS`` is an ``add_argument`` there; ``--cuda-graph-max-bs`` still exists; no console script in the wheel;
 #: ``http_server.py`` serves only ``/get_server_info``). 0.5.23: ``python/sglang/srt/arg_groups/fields/*.py`` (flag =
 #: ``"--" + field.replace("_", "-")``, ``arg_utils.py::_field_to_cli_name``), ``fields/exec_.py`` (only
 #: ``cuda_graph_max_bs_decode``/``_prefill``), ``server_args.py`` (deprecated ``--disable-cuda-graph``,
@@ -149,13 +106,13 @@ VERSIONS: tuple[SglangVersion, ...] = (
         since="0.4.6.post5",
         console_script=False,
         server_info_paths=("/get_server_info",),
-        flags=dict(_FLAGS),
+        flags=dict(SGLANG_FLAGS),
     ),
     SglangVersion(
         since="0.5.23",
         console_script=True,
         server_info_paths=("/server_info", "/get_server_info"),
-        flags=dict(_FLAGS),
+        flags=dict(SGLANG_FLAGS),
         removed_flags={"--cuda-graph-max-bs": "--cuda-graph-max-bs-decode / --cuda-graph-max-bs-prefill"},
         deprecated_flags={
             "--disable-cuda-graph": "--cuda-graph-backend-decode=disabled --cuda-graph-backend-prefill=disabled",
@@ -217,17 +174,6 @@ def probe_sglang_version(python: str, env: tuple[tuple[str, str], ...] = ()) -> 
         return None
     out = done.stdout.strip().splitlines()
     return out[-1].strip() if done.returncode == 0 and out else None
-
-
-@dataclass(frozen=True, slots=True)
-class FlagIssue:
-    """A launch flag or env problem an engine knows about (preflight turns it into a Finding)."""
-
-    severity: Literal["error", "warning", "note"]
-    key: str
-    value: Any
-    why: str
-    fix: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,27 +239,65 @@ def graph_warning(profile: Profile, log_text: str) -> str | None:
     )
 
 
-def auth_headers(profile: Profile) -> dict[str, str]:
-    """``Authorization: Bearer <key>`` when the profile has an API key (SGLang ``utils/auth.py``; vLLM likewise)."""
-    key = resolve_api_key(profile)
-    return {"Authorization": f"Bearer {key}"} if key else {}
-
-
-def _flag_name(arg: str) -> str:
-    return arg.split("=", 1)[0]
-
-
 def node_flag_issues(profile: Profile) -> list[FlagIssue]:
     """Errors for :data:`MULTINODE_FLAGS` (or ``--nccl-init-addr``) in ``extra_args`` of a profile with ``nodes:``,
     which sets them per rank: a copy in ``extra_args`` would give every rank the same rank."""
     if profile.nodes is None:
         return []
     return [
-        FlagIssue("error", "extra_args", _flag_name(arg), "nodes: sets the multi-node flags for every rank",
-                  f"remove {_flag_name(arg)} from extra_args")
+        FlagIssue("error", "extra_args", flag_name(arg), "nodes: sets the multi-node flags for every rank",
+                  f"remove {flag_name(arg)} from extra_args")
         for arg in profile.extra_args
-        if _flag_name(arg) in (*MULTINODE_FLAGS.values(), "--nccl-init-addr")
+        if flag_name(arg) in (*MULTINODE_FLAGS.values(), "--nccl-init-addr")
     ]  # fmt: skip
+
+
+#: Algorithms whose steps/topk/draft tokens SGLang resolves in ``_handle_eagle_family`` (NEXTN is EAGLE there).
+EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
+#: SGLang's alias: ``--speculative-algorithm NEXTN`` runs, and reports, EAGLE (``spec_registry.py``).
+ALGORITHM_ALIASES: Mapping[str, str] = {"NEXTN": "EAGLE"}
+
+
+def sglang_speculative_issues(profile: Profile, *, target_arch: str | None) -> list[FlagIssue]:
+    """Preflight rule 4 for SGLang (and the reference server, which resolves its flags the same way): steps / topk /
+    draft tokens all three or none, and what SGLang will really run.
+
+    Source: SGLang 0.5.23 ``arg_groups/speculative_hook.py::_handle_eagle_family`` (partial sets hit a bare assert;
+    topk=1 rewrites draft tokens to steps+1) and ``_auto_choose_speculative_params`` (defaults by target
+    architecture).
+
+    :param target_arch: the target's ``architectures[0]``; None when its config.json was not read.
+    """
+    spec = profile.speculative
+    if spec is None or spec.algorithm not in EAGLE_FAMILY:
+        return []
+    triple = {"num_steps": spec.num_steps, "eagle_topk": spec.eagle_topk, "num_draft_tokens": spec.num_draft_tokens}
+    given = {k: v for k, v in triple.items() if v is not None}
+    if not given:
+        arch = target_arch or "?"
+        auto = "(5, 4, 8)" if arch in ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM") else "(3, 1, 4)"
+        return [FlagIssue("note", "speculative", None,
+                          f"steps/topk/draft tokens not set; SGLang picks {auto} for target architecture {arch} and "
+                          "may change that choice between releases",
+                          "set all three to pin what is measured")]  # fmt: skip
+    if len(given) < 3:
+        missing = [k for k in triple if k not in given]
+        return [FlagIssue("error", f"speculative.{missing[0]}", None,
+                          f"num_steps, eagle_topk and num_draft_tokens must be set together (missing "
+                          f"{', '.join(missing)}); SGLang aborts with a bare AssertionError otherwise",
+                          "set all three, or none to let SGLang choose")]  # fmt: skip
+    steps, topk, tokens = given["num_steps"], given["eagle_topk"], given["num_draft_tokens"]
+    if topk == 1 and tokens != steps + 1:
+        return [FlagIssue("warning", "speculative.num_draft_tokens", tokens,
+                          f"with eagle_topk 1 SGLang overwrites num_draft_tokens with num_steps + 1 = {steps + 1}, so "
+                          f"it will run steps {steps}, topk 1, draft tokens {steps + 1}",
+                          f"set num_draft_tokens: {steps + 1}")]  # fmt: skip
+    if topk > 1 and tokens > topk * steps + 1:
+        return [FlagIssue("error", "speculative.num_draft_tokens", tokens,
+                          f"a draft tree of {steps} steps x topk {topk} holds at most topk*steps+1 = "
+                          f"{topk * steps + 1} tokens",
+                          f"set num_draft_tokens <= {topk * steps + 1} or raise num_steps/eagle_topk")]  # fmt: skip
+    return []
 
 
 class SglangEngine:
@@ -324,12 +308,21 @@ class SglangEngine:
     #: ``meta_info.spec_accept_length`` convention (``tokenizer_manager.py``), which counts the prefill token.
     native_accept_length = "Σcompletion_tokens / Σspec_verify_ct"
     #: Explicit aux id i = output of layer i (``python/sglang/srt/models/llama.py::set_eagle3_layers_to_capture``).
-    aux_id_convention = "sglang"
+    aux_id_convention: AuxIdConvention = "sglang"
+    #: A launched SGLang server takes the GPU(s): the target and the reference server are measured in brackets.
+    default_pairing: PairingMode = "bracketed"
+    #: Stock SGLang crashes on id -1 at the first forward (measured on 0.5.17: ``tests/data/sglang/0.5.17/
+    #: eagle3-aux-minus1.log``, residual None before layer 0 in ``models/llama.py``).
+    crashes_on_embedding_capture = True
 
     # ----------------------------------------------------------------- launch
     def python(self, profile: Profile) -> str:
         """The interpreter whose environment runs the server: ``profile.python`` or the one running pytest."""
         return profile.python or sys.executable
+
+    def prepare(self, profile: Profile, *, work_dir: Path, draft_path: Path | None) -> Path | None:
+        """Nothing to write: SGLang loads the draft directory as it is. :returns: ``draft_path``."""
+        return draft_path
 
     def version(self, profile: Profile) -> str | None:
         """The SGLang version that will run (``probe_sglang_version``)."""
@@ -500,7 +493,7 @@ class SglangEngine:
                           "set python: to the interpreter of the environment that has sglang")
             )  # fmt: skip
         for arg in profile.extra_args:
-            flag = _flag_name(arg)
+            flag = flag_name(arg)
             if flag in row.removed_flags:
                 issues.append(
                     FlagIssue("error", "extra_args", arg, f"SGLang {shown} has no flag {flag}",
@@ -512,14 +505,44 @@ class SglangEngine:
                               f"use {row.deprecated_flags[flag]}")
                 )  # fmt: skip
         issues += node_flag_issues(profile)
-        forcing = [a for a in profile.extra_args if _flag_name(a) in ("--enable-nccl-nvls", "--enable-symm-mem")]
+        forcing = [a for a in profile.extra_args if flag_name(a) in ("--enable-nccl-nvls", "--enable-symm-mem")]
         if forcing and "NCCL_NVLS_ENABLE" in profile.env:
             issues.append(
                 FlagIssue("warning", "env.NCCL_NVLS_ENABLE", profile.env["NCCL_NVLS_ENABLE"],
-                          f"{_flag_name(forcing[0])} makes SGLang force NCCL_NVLS_ENABLE=1, so this value is ignored",
-                          f"drop NCCL_NVLS_ENABLE from env or drop {_flag_name(forcing[0])}")
+                          f"{flag_name(forcing[0])} makes SGLang force NCCL_NVLS_ENABLE=1, so this value is ignored",
+                          f"drop NCCL_NVLS_ENABLE from env or drop {flag_name(forcing[0])}")
             )  # fmt: skip
         return issues
+
+    def speculative_issues(self, profile: Profile, *, target_arch: str | None) -> list[FlagIssue]:
+        """:func:`sglang_speculative_issues` (preflight rule 4)."""
+        return sglang_speculative_issues(profile, target_arch=target_arch)
+
+    def max_tokens_per_step(self, profile: Profile) -> int | None:
+        """``num_steps + 1`` when an EAGLE-family profile sets all of steps/topk/draft tokens; None when SGLang
+        chooses them (``_auto_choose_speculative_params``), for a partial set, and without speculation."""
+        spec = profile.speculative
+        if spec is None or spec.algorithm not in EAGLE_FAMILY or spec.num_steps is None:
+            return None
+        if spec.eagle_topk is None or spec.num_draft_tokens is None:
+            return None
+        return spec.num_steps + 1
+
+    def expected_config(self, profile: Profile) -> dict[str, object]:
+        """The algorithm (:data:`ALGORITHM_ALIASES` applied: NEXTN reports EAGLE) and, when ``num_steps`` is set,
+        steps, topk and draft tokens, with SGLang's rewrite of draft tokens to steps + 1 at topk 1
+        (``speculative_hook.py::_handle_eagle_family``; preflight warns about it)."""
+        spec = profile.speculative
+        if spec is None:
+            return {}
+        expected: dict[str, object] = {
+            "speculative_algorithm": ALGORITHM_ALIASES.get(spec.algorithm, spec.algorithm)
+        }
+        if spec.num_steps is not None:
+            expected["num_steps"] = spec.num_steps
+            expected["eagle_topk"] = spec.eagle_topk
+            expected["num_draft_tokens"] = spec.num_steps + 1 if spec.eagle_topk == 1 else spec.num_draft_tokens
+        return expected
 
     def log_warnings(self, profile: Profile, log_text: str) -> list[str]:
         """Warnings read from the server log after a measured run (decode without CUDA graphs)."""

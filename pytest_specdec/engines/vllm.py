@@ -26,11 +26,20 @@ from typing import Any
 
 import httpx
 
-from pytest_specdec.engines.base import EffectiveConfig, LaunchSpec, SpecCounters, post_reset
+from pytest_specdec.engines.base import (
+    AuxIdConvention,
+    EffectiveConfig,
+    FlagIssue,
+    LaunchSpec,
+    PairingMode,
+    SpecCounters,
+    post_reset,
+)
+from pytest_specdec.engines.common import auth_headers, clean_env, resolve_api_key
 from pytest_specdec.engines.prometheus import per_position, sum_samples
-from pytest_specdec.engines.sglang import FlagIssue, auth_headers, clean_env, resolve_api_key
 from pytest_specdec.errors import ProfileError, ServerError
 from pytest_specdec.profiles import Profile
+from pytest_specdec.weights import read_safetensors_header
 
 __all__ = [
     "METHODS",
@@ -42,6 +51,7 @@ __all__ = [
     "parse_spec_log_line",
     "probe_vllm_install",
     "speculative_config",
+    "vllm_loadable_draft",
     "vllm_server_args",
 ]
 
@@ -183,6 +193,30 @@ def _split_spec_overrides(profile: Profile) -> tuple[dict[str, Any], list[str], 
         rest.append(arg)
         i += 1
     return overrides, rest, whole
+
+
+def chain_issues(profile: Profile) -> list[FlagIssue]:
+    """What vLLM refuses in the ``speculative:`` block (raised by :func:`speculative_config` at launch; preflight
+    rule 4 reports it before): an algorithm without a vLLM method, ``eagle_topk`` > 1 (vLLM drafts one chain; trees
+    need ``speculative_token_tree``), ``num_draft_tokens`` other than ``num_steps + 1`` (what a chain verifies).
+    Each ``why`` is the message of the ``ProfileError`` the launch would raise."""
+    spec = profile.speculative
+    if spec is None:
+        return []
+    issues: list[FlagIssue] = []
+    if spec.algorithm not in METHODS:
+        issues.append(FlagIssue("error", "speculative.algorithm", spec.algorithm, "has no vLLM method",
+                                f"use one of {', '.join(METHODS)}"))  # fmt: skip
+    if spec.eagle_topk is not None and spec.eagle_topk > 1:
+        issues.append(FlagIssue("error", "speculative.eagle_topk", spec.eagle_topk,
+                                "vLLM drafts one chain per step (topk 1)",
+                                "set eagle_topk: 1 or drop it, or give a tree with "
+                                "--speculative-config.speculative_token_tree in extra_args"))  # fmt: skip
+    if spec.num_draft_tokens is not None and spec.num_steps is not None and spec.num_draft_tokens != spec.num_steps + 1:
+        issues.append(FlagIssue("error", "speculative.num_draft_tokens", spec.num_draft_tokens,
+                                f"a vLLM chain of num_steps={spec.num_steps} verifies {spec.num_steps + 1} tokens",
+                                f"set num_draft_tokens: {spec.num_steps + 1} or drop it"))  # fmt: skip
+    return issues
 
 
 def speculative_config(profile: Profile, *, draft_path: Path | None = None) -> dict[str, Any] | None:
@@ -401,8 +435,6 @@ def vllm_loadable_draft(draft_dir: Path, dest_root: Path) -> Path:
     import hashlib
     import struct
 
-    from pytest_specdec.preflight import read_safetensors_header
-
     config = json.loads((draft_dir / "config.json").read_text())
     weights = draft_dir / "model.safetensors"
     if config.get("draft_vocab_size", config.get("vocab_size")) != config.get("vocab_size") or not weights.is_file():
@@ -460,7 +492,11 @@ class VllmEngine:
     native_accept_length = "1 + accepted / drafts"
     name = "vllm"
     #: Explicit aux id i = residual stream entering layer i (``vllm/model_executor/models/llama.py::forward``).
-    aux_id_convention = "vllm"
+    aux_id_convention: AuxIdConvention = "vllm"
+    #: A launched vLLM server takes the GPU(s) (``gpu_memory_utilization`` 0.9): measured in brackets.
+    default_pairing: PairingMode = "bracketed"
+    #: Id 0 is vLLM's embedding output and is captured like any other (``aux_id_convention``).
+    crashes_on_embedding_capture = False
 
     def python(self, profile: Profile) -> str:
         """The interpreter whose environment runs the server: ``profile.python`` or the one running pytest."""
@@ -496,20 +532,33 @@ class VllmEngine:
         it also opens ``/server_info``, read back by :meth:`effective_config`), unless the profile sets them."""
         return clean_env({"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_SERVER_DEV_MODE": "1", **profile.env})
 
+    def prepare(self, profile: Profile, *, work_dir: Path, draft_path: Path | None) -> Path | None:
+        """The draft vLLM can load (:func:`vllm_loadable_draft`): a copy without identity ``d2t``/``t2d`` under
+        ``work_dir`` (keyed by the weights and config, so reused), or the draft itself when it needs none.
+
+        :param draft_path: the draft chosen so far (an aux-id overlay); None: the profile's ``draft_model_path``.
+        :returns: the directory to pass to :meth:`launch_spec`; ``draft_path`` unchanged when there is no local
+            draft directory with a ``config.json`` (a Hugging Face id, NGRAM, no speculation).
+        :raises ValueError: see :func:`vllm_loadable_draft`.
+        """
+        spec = profile.speculative
+        source = draft_path or (Path(spec.draft_model_path) if spec and spec.draft_model_path else None)
+        if source is None or not (source / "config.json").is_file():
+            return draft_path
+        loadable = vllm_loadable_draft(source, work_dir)
+        return draft_path if loadable == source else loadable
+
     def launch_spec(self, profile: Profile, *, port: int, draft_path: Path | None) -> LaunchSpec:
-        """argv and env for ``profile`` on ``port``: ``head`` + ``vllm_server_args``.
+        """argv and env for ``profile`` on ``port``: ``head`` + ``vllm_server_args``. Writes nothing: call
+        :meth:`prepare` first for a draft vLLM can load.
 
         ``vllm serve`` takes the model as ``--model`` too (``vllm/entrypoints/cli/serve.py``), so both heads get
         the same flags.
 
-        :param draft_path: the draft directory to pass instead of the profile's (an aux-id overlay).
+        :param draft_path: the draft directory to pass instead of the profile's (from :meth:`prepare`).
         :raises ProfileError: see ``head``, ``vllm_server_args``.
         """
         env = self.env(profile)
-        spec_cfg = profile.speculative
-        source = draft_path or (Path(spec_cfg.draft_model_path) if spec_cfg and spec_cfg.draft_model_path else None)
-        if source is not None and (source / "config.json").is_file():
-            draft_path = vllm_loadable_draft(source, Path(tempfile.gettempdir()) / "pytest-specdec")
         args = vllm_server_args(profile, port=port, draft_path=draft_path)
         argv = [*self.head(profile, env), *args]
         spec = profile.speculative
@@ -535,6 +584,30 @@ class VllmEngine:
                               "measure with temperature: 0 on the CPU build")
                 )  # fmt: skip
         return issues
+
+    def speculative_issues(self, profile: Profile, *, target_arch: str | None) -> list[FlagIssue]:
+        """:func:`chain_issues` (preflight rule 4); ``target_arch`` is not used."""
+        return chain_issues(profile)
+
+    def max_tokens_per_step(self, profile: Profile) -> int | None:
+        """``num_steps + 1`` (``num_speculative_tokens`` drafts plus the bonus token) when ``num_steps`` is set."""
+        spec = profile.speculative
+        return spec.num_steps + 1 if spec is not None and spec.num_steps is not None else None
+
+    def expected_config(self, profile: Profile) -> dict[str, object]:
+        """The algorithm in our names (:meth:`effective_config` maps vLLM's method back through ``METHODS``) and,
+        when ``num_steps`` is set, steps, topk 1 and draft tokens ``num_steps + 1`` (a chain)."""
+        spec = profile.speculative
+        if spec is None:
+            return {}
+        expected: dict[str, object] = {"speculative_algorithm": spec.algorithm}
+        if spec.num_steps is not None:
+            expected.update(num_steps=spec.num_steps, eagle_topk=1, num_draft_tokens=spec.num_steps + 1)
+        return expected
+
+    def log_warnings(self, profile: Profile, log_text: str) -> list[str]:
+        """None yet: the ``SpecDecoding metrics`` lines are read by :func:`accept_length_from_log`, not warned on."""
+        return []
 
     # --------------------------------------------------------------------------------------------- readiness
     def _headers(self, profile: Profile) -> dict[str, str]:

@@ -33,7 +33,9 @@ def _warmup(state: object, server: object, base_url: str, api_key: str | None) -
     """SGLang ``http_server.py::_execute_server_warmup``: poll /model_info, then one /generate; exit 1 on failure."""
     import httpx
 
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    from pytest_specdec.auth import bearer_headers
+
+    headers = bearer_headers(api_key)
     try:
         while not getattr(server, "started", False):
             time.sleep(0.05)

