@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import psutil
 
@@ -50,8 +50,10 @@ _PROGRESS_S = 0.5
 STOP_COMMAND_TIMEOUT_S = 30.0
 
 
+@runtime_checkable
 class NodeEngine(Protocol):
-    """What a group needs from an engine (``engines/sglang.py::SglangEngine`` and the reference engine)."""
+    """What a group needs from an engine (``engines/sglang.py::SglangEngine`` and the reference engine; vLLM has no
+    multi-node launch here). Runtime-checkable: ``runner`` tests an ``engines.base.Engine`` against it."""
 
     def node_launch_spec(
         self, profile: Profile, *, rank: int, host: str, port: int, dist_init_addr: str, draft_path: Path | None

@@ -22,7 +22,7 @@ from pytest_specdec.auth import bearer_headers
 from pytest_specdec.engines import get_engine
 from pytest_specdec.engines.base import EffectiveConfig, Engine, LaunchSpec, SpecCounters
 from pytest_specdec.engines.common import resolve_api_key
-from pytest_specdec.errors import ClientOverloadError, ServerStartError
+from pytest_specdec.errors import ClientOverloadError, ProfileError, ServerStartError
 from pytest_specdec.profiles import Profile
 from pytest_specdec.records import RequestRecord, RunMetrics, median_metrics
 
@@ -175,16 +175,20 @@ def _start_group(
     """``start_server`` for a profile with ``nodes:``: one launch per rank (``nodegroup.NodeGroup``, each rank
     recorded for ``registry.reap``; ``on_launch(group)`` once all are launched), ready when every rank joined and
     rank 0 really generates."""
-    from pytest_specdec.nodegroup import NodeGroup
+    from pytest_specdec.nodegroup import NodeEngine, NodeGroup
     from pytest_specdec.server import find_free_port
 
     assert profile.nodes is not None
+    if not isinstance(engine, NodeEngine):  # the profile schema already allows nodes: only where it is
+        raise ProfileError(
+            f"profiles.{profile.name}.nodes: server {engine.name} has no multi-node launch", profile=profile.name
+        )
     leader = profile.nodes.hosts[0]
     port = profile.port or find_free_port(leader if leader in ("127.0.0.1", "localhost") else "127.0.0.1")
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     group = NodeGroup.start(
-        profile, engine, port=port, log_dir=log_dir, draft_path=draft_path,  # type: ignore[arg-type]
+        profile, engine, port=port, log_dir=log_dir, draft_path=draft_path,
         on_launch=on_launch, record_dir=log_dir.parent / "servers",
     )  # fmt: skip
     server = RunningServer(profile, engine, group.base_url, api_key, group.spec, group, group.log_path)
@@ -192,7 +196,7 @@ def _start_group(
         with httpx.Client(base_url=group.base_url, headers=bearer_headers(api_key), timeout=10.0) as http:
             group.wait_ready(
                 lambda: engine.probe_ready(http, profile),
-                engine=engine,  # type: ignore[arg-type]
+                engine=engine,
                 timeout_s=budget_s,
                 on_progress=on_progress,
             )

@@ -526,7 +526,7 @@ class VllmEngine:
         return [install.python, "-m", "vllm.entrypoints.openai.api_server"]
 
     def env(self, profile: Profile) -> dict[str, str]:
-        """``engines.sglang.clean_env(profile.env)`` plus ``VLLM_NO_USAGE_STATS=1`` and ``DO_NOT_TRACK=1`` (vLLM
+        """``engines.common.clean_env(profile.env)`` plus ``VLLM_NO_USAGE_STATS=1`` and ``DO_NOT_TRACK=1`` (vLLM
         otherwise tries to send usage reports, ``vllm/usage/usage_lib.py``) and ``VLLM_SERVER_DEV_MODE=1`` (the only
         way vLLM serves ``POST /reset_prefix_cache``, ``vllm/entrypoints/serve/cache/api_router.py::attach_router``;
         it also opens ``/server_info``, read back by :meth:`effective_config`), unless the profile sets them."""

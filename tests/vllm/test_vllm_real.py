@@ -1,7 +1,7 @@
 """End-to-end against the real vLLM CPU build: EAGLE-3 with the bundled reference target and draft.
 
 Needs the venv made by ``.ci/vllm-setup.sh`` (``SPECDEC_VLLM_PYTHON``, default ``<repo>/.venv-vllm/bin/python``).
-Servers run one at a time (2 cores), each started once per module through ``VllmEngine.launch_spec`` and
+Servers run one at a time (2 cores), each started once per module through ``VllmEngine.prepare``/``launch_spec`` and
 ``server.ServerProcess``, measured, and stopped before the next one starts.
 """
 
@@ -153,7 +153,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Ru
                 "VLLM_LOG_STATS_INTERVAL": str(LOG_INTERVAL_S),
             },
         )
-        launch = engine.launch_spec(profile, port=find_free_port(), draft_path=overlays.get(kind))
+        draft_path = engine.prepare(profile, work_dir=tmp / "drafts", draft_path=overlays.get(kind))
+        launch = engine.launch_spec(profile, port=find_free_port(), draft_path=draft_path)
         log_path = tmp / f"{kind}.log"
         proc = ServerProcess.start(launch, name=kind, log_path=log_path)
         try:
