@@ -137,7 +137,8 @@ def run_preflight(profile: Profile, *, engine: Engine | None = None) -> list[Fin
             engine = None
             ctx = _Ctx(profile, None)
             ctx.at_profile("note", "server", profile.server, f"engine module not importable ({exc})",
-                           "engine-specific checks (flags, aux-id convention) were skipped")  # fmt: skip
+                           "engine-specific checks (flags, steps/topk/draft tokens, aux-id convention) were "
+                           "skipped")  # fmt: skip
             return ctx.findings + _run(profile, None)
     return _run(profile, engine)
 

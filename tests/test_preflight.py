@@ -191,6 +191,23 @@ def test_rule4_topk1_and_tree_size(tmp_path: Path) -> None:
     assert note.severity == "note" and "SGLang picks (5, 4, 8) for target architecture LlamaForCausalLM" in note.why
 
 
+def test_rule4_is_the_engines_own(tmp_path: Path) -> None:
+    """Issue 17: SGLang's "all three or none" is SGLang's; a vLLM profile needs only num_steps, and gets vLLM's chain
+    rule (what its launch would refuse) instead."""
+    from pytest_specdec.engines.vllm import VllmEngine
+
+    target, draft = make_models(tmp_path)
+    steps_only = profile(target, draft, server="vllm", spec={"eagle_topk": None, "num_draft_tokens": None},
+                         thresholds={"min_accept_length": 5})  # fmt: skip
+    findings = run_preflight(steps_only, engine=VllmEngine())
+    assert [(f.severity, f.key) for f in findings if f.key.startswith(("speculative.", "thresholds."))] == [
+        ("error", "thresholds.min_accept_length"),  # 3 steps emit at most 4 tokens per verify step, on vLLM too
+    ]
+    tree = profile(target, draft, server="vllm", spec={"eagle_topk": 2, "num_draft_tokens": 6})
+    keys = [(f.severity, f.key) for f in run_preflight(tree, engine=VllmEngine()) if f.key.startswith("speculative.")]
+    assert keys == [("error", "speculative.eagle_topk"), ("error", "speculative.num_draft_tokens")]
+
+
 # ---------------------------------------------------------------- rule 5
 def test_rule5_hidden_and_vocab(tmp_path: Path) -> None:
     target, draft = make_models(tmp_path, draft={"target_hidden_size": 32, "vocab_size": 99})
