@@ -29,6 +29,7 @@ from pytest_specdec import hoststate, stats
 from pytest_specdec.errors import CompareError
 from pytest_specdec.metrics import METRICS, MetricSpec
 from pytest_specdec.results import ResultRecord, ResultStore, RunFile
+from pytest_specdec.table import Column, text_table
 
 __all__ = [
     "CompareRow",
@@ -385,8 +386,14 @@ class Comparison:
         else:
             out.append("fingerprint: same as baseline")
         out += list(self.notes)
-        header = ["metric", "better", "baseline", "current", "delta", "delta %", "tolerance", "verdict"]
-        table = [header]
+        columns = [
+            Column("metric"),
+            Column("better"),
+            *(Column(header, "right") for header in ("baseline", "current", "delta", "delta %")),
+            Column("tolerance"),
+            Column("verdict"),
+        ]
+        table = []
         for r in self.rows:
             pct = "n/a" if r.delta_pct is None else f"{r.delta_pct:+.1f}%"
             delta = "n/a" if r.delta is None else ("+" if r.delta >= 0 else "") + _num(r.delta)
@@ -407,13 +414,7 @@ class Comparison:
                     verdict,
                 ]
             )
-        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-        for row in table:
-            cells = [row[0].ljust(widths[0]), row[1].ljust(widths[1])]
-            cells += [c.rjust(w) for c, w in zip(row[2:6], widths[2:6], strict=True)]
-            cells += [row[6].ljust(widths[6]), row[7]]
-            out.append("  ".join(cells).rstrip())
-        return out
+        return out + text_table(columns, table)
 
 
 def _worse_by(delta: float, higher_is_better: bool) -> float:

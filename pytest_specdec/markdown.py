@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from pytest_specdec.results import ResultRecord
+from pytest_specdec.table import Column, markdown_table
 
 __all__ = ["MARKDOWN_COLUMNS", "markdown_summary", "markdown_targets", "write_markdown"]
 
@@ -19,15 +19,6 @@ MARKDOWN_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("itl_ms_p50", "ITL p50 ms", "{:.2f}"),
 )
 _RESULT = {"passed": "✅ passed", "failed": "❌ failed", "skipped": "skipped"}
-
-
-def _cell(text: str) -> str:
-    """A table cell: ``|`` escaped, newlines flattened (GFM tables are one line per row)."""
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _value(fmt: str, value: Any) -> str:
-    return fmt.format(value) if isinstance(value, int | float) and not isinstance(value, bool) else "n/a"
 
 
 def markdown_summary(
@@ -51,15 +42,22 @@ def markdown_summary(
     :param sweep_lines: ``sweep.sweep_table`` output, or empty.
     """
     failures = dict(failures or {})
-    headers = ["test", "profile", *(h for _, h, _ in MARKDOWN_COLUMNS), "result"]
-    lines = [f"## {title}", "", "| " + " | ".join(headers) + " |", "|" + "|".join(["---", "---"] + ["---:"] * len(
-        MARKDOWN_COLUMNS) + ["---"]) + "|"]  # fmt: skip
-    for record in records:
-        test = record.test_id.split("::", 1)[-1]
-        cells = [f"`{test}`", record.profile]
-        cells += [_value(fmt, record.metrics.get(key)) for key, _, fmt in MARKDOWN_COLUMNS]
-        cells.append(_RESULT.get(record.outcome, record.outcome or "?"))
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    columns = [
+        Column("test"),
+        Column("profile"),
+        *(Column(header, "right", fmt) for _, header, fmt in MARKDOWN_COLUMNS),
+        Column("result"),
+    ]
+    rows = [
+        [
+            f"`{record.test_id.split('::', 1)[-1]}`",
+            record.profile,
+            *(record.metrics.get(key) for key, _, _ in MARKDOWN_COLUMNS),
+            _RESULT.get(record.outcome, record.outcome or "?"),
+        ]
+        for record in records
+    ]
+    lines = [f"## {title}", "", *markdown_table(columns, rows)]
     failed = [(nodeid, text) for nodeid, text in failures.items() if text.strip()]
     if failed:
         lines += ["", "### Failed", ""]

@@ -280,10 +280,12 @@ def merge_runs(shards: Sequence[Shard], *, forced: Sequence[str] = ()) -> RunFil
 
 def _markdown(run: RunFile, shards: Sequence[Shard], saved: Path) -> list[str]:
     from pytest_specdec.markdown import markdown_summary
+    from pytest_specdec.table import Column, markdown_table
 
     lines = markdown_summary(run.results, title=f"specdec summary ({len(shards)} shards merged)", results_path=saved)
-    lines += ["", "| shard run | host | results |", "|---|---|---:|"]
-    lines += [f"| `{s.run.run_id}` | {s.run.machine.get('host', '?')} | {len(s.run.results)} |" for s in shards]
+    columns = [Column("shard run"), Column("host"), Column("results", "right")]
+    rows = [[f"`{s.run.run_id}`", str(s.run.machine.get("host", "?")), len(s.run.results)] for s in shards]
+    lines += ["", *markdown_table(columns, rows)]
     forced = run.machine.get("merge_forced") or []
     if forced:
         lines += ["", "> **Merged with --force** although:", ""]

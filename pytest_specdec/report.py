@@ -11,6 +11,7 @@ from typing import Any
 
 from pytest_specdec.records import RunMetrics
 from pytest_specdec.results import ResultRecord, RunFile
+from pytest_specdec.table import Column, format_value, text_table
 
 __all__ = [
     "JUNIT_PREFIX",
@@ -38,33 +39,22 @@ SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _cell(fmt: str, value: Any) -> str:
-    if value is None:
-        return "n/a"
-    if fmt == "{:d}":
-        return str(int(value))
-    return fmt.format(value)
-
-
 def summary_lines(rows: Iterable[tuple[str, str, dict[str, Any], str]]) -> list[str]:
     """One fixed-width line per (test, profile) row plus a header.
 
     :param rows: (test node id, profile, metrics as a dict of ``RunMetrics`` fields, outcome) tuples.
     """
-    rows = list(rows)
-    headers: Sequence[str] = ["test", "profile", *(h for _, h, _ in SUMMARY_COLUMNS), "result"]
-    table = []
-    for nodeid, profile, values, outcome in rows:
-        test = nodeid.split("::", 1)[-1]
-        cells = [_cell(fmt, values.get(name)) for name, _, fmt in SUMMARY_COLUMNS]
-        table.append([test, profile, *cells, outcome])
-    widths = [max(len(str(r[i])) for r in [list(headers), *table]) for i in range(len(headers))]
-    out = []
-    for r in [list(headers), *table]:
-        first = [str(r[0]).ljust(widths[0]), str(r[1]).ljust(widths[1])]
-        rest = [str(c).rjust(w) for c, w in zip(r[2:-1], widths[2:-1], strict=True)]
-        out.append("  ".join([*first, *rest, str(r[-1])]))
-    return out
+    columns = [
+        Column("test"),
+        Column("profile"),
+        *(Column(header, "right", fmt) for _, header, fmt in SUMMARY_COLUMNS),
+        Column("result"),
+    ]
+    table = [
+        [nodeid.split("::", 1)[-1], profile, *(values.get(name) for name, _, _ in SUMMARY_COLUMNS), outcome]
+        for nodeid, profile, values, outcome in rows
+    ]
+    return text_table(columns, table)
 
 
 def definition_lines(records: Sequence[ResultRecord]) -> list[str]:
@@ -174,7 +164,6 @@ def category_lines(rows: Iterable[tuple[str, str, dict[str, Any], str]]) -> list
     if not table:
         return []
     names = sorted({c for _, _, by in table for c in by})
-    headers = ["test", "profile", *names]
     grid = []
     for test, profile, by in table:
         cells = []
@@ -187,12 +176,7 @@ def category_lines(rows: Iterable[tuple[str, str, dict[str, Any], str]]) -> list
             shown = f"{length:.2f}" if isinstance(length, int | float) else "n/a"
             cells.append(f"{shown} ({entry.get('num_ok', 0)})")
         grid.append([test, profile, *cells])
-    widths = [max(len(r[i]) for r in [headers, *grid]) for i in range(len(headers))]
-    out = []
-    for r in [headers, *grid]:
-        right = [c.rjust(w) for c, w in zip(r[2:], widths[2:], strict=True)]
-        out.append("  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]), *right]))
-    return out
+    return text_table([Column("test"), Column("profile"), *(Column(name, "right") for name in names)], grid)
 
 
 #: Printed above the per-position table: what the two numbers of a cell are.
@@ -200,10 +184,6 @@ POSITION_LEGEND = (
     "rate/cond per draft position k: rate = steps accepting draft k / verify steps; "
     "cond = steps accepting draft k / steps that reached k"
 )
-
-
-def _rate(value: Any) -> str:
-    return "n/a" if not isinstance(value, int | float) else f"{value:.3f}"
 
 
 def position_lines(rows: Iterable[tuple[str, str, dict[str, Any], str]]) -> list[str]:
@@ -222,20 +202,15 @@ def position_lines(rows: Iterable[tuple[str, str, dict[str, Any], str]]) -> list
             continue
         cond = list(values.get("accept_rate_cond_at") or ())
         cond += [None] * (len(rates) - len(cond))
-        cells = [f"{_rate(r)}/{_rate(c)}" for r, c in zip(rates, cond, strict=True)]
+        cells = [f"{format_value('{:.3f}', r)}/{format_value('{:.3f}', c)}" for r, c in zip(rates, cond, strict=True)]
         table.append((nodeid.split("::", 1)[-1], profile, cells, str(values.get("accept_position_source") or "")))
     if not table:
         return []
     n = max(len(cells) for _, _, cells, _ in table)
-    headers = ["test", "profile", *(f"k={k}" for k in range(1, n + 1)), "source"]
+    positions = [Column(f"k={k}", "right") for k in range(1, n + 1)]
+    columns = [Column("test"), Column("profile"), *positions, Column("source")]
     grid = [[test, profile, *cells, *([""] * (n - len(cells))), source] for test, profile, cells, source in table]
-    widths = [max(len(r[i]) for r in [headers, *grid]) for i in range(len(headers))]
-    out = []
-    for r in [headers, *grid]:
-        left = [r[0].ljust(widths[0]), r[1].ljust(widths[1])]
-        mid = [c.rjust(w) for c, w in zip(r[2:-1], widths[2:-1], strict=True)]
-        out.append("  ".join([*left, *mid, r[-1]]).rstrip())
-    return out
+    return text_table(columns, grid)
 
 
 #: Prefix of the JUnit XML properties written per metric (``specdec_output_tok_s``).

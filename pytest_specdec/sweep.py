@@ -23,6 +23,7 @@ from typing import Any
 
 from pytest_specdec.profiles import Profile
 from pytest_specdec.results import ResultRecord
+from pytest_specdec.table import Column, format_value, text_table
 
 __all__ = [
     "SPECULATIVE_KEYS",
@@ -486,10 +487,6 @@ _COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _fmt(fmt: str, value: Any) -> str:
-    return fmt.format(value) if isinstance(value, int | float) and not isinstance(value, bool) else "n/a"
-
-
 def sweep_table(
     records: Sequence[ResultRecord],
     *,
@@ -512,39 +509,38 @@ def sweep_table(
     """
     bests = best_points(records, thresholds_ok=thresholds_ok)
     tied = {id(t): b for b in bests for t in ties(b, records, thresholds_ok=thresholds_ok)}
-    headers = ["point", *(h for h, _, _ in _COLUMNS), "tok/s range", "speedup", "thresholds"]
-    rows: list[list[str]] = []
+    columns = [
+        Column("point"),
+        *(Column(header, "right", fmt) for header, _, fmt in _COLUMNS),
+        Column("tok/s range", "right"),
+        Column("speedup", "right"),
+        Column("thresholds"),
+        Column(""),  # the best point's and its ties' mark
+    ]
+    rows: list[list[Any]] = []
     for record in records:
         up = speedup(record, baselines)
-        cells = [record.profile, *(_fmt(fmt, record.metrics.get(key)) for _, key, fmt in _COLUMNS)]
         spread = tok_s_range(record)
         if spread is None:
-            cells.append("n/a")
+            shown_range = "n/a"
         else:
-            cells.append(f"{spread[0]:.1f}-{spread[1]:.1f}" if spread[0] != spread[1] else f"{spread[0]:.1f}")
-        cells.append(f"{up:.2f}x" if up is not None else "n/a")
-        cells.append(check_cell(record, thresholds_ok.get(record.profile, False)))
-        rows.append(cells)
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-    lines = []
-    for i, row in enumerate([headers, *rows]):
-        cells = [row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:-1], widths[1:-1], strict=True)), row[-1]]
-        line = "  ".join(cells)
-        if i > 0:
-            mark = (
-                "<- best"
-                if any(records[i - 1] is b for b in bests)
-                else ("<- tie" if id(records[i - 1]) in tied else "")
-            )
-            if mark:
-                line = f"{line.ljust(sum(widths) + 2 * (len(widths) - 1))}  {mark}"
-        lines.append(line.rstrip())
+            shown_range = f"{spread[0]:.1f}-{spread[1]:.1f}" if spread[0] != spread[1] else f"{spread[0]:.1f}"
+        mark = "<- best" if any(record is b for b in bests) else ("<- tie" if id(record) in tied else "")
+        rows.append([
+            record.profile,
+            *(record.metrics.get(key) for _, key, _ in _COLUMNS),
+            shown_range,
+            f"{up:.2f}x" if up is not None else "n/a",
+            check_cell(record, thresholds_ok.get(record.profile, False)),
+            mark,
+        ])  # fmt: skip
+    lines = text_table(columns, rows)
     if not bests:
         lines.append(f"no point met the thresholds ({len(records)} points)")
     concurrencies = {_concurrency(r) for r in records}
     for best in bests:
         up = speedup(best, baselines)
-        tok_s = _fmt("{:.1f}", best.metrics.get("output_tok_s"))
+        tok_s = format_value("{:.1f}", best.metrics.get("output_tok_s"))
         spread = tok_s_range(best)
         repeats = f", repeats {spread[0]:.1f}-{spread[1]:.1f}" if spread is not None and spread[0] != spread[1] else ""
         versus = ""
