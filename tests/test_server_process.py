@@ -305,7 +305,8 @@ def test_keyboard_interrupt_tears_down(tmp_path: Path) -> None:
 
 
 def test_check_alive_after_death(tmp_path: Path) -> None:
-    proc = start(make_spec("--die-after", "0.3"), tmp_path)
+    # 2 s between ready and death: on a loaded runner the 0.1 s health probe can miss a shorter window
+    proc = start(make_spec("--die-after", "2.0"), tmp_path)
     proc.wait_ready(health(proc.base_url), timeout_s=60)
     proc.check_alive()  # still up
     deadline = time.monotonic() + 20
