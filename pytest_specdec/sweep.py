@@ -136,48 +136,17 @@ def split_name(profile_name: str) -> tuple[str, dict[str, int]]:
 
 
 def _derive(profile: Profile, point: Mapping[str, int], name: str) -> Profile:
-    """``profile`` at ``point``; steps/topk/draft tokens kept as SGLang will run them.
+    """``profile`` at ``point``; steps/topk/draft tokens kept as the profile's engine will run them
+    (``Engine.speculative_at``: at topk 1 a chain verifies num_steps + 1 draft tokens, so that pair moves together).
 
-    With ``eagle_topk`` 1 SGLang overwrites ``num_draft_tokens`` with ``num_steps + 1`` (``speculative_hook.py``),
-    so that pair moves together: sweeping ``num_steps`` sets draft tokens to steps + 1, sweeping
-    ``num_draft_tokens`` sets steps to tokens - 1. With topk > 1 the profile's other values are kept (preflight then
-    checks ``num_draft_tokens <= topk * steps + 1``).
+    :raises ValueError: see ``Engine.speculative_at``.
     """
     update: dict[str, Any] = {"name": name}
     spec_keys = {k: v for k, v in point.items() if k in SPECULATIVE_KEYS}
     if spec_keys:
-        spec = profile.speculative
-        assert spec is not None
-        steps: int | None = spec_keys.get("num_steps", spec.num_steps)
-        topk = spec_keys.get("eagle_topk", spec.eagle_topk if spec.eagle_topk is not None else 1)
-        tokens: int | None = spec_keys.get("num_draft_tokens", spec.num_draft_tokens)
-        if topk == 1:
-            if "num_steps" in spec_keys and "num_draft_tokens" in spec_keys:
-                swept_steps, swept_tokens = spec_keys["num_steps"], spec_keys["num_draft_tokens"]
-                if swept_tokens != swept_steps + 1:
-                    raise ValueError(
-                        f"point {point_label(point)} of profile {profile.name!r}: with eagle_topk 1 SGLang runs "
-                        f"num_steps + 1 = {swept_steps + 1} draft tokens, not {swept_tokens}; sweep num_steps or "
-                        "num_draft_tokens, not both"
-                    )
-            elif "num_draft_tokens" in spec_keys:
-                if spec_keys["num_draft_tokens"] < 2:
-                    raise ValueError(
-                        f"point {point_label(point)} of profile {profile.name!r}: with eagle_topk 1 num_draft_tokens "
-                        "is num_steps + 1, so it must be >= 2"
-                    )
-                steps = spec_keys["num_draft_tokens"] - 1
-            if steps is not None:
-                tokens = steps + 1
-        if steps is None or tokens is None:
-            raise ValueError(
-                f"point {point_label(point)} of profile {profile.name!r}: the profile leaves num_steps/"
-                "num_draft_tokens to SGLang; set all three of num_steps, eagle_topk, num_draft_tokens in its "
-                "speculative: block to sweep one of them"
-            )
-        update["speculative"] = spec.model_copy(
-            update={"num_steps": steps, "eagle_topk": topk, "num_draft_tokens": tokens}
-        )
+        from pytest_specdec.engines import get_engine
+
+        update["speculative"] = get_engine(profile).speculative_at(profile, spec_keys, label=point_label(point))
     if "concurrency" in point:
         update["workload"] = profile.workload.model_copy(update={"concurrency": point["concurrency"]})
     return profile.model_copy(update=update)
@@ -200,7 +169,7 @@ def expand_profiles(
     :returns: ``profiles`` plus the derived ones, and the names to run: profiles without speculation first (so
         ``min_speedup`` finds its reference already measured), then each speculative profile's points in sweep order.
     :raises ValueError: no selected profile runs speculative decoding while a speculative key is swept, a profile
-        leaves steps/draft tokens to SGLang, or a point is contradictory (topk 1 with draft tokens != steps + 1).
+        leaves steps/draft tokens to its engine, or a point is contradictory (topk 1 with draft tokens != steps + 1).
     """
     if not points:
         raise ValueError("no sweep points")

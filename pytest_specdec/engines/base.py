@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import httpx
 
-from pytest_specdec.profiles import Profile
+from pytest_specdec.profiles import Profile, SpeculativeConfig
 
 __all__ = [
     "CACHE_RESET_RETRY_S",
@@ -162,6 +163,15 @@ class Engine(Protocol):
     def max_tokens_per_step(self, profile: Profile) -> int | None:
         """The most tokens one verify step can emit (the deepest draft path plus the bonus token: num_steps + 1),
         or None when it is not known before launch (the engine chooses, or the profile runs no speculation)."""
+        ...
+
+    def speculative_at(self, profile: Profile, point: Mapping[str, int], *, label: str) -> SpeculativeConfig:
+        """``profile.speculative`` at a sweep point (``point``: the swept ``num_steps``/``eagle_topk``/
+        ``num_draft_tokens``), the other two kept as the engine will run them (``common.chain_speculative_at``).
+
+        :param label: the point as named in messages (``sweep.point_label``).
+        :raises ValueError: a point the engine cannot run as given (named with ``label`` and the profile).
+        """
         ...
 
     # -------------------------------------------------------------------------------------------------- readback

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 
 from pytest_specdec.auth import bearer_headers
 from pytest_specdec.errors import ProfileError
-from pytest_specdec.profiles import Profile
+from pytest_specdec.profiles import Profile, SpeculativeConfig
 
-__all__ = ["BASE_ENV_KEYS", "auth_headers", "clean_env", "flag_name", "resolve_api_key"]
+__all__ = ["BASE_ENV_KEYS", "auth_headers", "chain_speculative_at", "clean_env", "flag_name", "resolve_api_key"]
 
 #: Caller variables a launched server inherits; everything else comes from ``profile.env``.
 BASE_ENV_KEYS: tuple[str, ...] = (
@@ -78,3 +78,53 @@ def auth_headers(profile: Profile) -> dict[str, str]:
 def flag_name(arg: str) -> str:
     """The flag of one ``extra_args`` word: ``"--tp-size=2"`` -> ``"--tp-size"``."""
     return arg.split("=", 1)[0]
+
+
+def chain_speculative_at(
+    profile: Profile, point: Mapping[str, int], *, label: str, engine: str
+) -> SpeculativeConfig:
+    """``profile.speculative`` with the sweep ``point``'s ``num_steps``/``eagle_topk``/``num_draft_tokens`` applied,
+    for an engine whose chain (``eagle_topk`` 1) verifies exactly ``num_steps + 1`` draft tokens: SGLang and the
+    reference server overwrite ``num_draft_tokens`` with that (``speculative_hook.py::_handle_eagle_family``), vLLM
+    accepts nothing else. So at topk 1 that pair moves together: sweeping ``num_steps`` sets draft tokens to
+    steps + 1, sweeping ``num_draft_tokens`` sets steps to tokens - 1. With topk > 1 the profile's other values are
+    kept (preflight then checks ``num_draft_tokens <= topk * steps + 1``).
+
+    :param point: the swept speculative keys only, e.g. ``{"num_steps": 2}``.
+    :param label: the point as named in messages (``sweep.point_label``).
+    :param engine: the engine as named in messages, e.g. ``"SGLang"``.
+    :raises ValueError: the profile has no ``speculative:`` block (a caller's bug); both ``num_steps`` and
+        ``num_draft_tokens`` swept at topk 1 with tokens != steps + 1; ``num_draft_tokens`` < 2 at topk 1; the profile
+        leaves steps/draft tokens to the engine.
+    """
+    spec = profile.speculative
+    if spec is None:
+        raise ValueError(f"profile {profile.name!r} has no speculative: block to sweep")
+    steps: int | None = point.get("num_steps", spec.num_steps)
+    topk = point.get("eagle_topk", spec.eagle_topk if spec.eagle_topk is not None else 1)
+    tokens: int | None = point.get("num_draft_tokens", spec.num_draft_tokens)
+    if topk == 1:
+        if "num_steps" in point and "num_draft_tokens" in point:
+            swept_steps, swept_tokens = point["num_steps"], point["num_draft_tokens"]
+            if swept_tokens != swept_steps + 1:
+                raise ValueError(
+                    f"point {label} of profile {profile.name!r}: with eagle_topk 1 {engine} runs "
+                    f"num_steps + 1 = {swept_steps + 1} draft tokens, not {swept_tokens}; sweep num_steps or "
+                    "num_draft_tokens, not both"
+                )
+        elif "num_draft_tokens" in point:
+            if point["num_draft_tokens"] < 2:
+                raise ValueError(
+                    f"point {label} of profile {profile.name!r}: with eagle_topk 1 num_draft_tokens "
+                    "is num_steps + 1, so it must be >= 2"
+                )
+            steps = point["num_draft_tokens"] - 1
+        if steps is not None:
+            tokens = steps + 1
+    if steps is None or tokens is None:
+        raise ValueError(
+            f"point {label} of profile {profile.name!r}: the profile leaves num_steps/"
+            f"num_draft_tokens to {engine}; set all three of num_steps, eagle_topk, num_draft_tokens in its "
+            "speculative: block to sweep one of them"
+        )
+    return spec.model_copy(update={"num_steps": steps, "eagle_topk": topk, "num_draft_tokens": tokens})

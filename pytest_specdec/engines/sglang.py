@@ -30,10 +30,10 @@ from pytest_specdec.engines.base import (
     post_profiler,
     post_reset,
 )
-from pytest_specdec.engines.common import auth_headers, clean_env, flag_name, resolve_api_key
+from pytest_specdec.engines.common import auth_headers, chain_speculative_at, clean_env, flag_name, resolve_api_key
 from pytest_specdec.engines.prometheus import sum_samples
 from pytest_specdec.errors import ProfileError, ServerError
-from pytest_specdec.profiles import Profile
+from pytest_specdec.profiles import Profile, SpeculativeConfig
 
 __all__ = [
     "MULTINODE_FLAGS",
@@ -527,6 +527,10 @@ class SglangEngine:
         if spec.eagle_topk is None or spec.num_draft_tokens is None:
             return None
         return spec.num_steps + 1
+
+    def speculative_at(self, profile: Profile, point: Mapping[str, int], *, label: str) -> SpeculativeConfig:
+        """``common.chain_speculative_at`` (SGLang overwrites draft tokens with steps + 1 at topk 1)."""
+        return chain_speculative_at(profile, point, label=label, engine="SGLang")
 
     def expected_config(self, profile: Profile) -> dict[str, object]:
         """The algorithm (:data:`ALGORITHM_ALIASES` applied: NEXTN reports EAGLE) and, when ``num_steps`` is set,

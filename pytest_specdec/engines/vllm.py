@@ -35,10 +35,10 @@ from pytest_specdec.engines.base import (
     SpecCounters,
     post_reset,
 )
-from pytest_specdec.engines.common import auth_headers, clean_env, resolve_api_key
+from pytest_specdec.engines.common import auth_headers, chain_speculative_at, clean_env, resolve_api_key
 from pytest_specdec.engines.prometheus import per_position, sum_samples
 from pytest_specdec.errors import ProfileError, ServerError
-from pytest_specdec.profiles import Profile
+from pytest_specdec.profiles import Profile, SpeculativeConfig
 from pytest_specdec.weights import read_safetensors_header
 
 __all__ = [
@@ -593,6 +593,10 @@ class VllmEngine:
         """``num_steps + 1`` (``num_speculative_tokens`` drafts plus the bonus token) when ``num_steps`` is set."""
         spec = profile.speculative
         return spec.num_steps + 1 if spec is not None and spec.num_steps is not None else None
+
+    def speculative_at(self, profile: Profile, point: Mapping[str, int], *, label: str) -> SpeculativeConfig:
+        """``common.chain_speculative_at`` (a vLLM chain verifies exactly steps + 1 draft tokens)."""
+        return chain_speculative_at(profile, point, label=label, engine="vLLM")
 
     def expected_config(self, profile: Profile) -> dict[str, object]:
         """The algorithm in our names (:meth:`effective_config` maps vLLM's method back through ``METHODS``) and,

@@ -31,8 +31,8 @@ def test_protocol_lists_what_callers_use() -> None:
         "name", "native_accept_length", "aux_id_convention", "default_pairing", "crashes_on_embedding_capture",
     }  # fmt: skip
     assert {"python", "env", "prepare", "launch_spec", "flag_issues", "speculative_issues", "max_tokens_per_step",
-            "expected_config", "log_warnings", "probe_ready", "effective_config", "counters", "reset_prefix_cache",
-            "scheduler_accept_length", "start_trace", "stop_trace"} == METHODS  # fmt: skip
+            "speculative_at", "expected_config", "log_warnings", "probe_ready", "effective_config", "counters",
+            "reset_prefix_cache", "scheduler_accept_length", "start_trace", "stop_trace"} == METHODS  # fmt: skip
 
 
 @pytest.mark.parametrize("engine_cls", ENGINES, ids=lambda c: c.__name__)
@@ -108,3 +108,20 @@ def test_start_server_prepares_under_its_log_dir_before_building_argv(
     with pytest.raises(Stop):
         runner.start_server(Profile(name="p", server="sglang", model_path="/m"), log_dir=tmp_path / "logs")
     assert calls == [("prepare", tmp_path / "logs" / "drafts"), ("launch_spec", tmp_path / "logs" / "drafts" / "copy")]
+
+
+def test_sweep_points_are_resolved_by_the_profiles_engine() -> None:
+    """Issue 17: the topk-1 coupling of a sweep point (draft tokens = steps + 1) is the engine's, named after it."""
+    from pytest_specdec.profiles import SpeculativeConfig
+
+    spec = SpeculativeConfig(algorithm="EAGLE3", num_steps=3, eagle_topk=1, num_draft_tokens=4)
+    sglang = Profile(name="e", server="sglang", model_path="/m", speculative=spec)
+    got = SglangEngine().speculative_at(sglang, {"num_steps": 2}, label="num_steps=2")
+    assert (got.num_steps, got.eagle_topk, got.num_draft_tokens) == (2, 1, 3)
+    vllm = Profile(name="v", server="vllm", model_path="/m", speculative=SpeculativeConfig(algorithm="EAGLE3"))
+    with pytest.raises(ValueError) as info:
+        VllmEngine().speculative_at(vllm, {"eagle_topk": 1}, label="eagle_topk=1")
+    assert str(info.value) == (
+        "point eagle_topk=1 of profile 'v': the profile leaves num_steps/num_draft_tokens to vLLM; set all three of "
+        "num_steps, eagle_topk, num_draft_tokens in its speculative: block to sweep one of them"
+    )
