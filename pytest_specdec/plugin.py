@@ -1,28 +1,42 @@
 """pytest hooks only: options, ini keys, the ``specdec`` marker, fixtures, and hooks that forward to the session.
 
-The run's state and its per-test work live in ``session.SpecdecSession`` (registered as a plugin: the summary hooks
-are its methods); it delegates to ``runner`` (launch, wait, measure), ``thresholds`` (verdicts), ``compare``,
-``pairing``, ``sweep`` and ``report``. Option value parsers are in ``options``, status lines in ``progress``.
+The run's state and its lifecycle live in ``session.SpecdecSession`` (registered as a plugin: the summary hooks
+are its methods); a test's marker is read by ``marker``, its verdict judged by ``verdict``, the end of the run
+written by ``summary``. Option value parsers are in ``options``.
+
+Every pytest run in an environment with the plugin installed imports this module, so it imports only ``pytest``
+and light modules (``options``, ``schedule``, ``keys``) at the top; the rest (aiohttp, numpy, pydantic behind them)
+is imported by the hook or fixture that needs it (``benchmarks/bench_import.py`` measures it,
+``tests/test_plugin_import.py`` guards it).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Generator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_specdec import benchmark, options, runner, schedule, server
-from pytest_specdec.profiles import Profile
-from pytest_specdec.session import (
-    SpecdecSession,
-    record_key,
-    session_key,
-    thresholds_key,
-    tolerances_key,
-)
+from pytest_specdec import options, schedule
+from pytest_specdec.keys import record_key, session_key, thresholds_key, tolerances_key
+
+if TYPE_CHECKING:
+    from pytest_specdec.profiles import Profile
+    from pytest_specdec.runner import RunningServer, RunResult
+    from pytest_specdec.session import SpecdecSession
 
 __all__ = ["SpecdecSession", "record_key", "session_key", "thresholds_key", "tolerances_key"]
+
+
+def __getattr__(name: str) -> Any:
+    # ``plugin.SpecdecSession`` without importing the session's dependencies with this module (PEP 562).
+    if name == "SpecdecSession":
+        from pytest_specdec.session import SpecdecSession
+
+        return SpecdecSession
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _SERVER_FIXTURES = ("specdec_server", "specdec_run", "specdec_profile")
 
@@ -186,12 +200,17 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     for engine in ("reference", "sglang", "vllm"):
         config.addinivalue_line("markers", f"{engine}: added to specdec tests that run on a `server: {engine}` profile")
+    from pytest_specdec.session import SpecdecSession
+
     session = SpecdecSession.from_config(config)
     config.stash[session_key] = session
     config.pluginmanager.register(session, "specdec-session")
-    bridge = benchmark.BenchmarkBridge.from_config(config)
-    if bridge is not None:
-        config.pluginmanager.register(bridge, "specdec-benchmark")
+    if config.pluginmanager.hasplugin("benchmark"):
+        from pytest_specdec import benchmark
+
+        bridge = benchmark.BenchmarkBridge.from_config(config)
+        if bridge is not None:
+            config.pluginmanager.register(bridge, "specdec-benchmark")
     if session.selected and config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
         config.pluginmanager.register(schedule.XdistSchedule(config), "specdec-xdist-schedule")
 
@@ -205,14 +224,23 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         plugin = config.pluginmanager.get_plugin(name)
         if plugin is not None:
             config.pluginmanager.unregister(plugin)
-    server.leftovers()  # an atexit-style last resort; the session-end sweep below reports
+    registry = _registry()
+    if registry is not None:
+        registry.leftovers()  # an atexit-style last resort; the session-end sweep below reports
+
+
+def _registry() -> Any:
+    """``pytest_specdec.registry`` (where every server started in this process is recorded) when this process
+    imported it, else None: then no server was started here, and there is nothing to sweep or to import."""
+    return sys.modules.get("pytest_specdec.registry")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> Generator[None, object, object]:
     # Outermost wrapper: session fixtures (our servers) are torn down inside, so whatever is still alive here leaked.
     result = yield
-    left = server.leftovers(kill=True)
+    registry = _registry()
+    left = registry.leftovers(kill=True) if registry is not None else []
     if left:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         tr = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -302,7 +330,7 @@ def specdec_profile(request: pytest.FixtureRequest) -> Profile:
 @pytest.fixture(scope="session")
 def specdec_server(
     specdec_profile: Profile, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[runner.RunningServer]:
+) -> Iterator[RunningServer]:
     """The profile's server, started once per session and ready to generate (``runner.RunningServer``).
 
     Ready means ``/health`` 200 *and* a real 1-token generate. Torn down (whole process tree) right after the
@@ -315,7 +343,7 @@ def specdec_server(
 
 
 @pytest.fixture
-def specdec_run(specdec_profile: Profile, request: pytest.FixtureRequest) -> runner.RunResult:
+def specdec_run(specdec_profile: Profile, request: pytest.FixtureRequest) -> RunResult:
     """The profile's workload, measured ``repeats`` times once per session and profile (``runner.RunResult``:
     ``.metrics`` is the per-metric median over repeats — output_tok_s, accept_length, accept_rate, TTFT/ITL/TPOT/e2e
     percentiles in ms; ``.measurements`` the repeats). When a ``min_speedup`` applies, the repeats are paired with
@@ -328,12 +356,17 @@ def specdec_run(specdec_profile: Profile, request: pytest.FixtureRequest) -> run
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("specdec") is not None:
-        item.config.stash[session_key].setup_item(item)
+        from pytest_specdec import marker
+
+        session = item.config.stash[session_key]
+        marker.setup_item(item, session.profiles, session.profile_path)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     result = yield
     if item.stash.get(record_key, None) is not None:
-        item.config.stash[session_key].judge_item(item)
+        from pytest_specdec import verdict
+
+        verdict.judge_item(item.config.stash[session_key], item)
     return result

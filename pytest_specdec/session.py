@@ -1,10 +1,10 @@
-"""The run's state, one typed object per pytest session: options read, profiles loaded and preflighted, the
-measurements, paired arms and result records, the baseline, and what the terminal summary prints.
+"""The run's state, one typed object per pytest session, and its lifecycle: options read, profiles loaded and
+preflighted, servers started (or shared across xdist workers), measurements and paired arms, result records.
 
-``plugin.py`` registers it as a plugin (its ``pytest_*`` methods are hooks) and forwards the per-test hooks and the
-fixtures to its methods. The policies live below it: ``thresholds`` (verdicts), ``compare`` (baseline compare,
-tolerances), ``pairing`` (min_speedup), ``sweep`` (sweep verdicts), ``sharing`` (xdist), ``report``/``markdown``
-(output), ``progress`` (status lines).
+``plugin.py`` registers it as a plugin (its ``pytest_*`` methods are hooks) and forwards the fixtures and the
+per-test setup to its methods. Policies live in the modules that own them: ``verdict`` (a test's thresholds,
+speedup and baseline compare, confirming), ``summary`` (result file, outputs, terminal summary), ``thresholds``,
+``compare``, ``pairing``, ``sweep``, ``sharing`` (xdist), ``progress`` (status lines).
 """
 
 from __future__ import annotations
@@ -28,9 +28,8 @@ from pytest_specdec import (
     compare,
     discovery,
     hoststate,
-    markdown,
+    marker,
     pairing,
-    plots,
     registry,
     report,
     results,
@@ -46,34 +45,29 @@ from pytest_specdec.errors import (
     SpecdecError,
     SpecdecWarning,
 )
-from pytest_specdec.profiles import MinSpeedup, Profile, ProfileSet, Thresholds, load_profiles
+from pytest_specdec.keys import (
+    CHECKS_PROPERTY,
+    OVERRIDES_PROPERTY,
+    RECORD_PROPERTY,
+    record_key,
+    session_key,
+    thresholds_key,
+    tolerances_key,
+)
+from pytest_specdec.profiles import Profile, ProfileSet, load_profiles
 from pytest_specdec.progress import MeasureStatus, StartupProgress
-from pytest_specdec.thresholds import Check, evaluate, merge_marker, overrides
 
 __all__ = [
     "SpecdecSession",
-    "item_thresholds",
     "measure_lock",
     "or_fail",
     "record_key",
-    "replace_record",
     "session_key",
-    "speedup_vs",
     "thresholds_key",
     "tolerances_key",
 ]
 
 T = TypeVar("T")
-session_key = pytest.StashKey["SpecdecSession"]()
-thresholds_key = pytest.StashKey[Thresholds]()
-record_key = pytest.StashKey[results.ResultRecord]()
-tolerances_key = pytest.StashKey[list[str]]()
-
-_USER_PROPERTY = "specdec"
-#: Per-threshold outcomes of a test (``thresholds.Verdict.outcomes``), joined to its record on the controller.
-_CHECKS_PROPERTY = "specdec_checks"
-#: user_properties entry listing what a test's marker changed in its profile's thresholds (shown in the summary).
-_OVERRIDES_PROPERTY = "specdec_threshold_overrides"
 
 
 def _profile_path(config: pytest.Config) -> tuple[Path, list[Path]]:
@@ -142,9 +136,9 @@ class SpecdecSession:
     reference_servers: pairing.ReferenceServers | None = None
     #: How compares were judged (exact metrics, paired ratios), printed under the summary; a dict as ordered set.
     compare_notes: dict[str, None] = field(default_factory=dict)
-    #: profile -> calibrated relative noise per field (``noise_for``).
+    #: profile -> calibrated relative noise per field (``verdict.noise_for``).
     noise: dict[str, dict[str, float]] = field(default_factory=dict)
-    #: profile -> its re-measured record (``confirm_record``); None when it could not be re-measured.
+    #: profile -> its re-measured record (``verdict.confirm_record``); None when it could not be re-measured.
     confirmations: dict[str, results.ResultRecord | None] = field(default_factory=dict)
     #: profile -> its running server (the fixture's), for confirming measurements.
     servers: dict[str, runner.RunningServer] = field(default_factory=dict)
@@ -293,55 +287,6 @@ class SpecdecSession:
             raise pytest.UsageError(f"--specdec-sweep: {exc}") from None
         self.profile_set = ProfileSet(path=self.profile_set.path, profiles=profiles)
 
-    def _finish_outputs(self, session: pytest.Session, run: results.RunFile) -> None:
-        """Sweep table and plot, ``--specdec-report``, markdown summary. A sweep in which no point met its thresholds
-        is a run-level failure."""
-        option = self.config.option
-        if option.specdec_sweep:
-            assert self.profile_set is not None
-            summary = sweep.summarize(
-                self.records,
-                self.profile_set.profiles,
-                baseline=option.specdec_sweep_baseline,
-                max_gap=option.specdec_sweep_max_gap,
-            )
-            if summary is not None:
-                self.sweep_table, self.sweep_red = summary.table, summary.red
-                plot_path = Path(option.specdec_sweep_plot or self.out_dir / f"sweep-{self.run_id}.png")
-                try:
-                    self.sweep_plot = plots.plot_sweep(
-                        summary.points,
-                        plot_path,
-                        baselines=summary.baselines,
-                        best=summary.best,
-                        thresholds_ok=summary.thresholds_ok,
-                        accept_floor=summary.accept_floor,
-                    )
-                except ImportError as exc:
-                    self.sweep_table.append(f"no plot: {exc}")
-                if not summary.best:
-                    self.sweep_red = [line for line in self.sweep_table if line.startswith("no point")]
-                if self.sweep_red:
-                    self.sweep_failed = True
-                    session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        if option.specdec_position_plot and any(r.metrics.get("accept_rate_at") for r in self.records):
-            profiles = self.profile_set.profiles if self.profile_set is not None else {}
-            floors = {name: p.thresholds.min_accept_rate_at or {} for name, p in profiles.items()}
-            try:
-                self.position_plot = plots.plot_positions(self.records, option.specdec_position_plot, floors=floors)
-            except ImportError as exc:
-                self.position_plot_error = str(exc)
-        if option.specdec_report:
-            self.report_path = report.write_json_report(run, Path(option.specdec_report))
-        targets = markdown.markdown_targets(option.specdec_markdown, os.environ)
-        if targets:
-            lines = markdown.markdown_summary(
-                self.records, self.failures, results_path=self.saved_path, sweep_lines=self.sweep_table
-            )
-            for path, append in targets:
-                markdown.write_markdown(lines, path, append=append)
-            self.markdown_paths = [path for path, _ in targets]
-
     def _preflight(self) -> None:
         from pytest_specdec.preflight import blocking, format_findings, run_preflight
 
@@ -411,7 +356,7 @@ class SpecdecSession:
         if vs is not None:
             arms = None
             try:
-                arms = self._measure_pair(server, vs, n, shared=shared)
+                arms = self.measure_pair(server, vs, n, shared=shared)
             except (ServerStartError, ServerError, ValueError) as exc:
                 self.pair_errors[(profile.name, vs)] = f"reference arm {vs!r}: {exc}"
                 if server.process is not None and not server.process.alive():  # type: ignore[attr-defined]
@@ -430,47 +375,7 @@ class SpecdecSession:
         fingerprint["runner"] = hoststate.summarize(before, hoststate.snapshot())
         self.fingerprints[server.profile.name] = fingerprint
 
-    def noise_for(self, name: str) -> dict[str, float]:
-        """Calibrated relative noise of profile ``name`` (``calibrate`` writes ``<specdec dir>/noise/<name>.json``);
-        empty when absent or unreadable."""
-        if name not in self.noise:
-            self.noise[name] = compare.read_noise(self.out_dir / "noise" / f"{name}.json")
-        return self.noise[name]
-
-    def confirm_record(self, item: pytest.Item, record: results.ResultRecord) -> results.ResultRecord | None:
-        """A record of the test's profile measured again now (as many phases, or pairs, as the first time; once per
-        profile and session), to confirm a suspected throughput/latency regression; None when its server is gone."""
-        name = record.profile
-        if name in self.confirmations:
-            found = self.confirmations[name]
-            return None if found is None else dataclasses.replace(found, test_id=record.test_id)
-        server = self.servers.get(name)
-        confirmed = None
-        if server is not None:
-            before = hoststate.snapshot()
-            vs = (record.paired or {}).get("vs")
-            arms = self.pairs.get((name, vs)) if vs else None
-            try:
-                if arms is not None:
-                    if arms.pairs <= arms.first:
-                        arms = self._confirm_pair((name, vs), arms)  # type: ignore[arg-type]
-                    again = pairing.PairedArms(
-                        arms.target_profile, arms.reference_profile, arms.mode,
-                        arms.target[arms.first :], arms.reference[arms.first :], arms.pairs - arms.first,
-                    )  # fmt: skip
-                    measured, paired = again.target_measurements(), again.to_dict()
-                else:
-                    with measure_lock(self.config):
-                        measured, paired = runner.measure_repeats(server, self.repeats(server.profile)).measurements, {}
-            except SpecdecError:
-                measured = ()
-            if measured:
-                fingerprint = {**record.fingerprint, "runner": hoststate.summarize(before, hoststate.snapshot())}
-                confirmed = results.ResultRecord.from_measurements(name, measured, fingerprint, paired=paired)
-        self.confirmations[name] = confirmed
-        return None if confirmed is None else dataclasses.replace(confirmed, test_id=record.test_id)
-
-    def _measure_pair(self, server: runner.RunningServer, vs: str, pairs: int, *, shared: bool) -> pairing.PairedArms:
+    def measure_pair(self, server: runner.RunningServer, vs: str, pairs: int, *, shared: bool) -> pairing.PairedArms:
         """:raises ServerStartError, ServerError: a server failed; ``ValueError``: bracketed pairing is impossible."""
         profile = server.profile
         reference = self.profile(vs)
@@ -516,195 +421,25 @@ class SpecdecSession:
         if self.reference_servers is not None:
             self.reference_servers.stop()
 
-    def speedup_check(self, item: pytest.Item, name: str, ms: MinSpeedup) -> Check:
-        """The ``min_speedup`` check of profile ``name`` on its paired arms: a median ratio below the floor is
-        re-measured (as many pairs again) before it can fail; below but not significant warns. Not measured fails
-        with the reason (never a silent pass)."""
-        key = (name, ms.vs)
-        arms = self.pairs.get(key)
-        if arms is None:
-            reason = self.pair_errors.get(key, f"profile {ms.vs!r} was not measured with {name!r}")
-            text = f"speedup vs {ms.vs}: not measured: {reason}"
-            return Check("min_speedup", f"speedup vs {ms.vs}", ">=", ms.ratio, None, "x", False, text=text)
-        confirmable = arms.pairs <= arms.first and name in self.servers
-        judged = pairing.judge_speedup(
-            arms.ratios(), ms.ratio, vs=ms.vs, mode=arms.mode, first=arms.first, confirmable=confirmable
-        )
-        if judged.verdict == "suspected":
-            arms = self._confirm_pair(key, arms)
-            judged = pairing.judge_speedup(
-                arms.ratios(), ms.ratio, vs=ms.vs, mode=arms.mode, first=arms.first, confirmable=False
-            )
-        replace_record(item, paired={**arms.to_dict(), "speedup": judged.line(), "verdict": judged.verdict})
-        if judged.verdict == "not significant":
-            item.warn(SpecdecWarning(f"{judged.line()}: below the floor, not significant; not failed"))
-        return judged.check()
-
-    def _confirm_pair(self, key: tuple[str, str], arms: pairing.PairedArms) -> pairing.PairedArms:
-        """``arms`` extended by as many pairs measured again (on failure to re-measure, ``arms`` unchanged and the
-        reason recorded in ``pair_errors``)."""
-        server = self.servers[key[0]]
-        with measure_lock(self.config) as shared_file:
-            try:
-                count = max(arms.first, pairing.CONFIRM_TOTAL_PAIRS - arms.first)
-                more = self._measure_pair(server, key[1], count, shared=shared_file is not None)
-            except (ServerStartError, ServerError, ValueError) as exc:
-                self.pair_errors[key] = f"confirming measurement failed: {exc}"
-                return arms
-        self.pairs[key] = arms = arms.extend(more)
-        return arms
-
     def profile(self, name: str) -> Profile:
         assert self.profile_set is not None
         return self.profile_set.profiles[name]
+
+    @property
+    def profiles(self) -> dict[str, Profile] | None:
+        """The loaded profiles by name (after ``--server-url`` and ``--specdec-sweep``), None before ``load``."""
+        return self.profile_set.profiles if self.profile_set is not None else None
 
     def repeats(self, profile: Profile) -> int:
         return int(self.config.option.specdec_repeats or profile.workload.repeats)
 
     # -- per test (the plugin's hook functions and fixtures forward here) --
 
-    def setup_item(self, item: pytest.Item) -> None:
-        """``pytest_runtest_setup``: merge the ``specdec`` marker into the profile's thresholds (stashed on the item)
-        and validate its tolerances; a bad marker fails the test with the reason."""
-        marker = item.get_closest_marker("specdec")
-        if marker is None:
-            return
-        if marker.args:
-            pytest.fail(
-                f"@pytest.mark.specdec takes keyword arguments only, got positional {marker.args!r}; "
-                "e.g. @pytest.mark.specdec(min_accept_length=2.0)",
-                pytrace=False,
-            )
-        kwargs = dict(marker.kwargs)
-        tolerances = kwargs.pop("tolerances", None)
-        profile_param = getattr(getattr(item, "callspec", None), "params", {}).get("specdec_profile")
-        base = self.profile(profile_param).thresholds if profile_param else Thresholds()
-        error = None
-        try:
-            item.stash[thresholds_key] = merged = merge_marker(base, kwargs)
-            vs = merged.min_speedup.vs if merged.min_speedup is not None else None
-            if vs is not None and self.profile_set is not None and vs not in self.profile_set.profiles:
-                available = ", ".join(sorted(self.profile_set.profiles))
-                error = f"@pytest.mark.specdec: min_speedup vs {vs!r}: no such profile in {self.profile_path} " + (
-                    f"(available: {available})"
-                )
-        except ValueError as exc:
-            error = f"@pytest.mark.specdec: {exc}"
-        else:
-            changed = overrides(base, item.stash[thresholds_key]) if profile_param else []
-            if changed:
-                item.user_properties.append((_OVERRIDES_PROPERTY, json.dumps([profile_param, changed])))
-        if tolerances is not None and error is None:
-            try:
-                compare.parse_tolerances(tolerances)
-                item.stash[tolerances_key] = [tolerances] if isinstance(tolerances, str) else list(tolerances)
-            except ValueError as exc:
-                error = f"@pytest.mark.specdec(tolerances=...): {exc}"
-        if error is not None:
-            pytest.fail(error, pytrace=False)
-
-    def judge_item(self, item: pytest.Item) -> None:
-        """After a test body (``pytest_runtest_call``): its thresholds, then the baseline compare; fails the test with
-        the verdict. Tests without a measurement are left alone."""
-        record = item.stash.get(record_key, None)
-        if record is None:
-            return
-        profile = self.profile(record.profile)
-        thresholds = item.stash.get(thresholds_key, None) or profile.thresholds
-        run = self.runs[profile.name]
-        speedup_check = None
-        if thresholds.min_speedup is not None:
-            speedup_check = self.speedup_check(item, profile.name, thresholds.min_speedup)
-        # At a sweep point, a threshold the point cannot reach by construction is not applicable (sweep.py).
-        steps = profile.speculative.num_steps if profile.speculative is not None else None
-        base_name, point = sweep.split_name(profile.name)
-        sweep_steps = steps if point else None
-        base = self.profile_set.profiles.get(base_name) if point and self.profile_set is not None else None
-        configured_steps = base.speculative.num_steps if base is not None and base.speculative is not None else None
-        verdict = evaluate(
-            thresholds,
-            run.metrics,
-            speculative=profile.is_speculative,
-            speedup_check=speedup_check,
-            sweep_steps=sweep_steps,
-            configured_steps=configured_steps,
-        )
-        item.user_properties.append((_CHECKS_PROPERTY, json.dumps(verdict.outcomes())))
-        failures = []
-        if verdict.failed:
-            repeats = len(run.measurements)
-            context = f"profile {profile.name}, {run.metrics.num_ok} requests" + (
-                f", median of {repeats} repeats" if repeats > 1 else ""
-            )
-            message = verdict.message(context)
-            first = self.verdicts.setdefault((profile.name, message), item.nodeid)
-            if first != item.nodeid:
-                # Every test of a profile shares one measurement: print the verdict once, refer to it after.
-                missed = ", ".join(c.label for c in verdict.failed)
-                message = (
-                    f"{missed} missed the thresholds of profile {profile.name}: the same verdict as "
-                    f"{first.split('::', 1)[-1]} (printed there)"
-                )
-            failures.append(message)
-        if self.compare_enabled:
-            text = self.compare_item(item, record, profile)
-            if text:
-                failures.append(text)
-        if failures:
-            pytest.fail("\n".join(failures), pytrace=False)
-
-    def compare_item(self, item: pytest.Item, record: results.ResultRecord, profile: Profile) -> str | None:
-        """The baseline-compare failure text for one test, or None when it did not regress."""
-        test_id = record.test_id
-        base_profile = item.config.option.specdec_compare_profile
-        if base_profile and profile.is_speculative:
-            # Swap only the profile's part of the parametrization id ("[eagle3-shifted-layers-1]" -> "[eagle3-1]");
-            # profiles without speculation keep their own baseline.
-            test_id = compare.swap_profile_id(test_id, profile.name, base_profile)
-        found = self.baseline_for(test_id)
-        if found is None:
-            where = f"run {self.baseline.run_id}" if self.baseline else f"{self.out_dir / 'results'}"
-            item.warn(SpecdecWarning(f"no baseline for {test_id} in {where}; not compared"))
-            return None
-        run, base = found
-        self.compared.setdefault(run.run_id, []).append(record.test_id)
-        tolerances = compare.layered_tolerances(self.tolerances, profile.tolerances, item.stash.get(tolerances_key, []))
-        noise = self.noise_for(profile.name)
-        force = item.config.option.specdec_compare_force
-        try:
-            comparison = compare.compare_results(base, record, tolerances, force=force, noise=noise)
-        except CompareError as exc:
-            return f"not compared with run {run.run_id}: {exc} (--specdec-compare-force compares anyway)"
-        for note in comparison.notes:
-            if note.startswith(("exact:", "throughput and latency judged")):
-                self.compare_notes[f"{profile.name}: {note}"] = None
-        if not comparison.failed:
-            return None
-        head = f"regression against run {run.run_id} ({test_id}):"
-        if any(r.basis == "exact" for r in comparison.regressions):
-            return "\n".join([head, *comparison.lines()])  # equal-or-not: nothing to re-measure
-        # Confirm before failing (issue 15.3): a throughput/latency regression is measured again now.
-        again = self.confirm_record(item, record)
-        if again is None:
-            return "\n".join([head, *comparison.lines(), "(not confirmed: the server could not be measured again)"])
-        confirming = compare.compare_results(base, again, tolerances, force=True, noise=noise)
-        suspected = {r.metric for r in comparison.regressions}
-        table = [line for line in confirming.lines() if not line.startswith(("fingerprint", "  ", "runner state"))]
-        if not suspected & {r.metric for r in confirming.regressions}:
-            item.warn(
-                SpecdecWarning(
-                    f"{test_id}: suspected regression of {', '.join(sorted(suspected))} against run {run.run_id} not "
-                    "confirmed by a second measurement; not failed"
-                )
-            )
-            return None
-        return "\n".join([head, "first measurement:", *comparison.lines(), "confirming measurement:", *table])
-
     def measure_for(self, profile: Profile, request: pytest.FixtureRequest) -> runner.RunResult:
         """The ``specdec_run`` fixture: the profile's measurement (made now when none exists yet in this session, under
         xdist in any worker), attached to the test as its result record, JUnit properties and benchmark entry."""
         item = request.node
-        vs = speedup_vs(item, self)
+        vs = marker.speedup_vs(item, self.profiles)
         if self.needs_measurement(profile.name, vs):
             with measure_lock(request.config) as shared_file:
                 path = shared_file(profile.name) if shared_file else None
@@ -734,7 +469,7 @@ class SpecdecSession:
             item.nodeid, run.measurements, fingerprint, paired=arms.to_dict() if arms is not None else None
         )
         item.stash[record_key] = record
-        item.user_properties.append((_USER_PROPERTY, json.dumps(record.to_dict(), default=str)))
+        item.user_properties.append((RECORD_PROPERTY, json.dumps(record.to_dict(), default=str)))
         item.user_properties.extend(report.junit_properties(record.metrics))  # JUnit <property name="specdec_...">
         benchmark.record(request, run.measurements, fingerprint)
         return run
@@ -835,16 +570,16 @@ class SpecdecSession:
         checks = {
             str(k): str(v)
             for name, value in report.user_properties
-            if name == _CHECKS_PROPERTY
+            if name == CHECKS_PROPERTY
             for k, v in json.loads(str(value)).items()
         }
         for name, value in report.user_properties:
-            if name == _USER_PROPERTY:
+            if name == RECORD_PROPERTY:
                 record = results.ResultRecord.from_dict(json.loads(str(value)))
                 self.records.append(dataclasses.replace(record, outcome=report.outcome, checks=checks))
                 if report.failed:
                     self.failures[report.nodeid] = report.longreprtext
-            elif name == _OVERRIDES_PROPERTY:
+            elif name == OVERRIDES_PROPERTY:
                 profile, changed = json.loads(str(value))
                 self.overrides[report.nodeid] = (str(profile), [str(c) for c in changed])
 
@@ -860,115 +595,15 @@ class SpecdecSession:
             self.sweep_lines = sharing.sweep_shared(tmp_factory.getbasetemp())
             if self.sweep_lines:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        if not self.records:
-            return
-        run = results.RunFile(
-            run_id=self.run_id, started=self.started, machine=results.machine_info(), results=tuple(self.records)
-        )
-        self.saved_path = self.store().save(run)
-        self._finish_outputs(session, run)
+        if self.records:
+            from pytest_specdec import summary
+
+            summary.finish(self, session)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.check_lines:
-            for name, lines in self.check_lines:
-                terminalreporter.write_sep("-", f"specdec check: {name}")
-                for line in lines:
-                    terminalreporter.write_line(line)
-            verdict = "FAILED" if self.check_failed else "passed"
-            terminalreporter.write_line(
-                f"specdec check {verdict}: {len(self.check_lines)} profile(s) from {self.profile_path}; "
-                "nothing launched",
-                red=self.check_failed,
-                green=not self.check_failed,
-            )
-        for line in self.sweep_lines:
-            terminalreporter.write_line(f"specdec: {line}", red=True)
-        if not self.records:
-            self._write_notes(terminalreporter)
-            return
-        terminalreporter.write_sep("=", "specdec summary")
-        rows = [(r.test_id, r.profile, r.metrics, r.outcome) for r in self.records]
-        for line in report.summary_lines(rows):
-            terminalreporter.write_line(line)
-        for line in dict.fromkeys(
-            f"specdec {r.profile}: {r.paired['speedup']}" for r in self.records if r.paired.get("speedup")
-        ):
-            terminalreporter.write_line(line)
-        for line in report.cycle_lines(self.records):
-            terminalreporter.write_line(line)
-        for line in report.definition_lines(self.records):
-            terminalreporter.write_line(line)
-        by_category = report.category_lines(rows)
-        if by_category:
-            terminalreporter.write_sep("-", "specdec accept length by prompt category (requests)")
-            for line in by_category:
-                terminalreporter.write_line(line)
-        by_position = report.position_lines(rows)
-        if by_position:
-            terminalreporter.write_sep("-", "specdec acceptance by draft position")
-            terminalreporter.write_line(report.POSITION_LEGEND)
-            for line in by_position:
-                terminalreporter.write_line(line)
-        self._write_notes(terminalreporter)
-        for run_id, tests in self.compared.items():
-            terminalreporter.write_line(f"specdec compare: {len(tests)} test(s) compared with stored run {run_id}")
-        for note in self.compare_notes:
-            terminalreporter.write_line(f"specdec compare: {note}")
-        if self.saved_path is not None:
-            terminalreporter.write_sep("-", f"specdec results: {self.saved_path}")
-        if self.sweep_table:
-            terminalreporter.write_sep("=", "specdec sweep")
-            for line in self.sweep_table:
-                terminalreporter.write_line(line, red=line in self.sweep_red)
-            if self.sweep_plot is not None:
-                terminalreporter.write_sep("-", f"specdec sweep plot: {self.sweep_plot}")
-        if self.position_plot is not None:
-            terminalreporter.write_sep("-", f"specdec position plot: {self.position_plot}")
-        elif self.position_plot_error:
-            terminalreporter.write_line(f"specdec: no position plot: {self.position_plot_error}", red=True)
-        if self.report_path is not None:
-            terminalreporter.write_sep("-", f"specdec report: {self.report_path}")
-        for path in self.markdown_paths:
-            terminalreporter.write_sep("-", f"specdec markdown: {path}")
+        from pytest_specdec import summary
 
-    def _write_notes(self, terminalreporter: Any) -> None:
-        """Preflight warnings (also in the header, which scrolls away), marker overrides of profile thresholds, and
-        where each ``trace:`` went."""
-        for line in self.preflight_notes:
-            terminalreporter.write_line(f"specdec preflight: {line}", yellow=True)
-        measured = {r.test_id for r in self.records}
-        for nodeid, (profile, changed) in self.overrides.items():
-            if nodeid not in measured:  # its setup failed: no threshold was checked
-                continue
-            test = nodeid.split("::", 1)[-1]
-            terminalreporter.write_line(f"specdec: {test}: marker overrides profile {profile}: {', '.join(changed)}")
-        for run in self.runs.values():  # profiles with trace: (runner.trace_phase); not on xdist workers' behalf
-            if run.trace is not None:
-                terminalreporter.write_line(f"specdec {run.profile}: {run.trace}", yellow=run.trace.startswith("not"))
-
-
-def item_thresholds(item: pytest.Item, session: SpecdecSession) -> Thresholds | None:
-    """The test's thresholds (profile merged with its marker; ``pytest_runtest_setup`` stores them)."""
-    found = item.stash.get(thresholds_key, None)
-    if found is not None:
-        return found
-    name = getattr(getattr(item, "callspec", None), "params", {}).get("specdec_profile")
-    return session.profile(name).thresholds if name else None
-
-
-def speedup_vs(item: pytest.Item, session: SpecdecSession) -> str | None:
-    """The profile this test's ``min_speedup`` is judged against, or None."""
-    thresholds = item_thresholds(item, session)
-    return thresholds.min_speedup.vs if thresholds is not None and thresholds.min_speedup is not None else None
-
-
-def replace_record(item: pytest.Item, **changes: Any) -> None:
-    """Update the test's result record (stash and the user property the controller reads)."""
-    record = dataclasses.replace(item.stash[record_key], **changes)
-    item.stash[record_key] = record
-    item.user_properties[:] = [
-        (k, json.dumps(record.to_dict(), default=str) if k == _USER_PROPERTY else v) for k, v in item.user_properties
-    ]
+        summary.write_summary(self, terminalreporter)
 
 
 @contextlib.contextmanager
