@@ -1,8 +1,12 @@
 """pytest-specdec: performance-regression tests for speculative-decoding LLM servers (SGLang EAGLE-3 first).
 
 The pytest plugin lives in ``pytest_specdec.plugin`` (entry point ``specdec``); the names below are the typed records
-and errors users meet in fixtures and failure messages.
+and errors users meet in fixtures and failure messages. The records and profiles (pydantic) are imported on first
+use (PEP 562 ``__getattr__``): every pytest run imports this package with the plugin.
 """
+
+import importlib
+import typing
 
 from pytest_specdec.errors import (
     ClientOverloadError,
@@ -14,8 +18,10 @@ from pytest_specdec.errors import (
     SpecdecError,
     SpecdecWarning,
 )
-from pytest_specdec.profiles import Profile, SpeculativeConfig, Thresholds, Workload, load_profiles
-from pytest_specdec.records import RequestRecord, RunMetrics
+
+if typing.TYPE_CHECKING:
+    from pytest_specdec.profiles import Profile, SpeculativeConfig, Thresholds, Workload, load_profiles
+    from pytest_specdec.records import RequestRecord, RunMetrics
 
 __all__ = [
     "ClientOverloadError",
@@ -34,3 +40,27 @@ __all__ = [
     "Workload",
     "load_profiles",
 ]
+
+#: Public name -> the module that defines it, imported when the name is first read.
+_LAZY = {
+    "Profile": "pytest_specdec.profiles",
+    "SpeculativeConfig": "pytest_specdec.profiles",
+    "Thresholds": "pytest_specdec.profiles",
+    "Workload": "pytest_specdec.profiles",
+    "load_profiles": "pytest_specdec.profiles",
+    "RequestRecord": "pytest_specdec.records",
+    "RunMetrics": "pytest_specdec.records",
+}
+
+
+def __getattr__(name: str) -> typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -9,8 +9,6 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_specdec import sweep
-
 __all__ = ["percent", "positive_float", "positive_int", "profile_names", "sweep_points"]
 
 
@@ -56,7 +54,9 @@ def percent(option: str) -> Callable[[str], float]:
 
 
 def sweep_points(value: str) -> list[dict[str, int]]:
-    """``--specdec-sweep`` points (``sweep.parse_sweep``)."""
+    """``--specdec-sweep`` points (``sweep.parse_sweep``; imported here, when the option is given, since every
+    pytest run imports this module with the plugin)."""
+    from pytest_specdec import sweep
 
     try:
         return sweep.parse_sweep(value)

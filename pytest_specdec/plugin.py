@@ -26,17 +26,7 @@ if TYPE_CHECKING:
     from pytest_specdec.runner import RunningServer, RunResult
     from pytest_specdec.session import SpecdecSession
 
-__all__ = ["SpecdecSession", "record_key", "session_key", "thresholds_key", "tolerances_key"]
-
-
-def __getattr__(name: str) -> Any:
-    # ``plugin.SpecdecSession`` without importing the session's dependencies with this module (PEP 562).
-    if name == "SpecdecSession":
-        from pytest_specdec.session import SpecdecSession
-
-        return SpecdecSession
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__all__ = ["record_key", "session_key", "thresholds_key", "tolerances_key"]
 
 _SERVER_FIXTURES = ("specdec_server", "specdec_run", "specdec_profile")
 

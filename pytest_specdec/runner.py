@@ -33,9 +33,11 @@ __all__ = [
     "measure",
     "measure_repeats",
     "phase_watcher",
+    "profile_prompts",
     "run_result",
     "running_server",
     "start_server",
+    "trace_phase",
 ]
 
 ProgressCallback = Callable[[float, float, str], None]
@@ -317,14 +319,27 @@ phase_watcher: contextvars.ContextVar[Callable[[str, int], Callable[[RequestReco
 )
 
 
-def measure(server: RunningServer, *, base_dir: Path | None = None) -> Measurement:
+def profile_prompts(profile: Profile, *, base_dir: Path | None = None) -> list[workload.Prompt]:
+    """The profile's prompt set: ``workload.prompts`` read against ``base_dir`` (default: the profile file's
+    directory). Load it once and pass it to :func:`measure` and :func:`trace_phase`.
+
+    :raises ProfileError: the prompt file is missing or malformed (``workload.load_prompts``).
+    """
+    return workload.load_prompts(profile.workload.prompts, base_dir or Path(profile.source or ".").parent)
+
+
+def measure(
+    server: RunningServer, *, base_dir: Path | None = None, prompts: Sequence[workload.Prompt] | None = None
+) -> Measurement:
     """Run the profile's workload once: warmup (not measured), counters, measured phase, counters, metrics.
 
+    :param prompts: the profile's prompt set (:func:`profile_prompts`; loaded here when None).
     :raises ServerError: the server stalled, died, or failed more requests than the workload allows.
     """
     profile = server.profile
     wl = profile.workload
-    prompts = workload.load_prompts(wl.prompts, base_dir or Path(profile.source or ".").parent)
+    if prompts is None:
+        prompts = profile_prompts(profile, base_dir=base_dir)
     warmup, measured = workload.build_requests(wl, prompts)
     common = dict(
         api=wl.api,
@@ -477,13 +492,23 @@ class RunResult:
         return tuple(m.client_check for m in self.measurements if m.client_check)
 
 
-def measure_repeats(server: RunningServer, repeats: int, *, base_dir: Path | None = None) -> RunResult:
-    """``measure`` ``repeats`` times on the same server (warmup before each phase) and take medians."""
-    return run_result(server, [measure(server, base_dir=base_dir) for _ in range(repeats)])
+def measure_repeats(
+    server: RunningServer,
+    repeats: int,
+    *,
+    base_dir: Path | None = None,
+    prompts: Sequence[workload.Prompt] | None = None,
+) -> RunResult:
+    """``measure`` ``repeats`` times on the same server (warmup before each phase) and take medians. The prompt set
+    is loaded once (or given); a ``trace:`` phase is not run here (:func:`trace_phase`)."""
+    if prompts is None:
+        prompts = profile_prompts(server.profile, base_dir=base_dir)
+    return run_result(server, [measure(server, prompts=prompts) for _ in range(repeats)])
 
 
 def run_result(server: RunningServer, measured: Sequence[Measurement]) -> RunResult:
-    """A ``RunResult`` of phases already measured on ``server`` (per-field medians, the server log's warnings)."""
+    """A ``RunResult`` of phases already measured on ``server`` (per-field medians, the server log's warnings).
+    Only summarises: no request is sent (``trace`` stays None; the caller sets it from :func:`trace_phase`)."""
     measurements = tuple(measured)
     warnings: list[str] = []
     if server.log_path is not None and server.log_path.is_file():
@@ -498,7 +523,6 @@ def run_result(server: RunningServer, measured: Sequence[Measurement]) -> RunRes
         metrics=median_metrics([m.metrics for m in measurements]),
         prompt_hash=measurements[0].prompt_hash,
         log_warnings=tuple(warnings),
-        trace=trace_phase(server) if server.profile.trace is not None else None,
     )
 
 
@@ -511,10 +535,14 @@ def trace_dir(profile: Profile) -> Path:
     return (Path(profile.source or ".").parent / profile.trace.dir).resolve()
 
 
-def trace_phase(server: RunningServer, *, base_dir: Path | None = None) -> str:
+def trace_phase(
+    server: RunningServer, *, base_dir: Path | None = None, prompts: Sequence[workload.Prompt] | None = None
+) -> str:
     """One unmeasured phase of ``trace.requests`` requests under the engine's profiler (``Engine.start_trace`` /
-    ``stop_trace``), after the measured repeats; a failure to trace is recorded, never fatal.
+    ``stop_trace``), after the measured repeats (the plugin runs it for a profile with ``trace:``, and keeps the
+    line in ``RunResult.trace``); a failure to trace is recorded, never fatal.
 
+    :param prompts: the prompt set the repeats used (:func:`profile_prompts`; loaded here when None).
     :returns: ``"trace: <dir> (<n> new files)"`` or ``"not traced: <why>"``.
     :raises ServerError: the server died or stalled during the traced phase (as in :func:`measure`).
     """
@@ -524,7 +552,8 @@ def trace_phase(server: RunningServer, *, base_dir: Path | None = None) -> str:
     out_dir.mkdir(parents=True, exist_ok=True)
     before = set(out_dir.rglob("*"))
     wl = profile.workload
-    prompts = workload.load_prompts(wl.prompts, base_dir or Path(profile.source or ".").parent)
+    if prompts is None:
+        prompts = profile_prompts(profile, base_dir=base_dir)
     _, measured = workload.build_requests(wl, prompts)
     requests = measured[: profile.trace.requests]
     with httpx.Client(base_url=server.base_url, timeout=60.0) as http:

@@ -18,33 +18,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
-from filelock import FileLock
 
-from pytest_specdec import (
-    benchmark,
-    compare,
-    discovery,
-    hoststate,
-    marker,
-    pairing,
-    registry,
-    report,
-    results,
-    runner,
-    sharing,
-    sweep,
-)
-from pytest_specdec.errors import (
-    CompareError,
-    ProfileError,
-    ServerError,
-    ServerStartError,
-    SpecdecError,
-    SpecdecWarning,
-)
+from pytest_specdec import discovery, marker
+from pytest_specdec.errors import CompareError, ProfileError, SpecdecError, SpecdecWarning
 from pytest_specdec.keys import (
     CHECKS_PROPERTY,
     OVERRIDES_PROPERTY,
@@ -54,8 +33,10 @@ from pytest_specdec.keys import (
     thresholds_key,
     tolerances_key,
 )
-from pytest_specdec.profiles import Profile, ProfileSet, load_profiles
-from pytest_specdec.progress import MeasureStatus, StartupProgress
+
+if TYPE_CHECKING:
+    from pytest_specdec import pairing, results, runner
+    from pytest_specdec.profiles import Profile, ProfileSet
 
 __all__ = [
     "SpecdecSession",
@@ -80,6 +61,12 @@ def _profile_path(config: pytest.Config) -> tuple[Path, list[Path]]:
     start = discovery.args_ancestor(config.args, config.invocation_params.dir)
     found, looked = discovery.find_profile_file(start, config.rootpath, project_root=config.inipath is not None)
     return found or config.rootpath / discovery.DEFAULT_PROFILE_FILE, looked
+
+
+def _new_run_id(now: float) -> str:
+    from pytest_specdec.results import new_run_id
+
+    return new_run_id(now)
 
 
 def _selected(config: pytest.Config) -> list[str]:
@@ -172,14 +159,19 @@ class SpecdecSession:
         session = cls(config=config, selected=_selected(config), profile_path=profile_path, out_dir=out_dir)
         session.profile_search = searched
         session.started = time.time()
-        if not hasattr(config, "workerinput"):
+        if not hasattr(config, "workerinput") and (out_dir / "servers").is_dir():
+            from pytest_specdec import registry
+
             session.reaped = registry.reap(out_dir / "servers")
-        session.run_id = results.new_run_id(session.started)
+        session.run_id = _new_run_id(session.started)
         session.tolerances = list(config.getini("specdec_tolerances"))
-        try:
-            compare.parse_tolerances(session.tolerances)
-        except ValueError as exc:
-            raise pytest.UsageError(f"ini specdec_tolerances: {exc}") from None
+        if session.tolerances:
+            from pytest_specdec.compare import parse_tolerances
+
+            try:
+                parse_tolerances(session.tolerances)
+            except ValueError as exc:
+                raise pytest.UsageError(f"ini specdec_tolerances: {exc}") from None
         if config.option.specdec_check:
             session.load()
             session._check_only()
@@ -207,6 +199,8 @@ class SpecdecSession:
         """The stored record to compare ``test_id`` with: from the run named by ``--specdec-compare=RUN``, or, with
         plain ``--specdec-compare``, from the newest run where that test passed (a regressed run never becomes the
         next baseline, and runs of other profiles are skipped)."""
+        from pytest_specdec import results
+
         if self.baseline is not None:
             record = self.baseline.find(test_id)
             return (self.baseline, record) if record is not None else None
@@ -223,9 +217,20 @@ class SpecdecSession:
         return None
 
     def store(self) -> results.ResultStore:
+        """The result files of ``<specdec dir>/results`` (this run's file among them once saved)."""
+        from pytest_specdec import results
+
         return results.ResultStore(self.out_dir / "results", current=self.run_id)
 
     def load(self) -> ProfileSet:
+        """Load the profile file, apply ``--server-url``, and check the selected profiles' names, tolerances and
+        ``min_speedup.vs``.
+
+        :raises pytest.UsageError: no profile file, a broken one, an unknown profile, a bad value (file, key, value).
+        """
+        from pytest_specdec.compare import parse_tolerances
+        from pytest_specdec.profiles import ProfileSet, load_profiles
+
         if self.profile_search and not self.profile_path.is_file():
             raise pytest.UsageError(
                 discovery.not_found_message(self.profile_path.name, self.profile_search, self.config.rootpath)
@@ -248,7 +253,7 @@ class SpecdecSession:
             except ProfileError as exc:
                 raise pytest.UsageError(str(exc)) from None
             try:
-                compare.parse_tolerances(self.profile_set.profiles[name].tolerances)
+                parse_tolerances(self.profile_set.profiles[name].tolerances)
             except ValueError as exc:
                 raise pytest.UsageError(f"{self.profile_path}: profiles.{name}.tolerances: {exc}") from None
             ms = self.profile_set.profiles[name].thresholds.min_speedup
@@ -263,6 +268,9 @@ class SpecdecSession:
     def _expand_sweep(self) -> None:
         """``--specdec-sweep``: replace the selected profiles by one derived profile per point (``eagle3@num_steps=2``,
         see ``sweep.expand_profiles``); preflight then checks every derived profile before anything launches."""
+        from pytest_specdec import sweep
+        from pytest_specdec.profiles import ProfileSet
+
         points = self.config.option.specdec_sweep
         if not points:
             return
@@ -350,9 +358,13 @@ class SpecdecSession:
 
         :raises SpecdecError: the target's server failed during its phases.
         """
+        from pytest_specdec import hoststate, runner
+        from pytest_specdec.errors import ServerError, ServerStartError
+
         profile = server.profile
         n = self.repeats(profile)
         before = hoststate.snapshot()
+        prompts = runner.profile_prompts(profile)  # once for the repeats and the trace: phase
         if vs is not None:
             arms = None
             try:
@@ -364,19 +376,32 @@ class SpecdecSession:
             if arms is not None:
                 self.pairs[(profile.name, vs)] = arms
                 if profile.name not in self.runs:
-                    self._store_run(server, runner.run_result(server, arms.target_measurements()), before)
+                    self._store_run(server, runner.run_result(server, arms.target_measurements()), before, prompts)
                 return
         if profile.name not in self.runs:
-            self._store_run(server, runner.measure_repeats(server, n), before)
+            self._store_run(server, runner.measure_repeats(server, n, prompts=prompts), before, prompts)
 
-    def _store_run(self, server: runner.RunningServer, run: runner.RunResult, before: dict[str, Any]) -> None:
+    def _store_run(
+        self, server: runner.RunningServer, run: runner.RunResult, before: dict[str, Any], prompts: list[Any]
+    ) -> None:
+        """Keep the profile's run and fingerprint; with ``trace:``, run the traced phase first (after the measured
+        ones, on the same prompts) and keep its line in ``run.trace``."""
+        from pytest_specdec import hoststate, results, runner
+
+        if server.profile.trace is not None:
+            run = dataclasses.replace(run, trace=runner.trace_phase(server, prompts=prompts))
         self.runs[server.profile.name] = run
         fingerprint = results.build_fingerprint(server, run.prompt_hash)
         fingerprint["runner"] = hoststate.summarize(before, hoststate.snapshot())
         self.fingerprints[server.profile.name] = fingerprint
 
     def measure_pair(self, server: runner.RunningServer, vs: str, pairs: int, *, shared: bool) -> pairing.PairedArms:
-        """:raises ServerStartError, ServerError: a server failed; ``ValueError``: bracketed pairing is impossible."""
+        """``min_speedup``'s paired arms: ``pairs`` phases of ``server`` and of profile ``vs`` (``pairing.py``).
+
+        :raises ServerStartError, ServerError: a server failed; ``ValueError``: bracketed pairing is impossible.
+        """
+        from pytest_specdec import pairing
+
         profile = server.profile
         reference = self.profile(vs)
         if self.reference_servers is None:
@@ -401,6 +426,8 @@ class SpecdecSession:
 
     def load_shared(self, path: Path) -> None:
         """Take what a sibling xdist worker measured for a profile (``save_shared``)."""
+        from pytest_specdec import sharing
+
         loaded = sharing.load_run(path)
         if loaded is None:
             return
@@ -415,6 +442,8 @@ class SpecdecSession:
     def save_shared(self, path: Path, name: str) -> None:
         pairs = {k: v for k, v in self.pairs.items() if k[0] == name}
         errors = {k: v for k, v in self.pair_errors.items() if k[0] == name}
+        from pytest_specdec import sharing
+
         sharing.save_run(path, (name, self.runs[name], self.fingerprints[name], pairs, errors))
 
     def stop_reference_servers(self) -> None:
@@ -438,6 +467,8 @@ class SpecdecSession:
     def measure_for(self, profile: Profile, request: pytest.FixtureRequest) -> runner.RunResult:
         """The ``specdec_run`` fixture: the profile's measurement (made now when none exists yet in this session, under
         xdist in any worker), attached to the test as its result record, JUnit properties and benchmark entry."""
+        from pytest_specdec import benchmark, report, results
+
         item = request.node
         vs = marker.speedup_vs(item, self.profiles)
         if self.needs_measurement(profile.name, vs):
@@ -480,6 +511,9 @@ class SpecdecSession:
 
         :raises pytest.fail.Exception: the server could not be started or attached (``or_fail``).
         """
+        from pytest_specdec import runner, sharing
+        from pytest_specdec.progress import StartupProgress
+
         config = self.config
 
         def start(on_launch: Callable[[Any], None] | None = None) -> runner.RunningServer:
@@ -575,6 +609,8 @@ class SpecdecSession:
         }
         for name, value in report.user_properties:
             if name == RECORD_PROPERTY:
+                from pytest_specdec import results
+
                 record = results.ResultRecord.from_dict(json.loads(str(value)))
                 self.records.append(dataclasses.replace(record, outcome=report.outcome, checks=checks))
                 if report.failed:
@@ -591,7 +627,10 @@ class SpecdecSession:
         if hasattr(self.config, "workerinput"):
             return
         tmp_factory = getattr(self.config, "_tmp_path_factory", None)  # as xdist's workermanage.py reads it
-        if tmp_factory is not None and self.config.pluginmanager.hasplugin("xdist"):
+        if self.selected and tmp_factory is not None and self.config.pluginmanager.hasplugin("xdist"):
+            # Shared servers exist only when profiles ran (worker options are the controller's).
+            from pytest_specdec import sharing
+
             self.sweep_lines = sharing.sweep_shared(tmp_factory.getbasetemp())
             if self.sweep_lines:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -601,6 +640,8 @@ class SpecdecSession:
             summary.finish(self, session)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not (self.check_lines or self.sweep_lines or self.records or self.preflight_notes or self.runs):
+            return  # nothing to print (a run without specdec tests does not import the summary's modules)
         from pytest_specdec import summary
 
         summary.write_summary(self, terminalreporter)
@@ -611,6 +652,11 @@ def measure_lock(config: pytest.Config) -> Iterator[Callable[[str], Path] | None
     """Under xdist, workers share servers: one measured phase at a time, and each profile is measured once for all
     workers (the first one measures, the others read its result). Yields the per-profile result file namer, or None
     without xdist. Every measurement goes through here, so it also shows the measured-phase status line."""
+    from filelock import FileLock
+
+    from pytest_specdec import runner
+    from pytest_specdec.progress import MeasureStatus
+
     status = MeasureStatus(config)
     token = runner.phase_watcher.set(status)
     try:

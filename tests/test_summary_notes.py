@@ -1,5 +1,6 @@
 """Live and summary output through pytester: the measured-phase progress line, preflight warnings, marker overrides
-of profile thresholds, one verdict printed once per profile. One reference-server start."""
+of profile thresholds, one verdict printed once per profile, where the trace: phase went. One reference-server
+start."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ profiles:
     workload: {max_new_tokens: 16, num_requests: 3, warmup_requests: 0, repeats: 1}
     speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 5}
     thresholds: {min_accept_length: 3.9, min_tok_s: 0.1}  # reachable (<= num_steps + 1), never met
+    trace: {dir: traces, requests: 2}
 """
 
 TESTS = """
@@ -58,6 +60,7 @@ def test_progress_warning_override_and_shared_verdict(pytester: pytest.Pytester)
             "test_loosened[[]eagle3[]] *passed",
             f"specdec preflight: {warning}",  # again under the table
             "specdec: test_loosened[[]eagle3[]]: marker overrides profile eagle3: min_accept_length 1 (profile: 3.9)",
+            f"specdec eagle3: trace: {pytester.path / 'traces'} (1 new files)",  # the session ran trace: once
         ]
     )
     # Printed once in full; pytest's short summary repeats it untruncated when CI is set, so skip those lines.

@@ -24,10 +24,14 @@ def test_trace_phase_writes_draft_and_verify_spans_outside_the_measurement(tmp_p
     )  # fmt: skip
     server = runner.start_server(profile, log_dir=tmp_path / "logs")
     try:
-        result = runner.measure_repeats(server, 1)
+        prompts = runner.profile_prompts(profile)
+        result = runner.measure_repeats(server, 1, prompts=prompts)
+        assert not list((tmp_path / "traces").glob("*")), "measuring does not trace"
+        trace = runner.trace_phase(server, prompts=prompts)
     finally:
         server.stop()
-    assert result.trace == f"trace: {tmp_path / 'traces'} (1 new files)"
+    assert result.trace is None
+    assert trace == f"trace: {tmp_path / 'traces'} (1 new files)"
     (trace,) = (tmp_path / "traces").glob("eagle3-*.trace.json")
     spans = json.loads(trace.read_text())["traceEvents"]
     names = {span["name"] for span in spans}
