@@ -36,6 +36,7 @@ from pytest_specdec.keys import (
 
 if TYPE_CHECKING:
     from pytest_specdec import pairing, results, runner
+    from pytest_specdec.baseline import Baselines
     from pytest_specdec.profiles import Profile, ProfileSet
 
 __all__ = [
@@ -88,10 +89,8 @@ class SpecdecSession:
     fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
     records: list[results.ResultRecord] = field(default_factory=list)
     preflight_notes: list[str] = field(default_factory=list)
-    baseline: results.RunFile | None = None
-    baseline_paths: list[Path] = field(default_factory=list)
-    compare_enabled: bool = False
-    _loaded: dict[Path, results.RunFile] = field(default_factory=dict)
+    #: What each test is compared with under ``--specdec-compare`` (None without the option).
+    baselines: Baselines | None = None
     tolerances: list[str] = field(default_factory=list)
     run_id: str = ""
     started: float = 0.0
@@ -183,38 +182,14 @@ class SpecdecSession:
         elif config.option.specdec_sweep:
             raise pytest.UsageError("--specdec-sweep: no profile selected; add --server-profile=NAME (e.g. eagle3)")
         ref = config.option.specdec_compare
-        if ref == "latest":
-            # Per test, the newest stored run in which that test passed (see baseline_for).
-            session.baseline_paths = list(reversed(session.store().list()))
-            session.compare_enabled = True
-        elif ref is not None:
+        if ref is not None:
+            from pytest_specdec.baseline import Baselines
+
             try:
-                session.baseline = session.store().load(ref)
+                session.baselines = Baselines.from_option(ref, session.store())
             except CompareError as exc:
                 raise pytest.UsageError(f"--specdec-compare={ref}: {exc}") from None
-            session.compare_enabled = True
         return session
-
-    def baseline_for(self, test_id: str) -> tuple[results.RunFile, results.ResultRecord] | None:
-        """The stored record to compare ``test_id`` with: from the run named by ``--specdec-compare=RUN``, or, with
-        plain ``--specdec-compare``, from the newest run where that test passed (a regressed run never becomes the
-        next baseline, and runs of other profiles are skipped)."""
-        from pytest_specdec import results
-
-        if self.baseline is not None:
-            record = self.baseline.find(test_id)
-            return (self.baseline, record) if record is not None else None
-        for path in self.baseline_paths:
-            run = self._loaded.get(path)
-            if run is None:
-                try:
-                    run = self._loaded[path] = results.read_run_file(path)
-                except CompareError:
-                    continue
-            record = run.find(test_id)
-            if record is not None and record.outcome in ("passed", ""):
-                return run, record
-        return None
 
     def store(self) -> results.ResultStore:
         """The result files of ``<specdec dir>/results`` (this run's file among them once saved)."""
@@ -579,13 +554,8 @@ class SpecdecSession:
         lines = reaped + [
             f"specdec: profiles {', '.join(self.selected)} from {self.profile_path}; logs/results in {self.out_dir}"
         ]
-        if self.baseline is not None:
-            lines.append(f"specdec: comparing against run {self.baseline.run_id}")
-        elif self.compare_enabled:
-            lines.append(
-                f"specdec: comparing each test against the newest of {len(self.baseline_paths)} stored run(s) "
-                f"in which it passed ({self.out_dir / 'results'})"
-            )
+        if self.baselines is not None:
+            lines.append(self.baselines.header_line())
         lines += [f"specdec preflight: {line}" for line in self.preflight_notes]
         return lines
 

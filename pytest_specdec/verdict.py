@@ -73,7 +73,7 @@ def judge_item(session: SpecdecSession, item: pytest.Item) -> None:
         if first != item.nodeid:
             message = shared_verdict_message(verdict, profile.name, first)
         failures.append(message)
-    if session.compare_enabled:
+    if session.baselines is not None:
         text = compare_item(session, item, record, profile)
         if text:
             failures.append(text)
@@ -273,17 +273,17 @@ def compare_item(
     session: SpecdecSession, item: pytest.Item, record: results.ResultRecord, profile: Profile
 ) -> str | None:
     """The baseline-compare failure text for one test, or None when it did not regress (``judge_compare`` on the
-    baseline ``session.baseline_for`` picks; no baseline warns)."""
+    baseline ``session.baselines`` picks; no baseline warns)."""
     test_id = record.test_id
     base_profile = item.config.option.specdec_compare_profile
     if base_profile and profile.is_speculative:
         # Swap only the profile's part of the parametrization id ("[eagle3-shifted-layers-1]" -> "[eagle3-1]");
         # profiles without speculation keep their own baseline.
         test_id = compare.swap_profile_id(test_id, profile.name, base_profile)
-    found = session.baseline_for(test_id)
+    assert session.baselines is not None
+    found = session.baselines.find(test_id)
     if found is None:
-        where = f"run {session.baseline.run_id}" if session.baseline else f"{session.out_dir / 'results'}"
-        item.warn(SpecdecWarning(f"no baseline for {test_id} in {where}; not compared"))
+        item.warn(SpecdecWarning(f"no baseline for {test_id} in {session.baselines.where()}; not compared"))
         return None
     run, base = found
     session.compared.setdefault(run.run_id, []).append(record.test_id)
