@@ -5,6 +5,9 @@ preflighted, servers started (or shared across xdist workers), measurements and 
 per-test setup to its methods. Policies live in the modules that own them: ``verdict`` (a test's thresholds,
 speedup and baseline compare, confirming), ``summary`` (result file, outputs, terminal summary), ``thresholds``,
 ``compare``, ``pairing``, ``sweep``, ``sharing`` (xdist), ``progress`` (status lines).
+
+Every pytest run builds this object, profiles selected or not, so the modules behind measuring and loading (runner:
+aiohttp, httpx, numpy; profiles: pydantic) are imported in the methods that use them (``tests/test_plugin_import.py``).
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ def _profile_path(config: pytest.Config) -> tuple[Path, list[Path]]:
 
 
 def _new_run_id(now: float) -> str:
+    """``results.new_run_id`` (``results`` imported on call)."""
     from pytest_specdec.results import new_run_id
 
     return new_run_id(now)
