@@ -22,10 +22,12 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
 import json
 import math
 import os
 import re
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +53,7 @@ __all__ = [
     "fetch_text",
     "run_phase",
     "run_requests",
+    "tls_context",
 ]
 
 Api = Literal["generate", "completions", "chat"]
@@ -180,6 +183,15 @@ class _Parsed:
     done_s: float | None = None
     #: Why the stream cannot be read past some event (a malformed payload), else None.
     error: str | None = None
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The TLS context every httpx client of the plugin verifies with: httpx's default
+    (``httpx.create_ssl_context()``: certifi's CA bundle, or ``SSL_CERT_FILE``/``SSL_CERT_DIR`` as set when first
+    called), built once per process. httpx builds a new one for each client otherwise, loading the CA bundle each
+    time: about 45 ms of CPU per client, several clients per measured phase."""
+    return httpx.create_ssl_context()
 
 
 #: The per-request acceptance histogram, newest name first (SGLang 0.5.17 also sends ``spec_accept_histogram``).
@@ -609,7 +621,7 @@ async def _resolve_model(
     """
     url = base_url.rstrip("/") + "/v1/models"
     try:
-        async with httpx.AsyncClient(transport=transport, timeout=timeout_s) as http:
+        async with httpx.AsyncClient(transport=transport, timeout=timeout_s, verify=tls_context()) as http:
             resp = await http.get(url, headers=headers)
     except httpx.HTTPError as exc:
         problem = f"{type(exc).__name__}: {exc}"
@@ -1143,7 +1155,7 @@ def fetch_text(
     """
     url = base_url.rstrip("/") + path
     try:
-        with httpx.Client(timeout=timeout, transport=transport) as client:
+        with httpx.Client(timeout=timeout, transport=transport, verify=tls_context()) as client:
             resp = client.get(url, headers=bearer_headers(api_key))
     except httpx.HTTPError as exc:
         raise ServerError(f"GET {url} failed: {type(exc).__name__}: {exc}") from None

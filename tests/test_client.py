@@ -604,3 +604,24 @@ def test_acceptance_histogram_is_read_under_both_sglang_names(fake_clock: FakeCl
 
     (rec,) = run_phase(BASE, [req()], transport=httpx.MockTransport(handler)).records
     assert rec.spec_correct_drafts_histogram == (1, 0, 1)
+
+
+def test_clients_load_the_ca_bundle_once_per_process(sse_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpx builds a TLS context (loading certifi's CA bundle, ~45 ms of CPU) for every client unless given one;
+    the plugin opens several clients per measured phase (``/metrics`` twice, ``/flush_cache``, ...)."""
+    import ssl
+
+    from pytest_specdec import client
+
+    built: list[int] = []
+    real = ssl.create_default_context
+
+    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        built.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+    client.tls_context.cache_clear()
+    for _ in range(3):
+        assert fetch_text(sse_url, "/health") == "{}"
+    assert len(built) == 1
