@@ -1,6 +1,7 @@
-"""Parsers of the plugin's command-line option values (``argparse`` ``type=`` callables).
+"""The plugin's command-line options and ini keys (:func:`register`), and the parsers of their values (``argparse``
+``type=`` callables).
 
-Each raises ``pytest.UsageError`` naming the option, the value and an example of a valid one.
+Each parser raises ``pytest.UsageError`` naming the option, the value and an example of a valid one.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-__all__ = ["percent", "positive_float", "positive_int", "profile_names", "sweep_points"]
+__all__ = ["percent", "register", "positive_float", "positive_int", "profile_names", "sweep_points"]
 
 
 def profile_names(value: str) -> str:
@@ -77,3 +78,152 @@ def positive_int(option: str) -> Callable[[str], int]:
         return number
 
     return parse
+
+
+def register(parser: pytest.Parser) -> None:
+    """Add the ``specdec`` option group and the ini keys to ``parser`` (``pytest_addoption``)."""
+    group = parser.getgroup("specdec", "speculative-decoding performance regression tests (pytest-specdec)")
+    group.addoption(
+        "--server-profile",
+        action="store",
+        type=profile_names,
+        default=None,
+        metavar="NAME[,NAME...]",
+        help="Profiles to run specdec tests against, one server alive at a time (default: none; specdec tests skip)",
+    )
+    group.addoption(
+        "--server-url",
+        action="store",
+        default=None,
+        metavar="URL",
+        help="Use this already-running server for every selected profile; it is never started or stopped by us",
+    )
+    group.addoption(
+        "--specdec-profiles",
+        action="store",
+        default=None,
+        metavar="PATH",
+        help="Profile file (default: ini specdec_profiles, else specdec.yaml in the common directory of the test "
+        "paths or a parent of it, up to the rootdir)",
+    )
+    group.addoption(
+        "--specdec-startup-timeout",
+        action="store",
+        type=positive_float("--specdec-startup-timeout"),
+        default=None,
+        metavar="S",
+        help="Seconds to wait for a server to become ready (default: the profile's startup_timeout_s, 900)",
+    )
+    group.addoption(
+        "--specdec-check",
+        action="store_true",
+        default=False,
+        help="Run preflight checks on the selected profiles (all when none selected), launch nothing, and exit",
+    )
+    group.addoption(
+        "--specdec-strict",
+        action="store_true",
+        default=False,
+        help="Preflight warnings fail like errors",
+    )
+    group.addoption(
+        "--specdec-dir",
+        action="store",
+        default=None,
+        metavar="DIR",
+        help="Where server logs and result files go, relative to the current directory (default: ini specdec_dir, "
+        "else .specdec in the rootdir)",
+    )
+    group.addoption(
+        "--specdec-repeats",
+        action="store",
+        type=positive_int("--specdec-repeats"),
+        default=None,
+        metavar="N",
+        help="Measured phases per profile (default: the profile's workload.repeats, 3)",
+    )
+    group.addoption(
+        "--specdec-compare",
+        action="store",
+        nargs="?",
+        const="latest",
+        default=None,
+        metavar="RUN_OR_PATH",
+        help="Fail each test whose metrics regressed against stored results (default: per test, the newest "
+        "stored run in which it passed; or a run id or file)",
+    )
+    group.addoption(
+        "--specdec-compare-profile",
+        action="store",
+        default=None,
+        metavar="NAME",
+        help="Compare against the stored results of this profile instead of the test's own (e.g. eagle3)",
+    )
+    group.addoption(
+        "--specdec-compare-force",
+        action="store_true",
+        default=False,
+        help="Compare even when the workloads differ (prompt set, max tokens, concurrency, requests)",
+    )
+    group.addoption(
+        "--specdec-sweep",
+        action="store",
+        type=sweep_points,
+        default=None,
+        metavar="PARAM=VALUES[;...]",
+        help='Run each selected speculative profile at every point, one server per point, e.g. "num_steps=1..6" or '
+        '"num_steps=1,2,4;concurrency=1,8" (num_steps, num_draft_tokens, eagle_topk, concurrency; default: no sweep)',
+    )
+    group.addoption(
+        "--specdec-sweep-baseline",
+        action="store",
+        default=None,
+        metavar="NAME",
+        help="Profile without speculation that sweep speedups are computed against, run with the sweep "
+        "(default: a selected profile without speculation, if any)",
+    )
+    group.addoption(
+        "--specdec-sweep-max-gap",
+        action="store",
+        type=percent("--specdec-sweep-max-gap"),
+        default=0.05,
+        metavar="PCT",
+        help="Fail a sweep whose best point beats the profile's configured point by more than PCT percent of "
+        "output tok/s, ties (overlapping repeat ranges) excepted (default: 5)",
+    )
+    group.addoption(
+        "--specdec-sweep-plot",
+        action="store",
+        default=None,
+        metavar="PATH",
+        help="Where the sweep PNG goes (default: <specdec dir>/sweep-<run id>.png)",
+    )
+    group.addoption(
+        "--specdec-position-plot",
+        action="store",
+        default=None,
+        metavar="PATH",
+        help="Write a PNG of acceptance per draft position (every speculative profile) to PATH (default: none)",
+    )
+    group.addoption(
+        "--specdec-report",
+        action="store",
+        default=None,
+        metavar="PATH",
+        help="Also write every result with its fingerprint (the run-file JSON) to PATH (default: none)",
+    )
+    group.addoption(
+        "--specdec-markdown",
+        action="store",
+        default=None,
+        metavar="PATH",
+        help="Write a markdown summary to PATH (default: none; always appended to $GITHUB_STEP_SUMMARY when set)",
+    )
+    parser.addini(
+        "specdec_tolerances",
+        "Baseline-compare tolerances, one METRIC:TOL per line, e.g. output_tok_s:5% (default: built-in)",
+        type="linelist",
+        default=[],
+    )
+    parser.addini("specdec_profiles", "Profile file, relative to the rootdir (default: specdec.yaml)", default=None)
+    parser.addini("specdec_dir", "Directory for server logs and results (default: .specdec)", default=None)
