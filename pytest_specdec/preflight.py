@@ -278,16 +278,25 @@ def _rule_aux_ids(ctx: _Ctx) -> list[int] | None:
     layer order, once per index, only for indices in [0, L) (``models/llama.py::set_eagle3_layers_to_capture``,
     ``layers/aux_hidden_states.py``): valid ids are [-1, L-2], -1 being the embedding output. vLLM 0.32 uses capture
     index = id, valid [0, L], 0 the embedding output (``/work/shared/reference/aux_layer_ids.md``).
-    :returns: the ids SGLang will feed the draft, or None when they cannot be known.
+    vLLM reads the draft's top-level ``eagle_aux_hidden_state_layer_ids`` first, else the nested one
+    (``v1/worker/gpu_model_runner.py``), so top-level-only ids are an error only for SGLang's convention.
+    :returns: the ids the engine will feed the draft, or None when they cannot be known.
     """
     spec = ctx.profile.speculative
     if spec is None or spec.algorithm != "EAGLE3" or ctx.draft_cfg is None and spec.aux_hidden_state_layer_ids is None:
         return None
     nested = _eagle_cfg(ctx.draft_cfg).get(_IDS)
     top = (ctx.draft_cfg or {}).get(_IDS)
+    vllm = _convention(ctx) == "vllm"
     if spec.aux_hidden_state_layer_ids is not None:
         ids: Any = spec.aux_hidden_state_layer_ids
         file, key = ctx.source, "speculative.aux_hidden_state_layer_ids"
+    elif vllm and top is not None:  # vLLM reads the top-level key first (v1/worker/gpu_model_runner.py)
+        ids, file, key = top, ctx.draft_cfg_path, _IDS
+        if nested is not None and nested != top:
+            ctx.add("note", ctx.draft_cfg_path, f"eagle_config.{_IDS}", nested,
+                    f"vLLM captures the top-level {_IDS} {top}; SGLang would capture these",
+                    "keep one copy of the ids, or make both the same")  # fmt: skip
     elif nested is not None:
         ids, file, key = nested, ctx.draft_cfg_path, f"eagle_config.{_IDS}"
     elif top is not None:
@@ -317,7 +326,6 @@ def _rule_aux_ids(ctx: _Ctx) -> list[int] | None:
                 f"order, so the draft receives them as {sorted(ids)}",
                 f"write them ascending ({sorted(ids)}) so the config says what runs")  # fmt: skip
     layers = ctx.num_layers
-    vllm = _convention(ctx) == "vllm"
     low, emb = (0, 0) if vllm else (-1, -1)
     high = (layers if vllm else layers - 2) if layers else None
     engine = "vLLM" if vllm else "SGLang"

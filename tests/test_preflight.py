@@ -108,6 +108,24 @@ def test_rule2_top_level_only_ids(tmp_path: Path) -> None:
     assert f.fix.startswith("move the key under eagle_config, or set speculative.aux_hidden_state_layer_ids: [1, 3, 5]")
 
 
+def test_rule2_top_level_ids_are_what_vllm_reads_first(tmp_path: Path) -> None:
+    """vLLM reads the top-level key first, else the nested one (shared/reference/aux_layer_ids.md): top-level-only
+    ids are no error there, and a nested copy that differs is named."""
+
+    class VllmLike(ReferenceEngine):
+        aux_id_convention = "vllm"
+
+    target, draft = make_models(tmp_path, draft={"eagle_config": None, "eagle_aux_hidden_state_layer_ids": [2, 4, 6]})
+    p = profile(target, draft, spec={"aux_id_convention": "vllm"})
+    assert [f for f in run_preflight(p, engine=VllmLike()) if "layer_ids" in f.key] == []
+    both = tmp_path / "both"
+    target, draft = make_models(both, draft={"eagle_aux_hidden_state_layer_ids": [2, 4, 6]})  # nested: [1, 3, 5]
+    f = only(run_preflight(profile(target, draft, spec={"aux_id_convention": "vllm"}), engine=VllmLike()),
+             "eagle_config.eagle_aux_hidden_state_layer_ids")  # fmt: skip
+    assert (f.severity, f.value) == ("note", [1, 3, 5])
+    assert f.why == "vLLM captures the top-level eagle_aux_hidden_state_layer_ids [2, 4, 6]; SGLang would capture these"
+
+
 def test_rule2_minus_one_is_the_embedding_output(tmp_path: Path) -> None:
     target, draft = make_models(tmp_path, draft={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 3, 5]}})
     f = only(run_preflight(profile(target, draft)), "eagle_config.eagle_aux_hidden_state_layer_ids")
