@@ -296,6 +296,21 @@ def speedup(record: ResultRecord, baselines: Sequence[ResultRecord]) -> float | 
     return float(value) / float(base)
 
 
+def speedup_reference(record: ResultRecord, baselines: Sequence[ResultRecord]) -> str | None:
+    """The profile :func:`speedup` divided by: the paired arm's (``record.paired["vs"]``, a point paired with its
+    ``min_speedup.vs`` profile, which need not be among ``baselines``), else the baseline of the same concurrency (the
+    only one when there is one); None when there is none."""
+    from pytest_specdec.compare import paired_ratios
+
+    vs = (record.paired or {}).get("vs")
+    if vs and paired_ratios(record, "output_tok_s"):
+        return str(vs)
+    match = [b for b in baselines if _concurrency(b) == _concurrency(record)]
+    if not match and len(baselines) == 1:
+        match = list(baselines)
+    return match[0].profile if match else None
+
+
 def best_point(records: Sequence[ResultRecord], *, thresholds_ok: Mapping[str, bool]) -> ResultRecord | None:
     """The point with the highest ``output_tok_s`` among those whose tests passed; the first one on a tie
     (the earlier, usually cheaper, point). None when no point met its thresholds.
@@ -512,10 +527,8 @@ def sweep_table(
         tok_s = format_value("{:.1f}", best.metrics.get("output_tok_s"))
         spread = tok_s_range(best)
         repeats = f", repeats {spread[0]:.1f}-{spread[1]:.1f}" if spread is not None and spread[0] != spread[1] else ""
-        versus = ""
-        if up is not None:
-            match = [b for b in baselines if _concurrency(b) == _concurrency(best)] or list(baselines)
-            versus = f", {up:.2f}x vs {match[0].profile}"
+        reference = speedup_reference(best, baselines)
+        versus = f", {up:.2f}x vs {reference}" if up is not None and reference is not None else ""
         at = f" at concurrency {_concurrency(best)}" if len(concurrencies) > 1 else ""
         tie = [r.profile for r in ties(best, records, thresholds_ok=thresholds_ok)]
         tied_with = f"; tied with {', '.join(tie)} (repeat ranges overlap)" if tie else ""

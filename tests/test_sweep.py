@@ -306,6 +306,17 @@ def test_speedup_of_a_paired_point_is_its_median_paired_ratio() -> None:
     assert sweep.speedup(point, [far_apart]) == pytest.approx(1.4)
 
 
+def test_best_line_of_a_paired_sweep_without_a_baseline_profile_names_the_paired_arm() -> None:
+    # A fresh user's crash: `--specdec-sweep num_steps=1,2` on eagle3 (min_speedup vs baseline, paired arms) selects
+    # no baseline profile, so the best line had a speedup but nothing in `baselines` to name (IndexError).
+    paired = {"vs": "baseline", "target": {"output_tok_s": [96.0, 97.0]}, "reference": {"output_tok_s": [66.0, 67.0]}}
+    point = ResultRecord("t[eagle3@num_steps=2]", "eagle3@num_steps=2", {"output_tok_s": 96.5}, {}, {}, paired=paired)
+    lines = sweep.sweep_table([point], thresholds_ok={point.profile: True})
+    assert lines[1].split()[-4:] == ["1.45x", "ok", "<-", "best"]
+    assert lines[-1] == "best: eagle3@num_steps=2 (96.5 tok/s, 1.45x vs baseline)"
+    assert sweep.speedup_reference(point, []) == "baseline"
+
+
 # -- issue 14.6: applicable thresholds, spread, ties, the configured point ---------------------------------------
 
 

@@ -391,6 +391,18 @@ def test_sweep_fails_when_the_configured_point_is_far_below_the_best(pytester: p
     )  # fmt: skip
 
 
+def test_sweep_of_a_paired_profile_without_a_baseline_profile_names_the_paired_arm(pytester: pytest.Pytester) -> None:
+    """A fresh user's crash: `--specdec-sweep num_steps=1,2` on a profile with min_speedup (paired arms) and no
+    --specdec-sweep-baseline raised IndexError after the tests and printed no table."""
+    extra = "  eagle3-paired:\n    extends: eagle3\n    thresholds: {min_speedup: {vs: baseline, ratio: 1.0}}\n"
+    _project(pytester, RUN_TEST, extra=extra, workload=ONE_REPEAT)
+    result = _run(pytester, "--server-profile=eagle3-paired", "--specdec-sweep=num_steps=1,2")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["eagle3-paired@num_steps=1 * ?.??x  ok*", "best: eagle3-paired@num_steps=? (* tok/s, *x vs baseline)*"]
+    )
+
+
 CRASH_PROFILES = """
   eagle3-embedding:
     extends: eagle3
