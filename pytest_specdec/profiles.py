@@ -403,6 +403,15 @@ def load_profiles(path: str | Path) -> ProfileSet:
             profiles[str(name)] = resolve_paths(Profile.model_validate(merged))
         except ValidationError as exc:
             problems.extend(_describe_error(shown, str(name), err) for err in exc.errors())
+    names = list(map(str, raw))
+    for name, profile in profiles.items():
+        ms = profile.thresholds.min_speedup
+        if ms is not None and (ms.vs not in names or ms.vs == name):
+            others = [n for n in names if n != name]
+            problems.append(
+                f"{shown}: profiles.{name}.thresholds.min_speedup.vs: {ms.vs!r} is not another profile of this file"
+                f"{_did_you_mean(ms.vs, others)} (available: {', '.join(sorted(others))})"
+            )
     if problems:
         raise ProfileError("\n".join(problems), path=file)
     return ProfileSet(path=file, profiles=profiles)

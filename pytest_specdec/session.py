@@ -235,13 +235,6 @@ class SpecdecSession:
                 parse_tolerances(self.profile_set.profiles[name].tolerances)
             except ValueError as exc:
                 raise pytest.UsageError(f"{self.profile_path}: profiles.{name}.tolerances: {exc}") from None
-            ms = self.profile_set.profiles[name].thresholds.min_speedup
-            if ms is not None and (ms.vs not in self.profile_set.profiles or ms.vs == name):
-                available = ", ".join(n for n in sorted(self.profile_set.profiles) if n != name)
-                raise pytest.UsageError(
-                    f"{self.profile_path}: profiles.{name}.thresholds.min_speedup.vs: {ms.vs!r} is not another "
-                    f"profile of this file (available: {available})"
-                )
         return self.profile_set
 
     def _expand_sweep(self) -> None:
