@@ -367,7 +367,9 @@ def load_profiles(path: str | Path) -> ProfileSet:
     except (OSError, UnicodeDecodeError) as exc:
         raise ProfileError(f"{shown}: cannot read profile file: {exc}", path=file) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except _DuplicateKeyError as exc:
+        raise ProfileError(f"{shown}{exc}", path=file) from None
     except yaml.MarkedYAMLError as exc:
         raise ProfileError(_yaml_error(shown, text, exc), path=file) from None
     except yaml.YAMLError as exc:
@@ -423,6 +425,33 @@ _UNCLOSED = {
     "while parsing a flow sequence": "is its closing ']' missing?",
     "while scanning a quoted scalar": "is its closing quote missing?",
 }
+
+
+class _DuplicateKeyError(yaml.YAMLError):
+    """A key given twice in one YAML mapping; ``str()`` is ``:LINE:COL: duplicate key ...`` (after the file name)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's ``SafeLoader``, refusing a key given twice in one mapping: PyYAML keeps the last value silently, so
+    ``num_steps: 3`` then ``num_steps: 4`` in one block would run 4 steps with no word. Merge keys (``<<: *base``)
+    and the keys they bring in are not duplicates."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if not isinstance(key, str | int | float | bool):
+                continue
+            mark = key_node.start_mark
+            if key in seen:
+                raise _DuplicateKeyError(
+                    f":{mark.line + 1}:{mark.column + 1}: duplicate key {key!r} in one mapping (first at line "
+                    f"{seen[key]}); YAML would silently keep only this last value: remove one of them"
+                )
+            seen[key] = mark.line + 1
+        return super().construct_mapping(node, deep=deep)
 
 
 def _yaml_error(shown: str, text: str, exc: yaml.MarkedYAMLError) -> str:

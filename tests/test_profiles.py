@@ -130,6 +130,23 @@ def test_yaml_syntax_error_has_line_and_column(in_tmp: Path) -> None:
     )
 
 
+def test_a_key_given_twice_is_an_error_not_the_last_value(in_tmp: Path) -> None:
+    """PyYAML keeps the last of two equal keys silently (a fresh user's finding: num_steps 3 then 4 ran 4)."""
+    write(in_tmp, "profiles:\n  a:\n    server: reference\n    speculative: {algorithm: EAGLE3, num_steps: 3}\n"
+                  "    speculative: {algorithm: EAGLE3, num_steps: 4}\n")  # fmt: skip
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml:5:5: duplicate key 'speculative' in one mapping (first at line 4); YAML would silently keep "
+        "only this last value: remove one of them"
+    )
+    write(in_tmp, "profiles:\n  a: {server: reference}\n  a: {server: reference}\n")
+    assert load_error("specdec.yaml").startswith("specdec.yaml:3:3: duplicate key 'a' in one mapping (first at line 2)")
+    # Merge keys are not duplicates: an anchored block overridden key by key is ordinary YAML.
+    write(in_tmp, "base: &w {max_new_tokens: 8, num_requests: 2}\nprofiles:\n  a:\n    server: reference\n"
+                  "    workload: {<<: *w, max_new_tokens: 16}\n")  # fmt: skip
+    with pytest.raises(ProfileError, match="unknown top-level key 'base'"):
+        load_profiles("specdec.yaml")
+
+
 def test_yaml_error_names_the_line_of_the_unclosed_brace(in_tmp: Path) -> None:
     # PyYAML notices the missing '}' of line 4 only on line 5; the message names both lines.
     write(in_tmp, "profiles:\n  a:\n    server: reference\n    workload: {max_new_tokens: 64, num_requests: 8\n"
