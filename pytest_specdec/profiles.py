@@ -327,7 +327,9 @@ class ProfileSet(BaseModel):
         except KeyError:
             available = ", ".join(sorted(self.profiles)) or "none"
             raise ProfileError(
-                f"--server-profile={name}: no such profile in {self.path} (available: {available})", path=self.path
+                f"--server-profile={name}: no such profile in {self.path}{_did_you_mean(name, list(self.profiles))} "
+                f"(available: {available})",
+                path=self.path,
             ) from None
 
 

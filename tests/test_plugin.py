@@ -90,7 +90,8 @@ def test_unknown_profile_is_a_usage_error(project: pytest.Pytester) -> None:
     result = project.runpytest_subprocess("--server-profile=eagle")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["ERROR: --server-profile=eagle: no such profile in *specdec.yaml (available: baseline, crashes, eagle3, *)"]
+        ["ERROR: --server-profile=eagle: no such profile in *specdec.yaml (did you mean *?) (available: baseline, "
+         "crashes, eagle3, *)"]
     )
 
 

@@ -285,6 +285,10 @@ def test_get_unknown_profile_lists_available(in_tmp: Path) -> None:
         ProfileError, match=r"^--server-profile=c: no such profile in specdec.yaml \(available: a, b\)$"
     ):
         load_profiles("specdec.yaml").get("c")
+    write(in_tmp, "profiles:\n  baseline: {}\n  eagle3: {}\n")
+    with pytest.raises(ProfileError, match=r"^--server-profile=eagl3: no such profile in specdec.yaml \(did you mean "
+                                           r"'eagle3'\?\) \(available: baseline, eagle3\)$"):  # fmt: skip
+        load_profiles("specdec.yaml").get("eagl3")
 
 
 def test_client_workers_is_auto_or_a_positive_number(in_tmp: Path) -> None:

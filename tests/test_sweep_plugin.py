@@ -51,7 +51,8 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
          "ERROR: --specdec-sweep: sweeps num_steps but no selected profile runs speculative decoding (selected: "
          "baseline); select one, e.g. --server-profile=eagle3"),
         (["--server-profile=eagle3", "--specdec-sweep=num_steps=1", "--specdec-sweep-baseline=base"],
-         "ERROR: --specdec-sweep-baseline=base: no such profile in *specdec.yaml (available: baseline, eagle3)"),
+         "ERROR: --specdec-sweep-baseline=base: no such profile in *specdec.yaml (did you mean 'baseline'?) "
+         "(available: baseline, eagle3)"),
         (["--server-profile=eagle3", "--specdec-sweep=num_steps=1", "--specdec-sweep-baseline=eagle3"],
          "ERROR: --specdec-sweep-baseline=eagle3: profile runs speculative decoding; name one without a "
          "speculative: block"),
