@@ -379,6 +379,7 @@ def load_profiles(path: str | Path) -> ProfileSet:
 
     if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
         got = type(data).__name__ if not isinstance(data, dict) else f"keys {sorted(map(str, data))}"
+        got = "an empty file" if data is None else got
         raise ProfileError(
             f"{shown}: expected a top-level mapping 'profiles:' of name -> profile, got {got}", path=file
         )
@@ -607,11 +608,17 @@ def _expected(info: Any, element: bool) -> str:
     words = [_TYPE_WORDS[a] for a in args if a in _TYPE_WORDS]
     text = words[0] if words else "a valid value"
     if info is not None and not element:
+        bounds: list[tuple[str, Any]] = []
         for meta in info.metadata:
             for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
                 bound = getattr(meta, attr, None)
                 if bound is not None:
-                    text += f" {sign} {bound:g}" if isinstance(bound, float) else f" {sign} {bound}"
+                    bounds.append((sign, f"{bound:g}" if isinstance(bound, float) else str(bound)))
+        signs = dict(bounds)
+        if set(signs) == {">=", "<="}:
+            text += f" between {signs['>=']} and {signs['<=']}"  # "a number between 0 and 1", not ">= 0 <= 1"
+        else:
+            text += "".join(f" {sign} {bound}" for sign, bound in bounds)
     return text
 
 

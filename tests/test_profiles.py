@@ -318,3 +318,14 @@ def test_min_accept_rate_at_bad_position_and_rate(in_tmp: Path) -> None:
     )
     write(in_tmp, "profiles:\n  a:\n    thresholds: {min_accept_rate_at: {1: 0.7, 2: 0.5}}\n")
     assert load_profiles("specdec.yaml").get("a").thresholds.min_accept_rate_at == {1: 0.7, 2: 0.5}
+
+
+def test_a_bounded_number_and_an_empty_file_are_said_in_words(in_tmp: Path) -> None:
+    write(in_tmp, "profiles:\n  a:\n    server: reference\n    thresholds: {min_accept_rate: 1.5}\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml: profiles.a.thresholds.min_accept_rate: expected a number between 0 and 1, got 1.5"
+    )
+    write(in_tmp, "")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml: expected a top-level mapping 'profiles:' of name -> profile, got an empty file"
+    )
