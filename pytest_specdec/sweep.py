@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -280,16 +281,13 @@ def speedup(record: ResultRecord, baselines: Sequence[ResultRecord]) -> float | 
     """
     from pytest_specdec.compare import paired_ratios
 
-    ratios = sorted(paired_ratios(record, "output_tok_s"))
+    ratios = paired_ratios(record, "output_tok_s")
     if ratios:
-        mid = len(ratios) // 2
-        return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2.0
-    match = [b for b in baselines if _concurrency(b) == _concurrency(record)]
-    if not match and len(baselines) == 1:
-        match = list(baselines)
-    if not match:
+        return statistics.median(ratios)
+    baseline = _baseline_of(record, baselines)
+    if baseline is None:
         return None
-    base = match[0].metrics.get("output_tok_s")
+    base = baseline.metrics.get("output_tok_s")
     value = record.metrics.get("output_tok_s")
     if not isinstance(base, int | float) or not isinstance(value, int | float) or base <= 0:
         return None
@@ -305,10 +303,16 @@ def speedup_reference(record: ResultRecord, baselines: Sequence[ResultRecord]) -
     vs = (record.paired or {}).get("vs")
     if vs and paired_ratios(record, "output_tok_s"):
         return str(vs)
+    baseline = _baseline_of(record, baselines)
+    return baseline.profile if baseline is not None else None
+
+
+def _baseline_of(record: ResultRecord, baselines: Sequence[ResultRecord]) -> ResultRecord | None:
+    """The baseline of ``record``'s workload concurrency, else the only baseline when there is one, else None."""
     match = [b for b in baselines if _concurrency(b) == _concurrency(record)]
     if not match and len(baselines) == 1:
         match = list(baselines)
-    return match[0].profile if match else None
+    return match[0] if match else None
 
 
 def best_point(records: Sequence[ResultRecord], *, thresholds_ok: Mapping[str, bool]) -> ResultRecord | None:
