@@ -11,7 +11,7 @@ import argparse
 import logging
 import random
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import NoReturn
 
 __all__ = [
@@ -265,40 +265,26 @@ def resolve_args(ns: argparse.Namespace) -> ServerArgs:
     if ns.decode_log_interval < 1:
         raise ArgsError(f"--decode-log-interval {ns.decode_log_interval}: expected an integer >= 1")
     seed = ns.random_seed if ns.random_seed is not None else random.randint(0, 2**30 - 1)
-    return ServerArgs(
-        model_path=ns.model_path,
+    # Every parsed flag reaches ServerArgs by name (a flag the dataclass lacks is an error here, never dropped);
+    # only the values SGLang resolves are overridden.
+    known = {f.name for f in fields(ServerArgs)}
+    given = vars(ns)
+    missing = sorted(set(given) - known)
+    if missing:
+        raise TypeError(f"refserver flags without a ServerArgs field: {missing}")
+    resolved = dict(
         tokenizer_path=ns.tokenizer_path or ns.model_path,
         served_model_name=ns.served_model_name or ns.model_path,
-        host=ns.host,
-        port=ns.port,
-        api_key=ns.api_key,
         random_seed=seed,
-        log_level=ns.log_level,
-        decode_log_interval=ns.decode_log_interval,
-        enable_metrics=ns.enable_metrics,
         max_running_requests=max_running,
-        skip_server_warmup=ns.skip_server_warmup,
-        tp_size=ns.tp_size,
         speculative_algorithm=algo,
         speculative_draft_model_path=ns.speculative_draft_model_path if algo else None,
         speculative_num_steps=steps if algo else None,
         speculative_eagle_topk=topk if algo else None,
         speculative_num_draft_tokens=draft_tokens if algo else None,
         speculative_draft_window_size=window if algo else None,
-        ref_fault_oom_at_startup=ns.ref_fault_oom_at_startup,
-        ref_fault_never_ready=ns.ref_fault_never_ready,
-        ref_fault_slow_start=ns.ref_fault_slow_start,
-        ref_fault_stall_after_tokens=ns.ref_fault_stall_after_tokens,
-        ref_fault_die_after_requests=ns.ref_fault_die_after_requests,
-        ref_fault_orphan=ns.ref_fault_orphan,
-        ref_fault_hold_port=ns.ref_fault_hold_port,
-        ref_fault_verify_delay_ms=ns.ref_fault_verify_delay_ms,
-        nnodes=ns.nnodes,
-        node_rank=ns.node_rank,
-        dist_init_addr=ns.dist_init_addr,
-        ref_fault_node_never_join=ns.ref_fault_node_never_join,
-        ref_fault_node_exit=ns.ref_fault_node_exit,
     )
+    return ServerArgs(**{**given, **resolved})
 
 
 def _check_nodes(ns: argparse.Namespace) -> None:

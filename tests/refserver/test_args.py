@@ -133,3 +133,13 @@ def test_draft_window_size_as_sglang() -> None:
     assert args.speculative_draft_window_size == 2 and args.public_dict()["speculative_draft_window_size"] == 2
     with pytest.raises(ValueError, match=r"^--speculative-draft-window-size must be positive, got 0\.$"):
         resolve_args(parse_args([*BASE, *SPEC, *steps, "--speculative-draft-window-size", "0"]))
+
+
+def test_every_parsed_flag_reaches_the_server_args() -> None:
+    # A flag parsed and then dropped (as --ref-embedding-capture once was) would silently do nothing.
+    args = resolve_args(parse_args([*BASE, *SPEC, "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                                    "--speculative-num-draft-tokens", "4", "--ref-embedding-capture", "patched",
+                                    "--ref-fault-verify-delay-ms", "7"]))
+    assert args.ref_embedding_capture == "patched"
+    assert args.ref_fault_verify_delay_ms == 7
+    assert set(vars(parse_args(BASE))) <= set(args.public_dict())
