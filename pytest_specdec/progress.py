@@ -15,7 +15,7 @@ import pytest
 from pytest_specdec import clock
 from pytest_specdec.records import RequestRecord
 
-__all__ = ["MeasureStatus", "PhaseProgress", "StartupProgress"]
+__all__ = ["LogPacer", "MeasureStatus", "PhaseProgress", "StartupProgress"]
 
 #: profile -> phases measured so far in this session (``MeasureStatus``; confirmations continue the count).
 _phases_key = pytest.StashKey[dict[str, int]]()
@@ -26,6 +26,40 @@ LOG_INTERVAL_S = 30.0
 TTY_INTERVAL_S = 0.5
 
 
+class LogPacer:
+    """When the next line may go to a log that is not a terminal: at most one every ``interval_s``, counted across
+    phases. A sweep's or a paired run's phases last 5-10 s each, so a timer restarted with every phase never fired
+    (issue 27); one pacer per session spans them.
+
+    :param interval_s: seconds between two lines.
+    :param now: the clock (``clock.now`` seconds).
+    """
+
+    def __init__(self, interval_s: float = LOG_INTERVAL_S, now: Callable[[], float] | None = None) -> None:
+        # Looked up at call time, so a test's monkeypatched ``clock.now`` reaches a pacer kept in the stash.
+        self.interval_s, self.now = interval_s, now if now is not None else (lambda: clock.now())
+        #: when the last line was written, or when the first phase started (``start``); None before that.
+        self.last_s: float | None = None
+
+    def start(self) -> None:
+        """A phase starts: the first interval counts from the session's first phase."""
+        if self.last_s is None:
+            self.last_s = self.now()
+
+    def due(self, now_s: float) -> bool:
+        """Whether a line may be written at ``now_s``; if so, the next interval starts there."""
+        if self.last_s is None:
+            self.last_s = now_s
+        if now_s - self.last_s < self.interval_s:
+            return False
+        self.last_s = now_s
+        return True
+
+
+#: The session's pacer: a ``MeasureStatus`` is made per measurement, the 30 s interval spans them.
+_pacer_key = pytest.StashKey[LogPacer]()
+
+
 class PhaseProgress:
     """Counts one measured phase's finished requests and writes a status line through ``write``:
 
@@ -33,13 +67,15 @@ class PhaseProgress:
 
     tok/s so far = Σ completion tokens of the finished ok requests / (now - the earliest start among them), the
     phase's own formula (``metrics.summarize``) on what has finished. On a terminal (``tty``) the line is written at
-    most every 0.5 s and for the last request; in a log, at most every 30 s after the phase started.
+    most every 0.5 s and for the last request; in a log, at most every 30 s, counted by ``pacer`` across the
+    session's phases (default: a pacer of this phase alone, started now).
 
     :param profile: the profile measured.
     :param total: requests in the phase.
     :param phase: the phase's number for this profile in the session (1, 2, ...).
     :param write: receives each line (the plugin rewrites the terminal line or writes a log line).
     :param now: the clock (``clock.now``, ``time.perf_counter`` seconds; the records' clock).
+    :param pacer: the log-line pacer shared by the session's phases (ignored on a terminal).
     """
 
     def __init__(
@@ -51,12 +87,15 @@ class PhaseProgress:
         *,
         tty: bool,
         now: Callable[[], float] = clock.now,
+        pacer: LogPacer | None = None,
     ) -> None:
         self.profile, self.total, self.phase, self.write, self.tty, self.now = profile, total, phase, write, tty, now
         self.done = 0
         self.tokens = 0
         self.first_start_s: float | None = None
         self.last_write_s = now()
+        self.pacer = pacer if pacer is not None else LogPacer(now=now)
+        self.pacer.start()
 
     def line(self, now_s: float) -> str:
         """The status text at ``now_s``."""
@@ -72,9 +111,11 @@ class PhaseProgress:
             if self.first_start_s is None or record.start_s < self.first_start_s:
                 self.first_start_s = record.start_s
         now_s = self.now()
-        interval = TTY_INTERVAL_S if self.tty else LOG_INTERVAL_S
-        if now_s - self.last_write_s >= interval or (self.tty and self.done == self.total):
-            self.last_write_s = now_s
+        if self.tty:
+            if now_s - self.last_write_s >= TTY_INTERVAL_S or self.done == self.total:
+                self.last_write_s = now_s
+                self.write(self.line(now_s))
+        elif self.pacer.due(now_s):
             self.write(self.line(now_s))
 
 
@@ -95,13 +136,14 @@ class MeasureStatus:
         self.tty = bool(self.tr is not None and self.tr.isatty())
         #: profile -> phases measured so far in this session (confirmations continue the count)
         self.phases = config.stash.setdefault(_phases_key, {})
+        self.pacer = config.stash.setdefault(_pacer_key, LogPacer())
         self.started = False
 
     def __call__(self, profile: str, total: int) -> PhaseProgress | None:
         if self.tr is None:
             return None
         self.phases[profile] = self.phases.get(profile, 0) + 1
-        return PhaseProgress(profile, total, self.phases[profile], self._write, tty=self.tty)
+        return PhaseProgress(profile, total, self.phases[profile], self._write, tty=self.tty, pacer=self.pacer)
 
     def _write(self, text: str) -> None:
         assert self.tr is not None

@@ -86,3 +86,27 @@ def test_log_line_every_30_seconds() -> None:
     assert PhaseProgress("p", 2, 1, lines.append, tty=False, now=Clock(0.0)).line(0.0) == (
         "specdec: measuring p (phase 1): 0/2 requests"
     )
+
+
+def test_log_interval_spans_phases() -> None:
+    """Phases of 8 s each (a sweep, paired arms): one line per 30 s of the session, not none (issue 27)."""
+    from pytest_specdec.progress import LogPacer
+
+    clock, lines = Clock(0.0), []
+    pacer = LogPacer(now=clock)
+    for phase in range(1, 9):  # 8 phases x 4 requests, 2 s apart: 64 s in all
+        progress = PhaseProgress("eagle3", 4, phase, lines.append, tty=False, now=clock, pacer=pacer)
+        for _ in range(4):
+            clock.t += 2.0
+            progress(OK)
+    # 30 s after the first phase started: phase 4's 3rd request (t=30); then t=60, phase 8's 2nd request.
+    assert [line.split(":")[1] for line in lines] == [" measuring eagle3 (phase 4)", " measuring eagle3 (phase 8)"]
+    assert lines[0].startswith("specdec: measuring eagle3 (phase 4): 3/4 requests")
+
+
+def test_measure_status_keeps_one_pacer_per_session(pytester: pytest.Pytester) -> None:
+    from pytest_specdec.progress import MeasureStatus
+
+    config = pytester.parseconfigure()
+    first, second = MeasureStatus(config), MeasureStatus(config)
+    assert first.pacer is second.pacer
