@@ -71,6 +71,8 @@ class Launched:
         self.pid = pid
         self._buffer = buffer
         self._returncode: int | None = None
+        #: ``time.monotonic()`` at which the supervisor reaped the server (None until then, or when unknown).
+        self.exited_at: float | None = None
         self._eof = False
         self._create_time = 0.0
         with contextlib.suppress(psutil.Error):
@@ -84,7 +86,9 @@ class Launched:
             line, self._buffer = self._buffer.split(b"\n", 1)
             word, _, rest = line.decode(errors="replace").partition(" ")
             if word == "exited":
-                self._returncode = int(rest)
+                code, _, when = rest.partition(" ")
+                self._returncode = int(code)
+                self.exited_at = float(when) if when else None
 
     def _read(self) -> None:
         stdout = self.supervisor.stdout

@@ -277,28 +277,42 @@ class NodeGroup:
             executor.shutdown(wait=False, cancel_futures=True)
 
     def _died(self, dead: list[Rank], *, when: str, error: type[Exception]) -> Exception:
-        """Stop every rank; the error names each dead rank (non-leaders first: a lost rank usually takes rank 0
-        down with it, so the first one named is the likely cause) with its exit status, diagnosed cause and detail
-        (``diagnosis.diagnose_exit``, as ``readiness.exit_error`` for one server), and shows the first one's log
-        tail (secrets redacted)."""
+        """Stop every rank; the error blames the rank that died first and lists the others as followers.
+
+        "First" is the time each rank's supervisor reaped it (``ServerProcess.exited_at``, one monotonic clock for
+        every local process): a lost rank makes its peers exit on the broken collective a moment later (rank 0
+        logs "lost node rank 2; exiting with status 1", then rank 1 fails its NCCL call), so rank order would send
+        the user to a follower. Ranks whose time is unknown come after, non-leaders first (a lost rank usually takes
+        rank 0 down with it). Each rank is named with its exit status, diagnosed cause and detail
+        (``diagnosis.diagnose_exit``, as ``readiness.exit_error`` for one server); the first one's log tail is
+        shown (secrets redacted).
+        """
         pids = {rank.rank: rank.process.known_pids() for rank in dead}
         self.stop()
-        dead = sorted(dead, key=lambda r: (r.rank == 0, r.rank))
+        times = {rank.rank: rank.process.exited_at() for rank in dead}
+        dead = sorted(dead, key=lambda r: (times[r.rank] is None, times[r.rank] or 0.0, r.rank == 0, r.rank))
         parts = []
         found: list[ExitDiagnosis] = []
-        for rank in dead:
+        first_time = times[dead[0].rank]
+        for i, rank in enumerate(dead):
             report = rank.process.stop_report
             code = report.returncode if report is not None else None
             diagnosis = diagnose_exit(read_tail(rank.log_path), code, pids=pids[rank.rank])
             detail = redact(diagnosis.detail(code), rank.process.secrets)
             found.append(diagnosis)
+            later, died_at = "", times[rank.rank]
+            if i and first_time is not None and died_at is not None:
+                later = f" {died_at - first_time:.2f} s later"
             parts.append(
-                f"{rank.label} {describe_exit(code)} {when} (cause: {diagnosis.cause})"
+                f"{rank.label} {describe_exit(code)}{later} {when} (cause: {diagnosis.cause})"
                 f"{': ' + detail if detail else ''}; log: {rank.log_path}"
             )
         first = dead[0]
         tail = _redacted_tail(first)
-        message = f"server '{self.name}': " + "; ".join(parts) + f"\n{tail}"
+        blamed = parts[0]
+        if len(parts) > 1:
+            blamed += "; then, as followers of the first to die: " + "; ".join(parts[1:])
+        message = f"server '{self.name}': " + blamed + f"\n{tail}"
         if error is ServerStartError:
             return ServerStartError(message, profile=self.name, log_path=first.log_path, cause=found[0].cause,
                                     log_tail=tail)  # fmt: skip

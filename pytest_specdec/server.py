@@ -153,6 +153,12 @@ class ServerProcess:
         """The main process's exit status (``Popen.returncode`` convention), None while it runs or when unknown."""
         return self._launched.poll()
 
+    def exited_at(self) -> float | None:
+        """``time.monotonic()`` at which the main process was reaped (the supervisor's report), None while it runs or
+        when unknown (a supervisor that died without saying)."""
+        self._launched.poll()
+        return self._launched.exited_at
+
     def exited(self) -> bool:
         """Whether the main server process has ended."""
         return self._launched.exited()

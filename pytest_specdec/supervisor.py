@@ -8,7 +8,8 @@ in a session of its own, so that neither a Ctrl-C nor a CI runner's kill of pyte
 Protocol. stdin, one JSON line: ``{"argv": [...], "env": {...}, "log_fd": 5, "owners": [[pid, create_time], ...],
 "grace_s": 1.0, "name": "eagle3"}`` (``log_fd`` is inherited: the server's stdout and stderr). stdout, one line
 each: ``started PID`` (or ``failed ERRNO MESSAGE`` when the server cannot be executed, then exit), later
-``exited RETURNCODE`` (``Popen.returncode`` convention: negative for a signal).
+``exited RETURNCODE MONOTONIC`` (``Popen.returncode`` convention: negative for a signal; ``time.monotonic()`` when
+it was reaped, one system-wide clock on Linux, so a group of ranks can tell which died first).
 
 What it does:
 - ``prctl(PR_SET_CHILD_SUBREAPER)``: every process of the server's tree whose parent dies is re-parented here
@@ -150,7 +151,7 @@ def main() -> int:
                 code = os.waitstatus_to_exitcode(status)
                 child.returncode = code  # so Popen never waits for it again
                 returncode.append(code)
-                _say(f"exited {code}")
+                _say(f"exited {code} {time.monotonic():.6f}")
 
     poller = select.poll()
     poller.register(wake_r, select.POLLIN)

@@ -235,12 +235,17 @@ def test_group_serves_then_a_dead_rank_is_named_and_every_rank_stopped(tmp_path:
         assert measurement.metrics.num_ok == 2
         victim = group.ranks[2].process
         os.kill(victim.pid, signal.SIGKILL)
+        # Rank 0 exits on the lost peer and rank 1 on the broken collective: wait for the followers too, so the
+        # blame must come from the order of death, not from which ranks happen to be dead when we look.
         deadline = time.monotonic() + 10
-        while victim.alive() and time.monotonic() < deadline:
+        while any(r.process.alive() for r in group.ranks) and time.monotonic() < deadline:
             time.sleep(0.05)
+        followers = [r.rank for r in group.ranks if not r.process.alive() and r.rank != 2]
         with pytest.raises(ServerError) as info:
             group.check_alive()
         first = str(info.value).splitlines()[0]
+        for rank in followers:
+            assert f"node rank {rank} on 127.0.0.{rank + 1} exited with code" in first.split("as followers")[1]
         assert first.startswith(
             "server 'tp3': node rank 2 on 127.0.0.3 was killed by signal 9 (SIGKILL) while running (cause: unknown): "
             "no error in the log: something outside killed it (the kernel OOM killer would say so in dmesg, which "
