@@ -20,6 +20,7 @@ import pytest
 
 __all__ = [
     "ClientOverloadError",
+    "LoadWarning",
     "CompareError",
     "PreflightError",
     "ProfileError",
@@ -99,3 +100,10 @@ class CompareError(SpecdecError):
 
 class SpecdecWarning(pytest.PytestWarning):
     """Warned when a comparison or threshold is not applicable, or a fingerprint differs from the baseline."""
+
+
+class LoadWarning(SpecdecWarning):
+    """Warned when the client could not keep up ("client overloaded: ...") or the machine was busy ("machine busy:
+    ..."): TTFT and ITL include that delay. The plugin working as designed on a loaded runner, so a suite that turns
+    warnings into errors can keep these as warnings: ``filterwarnings = default::pytest_specdec.errors.LoadWarning``.
+    """

@@ -31,13 +31,14 @@ class LogPacer:
     phases. A sweep's or a paired run's phases last 5-10 s each, so a timer restarted with every phase never fired
     (issue 27); one pacer per session spans them.
 
-    :param interval_s: seconds between two lines.
+    :param interval_s: seconds between two lines (default: ``LOG_INTERVAL_S`` at the time of each check).
     :param now: the clock (``clock.now`` seconds).
     """
 
-    def __init__(self, interval_s: float = LOG_INTERVAL_S, now: Callable[[], float] | None = None) -> None:
-        # Looked up at call time, so a test's monkeypatched ``clock.now`` reaches a pacer kept in the stash.
-        self.interval_s, self.now = interval_s, now if now is not None else (lambda: clock.now())
+    def __init__(self, interval_s: float | None = None, now: Callable[[], float] | None = None) -> None:
+        # Both looked up at call time, so a test's monkeypatched ``clock.now`` or ``LOG_INTERVAL_S`` reaches a pacer
+        # kept in the stash.
+        self._interval_s, self.now = interval_s, now if now is not None else (lambda: clock.now())
         #: when the last line was written, or when the first phase started (``start``); None before that.
         self.last_s: float | None = None
 
@@ -50,7 +51,8 @@ class LogPacer:
         """Whether a line may be written at ``now_s``; if so, the next interval starts there."""
         if self.last_s is None:
             self.last_s = now_s
-        if now_s - self.last_s < self.interval_s:
+        interval_s = LOG_INTERVAL_S if self._interval_s is None else self._interval_s
+        if now_s - self.last_s < interval_s:
             return False
         self.last_s = now_s
         return True

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pytest
 
 from pytest_specdec import discovery, marker
-from pytest_specdec.errors import CompareError, ProfileError, SpecdecError, SpecdecWarning
+from pytest_specdec.errors import CompareError, LoadWarning, ProfileError, SpecdecError, SpecdecWarning
 from pytest_specdec.keys import (
     CHECKS_PROPERTY,
     OVERRIDES_PROPERTY,
@@ -460,9 +460,11 @@ class SpecdecSession:
                         if path is not None:
                             self.save_shared(path, profile.name)
             run = self.runs[profile.name]
-            for message in dict.fromkeys([*run.cross_checks, *run.client_checks, *run.log_warnings]):
+            for message in dict.fromkeys([*run.cross_checks, *run.log_warnings]):
                 # Counters disagreeing with the client (a metrics bug, not a regression), or a log-level warning.
                 request.node.warn(SpecdecWarning(f"profile {profile.name}: {message}"))
+            for message in dict.fromkeys(run.client_checks):
+                request.node.warn(LoadWarning(f"profile {profile.name}: {message}"))
         run = self.runs[profile.name]
         if "specdec_server" in request.fixturenames:  # already set up for this test: no launch
             self.servers[profile.name] = request.getfixturevalue("specdec_server")

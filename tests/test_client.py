@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -23,18 +19,7 @@ from pytest_specdec import clock
 from pytest_specdec.client import ClientLoad, auto_workers, fetch_text, run_phase
 from pytest_specdec.errors import ServerError
 from pytest_specdec.metrics import request_timing, summarize
-from pytest_specdec.workload import RequestSpec
-
-BASE = "http://testserver"
-Script = list[tuple[float, Any]]  # (fake time at delivery, payload dict | "[DONE]" | raw str | ("sleep", s))
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def now(self) -> float:
-        return self.t
+from tests.helpers import BASE, GENERATE_SCRIPT, FakeClock, Script, free_port, gen_event, req, sse
 
 
 @pytest.fixture
@@ -42,53 +27,6 @@ def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
     monkeypatch.setattr(clock, "now", fake.now)
     return fake
-
-
-def sse(fake: FakeClock, script: Script) -> Callable[[], AsyncIterator[bytes]]:
-    async def body() -> AsyncIterator[bytes]:
-        for t, payload in script:
-            if isinstance(payload, tuple):  # ("sleep", seconds): real wait, for watchdog/timeout tests
-                await asyncio.sleep(payload[1])
-                continue
-            fake.t = t
-            text = payload if isinstance(payload, str) else json.dumps(payload)
-            yield f"data: {text}\n\n".encode()
-
-    return body
-
-
-def req(prompt: str = "hi", n: int = 8) -> RequestSpec:
-    return RequestSpec(prompt=prompt, max_new_tokens=n, temperature=0.0, ignore_eos=True)
-
-
-def gen_event(text: str, completion_tokens: int, **extra: Any) -> dict[str, Any]:
-    return {
-        "text": text,
-        "output_ids": list(range(completion_tokens)),
-        "meta_info": {"prompt_tokens": 5, "completion_tokens": completion_tokens, **extra},
-    }
-
-
-# A speculative /generate stream: 1-token first event, then 3- and 4-token events, plus one event without
-# new tokens (must record nothing). The final meta_info carries SGLang 0.5.23's spec fields.
-GENERATE_SCRIPT: Script = [
-    (0.100, gen_event("a", 1)),
-    (0.130, gen_event("abcd", 4)),
-    (0.140, gen_event("abcd", 4)),
-    (
-        0.190,
-        gen_event(
-            "abcdefgh",
-            8,
-            spec_verify_ct=3,
-            spec_accept_length=8 / 3,
-            spec_accept_rate=0.5,
-            spec_num_correct_drafts=5,
-            spec_num_proposed_drafts=9,
-        ),
-    ),
-    (0.200, "[DONE]"),
-]
 
 
 def test_generate_stream_records_exact_chunks_and_spec_fields(fake_clock: FakeClock) -> None:
@@ -499,34 +437,6 @@ def test_malformed_event_is_a_failed_record_keeping_earlier_tokens(fake_clock: F
 
 # --- the real streaming path (aiohttp over sockets) against benchmarks/sse_server.py -----------------------------
 
-SSE_SERVER = Path(__file__).resolve().parents[1] / "benchmarks" / "sse_server.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def sse_url() -> Iterator[str]:
-    """A local SSE server (3 tokens per event, spec fields on the last event, 2 ms between events; a prompt
-    holding "stall-me" gets one event and then silence)."""
-    port = _free_port()
-    args = ["--port", str(port), "--tokens-per-event", "3", "--spec", "--itl-ms", "2", "--ttft-ms", "5"]
-    args += ["--stall-prompt", "stall-me"]
-    proc = subprocess.Popen([sys.executable, str(SSE_SERVER), *args], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().startswith("sse_server listening")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-
 @pytest.mark.parametrize("api", ["generate", "completions", "chat"])
 def test_aiohttp_streams_count_tokens_per_event(sse_url: str, api: str) -> None:
     result = run_phase(sse_url, [req(f"p{i}", 10) for i in range(6)], api=api, concurrency=3)  # type: ignore[arg-type]
@@ -547,7 +457,7 @@ def test_aiohttp_http_error_and_refused_connection_are_failed_records(sse_url: s
     # /v1/completions with a bad path: the server answers 404; a closed port refuses the connection.
     (rec,) = run_phase(sse_url + "/nope", [req()]).records
     assert rec.error == f'HTTP 404 Not Found from {sse_url}/nope/generate: {{"detail": "Not Found"}}'
-    port = _free_port()
+    port = free_port()
     (rec,) = run_phase(f"http://127.0.0.1:{port}", [req()]).records
     assert rec.error is not None
     assert rec.error.startswith(f"ClientConnectorError on http://127.0.0.1:{port}/generate: Cannot connect to host")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -23,40 +22,7 @@ from pytest_specdec.compare import (
 )
 from pytest_specdec.errors import CompareError
 from pytest_specdec.results import ResultRecord, ResultStore, RunFile
-
-WORKLOAD = {
-    "prompts": "builtin",
-    "api": "generate",
-    "max_new_tokens": 64,
-    "num_requests": 16,
-    "concurrency": 1,
-    "temperature": 0.0,
-}
-
-
-def fingerprint(**changes: Any) -> dict[str, Any]:
-    fp: dict[str, Any] = {
-        "plugin_version": "0.1.0",
-        "engine": "sglang",
-        "packages": {"sglang": "0.5.23", "torch": "2.13.0"},
-        "argv": ["python", "-m", "sglang.launch_server", "--port", "30000", "--speculative-num-steps", "3"],
-        "env": {"NCCL_PROTO": "LL", "CUDA_VISIBLE_DEVICES": "0"},
-        "draft": {"path": "/d", "config_hash": "aaaa", "aux_ids": [1, 3, 5]},
-        "effective": {"num_steps": 3},
-        "prompt_hash": "0123456789abcdef" * 4,
-        "workload": dict(WORKLOAD),
-        "gpus": [{"name": "NVIDIA H100", "driver": "550.54", "cuda": "12.4"}],
-        "host": "node1",
-    }
-    fp.update(changes)
-    return fp
-
-
-def rec(
-    test_id: str = "t.py::test_x[eagle3]", fp: dict[str, Any] | None = None, **repeats: list[float]
-) -> ResultRecord:
-    metrics = {k: float(np.median(v)) for k, v in repeats.items()}
-    return ResultRecord(test_id, "eagle3", metrics, {k: list(v) for k, v in repeats.items()}, fp or fingerprint())
+from tests.helpers import WORKLOAD, fingerprint, rec
 
 
 def test_parse_tolerances_forms() -> None:

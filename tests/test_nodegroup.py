@@ -25,6 +25,7 @@ from pytest_specdec.nodegroup import NodeGroup, render_launcher
 from pytest_specdec.ports import find_free_port
 from pytest_specdec.profiles import Profile, load_profiles, resolve_paths
 from pytest_specdec.refserver.args import ArgsError, parse_args, resolve_args
+from tests.helpers import STRICT_INI
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 SGLANG_DATA = Path(__file__).parent / "data" / "sglang" / "0.5.17"
@@ -266,7 +267,7 @@ def test_plugin_runs_a_multinode_profile(pytester: pytest.Pytester) -> None:
             assert specdec_run.metrics.num_ok == 2
         """
     )
-    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    pytester.makeini(STRICT_INI)
     result = pytester.runpytest_subprocess("--specdec-profiles=specdec.yaml", "--server-profile=tp3", timeout=600)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(["test_tp3[[]tp3[]] * tp3 * passed"])

@@ -15,7 +15,7 @@ from pytest_specdec import sweep
 from pytest_specdec.__main__ import main
 from pytest_specdec.plots import metric_label, plot_sweep, plot_trend, trend_points, trend_title
 from pytest_specdec.results import ResultRecord, ResultStore, RunFile
-from tests.test_sweep import record, seed_records
+from tests.helpers import record, seed_records
 
 image = pytest.importorskip("matplotlib.image")
 

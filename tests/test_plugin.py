@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from pytest_specdec.ports import port_is_free
+from tests.helpers import STRICT_INI
 
 PROFILES = """
 profiles:
@@ -72,7 +73,7 @@ def _our_servers(pytester: pytest.Pytester) -> list[psutil.Process]:
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makefile(".yaml", specdec=PROFILES.replace("@TAG@", _tag(pytester)))
     pytester.makepyfile(test_specdec=TESTS)
-    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    pytester.makeini(STRICT_INI)
     return pytester
 
 

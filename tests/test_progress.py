@@ -9,7 +9,7 @@ from pytest_specdec import clock as specdec_clock
 from pytest_specdec.client import run_phase
 from pytest_specdec.progress import PhaseProgress
 from pytest_specdec.records import RequestRecord
-from tests.test_client import BASE, GENERATE_SCRIPT, FakeClock, req, sse, sse_url  # noqa: F401 - fixture
+from tests.helpers import BASE, GENERATE_SCRIPT, FakeClock, req, sse
 
 OK = RequestRecord(ok=True, error=None, start_s=10.0, end_s=11.0, prompt_tokens=5, completion_tokens=64)
 FAILED = RequestRecord(ok=False, error="boom", start_s=10.5, end_s=10.6, prompt_tokens=5, completion_tokens=0)
@@ -41,7 +41,7 @@ def test_client_reports_each_finished_request_once(fake_clock: FakeClock) -> Non
     assert sorted(map(id, done)) == sorted(map(id, phase.records))  # the records themselves, once each
 
 
-def test_worker_processes_report_each_finished_request(sse_url: str) -> None:  # noqa: F811 - fixture
+def test_worker_processes_report_each_finished_request(sse_url: str) -> None:
     done: list[RequestRecord] = []
     specs = [req(f"w{i}", 3 + i) for i in range(5)]
     result = run_phase(sse_url, specs, concurrency=2, workers=2, on_request_done=done.append)

@@ -13,7 +13,7 @@ import pytest
 from pytest_specdec.markdown import markdown_summary, markdown_targets, write_markdown
 from pytest_specdec.report import category_lines, junit_properties, position_lines, write_json_report
 from pytest_specdec.results import RunFile, read_run_file
-from tests.test_sweep import record
+from tests.helpers import record
 
 pytest_plugins = ["pytester"]
 

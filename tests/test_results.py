@@ -8,14 +8,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pytest_specdec.engines.base import EffectiveConfig, LaunchSpec
 from pytest_specdec.errors import CompareError
 from pytest_specdec.profiles import Profile, SpeculativeConfig, Workload
-from pytest_specdec.records import RequestRecord, RunMetrics
+from pytest_specdec.records import RequestRecord
 from pytest_specdec.redaction import REDACTED
 from pytest_specdec.results import (
     FINGERPRINT_PACKAGES,
@@ -26,14 +25,7 @@ from pytest_specdec.results import (
     package_versions,
 )
 from pytest_specdec.runner import Measurement, RunningServer
-
-
-def run_metrics(**changes: Any) -> RunMetrics:
-    fields = {f.name: None for f in dataclasses.fields(RunMetrics) if f.default is dataclasses.MISSING}
-    fields.update(num_requests=1, num_ok=1, num_errors=0, duration_s=1.0, output_tokens=100, output_tok_s=100.0)
-    fields.update(changes)
-    return RunMetrics(**fields)
-
+from tests.helpers import run_metrics
 
 # start 0.0, events at 0.100 s (1 token), 0.130 s (3), 0.170 s (4), done 0.170 s: TTFT 100 ms, ITL 10 ms,
 # TPOT (170 - 100) / 7 = 10 ms, e2e 170 ms (metrics.request_timing's worked example).

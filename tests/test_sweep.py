@@ -10,6 +10,7 @@ import pytest
 from pytest_specdec import sweep
 from pytest_specdec.profiles import load_profiles
 from pytest_specdec.results import ResultRecord
+from tests.helpers import record, seed_records
 
 FORMAT = (
     "expected PARAM=VALUES joined by ';', with PARAM one of num_steps, num_draft_tokens, eagle_topk, concurrency "
@@ -40,29 +41,6 @@ def profiles(tmp_path: Path) -> dict:
     path = tmp_path / "specdec.yaml"
     path.write_text(PROFILES)
     return dict(load_profiles(path).profiles)
-
-
-def record(profile: str, tok_s: float, accept: float | None, *, outcome: str = "passed", conc: int = 1) -> ResultRecord:
-    """A synthetic record: accept rate as with 4 draft tokens, ITL = 1000 / tok/s, TTFT 40 ms."""
-    metrics = {
-        "output_tok_s": tok_s,
-        "accept_length": accept,
-        "accept_rate": (accept - 1) / 3 if accept is not None else None,
-        "ttft_ms_p50": 40.0,
-        "itl_ms_p50": 1000.0 / tok_s,
-    }
-    fingerprint = {
-        "speculative": None if accept is None else {"algorithm": "EAGLE3"},
-        "workload": {"concurrency": conc},
-    }
-    return ResultRecord(
-        test_id=f"tests/test_x.py::test_run[{profile}]",
-        profile=profile,
-        metrics=metrics,
-        repeats={},
-        fingerprint=fingerprint,
-        outcome=outcome,
-    )
 
 
 # -- parse_sweep ------------------------------------------------------------------------------------------------
@@ -193,19 +171,6 @@ def test_expand_errors(profiles: dict, selected: list[str], spec: str, message: 
 # -- after the run ----------------------------------------------------------------------------------------------
 
 
-SEED = [(1, 90.1, 1.80), (2, 94.0, 2.40), (3, 92.5, 2.70), (4, 89.0, 2.90)]
-
-
-def seed_records(failed: tuple[int, ...] = ()) -> list[ResultRecord]:
-    """The seed's sweep: optimum at 2 steps, 94.0 tok/s vs 88.8 without speculation; two tests per profile."""
-    out = [record("baseline", 88.8, None)]
-    for steps, tok_s, accept in SEED:
-        name = f"eagle3@num_steps={steps}"
-        out.append(record(name, tok_s, accept))
-        out.append(record(name, tok_s, accept, outcome="failed" if steps in failed else "passed"))
-    return out
-
-
 def test_records_baselines_and_thresholds_ok() -> None:
     records = seed_records(failed=(2,))
     points = sweep.sweep_records(records)
@@ -328,7 +293,7 @@ def test_min_accept_length_cannot_apply_where_accept_length_cannot_reach_it() ->
     """min_accept_length 2.4 at num_steps 1 (accept length <= 2) is not applicable at a sweep point, not failed."""
     from pytest_specdec.profiles import Thresholds
     from pytest_specdec.thresholds import evaluate
-    from tests.test_results import run_metrics
+    from tests.helpers import run_metrics
 
     thresholds = Thresholds(min_accept_length=2.4, min_tok_s=50)
     metrics = run_metrics(accept_length=1.8, output_tok_s=90.0)
@@ -423,7 +388,7 @@ def test_min_accept_length_set_for_more_steps_is_not_judged_at_fewer() -> None:
     floor does not apply; at the configured steps and above it does."""
     from pytest_specdec.profiles import Thresholds
     from pytest_specdec.thresholds import evaluate
-    from tests.test_results import run_metrics
+    from tests.helpers import run_metrics
 
     thresholds = Thresholds(min_accept_length=2.5)
     metrics = run_metrics(accept_length=2.47, output_tok_s=179.5)

@@ -11,6 +11,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from tests.helpers import STRICT_INI
+
 PROFILES = """
 profiles:
   baseline:
@@ -35,7 +37,7 @@ def test_accept(specdec_run):
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makefile(".yaml", specdec=PROFILES)
     pytester.makepyfile(test_specdec=TESTS)
-    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    pytester.makeini(STRICT_INI)
     return pytester
 
 

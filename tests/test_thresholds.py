@@ -8,7 +8,7 @@ import pytest
 
 from pytest_specdec.profiles import Thresholds
 from pytest_specdec.thresholds import evaluate, merge_marker
-from tests.test_results import run_metrics
+from tests.helpers import run_metrics
 
 SPEC = dataclasses.replace(
     run_metrics(output_tok_s=100.0, accept_length=2.5),

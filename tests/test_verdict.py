@@ -11,8 +11,7 @@ from pytest_specdec.results import ResultRecord
 from pytest_specdec.summary import note_lines
 from pytest_specdec.thresholds import evaluate
 from pytest_specdec.verdict import CompareVerdict, failure_message, judge_compare, shared_verdict_message, sweep_steps
-from tests.test_compare import rec
-from tests.test_results import run_metrics
+from tests.helpers import rec, run_metrics
 
 SLOW = run_metrics(output_tok_s=100.0, accept_length=2.0)
 

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytest.importorskip("torch", reason="the reference server needs the reference extra (torch)")
+
 from pytest_specdec.refserver.args import MAX_RUNNING_WARNING, TOPK_WARNING, ArgsError, parse_args, resolve_args
 from pytest_specdec.refserver.decoding import capture_indices
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
+pytest.importorskip("torch", reason="the reference server needs the reference extra (torch)")
 import torch
 
 from pytest_specdec.refserver.decoding import speculative_accept

@@ -12,6 +12,8 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+
+pytest.importorskip("torch", reason="the reference server needs the reference extra (torch)")
 from refhelpers import asset_dir, free_port, running_server
 
 pytestmark = pytest.mark.slow

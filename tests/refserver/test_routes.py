@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("torch", reason="the reference server needs the reference extra (torch)")
 from fastapi.testclient import TestClient
 
 from pytest_specdec.refserver.app import create_app

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+pytest.importorskip("torch", reason="the reference server needs the reference extra (torch)")
 from refhelpers import RunningServer, asset_dir, load_prompts, running_server, spec_flags
 
 from pytest_specdec.engines.reference import ReferenceEngine

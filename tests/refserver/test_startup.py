@@ -8,6 +8,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+pytest.importorskip("torch", reason="the reference server needs the reference extra (torch)")
 from refhelpers import asset_dir, free_port, overlay_draft, server_cmd, server_env, spec_flags, stop
 
 pytestmark = pytest.mark.slow

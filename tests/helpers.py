@@ -1,0 +1,173 @@
+"""Helpers shared by the plugin's own test modules (builders of synthetic records, scripted SSE streams).
+
+Test modules import from here, never from each other: a test module is collected on its own, and an import
+between two of them ties their collection (and their fixtures) together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import socket
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import numpy as np
+
+from pytest_specdec.records import RunMetrics
+from pytest_specdec.results import (
+    ResultRecord,
+)
+from pytest_specdec.workload import RequestSpec
+
+BASE = "http://testserver"
+
+
+Script = list[tuple[float, Any]]  # (fake time at delivery, payload dict | "[DONE]" | raw str | ("sleep", s))
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+
+def sse(fake: FakeClock, script: Script) -> Callable[[], AsyncIterator[bytes]]:
+    async def body() -> AsyncIterator[bytes]:
+        for t, payload in script:
+            if isinstance(payload, tuple):  # ("sleep", seconds): real wait, for watchdog/timeout tests
+                await asyncio.sleep(payload[1])
+                continue
+            fake.t = t
+            text = payload if isinstance(payload, str) else json.dumps(payload)
+            yield f"data: {text}\n\n".encode()
+
+    return body
+
+
+def req(prompt: str = "hi", n: int = 8) -> RequestSpec:
+    return RequestSpec(prompt=prompt, max_new_tokens=n, temperature=0.0, ignore_eos=True)
+
+
+def gen_event(text: str, completion_tokens: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "text": text,
+        "output_ids": list(range(completion_tokens)),
+        "meta_info": {"prompt_tokens": 5, "completion_tokens": completion_tokens, **extra},
+    }
+
+
+# A speculative /generate stream: 1-token first event, then 3- and 4-token events, plus one event without
+# new tokens (must record nothing). The final meta_info carries SGLang 0.5.23's spec fields.
+GENERATE_SCRIPT: Script = [
+    (0.100, gen_event("a", 1)),
+    (0.130, gen_event("abcd", 4)),
+    (0.140, gen_event("abcd", 4)),
+    (
+        0.190,
+        gen_event(
+            "abcdefgh",
+            8,
+            spec_verify_ct=3,
+            spec_accept_length=8 / 3,
+            spec_accept_rate=0.5,
+            spec_num_correct_drafts=5,
+            spec_num_proposed_drafts=9,
+        ),
+    ),
+    (0.200, "[DONE]"),
+]
+
+
+def run_metrics(**changes: Any) -> RunMetrics:
+    fields = {f.name: None for f in dataclasses.fields(RunMetrics) if f.default is dataclasses.MISSING}
+    fields.update(num_requests=1, num_ok=1, num_errors=0, duration_s=1.0, output_tokens=100, output_tok_s=100.0)
+    fields.update(changes)
+    return RunMetrics(**fields)
+
+
+WORKLOAD = {
+    "prompts": "builtin",
+    "api": "generate",
+    "max_new_tokens": 64,
+    "num_requests": 16,
+    "concurrency": 1,
+    "temperature": 0.0,
+}
+
+
+def fingerprint(**changes: Any) -> dict[str, Any]:
+    fp: dict[str, Any] = {
+        "plugin_version": "0.1.0",
+        "engine": "sglang",
+        "packages": {"sglang": "0.5.23", "torch": "2.13.0"},
+        "argv": ["python", "-m", "sglang.launch_server", "--port", "30000", "--speculative-num-steps", "3"],
+        "env": {"NCCL_PROTO": "LL", "CUDA_VISIBLE_DEVICES": "0"},
+        "draft": {"path": "/d", "config_hash": "aaaa", "aux_ids": [1, 3, 5]},
+        "effective": {"num_steps": 3},
+        "prompt_hash": "0123456789abcdef" * 4,
+        "workload": dict(WORKLOAD),
+        "gpus": [{"name": "NVIDIA H100", "driver": "550.54", "cuda": "12.4"}],
+        "host": "node1",
+    }
+    fp.update(changes)
+    return fp
+
+
+def rec(
+    test_id: str = "t.py::test_x[eagle3]", fp: dict[str, Any] | None = None, **repeats: list[float]
+) -> ResultRecord:
+    metrics = {k: float(np.median(v)) for k, v in repeats.items()}
+    return ResultRecord(test_id, "eagle3", metrics, {k: list(v) for k, v in repeats.items()}, fp or fingerprint())
+
+
+def record(profile: str, tok_s: float, accept: float | None, *, outcome: str = "passed", conc: int = 1) -> ResultRecord:
+    """A synthetic record: accept rate as with 4 draft tokens, ITL = 1000 / tok/s, TTFT 40 ms."""
+    metrics = {
+        "output_tok_s": tok_s,
+        "accept_length": accept,
+        "accept_rate": (accept - 1) / 3 if accept is not None else None,
+        "ttft_ms_p50": 40.0,
+        "itl_ms_p50": 1000.0 / tok_s,
+    }
+    fingerprint = {
+        "speculative": None if accept is None else {"algorithm": "EAGLE3"},
+        "workload": {"concurrency": conc},
+    }
+    return ResultRecord(
+        test_id=f"tests/test_x.py::test_run[{profile}]",
+        profile=profile,
+        metrics=metrics,
+        repeats={},
+        fingerprint=fingerprint,
+        outcome=outcome,
+    )
+
+
+SEED = [(1, 90.1, 1.80), (2, 94.0, 2.40), (3, 92.5, 2.70), (4, 89.0, 2.90)]
+
+
+def seed_records(failed: tuple[int, ...] = ()) -> list[ResultRecord]:
+    """The seed's sweep: optimum at 2 steps, 94.0 tok/s vs 88.8 without speculation; two tests per profile."""
+    out = [record("baseline", 88.8, None)]
+    for steps, tok_s, accept in SEED:
+        name = f"eagle3@num_steps={steps}"
+        out.append(record(name, tok_s, accept))
+        out.append(record(name, tok_s, accept, outcome="failed" if steps in failed else "passed"))
+    return out
+
+
+#: The ini of pytester projects that turn warnings into errors: the plugin's load warnings (machine busy, client
+#: overloaded) stay warnings, since they are the plugin working as designed on a loaded runner; a test that asserts
+#: on one says so itself.
+STRICT_INI = "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.errors.LoadWarning\n"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
