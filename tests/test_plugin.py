@@ -325,9 +325,11 @@ def test_server_url_must_be_http_and_a_dead_url_fails_fast(project: pytest.Pytes
     from pytest_specdec.ports import find_free_port
 
     dead = f"http://127.0.0.1:{find_free_port('127.0.0.1')}"
+    # The grace a dead URL gets is 10 s; 1 s here tells the same story without waiting it out.
+    project.makeconftest("import pytest_specdec.runner\npytest_specdec.runner.REFUSED_GRACE_S = 1.0\n")
     result = project.runpytest_subprocess("--server-profile=eagle3", f"--server-url={dead}", timeout=120)
     result.assert_outcomes(errors=2)
-    result.stdout.fnmatch_lines(["*cannot connect for 10 s (ConnectError: *is the server running and is the URL*"])
+    result.stdout.fnmatch_lines(["*cannot connect for 1 s (ConnectError: *is the server running and is the URL*"])
 
 
 def test_missing_prompt_file_and_api_key_env_stop_before_launch(pytester: pytest.Pytester) -> None:
