@@ -23,8 +23,8 @@ from typing import Any, NoReturn
 
 from pytest_specdec.errors import CompareError, ProfileError
 from pytest_specdec.merge import DEFAULT_TREND_RUNS
-from pytest_specdec.preflight import Finding, format_findings, run_preflight
-from pytest_specdec.profiles import Profile, load_profiles
+from pytest_specdec.preflight import Finding, format_findings, locate, run_preflight
+from pytest_specdec.profiles import Profile, did_you_mean, load_profiles
 from pytest_specdec.results import ResultRecord, read_run_file
 
 __all__ = ["main"]
@@ -419,30 +419,34 @@ def _cmd_reap(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    # Every diagnostic goes to stderr in one shape, ``SEVERITY: FILE:LINE: profiles.NAME.KEY: ...``; stdout only
+    # says which profiles are fine. Exit codes: EXIT_OK, EXIT_FINDINGS, EXIT_BAD_PROFILE (README "Profiles").
     try:
         profiles = load_profiles(args.profile_file)
     except ProfileError as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():
+            print(f"error: {line}", file=sys.stderr)
         return EXIT_BAD_PROFILE
     names = args.profile or sorted(profiles.profiles)
     unknown = [n for n in names if n not in profiles.profiles]
     if unknown:
         available = ", ".join(sorted(profiles.profiles))
-        print(f"ERROR: --profile={unknown[0]}: no such profile in {args.profile_file} (available: {available})",
+        print(f"error: --profile={unknown[0]}: no such profile in {args.profile_file}"
+              f"{did_you_mean(unknown[0], list(profiles.profiles))} (available: {available})",
               file=sys.stderr)  # fmt: skip
         return EXIT_BAD_PROFILE
     findings: list[Finding] = []
     for name in names:
         try:
-            found = run_preflight(profiles.get(name))
+            found = locate(run_preflight(profiles.get(name)), profiles)
         except ProfileError as exc:
-            print(f"ERROR: {exc}", file=sys.stderr)
+            print(f"error: {exc}", file=sys.stderr)
             return EXIT_BAD_PROFILE
         findings += found
         if not found:
             print(f"profile {name}: ok")
     for line in format_findings(findings):
-        print(line)
+        print(line, file=sys.stderr)
     failing = {"error", "warning"} if args.strict else {"error"}
     return EXIT_FINDINGS if any(f.severity in failing for f in findings) else EXIT_OK
 

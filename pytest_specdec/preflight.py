@@ -19,17 +19,17 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_specdec.profiles import BUNDLED_ASSETS, Profile
+from pytest_specdec.profiles import BUNDLED_ASSETS, Profile, ProfileSet
 from pytest_specdec.weights import read_safetensors_header
 
 if TYPE_CHECKING:
     from pytest_specdec.engines.base import Engine
 
-__all__ = ["Finding", "blocking", "format_findings", "read_safetensors_header", "run_preflight"]
+__all__ = ["Finding", "blocking", "format_findings", "locate", "read_safetensors_header", "run_preflight"]
 
 Severity = Literal["error", "warning", "note"]
 _ORDER = {"error": 0, "warning": 1, "note": 2}
@@ -51,12 +51,35 @@ class Finding:
     value: Any
     why: str
     fix: str
+    #: Line of the key in ``file`` (``locate``); None when unknown.
+    line: int | None = None
+    #: The profile whose block writes the key, when it is not ``profile`` (inherited through ``extends:``).
+    via: str | None = None
 
     def __str__(self) -> str:
+        """``SEVERITY: FILE:LINE: profiles.PROFILE.KEY: why (got VALUE); fix: FIX`` for a profile key (the shape of
+        the profile loader's errors), ``SEVERITY: FILE: KEY: ... [profile P]; fix: ...`` for a model file's."""
         got = f" (got {self.value!r})" if self.value is not None else ""
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
         if self.file.endswith((".yaml", ".yml")) or self.file == "<profile>":
-            return f"{self.severity}: {self.file}: profiles.{self.profile}.{self.key}: {self.why}{got}; fix: {self.fix}"
-        return f"{self.severity}: {self.file}: {self.key}: {self.why}{got} [profile {self.profile}]; fix: {self.fix}"
+            via = f" (set in profiles.{self.via}, through extends:)" if self.via else ""
+            key = f"profiles.{self.profile}.{self.key}{via}"
+            return f"{self.severity}: {where}: {key}: {self.why}{got}; fix: {self.fix}"
+        return f"{self.severity}: {where}: {self.key}: {self.why}{got} [profile {self.profile}]; fix: {self.fix}"
+
+
+def locate(findings: Sequence[Finding], profile_set: ProfileSet) -> list[Finding]:
+    """``findings`` with the line of each profile key filled in (``ProfileSet.locate``) and the profile file named as
+    the user gave it (``profile_set.path``), so preflight and the loader's errors read alike."""
+    out = []
+    for f in findings:
+        profile = profile_set.profiles.get(f.profile)
+        if profile is not None and f.file == profile.source:
+            line, owner = profile_set.locate(f.profile, f.key)
+            via = owner if owner != f.profile and owner != f.profile.split("@", 1)[0] else None
+            f = replace(f, file=str(profile_set.path), line=line, via=via)
+        out.append(f)
+    return out
 
 
 def blocking(findings: Sequence[Finding], *, strict: bool) -> list[Finding]:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import copy
 import difflib
 import os
+import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
@@ -39,6 +41,7 @@ __all__ = [
     "Thresholds",
     "TraceConfig",
     "Workload",
+    "did_you_mean",
     "load_profiles",
     "resolve_paths",
 ]
@@ -319,6 +322,30 @@ class ProfileSet(BaseModel):
 
     path: Path
     profiles: dict[str, Profile]
+    #: Line (1-based) of every key in the file, by its path from the root: ``("profiles", "eagle3", "speculative",
+    #: "num_steps") -> 12``; list items by index (``"0"``). Empty for a set built in code.
+    key_lines: dict[tuple[str, ...], int] = Field(default_factory=dict, repr=False)
+    #: Profile -> its ``extends:`` chain, itself first (``("eagle3-wrong-layers", "eagle3", "baseline")``).
+    chains: dict[str, tuple[str, ...]] = Field(default_factory=dict, repr=False)
+
+    def locate(self, profile: str, key: tuple[str, ...] | str) -> tuple[int | None, str]:
+        """Where the value of ``key`` (relative to ``profiles.<profile>``; dotted, ``[i]`` for list items, or a tuple)
+        is written: the line of the nearest key that the file has (the key itself, else its block, else the profile's
+        name), in the first profile of the ``extends:`` chain that writes it.
+
+        A sweep point (``eagle3@num_steps=2``) is located in the profile it was derived from.
+
+        :returns: (line or None when the file has none of it, the profile whose block holds that line).
+        """
+        parts = _key_parts(key) if isinstance(key, str) else tuple(key)
+        name = profile if profile in self.chains else profile.split("@", 1)[0]
+        chain = self.chains.get(name, (name,))
+        for depth in range(len(parts), -1, -1):
+            for link in chain:
+                line = self.key_lines.get(("profiles", link, *parts[:depth]))
+                if line is not None:
+                    return line, link
+        return None, profile
 
     def get(self, name: str) -> Profile:
         """:raises ProfileError: naming the file and the available profiles."""
@@ -369,7 +396,7 @@ def load_profiles(path: str | Path) -> ProfileSet:
     except (OSError, UnicodeDecodeError) as exc:
         raise ProfileError(f"{shown}: cannot read profile file: {exc}", path=file) from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+        data, lines = _load_yaml(text)
     except _DuplicateKeyError as exc:
         raise ProfileError(f"{shown}{exc}", path=file) from None
     except yaml.MarkedYAMLError as exc:
@@ -383,21 +410,32 @@ def load_profiles(path: str | Path) -> ProfileSet:
         raise ProfileError(
             f"{shown}: expected a top-level mapping 'profiles:' of name -> profile, got {got}", path=file
         )
+
+    def at(*key: str) -> str:
+        """``FILE:LINE`` of the key at this path from the file's root (``FILE`` when the file has no such key)."""
+        line = lines.get(tuple(map(str, key)))
+        return f"{shown}:{line}" if line is not None else shown
+
     problems = [
-        f"{shown}: unknown top-level key {key!r}{_did_you_mean(str(key), ['profiles'])}"
+        f"{at(str(key))}: unknown top-level key {key!r}{_did_you_mean(str(key), ['profiles'])}"
         for key in data
         if key != "profiles"
     ]
     raw: dict[str, Any] = data["profiles"]
     if not raw:
-        problems.append(f"{shown}: profiles: is empty; define at least one profile")
+        problems.append(f"{at('profiles')}: profiles: is empty; define at least one profile")
+    chains = {str(name): tuple(_chain(str(name), raw)) for name in raw}
+    profile_set = ProfileSet(path=file, profiles={}, key_lines=lines, chains=chains)
     profiles: dict[str, Profile] = {}
+    #: message, under the profile that sets the key -> the extends chains it reached other profiles through
+    schema: dict[str, list[str]] = {}
     for name, body in raw.items():
         if not isinstance(body, dict):
-            problems.append(f"{shown}: profiles.{name}: expected a mapping of profile keys, got {body!r}")
+            where = at("profiles", name)
+            problems.append(f"{where}: profiles.{name}: expected a mapping of profile keys, got {body!r}")
             continue
         try:
-            merged = _resolve_extends(str(name), raw, shown)
+            merged = _resolve_extends(str(name), raw, at)
         except ProfileError as exc:
             problems.append(str(exc))
             continue
@@ -407,19 +445,33 @@ def load_profiles(path: str | Path) -> ProfileSet:
         try:
             profiles[str(name)] = resolve_paths(Profile.model_validate(merged))
         except ValidationError as exc:
-            problems.extend(_describe_error(shown, str(name), err) for err in exc.errors())
+            for err in exc.errors():
+                line, origin = profile_set.locate(str(name), tuple(str(part) for part in err["loc"]))
+                message = _describe_error(f"{shown}:{line}" if line is not None else shown, origin, err)
+                heirs = schema.setdefault(message, [])
+                if origin != name:
+                    chain = chains[str(name)]
+                    heirs.append(" -> ".join(chain[: chain.index(origin) + 1]))
+    for message, heirs in schema.items():
+        # A parent's mistake is reported once, under the parent, naming who inherits it (not again per child).
+        problems.append(message + (f" (inherited through extends: {'; '.join(heirs)})" if heirs else ""))
     names = list(map(str, raw))
     for name, profile in profiles.items():
         ms = profile.thresholds.min_speedup
         if ms is not None and (ms.vs not in names or ms.vs == name):
             others = [n for n in names if n != name]
+            line, origin = profile_set.locate(name, ("thresholds", "min_speedup", "vs"))
+            where = f"{shown}:{line}" if line is not None else shown
             problems.append(
-                f"{shown}: profiles.{name}.thresholds.min_speedup.vs: {ms.vs!r} is not another profile of this file"
+                f"{where}: profiles.{name}.thresholds.min_speedup.vs: {ms.vs!r} is not another profile of this file"
                 f"{_did_you_mean(ms.vs, others)} (available: {', '.join(sorted(others))})"
             )
     if problems:
+        # In file order: the line numbers lead the user through the file once.
+        number = re.compile(re.escape(shown) + r":(\d+)")
+        problems.sort(key=lambda p: int(m.group(1)) if (m := number.match(p)) else 0)
         raise ProfileError("\n".join(problems), path=file)
-    return ProfileSet(path=file, profiles=profiles)
+    return profile_set.model_copy(update={"profiles": profiles})
 
 
 #: PyYAML's context -> what usually went wrong at the context mark (an opening that was never closed).
@@ -455,6 +507,53 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 )
             seen[key] = mark.line + 1
         return super().construct_mapping(node, deep=deep)
+
+
+def _load_yaml(text: str) -> tuple[Any, dict[tuple[str, ...], int]]:
+    """The document (``_UniqueKeyLoader``) and the line of every key in it, from PyYAML's node marks.
+
+    :raises yaml.YAMLError: as ``yaml.load`` does (``_DuplicateKeyError`` for a key given twice).
+    """
+    loader = _UniqueKeyLoader(text)
+    try:
+        node = loader.get_single_node()  # type: ignore[no-untyped-call]
+        data = loader.construct_document(node) if node is not None else None  # type: ignore[no-untyped-call]
+    finally:
+        loader.dispose()  # type: ignore[no-untyped-call]
+    lines: dict[tuple[str, ...], int] = {}
+
+    def walk(node: yaml.Node, path: tuple[str, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                    here = (*path, str(key_node.value))
+                    lines.setdefault(here, key_node.start_mark.line + 1)
+                    walk(value_node, here)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                lines.setdefault((*path, str(i)), item.start_mark.line + 1)
+                walk(item, (*path, str(i)))
+
+    if node is not None:
+        walk(node, ())
+    return data, lines
+
+
+def _key_parts(key: str) -> tuple[str, ...]:
+    """``speculative.aux_hidden_state_layer_ids[1]`` -> ``("speculative", "aux_hidden_state_layer_ids", "1")``."""
+    return tuple(part for part in re.split(r"[.\[\]]+", key) if part)
+
+
+def _chain(name: str, raw: dict[str, Any]) -> list[str]:
+    """``name`` and the profiles its ``extends:`` reaches, nearest first; stops at a cycle or a missing profile (those
+    are reported by ``_resolve_extends``)."""
+    chain = [name]
+    while isinstance(raw.get(chain[-1]), dict) and isinstance(raw[chain[-1]].get("extends"), str):
+        parent = raw[chain[-1]]["extends"]
+        if parent in chain or not isinstance(raw.get(parent), dict):
+            break
+        chain.append(parent)
+    return chain
 
 
 def _yaml_error(shown: str, text: str, exc: yaml.MarkedYAMLError) -> str:
@@ -511,25 +610,30 @@ def resolve_paths(profile: Profile) -> Profile:
     return profile.model_copy(update=update) if update else profile
 
 
-def _resolve_extends(name: str, raw: dict[str, Any], shown: str) -> dict[str, Any]:
-    """The profile's mapping with its ``extends:`` chain merged in (base first), ``extends`` removed."""
+def _resolve_extends(name: str, raw: dict[str, Any], at: Callable[..., str]) -> dict[str, Any]:
+    """The profile's mapping with its ``extends:`` chain merged in (base first), ``extends`` removed.
+
+    :param at: key path from the file's root -> ``FILE:LINE`` (``load_profiles``).
+    """
     chain = [name]
     body: dict[str, Any] = raw[name]
     while "extends" in body:
         parent = body["extends"]
+        where = at("profiles", chain[-1], "extends")
         if not isinstance(parent, str):
             raise ProfileError(
-                f"{shown}: profiles.{chain[-1]}.extends: expected a profile name, got {parent!r}", profile=name
+                f"{where}: profiles.{chain[-1]}.extends: expected a profile name, got {parent!r}", profile=name
             )
         if parent in chain:
             cycle = " -> ".join([*chain, parent])
+            where = at("profiles", name, "extends")
             raise ProfileError(
-                f"{shown}: profiles.{name}.extends: cycle {cycle}; remove one of these 'extends:'", profile=name
+                f"{where}: profiles.{name}.extends: cycle {cycle}; remove one of these 'extends:'", profile=name
             )
         if parent not in raw or not isinstance(raw[parent], dict):
             available = ", ".join(sorted(map(str, raw)))
             raise ProfileError(
-                f"{shown}: profiles.{chain[-1]}.extends: no profile {parent!r} in this file"
+                f"{where}: profiles.{chain[-1]}.extends: no profile {parent!r} in this file"
                 f"{_did_you_mean(parent, list(map(str, raw)))} (available: {available})",
                 profile=name,
             )
@@ -568,9 +672,44 @@ def _resolve_relative(merged: dict[str, Any], base: Path) -> dict[str, Any]:
     return out
 
 
-def _did_you_mean(word: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+#: How alike a word and a suggestion must be (``difflib.SequenceMatcher.ratio``): 'num_step' -> 'num_steps' (0.94)
+#: and 'bsae' -> 'base' (0.75) are suggested, 'draft_temprature' -> 'draft_model_path' (0.63) is not.
+_CLOSE = 0.75
+
+
+def _close_match(word: str, choices: Iterable[str]) -> str | None:
+    """The choice ``word`` is most likely a misspelling of: the closest at ratio >= ``_CLOSE``, else the one choice
+    ``word`` begins (``sgl`` -> ``sglang``); None when nothing is that close."""
+    choices = list(choices)
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=_CLOSE)
+    if close:
+        return close[0]
+    prefixed = [c for c in choices if len(word) >= 3 and c.startswith(word)]
+    return prefixed[0] if len(prefixed) == 1 else None
+
+
+def did_you_mean(word: str, choices: list[str]) -> str:
+    """`` (did you mean 'eagle3'?)`` when ``word`` is close to one of ``choices`` (``_close_match``), else ``""``."""
+    close = _close_match(word, choices)
+    return f" (did you mean {close!r}?)" if close else ""
+
+
+_did_you_mean = did_you_mean
+
+
+def _keys_elsewhere(word: str) -> str | None:
+    """The key of another profile block ``word`` is close to (``temprature`` -> ``workload.temperature``)."""
+    blocks: dict[str, type[BaseModel]] = {
+        "": Profile, "speculative.": SpeculativeConfig, "workload.": Workload, "thresholds.": Thresholds,
+        "nodes.": NodesConfig, "trace.": TraceConfig,
+    }  # fmt: skip
+    by_key: dict[str, list[str]] = {}
+    for prefix, model in blocks.items():
+        for k in model.model_fields:
+            if k not in ("name", "source"):
+                by_key.setdefault(k, []).append(f"{prefix}{k}")
+    close = _close_match(word, by_key)
+    return by_key[close][0] if close is not None else None
 
 
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
@@ -641,8 +780,12 @@ def _describe_error(shown: str, name: str, err: Any) -> str:
     if kind == "extra_forbidden":
         choices = sorted(owner.model_fields) if owner is not None else []
         choices = [c for c in choices if c not in ("name", "source")]
+        hint = _did_you_mean(str(loc[-1]), choices)
+        elsewhere = None if hint else _keys_elsewhere(str(loc[-1]))
+        if elsewhere is not None and elsewhere.rpartition(".")[0] != ".".join(map(str, loc[:-1])):
+            hint = f" (did you mean {elsewhere!r}, a key of another block?)"
         return f"{shown}: profiles.{'.'.join(map(str, (name, *loc[:-1])))}: unknown key {loc[-1]!r}" + (
-            _did_you_mean(str(loc[-1]), choices) or f" (allowed: {', '.join(choices)})"
+            hint or f" (allowed: {', '.join(choices)})"
         )
     if kind == "missing":
         return f"{where}: required key missing"

@@ -208,7 +208,7 @@ class SpecdecSession:
         :raises pytest.UsageError: no profile file, a broken one, an unknown profile, a bad value (file, key, value).
         """
         from pytest_specdec.compare import parse_tolerances
-        from pytest_specdec.profiles import ProfileSet, load_profiles
+        from pytest_specdec.profiles import load_profiles
 
         if self.profile_search and not self.profile_path.is_file():
             raise pytest.UsageError(
@@ -217,15 +217,15 @@ class SpecdecSession:
         try:
             self.profile_set = load_profiles(self.profile_path)
         except ProfileError as exc:
-            raise pytest.UsageError(str(exc)) from None
+            # The shape of `python -m pytest_specdec check` and of preflight: one `error: FILE:LINE: ...` per problem.
+            problems = "\n".join(f"error: {line}" for line in str(exc).splitlines())
+            raise pytest.UsageError(f"specdec: invalid profile file (nothing was launched):\n{problems}") from None
         url = self.config.option.server_url
         if url and not url.startswith(("http://", "https://")):
             raise pytest.UsageError(f"--server-url={url}: expected http://HOST:PORT, e.g. --server-url=http://127.0.0.1:30000")
         if url:
-            self.profile_set = ProfileSet(
-                path=self.profile_set.path,
-                profiles={n: p.model_copy(update={"url": url}) for n, p in self.profile_set.profiles.items()},
-            )
+            urls = {n: p.model_copy(update={"url": url}) for n, p in self.profile_set.profiles.items()}
+            self.profile_set = self.profile_set.model_copy(update={"profiles": urls})
         for name in self.selected:
             try:
                 self.profile_set.get(name)
@@ -241,7 +241,6 @@ class SpecdecSession:
         """``--specdec-sweep``: replace the selected profiles by one derived profile per point (``eagle3@num_steps=2``,
         see ``sweep.expand_profiles``); preflight then checks every derived profile before anything launches."""
         from pytest_specdec import sweep
-        from pytest_specdec.profiles import ProfileSet
 
         points = self.config.option.specdec_sweep
         if not points:
@@ -265,17 +264,17 @@ class SpecdecSession:
             profiles, self.selected = sweep.expand_profiles(self.profile_set.profiles, names, points)
         except ValueError as exc:
             raise pytest.UsageError(f"--specdec-sweep: {exc}") from None
-        self.profile_set = ProfileSet(path=self.profile_set.path, profiles=profiles)
+        self.profile_set = self.profile_set.model_copy(update={"profiles": profiles})
 
     def _preflight(self) -> None:
-        from pytest_specdec.preflight import blocking, format_findings, run_preflight
+        from pytest_specdec.preflight import blocking, format_findings, locate, run_preflight
 
         assert self.profile_set is not None
         strict = self.config.option.specdec_strict
         errors: list[str] = []
         for name in self.selected:
             errors.extend(self._run_inputs(self.profile_set.profiles[name]))
-            findings = run_preflight(self.profile_set.profiles[name])
+            findings = locate(run_preflight(self.profile_set.profiles[name]), self.profile_set)
             bad = blocking(findings, strict=strict)
             if bad:
                 errors.extend(format_findings(bad))
@@ -290,27 +289,31 @@ class SpecdecSession:
         launch so a 15-minute startup is not wasted on them."""
         from pytest_specdec.workload import load_prompts
 
+        def where(key: str) -> str:
+            line = self.profile_set.locate(profile.name, key)[0] if self.profile_set is not None else None
+            return f"{self.profile_path}:{line}" if line is not None else str(self.profile_path)
+
         problems = []
         try:
             load_prompts(profile.workload.prompts, Path(profile.source or self.profile_path).parent)
         except ProfileError as exc:
             detail = str(exc).removeprefix("workload.prompts: ")
-            problems.append(f"error: {self.profile_path}: profiles.{profile.name}.workload.prompts: {detail}")
+            problems.append(f"error: {where('workload.prompts')}: profiles.{profile.name}.workload.prompts: {detail}")
         if profile.api_key_env and not os.environ.get(profile.api_key_env):
             problems.append(
-                f"error: {self.profile_path}: profiles.{profile.name}.api_key_env: environment variable "
+                f"error: {where('api_key_env')}: profiles.{profile.name}.api_key_env: environment variable "
                 f"{profile.api_key_env} is not set; export it, or remove api_key_env"
             )
         return problems
 
     def _check_only(self) -> None:
         """``--specdec-check``: preflight every selected profile (all when none is selected); launch nothing."""
-        from pytest_specdec.preflight import blocking, format_findings, run_preflight
+        from pytest_specdec.preflight import blocking, format_findings, locate, run_preflight
 
         assert self.profile_set is not None
         strict = self.config.option.specdec_strict
         for name in self.selected or sorted(self.profile_set.profiles):
-            findings = run_preflight(self.profile_set.profiles[name])
+            findings = locate(run_preflight(self.profile_set.profiles[name]), self.profile_set)
             inputs = self._run_inputs(self.profile_set.profiles[name])
             self.check_lines.append((name, inputs + format_findings(findings) or ["no findings"]))
             self.check_failed = self.check_failed or bool(inputs)

@@ -182,13 +182,13 @@ def test_min_speedup_vs_unknown_profile_is_a_usage_error(pytester: pytest.Pytest
     result = pytester.runpytest_subprocess("--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["ERROR: */specdec.yaml: profiles.eagle3.thresholds.min_speedup.vs: 'basline' is not another profile of "
+        ["error: */specdec.yaml:*: profiles.eagle3.thresholds.min_speedup.vs: 'basline' is not another profile of "
          "this file (did you mean 'baseline'?) (available: baseline)"]  # fmt: skip
     )
     # The check CLI runs the same check (a fresh user's finding: it said "profile eagle3: ok").
     cli = pytester.run(sys.executable, "-m", "pytest_specdec", "check", "specdec.yaml")
     assert cli.ret == 2
-    cli.stderr.fnmatch_lines(["ERROR: specdec.yaml: profiles.eagle3.thresholds.min_speedup.vs: 'basline' is not *"])
+    cli.stderr.fnmatch_lines(["error: specdec.yaml:*: profiles.eagle3.thresholds.min_speedup.vs: 'basline' is not *"])
 
 
 @pytest.mark.slow

@@ -101,7 +101,7 @@ def test_broken_profile_file_names_file_key_and_value(pytester: pytest.Pytester)
     pytester.makepyfile(test_x="def test_x(specdec_run): pass\n")
     result = pytester.runpytest_subprocess("--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*specdec.yaml: profiles.eagle3.speculative.num_steps: *'two'*"])
+    result.stderr.fnmatch_lines(["error: *specdec.yaml:3: profiles.eagle3.speculative.num_steps: *'two'*"])
 
 
 def test_without_profile_specdec_tests_skip(project: pytest.Pytester) -> None:
@@ -344,8 +344,9 @@ def test_missing_prompt_file_and_api_key_env_stop_before_launch(pytester: pytest
     result.stderr.fnmatch_lines(
         [
             "ERROR: specdec preflight failed (nothing was launched):",
-            "error: *specdec.yaml: profiles.p.workload.prompts: prompt file not found: *missing.jsonl; fix: *",
-            "error: *specdec.yaml: profiles.p.api_key_env: environment variable SPECDEC_TEST_NO_SUCH_KEY is not set; *",
+            "error: *specdec.yaml:5: profiles.p.workload.prompts: prompt file not found: *missing.jsonl; fix: *",
+            "error: *specdec.yaml:4: profiles.p.api_key_env: environment variable SPECDEC_TEST_NO_SUCH_KEY is not "
+            "set; *",
         ]
     )
 

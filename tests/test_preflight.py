@@ -346,14 +346,17 @@ def test_cli_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert capsys.readouterr().out == "profile e3: ok\n"
     warn = write_profile_file(tmp_path / "b", "num_steps: 3, eagle_topk: 1, num_draft_tokens: 5")
     assert main(["check", str(warn)]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith(f"warning: {warn}: profiles.e3.speculative.num_draft_tokens: with eagle_topk 1")
-    assert out[-1] == "preflight: 0 errors, 1 warning, 0 notes"
+    out, err = capsys.readouterr()
+    assert out == ""  # diagnostics go to stderr, in the loader's shape FILE:LINE: profiles.NAME.KEY
+    assert err.splitlines()[0].startswith(
+        f"warning: {warn}:5: profiles.e3.speculative.num_draft_tokens: with eagle_topk 1"
+    )
+    assert err.splitlines()[-1] == "preflight: 0 errors, 1 warning, 0 notes"
     assert main(["check", str(warn), "--strict"]) == 1
     capsys.readouterr()
     bad = write_profile_file(tmp_path / "c", "num_steps: 3, aux_hidden_state_layer_ids: [1, 9]")
     assert main(["check", str(bad), "--profile", "e3"]) == 1
-    assert capsys.readouterr().out.splitlines()[-1] == "preflight: 3 errors, 0 warnings, 0 notes"
+    assert capsys.readouterr().err.splitlines()[-1] == "preflight: 3 errors, 0 warnings, 0 notes"
 
 
 def test_cli_bad_profile_file_and_unknown_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -361,11 +364,11 @@ def test_cli_bad_profile_file_and_unknown_profile(tmp_path: Path, capsys: pytest
     broken.write_text("profiles:\n  a: {speculative: {algorithm: EAGLE3, num_steps: two}}\n")
     assert main(["check", str(broken)]) == 2
     assert capsys.readouterr().err == (
-        f"ERROR: {broken}: profiles.a.speculative.num_steps: expected an integer >= 1, got 'two'\n"
+        f"error: {broken}:2: profiles.a.speculative.num_steps: expected an integer >= 1, got 'two'\n"
     )
     ok = write_profile_file(tmp_path, "num_steps: 3, eagle_topk: 1, num_draft_tokens: 4")
     assert main(["check", str(ok), "--profile", "nope"]) == 2
-    assert capsys.readouterr().err == f"ERROR: --profile=nope: no such profile in {ok} (available: e3)\n"
+    assert capsys.readouterr().err == f"error: --profile=nope: no such profile in {ok} (available: e3)\n"
 
 
 def test_cli_runs_as_a_module(tmp_path: Path) -> None:
@@ -394,3 +397,18 @@ def test_unreachable_acceptance_floors_are_errors_before_launch(tmp_path: Path) 
     assert position.why == "draft position(s) [5] are never proposed with num_steps 3 (positions 1..3)"
     fine = run_preflight(profile(target, draft, thresholds={"min_accept_length": 4, "min_accept_rate_at": {3: 0.1}}))
     assert not [f for f in fine if f.key.startswith("thresholds")]
+
+
+def test_findings_name_the_line_of_the_key_and_the_profile_that_sets_it(tmp_path: Path) -> None:
+    from pytest_specdec.preflight import locate
+    from pytest_specdec.profiles import load_profiles
+
+    path = write_profile_file(tmp_path, "num_steps: 3, eagle_topk: 1, num_draft_tokens: 5")
+    with path.open("a") as f:
+        f.write("  child:\n    extends: e3\n")
+    profiles = load_profiles(path)
+    [warn] = locate(run_preflight(profiles.get("child")), profiles)
+    assert str(warn).startswith(
+        f"warning: {path}:5: profiles.child.speculative.num_draft_tokens (set in profiles.e3, through extends:): "
+        "with eagle_topk 1"
+    )

@@ -62,7 +62,7 @@ def test_extends_chain_deep_merges_base_first(in_tmp: Path) -> None:
 def test_invalid_value_names_file_profile_key_and_value(in_tmp: Path) -> None:
     write(in_tmp, "profiles:\n  eagle3:\n    speculative: {algorithm: EAGLE3, num_steps: two}\n")
     assert load_error("specdec.yaml") == (
-        "specdec.yaml: profiles.eagle3.speculative.num_steps: expected an integer >= 1, got 'two'"
+        "specdec.yaml:3: profiles.eagle3.speculative.num_steps: expected an integer >= 1, got 'two'"
     )
 
 
@@ -79,46 +79,46 @@ def test_one_line_per_problem_with_bounds_literals_and_lists(in_tmp: Path) -> No
         """,
     )
     assert load_error("specdec.yaml").splitlines() == [
-        "specdec.yaml: profiles.a.server: expected one of 'reference', 'sglang' or 'vllm', got 'sglan' (did you mean "
-        "'sglang'?)",
-        "specdec.yaml: profiles.a.extra_args[1]: expected a string, got 3",
-        "specdec.yaml: profiles.a.thresholds.min_tok_s: expected a number > 0, got 0",
-        "specdec.yaml: profiles.a.workload.ignore_eos: expected true or false, got 'maybe'",
+        "specdec.yaml:4: profiles.a.server: expected one of 'reference', 'sglang' or 'vllm', got 'sglan' (did you "
+        "mean 'sglang'?)",
+        "specdec.yaml:5: profiles.a.thresholds.min_tok_s: expected a number > 0, got 0",
+        "specdec.yaml:6: profiles.a.extra_args[1]: expected a string, got 3",
+        "specdec.yaml:7: profiles.a.workload.ignore_eos: expected true or false, got 'maybe'",
     ]
 
 
 def test_unknown_keys_get_a_suggestion(in_tmp: Path) -> None:
     write(in_tmp, "profiles:\n  e:\n    servr: reference\n    speculative: {algorithm: EAGLE3, num_step: 3}\n")
     assert load_error("specdec.yaml").splitlines() == [
-        "specdec.yaml: profiles.e.speculative: unknown key 'num_step' (did you mean 'num_steps'?)",
-        "specdec.yaml: profiles.e: unknown key 'servr' (did you mean 'server'?)",
+        "specdec.yaml:3: profiles.e: unknown key 'servr' (did you mean 'server'?)",
+        "specdec.yaml:4: profiles.e.speculative: unknown key 'num_step' (did you mean 'num_steps'?)",
     ]
 
 
 def test_unknown_top_level_key(in_tmp: Path) -> None:
     write(in_tmp, "profile:\n  a: {}\nprofiles:\n  a: {}\n")
-    assert load_error("specdec.yaml") == "specdec.yaml: unknown top-level key 'profile' (did you mean 'profiles'?)"
+    assert load_error("specdec.yaml") == "specdec.yaml:1: unknown top-level key 'profile' (did you mean 'profiles'?)"
 
 
 def test_model_validator_message_is_unwrapped(in_tmp: Path) -> None:
     write(in_tmp, "profiles:\n  s: {server: sglang}\n")
     assert load_error("specdec.yaml") == (
-        "specdec.yaml: profiles.s: model_path is required for server: sglang (or give url:)"
+        "specdec.yaml:2: profiles.s: model_path is required for server: sglang (or give url:)"
     )
 
 
 def test_extends_cycle_is_an_error(in_tmp: Path) -> None:
     write(in_tmp, "profiles:\n  a: {extends: b}\n  b: {extends: a}\n  c: {}\n")
     assert load_error("specdec.yaml").splitlines() == [
-        "specdec.yaml: profiles.a.extends: cycle a -> b -> a; remove one of these 'extends:'",
-        "specdec.yaml: profiles.b.extends: cycle b -> a -> b; remove one of these 'extends:'",
+        "specdec.yaml:2: profiles.a.extends: cycle a -> b -> a; remove one of these 'extends:'",
+        "specdec.yaml:3: profiles.b.extends: cycle b -> a -> b; remove one of these 'extends:'",
     ]
 
 
 def test_extends_unknown_profile(in_tmp: Path) -> None:
     write(in_tmp, "profiles:\n  base: {}\n  e: {extends: bsae}\n")
     assert load_error("specdec.yaml") == (
-        "specdec.yaml: profiles.e.extends: no profile 'bsae' in this file (did you mean 'base'?) (available: base, e)"
+        "specdec.yaml:3: profiles.e.extends: no profile 'bsae' in this file (did you mean 'base'?) (available: base, e)"
     )
 
 
@@ -185,8 +185,9 @@ def test_typo_in_server_gets_a_suggestion(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--server-profile=eagle3", timeout=120)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
-        f"ERROR: {pytester.path / 'specdec.yaml'}: profiles.eagle3.server: expected one of 'reference', 'sglang' or "
-        "'vllm', got 'sgl' (did you mean 'sglang'?)"
+        "ERROR: specdec: invalid profile file (nothing was launched):",
+        f"error: {pytester.path / 'specdec.yaml'}:3: profiles.eagle3.server: expected one of 'reference', 'sglang' "
+        "or 'vllm', got 'sgl' (did you mean 'sglang'?)",
     ])  # fmt: skip
 
 
@@ -196,7 +197,8 @@ def test_profile_file_indented_with_a_tab_is_a_usage_error_naming_the_line(pytes
     result = pytester.runpytest_subprocess("--server-profile=eagle3", timeout=120)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
-        f"ERROR: {pytester.path / 'specdec.yaml'}:3:1: YAML syntax error: a tab in the indentation of line 3 "
+        "ERROR: specdec: invalid profile file (nothing was launched):",
+        f"error: {pytester.path / 'specdec.yaml'}:3:1: YAML syntax error: a tab in the indentation of line 3 "
         "('\\tserver: reference'); tabs are not allowed in YAML indentation: indent with spaces"
     ])  # fmt: skip
 
@@ -294,11 +296,11 @@ def test_get_unknown_profile_lists_available(in_tmp: Path) -> None:
 def test_client_workers_is_auto_or_a_positive_number(in_tmp: Path) -> None:
     write(in_tmp, "profiles:\n  p:\n    workload: {client_workers: 0}\n")
     assert load_error("specdec.yaml") == (
-        "specdec.yaml: profiles.p.workload.client_workers: expected 'auto' or an integer >= 1, got 0"
+        "specdec.yaml:3: profiles.p.workload.client_workers: expected 'auto' or an integer >= 1, got 0"
     )
     write(in_tmp, "profiles:\n  p:\n    workload: {client_workers: many, client_overload: warn}\n")
     assert load_error("specdec.yaml") == (
-        "specdec.yaml: profiles.p.workload.client_workers: expected 'auto' or an integer >= 1, got 'many'"
+        "specdec.yaml:3: profiles.p.workload.client_workers: expected 'auto' or an integer >= 1, got 'many'"
     )
     write(in_tmp, "profiles:\n  p:\n    workload: {client_workers: 4, client_overload: fail}\n")
     wl = load_profiles("specdec.yaml").get("p").workload
@@ -308,12 +310,12 @@ def test_client_workers_is_auto_or_a_positive_number(in_tmp: Path) -> None:
 def test_min_accept_rate_at_bad_position_and_rate(in_tmp: Path) -> None:
     write(in_tmp, "profiles:\n  a:\n    thresholds: {min_accept_rate_at: {0: 0.7, 2: 2}}\n")
     assert load_error("specdec.yaml") == (
-        "specdec.yaml: profiles.a.thresholds.min_accept_rate_at: position 0: positions are integers >= 1 (1 = the "
+        "specdec.yaml:3: profiles.a.thresholds.min_accept_rate_at: position 0: positions are integers >= 1 (1 = the "
         "first draft token), e.g. {1: 0.7, 2: 0.5} (draft position -> minimum rate)"
     )
     write(in_tmp, "profiles:\n  a:\n    thresholds: {min_accept_rate_at: [0.7, 0.5]}\n")
     assert load_error("specdec.yaml") == (
-        "specdec.yaml: profiles.a.thresholds.min_accept_rate_at: expected a non-empty mapping of draft position to "
+        "specdec.yaml:3: profiles.a.thresholds.min_accept_rate_at: expected a non-empty mapping of draft position to "
         "rate, e.g. {1: 0.7, 2: 0.5} (draft position -> minimum rate), got [0.7, 0.5]"
     )
     write(in_tmp, "profiles:\n  a:\n    thresholds: {min_accept_rate_at: {1: 0.7, 2: 0.5}}\n")
@@ -323,9 +325,70 @@ def test_min_accept_rate_at_bad_position_and_rate(in_tmp: Path) -> None:
 def test_a_bounded_number_and_an_empty_file_are_said_in_words(in_tmp: Path) -> None:
     write(in_tmp, "profiles:\n  a:\n    server: reference\n    thresholds: {min_accept_rate: 1.5}\n")
     assert load_error("specdec.yaml") == (
-        "specdec.yaml: profiles.a.thresholds.min_accept_rate: expected a number between 0 and 1, got 1.5"
+        "specdec.yaml:4: profiles.a.thresholds.min_accept_rate: expected a number between 0 and 1, got 1.5"
     )
     write(in_tmp, "")
     assert load_error("specdec.yaml") == (
         "specdec.yaml: expected a top-level mapping 'profiles:' of name -> profile, got an empty file"
     )
+
+
+def test_a_parent_typo_is_reported_once_with_the_extends_chain(in_tmp: Path) -> None:
+    write(
+        in_tmp,
+        """\
+        profiles:
+          base:
+            server: reference
+            speculative:
+              algorithm: EAGLE3
+              num_step: 3
+          eagle3:
+            extends: base
+            thresholds: {min_tok_s: 0}
+          eagle3-more:
+            extends: eagle3
+        """,
+    )
+    assert load_error("specdec.yaml").splitlines() == [
+        "specdec.yaml:6: profiles.base.speculative: unknown key 'num_step' (did you mean 'num_steps'?) (inherited "
+        "through extends: eagle3 -> base; eagle3-more -> eagle3 -> base)",
+        "specdec.yaml:9: profiles.eagle3.thresholds.min_tok_s: expected a number > 0, got 0 (inherited through "
+        "extends: eagle3-more -> eagle3)",
+    ]
+
+
+def test_did_you_mean_only_for_close_matches_else_the_allowed_keys(in_tmp: Path) -> None:
+    write(in_tmp, "profiles:\n  e:\n    speculative:\n      algorithm: EAGLE3\n      draft_temprature: 0.5\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml:5: profiles.e.speculative: unknown key 'draft_temprature' (allowed: algorithm, "
+        "allow_embedding_capture, aux_hidden_state_layer_ids, aux_id_convention, draft_model_path, eagle_topk, "
+        "num_draft_tokens, num_steps)"
+    )
+    write(in_tmp, "profiles:\n  e:\n    speculative: {algorithm: EAGLE3, temprature: 0.5}\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml:3: profiles.e.speculative: unknown key 'temprature' (did you mean 'workload.temperature', a key "
+        "of another block?)"
+    )
+
+
+def test_locate_finds_the_line_through_extends_and_falls_back_to_the_block(in_tmp: Path) -> None:
+    write(
+        in_tmp,
+        """\
+        profiles:
+          eagle3:
+            speculative:
+              algorithm: EAGLE3
+              num_steps: 3
+          wrong:
+            extends: eagle3
+            speculative: {aux_hidden_state_layer_ids: [0, 1, 2]}
+        """,
+    )
+    profiles = load_profiles("specdec.yaml")
+    assert profiles.locate("wrong", "speculative.num_steps") == (5, "eagle3")  # inherited: the parent's line
+    assert profiles.locate("wrong", "speculative.aux_hidden_state_layer_ids[1]") == (8, "wrong")
+    assert profiles.locate("wrong", "speculative.eagle_topk") == (8, "wrong")  # not written: its block
+    assert profiles.locate("wrong", "workload.max_new_tokens") == (6, "wrong")  # no block: the profile's name
+    assert profiles.locate("wrong@num_steps=2", "speculative.num_steps") == (5, "eagle3")  # a sweep point

@@ -43,7 +43,7 @@ def test_progress_warning_override_and_shared_verdict(pytester: pytest.Pytester)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(passed=1, failed=2)
     warning = (
-        "eagle3: warning: *specdec.yaml: profiles.eagle3.speculative.num_draft_tokens: with eagle_topk 1 SGLang "
+        "eagle3: warning: *specdec.yaml:*: profiles.eagle3.speculative.num_draft_tokens: with eagle_topk 1 SGLang "
         "overwrites num_draft_tokens*"
     )
     result.stdout.fnmatch_lines(

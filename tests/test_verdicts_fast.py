@@ -248,7 +248,7 @@ def test_summary_repeats_preflight_warnings_and_prints_a_shared_verdict_once(
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(passed=1, failed=2)
     warning = (
-        "eagle3-5-drafts: warning: *specdec.yaml: profiles.eagle3-5-drafts.speculative.num_draft_tokens: with "
+        "eagle3-5-drafts: warning: *specdec.yaml:*: profiles.eagle3-5-drafts.speculative.num_draft_tokens: with "
         "eagle_topk 1 SGLang overwrites num_draft_tokens*"
     )
     result.stdout.fnmatch_lines(
