@@ -41,6 +41,9 @@ _SCHEDULER_EXCEPTION = re.compile(r"Scheduler hit an exception")
 #: SGLang's launcher tearing down its own tree after a child failed (``srt/utils/common.py::kill_process_tree``,
 #: after "SIGQUIT received ... It usually means one child failed").
 _SELF_KILL = re.compile(r"kill_process_tree called|It usually means one child failed")
+#: SGLang's launcher watching its children (``srt/entrypoints/engine.py``, the subprocess watchdog): "Subprocess
+#: scheduler_0 (pid=4184) crashed with exit code -9. Triggering SIGQUIT for cleanup..." (a negative code: that signal).
+_SUBPROCESS_CRASH = re.compile(r"Subprocess (?P<name>\S+) \(pid=(?P<pid>\d+)\) crashed with exit code (?P<code>-?\d+)")
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 # A traceback's last line: "TypeError: ...", "torch.OutOfMemoryError: ...", "RuntimeError" alone.
 _EXC_LINE = re.compile(
@@ -57,7 +60,8 @@ class ExitDiagnosis:
 
     :ivar cause: ``"scheduler exception"``, ``"out of memory"``, ``"port in use"``, ``"CUDA/NCCL error"``,
         ``"missing model path"``, ``"bad flag"``, ``"kernel build failed"``, ``"exception"`` (a traceback of another
-        kind), ``"killed by the OOM killer"`` (dmesg says so) or ``"unknown"``.
+        kind), ``"subprocess crashed"`` (SGLang's watchdog saw a child such as ``scheduler_0`` die without a
+        traceback, e.g. SIGKILLed from outside), ``"killed by the OOM killer"`` (dmesg says so) or ``"unknown"``.
     :ivar exception: the last traceback's final line, e.g. ``"TypeError: unsupported operand type(s) for +: 'Tensor'
         and 'NoneType'"``; None when the log holds no traceback.
     :ivar location: where it was raised, the innermost frame, shortened to the package path, e.g.
@@ -130,8 +134,10 @@ def diagnose_exit(
     """Diagnose a dead server from its log (pass the tail; 64 KiB holds SGLang's longest traceback).
 
     Order: a pattern cause found in the log (OOM, port, CUDA/NCCL, model path, flag, kernel build); else a scheduler
-    exception (SGLang's "Scheduler hit an exception"); else any other traceback ("exception"); else, for SIGKILL, the
-    kernel's OOM-killer line naming one of ``pids`` ("killed by the OOM killer"); else "unknown". The exception line
+    exception (SGLang's "Scheduler hit an exception"); else any other traceback ("exception"); else the kernel's
+    OOM-killer line naming one of ``pids`` or the crashed subprocess's pid (for a SIGKILL: "killed by the OOM
+    killer"); else SGLang's "Subprocess NAME (pid=N) crashed with exit code C" ("subprocess crashed", that line as
+    the exception, the signal named); else "unknown". The exception line
     and its location are attached whenever the log has a traceback, whatever the cause.
 
     :param returncode: ``Popen.returncode`` (negative: killed by that signal); only used to decide whether to look
@@ -156,10 +162,23 @@ def diagnose_exit(
     if cause is None and exc is not None:
         cause = "scheduler exception" if _SCHEDULER_EXCEPTION.search(log_text) else "exception"
     evidence = None
-    if cause is None and returncode == -signal.SIGKILL and pids:
-        found = oom_killer_lines(pids, kernel_log)
+    crashes = list(_SUBPROCESS_CRASH.finditer(log_text)) if cause is None else []
+    crash = crashes[-1] if crashes else None
+    suspects = [*pids, *([int(crash["pid"])] if crash and int(crash["code"]) == -signal.SIGKILL else [])]
+    if cause is None and (returncode == -signal.SIGKILL or crash is not None) and suspects:
+        found = oom_killer_lines(suspects, kernel_log)
         if found:
             cause, evidence = "killed by the OOM killer", found[-1]
+    if crash is not None and cause in (None, "killed by the OOM killer"):
+        code = int(crash["code"])
+        how = f"exit code {code}"
+        if code < 0:
+            try:
+                how = f"killed by signal {-code} ({signal.Signals(-code).name})"
+            except ValueError:
+                how = f"killed by signal {-code}"
+        cause = cause or "subprocess crashed"
+        exception = f"SGLang subprocess {crash['name']} (pid {crash['pid']}) {how}"
     return ExitDiagnosis(
         cause=cause or "unknown", exception=exception, location=location, self_killed=self_killed, evidence=evidence
     )

@@ -289,11 +289,19 @@ def _read_back(server: RunningServer) -> None:
     reports_algorithm = "speculative_algorithm" in eff.raw
     if spec is None:
         if reports_algorithm and eff.speculative_algorithm:
-            _mismatch(server, [f"speculative_algorithm: profile none, server {eff.speculative_algorithm!r}"])
+            _mismatch(
+                server,
+                [f"speculative_algorithm: profile none, server {eff.speculative_algorithm!r}"],
+                fix=_speculative_block(server, eff),
+            )
         return
     if reports_algorithm and not eff.speculative_algorithm:
         # e.g. --server-url pointing at a server started without speculation: it would pass every tok/s check.
-        _mismatch(server, [f"speculative_algorithm: profile {spec.algorithm!r}, server none (no speculative decoding)"])
+        _mismatch(
+            server,
+            [f"speculative_algorithm: profile {spec.algorithm!r}, server none (no speculative decoding)"],
+            fix="point the profile at a server started with speculative decoding, or remove its speculative: block",
+        )
     diffs = []
     # What the engine will run for the profile, its rewrites and aliases applied (SGLang: topk 1 -> steps + 1 draft
     # tokens, NEXTN -> EAGLE).
@@ -307,11 +315,29 @@ def _read_back(server: RunningServer) -> None:
         _mismatch(server, diffs)
 
 
-def _mismatch(server: RunningServer, diffs: list[str]) -> None:
+def _speculative_block(server: RunningServer, eff: EffectiveConfig) -> str:
+    """The fix for a profile without ``speculative:`` whose server speculates: the block that says what it runs."""
+    lines = ["speculative:", f"  algorithm: {eff.speculative_algorithm}"]
+    draft = eff.raw.get("speculative_draft_model_path")
+    if isinstance(draft, str) and draft:
+        lines.append(f"  draft_model_path: {draft}")
+    for key in ("num_steps", "eagle_topk", "num_draft_tokens"):
+        value = getattr(eff, key)
+        if value is not None:
+            lines.append(f"  {key}: {value}")
+    where = f" in {server.profile.source}" if server.profile.source else ""
+    block = "\n".join(f"      {line}" for line in lines)
+    return (
+        f"add these lines to profiles.{server.profile.name}{where} (what the server reports it runs), or point the "
+        f"profile at a server without speculative decoding:\n{block}"
+    )
+
+
+def _mismatch(server: RunningServer, diffs: list[str], *, fix: str | None = None) -> None:
     server.stop()
     raise ServerStartError(
         f"server for profile {server.profile.name!r} ({server.base_url}) runs a different speculative config than "
-        "the profile asks for:\n  " + "\n  ".join(diffs),
+        "the profile asks for:\n  " + "\n  ".join(diffs) + (f"\n  fix: {fix}" if fix else ""),
         profile=server.profile.name,
         log_path=server.log_path,
         cause="config mismatch",

@@ -61,3 +61,33 @@ def test_client_workers_set_or_chosen_from_the_last_phase(
     server = runner.RunningServer(profile, engine=None, base_url="http://x", api_key=None)  # type: ignore[arg-type]
     server.client_load = load
     assert runner._client_workers(server) == expected  # 0.9 cores -> ceil(0.9 / 0.5) = 2 workers
+
+
+def test_url_profile_without_speculative_on_an_eagle3_server_gets_the_lines_to_add() -> None:
+    from pytest_specdec.engines.base import EffectiveConfig
+    from pytest_specdec.errors import ServerStartError
+
+    eff = EffectiveConfig("0.5.17", "EAGLE3", 3, 1, 4, None, {"speculative_algorithm": "EAGLE3",
+                          "speculative_draft_model_path": "lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B"})  # fmt: skip
+
+    class Engine:
+        def effective_config(self, http: object, profile: Profile) -> EffectiveConfig:
+            return eff
+
+    profile = Profile.model_validate({"name": "remote", "url": "http://gpu:30000", "source": "/p/specdec.yaml"})
+    server = runner.RunningServer(profile, Engine(), "http://gpu:30000", None)  # type: ignore[arg-type]
+    with pytest.raises(ServerStartError) as info:
+        runner._read_back(server)
+    assert str(info.value).splitlines() == [
+        "server for profile 'remote' (http://gpu:30000) runs a different speculative config than the profile asks "
+        "for:",
+        "  speculative_algorithm: profile none, server 'EAGLE3'",
+        "  fix: add these lines to profiles.remote in /p/specdec.yaml (what the server reports it runs), or point the "
+        "profile at a server without speculative decoding:",
+        "      speculative:",
+        "        algorithm: EAGLE3",
+        "        draft_model_path: lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B",
+        "        num_steps: 3",
+        "        eagle_topk: 1",
+        "        num_draft_tokens: 4",
+    ]

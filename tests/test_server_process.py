@@ -595,3 +595,29 @@ def test_oom_killer_blamed_only_with_dmesg_evidence() -> None:
     other = diagnose_exit("INFO loading weights\n", -signal.SIGKILL, pids=[7], kernel_log=dmesg)
     assert other.cause == "unknown"
     assert "OOM killer would say so in dmesg" in other.detail(-signal.SIGKILL)
+
+
+def test_sglang_subprocess_sigkilled_mid_run_is_named() -> None:
+    """SGLang's scheduler SIGKILLed from outside mid-run: no traceback, only the watchdog's line (the recorded
+    teardown of eagle3.log with the incident's exit code -9). It was "(cause: unknown)"."""
+    from pytest_specdec.diagnosis import diagnose_exit
+
+    recorded = (SGLANG_DATA / "eagle3.log").read_text()
+    head = recorded[: recorded.index("SIGTERM received")].rsplit("\n", 1)[0]  # the run, up to its teardown
+    log = head + (
+        "\n[2026-12-01 12:23:55] Subprocess scheduler_0 (pid=4184) crashed with exit code -9. Triggering SIGQUIT for "
+        "cleanup...\n[2026-12-01 12:23:55] SIGQUIT received. signum=None, frame=None. It usually means one child "
+        "failed.\n[2026-12-01 12:24:00] kill_process_tree called: parent_pid=4130, include_parent=True, pid=4130\n"
+    )
+    found = diagnose_exit(log, -signal.SIGKILL, pids=[4130], kernel_log="")
+    assert found.cause == "subprocess crashed"
+    assert found.detail(-signal.SIGKILL) == (
+        "SGLang subprocess scheduler_0 (pid 4184) killed by signal 9 (SIGKILL); the server then stopped its own "
+        "process tree (signal 9)"
+    )
+    # dmesg naming the scheduler's pid (not the launcher's): the OOM killer, with the same subprocess line.
+    dmesg = "[9.1] Out of memory: Killed process 4184 (sglang::schedu) total-vm:1kB, anon-rss:1kB\n"
+    oom = diagnose_exit(log, -signal.SIGKILL, pids=[4130], kernel_log=dmesg)
+    assert (oom.cause, oom.exception) == (
+        "killed by the OOM killer", "SGLang subprocess scheduler_0 (pid 4184) killed by signal 9 (SIGKILL)"
+    )
