@@ -32,6 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import psutil
 
+from pytest_specdec import logfiles
 from pytest_specdec.diagnosis import ExitDiagnosis, diagnose_exit
 from pytest_specdec.engines.base import LaunchSpec
 from pytest_specdec.engines.common import BASE_ENV_KEYS
@@ -165,12 +166,14 @@ class NodeGroup:
     ) -> NodeGroup:
         """Launch every rank of ``profile.nodes`` (rank 0 first) through its launcher template.
 
-        Logs: rank 0 writes ``<log_dir>/<profile>.log`` (where single-node runs write theirs), rank R
-        ``<log_dir>/<profile>.rank<R>.log``. Port checks (``ServerProcess.start``) apply to ranks on a loopback
-        host (the HTTP port, and rank 0's dist-init port); a remote host's ports are the remote's business. Each
-        rank's launcher runs under its own supervisor and is recorded in ``record_dir`` (``ServerProcess.start``),
-        so a killed pytest leaves no rank behind on this machine. ``on_launch(group)`` is called once every rank is
-        launched, before any wait (``sharing`` records the group then); if it raises, every rank is stopped.
+        Logs: rank 0 writes ``<log_dir>/<profile>.<stamp>.log`` (as single-node runs do), rank R
+        ``<log_dir>/<profile>.rank<R>.<stamp>.log``, one stamp per launch, with ``<profile>.log`` and
+        ``<profile>.rank<R>.log`` linking the newest (``logfiles.new_log_path``). Port checks
+        (``ServerProcess.start``) apply to ranks on a loopback host (the HTTP port, and rank 0's dist-init port); a
+        remote host's ports are the remote's business. Each rank's launcher runs under its own supervisor and is
+        recorded in ``record_dir`` (``ServerProcess.start``), so a killed pytest leaves no rank behind on this
+        machine. ``on_launch(group)`` is called once every rank is launched, before any wait (``sharing`` records
+        the group then); if it raises, every rank is stopped.
 
         :raises ServerStartError: a rank could not be launched (the ranks already launched are stopped).
         :raises ProfileError: the engine cannot build the command.
@@ -181,6 +184,7 @@ class NodeGroup:
         dist_port = nodes.dist_init_port or find_free_port("127.0.0.1" if not _is_local(leader) else leader)
         dist_init_addr = f"[{leader}]:{dist_port}" if ":" in leader else f"{leader}:{dist_port}"
         ranks: list[Rank] = []
+        stamp = logfiles.launch_stamp()
         try:
             for rank, host in enumerate(nodes.hosts):
                 spec = engine.node_launch_spec(
@@ -198,7 +202,8 @@ class NodeGroup:
                 suffix = "" if rank == 0 else f".rank{rank}"
                 proc = ServerProcess.start(
                     launch, name=f"{profile.name} node rank {rank} on {host}",
-                    log_path=log_dir / f"{profile.name}{suffix}.log", record_dir=record_dir,
+                    log_path=logfiles.new_log_path(log_dir, f"{profile.name}{suffix}", stamp=stamp),
+                    record_dir=record_dir,
                 )  # fmt: skip
                 ranks.append(Rank(rank, host, spec, proc, joined=rank == 0))
         except BaseException:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from pytest_specdec import client, metrics, workload
+from pytest_specdec import client, logfiles, metrics, workload
 from pytest_specdec.auth import bearer_headers
 from pytest_specdec.engines import get_engine
 from pytest_specdec.engines.base import EffectiveConfig, Engine, LaunchSpec, SpecCounters
@@ -110,7 +110,8 @@ def start_server(
     passed to ``ServerProcess.start``. Files the server needs (an aux-id overlay, ``Engine.prepare``'s draft copy)
     are written under ``log_dir`` before the argv is built.
 
-    :param log_name: the log file's stem in ``log_dir`` (default: the profile name).
+    :param log_name: the log's name in ``log_dir`` (default: the profile name): the launch writes
+        ``<log_name>.<stamp>.log``, and ``<log_name>.log`` links to it (``logfiles.new_log_path``).
 
     :raises ServerStartError: the process exited or stalled before ready, the budget ran out, or the effective
         speculative config read back from the server differs from the profile.
@@ -136,8 +137,8 @@ def start_server(
                             on_progress=on_progress, on_launch=on_launch)  # fmt: skip
     port = profile.port or find_free_port(profile.host)
     launch = engine.launch_spec(profile, port=port, draft_path=draft_path)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{log_name or profile.name}.log"
+    # One log per launch, <name>.log linking the newest: a failure's message names a log the next run keeps.
+    log_path = logfiles.new_log_path(log_dir, log_name or profile.name)
     started = time.perf_counter()
     process = ServerProcess.start(
         launch, name=profile.name, log_path=log_path, on_launch=on_launch, record_dir=log_dir.parent / "servers"

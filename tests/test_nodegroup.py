@@ -143,7 +143,7 @@ def test_rank_that_dies_of_a_scheduler_exception_names_the_exception_and_where(t
         "server 'p': node rank 1 on 127.0.0.2 was killed by signal 9 (SIGKILL) before the group was ready (cause: "
         "scheduler exception): TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType' at "
         "sglang/srt/models/llama.py:437; the server then stopped its own process tree (signal 9); "
-        f"log: {logs / 'p.rank1.log'}"
+        f"log: {(logs / 'p.rank1.log').resolve()}"
     )
     assert info.value.cause == "scheduler exception"
     assert info.value.log_tail.splitlines()[-1].startswith("server_args api_key=")
@@ -195,8 +195,9 @@ def test_rank_that_never_joins_names_rank_host_and_log(tmp_path: Path) -> None:
     first = str(info.value).splitlines()[0]
     assert first == (
         "server 'tp3': after 15 s (startup_timeout_s) not every node rank joined: node rank 2 on 127.0.0.3 never "
-        f"reached the rendezvous (no 'Init torch distributed begin' in its log; log: {logs / 'tp3.rank2.log'}); "
-        f"node rank 1 on 127.0.0.2 waits at the rendezvous (log: {logs / 'tp3.rank1.log'}); a rank that never "
+        "reached the rendezvous (no 'Init torch distributed begin' in its log; log: "
+        f"{(logs / 'tp3.rank2.log').resolve()}); node rank 1 on 127.0.0.2 waits at the rendezvous (log: "
+        f"{(logs / 'tp3.rank1.log').resolve()}); a rank that never "
         "reaches it holds up all the others: check its host, launcher and environment"
     )
     assert info.value.cause == "timeout"
@@ -214,7 +215,7 @@ def test_rank_that_dies_before_ready_names_rank_host_and_log(tmp_path: Path) -> 
     first = str(info.value).splitlines()[0]
     assert first.startswith(
         f"server 'tp3': node rank 1 on 127.0.0.2 exited with code 1 before the group was ready (cause: unknown); "
-        f"log: {logs / 'tp3.rank1.log'}"
+        f"log: {(logs / 'tp3.rank1.log').resolve()}"
     )
     assert "ref fault: --ref-fault-node-exit 1:0: node rank 1 exits with status 1" in info.value.log_tail
     assert not _tagged(str(tmp_path))
@@ -250,7 +251,7 @@ def test_group_serves_then_a_dead_rank_is_named_and_every_rank_stopped(tmp_path:
         assert first.startswith(
             "server 'tp3': node rank 2 on 127.0.0.3 was killed by signal 9 (SIGKILL) while running (cause: unknown): "
             "no error in the log: something outside killed it (the kernel OOM killer would say so in dmesg, which "
-            f"could not be read or had no line for this server); log: {logs / 'tp3.rank2.log'}"
+            f"could not be read or had no line for this server); log: {(logs / 'tp3.rank2.log').resolve()}"
         )
     finally:
         server.stop()
@@ -272,7 +273,10 @@ def test_plugin_runs_a_multinode_profile(pytester: pytest.Pytester) -> None:
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(["test_tp3[[]tp3[]] * tp3 * passed"])
     logs = pytester.path / ".specdec" / "logs"
-    assert sorted(p.name for p in logs.glob("tp3*.log")) == ["tp3.log", "tp3.rank1.log", "tp3.rank2.log"]
+    pointers = sorted(p.name for p in logs.glob("tp3*.log") if p.is_symlink())
+    assert pointers == ["tp3.log", "tp3.rank1.log", "tp3.rank2.log"]
+    stamps = {p.resolve().name.rsplit(".", 2)[-2] for p in logs.glob("tp3*.log") if p.is_symlink()}
+    assert len(stamps) == 1  # one stamp for the ranks of one launch
     assert not _tagged(str(pytester.path))
 
 

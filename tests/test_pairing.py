@@ -203,5 +203,5 @@ def test_min_speedup_fails_with_the_reason_when_its_reference_arm_cannot_start(p
     result.assert_outcomes(failed=1)
     result.stdout.re_match_lines(
         [r"speedup vs crashes: not measured: reference arm 'crashes': server 'crashes' exited with code 1 before it "
-         r"was ready \(cause: out of memory\).*log: .*/crashes.paired.log"]  # fmt: skip
+         r"was ready \(cause: out of memory\).*log: .*/crashes.paired.\d{8}T\d{6}Z-\w+.log"]  # fmt: skip
     )

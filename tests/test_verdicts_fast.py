@@ -431,13 +431,13 @@ def test_startup_failures_are_diagnosed_as_real_sglang_fails(pytester: pytest.Py
             "server 'eagle3-embedding' was killed by signal 9 (SIGKILL) before it was ready (cause: scheduler "
             "exception) after * s: TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType' at "
             "sglang/srt/models/llama.py:437; the server then stopped its own process tree (signal 9); log: "
-            "*eagle3-embedding.log",
+            "*eagle3-embedding.*Z-*.log",
         ]
     )
     result.stdout.fnmatch_lines(
         [
             "server 'renamed-flag' exited with code 2 before it was ready (cause: bad flag) after * s: sglang serve: "
-            "error: unrecognized arguments: --speculative-aux-layer-ids 1,3,5; log: *renamed-flag.log",
+            "error: unrecognized arguments: --speculative-aux-layer-ids 1,3,5; log: *renamed-flag.*Z-*.log",
         ]
     )
     assert "OOM" not in result.stdout.str()
@@ -492,7 +492,7 @@ def test_min_speedup_fails_with_the_reason_when_its_reference_arm_cannot_start(p
     result.assert_outcomes(failed=1)
     result.stdout.re_match_lines(
         [r"speedup vs broken: not measured: reference arm 'broken': server 'broken' exited with code 2 before it was "
-         r"ready \(cause: bad flag\).*log: .*/broken.paired.log"]
+         r"ready \(cause: bad flag\).*log: .*/broken.paired.\d{8}T\d{6}Z-\w+.log"]
     )  # fmt: skip
 
 
