@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec import runner, stats
+from pytest_specdec import runner, sequential, stats
 from pytest_specdec.profiles import Profile
 from pytest_specdec.thresholds import Check
 
@@ -38,6 +38,7 @@ __all__ = [
     "ReferenceServers",
     "Speedup",
     "judge_speedup",
+    "judge_speedup_sequential",
     "measure_bracketed",
     "measure_interleaved",
     "pairing_mode",
@@ -131,17 +132,24 @@ def _number(value: object) -> float | None:
 
 
 def measure_interleaved(
-    target: runner.RunningServer, reference: runner.RunningServer, pairs: int, *, measure: Measure | None = None
+    target: runner.RunningServer,
+    reference: runner.RunningServer,
+    pairs: int,
+    *,
+    measure: Measure | None = None,
+    offset: int = 0,
 ) -> PairedArms:
     """Measure ``pairs`` pairs with both servers alive, in the order R T, T R, R T, ...
 
     :param measure: one measured phase on a server (default ``runner.measure``: warmup, counters, phase).
+    :param offset: pairs measured before these (a sequential verdict adds one at a time): the order continues
+        theirs, so pair ``offset`` is R T when ``offset`` is even.
     :raises ServerError: from ``measure`` (a server stalled or died).
     """
     run = measure or runner.measure
     targets: list[tuple[runner.Measurement, ...]] = []
     refs: list[runner.Measurement] = []
-    for i in range(pairs):
+    for i in range(offset, offset + pairs):
         if i % 2 == 0:
             refs.append(run(reference))
             targets.append((run(target),))
@@ -198,23 +206,39 @@ class Speedup:
     summary: stats.Summary | None
     test: stats.BelowTest | None
     verdict: str
+    #: With sequential verdicts (``judge_speedup_sequential``): the last look's decision; ``verdict`` is then
+    #: ``passed``, ``FAILED`` or ``undecided``.
+    decision: sequential.Decision | None = None
+    #: Sequential: the line's bracket, from ``sequential.floor_line`` (looks, interval, server-seconds, what more).
+    detail: str = ""
 
     @property
     def ratio(self) -> float | None:
+        if self.decision is not None:
+            return self.decision.estimate
         return self.summary.median if self.summary is not None else None
 
     def check(self) -> Check:
-        """The ``min_speedup`` check (``thresholds.Check``): fails only on ``FAILED``."""
+        """The ``min_speedup`` check (``thresholds.Check``): fails only on ``FAILED``; ``undecided`` passes, marked."""
         passed = self.verdict != "FAILED"
         return Check(
-            "min_speedup", f"speedup vs {self.vs}", ">=", self.floor, self.ratio, "x", passed, text=self.line()
-        )
+            "min_speedup", f"speedup vs {self.vs}", ">=", self.floor, self.ratio, "x", passed, text=self.line(),
+            undecided=self.verdict == "undecided",
+        )  # fmt: skip
 
     def line(self) -> str:
         """``speedup vs baseline 1.38x >= min 1.05x [median of 3 paired ratios, interleaved, CI 1.31-1.45 (75%)]``;
-        below the floor, the first and the confirming measurements and the test."""
+        below the floor, the first and the confirming measurements and the test. Sequential: ``speedup vs baseline
+        1.38x >= min 1.05x [geometric mean of 3 paired ratios, interleaved; decided after 3 pairs, ...]``."""
         if self.summary is None:
             return f"speedup vs {self.vs}: not measured (no paired ratio)"
+        if self.decision is not None:
+            d = self.decision
+            sym = {"passed": ">=", "FAILED": "<"}.get(self.verdict, "vs")
+            head = f"speedup vs {self.vs} {d.estimate:.3g}x {sym} min {self.floor:g}x"
+            if self.verdict == "undecided":
+                head = f"speedup vs {self.vs} {d.estimate:.3g}x: undecided vs min {self.floor:g}x"
+            return f"{head} [geometric mean of {d.n} paired ratios, {self.mode}; {self.detail}]"
         s = self.summary
         ratio = s.median
         below = ratio < self.floor
@@ -262,6 +286,22 @@ def judge_speedup(
     else:
         verdict = "FAILED" if test.significant else "not significant"
     return Speedup(vs, floor, mode, tuple(ratios), first, summary, test, verdict)
+
+
+def judge_speedup_sequential(
+    ratios: Sequence[float], floor: float, design: sequential.Design, *, vs: str, mode: str, first: int,
+    exhausted: bool, detail: Callable[[sequential.Decision], str],
+) -> Speedup:
+    """Judge paired ratios against ``floor`` at one look of a sequential verdict (``sequential.decide_floor``):
+    ``passed`` / ``FAILED`` once the interval is above / below the floor, else ``open`` while more pairs may be
+    measured and ``undecided`` when ``exhausted`` (the budget is spent or no pair can be added).
+
+    :param detail: the line's bracket for a decision (``verdict.py`` adds server-seconds and what more would take).
+    """
+    decision = sequential.decide_floor(list(ratios), floor, design)
+    verdict = {"above": "passed", "below": "FAILED"}.get(decision.verdict, "undecided" if exhausted else "open")
+    summary = stats.summarize(list(ratios))
+    return Speedup(vs, floor, mode, tuple(ratios), first, summary, None, verdict, decision, detail(decision))
 
 
 class ReferenceServers:

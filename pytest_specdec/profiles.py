@@ -167,6 +167,13 @@ class Workload(_Strict):
     ignore_eos: bool = True
     #: Measured phases per server; compare uses the per-repeat values for its significance test.
     repeats: int = Field(default=3, ge=1)
+    #: Sequential verdicts (``sequential.py``): measure one more repeat (or pair) at a time, up to this many, until
+    #: each threshold, speedup and suspected regression is decided; ``repeats`` is then the first look. None with
+    #: ``max_server_s`` None: fixed repeats.
+    max_repeats: int | None = Field(default=None, ge=1)
+    #: Sequential verdicts: server-seconds (measured phases and their warmups, both arms of a pair) a verdict may
+    #: spend; with ``max_repeats`` unset, the repeats are capped at ``sequential.DEFAULT_MAX_REPEATS``.
+    max_server_s: float | None = Field(default=None, gt=0)
     #: Per request, seconds without a new token before the run aborts as "server stalled".
     stall_timeout_s: float = Field(default=60.0, gt=0)
     #: Per request, total seconds.
@@ -187,6 +194,15 @@ class Workload(_Strict):
         if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             return value
         raise ValueError(f"expected 'auto' or an integer >= 1, got {value!r}")
+
+    @model_validator(mode="after")
+    def _max_repeats(self) -> Workload:
+        if self.max_repeats is not None and self.max_repeats < self.repeats:
+            raise ValueError(
+                f"max_repeats {self.max_repeats} is below repeats {self.repeats} (the first look); raise max_repeats "
+                "or lower repeats"
+            )
+        return self
 
 
 #: Placeholders a ``nodes.launcher`` / ``nodes.stop`` template may use.

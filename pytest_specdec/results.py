@@ -377,6 +377,10 @@ class ResultRecord:
     #: Threshold key -> "passed" | "FAILED: <verdict line>" | "n/a: <why>" (``thresholds.Verdict.outcomes``) of this
     #: test's marker/profile thresholds; empty for old records or tests without thresholds.
     checks: dict[str, str] = field(default_factory=dict)
+    #: What the verdicts cost: ``server_s`` (seconds the record's phases held servers, warmups and a paired
+    #: reference arm included), ``repeats``, and with sequential verdicts ``verdicts``: key -> ``{"verdict",
+    #: "repeats", "server_s"}`` at the look that decided it (``verdict.record_cost``); empty for old records.
+    cost: dict[str, Any] = field(default_factory=dict)
 
     @property
     def categories(self) -> list[str]:
@@ -484,6 +488,7 @@ class ResultRecord:
         kw["paired"] = dict(data.get("paired") or {}) if isinstance(data.get("paired"), dict) else {}
         checks = data.get("checks")
         kw["checks"] = {str(k): str(v) for k, v in checks.items()} if isinstance(checks, dict) else {}
+        kw["cost"] = dict(data["cost"]) if isinstance(data.get("cost"), dict) else {}
         kw["samples"] = tuple(RequestSample.from_dict(s) for s in data.get("samples") or () if isinstance(s, dict))
         return cls(**kw)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from pytest_specdec import client, logfiles, metrics, workload
+from pytest_specdec import client, clock, logfiles, metrics, workload
 from pytest_specdec.auth import bearer_headers
 from pytest_specdec.engines import get_engine
 from pytest_specdec.engines.base import EffectiveConfig, Engine, LaunchSpec, SpecCounters
@@ -93,6 +93,8 @@ class Measurement:
     wall_time: float = field(default_factory=time.time)
     #: ``metrics.client_check``'s line when the measuring client was overloaded, else None.
     client_check: str | None = None
+    #: Seconds the phase held the server, warmup included (``clock.now()``): what a sequential verdict spends.
+    server_s: float = 0.0
 
 
 def start_server(
@@ -371,6 +373,7 @@ def measure(
     :param prompts: the profile's prompt set (:func:`profile_prompts`; loaded here when None).
     :raises ServerError: the server stalled, died, or failed more requests than the workload allows.
     """
+    started = clock.now()
     profile = server.profile
     wl = profile.workload
     if prompts is None:
@@ -436,6 +439,7 @@ def measure(
         counters_after=after,
         cross_check=metrics.cross_check(run),
         client_check=client_verdict(profile, run),
+        server_s=clock.now() - started,
     )
 
 

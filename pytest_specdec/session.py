@@ -38,7 +38,7 @@ from pytest_specdec.keys import (
 )
 
 if TYPE_CHECKING:
-    from pytest_specdec import pairing, results, runner
+    from pytest_specdec import pairing, results, runner, sequential
     from pytest_specdec.baseline import Baselines
     from pytest_specdec.profiles import Profile, ProfileSet
 
@@ -370,8 +370,11 @@ class SpecdecSession:
         fingerprint["runner"] = hoststate.summarize(before, hoststate.snapshot())
         self.fingerprints[server.profile.name] = fingerprint
 
-    def measure_pair(self, server: runner.RunningServer, vs: str, pairs: int, *, shared: bool) -> pairing.PairedArms:
-        """``min_speedup``'s paired arms: ``pairs`` phases of ``server`` and of profile ``vs`` (``pairing.py``).
+    def measure_pair(
+        self, server: runner.RunningServer, vs: str, pairs: int, *, shared: bool, offset: int = 0
+    ) -> pairing.PairedArms:
+        """``min_speedup``'s paired arms: ``pairs`` phases of ``server`` and of profile ``vs`` (``pairing.py``);
+        ``offset``: pairs already measured (the interleaved order continues theirs).
 
         :raises ServerStartError, ServerError: a server failed; ``ValueError``: bracketed pairing is impossible.
         """
@@ -385,7 +388,7 @@ class SpecdecSession:
             )
         refs = self.reference_servers
         if pairing.pairing_mode(profile) == "interleaved":
-            return pairing.measure_interleaved(server, refs.get(reference), pairs)
+            return pairing.measure_interleaved(server, refs.get(reference), pairs, offset=offset)
         if shared or server.process is None:
             raise ValueError(
                 "bracketed pairing restarts this profile's server, which is shared with other xdist workers or "
@@ -436,6 +439,64 @@ class SpecdecSession:
 
     def repeats(self, profile: Profile) -> int:
         return int(self.config.option.specdec_repeats or profile.workload.repeats)
+
+    def design(self, profile: Profile) -> sequential.Design | None:
+        """The sequential design of ``profile``'s verdicts: looks from its repeats (the first measurement) up to
+        ``workload.max_repeats`` (``sequential.DEFAULT_MAX_REPEATS`` when only ``max_server_s`` is set); None with
+        fixed repeats (neither key set)."""
+        wl = profile.workload
+        if wl.max_repeats is None and wl.max_server_s is None:
+            return None
+        from pytest_specdec import sequential
+
+        first = self.repeats(profile)
+        most = max(wl.max_repeats or sequential.DEFAULT_MAX_REPEATS, first)
+        return sequential.Design(first, most, max_server_s=wl.max_server_s)
+
+    def server_seconds(self, name: str, vs: str | None = None) -> float:
+        """Seconds profile ``name``'s phases held servers so far (``Measurement.server_s``), with the reference
+        phases of its pairing with ``vs`` when given."""
+        run = self.runs.get(name)
+        spent = sum(m.server_s for m in run.measurements) if run is not None else 0.0
+        arms = self.pairs.get((name, vs)) if vs else None
+        return spent + (sum(m.server_s for m in arms.reference) if arms is not None else 0.0)
+
+    def extend(self, name: str, vs: str | None) -> bool:
+        """Measure profile ``name`` once more for a sequential verdict and append it to ``runs`` (the medians
+        recomputed): one more pair with ``vs`` when its arms were paired (bracketed pairing: as many pairs again, a
+        bracket restarts both servers), else one more repeat. Later tests of the profile start from the longer run.
+
+        :returns: False when nothing was added: no running server, or it failed (for a pair, the reason is kept in
+            ``pair_errors``).
+        """
+        from pytest_specdec import runner
+        from pytest_specdec.errors import ServerError, ServerStartError
+        from pytest_specdec.records import median_metrics
+
+        server = self.servers.get(name)
+        run = self.runs.get(name)
+        if server is None or run is None:
+            return False
+        key = (name, vs) if vs else None
+        arms = self.pairs.get(key) if key is not None else None
+        with measure_lock(self.config) as shared_file:
+            try:
+                if key is not None and arms is not None:
+                    count = 1 if arms.mode == "interleaved" else arms.first
+                    more = self.measure_pair(server, key[1], count, shared=shared_file is not None, offset=arms.pairs)
+                    self.pairs[key] = arms.extend(more)
+                    added = more.target_measurements()
+                else:
+                    added = (runner.measure(server),)
+            except (ServerStartError, ServerError, ValueError) as exc:
+                if key is not None:
+                    self.pair_errors.setdefault(key, f"sequential measurement failed: {exc}")
+                return False
+        measurements = run.measurements + tuple(added)
+        self.runs[name] = dataclasses.replace(
+            run, measurements=measurements, metrics=median_metrics([m.metrics for m in measurements])
+        )
+        return True
 
     # -- per test (the plugin's hook functions and fixtures forward here) --
 

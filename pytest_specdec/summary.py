@@ -19,7 +19,7 @@ from pytest_specdec import markdown, plots, report, results, sweep
 if TYPE_CHECKING:
     from pytest_specdec.session import SpecdecSession
 
-__all__ = ["check_lines", "finish", "finish_outputs", "note_lines", "write_notes", "write_summary"]
+__all__ = ["check_lines", "cost_lines", "finish", "finish_outputs", "note_lines", "write_notes", "write_summary"]
 
 #: One terminal line and its markup (``terminalreporter.write_line(text, **markup)``).
 Line = tuple[str, dict[str, bool]]
@@ -120,6 +120,25 @@ def note_lines(
     return lines
 
 
+def cost_lines(records: Iterable[results.ResultRecord]) -> list[str]:
+    """What each test's verdicts cost (``ResultRecord.cost``), one line per test that has it:
+    ``specdec server time: test_run[eagle3]: 12.3 server-s, 4 repeats; min_tok_s passed after 2 repeats (6.1 s);
+    compare FAILED after 4 repeats (12.3 s)``. Server-seconds include warmups and a paired reference arm."""
+    lines = []
+    for r in records:
+        cost = r.cost
+        if not cost or not isinstance(cost.get("server_s"), int | float):
+            continue
+        test = r.test_id.split("::", 1)[-1]
+        parts = [f"{test}: {cost['server_s']:.1f} server-s, {cost.get('repeats', '?')} repeats"]
+        for key, v in (cost.get("verdicts") or {}).items():
+            unit = "pairs" if key == "min_speedup" else "repeats"
+            spent = float(v.get("server_s", 0.0))
+            parts.append(f"{key} {v.get('verdict')} after {v.get('repeats')} {unit} ({spent:.1f} s)")
+        lines.append("specdec server time: " + "; ".join(parts))
+    return lines
+
+
 def write_notes(session: SpecdecSession, terminalreporter: Any) -> None:
     """:func:`note_lines` of the session (traces: not on xdist workers' behalf)."""
     measured = {r.test_id for r in session.records}
@@ -152,6 +171,8 @@ def write_summary(session: SpecdecSession, terminalreporter: Any) -> None:
     for line in dict.fromkeys(
         f"specdec {r.profile}: {r.paired['speedup']}" for r in session.records if r.paired.get("speedup")
     ):
+        tr.write_line(line)
+    for line in cost_lines(session.records):
         tr.write_line(line)
     for line in report.cycle_lines(session.records):
         tr.write_line(line)

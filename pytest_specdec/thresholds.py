@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +106,9 @@ class Check:
     note: str = ""
     #: The whole line, when the check words it itself (a paired speedup: ``pairing.Speedup.line``).
     text: str = ""
+    #: A sequential verdict that spent its budget without deciding (``sequential.py``): passes, reported as
+    #: ``undecided``.
+    undecided: bool = False
 
     def line(self) -> str:
         """``accept_length 1.94 < min 2.20 (margin -0.26, -11.8%)`` style, one line."""
@@ -141,6 +145,8 @@ class Verdict:
             key = f"{c.key.split('_', 1)[0]}_{c.label}" if "[" in c.label else c.key
             if c.passed is None:
                 out[key] = f"n/a: {c.note}"
+            elif c.undecided:
+                out[key] = f"undecided: {c.line()}"
             else:
                 out[key] = "passed" if c.passed else f"FAILED: {c.line()}"
         return out
@@ -160,6 +166,7 @@ def evaluate(
     speedup_check: Check | None = None,
     sweep_steps: int | None = None,
     configured_steps: int | None = None,
+    judged: Mapping[str, Check] | None = None,
 ) -> Verdict:
     """Compare ``metrics`` with every set threshold.
 
@@ -176,7 +183,8 @@ def evaluate(
     2.5 floor set at 3 steps, where 2.80 was measured); at as many steps or more the floor is a conservative one.
     ``speedup_check`` is the ``min_speedup`` check already judged on paired arms (``pairing.Speedup.check``; the
     plugin always gives it); else ``speedup`` is this profile's output tok/s over the ``min_speedup.vs`` profile's,
-    or None when that profile was not measured.
+    or None when that profile was not measured. ``judged`` holds checks already decided by a sequential verdict
+    (``verdict.sequential_checks``), keyed by threshold key; they replace the median rule for their key.
     """
     checks: list[Check] = []
     for key, (field, op, label, unit, spec_only) in _RULES.items():
@@ -199,6 +207,9 @@ def evaluate(
         ):
             note = f"the floor is set for num_steps {configured_steps}; accept length grows with steps"
             checks.append(Check(key, label, op, threshold, measured, unit, None, note))
+            continue
+        if judged and key in judged:
+            checks.append(judged[key])
             continue
         if measured is None:
             checks.append(Check(key, label, op, threshold, None, unit, None, "not reported by the server"))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_specdec import compare, hoststate, pairing, results, runner, sweep
+from pytest_specdec import compare, hoststate, pairing, results, runner, sequential, sweep
 from pytest_specdec.errors import CompareError, ServerError, ServerStartError, SpecdecError, SpecdecWarning
 from pytest_specdec.keys import CHECKS_PROPERTY, RECORD_PROPERTY, record_key, thresholds_key, tolerances_key
 from pytest_specdec.profiles import MinSpeedup, Profile
@@ -52,11 +52,14 @@ def judge_item(session: SpecdecSession, item: pytest.Item) -> None:
         return
     profile = session.profile(record.profile)
     thresholds = item.stash.get(thresholds_key, None) or profile.thresholds
-    run = session.runs[profile.name]
+    vs = thresholds.min_speedup.vs if thresholds.min_speedup is not None else None
+    costs: dict[str, dict[str, Any]] = {}
     check = None
     if thresholds.min_speedup is not None:
-        check = speedup_check(session, item, profile.name, thresholds.min_speedup)
+        check = speedup_check(session, item, profile.name, thresholds.min_speedup, costs)
     steps, configured = sweep_steps(profile, session.profiles or {})
+    judged = sequential_checks(session, item, profile, thresholds, vs, costs) if steps is None else {}
+    run = session.runs[profile.name]
     verdict = evaluate(
         thresholds,
         run.metrics,
@@ -64,8 +67,12 @@ def judge_item(session: SpecdecSession, item: pytest.Item) -> None:
         speedup_check=check,
         sweep_steps=steps,
         configured_steps=configured,
+        judged=judged,
     )
     item.user_properties.append((CHECKS_PROPERTY, json.dumps(verdict.outcomes())))
+    for c in verdict.checks:
+        if c.undecided:
+            item.warn(SpecdecWarning(f"{c.line()}: not failed"))
     failures = []
     if verdict.failed:
         message = failure_message(verdict, profile.name, run.metrics.num_ok, len(run.measurements))
@@ -74,11 +81,141 @@ def judge_item(session: SpecdecSession, item: pytest.Item) -> None:
             message = shared_verdict_message(verdict, profile.name, first)
         failures.append(message)
     if session.baselines is not None:
-        text = compare_item(session, item, record, profile)
+        text = compare_item(session, item, item.stash[record_key], profile, costs)
         if text:
             failures.append(text)
+    record_cost(session, item, profile.name, vs, costs)
     if failures:
         pytest.fail("\n".join(failures), pytrace=False)
+
+
+#: Threshold keys judged sequentially (``sequential.decide_floor``) when the profile sets ``workload.max_repeats``
+#: or ``max_server_s``: key -> (``RunMetrics`` field, speculative only, label, unit), as ``thresholds.evaluate``
+#: labels them. Ceilings and per-position/category floors keep the median rule.
+SEQUENTIAL_KEYS = {
+    "min_tok_s": ("output_tok_s", False, "output_tok_s", "tok/s"),
+    "min_accept_length": ("accept_length", True, "accept_length", "tok/verify"),
+    "min_accept_rate": ("accept_rate", True, "accept_rate", ""),
+}
+
+
+def _per_repeat(run: runner.RunResult, field_name: str) -> list[float]:
+    vals = (getattr(m.metrics, field_name) for m in run.measurements)
+    return [float(v) for v in vals if isinstance(v, int | float) and not isinstance(v, bool)]
+
+
+def sequential_checks(
+    session: SpecdecSession,
+    item: pytest.Item,
+    profile: Profile,
+    thresholds: Any,
+    vs: str | None,
+    costs: dict[str, dict[str, Any]],
+) -> dict[str, Check]:
+    """The :data:`SEQUENTIAL_KEYS` thresholds of a profile with a sequential design (``session.design``), each
+    decided on the per-repeat values: one more repeat (or pair, with ``vs``) is measured while any is undecided
+    and the budget allows (``session.extend``). Exact metrics (accept length/rate at temperature 0, identical
+    repeats) decide at once. Empty with fixed repeats. The record is rebuilt on the longer run; each decision's
+    repeats and server-seconds go to ``costs``.
+
+    :returns: threshold key -> its check, for ``thresholds.evaluate(judged=...)``.
+    """
+    from pytest_specdec import sequential
+    from pytest_specdec.compare import EXACT_FIELDS
+
+    design = session.design(profile)
+    if design is None:
+        return {}
+    keys = {
+        key: spec
+        for key, spec in SEQUENTIAL_KEYS.items()
+        if getattr(thresholds, key) is not None and (profile.is_speculative or not spec[1])
+    }
+    zero = profile.workload.temperature == 0
+    decided: dict[str, tuple[sequential.Decision, float]] = {}
+    while True:
+        run = session.runs[profile.name]
+        spent = session.server_seconds(profile.name, vs)
+        pending = False
+        for key, (field_name, *_) in keys.items():
+            values = _per_repeat(run, field_name)
+            if key in decided or not values:  # no value: "not reported", evaluate's median rule says so
+                continue
+            exact = zero and field_name in EXACT_FIELDS and max(values) == min(values)
+            decision = sequential.decide_floor(values, getattr(thresholds, key), design, exact=exact)
+            if decision.decided:
+                decided[key] = (decision, spent)
+            else:
+                pending = True
+        if not pending or not design.may_continue(len(run.measurements), spent):
+            break
+        if not session.extend(profile.name, vs):
+            break
+    _rebuild_record(session, item, profile.name, vs)
+    run = session.runs[profile.name]
+    spent = session.server_seconds(profile.name, vs)
+    out: dict[str, Check] = {}
+    for key, (field_name, _, label, unit) in keys.items():
+        values = _per_repeat(run, field_name)
+        if not values:
+            continue
+        threshold = float(getattr(thresholds, key))
+        found = decided.get(key)
+        if found is not None:
+            decision, at = found
+        else:
+            exact = zero and field_name in EXACT_FIELDS and max(values) == min(values)
+            decision, at = sequential.decide_floor(values, threshold, design, exact=exact), spent
+        needed = sequential.repeats_needed(values, threshold, design) if not decision.decided else None
+        bracket = sequential.detail(decision, unit="repeats", server_s=at, needed=needed, exhausted=True)
+        verdict = {"above": "passed", "below": "FAILED"}.get(decision.verdict, "undecided")
+        costs[key] = {"verdict": verdict, "repeats": decision.n, "server_s": round(at, 3)}
+        shown = f"{label} {decision.estimate:.4g}{' ' + unit if unit else ''}"
+        if verdict == "undecided":
+            text = f"{shown}: undecided vs min {threshold:g} [{bracket}]"
+        else:
+            sym = ">=" if verdict == "passed" else "<"
+            margin = decision.estimate - threshold
+            rel = f", {margin / threshold * 100:+.1f}%" if threshold else ""
+            text = f"{shown} {sym} min {threshold:g} (margin {margin:+.4g}{rel}) [geometric mean; {bracket}]"
+        out[key] = Check(
+            key, label, ">=", threshold, decision.estimate, unit, verdict != "FAILED", text=text,
+            undecided=verdict == "undecided",
+        )  # fmt: skip
+    return out
+
+
+def _rebuild_record(session: SpecdecSession, item: pytest.Item, name: str, vs: str | None) -> None:
+    """The test's record from the profile's run as it is now, when a sequential verdict measured more repeats."""
+    measured = session.runs[name].measurements
+    if len(measured) == len(item.stash[record_key].repeats.get("output_tok_s", [])):
+        return
+    fresh = results.ResultRecord.from_measurements(
+        item.nodeid, session.runs[name].measurements, item.stash[record_key].fingerprint
+    )
+    arms = session.pairs.get((name, vs)) if vs else None
+    paired = dict(item.stash[record_key].paired)
+    if arms is not None:
+        paired.update(arms.to_dict())
+    replace_record(
+        item, metrics=fresh.metrics, repeats=fresh.repeats, samples=fresh.samples, wall_time=fresh.wall_time,
+        paired=paired,
+    )  # fmt: skip
+
+
+def record_cost(
+    session: SpecdecSession, item: pytest.Item, name: str, vs: str | None, costs: Mapping[str, Mapping[str, Any]]
+) -> None:
+    """Put what the test's verdicts cost into its record (``ResultRecord.cost``): the server-seconds and repeats
+    of the run it was judged on, and per sequential verdict its decision, repeats and server-seconds."""
+    run = session.runs[name]
+    cost: dict[str, Any] = {
+        "server_s": round(session.server_seconds(name, vs), 3),
+        "repeats": len(run.measurements),
+    }
+    if costs:
+        cost["verdicts"] = {k: dict(v) for k, v in costs.items()}
+    replace_record(item, cost=cost)
 
 
 def sweep_steps(profile: Profile, profiles: Mapping[str, Profile]) -> tuple[int | None, int | None]:
@@ -125,16 +262,27 @@ def replace_record(item: pytest.Item, **changes: Any) -> None:
     ]
 
 
-def speedup_check(session: SpecdecSession, item: pytest.Item, name: str, ms: MinSpeedup) -> Check:
+def speedup_check(
+    session: SpecdecSession,
+    item: pytest.Item,
+    name: str,
+    ms: MinSpeedup,
+    costs: dict[str, dict[str, Any]] | None = None,
+) -> Check:
     """The ``min_speedup`` check of profile ``name`` on its paired arms: a median ratio below the floor is
     re-measured (as many pairs again) before it can fail; below but not significant warns. Not measured fails
-    with the reason (never a silent pass)."""
+    with the reason (never a silent pass). With a sequential design (``session.design``) one pair at a time is
+    added until the interval of the ratio is above or below the floor or the budget is spent (``undecided``:
+    passes with a warning); its pairs and server-seconds go to ``costs``."""
     key = (name, ms.vs)
     arms = session.pairs.get(key)
     if arms is None:
         reason = session.pair_errors.get(key, f"profile {ms.vs!r} was not measured with {name!r}")
         text = f"speedup vs {ms.vs}: not measured: {reason}"
         return Check("min_speedup", f"speedup vs {ms.vs}", ">=", ms.ratio, None, "x", False, text=text)
+    design = session.design(session.profile(name))
+    if design is not None:
+        return _sequential_speedup(session, item, name, ms, design, {} if costs is None else costs)
     confirmable = arms.pairs <= arms.first and name in session.servers
     judged = pairing.judge_speedup(
         arms.ratios(), ms.ratio, vs=ms.vs, mode=arms.mode, first=arms.first, confirmable=confirmable
@@ -147,6 +295,35 @@ def speedup_check(session: SpecdecSession, item: pytest.Item, name: str, ms: Min
     replace_record(item, paired={**arms.to_dict(), "speedup": judged.line(), "verdict": judged.verdict})
     if judged.verdict == "not significant":
         item.warn(SpecdecWarning(f"{judged.line()}: below the floor, not significant; not failed"))
+    return judged.check()
+
+
+def _sequential_speedup(
+    session: SpecdecSession,
+    item: pytest.Item,
+    name: str,
+    ms: MinSpeedup,
+    design: sequential.Design,
+    costs: dict[str, dict[str, Any]],
+) -> Check:
+    """``speedup_check`` with a sequential design: look after every pair (``pairing.judge_speedup_sequential``)."""
+    key = (name, ms.vs)
+    while True:
+        arms = session.pairs[key]
+        spent = session.server_seconds(name, ms.vs)
+        ratios = arms.ratios()
+        decision = sequential.decide_floor(ratios, ms.ratio, design)
+        more = not decision.decided and design.may_continue(arms.pairs, spent) and name in session.servers
+        if not more or not session.extend(name, ms.vs):
+            break
+    needed = None if decision.decided else sequential.repeats_needed(ratios, ms.ratio, design)
+    judged = pairing.judge_speedup_sequential(
+        ratios, ms.ratio, design, vs=ms.vs, mode=arms.mode, first=arms.first, exhausted=True,
+        detail=lambda d: sequential.detail(d, unit="pairs", server_s=spent, needed=needed, exhausted=True),
+    )  # fmt: skip
+    costs["min_speedup"] = {"verdict": judged.verdict, "repeats": arms.pairs, "server_s": round(spent, 3)}
+    _rebuild_record(session, item, name, ms.vs)
+    replace_record(item, paired={**arms.to_dict(), "speedup": judged.line(), "verdict": judged.verdict})
     return judged.check()
 
 
@@ -204,6 +381,16 @@ def confirm_record(session: SpecdecSession, record: results.ResultRecord) -> res
     return None if confirmed is None else dataclasses.replace(confirmed, test_id=record.test_id)
 
 
+def _extended(session: SpecdecSession, item: pytest.Item, record: results.ResultRecord) -> results.ResultRecord | None:
+    """The test's record with one more repeat (or pair) of its profile (``session.extend``), for a sequential
+    confirmation; None when none could be measured."""
+    vs = (record.paired or {}).get("vs")
+    if not session.extend(record.profile, vs):
+        return None
+    _rebuild_record(session, item, record.profile, vs)
+    return item.stash[record_key]
+
+
 def noise_for(session: SpecdecSession, name: str) -> dict[str, float]:
     """Calibrated relative noise of profile ``name`` (``calibrate`` writes ``<specdec dir>/noise/<name>.json``);
     empty when absent or unreadable. Read once per session (``session.noise``)."""
@@ -234,13 +421,21 @@ def judge_compare(
     noise: Mapping[str, float],
     force: bool,
     confirm: Callable[[], results.ResultRecord | None],
+    design: sequential.Design | None = None,
+    server_s: Callable[[], float] | None = None,
+    costs: dict[str, dict[str, Any]] | None = None,
 ) -> CompareVerdict:
     """Compare ``record`` with the stored ``base`` (of run ``run_id``, found under ``test_id``). A throughput or
     latency regression is measured again (``confirm()``, issue 15.3) and fails only when the confirming measurement
     regresses in one of the same metrics; an exact-metric regression fails at once (nothing to re-measure).
 
+    With a sequential ``design``, ``confirm()`` returns the record with one more repeat (or pair) each call, and
+    the suspected rows are decided by :func:`sequential_compare` instead of a second comparison.
+
     :param tolerances: ``compare.layered_tolerances``; :param noise: ``compare.read_noise`` (relative, per field).
     :param force: compare although the workloads differ (``--specdec-compare-force``).
+    :param server_s: seconds the current record's phases held servers (sequential: the cost line).
+    :param costs: gets ``compare``'s decision, repeats and server-seconds (sequential).
     """
     try:
         comparison = compare.compare_results(base, record, tolerances, force=force, noise=noise)
@@ -252,6 +447,12 @@ def judge_compare(
     head = f"regression against run {run_id} ({test_id}):"
     if any(r.basis == "exact" for r in comparison.regressions):
         return CompareVerdict("\n".join([head, *comparison.lines()]), notes=notes)
+    if design is not None:
+        return sequential_compare(
+            base, record, comparison, head=head, run_id=run_id, test_id=test_id, tolerances=tolerances,
+            noise=noise, design=design, more=confirm, server_s=server_s or (lambda: 0.0),
+            costs={} if costs is None else costs, notes=notes,
+        )  # fmt: skip
     again = confirm()
     if again is None:
         text = "\n".join([head, *comparison.lines(), "(not confirmed: the server could not be measured again)"])
@@ -269,8 +470,115 @@ def judge_compare(
     return CompareVerdict(text, notes=notes)
 
 
+def _row_values(record: results.ResultRecord, metric: str) -> list[float]:
+    """Per-repeat values behind a compare row: ``output_tok_s / baseline`` -> the paired ratios, else the field."""
+    fname, sep, _ = metric.partition(" / ")
+    return compare.paired_ratios(record, fname) if sep else record.values(metric)
+
+
+def _row_limit(row: compare.CompareRow, noise: Mapping[str, float], vs: str | None) -> float:
+    """The relative worsening a row allows: its tolerance at the baseline median, or ``NOISE_K`` x the calibrated
+    between-run noise when larger (the repeats' own spread is left to the t-test)."""
+    tol = row.tolerance.allowed(row.baseline) / abs(row.baseline) if row.baseline else row.tolerance.rel
+    fname, sep, _ = row.metric.partition(" / ")
+    calibrated = noise.get(f"{fname}/{vs}" if sep else row.metric, 0.0)
+    return max(tol, compare.NOISE_K * calibrated)
+
+
+def sequential_compare(
+    base: results.ResultRecord,
+    record: results.ResultRecord,
+    comparison: compare.Comparison,
+    *,
+    head: str,
+    run_id: str,
+    test_id: str,
+    tolerances: Mapping[str, compare.Tolerance],
+    noise: Mapping[str, float],
+    design: sequential.Design,
+    more: Callable[[], results.ResultRecord | None],
+    server_s: Callable[[], float],
+    costs: dict[str, dict[str, Any]],
+    notes: tuple[str, ...],
+) -> CompareVerdict:
+    """The confirming measurement of a suspected regression, sequentially: one more repeat (``more()``) at a time,
+    each suspected row decided by ``sequential.decide_shift`` on all the current repeats against the baseline's,
+    until every row is ``worse`` or ``within`` its limit or the budget is spent. At least one repeat is added
+    (the suspicion came from the first measurement). Fails when a row is ``worse``; warns when none is and some
+    stayed undecided or all were within.
+    """
+    suspected = comparison.regressions
+    vs = (record.paired or {}).get("vs")
+    current = record
+    decisions: dict[str, sequential.Decision] = {}
+    while True:
+        n = len(current.values("output_tok_s"))
+        if current is not record:
+            for row in suspected:
+                if row.metric in decisions and decisions[row.metric].decided:
+                    continue
+                decisions[row.metric] = sequential.decide_shift(
+                    _row_values(base, row.metric), _row_values(current, row.metric), _row_limit(row, noise, vs),
+                    design, higher_is_better=row.higher_is_better,
+                )  # fmt: skip
+            if all(d.decided for d in decisions.values()) or not design.may_continue(n, server_s()):
+                break
+        nxt = more()
+        if nxt is None:
+            break
+        current = nxt
+    spent = server_s()
+    if not decisions:
+        text = "\n".join([head, *comparison.lines(), "(not confirmed: the server could not be measured again)"])
+        return CompareVerdict(text, notes=notes)
+    worse = [m for m, d in decisions.items() if d.verdict == "worse"]
+    n = max(d.n for d in decisions.values())
+    verdict = "FAILED" if worse else "passed" if all(d.decided for d in decisions.values()) else "undecided"
+    costs["compare"] = {"verdict": verdict, "repeats": n, "server_s": round(spent, 3)}
+    lines = [
+        f"  {m}: {d.verdict} (current/baseline {d.estimate:.4g}, {d.interval()}, limit "
+        f"{_row_limit(next(r for r in suspected if r.metric == m), noise, vs):.1%}, {d.method}, {d.n} repeats)"
+        for m, d in decisions.items()
+    ]
+    if worse:
+        final = compare.compare_results(base, current, tolerances, force=True, noise=noise)
+        table = [line for line in final.lines() if not line.startswith(("fingerprint", "  ", "runner state"))]
+        text = "\n".join(
+            [head, "first measurement:", *comparison.lines(),
+             f"sequential confirmation ({n} repeats, {spent:.1f} server-s):", *lines, *table]
+        )  # fmt: skip
+        return CompareVerdict(text, notes=notes)
+    names = ", ".join(sorted(decisions))
+    state = "within the limit" if verdict == "passed" else "undecided"
+    warning = (
+        f"{test_id}: suspected regression of {names} against run {run_id} {state} after {n} repeats "
+        f"({spent:.1f} server-s); not failed: " + "; ".join(line.strip() for line in lines)
+    )
+    if verdict == "undecided":
+        needed = [
+            sequential.shift_repeats_needed(
+                _row_values(base, row.metric), _row_values(current, row.metric), _row_limit(row, noise, vs), design,
+                higher_is_better=row.higher_is_better,
+            )
+            for row in suspected if not decisions[row.metric].decided
+        ]  # fmt: skip
+        if any(x is None for x in needed):
+            warning += (
+                "; more repeats would not decide it at this spread (the estimate sits on the limit, or the "
+                "baseline's own spread is too wide: record it with more repeats)"
+            )
+        else:
+            most = max(x for x in needed if x is not None)
+            warning += f"; about {most} repeats in all would decide it (raise workload.max_repeats or max_server_s)"
+    return CompareVerdict(warning=warning, notes=notes)
+
+
 def compare_item(
-    session: SpecdecSession, item: pytest.Item, record: results.ResultRecord, profile: Profile
+    session: SpecdecSession,
+    item: pytest.Item,
+    record: results.ResultRecord,
+    profile: Profile,
+    costs: dict[str, dict[str, Any]] | None = None,
 ) -> str | None:
     """The baseline-compare failure text for one test, or None when it did not regress (``judge_compare`` on the
     baseline ``session.baselines`` picks; no baseline warns)."""
@@ -287,6 +595,7 @@ def compare_item(
         return None
     run, base = found
     session.compared.setdefault(run.run_id, []).append(record.test_id)
+    design = session.design(profile)
     judged = judge_compare(
         base,
         record,
@@ -297,7 +606,10 @@ def compare_item(
         ),
         noise=noise_for(session, profile.name),
         force=item.config.option.specdec_compare_force,
-        confirm=lambda: confirm_record(session, record),
+        confirm=lambda: confirm_record(session, record) if design is None else _extended(session, item, record),
+        design=design,
+        server_s=lambda: session.server_seconds(profile.name, (record.paired or {}).get("vs")),
+        costs=costs,
     )
     for note in judged.notes:
         session.compare_notes[f"{profile.name}: {note}"] = None
