@@ -509,3 +509,112 @@ def test_a_server_running_another_speculative_config_than_the_profile_is_an_erro
             "  num_steps: profile 3, server 5",
         ]
     )
+
+
+#: Sequential verdicts (``pytest_specdec/sequential.py``): 2 repeats first, up to 6.
+SEQUENTIAL = "{max_new_tokens: 15, num_requests: 2, warmup_requests: 0, repeats: 2, max_repeats: 6}"
+SEQUENTIAL_TESTS = """
+import pytest
+
+@pytest.mark.specdec(min_tok_s=1, min_accept_length=2.5)
+def test_clear(specdec_run):
+    pass
+
+@pytest.mark.specdec(min_tok_s=1e9)
+def test_unreachable(specdec_run):
+    pass
+"""
+
+
+def test_sequential_verdicts_decide_clear_floors_at_the_first_look_and_record_their_cost(
+    pytester: pytest.Pytester,
+) -> None:
+    """Floors far from the measured tok/s decide after the first 2 repeats (no extra repeat); the exact accept
+    length at temperature 0 too; the summary and the result file give each verdict's server-seconds."""
+    _project(pytester, SEQUENTIAL_TESTS, workload=SEQUENTIAL)
+    result = _run(pytester, "--server-profile=eagle3")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.re_match_lines(
+        [
+            r"output_tok_s [\d.]+ tok/s < min 1e\+09 \(margin -[\d.e+]+, -100\.0%\) \[geometric mean; decided after 2 "
+            r"repeats, CI [\d.e+]+-[\d.e+]+ \(98\.0%\), [\d.]+ server-s\] \[profile eagle3, 2 requests, median of 2 "
+            r"repeats\]",
+            r"specdec server time: test_clear\[eagle3\]: [\d.]+ server-s, 2 repeats; min_tok_s passed after 2 "
+            r"repeats \([\d.]+ s\); min_accept_length passed after 2 repeats \([\d.]+ s\)",
+            r"specdec server time: test_unreachable\[eagle3\]: [\d.]+ server-s, 2 repeats; min_tok_s FAILED after 2 "
+            r"repeats \([\d.]+ s\)",
+        ]
+    )
+    saved = json.loads(next((pytester.path / ".specdec/results").glob("*.json")).read_text())
+    cost = saved["results"][0]["cost"]
+    assert cost["repeats"] == 2 and cost["server_s"] > 0
+    assert cost["verdicts"]["min_accept_length"] == {"verdict": "passed", "repeats": 2,
+                                                     "server_s": cost["server_s"]}  # fmt: skip
+    assert saved["results"][0]["checks"]["min_tok_s"] == "passed"
+
+
+def test_sequential_verdict_measures_until_the_budget_then_says_undecided_and_what_more_would_take(
+    pytester: pytest.Pytester,
+) -> None:
+    """A floor at the measured tok/s cannot be decided: more repeats are measured up to max_repeats, the check
+    passes as undecided with a warning that gives the interval and what more would take."""
+    _project(pytester, RUN_TEST, workload=SEQUENTIAL)
+    first = _run(pytester, "--server-profile=eagle3")
+    assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+    saved = json.loads(next((pytester.path / ".specdec/results").glob("*.json")).read_text())
+    measured = saved["results"][0]["metrics"]["output_tok_s"]
+    body = RUN_TEST.replace("test_run", "test_on_the_floor")
+    tests = f"import pytest\n\n@pytest.mark.specdec(min_tok_s={measured})\n{body}"
+    pytester.makepyfile(test_fake_specdec=tests)
+    result = _run(pytester, "--server-profile=eagle3")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.re_match_lines(
+        [
+            r".*SpecdecWarning: output_tok_s [\d.]+ tok/s: undecided vs min [\d.]+ \[undecided after 6 repeats, CI "
+            r"[\d.e+]+-[\d.e+]+ \(98\.0%\) contains the limit, [\d.]+ server-s; (about \d+ repeats in all would decide "
+            r"it at this spread \(~\d+ more server-s: raise workload.max_repeats or max_server_s\)|more repeats would "
+            r"not decide it .*)\]: not failed",
+            r"specdec server time: test_on_the_floor\[eagle3\]: [\d.]+ server-s, 6 repeats; min_tok_s undecided "
+            r"after 6 repeats \([\d.]+ s\)",
+        ]
+    )
+
+
+def test_sequential_min_speedup_and_compare_confirmation_fail_the_lost_env_after_few_looks(
+    pytester: pytest.Pytester,
+) -> None:
+    """The incident's 10x slower forwards: the paired speedup is below its floor after a few pairs (2 on a quiet
+    machine), and against a stored run the compare's suspicion is confirmed by more repeats, judged sequentially."""
+    extra = (
+        f"  eagle3-lost-env:\n    server: sglang\n    model_path: {BUNDLED_TARGET}\n    env: {_env(LOST_ENV)}\n"
+        f"    pairing: interleaved\n    workload: {SEQUENTIAL}\n    speculative: {SPEC}\n"
+        "    thresholds: {min_speedup: {vs: baseline, ratio: 1.05}}\n"
+    )
+    _project(pytester, RUN_TEST, script=LOST_ENV, extra=extra, workload=SEQUENTIAL)
+    result = _run(pytester, "--server-profile=eagle3-lost-env")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.re_match_lines(
+        [
+            r"speedup vs baseline 0\.\d+x < min 1.05x \[geometric mean of (\d) paired ratios, interleaved; decided "
+            r"after \1 pairs, CI [\d.]+-[\d.]+ \(98\.0%\), [\d.]+ server-s\] \[profile eagle3-lost-env, 2 requests, "
+            r"median of \1 repeats\]",
+            r"specdec server time: test_run\[eagle3-lost-env\]: [\d.]+ server-s, \d repeats; min_speedup FAILED after "
+            r"\d pairs \([\d.]+ s\)",
+        ]
+    )
+    stored = _run(pytester, "--server-profile=eagle3")
+    assert stored.ret == pytest.ExitCode.OK, stored.stdout.str()
+    pytester.makefile(".yaml", specdec=_profiles(LOST_ENV, workload=SEQUENTIAL).replace(', "NCCL_PROTO": "LL"', ""))
+    second = _run(pytester, "--server-profile=eagle3", "--specdec-compare")
+    assert second.ret == pytest.ExitCode.TESTS_FAILED, second.stdout.str()
+    second.stdout.re_match_lines(
+        [
+            r"first measurement:",
+            r"sequential confirmation \(\d repeats, [\d.]+ server-s\):",
+            r"  output_tok_s: worse \(current/baseline 0\.\d+, CI [\d.]+-[\d.]+ \(98\.0%\), limit 5\.0%, welch "
+            r"t-test on log values, 5 looks, \d repeats\)",
+            r"specdec server time: test_run\[eagle3\]: [\d.]+ server-s, \d repeats; compare FAILED after \d repeats "
+            r"\([\d.]+ s\)",
+        ]
+    )
