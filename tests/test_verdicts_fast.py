@@ -529,29 +529,36 @@ def test_unreachable(specdec_run):
 def test_sequential_verdicts_decide_clear_floors_at_the_first_look_and_record_their_cost(
     pytester: pytest.Pytester,
 ) -> None:
-    """Floors far from the measured tok/s decide after the first 2 repeats (no extra repeat); the exact accept
-    length at temperature 0 too; the summary and the result file give each verdict's server-seconds."""
+    """Floors far from the measured tok/s decide at the first looks (2 repeats on a quiet machine); the exact accept
+    length at temperature 0 at the first one; the summary and the result file give each verdict's server-seconds."""
     _project(pytester, SEQUENTIAL_TESTS, workload=SEQUENTIAL)
     result = _run(pytester, "--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.re_match_lines(
         [
-            r"output_tok_s [\d.]+ tok/s < min 1e\+09 \(margin -[\d.e+]+, -100\.0%\) \[geometric mean; decided after 2 "
-            r"repeats, CI [\d.e+]+-[\d.e+]+ \(98\.0%\), [\d.]+ server-s\] \[profile eagle3, 2 requests, median of 2 "
+            r"output_tok_s [\d.]+ tok/s < min 1e\+09 \(margin -[\d.e+]+, -100\.0%\) \[geometric mean; decided after \d "
+            r"repeats, CI [\d.e+]+-[\d.e+]+ \(98\.0%\), [\d.]+ server-s\] \[profile eagle3, 2 requests, median of \d "
             r"repeats\]",
-            r"specdec server time: test_clear\[eagle3\]: [\d.]+ server-s, 2 repeats; min_tok_s passed after 2 "
-            r"repeats \([\d.]+ s\); min_accept_length passed after 2 repeats \([\d.]+ s\)",
-            r"specdec server time: test_unreachable\[eagle3\]: [\d.]+ server-s, 2 repeats; min_tok_s FAILED after 2 "
-            r"repeats \([\d.]+ s\)",
         ]
     )
+    # The inner run's order is random (pytest-randomly), and a loaded runner's first 2 repeats can differ by 40 %:
+    # min_tok_s=1 may take a third repeat when test_clear runs first.
+    result.stdout.re_match_lines(
+        [
+            r"specdec server time: test_clear\[eagle3\]: [\d.]+ server-s, \d repeats; min_tok_s passed after \d "
+            r"repeats \([\d.]+ s\); min_accept_length passed after 2 repeats \([\d.]+ s\)",
+        ]
+    )
+    result.stdout.re_match_lines([r"specdec server time: test_unreachable\[eagle3\]: [\d.]+ server-s, \d repeats; "
+                                  r"min_tok_s FAILED after \d repeats \([\d.]+ s\)"])  # fmt: skip
     saved = json.loads(next((pytester.path / ".specdec/results").glob("*.json")).read_text())
-    cost = saved["results"][0]["cost"]
-    assert cost["repeats"] == 2 and cost["server_s"] > 0
-    assert cost["verdicts"]["min_accept_length"] == {"verdict": "passed", "repeats": 2,
-                                                     "server_s": cost["server_s"]}  # fmt: skip
-    assert saved["results"][0]["checks"]["min_tok_s"] == "passed"
+    clear = next(r for r in saved["results"] if r["test_id"].endswith("test_clear[eagle3]"))
+    cost = clear["cost"]
+    assert cost["repeats"] >= 2 and cost["server_s"] > 0
+    assert cost["verdicts"]["min_accept_length"]["verdict"] == "passed"
+    assert cost["verdicts"]["min_accept_length"]["repeats"] == 2  # exact at temperature 0: the first look decides
+    assert clear["checks"]["min_tok_s"] == "passed"
 
 
 def test_sequential_verdict_measures_until_the_budget_then_says_undecided_and_what_more_would_take(
