@@ -397,6 +397,6 @@ def test_locate_finds_the_line_through_extends_and_falls_back_to_the_block(in_tm
 def test_max_repeats_below_repeats_names_both(in_tmp: Path) -> None:
     write(in_tmp, "profiles:\n  a:\n    server: reference\n    workload: {repeats: 3, max_repeats: 2}\n")
     assert load_error("specdec.yaml") == (
-        "specdec.yaml: profiles.a.workload: max_repeats 2 is below repeats 3 (the first look); raise max_repeats or "
+        "specdec.yaml:4: profiles.a.workload: max_repeats 2 is below repeats 3 (the first look); raise max_repeats or "
         "lower repeats"
     )
