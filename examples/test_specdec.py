@@ -1,7 +1,7 @@
 """What a user copies: speculative-decoding performance tests, run once per --server-profile.
 
     pytest -m specdec --server-profile=eagle3
-    pytest -m specdec --server-profile=baseline,eagle3     # one server at a time; adds the speedup check
+    pytest -m specdec --server-profile=baseline,eagle3     # both profiles' tests; eagle3's min_speedup pairs the two
 
 Every test that uses ``specdec_run`` is held to its profile's ``thresholds:`` in specdec.yaml, checked after the
 test body; all tests of one profile share one measurement. To hold one test to another bar, override key by key

@@ -89,7 +89,8 @@ def register(parser: pytest.Parser) -> None:
         type=profile_names,
         default=None,
         metavar="NAME[,NAME...]",
-        help="Profiles to run specdec tests against, one server alive at a time (default: none; specdec tests skip)",
+        help="Profiles to run specdec tests against, one after another; a min_speedup reference arm measured "
+        "interleaved runs beside its target (default: none; specdec tests skip)",
     )
     group.addoption(
         "--server-url",

@@ -41,3 +41,15 @@ def test_copied_tests_leave_thresholds_to_the_profile(pytester: pytest.Pytester)
     for item in items:
         marker = item.get_closest_marker("specdec")
         assert marker is not None and marker.kwargs == {}, item.name
+
+
+@pytest.mark.parametrize("workflow", sorted(p.name for p in (EXAMPLES / "ci").glob("*.yml")))
+def test_example_workflow_is_a_valid_github_workflow(workflow: str) -> None:
+    """check-jsonschema's vendored GitHub-workflow schema (no network): a broken example workflow cannot ship."""
+    pytest.importorskip("check_jsonschema", reason="check-jsonschema is in the dev extra")
+    done = subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
+         str(EXAMPLES / "ci" / workflow)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
