@@ -151,16 +151,18 @@ def cycle_lines(records: Sequence[ResultRecord]) -> list[str]:
 def category_lines(rows: Iterable[tuple[str, str, dict[str, Any], str]]) -> list[str]:
     """Accept length per prompt category: a header, then one fixed-width line per row with categories.
 
-    A cell is ``accept_len (requests)`` of that category (``by_category``), ``n/a`` without speculation, ``-`` when
-    the row has no request of that category. Example line: ``test_x[eagle3]  eagle3  2.71 (15)  2.10 (1)``.
+    A cell is ``accept_len (requests)`` of that category (``by_category``), ``n/a`` when that category's requests
+    have none, ``-`` when the row has no request of that category; rows without any accept length (no speculation)
+    are left out. Example line: ``test_x[eagle3]  eagle3  2.71 (15)  2.10 (1)``.
 
     :param rows: as :func:`summary_lines`.
-    :returns: no lines when no row has categories.
+    :returns: no lines when no row has categories with an accept length.
     """
     table = [
         (nodeid.split("::", 1)[-1], profile, values.get("by_category") or {}) for nodeid, profile, values, _ in rows
     ]
-    table = [t for t in table if t[2]]
+    # A row without speculation has no accept length in any category: no all-"n/a" row (and no table of only those).
+    table = [t for t in table if any(isinstance(e, dict) and e.get("accept_length") is not None for e in t[2].values())]
     if not table:
         return []
     names = sorted({c for _, _, by in table for c in by})

@@ -104,6 +104,10 @@ class SpecdecSession:
     sweep_lines: list[str] = field(default_factory=list)
     reaped: list[str] = field(default_factory=list)
     compared: dict[str, list[str]] = field(default_factory=dict)
+    #: node id -> the passing compare's table (``compare.Comparison.lines``), shown under the summary.
+    compare_tables: dict[str, list[str]] = field(default_factory=dict)
+    #: Servers this process launched and stopped ("eagle3 (pid 123)"), named after an interrupted run.
+    stopped: list[str] = field(default_factory=list)
     #: node id -> failure text of failed specdec tests (for the markdown summary).
     failures: dict[str, str] = field(default_factory=dict)
     #: node id -> (profile, what its marker changed in the profile's thresholds), for the summary.
@@ -426,7 +430,14 @@ class SpecdecSession:
 
     def stop_reference_servers(self) -> None:
         if self.reference_servers is not None:
+            self.stopped.extend(_launched(s) for s in self.reference_servers.servers.values() if s.process is not None)
             self.reference_servers.stop()
+
+    def stop_server(self, server: runner.RunningServer) -> None:
+        """Stop a fixture's server and remember it for the interrupted-run line (``summary.write_summary``)."""
+        if server.process is not None and server.stop_report is None:
+            self.stopped.append(_launched(server))
+        server.stop()
 
     def profile(self, name: str) -> Profile:
         assert self.profile_set is not None
@@ -574,7 +585,7 @@ class SpecdecSession:
             finally:
                 self.servers.pop(profile.name, None)
                 self.stop_reference_servers()
-                server.stop()
+                self.stop_server(server)
             return
         started: list[runner.RunningServer] = []
 
@@ -672,7 +683,12 @@ class SpecdecSession:
 
             summary.finish(self, session)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
+        if exitstatus == pytest.ExitCode.INTERRUPTED and self.stopped:
+            # Teardown already ran (pytest_sessionfinish precedes the summary): say so, not just "KeyboardInterrupt".
+            names = ", ".join(dict.fromkeys(self.stopped))
+            terminalreporter.write_line(f"specdec: interrupted; stopped the servers this run launched: {names}",
+                                        yellow=True)  # fmt: skip
         if not (self.check_lines or self.sweep_lines or self.records or self.preflight_notes or self.runs):
             return  # nothing to print (a run without specdec tests does not import the summary's modules)
         from pytest_specdec import summary
@@ -702,6 +718,12 @@ def measure_lock(config: pytest.Config) -> Iterator[Callable[[str], Path] | None
     finally:
         runner.phase_watcher.reset(token)
         status.done()
+
+
+def _launched(server: runner.RunningServer) -> str:
+    """``eagle3 (pid 123)`` for a server we launched (``log_path`` names its launch)."""
+    pid = getattr(server.process, "pid", None)
+    return f"{server.profile.name} (pid {pid})" if pid is not None else server.profile.name
 
 
 def or_fail(call: Callable[[], T]) -> T:

@@ -89,6 +89,13 @@ def finish_outputs(session: SpecdecSession, pytest_session: pytest.Session, run:
         session.markdown_paths = [path for path, _ in targets]
 
 
+def speedup_lines(records: Sequence[results.ResultRecord]) -> list[str]:
+    """One ``specdec PROFILE: speedup vs ...`` line per profile: its last test's verdict, which after a
+    confirmation covers every pair (the profile's first tests recorded the first 3 pairs only)."""
+    speedups = {r.profile: r.paired["speedup"] for r in records if r.paired.get("speedup")}
+    return [f"specdec {profile}: {speedup}" for profile, speedup in speedups.items()]
+
+
 def check_lines(checked: Sequence[tuple[str, list[str]]], failed: bool, profile_path: Path) -> list[Line]:
     """``--specdec-check``'s verdict line, after one section per profile (written by :func:`write_summary`)."""
     verdict = "FAILED" if failed else "passed"
@@ -168,9 +175,7 @@ def write_summary(session: SpecdecSession, terminalreporter: Any) -> None:
     rows = [(r.test_id, r.profile, r.metrics, r.outcome) for r in session.records]
     for line in report.summary_lines(rows):
         tr.write_line(line)
-    for line in dict.fromkeys(
-        f"specdec {r.profile}: {r.paired['speedup']}" for r in session.records if r.paired.get("speedup")
-    ):
+    for line in speedup_lines(session.records):
         tr.write_line(line)
     for line in cost_lines(session.records):
         tr.write_line(line)

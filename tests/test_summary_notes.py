@@ -66,3 +66,23 @@ def test_progress_warning_override_and_shared_verdict(pytester: pytest.Pytester)
     # Printed once in full; pytest's short summary repeats it untruncated when CI is set, so skip those lines.
     full = [line for line in result.stdout.lines if not line.startswith("FAILED ")]
     assert sum(line.count("< min 3.9 (margin") for line in full) == 1
+
+
+def test_one_speedup_line_per_profile_the_confirmed_one() -> None:
+    """After a confirmation the profile's first test recorded 3 pairs and the later ones all 6: one line, the last."""
+    import dataclasses
+
+    from pytest_specdec.results import ResultRecord
+    from pytest_specdec.summary import speedup_lines
+    from tests.helpers import record
+
+    def paired(profile: str, speedup: str) -> ResultRecord:
+        return dataclasses.replace(record(profile, 100.0, 2.6), paired={"speedup": speedup})
+
+    first = paired("eagle3", "speedup vs baseline 1.02x < min 1.05x [median of 3 paired ratios, ...] (suspected)")
+    second = paired("eagle3", "speedup vs baseline 1.08x >= min 1.05x [median of 6 paired ratios, ...]")
+    other = paired("eagle3-b", "speedup vs baseline 1.2x >= min 1.05x [median of 3 paired ratios, ...]")
+    assert speedup_lines([first, second, other]) == [
+        "specdec eagle3: speedup vs baseline 1.08x >= min 1.05x [median of 6 paired ratios, ...]",
+        "specdec eagle3-b: speedup vs baseline 1.2x >= min 1.05x [median of 3 paired ratios, ...]",
+    ]
