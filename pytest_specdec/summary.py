@@ -197,6 +197,11 @@ def write_summary(session: SpecdecSession, terminalreporter: Any) -> None:
     write_notes(session, tr)
     for run_id, tests in session.compared.items():
         tr.write_line(f"specdec compare: {len(tests)} test(s) compared with stored run {run_id}")
+    # A failed compare prints its table with the failure; a passing one shows its deltas here.
+    for test_id, table in session.compare_tables.items():
+        tr.write_sep("-", f"specdec compare: {test_id.split('::', 1)[-1]} (no regression)")
+        for line in table:
+            tr.write_line(line)
     for note in session.compare_notes:
         tr.write_line(f"specdec compare: {note}")
     if session.saved_path is not None:

@@ -411,6 +411,8 @@ class CompareVerdict:
     warning: str | None = None
     #: How the compare was judged (``exact: ...``, ``throughput and latency judged ...``), for the summary.
     notes: tuple[str, ...] = ()
+    #: A passing compare's table (``compare.Comparison.lines``): the deltas are shown under the summary too.
+    table: tuple[str, ...] = ()
 
 
 def judge_compare(
@@ -445,7 +447,7 @@ def judge_compare(
         return CompareVerdict(f"not compared with run {run_id}: {exc} (--specdec-compare-force compares anyway)")
     notes = tuple(n for n in comparison.notes if n.startswith(("exact:", "throughput and latency judged")))
     if not comparison.failed:
-        return CompareVerdict(notes=notes)
+        return CompareVerdict(notes=notes, table=tuple(comparison.lines()))
     head = f"regression against run {run_id} ({test_id}):"
     if any(r.basis == "exact" for r in comparison.regressions):
         return CompareVerdict("\n".join([head, *comparison.lines()]), notes=notes)
@@ -615,6 +617,8 @@ def compare_item(
     )
     for note in judged.notes:
         session.compare_notes[f"{profile.name}: {note}"] = None
+    if judged.table:
+        session.compare_tables[record.test_id] = list(judged.table)
     if judged.warning is not None:
         item.warn(SpecdecWarning(judged.warning))
     return judged.failure

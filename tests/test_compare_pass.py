@@ -1,0 +1,44 @@
+"""A passing --specdec-compare shows its delta table under the summary (it said only "N test(s) compared")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.profiles import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
+from tests.helpers import STRICT_INI
+
+FAKE = Path(__file__).resolve().parent / "fakesglang"
+
+
+def test_passing_compare_prints_the_delta_table(pytester: pytest.Pytester) -> None:
+    env = json.dumps({"PYTHONPATH": str(FAKE), "SPECDEC_FAKE_SGLANG": "{}"})
+    spec = (
+        f"{{algorithm: EAGLE3, draft_model_path: {BUNDLED_DRAFT_EAGLE3}, num_steps: 3, eagle_topk: 1, "
+        "num_draft_tokens: 4}"
+    )
+    # Wide time tolerances: a busy runner's tok/s may move; the table is what this test is about.
+    pytester.makefile(".yaml", specdec=(
+        f"profiles:\n  eagle3:\n    server: sglang\n    model_path: {BUNDLED_TARGET}\n    env: {env}\n"
+        f"    startup_timeout_s: 60\n    speculative: {spec}\n"
+        "    workload: {max_new_tokens: 15, num_requests: 2, warmup_requests: 0, repeats: 2}\n"
+        '    tolerances: ["output_tok_s:1000%", "ttft_ms:1000%", "itl_ms:1000%", "tpot_ms:1000%"]\n'
+    ))  # fmt: skip
+    pytester.makepyfile(test_cmp="def test_run(specdec_run):\n    pass\n")
+    pytester.makeini(STRICT_INI)
+    args = ("--server-profile=eagle3", "-p", "no:cacheprovider", "-p", "no:benchmark")
+    first = pytester.runpytest_subprocess(*args, timeout=120)
+    assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+    second = pytester.runpytest_subprocess(*args, "--specdec-compare", timeout=120)
+    assert second.ret == pytest.ExitCode.OK, second.stdout.str()
+    second.stdout.fnmatch_lines(
+        [
+            "specdec compare: 1 test(s) compared with stored run *",
+            "*- specdec compare: test_run[[]eagle3[]] (no regression) -*",
+            "fingerprint: same as baseline",
+            "metric * better * baseline * current * delta * delta % * tolerance * verdict",
+            "accept_length * higher * 2.8 * 2.8 * +0 * +0.0% * 2% * ok",
+        ]
+    )
