@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +20,27 @@ import pytest_specdec.session  # noqa: F401
 import pytest_specdec.sharing  # noqa: F401
 import pytest_specdec.summary  # noqa: F401
 import pytest_specdec.verdict  # noqa: F401
+
+try:  # the plot extra: matplotlib imported inside an in-process run, then dropped, breaks the next run's legend
+    import matplotlib.backends.backend_agg  # noqa: F401
+    import matplotlib.figure  # noqa: F401
+except ImportError:
+    pass
 from tests.helpers import free_port
+
+# Under pytest-xdist (`pytest -n 2`), the worker's PYTEST_XDIST_* variables would reach every pytest, owner script
+# and server the tests start, and the plugin reads PYTEST_XDIST_WORKER: an inner pytest would believe it is a
+# worker (pytest-benchmark off, its servers owned by its parent). The tests' own processes are not xdist workers.
+for _name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+    os.environ.pop(_name, None)
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytester whose inner runs keep their tests in file order: pytest-randomly (the dev extra, on in the flake
+    hunt) would shuffle them and import numpy, and several tests assert on what the first test of a run printed."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:randomly")
+    return pytester
 
 # --- the real streaming path (aiohttp over sockets) against benchmarks/sse_server.py
 
