@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -326,6 +326,11 @@ def plot_trend(
     locator = AutoDateLocator()
     axes[-1].xaxis.set_major_locator(locator)
     axes[-1].xaxis.set_major_formatter(ConciseDateFormatter(locator))
+    starts = {run.started for run in shown}
+    if len(starts) == 1:
+        # One run (or runs of one second): matplotlib widens a zero-width date range by years (2025-2029).
+        at = _when(starts.pop())
+        axes[-1].set_xlim(at - timedelta(hours=1), at + timedelta(hours=1))
     axes[-1].set_xlabel("run start (UTC); bars: min-max over repeats, point: median")
     fig.suptitle(title or trend_title(names if profiles else None, len(shown)))
     return _save(fig, Path(path))

@@ -236,3 +236,18 @@ def test_plot_sweep_draws_the_accept_floor_and_names_the_missed_threshold(tmp_pa
     assert pixels(plain, purple) == 0
     assert pixels(out, purple) > 50
     assert pixels(out, RED) > pixels(plain, RED) + 20  # "missed accept_length" in red beside the cross
+
+
+def test_plot_trend_of_one_run_spans_two_hours_not_years(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single run's dates would have a zero-width range, which matplotlib widened to 2025-2029 (issue 27)."""
+    from matplotlib.dates import num2date
+
+    from pytest_specdec import plots
+
+    figures: list[object] = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
+    one = _spread_runs((0,), failed_at=None)[:1]
+    plot_trend(one, tmp_path / "one.png", metrics=["output_tok_s"])
+    low, high = (num2date(x) for x in figures[0].axes[0].get_xlim())  # type: ignore[attr-defined]
+    assert (high - low).total_seconds() == 2 * 3600
+    assert low.timestamp() == one[0].started - 3600
