@@ -519,7 +519,10 @@ def _prompt_file(profile: Profile) -> Path | None:
 
 
 def _longest_prompt_tokens(profile: Profile) -> int | None:
-    """An estimate (UTF-8 bytes / 3, rounded up) of the longest prompt's token count; None when unreadable."""
+    """An estimate (UTF-8 bytes / 3, rounded up) of the longest prompt's token count, exact for ``prompts: random``
+    (``random.input_len``); None when unreadable."""
+    if profile.workload.prompts == "random":
+        return profile.workload.random.input_len if profile.workload.random is not None else None
     path = _prompt_file(profile)
     if path is None:
         return None

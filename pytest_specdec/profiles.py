@@ -37,6 +37,7 @@ __all__ = [
     "NodesConfig",
     "Profile",
     "ProfileSet",
+    "RandomPrompts",
     "SpeculativeConfig",
     "Thresholds",
     "TraceConfig",
@@ -153,11 +154,31 @@ class TraceConfig(_Strict):
     activities: tuple[Literal["CPU", "GPU", "MEM"], ...] = ("CPU", "GPU")
 
 
+class RandomPrompts(_Strict):
+    """``workload.random``: the prompts of ``prompts: random``, drawn as SGLang ``bench_serving --dataset-name
+    random-ids --tokenize-prompt`` draws them (``workload.random_prompts``). The defaults are bench_serving's
+    (``--random-input-len 1024 --random-range-ratio 0.0 --seed 42``); ``--random-output-len`` is the workload's
+    ``max_new_tokens`` and ``--num-prompts`` its ``num_requests``."""
+
+    #: ``--random-input-len``: tokens per prompt (the most; at least ``input_len * range_ratio``).
+    input_len: int = Field(default=1024, ge=1)
+    #: ``--random-range-ratio``: lengths are drawn uniformly from ``[max(int(len * ratio), 1), len]``; 1 = fixed.
+    range_ratio: float = Field(default=0.0, ge=0, le=1)
+    #: ``--seed``: bench_serving seeds numpy's global generator with it.
+    seed: int = 42
+    #: The tokenizer's ``vocab_size`` (Hugging Face, added tokens not counted), which the ids wrap around; None:
+    #: read from the tokenizer at ``model_path`` (needs ``transformers``).
+    vocab_size: int | None = Field(default=None, ge=1)
+
+
 class Workload(_Strict):
-    """What the measured phase sends. ``prompts`` is ``builtin`` or a path to JSONL (``prompt``/``text`` per line)
-    or ShareGPT-style JSON (``conversations``: first human turn)."""
+    """What the measured phase sends. ``prompts`` is ``builtin``, ``random`` (token ids as SGLang bench_serving's
+    ``random-ids`` dataset, settings in ``random``), or a path to JSONL (``prompt``/``text`` per line) or
+    ShareGPT-style JSON (``conversations``: first human turn)."""
 
     prompts: str = "builtin"
+    #: Settings of ``prompts: random`` (defaults when omitted); only with ``prompts: random``.
+    random: RandomPrompts | None = None
     api: Literal["generate", "completions", "chat"] = "generate"
     max_new_tokens: int = Field(default=64, ge=1)
     num_requests: int = Field(default=16, ge=1)
@@ -202,6 +223,21 @@ class Workload(_Strict):
                 f"max_repeats {self.max_repeats} is below repeats {self.repeats} (the first look); raise max_repeats "
                 "or lower repeats"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _random_prompts(self) -> Workload:
+        if self.prompts != "random":
+            if self.random is not None:
+                raise ValueError(f"random: is set but prompts is {self.prompts!r}; fix: prompts: random")
+            return self
+        if self.api != "generate":
+            raise ValueError(
+                f"prompts: random sends token ids (SGLang /generate input_ids), which api: {self.api} cannot carry; "
+                "fix: api: generate, or a prompt file"
+            )
+        if self.random is None:
+            object.__setattr__(self, "random", RandomPrompts())  # frozen model: bench_serving's defaults
         return self
 
 
@@ -392,9 +428,9 @@ def load_profiles(path: str | Path) -> ProfileSet:
 
     Steps: ``yaml.safe_load``; the top-level ``profiles:`` mapping; ``extends:`` chains deep-merged base first
     (``_merge``); relative paths resolved against the file's directory (``model_path``,
-    ``speculative.draft_model_path``, ``workload.prompts`` unless ``builtin``, ``python``; a value is treated as a
-    path when it is absolute, starts with ``.`` or ``~``, or names an existing file relative to the YAML file, so
-    Hugging Face ids such as ``meta-llama/Llama-3.1-8B-Instruct`` stay as they are); validation; then
+    ``speculative.draft_model_path``, ``workload.prompts`` unless ``builtin`` or ``random``, ``python``; a value is
+    treated as a path when it is absolute, starts with ``.`` or ``~``, or names an existing file relative to the YAML
+    file, so Hugging Face ids such as ``meta-llama/Llama-3.1-8B-Instruct`` stay as they are); validation; then
     ``resolve_paths`` fills the bundled assets on ``server: reference``.
 
     :param path: the YAML file; messages name it as given.
@@ -682,7 +718,10 @@ def _resolve_relative(merged: dict[str, Any], base: Path) -> dict[str, Any]:
     if isinstance(spec, dict) and "draft_model_path" in spec:
         spec["draft_model_path"] = _resolve_one(spec["draft_model_path"], base)
     workload = out.get("workload")
-    if isinstance(workload, dict) and isinstance(workload.get("prompts"), str) and workload["prompts"] != "builtin":
+    if isinstance(workload, dict) and isinstance(workload.get("prompts"), str) and workload["prompts"] not in (
+        "builtin",
+        "random",
+    ):
         # A prompt file is always a path (never a hub id), so resolve it even when it does not exist yet.
         workload["prompts"] = str((base / Path(workload["prompts"]).expanduser()).resolve())
     return out

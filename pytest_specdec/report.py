@@ -60,12 +60,15 @@ def summary_lines(rows: Iterable[tuple[str, str, dict[str, Any], str]]) -> list[
 def definition_lines(records: Sequence[ResultRecord]) -> list[str]:
     """What the summary's numbers are, printed under the table: the accept-length and accept-rate definitions
     (``metrics.ACCEPT_LENGTH_DEFINITION``), each profile's accept length in its engine's own definition beside it,
-    and what was done to the prefix cache before the measured phases (``RunMetrics.cache_reset``).
+    the scheduler cross-check (``metrics.cross_check``: its figure, or "not available" when the phase was too short
+    for one, as after a ``/flush_cache`` with fewer than ``decode_log_interval`` decode steps: sglang PR 29329's
+    false failure), and what was done to the prefix cache before the measured phases (``RunMetrics.cache_reset``).
 
     Example::
 
         accept_len = 1 + accepted drafts / verify steps (prefill token excluded); accept_rate = ...
         accept_len in the engine's own definition: eagle3 2.68 (Σcompletion_tokens / Σspec_verify_ct)
+        scheduler cross-check (avg_spec_accept_length vs accept_len): eagle3 2.61 vs 2.62, short not available (...)
         prefix cache before each measured phase: reset: POST /flush_cache (baseline, eagle3)
 
     :returns: no line for a kind of fact no record has.
@@ -86,6 +89,17 @@ def definition_lines(records: Sequence[ResultRecord]) -> list[str]:
         ]
         if native:
             out.append("accept_len in the engine's own definition: " + ", ".join(native))
+    checks = [_scheduler_check(name, r) for name, r in first.items()]
+    if any(checks):
+        line = "scheduler cross-check (avg_spec_accept_length vs accept_len): " + ", ".join(c for c in checks if c)
+        if any(c.endswith("not available") for c in checks if c):
+            from pytest_specdec.runner import SCHEDULER_MIN_WINDOWS
+
+            line += (
+                " (SGLang folds it only every decode_log_interval (40) decode steps after /flush_cache; "
+                f"phases under {SCHEDULER_MIN_WINDOWS} windows are not checked; the verdicts use accept_len)"
+            )
+        out.append(line)
     notes: dict[str, list[str]] = {}
     for name, r in first.items():
         for note in dict.fromkeys(str(v) for v in r.repeats.get("cache_reset", []) if v):
@@ -93,6 +107,21 @@ def definition_lines(records: Sequence[ResultRecord]) -> list[str]:
     for note, names in notes.items():
         out.append(f"prefix cache before each measured phase: {note} ({', '.join(names)})")
     return out
+
+
+def _scheduler_check(name: str, record: ResultRecord) -> str | None:
+    """``NAME 2.61 vs 2.62`` (the scheduler's figure vs the client's, medians over repeats), ``NAME not available``
+    when the engine has such a figure but none was read, or None (no accept length, the client's figure came from
+    the counters, or an engine without one: vLLM)."""
+    m = record.metrics
+    if m.get("accept_length") is None or m.get("accept_length_source", "client") != "client":
+        return None
+    if record.fingerprint.get("engine") not in ("sglang", "reference"):  # vLLM has no such figure
+        return None
+    scheduler = m.get("scheduler_accept_length")
+    if isinstance(scheduler, int | float):
+        return f"{name} {scheduler:.2f} vs {m['accept_length']:.2f}"
+    return f"{name} not available"
 
 
 def cycle_cost(record: ResultRecord) -> tuple[float, int] | None:

@@ -358,11 +358,15 @@ phase_watcher: contextvars.ContextVar[Callable[[str, int], Callable[[RequestReco
 
 def profile_prompts(profile: Profile, *, base_dir: Path | None = None) -> list[workload.Prompt]:
     """The profile's prompt set: ``workload.prompts`` read against ``base_dir`` (default: the profile file's
-    directory). Load it once and pass it to :func:`measure` and :func:`trace_phase`.
+    directory), or drawn for ``prompts: random`` (``workload.workload_prompts``). Load it once and pass it to
+    :func:`measure` and :func:`trace_phase`.
 
-    :raises ProfileError: the prompt file is missing or malformed (``workload.load_prompts``).
+    :raises ProfileError: the prompt file is missing or malformed (``workload.load_prompts``), or the random
+        prompts' vocabulary size cannot be found.
     """
-    return workload.load_prompts(profile.workload.prompts, base_dir or Path(profile.source or ".").parent)
+    return workload.workload_prompts(
+        profile.workload, base_dir or Path(profile.source or ".").parent, profile.model_path
+    )
 
 
 def measure(

@@ -291,7 +291,7 @@ class SpecdecSession:
     def _run_inputs(self, profile: Profile) -> list[str]:
         """What the run itself needs besides the model files: the prompt set and the API key, checked before any
         launch so a 15-minute startup is not wasted on them."""
-        from pytest_specdec.workload import load_prompts
+        from pytest_specdec.workload import workload_prompts
 
         def where(key: str) -> str:
             line = self.profile_set.locate(profile.name, key)[0] if self.profile_set is not None else None
@@ -299,7 +299,7 @@ class SpecdecSession:
 
         problems = []
         try:
-            load_prompts(profile.workload.prompts, Path(profile.source or self.profile_path).parent)
+            workload_prompts(profile.workload, Path(profile.source or self.profile_path).parent, profile.model_path)
         except ProfileError as exc:
             detail = str(exc).removeprefix("workload.prompts: ")
             problems.append(f"error: {where('workload.prompts')}: profiles.{profile.name}.workload.prompts: {detail}")

@@ -10,9 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.errors import ProfileError
-from pytest_specdec.profiles import Workload
+from pytest_specdec.profiles import RandomPrompts, Workload
 
-__all__ = ["BUILTIN_PROMPTS", "Prompt", "RequestSpec", "build_requests", "load_prompts", "prompt_set_hash"]
+__all__ = [
+    "BUILTIN_PROMPTS",
+    "Prompt",
+    "RequestSpec",
+    "build_requests",
+    "load_prompts",
+    "prompt_set_hash",
+    "random_prompts",
+    "tokenizer_vocab_size",
+    "workload_prompts",
+]
 
 #: The bundled prompt set, one ``{"prompt": ...}`` object per line; ``workload.prompts: builtin`` selects it.
 BUILTIN_PROMPTS = Path(__file__).parent / "refserver" / "prompts.jsonl"
@@ -26,13 +36,27 @@ _SHAREGPT_FIX = (
 
 class Prompt(str):
     """One prompt's text (a ``str``, so prompt lists hash and send as before) with its optional ``category``
-    (the JSONL ``category`` field, e.g. ``code``; None when the file gives none)."""
+    (the JSONL ``category`` field, e.g. ``code``; None when the file gives none), and for ``prompts: random`` its
+    token ids (text ``""``) and its own output length."""
 
     category: str | None
+    #: Token ids sent as ``input_ids`` instead of the text; None for a text prompt.
+    input_ids: tuple[int, ...] | None
+    #: This prompt's ``max_new_tokens`` (bench_serving draws one per prompt); None: the workload's.
+    max_new_tokens: int | None
 
-    def __new__(cls, text: str, category: str | None = None) -> Prompt:
+    def __new__(
+        cls,
+        text: str,
+        category: str | None = None,
+        *,
+        input_ids: tuple[int, ...] | None = None,
+        max_new_tokens: int | None = None,
+    ) -> Prompt:
         obj = super().__new__(cls, text)
         obj.category = category
+        obj.input_ids = input_ids
+        obj.max_new_tokens = max_new_tokens
         return obj
 
 
@@ -142,6 +166,90 @@ def _parse_sharegpt(text: str, path: Path) -> list[Prompt]:
     return prompts
 
 
+def _random_lens(rs: Any, full_len: int, range_ratio: float, num: int) -> list[int]:
+    # sglang/benchmark/datasets/common.py::compute_random_lens (0.5.17), on the generator bench_serving seeds.
+    if full_len <= 0:
+        return [0] * num
+    return [int(x) for x in rs.randint(max(int(full_len * range_ratio), 1), full_len + 1, size=num)]
+
+
+def random_prompts(settings: RandomPrompts, num_prompts: int, output_len: int, vocab_size: int) -> list[Prompt]:
+    """The prompts SGLang ``bench_serving --dataset-name random-ids --tokenize-prompt`` sends.
+
+    Algorithm of SGLang 0.5.17 ``sglang/benchmark/datasets/random.py::sample_random_requests`` with
+    ``random_sample=False`` and ``return_text=False``, after ``serving.py`` seeds ``np.random.seed(args.seed)``
+    (nothing else draws from numpy's generator before it): input lengths, then output lengths, each
+    ``np.random.randint(max(int(len * range_ratio), 1), len + 1, size=num_prompts)``, then
+    ``offsets = np.random.randint(0, vocab_size, size=num_prompts)``; prompt ``i`` is the ids
+    ``(offsets[i] + i + j) % vocab_size`` for ``j < input_lens[i]`` (consecutive ids, not independent draws).
+    The draws depend on ``num_prompts``: compare with bench_serving at ``--num-prompts`` = ``num_requests``.
+    Without ``--tokenize-prompt`` bench_serving decodes these ids to text (one id fewer per special token the
+    tokenizer adds) and the server re-tokenizes it, which need not give the same ids back.
+
+    :param settings: ``workload.random`` (input length, range ratio, seed).
+    :param num_prompts: ``--num-prompts`` (the workload's ``num_requests``).
+    :param output_len: ``--random-output-len`` (the workload's ``max_new_tokens``).
+    :param vocab_size: the tokenizer's ``vocab_size`` (:func:`tokenizer_vocab_size`).
+    :returns: ``num_prompts`` prompts with text ``""``, ``input_ids`` and ``max_new_tokens`` set.
+    """
+    import numpy as np
+
+    rs = np.random.RandomState(settings.seed)  # the generator np.random.seed(seed) resets
+    input_lens = _random_lens(rs, settings.input_len, settings.range_ratio, num_prompts)
+    output_lens = _random_lens(rs, output_len, settings.range_ratio, num_prompts)
+    offsets = [int(x) for x in rs.randint(0, vocab_size, size=num_prompts)]
+    return [
+        Prompt(
+            "",
+            input_ids=tuple((offsets[i] + i + j) % vocab_size for j in range(input_lens[i])),
+            max_new_tokens=output_lens[i],
+        )
+        for i in range(num_prompts)
+    ]
+
+
+def tokenizer_vocab_size(model_path: str) -> int:
+    """``AutoTokenizer.from_pretrained(model_path).vocab_size``: what bench_serving wraps its random ids around.
+
+    :raises ProfileError: ``transformers`` is not installed or the tokenizer cannot be loaded; the fix is
+        ``workload.random.vocab_size``.
+    """
+    fix = "fix: set workload.random.vocab_size (the tokenizer's vocab_size)"
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise ProfileError(
+            f"workload.prompts: random: reading the tokenizer of {model_path} needs transformers; {fix}"
+        ) from None
+    try:
+        return int(AutoTokenizer.from_pretrained(model_path).vocab_size)
+    except Exception as exc:  # noqa: BLE001 (any loader failure has the same fix)
+        raise ProfileError(
+            f"workload.prompts: random: cannot load the tokenizer of {model_path}: {exc}; {fix}"
+        ) from None
+
+
+def workload_prompts(workload: Workload, base_dir: str | Path, model_path: str | None) -> list[Prompt]:
+    """The prompt set of a workload: :func:`random_prompts` for ``prompts: random`` (vocabulary from
+    ``random.vocab_size`` or the tokenizer at ``model_path``), else :func:`load_prompts`.
+
+    :raises ProfileError: as :func:`load_prompts`; for ``random`` without ``vocab_size``, no ``model_path`` or a
+        tokenizer that cannot be read.
+    """
+    if workload.prompts != "random":
+        return load_prompts(workload.prompts, base_dir)
+    settings = workload.random or RandomPrompts()
+    vocab = settings.vocab_size
+    if vocab is None:
+        if model_path is None:
+            raise ProfileError(
+                "workload.prompts: random: no model_path to read the tokenizer's vocab_size from; "
+                "fix: set workload.random.vocab_size"
+            )
+        vocab = tokenizer_vocab_size(model_path)
+    return random_prompts(settings, workload.num_requests, workload.max_new_tokens, vocab)
+
+
 def build_requests(
     workload: Workload, prompts: Sequence[str]
 ) -> tuple[list[RequestSpec], list[RequestSpec]]:
@@ -161,9 +269,10 @@ def build_requests(
         prompt = prompts[i % len(prompts)]
         return RequestSpec(
             prompt=str(prompt),
-            max_new_tokens=workload.max_new_tokens,
+            max_new_tokens=getattr(prompt, "max_new_tokens", None) or workload.max_new_tokens,
             temperature=workload.temperature,
             ignore_eos=workload.ignore_eos,
+            input_ids=getattr(prompt, "input_ids", None),
             category=getattr(prompt, "category", None),
         )
 
@@ -174,6 +283,13 @@ def prompt_set_hash(prompts: Sequence[str]) -> str:
     """SHA-256 hex digest (64 chars) of the prompt list, order-sensitive, for result fingerprints.
 
     Computed over ``json.dumps(prompts, ensure_ascii=False)`` in UTF-8, so the boundaries between prompts count;
-    categories are not part of it (relabelling a prompt set keeps its runs comparable).
+    categories are not part of it (relabelling a prompt set keeps its runs comparable). A token-id prompt
+    (``prompts: random``) enters as ``{"input_ids": [...], "max_new_tokens": n}``.
     """
-    return hashlib.sha256(json.dumps(prompts, ensure_ascii=False).encode("utf-8")).hexdigest()
+    items: list[Any] = [
+        p
+        if getattr(p, "input_ids", None) is None
+        else {"input_ids": list(p.input_ids), "max_new_tokens": p.max_new_tokens}  # type: ignore[attr-defined]
+        for p in prompts
+    ]
+    return hashlib.sha256(json.dumps(items, ensure_ascii=False).encode("utf-8")).hexdigest()

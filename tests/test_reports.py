@@ -211,3 +211,26 @@ def test_cycle_cost_worked_example_and_line() -> None:
         "[server: draft 3.10 ms + verify 9.80 ms per cycle]"
     ]
     assert cycle_lines([dataclasses.replace(rec, paired={})]) == []
+
+
+def test_scheduler_cross_check_says_not_available_after_a_short_phase() -> None:
+    """Issue 29.6 (sglang PR 29329): after /flush_cache a phase shorter than decode_log_interval (40) decode steps
+    leaves avg_spec_accept_length absent from /server_info (recorded on the H200:
+    tests/data/sglang/0.5.17/flush-short-phase.server_info.json); the summary says the check was not available,
+    it does not fail, and a long phase shows both figures."""
+    from pytest_specdec.report import definition_lines
+    from pytest_specdec.results import ResultRecord
+
+    def rec(profile: str, engine: str, scheduler: float | None) -> ResultRecord:
+        metrics = {"accept_length": 2.62, "accept_length_source": "client", "scheduler_accept_length": scheduler}
+        return ResultRecord(f"t.py::t[{profile}]", profile, metrics, {}, {"engine": engine})
+
+    lines = definition_lines([rec("long", "sglang", 2.6149), rec("short", "sglang", None), rec("v", "vllm", None)])
+    assert lines[-1] == (
+        "scheduler cross-check (avg_spec_accept_length vs accept_len): long 2.61 vs 2.62, short not available "
+        "(SGLang folds it only every decode_log_interval (40) decode steps after /flush_cache; phases "
+        "under 20 windows are not checked; the verdicts use accept_len)"
+    )
+    assert definition_lines([rec("long", "reference", 2.62)])[-1] == (
+        "scheduler cross-check (avg_spec_accept_length vs accept_len): long 2.62 vs 2.62"
+    )

@@ -10,7 +10,7 @@ import pytest
 
 from pytest_specdec import workload as workload_mod
 from pytest_specdec.errors import ProfileError
-from pytest_specdec.profiles import Workload
+from pytest_specdec.profiles import RandomPrompts, Workload
 from pytest_specdec.workload import RequestSpec, build_requests, load_prompts, prompt_set_hash
 
 JSONL_FIX = 'fix: write one JSON object per line, e.g. {"prompt": "Explain speculative decoding."}'
@@ -140,3 +140,94 @@ def test_builtin_set_has_five_categories_and_keeps_its_first_prompts() -> None:
     # The examples' thresholds were measured on the first 16 prompts: they stay first, in order.
     assert prompts[0].startswith("def _check_type(value, name):") and prompts[15].startswith("class TestCase(")
     assert len(prompts) == 44
+
+
+# -- prompts: random (SGLang bench_serving's random-ids dataset) ------------------------------------------------
+
+DATA = Path(__file__).parent / "data" / "sglang" / "0.5.17"
+
+
+def _as_bench_rows(prompts: list[workload_mod.Prompt]) -> list[dict[str, object]]:
+    return [{"input_ids": list(p.input_ids or ()), "output_len": p.max_new_tokens} for p in prompts]
+
+
+def test_random_prompts_are_the_ids_sglang_bench_serving_drew() -> None:
+    """Recorded by SGLang 0.5.17's own sample_random_requests (benchmarks/gpu/record_random_ids.py, seeded as
+    serving.py seeds): lengths drawn with range ratio 0.5, consecutive ids from a random offset, wrapped at 2048."""
+    recorded = json.loads((DATA / "random-ids.small.json").read_text(encoding="utf-8"))
+    a = recorded["args"]
+    settings = RandomPrompts(input_len=a["input_len"], range_ratio=a["range_ratio"], seed=a["seed"])
+    prompts = workload_mod.random_prompts(settings, a["num_prompts"], a["output_len"], 2048)
+    assert _as_bench_rows(prompts) == recorded["prompts"]
+    assert len({len(p.input_ids or ()) for p in prompts}) > 1  # the range ratio varied the lengths
+    assert all(p == "" and p.category is None for p in prompts)
+
+
+def test_random_prompts_match_bench_serving_at_the_gpu_comparison_sizes() -> None:
+    for line in (DATA / "random-ids.digests.jsonl").read_text(encoding="utf-8").splitlines():
+        recorded = json.loads(line)
+        a = recorded["args"]
+        settings = RandomPrompts(input_len=a["input_len"], range_ratio=a["range_ratio"], seed=a["seed"])
+        rows = _as_bench_rows(workload_mod.random_prompts(settings, a["num_prompts"], a["output_len"], 2048))
+        assert hashlib.sha256(json.dumps(rows).encode()).hexdigest() == recorded["sha256"], a
+
+
+def test_random_prompts_equal_a_reimplementation_on_numpys_global_generator() -> None:
+    """bench_serving's algorithm written out as it runs there: np.random.seed, then three np.random.randint calls."""
+    import numpy as np
+
+    saved = np.random.get_state()
+    try:
+        np.random.seed(7)
+        in_lens = np.random.randint(max(int(40 * 0.25), 1), 40 + 1, size=9).tolist()
+        out_lens = np.random.randint(max(int(30 * 0.25), 1), 30 + 1, size=9).tolist()
+        offsets = np.random.randint(0, 500, size=9)
+        want = [
+            {"input_ids": [int((offsets[i] + i + j) % 500) for j in range(in_lens[i])], "output_len": out_lens[i]}
+            for i in range(9)
+        ]
+    finally:
+        np.random.set_state(saved)
+    got = workload_mod.random_prompts(RandomPrompts(input_len=40, range_ratio=0.25, seed=7), 9, 30, 500)
+    assert _as_bench_rows(got) == want
+    assert max(max(r["input_ids"]) for r in want) < 500  # type: ignore[type-var]
+
+
+def test_random_workload_sends_input_ids_with_each_prompts_output_length() -> None:
+    wl = Workload(
+        prompts="random", max_new_tokens=20, num_requests=6, warmup_requests=7,
+        random=RandomPrompts(input_len=12, range_ratio=0.5, seed=42, vocab_size=2048),
+    )  # fmt: skip
+    prompts = workload_mod.workload_prompts(wl, "/unused", None)
+    warmup, measured = build_requests(wl, prompts)
+    recorded = json.loads((DATA / "random-ids.small.json").read_text(encoding="utf-8"))["prompts"]
+    assert [(list(r.input_ids or ()), r.max_new_tokens) for r in measured] == [
+        (p["input_ids"], p["output_len"]) for p in recorded
+    ]
+    assert warmup[6] == measured[0] and measured[0].prompt == ""
+    # The ids are what the run's fingerprint hashes: another seed is another prompt set, text prompts hash as before.
+    other = workload_mod.workload_prompts(wl.model_copy(update={"random": RandomPrompts(seed=1, vocab_size=2048)}),
+                                          "/unused", None)  # fmt: skip
+    assert prompt_set_hash(prompts) != prompt_set_hash(other)
+    assert prompt_set_hash(["a"]) == hashlib.sha256(b'["a"]').hexdigest()
+
+
+def test_random_vocab_size_comes_from_the_tokenizer_at_model_path() -> None:
+    pytest.importorskip("transformers")
+    from pytest_specdec.profiles import BUNDLED_TARGET
+
+    assert workload_mod.tokenizer_vocab_size(str(BUNDLED_TARGET)) == 2048
+    wl = Workload(prompts="random", num_requests=2, random=RandomPrompts(input_len=4, range_ratio=1))
+    assert [len(p.input_ids or ()) for p in workload_mod.workload_prompts(wl, "/x", str(BUNDLED_TARGET))] == [4, 4]
+    with pytest.raises(ProfileError, match="no model_path to read the tokenizer's vocab_size from; fix: set workload"):
+        workload_mod.workload_prompts(wl, "/x", None)
+    with pytest.raises(ProfileError, match=r"cannot load the tokenizer of /nonexistent/model: .*fix: set workload"):
+        workload_mod.tokenizer_vocab_size("/nonexistent/model")
+
+
+def test_random_workload_validation() -> None:
+    assert Workload(prompts="random").random == RandomPrompts(input_len=1024, range_ratio=0.0, seed=42)
+    with pytest.raises(ValueError, match="random: is set but prompts is 'builtin'; fix: prompts: random"):
+        Workload(random=RandomPrompts())
+    with pytest.raises(ValueError, match="which api: chat cannot carry; fix: api: generate, or a prompt file"):
+        Workload(prompts="random", api="chat")
