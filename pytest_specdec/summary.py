@@ -89,6 +89,13 @@ def finish_outputs(session: SpecdecSession, pytest_session: pytest.Session, run:
         session.markdown_paths = [path for path, _ in targets]
 
 
+#: Under the summary when pytest-benchmark's table follows: why its OPS differs from the summary's tok/s.
+BENCHMARK_OPS_NOTE = (
+    "tok/s is the median repeat's; pytest-benchmark's OPS (below) is 1 / the mean seconds per output token over the "
+    "repeats, so the two differ when the repeats spread (its Median column matches tok/s)"
+)
+
+
 def speedup_lines(records: Sequence[results.ResultRecord]) -> list[str]:
     """One ``specdec PROFILE: speedup vs ...`` line per profile: its last test's verdict, which after a
     confirmation covers every pair (the profile's first tests recorded the first 3 pairs only)."""
@@ -183,6 +190,10 @@ def write_summary(session: SpecdecSession, terminalreporter: Any) -> None:
         tr.write_line(line)
     for line in report.definition_lines(session.records):
         tr.write_line(line)
+    from pytest_specdec import benchmark
+
+    if benchmark.enabled(session.config):
+        tr.write_line(BENCHMARK_OPS_NOTE)
     by_category = report.category_lines(rows)
     if by_category:
         tr.write_sep("-", "specdec accept length by prompt category (requests)")

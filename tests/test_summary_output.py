@@ -1,4 +1,5 @@
-"""A passing --specdec-compare shows its delta table under the summary (it said only "N test(s) compared")."""
+"""Summary output on the fake SGLang: a passing --specdec-compare shows its delta table (it said only "N test(s)
+compared"); with pytest-benchmark on, a line says why its OPS differs from the summary's tok/s."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tests.helpers import STRICT_INI
 FAKE = Path(__file__).resolve().parent / "fakesglang"
 
 
-def test_passing_compare_prints_the_delta_table(pytester: pytest.Pytester) -> None:
+def _project(pytester: pytest.Pytester) -> None:
     env = json.dumps({"PYTHONPATH": str(FAKE), "SPECDEC_FAKE_SGLANG": "{}"})
     spec = (
         f"{{algorithm: EAGLE3, draft_model_path: {BUNDLED_DRAFT_EAGLE3}, num_steps: 3, eagle_topk: 1, "
@@ -28,6 +29,10 @@ def test_passing_compare_prints_the_delta_table(pytester: pytest.Pytester) -> No
     ))  # fmt: skip
     pytester.makepyfile(test_cmp="def test_run(specdec_run):\n    pass\n")
     pytester.makeini(STRICT_INI)
+
+
+def test_passing_compare_prints_the_delta_table(pytester: pytest.Pytester) -> None:
+    _project(pytester)
     args = ("--server-profile=eagle3", "-p", "no:cacheprovider", "-p", "no:benchmark")
     first = pytester.runpytest_subprocess(*args, timeout=120)
     assert first.ret == pytest.ExitCode.OK, first.stdout.str()
@@ -42,3 +47,16 @@ def test_passing_compare_prints_the_delta_table(pytester: pytest.Pytester) -> No
             "accept_length * higher * 2.8 * 2.8 * +0 * +0.0% * 2% * ok",
         ]
     )
+
+
+def test_with_pytest_benchmark_the_summary_says_why_ops_differs_from_tok_s(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("pytest_benchmark")
+    from pytest_specdec.summary import BENCHMARK_OPS_NOTE
+
+    _project(pytester)
+    result = pytester.runpytest_subprocess("--server-profile=eagle3", "-p", "no:cacheprovider", timeout=120)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines([BENCHMARK_OPS_NOTE, "*benchmark 'specdec: seconds per output token*"])
+    without = pytester.runpytest_subprocess("--server-profile=eagle3", "-p", "no:cacheprovider", "-p",
+                                            "no:benchmark", timeout=120)  # fmt: skip
+    assert BENCHMARK_OPS_NOTE not in without.stdout.str()
