@@ -8,6 +8,7 @@ interactive backend is left alone and no display is needed.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -75,9 +76,12 @@ def plot_sweep(
     *,
     baselines: Sequence[ResultRecord] = (),
     best: Sequence[ResultRecord] = (),
+    tied: Sequence[ResultRecord] = (),
     thresholds_ok: Mapping[str, bool] | None = None,
     title: str | None = None,
     accept_floor: float | None = None,
+    accept_floors: Mapping[str, float] | None = None,
+    note: str | None = None,
 ) -> Path:
     """Draw output tok/s (left axis, solid) and accept length (right axis, dashed) against the swept parameter,
     each point with its spread over repeats (min-max error bars, ``ResultRecord.values``).
@@ -85,16 +89,23 @@ def plot_sweep(
     The x axis is the first swept key of the points (``sweep.split_name`` of each record's profile); every other
     combination (another base profile, or the values of further swept keys) is its own pair of lines. Baselines
     without speculation are dotted horizontal lines of their tok/s (a line over x when x is concurrency and the
-    baseline was swept with it; coloured as the series of the same concurrency). Each best point is starred and
-    labelled with its tok/s and speedup; points whose tests failed are crossed out in red and labelled with the
-    thresholds they missed (``ResultRecord.checks``, e.g. ``missed accept_length``). ``accept_floor`` (the
-    profile's ``min_accept_length``) is drawn as a purple dash-dot line on the accept-length axis.
+    baseline was swept with it; coloured as the series of the same concurrency). Each best point is starred in gold
+    and labelled with its tok/s and speedup, and so is every point tied with it (not separated by the measurements,
+    ``sweep.RankedGroup.tied``): several stars mean the sweep cannot tell those points apart. Points whose tests
+    failed are crossed out in red and labelled with the thresholds they missed (``ResultRecord.checks``, e.g.
+    ``missed accept_length``). A ``min_accept_length`` floor is drawn as a purple dash-dot segment on the
+    accept-length axis at each point where it applies, and nowhere else (a point whose check says ``n/a`` cannot be
+    judged against it, so no line may make it look failed). ``note`` (e.g. "undecided: 1 repeat per point") is
+    written in the top left corner.
 
     :param records: ``sweep.sweep_records`` (one per point), at least one.
     :param path: the PNG to write (parent directories are created).
     :param baselines: ``sweep.baseline_records``.
-    :param best: ``sweep.best_points`` (one per concurrency), or empty.
+    :param best: ``sweep.best_points`` (one per concurrency), or empty (undecided: no star).
+    :param tied: the points tied with a best point, starred too.
     :param thresholds_ok: ``sweep.thresholds_ok``; profiles mapped to False get a red cross (None: no crosses).
+    :param accept_floor: one ``min_accept_length`` for every point (``accept_floors`` wins when given).
+    :param accept_floors: profile -> its ``min_accept_length``, drawn where its check is not ``n/a``.
     :returns: ``path``.
     :raises ValueError: no record, or a record that is not a sweep point.
     :raises ImportError: matplotlib is not installed.
@@ -154,10 +165,22 @@ def plot_sweep(
                 ax.annotate("missed " + ", ".join(missed), (split_name(r.profile)[1].get(x_key),
                             _num(r.metrics.get("output_tok_s"))), textcoords="offset points", xytext=(0, -16),
                             ha="center", fontsize=8, color="red")  # fmt: skip
-    if accept_floor is not None:
-        h = ax2.axhline(accept_floor, color=(0.6, 0.0, 0.6), linestyle="-.", linewidth=1.4,
-                        label=f"min_accept_length {accept_floor:g}")  # fmt: skip
-        handles.append(h)
+    floors = dict(accept_floors) if accept_floors is not None else {}
+    if accept_floors is None and accept_floor is not None:
+        floors = {r.profile: accept_floor for r in records}
+    applies = [
+        (split_name(r.profile)[1].get(x_key), floors[r.profile])
+        for r in records
+        if r.profile in floors and not r.checks.get("min_accept_length", "").startswith("n/a")
+    ]
+    half = 0.4 * min((b - a for a, b in itertools.pairwise(sorted(xs_all))), default=1)
+    for i, (x, floor) in enumerate(applies):
+        if x is None:
+            continue
+        h = ax2.hlines(floor, x - half, x + half, color=(0.6, 0.0, 0.6), linestyle="-.", linewidth=1.6,
+                       label=f"min_accept_length {floor:g} (where it applies)")  # fmt: skip
+        if i == 0:
+            handles.append(h)
     series_color = {label: (colors[0] if single else colors[i % len(colors)]) for i, label in enumerate(series)}
     series_conc = {label: {_conc(r) for _, r in items} for label, items in series.items()}
     if baselines:
@@ -176,20 +199,28 @@ def plot_sweep(
                 h = ax.axhline(value, color=color, linestyle=":", linewidth=1.5,
                                label=f"{b.profile} (no speculation): {value:.1f} tok/s")  # fmt: skip
                 handles.append(h)
-    for i, record in enumerate(best):
+    starred = [(r, "best") for r in best] + [(r, "tie") for r in tied]
+    for i, (record, kind) in enumerate(starred):
         bx = split_name(record.profile)[1].get(x_key)
         by = _num(record.metrics.get("output_tok_s"))
         up = speedup(record, baselines)
         text = f"best: {by:.1f} tok/s" + (f", {up:.2f}x" if up is not None else "")
-        (h,) = ax.plot([bx], [by], marker="*", markersize=16, color="gold", markeredgecolor="black", linestyle="none",
-                       label="best point" + ("s (per concurrency)" if len(best) > 1 else f": {record.profile}"),
-                       zorder=5)  # fmt: skip
+        if kind == "best":
+            label = "best point" + ("s (per concurrency)" if len(best) > 1 else f": {record.profile}")
+        else:
+            label = "tied with the best (not separated)"
+        (h,) = ax.plot([bx], [by], marker="*", markersize=16 if kind == "best" else 13, color="gold",
+                       markeredgecolor="black", linestyle="none", label=label, zorder=5)  # fmt: skip
         right_half = bx is not None and len(xs_all) > 1 and bx > (min(xs_all) + max(xs_all)) / 2
-        # Label toward the middle so it never runs over the right-hand axis.
-        ax.annotate(text, (bx, by), textcoords="offset points", xytext=(-10, 8) if right_half else (10, 8),
-                    ha="right" if right_half else "left", fontsize=9)  # fmt: skip
-        if i == 0:
+        if kind == "tie":  # below its star: a tie sits next to the best, whose label is above
+            ax.annotate("tie", (bx, by), textcoords="offset points", xytext=(0, -16), ha="center", fontsize=8)
+        else:  # toward the middle so it never runs over the right-hand axis
+            ax.annotate(text, (bx, by), textcoords="offset points", xytext=(-10, 8) if right_half else (10, 8),
+                        ha="right" if right_half else "left", fontsize=9)  # fmt: skip
+        if i == 0 or (kind == "tie" and starred[i - 1][1] == "best"):
             handles.append(h)
+    if note:
+        ax.text(0.01, 0.98, note, transform=ax.transAxes, ha="left", va="top", fontsize=8, color="0.25", wrap=True)
     ax.set_xlabel(_AXIS_LABELS.get(x_key, x_key))
     if not single:
         ax.set_ylabel("output throughput (tok/s)")
@@ -197,7 +228,7 @@ def plot_sweep(
     ax.set_xticks(sorted(xs_all))
     tops = [_num(r.metrics.get("output_tok_s")) for r in [*records, *baselines]]
     ax.set_ylim(bottom=0, top=max([t for t in tops if t == t] + [1.0]) * 1.2)  # headroom for the best label
-    acc_top = max([_num(r.metrics.get("accept_length")) for _, _, r in points] + [1.0, accept_floor or 0.0])
+    acc_top = max([_num(r.metrics.get("accept_length")) for _, _, r in points] + [1.0, *(f for _, f in applies)])
     ax2.set_ylim(bottom=0, top=acc_top * 1.25)
     ax.grid(True, alpha=0.3)
     bases = sorted({b for b, _, _ in points})

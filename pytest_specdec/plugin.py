@@ -96,6 +96,17 @@ def pytest_sessionfinish(session: pytest.Session) -> Generator[None, object, obj
     return result
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    # After every plugin's summary (ours is the session's hook), right above pytest's final "N passed" line: the
+    # reason a sweep fails the run, as pytest-cov puts "FAIL Required test coverage ..." last.
+    session = config.stash.get(session_key, None)
+    if session is not None and session.sweep_red:
+        from pytest_specdec import summary
+
+        summary.write_fail_lines(session, terminalreporter)
+
+
 def pytest_itemcollected(item: pytest.Item) -> None:
     # Tests that use the server are specdec tests, so `-m specdec` selects them even without the marker.
     names = getattr(item, "fixturenames", ())

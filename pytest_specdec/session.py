@@ -119,8 +119,10 @@ class SpecdecSession:
     position_plot: Path | None = None
     position_plot_error: str = ""
     sweep_failed: bool = False
-    #: Sweep lines that fail the run (no passing point; configured point too far below the best).
+    #: Sweep lines that fail the run (no passing point; configured point shown too far below the best).
     sweep_red: list[str] = field(default_factory=list)
+    #: Configured-point lines the measurements could not decide (written yellow; the run does not fail on them).
+    sweep_undecided: list[str] = field(default_factory=list)
     report_path: Path | None = None
     markdown_paths: list[Path] = field(default_factory=list)
     #: (profile, reference profile) -> paired arms measured for min_speedup (``pairing.PairedArms``).

@@ -19,7 +19,17 @@ from pytest_specdec import markdown, plots, report, results, sweep
 if TYPE_CHECKING:
     from pytest_specdec.session import SpecdecSession
 
-__all__ = ["check_lines", "cost_lines", "finish", "finish_outputs", "note_lines", "write_notes", "write_summary"]
+__all__ = [
+    "check_lines",
+    "cost_lines",
+    "fail_lines",
+    "finish",
+    "finish_outputs",
+    "note_lines",
+    "write_fail_lines",
+    "write_notes",
+    "write_summary",
+]
 
 #: One terminal line and its markup (``terminalreporter.write_line(text, **markup)``).
 Line = tuple[str, dict[str, bool]]
@@ -51,6 +61,8 @@ def finish_outputs(session: SpecdecSession, pytest_session: pytest.Session, run:
         )
         if summary is not None:
             session.sweep_table, session.sweep_red = summary.table, summary.red
+            session.sweep_undecided = summary.undecided
+            undecided = [line for line in summary.table if line.startswith("undecided")]
             plot_path = Path(option.specdec_sweep_plot or session.out_dir / f"sweep-{session.run_id}.png")
             try:
                 session.sweep_plot = plots.plot_sweep(
@@ -58,13 +70,13 @@ def finish_outputs(session: SpecdecSession, pytest_session: pytest.Session, run:
                     plot_path,
                     baselines=summary.baselines,
                     best=summary.best,
+                    tied=summary.tied,
                     thresholds_ok=summary.thresholds_ok,
-                    accept_floor=summary.accept_floor,
+                    accept_floors=summary.accept_floors,
+                    note=undecided[0].split(";")[0] + "; no best point named" if undecided else None,
                 )
             except ImportError as exc:
                 session.sweep_table.append(f"no plot: {exc}")
-            if not summary.best:
-                session.sweep_red = [line for line in session.sweep_table if line.startswith("no point")]
             if session.sweep_red:
                 session.sweep_failed = True
                 pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -220,7 +232,8 @@ def write_summary(session: SpecdecSession, terminalreporter: Any) -> None:
     if session.sweep_table:
         tr.write_sep("=", "specdec sweep")
         for line in session.sweep_table:
-            tr.write_line(line, red=line in session.sweep_red)
+            undecided = line in session.sweep_undecided or line.startswith("undecided")
+            tr.write_line(line, red=line in session.sweep_red, yellow=undecided)
         if session.sweep_plot is not None:
             tr.write_sep("-", f"specdec sweep plot: {session.sweep_plot}")
     if session.position_plot is not None:
@@ -231,3 +244,20 @@ def write_summary(session: SpecdecSession, terminalreporter: Any) -> None:
         tr.write_sep("-", f"specdec report: {session.report_path}")
     for path in session.markdown_paths:
         tr.write_sep("-", f"specdec markdown: {path}")
+
+
+def fail_lines(red: Sequence[str]) -> list[Line]:
+    """The run-level failures of a sweep, one ``FAIL specdec sweep: <reason>`` line each (red, bold), for the very
+    end of the terminal summary: pytest's final line counts tests (``6 passed``), so the reason a run exits 1 goes
+    right above it, as pytest-cov's ``--cov-fail-under`` writes ``FAIL Required test coverage of 90% not reached``
+    (``pytest_cov/plugin.py::CovPlugin.pytest_terminal_summary``).
+
+    :param red: ``SpecdecSession.sweep_red`` (``sweep.SweepSummary.red``).
+    """
+    return [(f"FAIL specdec sweep: {line}", {"red": True, "bold": True}) for line in red]
+
+
+def write_fail_lines(session: SpecdecSession, terminalreporter: Any) -> None:
+    """:func:`fail_lines` of the session, written by the plugin's ``trylast`` ``pytest_terminal_summary``."""
+    for text, markup in fail_lines(session.sweep_red):
+        terminalreporter.write_line(text, **markup)

@@ -10,6 +10,11 @@ stored record's ``profile``. Usage::
     ...                                                          # run every name in ``names``
     table = sweep_table(sweep_records(records), baselines=baseline_records(records, None),
                         thresholds_ok=thresholds_ok(records))
+
+The points of one concurrency are ranked with their evidence (``ranking.py``): on the paired speedup when every point
+was measured with its own baseline arm, else on per-repeat tok/s; a point not separated from the best is tied with
+it, and with 1 repeat per point nothing is ranked (the table says how many repeats would decide). The configured
+point fails the run only when shown to be more than ``--specdec-sweep-max-gap`` below the best.
 """
 
 from __future__ import annotations
@@ -22,17 +27,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_specdec import ranking, stats
 from pytest_specdec.profiles import Profile
 from pytest_specdec.results import ResultRecord
 from pytest_specdec.table import Column, format_value, text_table
 
 __all__ = [
+    "RankedGroup",
     "SPECULATIVE_KEYS",
     "SWEEP_KEYS",
     "SweepSummary",
     "WORKLOAD_KEYS",
     "baseline_records",
-    "best_point",
     "best_points",
     "check_cell",
     "configured_point_lines",
@@ -40,6 +46,8 @@ __all__ = [
     "expand_profiles",
     "parse_sweep",
     "point_label",
+    "rank_points",
+    "sample_of",
     "speedup",
     "split_name",
     "summarize",
@@ -47,7 +55,6 @@ __all__ = [
     "sweep_table",
     "thresholds_ok",
     "tok_s_range",
-    "ties",
 ]
 
 #: Sweepable keys of the ``speculative:`` block (SGLang ``--speculative-num-steps`` etc.).
@@ -315,69 +322,104 @@ def _baseline_of(record: ResultRecord, baselines: Sequence[ResultRecord]) -> Res
     return match[0] if match else None
 
 
-def best_point(records: Sequence[ResultRecord], *, thresholds_ok: Mapping[str, bool]) -> ResultRecord | None:
-    """The point with the highest ``output_tok_s`` among those whose tests passed; the first one on a tie
-    (the earlier, usually cheaper, point). None when no point met its thresholds.
+def _passing(records: Iterable[ResultRecord], thresholds_ok: Mapping[str, bool]) -> list[ResultRecord]:
+    """The points whose tests passed and that have a throughput (only they can be the best)."""
+    return [
+        r
+        for r in records
+        if thresholds_ok.get(r.profile, False) and isinstance(r.metrics.get("output_tok_s"), int | float)
+    ]
 
-    :param records: :func:`sweep_records`.
-    :param thresholds_ok: :func:`thresholds_ok`; a profile missing from it counts as not ok.
+
+def sample_of(record: ResultRecord, basis: str) -> ranking.Sample:
+    """The point's values on a ranking basis: ``"paired speedup"``: its per-pair speedup ratios to the paired
+    no-speculation arm (``compare.paired_ratios``); ``"tok/s"``: its per-repeat output tok/s
+    (``ResultRecord.values``)."""
+    from pytest_specdec.compare import paired_ratios
+
+    if basis == "paired speedup":
+        return ranking.Sample(record.profile, tuple(paired_ratios(record, "output_tok_s")))
+    return ranking.Sample(record.profile, tuple(record.values("output_tok_s")))
+
+
+def _basis(records: Sequence[ResultRecord]) -> str:
+    """``paired speedup`` when every point carries paired ratios (each measured with its own baseline arm, so the
+    load of its minutes cancels), else ``tok/s`` (a baseline measured apart divides every point by the same number
+    and cannot change the order)."""
+    from pytest_specdec.compare import paired_ratios
+
+    if records and all(paired_ratios(r, "output_tok_s") for r in records):
+        return "paired speedup"
+    return "tok/s"
+
+
+@dataclass(frozen=True)
+class RankedGroup:
+    """The points of one workload concurrency (tok/s at different concurrencies are not comparable: more requests
+    in flight always raise throughput) and their :func:`ranking.rank` among those that passed."""
+
+    concurrency: int | None
+    #: Every point of the group, in run order.
+    records: tuple[ResultRecord, ...]
+    #: The passing points, ranked on ``basis``.
+    ranked: tuple[ResultRecord, ...]
+    basis: str
+    ranking: ranking.Ranking
+
+    def record(self, name: str | None) -> ResultRecord | None:
+        return next((r for r in self.records if r.profile == name), None)
+
+    @property
+    def best(self) -> ResultRecord | None:
+        """The leader when the ranking is decided (or it is the only passing point), else None."""
+        if self.ranking.leader is None or not (self.ranking.decided or len(self.ranked) == 1):
+            return None
+        return self.record(self.ranking.leader)
+
+    @property
+    def tied(self) -> list[ResultRecord]:
+        """The passing points not separated from the best (empty when there is no best)."""
+        if self.best is None:
+            return []
+        return [r for r in self.ranked if r.profile in self.ranking.tied]
+
+
+def rank_points(
+    records: Sequence[ResultRecord], *, thresholds_ok: Mapping[str, bool], baselines: Sequence[ResultRecord] = ()
+) -> list[RankedGroup]:
+    """One :class:`RankedGroup` per workload concurrency, in order of concurrency (one group without a concurrency
+    sweep); a group's passing points ranked by ``ranking.rank`` on their paired speedup when all have one, else
+    their per-repeat tok/s (then the repeats of the baseline of the same concurrency inform the spread).
+
+    :param records: :func:`sweep_records`; :param thresholds_ok: :func:`thresholds_ok` (missing counts as not ok).
+    :param baselines: :func:`baseline_records`.
     """
-    best: ResultRecord | None = None
-    for record in records:
-        if not thresholds_ok.get(record.profile, False):
-            continue
-        value = record.metrics.get("output_tok_s")
-        if not isinstance(value, int | float):
-            continue
-        if best is None or value > best.metrics["output_tok_s"]:
-            best = record
-    return best
-
-
-def best_points(records: Sequence[ResultRecord], *, thresholds_ok: Mapping[str, bool]) -> list[ResultRecord]:
-    """:func:`best_point` per workload concurrency (tok/s at different concurrencies are not comparable: more
-    requests in flight always raise throughput), in order of concurrency; groups without an ok point are left out.
-    Without a concurrency sweep this is ``[best_point(...)]`` or ``[]``."""
     groups: dict[int, list[ResultRecord]] = {}
     for record in records:
         groups.setdefault(_concurrency(record) or 0, []).append(record)
     out = []
     for _, group in sorted(groups.items()):
-        best = best_point(group, thresholds_ok=thresholds_ok)
-        if best is not None:
-            out.append(best)
+        passing = _passing(group, thresholds_ok)
+        basis = _basis(passing)
+        base = _baseline_of(group[0], baselines) if basis == "tok/s" else None
+        spread_from = [sample_of(base, basis)] if base is not None else []
+        ranked = ranking.rank([sample_of(r, basis) for r in passing], spread_from=spread_from)
+        out.append(RankedGroup(_concurrency(group[0]), tuple(group), tuple(passing), basis, ranked))
     return out
+
+
+def best_points(
+    records: Sequence[ResultRecord], *, thresholds_ok: Mapping[str, bool], baselines: Sequence[ResultRecord] = ()
+) -> list[ResultRecord]:
+    """The best point per concurrency (:attr:`RankedGroup.best`: decided rankings only), in order of concurrency."""
+    groups = rank_points(records, thresholds_ok=thresholds_ok, baselines=baselines)
+    return [g.best for g in groups if g.best is not None]
 
 
 def tok_s_range(record: ResultRecord) -> tuple[float, float] | None:
     """(min, max) of the point's per-repeat output tok/s (``ResultRecord.values``); None when it has none."""
     values = record.values("output_tok_s")
     return (min(values), max(values)) if values else None
-
-
-def ties(
-    best: ResultRecord, records: Sequence[ResultRecord], *, thresholds_ok: Mapping[str, bool]
-) -> list[ResultRecord]:
-    """The other passing points of ``best``'s concurrency whose tok/s repeat range overlaps the best's: the repeats
-    cannot tell them apart, so the table calls them a tie rather than crowning the fastest median (under noise the
-    "best" of three overlapping points is a coin toss). With one repeat per point the ranges are points: only an
-    equal median ties.
-
-    :param records: :func:`sweep_records`; ``best`` is one of :func:`best_points`.
-    """
-    best_range = tok_s_range(best)
-    if best_range is None:
-        return []
-    out = []
-    for record in records:
-        if record is best or not thresholds_ok.get(record.profile, False):
-            continue
-        if _concurrency(record) != _concurrency(best):
-            continue
-        other = tok_s_range(record)
-        if other is not None and other[1] >= best_range[0] and other[0] <= best_range[1]:
-            out.append(record)
-    return out
 
 
 def check_cell(record: ResultRecord, ok: bool) -> str:
@@ -404,30 +446,65 @@ def _configured(profile: Profile, keys: Iterable[str]) -> dict[str, int] | None:
     return point
 
 
+def _spread(group: RankedGroup) -> str:
+    """``σ 5.1% within repeats`` / ``σ 23.1% across points, an upper bound``."""
+    r = group.ranking
+    if r.sigma is None:
+        return "no spread"
+    text = f"σ {r.sigma:.1%} {r.sigma_source}"
+    return text + ", an upper bound" if r.sigma_source == "across points" else text
+
+
+def _would(need: int | None, what: str) -> str:
+    """``7 repeats per point would separate <what> at this spread`` (or more than the cap)."""
+    if need is None:
+        return f"more than {ranking.MAX_REPEATS} repeats per point would be needed to separate {what}"
+    return f"{need} repeats per point would separate {what} at this spread"
+
+
+def _repeats(group: RankedGroup) -> str:
+    n = group.ranking.min_values
+    return f"{n} repeat{'s' if n != 1 else ''} per point"
+
+
+def _method(group: RankedGroup) -> str:
+    """The test behind a decision, for the lines that state one."""
+    m = max(len(group.ranked) - 1, 1)
+    return f"one-sided Welch t-test on log {group.basis}, Bonferroni x{m}, {_repeats(group)}"
+
+
 def configured_point_lines(
     records: Sequence[ResultRecord],
     profiles: Mapping[str, Profile],
     *,
     thresholds_ok: Mapping[str, bool],
     max_gap: float,
-) -> tuple[list[str], list[str]]:
+    baselines: Sequence[ResultRecord] = (),
+) -> tuple[list[str], list[str], list[str]]:
     """Is the profile's configured point (its own num_steps/topk/draft tokens/concurrency) within ``max_gap`` of the
     sweep's best? The check the original incident needed: 2 steps beat the 5 configured, and nothing said so.
 
-    Per best point (:func:`best_points`): the configured point of its base profile, at the best's concurrency.
-    A tie (:func:`ties`) with the best passes; otherwise gap = (best median tok/s - configured median) / best.
+    Per concurrency group (:func:`rank_points`) with a leader: the configured point of the leader's base profile,
+    judged by ``ranking.judge_gap``: the run fails (a recommendation) only when the measurements show the configured
+    point more than ``max_gap`` below the leader (one-sided Welch t-test on log values, Bonferroni over the group's
+    comparisons). Tied, not shown beyond the allowance, or undecided (1 repeat per point) recommends nothing and
+    says how many repeats per point would decide (``ranking.repeats_needed``).
 
     :param profiles: the session's profiles by name (the base profiles, before sweep expansion).
     :param max_gap: the largest allowed gap as a fraction (0.05 = 5 %).
-    :returns: (lines for the table, the failing ones among them), e.g. ``configured point eagle3@num_steps=5
-        (92.1 tok/s) is 12.3% below the sweep's best eagle3@num_steps=2 (105.0 tok/s), more than the allowed 5%
-        (--specdec-sweep-max-gap); set num_steps: 2 in profile eagle3``.
+    :returns: (lines for the table, the failing ones among them, the undecided ones among them), e.g. failing:
+        ``configured point eagle3@num_steps=5 (92.1 tok/s) is 12.3% below the sweep's best eagle3@num_steps=2
+        (105.0 tok/s), more than the allowed 5% (--specdec-sweep-max-gap); set num_steps: 2 in profile eagle3
+        [p=0.004: one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats per point]``.
     """
     lines: list[str] = []
     failing: list[str] = []
-    by_name = {r.profile: r for r in records}
-    for best in best_points(records, thresholds_ok=thresholds_ok):
-        base, point = split_name(best.profile)
+    undecided: list[str] = []
+    for group in rank_points(records, thresholds_ok=thresholds_ok, baselines=baselines):
+        leader = group.record(group.ranking.leader)
+        if leader is None:
+            continue
+        base, point = split_name(leader.profile)
         profile = profiles.get(base)
         configured = _configured(profile, point) if profile is not None else None
         if configured is None:
@@ -435,34 +512,56 @@ def configured_point_lines(
         if "concurrency" in point and configured["concurrency"] != point["concurrency"]:
             continue  # the configured point belongs to another concurrency's group
         name = f"{base}{_AT}{point_label(configured)}"
-        conf = by_name.get(name)
+        conf = group.record(name)
         if conf is None:
-            lines.append(f"configured point {name} was not swept; not compared with the best {best.profile}")
+            lines.append(f"configured point {name} was not swept; not compared with the best {leader.profile}")
             continue
-        if conf is best:
-            lines.append(f"configured point {name} is the sweep's best")
-            continue
-        if conf in ties(best, records, thresholds_ok=thresholds_ok):
-            lines.append(
-                f"configured point {name} is tied with the sweep's best {best.profile} (repeat ranges overlap)"
+        decided = group.ranking.decided or len(group.ranked) == 1
+        best = "the sweep's best" if decided else "the highest"
+        sample = group.ranking.sample(name) or sample_of(conf, group.basis)
+        judged = ranking.judge_gap(group.ranking, sample, max_gap=max_gap)
+        test = judged.test
+        allowed = f"the allowed {max_gap:.0%}"
+        if judged.verdict == "best":
+            line = f"configured point {name} is the sweep's best" if decided else (
+                f"configured point {name} has the highest {group.basis}; undecided: {_repeats(group)}"
             )
-            continue
-        b, c = best.metrics.get("output_tok_s"), conf.metrics.get("output_tok_s")
-        if not isinstance(b, int | float) or not isinstance(c, int | float) or b <= 0:
-            continue
-        gap = (b - c) / b
-        if gap > max_gap:
+        elif judged.verdict == "within":
+            line = f"configured point {name} is {judged.gap:.1%} below {best} {leader.profile} (allowed {max_gap:.0%})"
+        elif judged.verdict == "recommend":
+            assert test is not None
             better = ", ".join(f"{k}: {v}" for k, v in point.items() if configured.get(k) != v)
+            b, c = leader.metrics.get("output_tok_s"), conf.metrics.get("output_tok_s")
             line = (
-                f"configured point {name} ({c:.1f} tok/s) is {gap:.1%} below the sweep's best {best.profile} "
-                f"({b:.1f} tok/s), more than the allowed {max_gap:.0%} (--specdec-sweep-max-gap); set {better} in "
-                f"profile {base}"
+                f"configured point {name} ({format_value('{:.1f}', c)} tok/s) is {judged.gap:.1%} below the sweep's "
+                f"best {leader.profile} ({format_value('{:.1f}', b)} tok/s), more than {allowed} "
+                f"(--specdec-sweep-max-gap); set {better} in profile {base} "
+                f"[{test.describe()}: {_method(group)}]"
             )
             failing.append(line)
         else:
-            line = f"configured point {name} is {gap:.1%} below the sweep's best {best.profile} (allowed {max_gap:.0%})"
+            beyond = f"a gap beyond {allowed}"
+            if judged.verdict == "tied":
+                assert test is not None
+                head = (
+                    f"configured point {name} is tied with the sweep's best {leader.profile} ({judged.gap:.1%} "
+                    f"below, not separated: {test.describe()}, {_method(group)})"
+                )
+            elif judged.verdict == "unproven":
+                assert test is not None
+                head = (
+                    f"configured point {name} is {judged.gap:.1%} below the sweep's best {leader.profile}, not shown "
+                    f"to be more than {allowed} ({test.describe()}, {_method(group)})"
+                )
+            else:
+                head = (
+                    f"configured point {name} is {judged.gap:.1%} below the highest {leader.profile}: "
+                    f"undecided: {_repeats(group)}"
+                )
+            line = f"{head}; {_would(judged.need, beyond)} ({_spread(group)}); not failed"
+            undecided.append(line)
         lines.append(line)
-    return lines, failing
+    return lines, failing, undecided
 
 
 #: (header, metrics key, format) of the sweep table.
@@ -473,6 +572,38 @@ _COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("TTFT p50 ms", "ttft_ms_p50", "{:.1f}"),
     ("ITL p50 ms", "itl_ms_p50", "{:.2f}"),
 )
+
+
+def _closing_line(group: RankedGroup, baselines: Sequence[ResultRecord], at: str) -> str:
+    """``best[ at concurrency N]: ...; tied with ...`` or ``undecided[ at ...]: ...`` of one group."""
+    best = group.best
+    if best is None:
+        r = group.ranking
+        second = max((s for s in r.separations), key=lambda s: -s.gap, default=None)
+        what = (
+            f"the {second.gap:.1%} gap between {r.leader} and {second.other}" if second is not None else "the points"
+        )
+        need = r.need(second.gap) if second is not None else None
+        return f"undecided{at}: {_repeats(group)}; {_would(need, what)} ({_spread(group)}); no best point named"
+    up = speedup(best, baselines)
+    tok_s = format_value("{:.1f}", best.metrics.get("output_tok_s"))
+    spread = tok_s_range(best)
+    repeats = f", repeats {spread[0]:.1f}-{spread[1]:.1f}" if spread is not None and spread[0] != spread[1] else ""
+    reference = speedup_reference(best, baselines)
+    versus = f", {up:.2f}x vs {reference}" if up is not None and reference is not None else ""
+    if group.basis == "paired speedup":
+        from pytest_specdec.compare import paired_ratios
+
+        summary = stats.summarize(paired_ratios(best, "output_tok_s"))
+        if summary is not None and summary.n > 1:
+            versus += f", CI {summary.ci_low:.2f}-{summary.ci_high:.2f} ({summary.coverage:.0%})"
+    line = f"best{at}: {best.profile} ({tok_s} tok/s{repeats}{versus})"
+    if len(group.ranked) == 1:
+        return line + " (the only point that met the thresholds)"
+    by_name = {s.other: s for s in group.ranking.separations}
+    tie = [f"{r.profile} ({by_name[r.profile].describe()})" for r in group.tied]
+    line += f"; tied with {', '.join(tie)} (not separated)" if tie else "; separated from every other point"
+    return f"{line} [{_method(group)}]"
 
 
 def sweep_table(
@@ -486,17 +617,25 @@ def sweep_table(
     Columns: point (derived profile name), accept length (tokens per verify step), accept rate (fraction of drafted
     positions), output tok/s (median of repeats) and its repeat range (min-max, :func:`tok_s_range`), TTFT p50 ms,
     ITL p50 ms, speedup (``n.nnx`` vs the baseline of the same concurrency, :func:`speedup`; ``n/a`` without one),
-    thresholds (:func:`check_cell`). Each best point's row (:func:`best_points`) ends in ``<- best``, its ties'
-    (:func:`ties`) in ``<- tie``. The closing lines are ``best: <point> (<tok/s> tok/s, repeats <min>-<max>[,
-    <speedup>x vs <baseline>])`` plus ``; tied with <points> (repeat ranges overlap)`` (``best at concurrency N:
-    ...`` per concurrency when concurrency is swept), or ``no point met the thresholds (<n> points)``.
+    thresholds (:func:`check_cell`). Points are ranked per concurrency by :func:`rank_points` (paired speedup when
+    every point has one, else tok/s; ``ranking.py``): when decided, the best point's row ends in ``<- best`` and those
+    of the points not separated from it in ``<- tie``, and the closing line is ``best: <point> (<tok/s> tok/s, repeats
+    <min>-<max>[, <speedup>x vs <baseline>[, CI <lo>-<hi> (<coverage>)]]); tied with <point> (p=<p>) (not
+    separated) [<method>]``; with fewer than 2 repeats at a point nothing is ranked: ``undecided: 1 repeat per point;
+    <n> repeats per point would separate the <g>% gap between <highest> and <next> at this spread (σ ...); no best
+    point named``. ``... at concurrency N`` per concurrency when concurrency is swept; ``no point met the thresholds
+    (<n> points)`` when none passed.
 
     :param records: :func:`sweep_records` (one per point).
     :param baselines: :func:`baseline_records`; empty when no profile without speculation ran.
     :param thresholds_ok: :func:`thresholds_ok`.
     """
-    bests = best_points(records, thresholds_ok=thresholds_ok)
-    tied = {id(t): b for b in bests for t in ties(b, records, thresholds_ok=thresholds_ok)}
+    groups = rank_points(records, thresholds_ok=thresholds_ok, baselines=baselines)
+    marks: dict[str, str] = {}
+    for group in groups:
+        if group.best is not None:
+            marks[group.best.profile] = "<- best"
+            marks.update((t.profile, "<- tie") for t in group.tied)
     columns = [
         Column("point"),
         *(Column(header, "right", fmt) for header, _, fmt in _COLUMNS),
@@ -513,30 +652,21 @@ def sweep_table(
             shown_range = "n/a"
         else:
             shown_range = f"{spread[0]:.1f}-{spread[1]:.1f}" if spread[0] != spread[1] else f"{spread[0]:.1f}"
-        mark = "<- best" if any(record is b for b in bests) else ("<- tie" if id(record) in tied else "")
         rows.append([
             record.profile,
             *(record.metrics.get(key) for _, key, _ in _COLUMNS),
             shown_range,
             f"{up:.2f}x" if up is not None else "n/a",
             check_cell(record, thresholds_ok.get(record.profile, False)),
-            mark,
+            marks.get(record.profile, ""),
         ])  # fmt: skip
     lines = text_table(columns, rows)
-    if not bests:
+    if not any(g.ranked for g in groups):
         lines.append(f"no point met the thresholds ({len(records)} points)")
-    concurrencies = {_concurrency(r) for r in records}
-    for best in bests:
-        up = speedup(best, baselines)
-        tok_s = format_value("{:.1f}", best.metrics.get("output_tok_s"))
-        spread = tok_s_range(best)
-        repeats = f", repeats {spread[0]:.1f}-{spread[1]:.1f}" if spread is not None and spread[0] != spread[1] else ""
-        reference = speedup_reference(best, baselines)
-        versus = f", {up:.2f}x vs {reference}" if up is not None and reference is not None else ""
-        at = f" at concurrency {_concurrency(best)}" if len(concurrencies) > 1 else ""
-        tie = [r.profile for r in ties(best, records, thresholds_ok=thresholds_ok)]
-        tied_with = f"; tied with {', '.join(tie)} (repeat ranges overlap)" if tie else ""
-        lines.append(f"best{at}: {best.profile} ({tok_s} tok/s{repeats}{versus}){tied_with}")
+    for group in groups:
+        if group.ranked:
+            at = f" at concurrency {group.concurrency}" if len(groups) > 1 else ""
+            lines.append(_closing_line(group, baselines, at))
     return lines + crossover_lines(records, baselines)
 
 
@@ -589,13 +719,19 @@ class SweepSummary:
     points: list[ResultRecord]
     baselines: list[ResultRecord]
     thresholds_ok: dict[str, bool]
+    #: The best point per concurrency (decided rankings only, :attr:`RankedGroup.best`).
     best: list[ResultRecord]
     #: The table (``sweep_table``) followed by the configured-point lines (``configured_point_lines``).
     table: list[str] = field(default_factory=list)
-    #: Lines that fail the run: configured point too far below the best, or "no point ..." when none passed.
+    #: Lines that fail the run: configured point shown to be too far below the best, or "no point ..." when none
+    #: passed.
     red: list[str] = field(default_factory=list)
-    #: ``min_accept_length`` shared by every point (a line in the plot), None when they differ.
-    accept_floor: float | None = None
+    #: ``min_accept_length`` per point that has one (the plot draws it over the points where it applies).
+    accept_floors: dict[str, float] = field(default_factory=dict)
+    #: The points tied with a best point (not separated from it), for the plot.
+    tied: list[ResultRecord] = field(default_factory=list)
+    #: Configured-point lines that could not decide (tied, not shown beyond the allowance, 1 repeat per point).
+    undecided: list[str] = field(default_factory=list)
 
 
 def summarize(
@@ -617,12 +753,18 @@ def summarize(
         return None
     baselines = baseline_records(records, baseline)
     ok = thresholds_ok(records)
-    best = best_points(points, thresholds_ok=ok)
+    groups = rank_points(points, thresholds_ok=ok, baselines=baselines)
+    best = [g.best for g in groups if g.best is not None]
+    tied = [t for g in groups for t in g.tied]
     table = sweep_table(points, baselines=baselines, thresholds_ok=ok)
-    gap_lines, red = configured_point_lines(points, profiles, thresholds_ok=ok, max_gap=max_gap)
-    table += gap_lines
-    floors = {profiles[r.profile].thresholds.min_accept_length for r in points}
-    summary = SweepSummary(
-        points, baselines, ok, best, table, red, accept_floor=floors.pop() if len(floors) == 1 else None
+    gap_lines, red, undecided = configured_point_lines(
+        points, profiles, thresholds_ok=ok, max_gap=max_gap, baselines=baselines
     )
-    return summary
+    table += gap_lines
+    red += [line for line in table if line.startswith("no point met the thresholds")]
+    floors = {
+        r.profile: float(floor)
+        for r in points
+        if r.profile in profiles and (floor := profiles[r.profile].thresholds.min_accept_length) is not None
+    }
+    return SweepSummary(points, baselines, ok, best, table, red, floors, tied, undecided)

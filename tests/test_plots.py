@@ -15,7 +15,7 @@ from pytest_specdec import sweep
 from pytest_specdec.__main__ import main
 from pytest_specdec.plots import metric_label, plot_sweep, plot_trend, trend_points, trend_title
 from pytest_specdec.results import ResultRecord, ResultStore, RunFile
-from tests.helpers import record, seed_records
+from tests.helpers import record, repeated_records, seed_records
 
 image = pytest.importorskip("matplotlib.image")
 
@@ -36,7 +36,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 def test_plot_sweep_marks_best_and_failed_points(tmp_path: Path) -> None:
-    records = seed_records(failed=(1,))
+    records = repeated_records(failed=(1,))
     points = sweep.sweep_records(records)
     ok = sweep.thresholds_ok(records)
     out = plot_sweep(
@@ -251,3 +251,33 @@ def test_plot_trend_of_one_run_spans_two_hours_not_years(tmp_path: Path, monkeyp
     low, high = (num2date(x) for x in figures[0].axes[0].get_xlim())  # type: ignore[attr-defined]
     assert (high - low).total_seconds() == 2 * 3600
     assert low.timestamp() == one[0].started - 3600
+
+
+def test_plot_sweep_stars_every_tied_point_and_says_undecided(tmp_path: Path) -> None:
+    """Issue 24.2: points the measurements cannot tell apart from the best are starred too, not one star."""
+    records = repeated_records()
+    points = sweep.sweep_records(records)
+    ok = sweep.thresholds_ok(records)
+    (group,) = sweep.rank_points(points, thresholds_ok=ok)
+    one = plot_sweep(points, tmp_path / "one.png", best=[group.best], thresholds_ok=ok)
+    tied = plot_sweep(points, tmp_path / "tied.png", best=[group.best], tied=points[2:], thresholds_ok=ok)
+    assert pixels(tied, GOLD) > pixels(one, GOLD) + 40  # two more stars (and their legend entry)
+    undecided = plot_sweep(points, tmp_path / "undecided.png", thresholds_ok=ok, note="undecided: 1 repeat per point")
+    assert pixels(undecided, GOLD) == 0
+    assert pixels(undecided, (0.25, 0.25, 0.25)) > pixels(plot_sweep(points, tmp_path / "x.png"), (0.25, 0.25, 0.25))
+
+
+def test_plot_sweep_draws_the_accept_floor_only_where_it_applies(tmp_path: Path) -> None:
+    """Issue 24.2: a floor that is n/a at a point (the table says so) is not drawn over it, so it cannot look failed."""
+    import dataclasses
+
+    records = seed_records()
+    points = sweep.sweep_records(records)
+    floors = {p.profile: 2.5 for p in points}
+    everywhere = plot_sweep(points, tmp_path / "all.png", accept_floors=floors)
+    na = [dataclasses.replace(p, checks={"min_accept_length": "n/a: at num_steps 1 accept length is at most 2"})
+          if not p.profile.endswith("=4") else p for p in points]  # fmt: skip
+    one = plot_sweep(na, tmp_path / "one.png", accept_floors=floors)
+    purple = (0.6, 0.0, 0.6)
+    assert pixels(one, purple) > 20  # the segment at num_steps 4 and the legend
+    assert pixels(everywhere, purple) > pixels(one, purple) + 100  # three more segments

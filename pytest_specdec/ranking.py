@@ -1,0 +1,292 @@
+"""Which of several measured points is best, with its evidence: the leader, the points the measurements cannot tell
+apart from it (ties), and whether a gap is large enough, and measured well enough, to recommend a change.
+
+Data in, decision out: each point is a :class:`Sample` of per-repeat values on one basis (output tok/s per repeat,
+or the per-pair speedup ratio to a paired no-speculation arm, ``pairing.py``). Usage::
+
+    ranking = rank([Sample("eagle3@num_steps=1", (90.1, 91.0, 89.5)), Sample("eagle3@num_steps=2", (99.0, ...))])
+    ranking.leader, ranking.tied, ranking.decided
+    judged = judge_gap(ranking, "eagle3@num_steps=1", max_gap=0.05)   # the configured point against the leader
+
+The method (Welch 1947; Bonferroni; power by the noncentral t, all from ``scipy.stats``):
+
+- Values are compared on the log scale (a throughput or a speedup ratio is multiplicative: a 10 % gap is the same
+  shift at 50 and at 500 tok/s). The leader is the point with the highest mean log value (geometric mean).
+- A point is *separated* from the leader when the one-sided Welch t-test (``scipy.stats.ttest_ind(equal_var=False,
+  alternative="greater")``) of "leader above it" has p <= ``alpha`` after Bonferroni over the k - 1 comparisons
+  with the leader (the leader is picked after looking, so each comparison is made at ``alpha / (k - 1)``: the chance
+  that any point is called worse when all are equal stays <= ``alpha``). Points not separated are *tied*.
+- A recommendation (:func:`judge_gap`) needs the configured point separated from the leader by *more than* the
+  allowed gap: the same test with the null "gap <= max_gap" (the leader's log values shifted down by
+  ``-log(1 - max_gap)``). A gap that is measured but not shown to exceed the allowance recommends nothing.
+- With fewer than 2 values at any point there is no spread to test against: nothing is ranked (``decided`` is
+  False). :func:`repeats_needed` says how many repeats per point would separate the observed gap at the observed
+  spread (one-sided two-sample t-test, power 0.8, at the Bonferroni level).
+
+Why not a rank test: with 3 repeats per point the exact Mann-Whitney U test cannot go below p = 1/20 = 0.05 even for
+complete separation, so at ``0.05 / (k - 1)`` it could never separate anything; the t-test uses the size of the gap
+against the spread. Repeats are measured within one server instance per point, so spread between instances (a GPU
+server restarted) is not seen; a paired speedup cancels the load of the minutes it was measured in, not that.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "ALPHA",
+    "GapVerdict",
+    "POWER",
+    "Ranking",
+    "Sample",
+    "Separation",
+    "judge_gap",
+    "rank",
+    "repeats_needed",
+    "separation",
+]
+
+#: Family-wise significance level of a ranking (one-sided).
+ALPHA = 0.05
+#: Power aimed at by :func:`repeats_needed`.
+POWER = 0.8
+#: :func:`repeats_needed` gives up above this many repeats per point.
+MAX_REPEATS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One point's values on the ranking basis: per-repeat output tok/s, or per-pair speedup ratios (> 0)."""
+
+    name: str
+    values: tuple[float, ...]
+
+    @property
+    def logs(self) -> list[float]:
+        return [math.log(v) for v in self.values if v > 0 and math.isfinite(v)]
+
+    @property
+    def center(self) -> float | None:
+        """Geometric mean of the values (the leader is the highest); None without a positive value."""
+        logs = self.logs
+        return math.exp(sum(logs) / len(logs)) if logs else None
+
+
+@dataclass(frozen=True, slots=True)
+class Separation:
+    """The leader against one other point (:func:`separation`)."""
+
+    other: str
+    #: Fraction the other point is below the leader: 1 - center(other) / center(leader); 0.123 = 12.3 %.
+    gap: float
+    #: One-sided Welch p of "leader above other by more than ``allowed``", Bonferroni-adjusted (x comparisons,
+    #: capped at 1); None when a side has fewer than 2 values.
+    p_value: float | None
+    #: The allowed gap the null was shifted by (0 for a tie test).
+    allowed: float = 0.0
+    #: Bonferroni factor (comparisons with the leader).
+    comparisons: int = 1
+
+    def separated(self, alpha: float = ALPHA) -> bool:
+        return self.p_value is not None and self.p_value <= alpha
+
+    def describe(self) -> str:
+        """``p=0.004`` (adjusted), or ``no spread`` when a side has one value."""
+        return "no spread" if self.p_value is None else f"p={self.p_value:.2g}"
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """:func:`rank`'s decision over one group of comparable points."""
+
+    samples: tuple[Sample, ...]
+    #: The point with the highest geometric mean; None when no point has a positive value.
+    leader: str | None
+    #: The leader against every other point (tie test: allowed gap 0), in sample order.
+    separations: tuple[Separation, ...]
+    #: False when a point has fewer than 2 values: no spread to test, nothing ranked, ``tied`` is every point.
+    decided: bool
+    #: Spread of log values (about the relative sigma, 0.05 = 5 %): pooled within repeats (of the points and
+    #: ``spread_from``), else across points (an upper bound: real differences count as spread); None with too few
+    #: values.
+    sigma: float | None
+    #: "within repeats" | "across points" | "" (no sigma).
+    sigma_source: str
+    alpha: float = ALPHA
+
+    @property
+    def tied(self) -> tuple[str, ...]:
+        """The points not separated from the leader (leader excluded); every other point when undecided."""
+        return tuple(s.other for s in self.separations if not (self.decided and s.separated(self.alpha)))
+
+    @property
+    def min_values(self) -> int:
+        return min((len(s.logs) for s in self.samples), default=0)
+
+    def sample(self, name: str) -> Sample | None:
+        return next((s for s in self.samples if s.name == name), None)
+
+    def need(self, gap: float) -> int | None:
+        """:func:`repeats_needed` for ``gap`` at this ranking's spread and comparisons."""
+        if self.sigma is None:
+            return None
+        return repeats_needed(gap, self.sigma, comparisons=max(len(self.samples) - 1, 1), alpha=self.alpha)
+
+
+def _sd(logs: Sequence[float]) -> float:
+    mean = sum(logs) / len(logs)
+    return math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+
+
+def separation(leader: Sample, other: Sample, *, allowed: float = 0.0, comparisons: int = 1) -> Separation:
+    """Is ``leader`` above ``other`` by more than ``allowed`` (a fraction below the leader)?
+
+    One-sided Welch t-test on log values (``scipy.stats.ttest_ind(equal_var=False, alternative="greater")``) of the
+    leader's logs shifted by ``log(1 - allowed)`` against the other's; the p-value is multiplied by ``comparisons``
+    (Bonferroni) and capped at 1. Both sides without spread (identical repeats): p = 0 when the shifted leader is
+    above, else 1.
+
+    Example: leader (100, 101, 99), other (90, 91, 89), allowed 0: gap 10.0 %, p ~ 2e-4.
+
+    :param allowed: the gap under the null, in [0, 1); 0 tests "any gap".
+    :param comparisons: the Bonferroni factor (how many points the leader was compared with), >= 1.
+    :raises ValueError: ``allowed`` outside [0, 1) or ``comparisons`` < 1.
+    """
+    if not 0.0 <= allowed < 1.0:
+        raise ValueError(f"allowed gap {allowed!r}: expected a fraction in [0, 1)")
+    if comparisons < 1:
+        raise ValueError(f"comparisons {comparisons!r}: expected >= 1")
+    a, b = leader.logs, other.logs
+    ca, cb = leader.center, other.center
+    gap = 1.0 - cb / ca if ca and cb else 0.0
+    if len(a) < 2 or len(b) < 2:
+        return Separation(other.name, gap, None, allowed, comparisons)
+    shift = math.log(1.0 - allowed)
+    shifted = [x + shift for x in a]
+    if _sd(a) == 0.0 and _sd(b) == 0.0:
+        p = 0.0 if sum(shifted) / len(shifted) > sum(b) / len(b) else 1.0
+    else:
+        from scipy import stats as sps
+
+        p = float(sps.ttest_ind(shifted, b, equal_var=False, alternative="greater").pvalue)
+    return Separation(other.name, gap, min(p * comparisons, 1.0), allowed, comparisons)
+
+
+def rank(samples: Sequence[Sample], *, spread_from: Sequence[Sample] = (), alpha: float = ALPHA) -> Ranking:
+    """Rank comparable points: the leader (highest geometric mean), which points are separated from it and which are
+    tied (module docstring: Welch t on logs, Bonferroni over the k - 1 comparisons), and the spread.
+
+    Undecided (``decided`` False) when a point has fewer than 2 values: then every point is tied. ``sigma`` is the
+    pooled within-sample spread of the points and ``spread_from`` with 2 or more values; without any, the spread
+    across the points' single values (an upper bound, for :func:`repeats_needed`).
+
+    :param samples: one per point, names distinct; points without a positive value are left out.
+    :param spread_from: samples measured like the points but not ranked (the no-speculation baseline's repeats):
+        they only inform ``sigma``.
+    :returns: the ranking; ``leader`` None and nothing decided when no point is left.
+    """
+    kept = tuple(s for s in samples if s.logs)
+    if not kept:
+        return Ranking((), None, (), False, None, "", alpha)
+    leader = max(kept, key=lambda s: s.center or 0.0)
+    others = [s for s in kept if s is not leader]
+    m = max(len(others), 1)
+    separations = tuple(separation(leader, s, comparisons=m) for s in others)
+    decided = all(len(s.logs) >= 2 for s in kept)
+    multi = [s.logs for s in (*kept, *spread_from) if len(s.logs) >= 2]
+    if multi:
+        dof = sum(len(x) - 1 for x in multi)
+        pooled = sum(_sd(x) ** 2 * (len(x) - 1) for x in multi) / dof
+        sigma, source = math.sqrt(pooled), "within repeats"
+    elif len(kept) >= 2:
+        sigma, source = _sd([s.logs[0] for s in kept]), "across points"
+    else:
+        sigma, source = None, ""
+    return Ranking(kept, leader.name, separations, decided, sigma, source, alpha)
+
+
+def repeats_needed(
+    gap: float, sigma: float, *, comparisons: int = 1, alpha: float = ALPHA, power: float = POWER
+) -> int | None:
+    """Repeats per point for a one-sided two-sample t-test at ``alpha / comparisons`` to detect ``gap`` with
+    probability ``power`` at log-scale spread ``sigma``: the smallest n >= 2 with
+    ``1 - nct.cdf(t.ppf(1 - alpha', 2n - 2), 2n - 2, d sqrt(n / 2)) >= power``, d = -log(1 - gap) / sigma (the
+    noncentral t, ``scipy.stats.nct``; Cohen, *Statistical Power Analysis*, 2nd ed., ch. 2).
+
+    Example: a 10 % gap at sigma 0.05, one comparison: d = 2.1, n = 4.
+
+    :returns: n, or None when the gap is not positive, sigma is not finite, or more than :data:`MAX_REPEATS` would
+        be needed.
+    """
+    if not 0.0 < gap < 1.0 or not math.isfinite(sigma) or sigma < 0:
+        return None
+    if sigma == 0:
+        return 2
+    from scipy import stats as sps
+
+    d = -math.log(1.0 - gap) / sigma
+    level = alpha / max(comparisons, 1)
+    for n in range(2, MAX_REPEATS + 1):
+        df = 2 * n - 2
+        crit = sps.t.ppf(1.0 - level, df)
+        if 1.0 - sps.nct.cdf(crit, df, d * math.sqrt(n / 2.0)) >= power:
+            return n
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class GapVerdict:
+    """:func:`judge_gap`: the configured point against the leader."""
+
+    #: "best" (it is the leader), "tied" (not separated), "within" (separated or not, the gap is within the
+    #: allowance), "unproven" (separated, but not shown to exceed the allowance), "recommend" (shown to exceed it),
+    #: "undecided" (no spread: fewer than 2 values on a side).
+    verdict: str
+    gap: float = 0.0
+    #: The test of "gap > allowed" (:func:`separation` with ``allowed``); None for "best".
+    test: Separation | None = None
+    #: Repeats per point that would separate the gap at the ranking's spread (:func:`repeats_needed`), for the
+    #: verdicts that could not decide ("tied", "unproven", "undecided"); None otherwise or when not computable.
+    need: int | None = None
+
+    @property
+    def fails(self) -> bool:
+        return self.verdict == "recommend"
+
+
+def judge_gap(ranking: Ranking, configured: Sample | str, *, max_gap: float) -> GapVerdict:
+    """Should the configured point be changed to the leader? Only when the measurements show it more than
+    ``max_gap`` below the leader (:func:`separation` with ``allowed=max_gap``, Bonferroni over the ranking's k - 1
+    comparisons).
+
+    :param configured: the configured point's sample, or its name among ``ranking.samples`` (a configured point
+        that failed its thresholds is not ranked; pass its sample).
+    :param max_gap: the allowed gap, a fraction in [0, 1).
+    :raises ValueError: ``configured`` is a name not in the ranking, or the ranking has no leader.
+    """
+    if ranking.leader is None:
+        raise ValueError("judge_gap: the ranking has no leader")
+    sample = ranking.sample(configured) if isinstance(configured, str) else configured
+    if sample is None:
+        raise ValueError(f"judge_gap: {configured!r} is not a ranked point")
+    if sample.name == ranking.leader:
+        return GapVerdict("best")
+    leader = ranking.sample(ranking.leader)
+    assert leader is not None
+    m = max(len(ranking.samples) - 1, 1)
+    test = separation(leader, sample, allowed=max_gap, comparisons=m)
+    tie = separation(leader, sample, comparisons=m)
+    gap = test.gap
+    # What a recommendation must show is the excess over the allowance, so that is what the repeats must separate.
+    need = ranking.need(1.0 - (1.0 - gap) / (1.0 - max_gap)) if gap > max_gap else None
+    if test.p_value is None or not ranking.decided:
+        return GapVerdict("within" if gap <= max_gap else "undecided", gap, test, need)
+    if gap <= max_gap:
+        return GapVerdict("within", gap, test)
+    if not tie.separated(ranking.alpha):
+        return GapVerdict("tied", gap, tie, need)
+    if test.separated(ranking.alpha):
+        return GapVerdict("recommend", gap, test)
+    return GapVerdict("unproven", gap, test, need)

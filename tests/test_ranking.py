@@ -1,0 +1,120 @@
+"""Tests of pytest_specdec.ranking: constructed samples that make each decision branch fail if it were wrong."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from pytest_specdec.ranking import Sample, judge_gap, rank, repeats_needed, separation
+
+LEADER = Sample("L", (100.0, 101.0, 99.0))
+
+
+def test_one_repeat_per_point_ranks_nothing_and_measures_spread_across_points() -> None:
+    """The issue's GPU sweep: 127.6 / 157.3 / 99.2 tok/s, one repeat each. The highest is known, nothing is ranked."""
+    ranking = rank([Sample("s1", (127.6,)), Sample("s2", (157.3,)), Sample("s3", (99.2,))])
+    assert ranking.leader == "s2"
+    assert not ranking.decided
+    assert ranking.tied == ("s1", "s3")
+    assert [s.p_value for s in ranking.separations] == [None, None]
+    assert ranking.sigma_source == "across points"
+    assert ranking.sigma == pytest.approx(0.2308, abs=1e-4)  # sd of ln(127.6), ln(157.3), ln(99.2)
+    verdict = judge_gap(ranking, "s3", max_gap=0.05)
+    assert (verdict.verdict, verdict.fails) == ("undecided", False)
+    assert verdict.gap == pytest.approx(1 - 99.2 / 157.3)
+    assert verdict.need == 7  # the excess over 5 % (33.6 %) at sigma 0.23, Bonferroni x2
+
+
+def test_separated_and_tied_points() -> None:
+    far, near = Sample("far", (80.0, 81.0, 79.0)), Sample("near", (98.5, 100.5, 100.0))
+    ranking = rank([far, LEADER, near])
+    assert (ranking.leader, ranking.decided, ranking.tied) == ("L", True, ("near",))
+    assert ranking.sigma_source == "within repeats"
+    p_far, p_near = (s.p_value for s in ranking.separations)
+    assert p_far is not None and p_far < 1e-4
+    assert p_near is not None and p_near > 0.5
+
+
+def test_bonferroni_turns_a_lucky_comparison_into_a_tie() -> None:
+    """p = 0.019 against one point separates it; the same pair among four points (the leader picked after looking)
+    is compared at 0.05 / 3 and ties."""
+    other = Sample("o", (97.5, 98.5, 96.5))
+    assert rank([LEADER, other]).tied == ()
+    far = [Sample("f1", (70.0, 71.0, 69.0)), Sample("f2", (60.0, 61.0, 59.0))]
+    four = rank([LEADER, other, *far])
+    assert four.tied == ("o",)
+    assert four.separations[0].p_value == pytest.approx(3 * separation(LEADER, other).p_value)
+
+
+def test_the_leader_is_the_highest_geometric_mean() -> None:
+    # Arithmetic means 100.67 vs 100.0; geometric 99.2 vs 100.0: on the log scale b leads.
+    a, b = Sample("a", (80.0, 100.0, 122.0)), Sample("b", (99.5, 100.0, 100.5))
+    assert rank([a, b]).leader == "b"
+
+
+def test_judge_gap_branches() -> None:
+    far = Sample("far", (80.0, 81.0, 79.0))
+    unproven = Sample("unproven", (94.0, 95.0, 93.0))  # 6 % below, clearly; not clearly more than 5 %
+    noisy = Sample("noisy", (80.0, 95.0, 101.0))  # 8 % below, but the spread hides it
+    within = Sample("within", (98.0, 99.0, 97.0))
+    ranking = rank([LEADER, far, unproven, within])
+    assert judge_gap(ranking, "L", max_gap=0.05).verdict == "best"
+    recommended = judge_gap(ranking, "far", max_gap=0.05)
+    assert (recommended.verdict, recommended.fails, recommended.need) == ("recommend", True, None)
+    assert recommended.test is not None and recommended.test.allowed == 0.05
+    assert recommended.test.p_value is not None and recommended.test.p_value < 0.05
+    assert judge_gap(ranking, "within", max_gap=0.05).verdict == "within"
+    not_shown = judge_gap(ranking, "unproven", max_gap=0.05)
+    assert (not_shown.verdict, not_shown.fails) == ("unproven", False)
+    assert not_shown.need is not None and not_shown.need > 3
+    tied = judge_gap(rank([LEADER, noisy]), "noisy", max_gap=0.05)
+    assert (tied.verdict, tied.fails) == ("tied", False)
+    assert tied.test is not None and tied.test.allowed == 0.0 and tied.need is not None
+    # Allowing no gap at all, the 6 % point is a recommendation.
+    assert judge_gap(ranking, "unproven", max_gap=0.0).verdict == "recommend"
+
+
+def test_judge_gap_of_a_point_outside_the_ranking_and_errors() -> None:
+    ranking = rank([LEADER, Sample("b", (99.0, 100.0, 98.0))])
+    failed = Sample("failed-its-thresholds", (60.0, 61.0, 59.0))
+    assert judge_gap(ranking, failed, max_gap=0.05).verdict == "recommend"
+    with pytest.raises(ValueError, match=r"^judge_gap: 'x' is not a ranked point$"):
+        judge_gap(ranking, "x", max_gap=0.05)
+    with pytest.raises(ValueError, match=r"^judge_gap: the ranking has no leader$"):
+        judge_gap(rank([]), failed, max_gap=0.05)
+
+
+def test_separation_without_spread_and_bad_arguments() -> None:
+    same = Sample("same", (100.0, 100.0))
+    assert separation(Sample("a", (101.0, 101.0)), same).p_value == 0.0
+    assert separation(Sample("a", (100.0, 100.0)), same).p_value == 1.0
+    assert separation(Sample("a", (101.0, 101.0)), same, allowed=0.05).p_value == 1.0  # 1 % < the 5 % allowed
+    assert separation(LEADER, Sample("one", (90.0,))).p_value is None
+    with pytest.raises(ValueError, match=r"^allowed gap 1.0: expected a fraction in \[0, 1\)$"):
+        separation(LEADER, same, allowed=1.0)
+    with pytest.raises(ValueError, match="^comparisons 0: expected >= 1$"):
+        separation(LEADER, same, comparisons=0)
+
+
+def test_repeats_needed_worked_example_and_limits() -> None:
+    assert repeats_needed(0.10, 0.05) == 4  # d = -ln(0.9) / 0.05 = 2.1
+    assert repeats_needed(0.10, 0.05, comparisons=3) == 6
+    assert repeats_needed(0.10, 0.10) > repeats_needed(0.10, 0.05)
+    assert repeats_needed(0.0, 0.05) is None
+    assert repeats_needed(0.001, 0.2) is None  # more than 100
+    assert repeats_needed(0.10, 0.0) == 2
+    assert repeats_needed(0.10, math.inf) is None
+
+
+def test_under_no_difference_recommendations_stay_below_alpha() -> None:
+    """200 sweeps of 4 equal points, 3 repeats each, 3 % noise: the configured point (the first) is recommended
+    against (max gap 0) in at most 5 % of them, although the leader is picked after looking (6 with this seed; 35
+    in 1,000)."""
+    rng = random.Random(24)
+    wrong = 0
+    for _ in range(200):
+        points = [Sample(f"p{i}", tuple(100.0 * math.exp(rng.gauss(0, 0.03)) for _ in range(3))) for i in range(4)]
+        wrong += judge_gap(rank(points), points[0], max_gap=0.0).fails
+    assert wrong <= 10
