@@ -2,7 +2,7 @@
 
 - ``check PROFILE_FILE [--profile NAME] [--strict]``: preflight, launches nothing;
 - ``compare BASE CURRENT [--tolerance METRIC:TOL ...] [--force] [--compare-profile NAME]``: the baseline compare,
-  exit 1 on a regression;
+  exit 1 on a regression pytest would fail without measuring again (throughput/latency: "suspected, not confirmed");
 - ``calibrate PROFILE_FILE --profile NAME [--runs K]`` (or ``--from RUN ...``): propose tolerances from the spread;
 - ``trend [RUN ...] [--metric FIELD] [--profile NAME]``: change points over stored runs, exit 1 on a worse one;
 - ``plot [RUN ...] -o trend.png [--metric FIELD] [--threshold FIELD=VALUE] [--profile NAME]``: a trend PNG;

@@ -330,10 +330,19 @@ class CompareRow:
     test: stats.WorseTest | None = None
     noise: float | None = None
     basis: str = ""
+    #: Why a row has no verdict (``n/a``), shown beside it: ``3 requests < 8 per repeat``.
+    note: str = ""
 
     @property
     def regressed(self) -> bool:
         return self.verdict == "REGRESSED"
+
+    @property
+    def needs_confirmation(self) -> bool:
+        """A regressed row that pytest measures again before failing (``verdict.judge_compare``): every one but an
+        exact metric's (temperature 0, identical repeats: a deterministic difference, nothing to re-measure). A stored
+        run cannot be re-measured, so the ``compare`` command reports these as suspected, not confirmed."""
+        return self.regressed and self.basis != "exact"
 
     def limit_text(self) -> str:
         """The tolerance, with the noise limit when it is the larger: ``5%`` or ``5% < 3σ 7.2%``."""
@@ -374,9 +383,23 @@ class Comparison:
     def regressions(self) -> tuple[CompareRow, ...]:
         return tuple(r for r in self.rows if r.regressed)
 
-    def lines(self) -> list[str]:
+    @property
+    def confirmed_regressions(self) -> tuple[CompareRow, ...]:
+        """The regressions that need no confirming measurement (:attr:`CompareRow.needs_confirmation`)."""
+        return tuple(r for r in self.rows if r.regressed and not r.needs_confirmation)
+
+    @property
+    def suspected(self) -> tuple[CompareRow, ...]:
+        """The regressions pytest would measure again before failing."""
+        return tuple(r for r in self.rows if r.needs_confirmation)
+
+    def lines(self, *, unconfirmed: bool = False) -> list[str]:
         """Fixed-width text: the fingerprint diff (``fingerprint: N differences from baseline`` then one indented
-        line each, or ``fingerprint: same as baseline``), notes, then one table row per metric."""
+        line each, or ``fingerprint: same as baseline``), notes, then one table row per metric.
+
+        :param unconfirmed: the rows cannot be measured again (the ``compare`` command on stored runs): a regression
+            that pytest would confirm first reads ``suspected, not confirmed (p=...)`` instead of ``REGRESSED``.
+        """
         out = []
         if self.runner:
             out.append(f"runner state changed since the baseline: {'; '.join(self.runner)}")
@@ -398,10 +421,14 @@ class Comparison:
             pct = "n/a" if r.delta_pct is None else f"{r.delta_pct:+.1f}%"
             delta = "n/a" if r.delta is None else ("+" if r.delta >= 0 else "") + _num(r.delta)
             verdict = r.verdict
+            if unconfirmed and r.needs_confirmation:
+                verdict = "suspected, not confirmed"
             if r.basis == "exact" and r.verdict in ("REGRESSED", "changed", "improved"):
                 verdict = f"{verdict} (exact)"
             elif r.test is not None and r.verdict in ("REGRESSED", "noise"):
                 verdict = f"{verdict} ({r.test.describe()})"
+            if r.note:
+                verdict = f"{verdict} ({r.note})"
             table.append(
                 [
                     r.metric,
@@ -478,7 +505,7 @@ def compare_results(
             continue
         is_exact = exact and fname in EXACT_FIELDS and _constant(b_vals) and _constant(c_vals)
         rows.append(_judge(fname, higher, tol, b_vals, c_vals, noise_rel=(noise or {}).get(fname), exact=is_exact))
-    rows.extend(_category_rows(base, current, merge_tolerances(tolerances), exact))
+    rows.extend(_category_rows(base, current, merge_tolerances(tolerances), exact, paired=vs if ratio_rows else None))
     if ratio_rows:
         notes.append(
             f"throughput and latency judged on their ratio to the paired {vs!r} arm measured with them "
@@ -501,26 +528,90 @@ def compare_results(
 
 #: Fields compared per prompt category (``RunMetrics.by_category``), with the tolerance of the field itself.
 CATEGORY_COMPARE_FIELDS = ("accept_length", "accept_rate", "ttft_ms_p50", "itl_ms_p50", "tpot_ms_p50")
+#: A category row gets a verdict only when the category has at least this many successful requests in every repeat
+#: of both runs (exact rows excepted): a p50 of fewer requests moves with one request (issue 24: a 1-request
+#: ``tpot_ms_p50[structured]`` was called REGRESSED at +20%).
+MIN_CATEGORY_REQUESTS = 8
 
 
 def _category_rows(
-    base: ResultRecord, current: ResultRecord, tolerances: Mapping[str, Tolerance], exact: bool
+    base: ResultRecord,
+    current: ResultRecord,
+    tolerances: Mapping[str, Tolerance],
+    exact: bool,
+    *,
+    paired: str | None = None,
 ) -> list[CompareRow]:
-    """Rows ``accept_length[code]`` ... for every category both records have, judged like the field itself."""
+    """Rows ``accept_length[code]`` ... for every category both records have, judged by the rule of the field's own
+    row (issue 24.4):
+
+    - the field's top row judged on its ratio to the paired arm ``paired`` (:func:`_paired_rows`): the category's
+      row on the per-pair ratio of the category's values (``itl_ms_p50[code] / baseline``), or ``n/a`` with the
+      reason when the records carry no per-category paired values (runs stored before they were recorded);
+    - exact (temperature 0, identical repeats): equal-or-not, whatever the number of requests;
+    - otherwise a verdict only with :data:`MIN_CATEGORY_REQUESTS` successful requests of the category per repeat on
+      both sides (``num_ok[CATEGORY]``), else ``n/a (3 requests < 8 per repeat)``.
+    """
+    from pytest_specdec.pairing import PAIRED_FIELDS
+
     specs = _field_specs()
     rows = []
     for category in sorted(set(base.categories) & set(current.categories)):
+        counts = base.values(f"num_ok[{category}]") + current.values(f"num_ok[{category}]")
+        fewest = int(min(counts)) if counts else None
         for fname in CATEGORY_COMPARE_FIELDS:
             tol = tolerances.get(fname)
             if tol is None:
                 continue
             name = f"{fname}[{category}]"
+            higher = specs[fname].higher_is_better
             b_vals, c_vals = base.values(name), current.values(name)
             if not b_vals and not c_vals:
                 continue
             is_exact = exact and fname in EXACT_FIELDS and _constant(b_vals) and _constant(c_vals)
-            rows.append(_judge(name, specs[fname].higher_is_better, tol, b_vals, c_vals, exact=is_exact))
+            few = not is_exact and fewest is not None and fewest < MIN_CATEGORY_REQUESTS
+            if paired is not None and fname in PAIRED_FIELDS:
+                b_ratios, c_ratios = paired_ratios(base, name), paired_ratios(current, name)
+                if b_ratios and c_ratios and not few:
+                    row = _judge(name, higher, _relative(tol, b_vals), b_ratios, c_ratios)
+                    rows.append(dataclasses.replace(row, metric=f"{name} / {paired}"))
+                    continue
+                why = "no paired values per category" if not (b_ratios and c_ratios) else ""
+                rows.append(_no_verdict(name, higher, tol, b_vals, c_vals, why or _few(fewest), paired=True))
+                continue
+            if few:
+                rows.append(_no_verdict(name, higher, tol, b_vals, c_vals, _few(fewest)))
+                continue
+            rows.append(_judge(name, higher, tol, b_vals, c_vals, exact=is_exact))
     return rows
+
+
+def _few(fewest: int | None) -> str:
+    n = fewest or 0
+    return f"{n} request{'s' if n != 1 else ''} < {MIN_CATEGORY_REQUESTS} per repeat"
+
+
+def _relative(tol: Tolerance, raw: Sequence[float]) -> Tolerance:
+    """``tol`` as a relative tolerance for a ratio row: an absolute part turned relative at the raw median."""
+    summary = stats.summarize(raw)
+    rel = tol.rel
+    if tol.abs and summary is not None and summary.median:
+        rel = tol.allowed(summary.median) / abs(summary.median)
+    return Tolerance(rel=rel)
+
+
+def _no_verdict(
+    name: str, higher: bool, tol: Tolerance, b_vals: Sequence[float], c_vals: Sequence[float], why: str, *,
+    paired: bool = False,
+) -> CompareRow:
+    """A row shown with its medians and change but no verdict (``n/a``), saying why."""
+    b_sum, c_sum = stats.summarize(b_vals), stats.summarize(c_vals)
+    b_med = None if b_sum is None else b_sum.median
+    c_med = None if c_sum is None else c_sum.median
+    delta = None if b_med is None or c_med is None else c_med - b_med
+    pct = None if delta is None or not b_med else delta / abs(b_med) * 100.0
+    note = f"top row paired; {why}" if paired else why
+    return CompareRow(name, higher, b_med, c_med, delta, pct, tol, "n/a", note=note)
 
 
 #: A shift must exceed ``NOISE_K`` times the measured noise (sigma), as well as the tolerance, to regress.
@@ -622,13 +713,9 @@ def _paired_rows(
         b_ratios, c_ratios = paired_ratios(base, fname), paired_ratios(current, fname)
         if tol is None or not b_ratios or not c_ratios:
             continue
-        raw = stats.summarize(base.values(fname))
-        rel = tol.rel
-        if tol.abs and raw is not None and raw.median:
-            rel = tol.allowed(raw.median) / abs(raw.median)
         rows[fname] = dataclasses.replace(
             _judge(
-                fname, specs[fname].higher_is_better, Tolerance(rel=rel), b_ratios, c_ratios,
+                fname, specs[fname].higher_is_better, _relative(tol, base.values(fname)), b_ratios, c_ratios,
                 noise_rel=noise.get(f"{fname}/{vs}"),
             ),  # fmt: skip
             metric=f"{fname} / {vs}",
@@ -892,8 +979,10 @@ def compare_command(
     :param force: compare even when the workloads differ.
     :param compare_profile: ``NAME`` or ``CUR=BASE[,...]`` (:func:`profile_mapper`); None: each test with itself.
     :param noise_path: a noise file written by ``calibrate`` (:func:`read_noise`).
-    :returns: 1 when a test regressed; 2 on unusable input (bad tolerance, unreadable file, no matching run, no test
-        in common, a refused workload mismatch); else 0.
+    :returns: 1 when a test regressed as pytest would fail it without measuring again (an exact metric: accept
+        length/rate at temperature 0 with identical repeats); a throughput/latency regression, which pytest confirms
+        by measuring again first, is printed as ``suspected, not confirmed`` and not counted; 2 on unusable input
+        (bad tolerance, unreadable file, no matching run, no test in common, a refused workload mismatch); else 0.
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr
@@ -919,17 +1008,27 @@ def compare_command(
         wanted = mapper(record) if mapper is not None and record is not None else comp.test_id
         against = f", against {wanted.split('::', 1)[-1]}" if wanted != comp.test_id else ""
         print(f"== {comp.test_id} (profile {comp.profile}{against})", file=out)
-        for line in comp.lines():
+        for line in comp.lines(unconfirmed=True):
             print(line, file=out)
+        if comp.suspected:
+            names = ", ".join(r.metric for r in comp.suspected)
+            print(
+                f"suspected, not confirmed: {names}: pytest --specdec-compare measures again before it fails a test; "
+                "a stored run cannot be measured again, so this is not counted as regressed",
+                file=out,
+            )
     for test_id in result.missing:
         print(f"no baseline for {test_id}", file=out)
     for message in result.refused:
         print(f"error: {message}", file=err)
-    regressed = [c.test_id for c in result.comparisons if c.failed]
+    # Decided as pytest decides (verdict.judge_compare): only what needs no confirming measurement fails here.
+    regressed = [c.test_id for c in result.comparisons if c.confirmed_regressions]
+    suspected = [c.test_id for c in result.comparisons if c.suspected and not c.confirmed_regressions]
     print("", file=out)
     print(
         f"specdec compare: {len(result.comparisons)} compared, {len(regressed)} regressed, "
-        f"{len(result.missing)} without baseline, {len(result.refused)} refused",
+        f"{len(suspected)} suspected (not confirmed), {len(result.missing)} without baseline, "
+        f"{len(result.refused)} refused",
         file=out,
     )
     if regressed:

@@ -91,13 +91,13 @@ class PairedArms:
 
     def values(self, field_name: str, arm: str) -> list[float | None]:
         """Per pair, the value of ``field_name`` for ``arm`` ("target": mean over the pair's target phases, or
-        "reference")."""
+        "reference"); ``FIELD[CATEGORY]`` reads one prompt category's value (``RunMetrics.by_category``)."""
         out: list[float | None] = []
         for group, ref in zip(self.target, self.reference, strict=True):
             if arm == "reference":
-                out.append(_number(getattr(ref.metrics, field_name)))
+                out.append(_field(ref, field_name))
                 continue
-            vals = [_number(getattr(m.metrics, field_name)) for m in group]
+            vals = [_field(m, field_name) for m in group]
             nums = [v for v in vals if v is not None]
             out.append(statistics.fmean(nums) if len(nums) == len(vals) and nums else None)
         return out
@@ -116,15 +116,29 @@ class PairedArms:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe record (``ResultRecord.paired``): profiles, mode, first, and per-pair values of
-        :data:`PAIRED_FIELDS` for both arms."""
+        :data:`PAIRED_FIELDS` for both arms, also per prompt category (``itl_ms_p50[code]``: a compare judges a
+        category's row on its ratio too when the field's top row is paired)."""
+        from pytest_specdec.metrics import CATEGORY_FIELDS
+
+        every = [*self.target_measurements(), *self.reference]
+        categories = sorted({c for m in every for c in (m.metrics.by_category or {})})
+        names = [*PAIRED_FIELDS, *(f"{f}[{c}]" for c in categories for f in PAIRED_FIELDS if f in CATEGORY_FIELDS)]
         return {
             "vs": self.reference_profile,
             "mode": self.mode,
             "pairs": self.pairs,
             "first": self.first,
-            "target": {f: self.values(f, "target") for f in PAIRED_FIELDS},
-            "reference": {f: self.values(f, "reference") for f in PAIRED_FIELDS},
+            "target": {f: self.values(f, "target") for f in names},
+            "reference": {f: self.values(f, "reference") for f in names},
         }
+
+
+def _field(measurement: runner.Measurement, name: str) -> float | None:
+    """``name`` of one phase's metrics; ``FIELD[CATEGORY]`` from ``by_category`` (None when absent)."""
+    if name.endswith("]") and "[" in name:
+        fname, category = name[:-1].split("[", 1)
+        return _number(((measurement.metrics.by_category or {}).get(category) or {}).get(fname))
+    return _number(getattr(measurement.metrics, name))
 
 
 def _number(value: object) -> float | None:

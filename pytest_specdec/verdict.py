@@ -449,7 +449,7 @@ def judge_compare(
     if not comparison.failed:
         return CompareVerdict(notes=notes, table=tuple(comparison.lines()))
     head = f"regression against run {run_id} ({test_id}):"
-    if any(r.basis == "exact" for r in comparison.regressions):
+    if comparison.confirmed_regressions:  # the compare command counts the same rows (CompareRow.needs_confirmation)
         return CompareVerdict("\n".join([head, *comparison.lines()]), notes=notes)
     if design is not None:
         return sequential_compare(
