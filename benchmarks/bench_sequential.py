@@ -233,14 +233,14 @@ def main() -> int:
             delays.setdefault(0, 0.0)
         else:
             delays = _calibrate(servers["ref"], lambda ms: start("slow-1", {1: ms}), pcts, args.probe_ms)
-        print("delays: " + ", ".join(f"{p}% {d:.3f} ms/forward" for p, d in sorted(delays.items())))
+        print("delays: " + ", ".join(f"{p}% {d:.3f} ms/forward" for p, d in sorted(delays.items())), flush=True)
         for pct in pcts:
             servers[f"slow-{pct}"] = start(f"slow-{pct}", {p: delays[p] for p in pcts})
         base_stream = Stream(servers["slow-0"], servers["ref"])
         base_stream.ratios(args.repeats)
         base = _record(base_stream.target_tok_s, base_stream.reference_tok_s)
         print(f"stored baseline: {args.repeats} pairs at 0 %, quiet, ratios "
-              f"{', '.join(f'{r:.3f}' for r in base_stream.ratios(args.repeats))}")  # fmt: skip
+              f"{', '.join(f'{r:.3f}' for r in base_stream.ratios(args.repeats))}", flush=True)  # fmt: skip
         header = (f"{'cell':<10} {'ratio':>6}  {'speedup fixed':<32} {'speedup sequential':<32} "
                   f"{'compare fixed':<32} {'compare sequential':<32}")  # fmt: skip
         rows = []

@@ -137,8 +137,8 @@ class Verdict:
         return tuple(c for c in self.checks if c.passed is False)
 
     def outcomes(self) -> dict[str, str]:
-        """Threshold key -> ``"passed"``, ``"FAILED: <line>"`` or ``"n/a: <why>"``, for the result record
-        (``ResultRecord.checks``) and the sweep table/plot."""
+        """Threshold key -> ``"passed"``, ``"FAILED: <line>"``, ``"undecided: <line>"`` or ``"n/a: <why>"``, for the
+        result record (``ResultRecord.checks``) and the sweep table/plot."""
         out = {}
         for c in self.checks:
             # One entry per position / category: "min_accept_rate_at[2]", "min_accept_length[code]".

@@ -97,6 +97,34 @@ def test_speedup_line_shows_first_and_confirming_measurements() -> None:
     )
 
 
+def test_sequential_speedup_lines_and_checks() -> None:
+    from pytest_specdec import sequential
+
+    design = sequential.Design(2, 6)
+
+    def judge(ratios: list[float]) -> pairing.Speedup:
+        return pairing.judge_speedup_sequential(
+            ratios, 1.05, design, vs="baseline", mode="interleaved", first=2, exhausted=True,
+            detail=lambda d: sequential.detail(d, unit="pairs", server_s=12.0, needed=None, exhausted=True),
+        )  # fmt: skip
+
+    passed = judge([1.30, 1.32, 1.31])
+    assert passed.verdict == "passed" and passed.check().passed and not passed.check().undecided
+    assert passed.line() == (
+        "speedup vs baseline 1.31x >= min 1.05x [geometric mean of 3 paired ratios, interleaved; decided after 3 "
+        "pairs, CI 1.27-1.351 (98.0%), 12.0 server-s]"
+    )
+    failed = judge([0.80, 0.81, 0.79])
+    assert failed.verdict == "FAILED" and failed.check().passed is False
+    undecided = judge([1.00, 1.10, 1.05, 1.02, 1.08, 1.04])
+    assert undecided.verdict == "undecided" and undecided.check().passed and undecided.check().undecided
+    assert undecided.line().startswith("speedup vs baseline 1.05x: undecided vs min 1.05x [geometric mean of 6 ")
+    assert undecided.line().endswith(
+        "contains the limit, 12.0 server-s; more pairs would not decide it at this spread (the estimate sits on the "
+        "limit)]"
+    )
+
+
 def test_below_test_exact_wilcoxon() -> None:
     assert stats.below_test([0.95, 0.97, 0.96, 0.94, 0.98, 0.99], 1.05).p_value == pytest.approx(1 / 64)
     assert stats.below_test([0.95, 0.97, 1.06], 1.05).p_value == pytest.approx(2 / 8)

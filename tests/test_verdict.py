@@ -8,7 +8,7 @@ import pytest
 from pytest_specdec import compare
 from pytest_specdec.profiles import Profile, Thresholds
 from pytest_specdec.results import ResultRecord
-from pytest_specdec.summary import note_lines
+from pytest_specdec.summary import cost_lines, note_lines
 from pytest_specdec.thresholds import evaluate
 from pytest_specdec.verdict import CompareVerdict, failure_message, judge_compare, shared_verdict_message, sweep_steps
 from tests.helpers import rec, run_metrics
@@ -98,4 +98,22 @@ def test_note_lines() -> None:
         ("specdec: test_a[eagle3]: marker overrides profile eagle3: min_tok_s 1 (profile: 10)", {}),
         ("specdec eagle3: trace: /tmp/t (1 new files)", {"yellow": False}),
         ("specdec vllm: not traced: fixed at launch", {"yellow": True}),
+    ]
+
+
+def test_cost_lines_give_server_seconds_per_verdict_and_skip_old_records() -> None:
+    import dataclasses
+
+    old = ResultRecord("t.py::test_old[eagle3]", "eagle3", {}, {}, {})
+    new = dataclasses.replace(
+        old,
+        test_id="t.py::test_new[eagle3]",
+        cost={"server_s": 34.25, "repeats": 4, "verdicts": {
+            "min_speedup": {"verdict": "passed", "repeats": 4, "server_s": 34.25},
+            "min_tok_s": {"verdict": "undecided", "repeats": 4, "server_s": 12.0},
+        }},
+    )  # fmt: skip
+    assert cost_lines([old, new]) == [
+        "specdec server time: test_new[eagle3]: 34.2 server-s, 4 repeats; min_speedup passed after 4 pairs (34.2 s); "
+        "min_tok_s undecided after 4 repeats (12.0 s)"
     ]
