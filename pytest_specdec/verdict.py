@@ -446,17 +446,17 @@ def judge_compare(
     except CompareError as exc:
         return CompareVerdict(f"not compared with run {run_id}: {exc} (--specdec-compare-force compares anyway)")
     notes = tuple(n for n in comparison.notes if n.startswith(("exact:", "throughput and latency judged")))
-    if not comparison.failed:
-        return CompareVerdict(notes=notes, table=tuple(comparison.lines()))
     head = f"regression against run {run_id} ({test_id}):"
     if comparison.confirmed_regressions:  # the compare command counts the same rows (CompareRow.needs_confirmation)
         return CompareVerdict("\n".join([head, *comparison.lines()]), notes=notes)
-    if design is not None:
+    if design is not None and _suspects(comparison):
         return sequential_compare(
             base, record, comparison, head=head, run_id=run_id, test_id=test_id, tolerances=tolerances,
             noise=noise, design=design, more=confirm, server_s=server_s or (lambda: 0.0),
             costs={} if costs is None else costs, notes=notes,
         )  # fmt: skip
+    if not comparison.failed:
+        return CompareVerdict(notes=notes, table=tuple(comparison.lines()))
     again = confirm()
     if again is None:
         text = "\n".join([head, *comparison.lines(), "(not confirmed: the server could not be measured again)"])
@@ -489,6 +489,22 @@ def _row_limit(row: compare.CompareRow, noise: Mapping[str, float], vs: str | No
     return max(tol, compare.NOISE_K * calibrated)
 
 
+def _suspects(comparison: compare.Comparison) -> tuple[compare.CompareRow, ...]:
+    """Rows a sequential compare measures on: not exact, and the current median worse than the baseline's by more
+    than the tolerance (``REGRESSED``, ``noise``, or ``ok`` only because the repeats' 3-sigma spread widened the
+    limit): the repeats then decide, not the first measurement's spread."""
+    out = []
+    for r in comparison.rows:
+        if r.basis == "exact" or r.verdict not in ("REGRESSED", "noise", "ok"):
+            continue
+        if r.delta is None or r.baseline is None:
+            continue
+        worse = -r.delta if r.higher_is_better else r.delta
+        if worse > r.tolerance.allowed(r.baseline) + 1e-9 * max(abs(r.baseline), 1.0):
+            out.append(r)
+    return tuple(out)
+
+
 def sequential_compare(
     base: results.ResultRecord,
     record: results.ResultRecord,
@@ -506,12 +522,13 @@ def sequential_compare(
     notes: tuple[str, ...],
 ) -> CompareVerdict:
     """The confirming measurement of a suspected regression, sequentially: one more repeat (``more()``) at a time,
-    each suspected row decided by ``sequential.decide_shift`` on all the current repeats against the baseline's,
-    until every row is ``worse`` or ``within`` its limit or the budget is spent. At least one repeat is added
-    (the suspicion came from the first measurement). Fails when a row is ``worse``; warns when none is and some
-    stayed undecided or all were within.
+    each suspected row (:func:`_suspects`: worse than its tolerance at the first measurement) decided by
+    ``sequential.decide_shift`` on all the current repeats against the baseline's, until every row is ``worse`` or
+    ``within`` its limit or the budget is spent. At least one repeat is added (the suspicion came from the first
+    measurement). Fails when a row is ``worse``; when none is, a row that stayed undecided warns, and rows all
+    within their limits pass silently unless the first comparison had called them ``REGRESSED``.
     """
-    suspected = comparison.regressions
+    suspected = _suspects(comparison)
     vs = (record.paired or {}).get("vs")
     current = record
     decisions: dict[str, sequential.Decision] = {}
@@ -552,6 +569,9 @@ def sequential_compare(
              f"sequential confirmation ({n} repeats, {spent:.1f} server-s):", *lines, *table]
         )  # fmt: skip
         return CompareVerdict(text, notes=notes)
+    if verdict == "passed" and not comparison.failed:
+        final = compare.compare_results(base, current, tolerances, force=True, noise=noise)
+        return CompareVerdict(notes=notes, table=tuple(final.lines()))
     names = ", ".join(sorted(decisions))
     state = "within the limit" if verdict == "passed" else "undecided"
     warning = (

@@ -3,6 +3,8 @@ steps, and the baseline compare with its confirming measurement (hand-made recor
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pytest_specdec import compare
@@ -117,3 +119,63 @@ def test_cost_lines_give_server_seconds_per_verdict_and_skip_old_records() -> No
         "specdec server time: test_new[eagle3]: 34.2 server-s, 4 repeats; min_speedup passed after 4 pairs (34.2 s); "
         "min_tok_s undecided after 4 repeats (12.0 s)"
     ]
+
+
+def _sequential(base: ResultRecord, stream: list[float], first: int) -> tuple[CompareVerdict, int, dict[str, Any]]:
+    """``judge_compare`` with a sequential design: ``confirm()`` adds the next value of ``stream`` each call."""
+    from pytest_specdec import sequential
+
+    shown = [first]
+    costs: dict[str, Any] = {}
+
+    def more() -> ResultRecord | None:
+        if shown[0] >= len(stream):
+            return None
+        shown[0] += 1
+        return rec(output_tok_s=stream[: shown[0]])
+
+    judged = judge_compare(
+        base, rec(output_tok_s=stream[:first]), run_id="R1", test_id="t.py::test_x[eagle3]",
+        tolerances=compare.layered_tolerances(), noise={}, force=False, confirm=more,
+        design=sequential.Design(first, 10), server_s=lambda: 2.0 * shown[0], costs=costs,
+    )  # fmt: skip
+    return judged, shown[0], costs
+
+
+def test_sequential_compare_catches_a_shift_the_first_measurement_calls_noise() -> None:
+    # 12 % slower, beyond the 5 % tolerance; one fast repeat among the first 3 makes today's test not significant.
+    base = rec(output_tok_s=[100.0, 99.0, 101.0, 99.5, 100.5])
+    stream = [88.0, 86.0, 101.5, 87.0, 89.0, 88.5, 87.5, 88.0, 89.0, 87.0]
+    first = compare.compare_results(base, rec(output_tok_s=stream[:3]), compare.layered_tolerances())
+    assert [r.verdict for r in first.rows if r.metric == "output_tok_s"] == ["noise"]
+    judged, measured, costs = _sequential(base, stream, 3)
+    assert judged.failure is not None and "output_tok_s: worse (current/baseline 0.8929" in judged.failure
+    assert measured == 9  # decided before the budget of 10
+    assert costs["compare"] == {"verdict": "FAILED", "repeats": 9, "server_s": 18.0}
+
+
+def test_sequential_compare_clears_a_suspicion_of_the_first_look_with_a_warning() -> None:
+    base = rec(output_tok_s=[100.0, 99.0, 101.0, 100.5, 99.5])
+    stream = [94.0, 95.0, 99.0, 99.5, 99.2, 99.6, 99.1, 99.4, 99.3, 99.5]  # two slow first repeats, then 0.7 % off
+    judged, measured, costs = _sequential(base, stream, 2)
+    assert judged.failure is None and judged.warning is not None  # the first look (2 vs 5, p 0.048) said REGRESSED
+    assert "output_tok_s against run R1 within the limit after 8 repeats (16.0 server-s)" in judged.warning
+    assert costs["compare"]["verdict"] == "passed" and measured == 8
+
+
+def test_sequential_compare_on_the_limit_stays_undecided_and_warns() -> None:
+    base = rec(output_tok_s=[100.0, 96.0, 104.0, 98.0, 102.0])
+    stream = [94.0, 91.0, 98.0, 93.0, 97.0, 94.0, 96.0, 92.0, 98.0, 95.0]  # about 5 % slower: on the tolerance
+    judged, measured, costs = _sequential(base, stream, 3)
+    assert judged.failure is None and measured == 10
+    assert judged.warning is not None and "output_tok_s against run R1 undecided after 10 repeats" in judged.warning
+    assert costs["compare"]["verdict"] == "undecided"
+
+
+def test_sequential_compare_passes_silently_when_the_first_look_only_suspected_it() -> None:
+    base = rec(output_tok_s=[100.0, 99.0, 101.0, 99.5, 100.5])
+    stream = [94.0, 93.5, 101.5, 99.5, 99.8, 99.6, 99.9, 99.7, 99.8, 99.6]  # median of 3: 6 % below ("noise")
+    judged, measured, costs = _sequential(base, stream, 3)
+    assert (judged.failure, judged.warning) == (None, None)
+    assert any(line.startswith("output_tok_s ") and line.endswith(" ok") for line in judged.table)
+    assert costs["compare"] == {"verdict": "passed", "repeats": 9, "server_s": 18.0}
