@@ -639,6 +639,10 @@ def test_sequential_min_speedup_and_compare_confirmation_fail_the_lost_env_after
             r"\d pairs \([\d.]+ s\)",
         ]
     )
+    # The stored run with 5 repeats: Welch's interval needs the baseline's own spread (2 repeats on a loaded runner
+    # leave 1 degree of freedom, and no number of current repeats decides).
+    stored_workload = SEQUENTIAL.replace("repeats: 2, max_repeats: 6", "repeats: 5")
+    pytester.makefile(".yaml", specdec=_profiles(LOST_ENV, workload=stored_workload))
     stored = _run(pytester, "--server-profile=eagle3")
     assert stored.ret == pytest.ExitCode.OK, stored.stdout.str()
     pytester.makefile(".yaml", specdec=_profiles(LOST_ENV, workload=SEQUENTIAL).replace(', "NCCL_PROTO": "LL"', ""))
