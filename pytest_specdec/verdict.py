@@ -1,9 +1,13 @@
 """One test's verdict after its body: its thresholds on the profile's measurement, the paired ``min_speedup`` check,
-and the stored-baseline compare, each suspected throughput/latency regression measured again before it fails.
+and the stored-baseline compare, each suspected throughput/latency regression measured again before it fails. With a
+sequential design (a profile's ``workload.max_repeats`` / ``max_server_s``, ``sequential.py``) the floors, the speedup
+and the compare's confirmation measure one repeat (or pair) at a time until decided or the budget is spent; what each
+verdict cost goes to the record (``record_cost``).
 
 ``plugin.py::pytest_runtest_call`` calls :func:`judge_item`. The functions taking the ``SpecdecSession`` read its
 measurements and may measure again (confirming); the others take data only: :func:`failure_message`,
-:func:`shared_verdict_message`, :func:`sweep_steps`, :func:`judge_compare`.
+:func:`shared_verdict_message`, :func:`sweep_steps`, :func:`judge_compare` (given a ``confirm`` callable),
+:func:`sequential_compare`.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ if TYPE_CHECKING:
     from pytest_specdec.session import SpecdecSession
 
 __all__ = [
+    "SEQUENTIAL_KEYS",
     "CompareVerdict",
     "compare_item",
     "confirm_pair",
@@ -34,7 +39,10 @@ __all__ = [
     "judge_compare",
     "judge_item",
     "noise_for",
+    "record_cost",
     "replace_record",
+    "sequential_checks",
+    "sequential_compare",
     "shared_verdict_message",
     "speedup_check",
     "sweep_steps",
