@@ -436,8 +436,11 @@ def load_profiles(path: str | Path) -> ProfileSet:
     :param path: the YAML file; messages name it as given.
     :returns: every profile of the file by name, each with ``source`` set to the file's absolute path.
     :raises ProfileError: missing or unreadable file, YAML syntax error (with line and column), unknown key (with a
-        ``did you mean`` suggestion), invalid value, ``extends`` to an unknown profile or in a cycle. The message has
-        one line per problem: ``FILE: profiles.NAME.KEY.PATH: what was expected, got VALUE``.
+        ``did you mean`` suggestion only for a close match, else the allowed keys), invalid value, ``extends`` to an
+        unknown profile or in a cycle. The message has one line per problem, in file order:
+        ``FILE:LINE: profiles.NAME.KEY.PATH: what was expected, got VALUE``, LINE being the offending key's (or its
+        block's) line; a problem in a parent profile is reported once, under the parent, with
+        ``(inherited through extends: CHILD -> PARENT)``.
     """
     file = Path(path)
     shown = str(path)
