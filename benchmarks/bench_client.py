@@ -116,7 +116,7 @@ def aiohttp_bench_serving(url: str, prompts: list[str], n: int, conc: int) -> li
 
 def plugin(url: str, prompts: list[str], n: int, conc: int, workers: int = 1) -> list[Stream]:
     specs = [RequestSpec(prompt=p, max_new_tokens=n, temperature=0.0, ignore_eos=True) for p in prompts]
-    phase = client.run_phase(url, specs, concurrency=conc, workers=workers)
+    phase = client.run_phase(url, specs, client.PhaseOptions(concurrency=conc), workers=workers)
     bad = [r.error for r in phase.records if not r.ok]
     if bad:
         raise SystemExit(f"plugin client: {len(bad)} failed requests, first: {bad[0]}")

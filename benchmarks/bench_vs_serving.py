@@ -184,12 +184,19 @@ def main() -> None:
     warmup, requests = build_requests(args)
     for repeat in range(args.repeats):
         if warmup:
-            client.run_phase(args.base_url, warmup, api=args.api, concurrency=args.concurrency, api_key=args.api_key)
+            client.run_phase(
+                args.base_url,
+                warmup,
+                client.PhaseOptions(api=args.api, concurrency=args.concurrency, api_key=args.api_key),
+            )
         if args.flush_cache:
             httpx.post(args.base_url.rstrip("/") + "/flush_cache", headers=bearer_headers(args.api_key), timeout=30.0)
         workers = client.auto_workers(args.concurrency, last_load) if args.workers == "auto" else int(args.workers)
         phase = client.run_phase(
-            args.base_url, requests, api=args.api, concurrency=args.concurrency, api_key=args.api_key, workers=workers
+            args.base_url,
+            requests,
+            client.PhaseOptions(api=args.api, concurrency=args.concurrency, api_key=args.api_key),
+            workers=workers,
         )
         last_load = phase.load
         errors = [r.error for r in phase.records if not r.ok]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -48,6 +49,7 @@ __all__ = [
     "WORKER_CPU_TARGET",
     "Api",
     "ClientLoad",
+    "PhaseOptions",
     "PhaseResult",
     "auto_workers",
     "fetch_text",
@@ -80,6 +82,46 @@ _COMPLETION_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 
 #: Seconds between two looks of the stall watchdog, at most (a quarter of the stall timeout when that is shorter).
 _WATCH_TICK_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseOptions:
+    """How the requests of one phase are sent, as httpx groups its settings in ``Timeout`` and ``Limits``.
+
+    Usage::
+
+        opts = PhaseOptions(api="chat", concurrency=64, api_key="sk-1")
+        result = run_phase("http://127.0.0.1:30000", specs, opts, workers=2)
+        slower = dataclasses.replace(opts, stall_timeout_s=120.0)
+
+    The same object reaches every worker process of a phase (it pickles); each worker gets a copy with its share of
+    ``concurrency`` (see :func:`run_phase`).
+    """
+
+    #: ``generate`` (SGLang ``POST /generate``), ``completions`` (``/v1/completions``) or ``chat``
+    #: (``/v1/chat/completions``).
+    api: Api = "generate"
+    #: Requests in flight at most; they are issued strictly in list order.
+    concurrency: int = 1
+    #: Sent as ``Authorization: Bearer <key>`` when given.
+    api_key: str | None = None
+    #: Seconds without any byte on one request before the whole phase is aborted.
+    stall_timeout_s: float = 60.0
+    #: Total seconds per request; exceeding it makes that request a failed record.
+    request_timeout_s: float = 600.0
+    #: The ``model`` field of OpenAI requests; None asks ``GET /v1/models`` (unused for ``generate``), before the
+    #: phase's clock starts.
+    model: str | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The headers every request carries (the bearer token, when ``api_key`` is set)."""
+        return bearer_headers(self.api_key)
+
+    @property
+    def connect_timeout_s(self) -> float:
+        """Seconds to open a connection (and for ``GET /v1/models``): ``request_timeout_s``, at most 30."""
+        return min(self.request_timeout_s, 30.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -695,26 +737,15 @@ def _load(lag_s: Sequence[float], cpu_s: float, wall_s: float, workers: int = 1)
 async def run_requests(
     base_url: str,
     requests: Sequence[RequestSpec],
+    options: PhaseOptions | None = None,
     *,
-    api: Api = "generate",
-    concurrency: int = 1,
-    api_key: str | None = None,
-    stall_timeout_s: float = 60.0,
-    request_timeout_s: float = 600.0,
-    model: str | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     on_request_done: Callable[[RequestRecord], None] | None = None,
 ) -> PhaseResult:
-    """Send ``requests`` as streams, at most ``concurrency`` in flight, issued strictly in list order.
+    """Send ``requests`` as streams, at most ``options.concurrency`` in flight, issued strictly in list order.
 
     :param base_url: ``http://host:port`` of the server.
-    :param api: ``generate`` (SGLang ``POST /generate``), ``completions`` (``/v1/completions``) or ``chat``
-        (``/v1/chat/completions``).
-    :param api_key: sent as ``Authorization: Bearer <key>`` when given.
-    :param stall_timeout_s: seconds without any byte on one request before the whole phase is aborted.
-    :param request_timeout_s: total seconds per request; exceeding it makes that request a failed record.
-    :param model: the ``model`` field of OpenAI requests; None asks ``GET /v1/models`` (unused for ``generate``),
-        before the phase's clock starts.
+    :param options: API, concurrency, key, timeouts and model (:class:`PhaseOptions`; None: its defaults).
     :param transport: an httpx transport for every request instead of aiohttp and the network (tests:
         ``httpx.MockTransport``).
     :param on_request_done: called in the event loop with each request's record as it finishes (ok or failed; not
@@ -725,21 +756,12 @@ async def run_requests(
     :raises ServerError: a stream stalled ("server stalled: no token for N s on request i ..."), or the model name
         could not be determined; in-flight requests are cancelled first.
     """
-    headers = bearer_headers(api_key)
-    if api != "generate" and model is None:
-        model = await _resolve_model(base_url, headers, min(request_timeout_s, 30.0), transport)
+    options = options or PhaseOptions()
+    if options.api != "generate" and options.model is None:
+        model = await _resolve_model(base_url, options.headers, options.connect_timeout_s, transport)
+        options = dataclasses.replace(options, model=model)
     raw = await _run_requests_raw(
-        base_url,
-        requests,
-        range(len(requests)),
-        api=api,
-        concurrency=concurrency,
-        headers=headers,
-        stall_timeout_s=stall_timeout_s,
-        request_timeout_s=request_timeout_s,
-        model=model,
-        transport=transport,
-        on_request_done=on_request_done,
+        base_url, requests, range(len(requests)), options, transport=transport, on_request_done=on_request_done
     )
     return _phase(raw.records, _load(raw.lag_s, raw.cpu_s, raw.wall_s))
 
@@ -767,23 +789,23 @@ async def _run_requests_raw(
     base_url: str,
     requests: Sequence[RequestSpec],
     numbers: Sequence[int],
+    options: PhaseOptions,
     *,
-    api: Api,
-    concurrency: int,
-    headers: dict[str, str],
-    stall_timeout_s: float,
-    request_timeout_s: float,
-    model: str | None,
-    transport: httpx.AsyncBaseTransport | None,
+    transport: httpx.AsyncBaseTransport | None = None,
     on_request_done: Callable[[RequestRecord], None] | None = None,
 ) -> _Raw:
-    """:func:`run_requests` in one process once the model is known; ``numbers[i]`` names request i in messages."""
+    """:func:`run_requests` in one process once the model is known (``options.model`` set for OpenAI APIs);
+    ``numbers[i]`` names request i in messages."""
+    api = options.api
+    concurrency = options.concurrency
     url = base_url.rstrip("/") + _PATHS[api]
-    bodies = [json.dumps(_request_body(api, spec, model)).encode() for spec in requests]
+    bodies = [json.dumps(_request_body(api, spec, options.model)).encode() for spec in requests]
     async with contextlib.AsyncExitStack() as stack:
         if transport is not None:
             # httpx's own timeout is a backstop only; the stall watchdog and total timeout decide.
-            timeout = httpx.Timeout(request_timeout_s + stall_timeout_s, connect=min(request_timeout_s, 30.0))
+            timeout = httpx.Timeout(
+                options.request_timeout_s + options.stall_timeout_s, connect=options.connect_timeout_s
+            )
             http = await stack.enter_async_context(httpx.AsyncClient(transport=transport, timeout=timeout))
             open_stream = _httpx_opener(http)
         else:
@@ -793,7 +815,7 @@ async def _run_requests_raw(
             session = await stack.enter_async_context(
                 aiohttp.ClientSession(
                     connector=connector,
-                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(request_timeout_s, 30.0)),
+                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=options.connect_timeout_s),
                     headers={"Content-Type": "application/json"},
                 )
             )
@@ -805,18 +827,7 @@ async def _run_requests_raw(
         prober = asyncio.create_task(_probe_lag(lag_s))
         cpu_start_s, wall_start_s = time.process_time(), time.perf_counter()
         try:
-            records = await _run_all(
-                open_stream,
-                url,
-                bodies,
-                numbers,
-                headers,
-                api,
-                concurrency,
-                stall_timeout_s,
-                request_timeout_s,
-                on_request_done,
-            )
+            records = await _run_all(open_stream, url, bodies, numbers, options, on_request_done)
         finally:
             cpu_s, wall_s = time.process_time() - cpu_start_s, time.perf_counter() - wall_start_s
             prober.cancel()
@@ -830,17 +841,14 @@ async def _run_all(
     url: str,
     bodies: list[bytes],
     numbers: Sequence[int],
-    headers: dict[str, str],
-    api: Api,
-    concurrency: int,
-    stall_timeout_s: float,
-    request_timeout_s: float,
+    options: PhaseOptions,
     on_request_done: Callable[[RequestRecord], None] | None = None,
 ) -> list[RequestRecord]:
     """Issue ``bodies`` in order under a semaphore with the stall watchdog beside; records in request order."""
+    api, headers, request_timeout_s = options.api, options.headers, options.request_timeout_s
     records: list[RequestRecord | None] = [None] * len(bodies)
     in_flight: dict[int, _Progress] = {}
-    semaphore = asyncio.Semaphore(concurrency)
+    semaphore = asyncio.Semaphore(options.concurrency)
 
     async def run(local: int, body: bytes) -> None:
         index = numbers[local]
@@ -873,7 +881,7 @@ async def _run_all(
         await asyncio.gather(*tasks)
 
     dispatcher = asyncio.create_task(dispatch())
-    watchdog = asyncio.create_task(_watch(in_flight, stall_timeout_s, api, url))
+    watchdog = asyncio.create_task(_watch(in_flight, options.stall_timeout_s, api, url))
     try:
         await asyncio.wait({dispatcher, watchdog}, return_when=asyncio.FIRST_COMPLETED)
         if watchdog.done():
@@ -913,15 +921,10 @@ def auto_workers(concurrency: int, load: ClientLoad | None = None, *, cpus: int 
 def run_phase(
     base_url: str,
     requests: Sequence[RequestSpec],
+    options: PhaseOptions | None = None,
     *,
-    api: Api = "generate",
-    concurrency: int = 1,
-    api_key: str | None = None,
-    stall_timeout_s: float = 60.0,
-    request_timeout_s: float = 600.0,
-    model: str | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
     workers: int = 1,
+    transport: httpx.AsyncBaseTransport | None = None,
     on_request_done: Callable[[RequestRecord], None] | None = None,
 ) -> PhaseResult:
     """Synchronous :func:`run_requests` in a fresh event loop, or spread over ``workers`` processes.
@@ -933,7 +936,10 @@ def run_phase(
     CLOCK_MONOTONIC on Linux: one clock for all processes. ``load`` pools the lag probes and sums the CPU.
     Must not be called from inside a running event loop (``asyncio.run`` refuses).
 
-    :param workers: processes to use, at most ``concurrency`` and the number of requests (see :func:`auto_workers`).
+    :param options: as :func:`run_requests`.
+    :param workers: processes to use, at most ``options.concurrency`` and the number of requests (see
+        :func:`auto_workers`).
+    :param transport: as :func:`run_requests` (one process then, whatever ``workers``).
     :param on_request_done: as :func:`run_requests`, in this process; with workers, each worker sends a small
         message per finished request and the callback gets a record with ``ok``, ``error``, ``start_s``, ``end_s``
         and ``completion_tokens`` only (no stream times).
@@ -942,7 +948,8 @@ def run_phase(
     :raises ServerError: as :func:`run_requests` (from any worker; the others are stopped).
     :raises SpecdecError: a worker process failed to start or died.
     """
-    headers = bearer_headers(api_key)
+    options = options or PhaseOptions()
+    concurrency = options.concurrency
     n = max(1, min(workers, concurrency, len(requests)))
     if n == 1 or transport is not None:
         out: list[PhaseResult] = []
@@ -951,36 +958,19 @@ def run_phase(
             # Returns None: Python 3.11's asyncio.run formats the main task's repr (result included) when it
             # restores the SIGINT handler, which would repr every record (seconds for a large phase).
             out.append(
-                await run_requests(
-                    base_url,
-                    requests,
-                    api=api,
-                    concurrency=concurrency,
-                    api_key=api_key,
-                    stall_timeout_s=stall_timeout_s,
-                    request_timeout_s=request_timeout_s,
-                    model=model,
-                    transport=transport,
-                    on_request_done=on_request_done,
-                )
+                await run_requests(base_url, requests, options, transport=transport, on_request_done=on_request_done)
             )
 
         asyncio.run(main())
         return out[0]
-    if api != "generate" and model is None:
-        model = asyncio.run(_resolve_model(base_url, headers, min(request_timeout_s, 30.0), None))
-    options = {
-        "api": api,
-        "headers": headers,
-        "stall_timeout_s": stall_timeout_s,
-        "request_timeout_s": request_timeout_s,
-        "model": model,
-        "transport": None,
-        "progress": on_request_done is not None,
-    }
+    if options.api != "generate" and options.model is None:
+        model = asyncio.run(_resolve_model(base_url, options.headers, options.connect_timeout_s, None))
+        options = dataclasses.replace(options, model=model)
     shares = [list(range(w, len(requests), n)) for w in range(n)]
-    concurrencies = [concurrency // n + (1 if w < concurrency % n else 0) for w in range(n)]
-    raws = _run_workers(base_url, requests, shares, concurrencies, options, on_request_done)
+    per_worker = [
+        dataclasses.replace(options, concurrency=concurrency // n + (1 if w < concurrency % n else 0)) for w in range(n)
+    ]
+    raws = _run_workers(base_url, requests, shares, per_worker, on_request_done)
     records: list[RequestRecord | None] = [None] * len(requests)
     for share, raw in zip(shares, raws, strict=True):
         for index, record in zip(share, raw.records, strict=True):
@@ -999,11 +989,13 @@ def _run_workers(
     base_url: str,
     requests: Sequence[RequestSpec],
     shares: list[list[int]],
-    concurrencies: list[int],
-    options: dict[str, Any],
+    options: list[PhaseOptions],
     on_request_done: Callable[[RequestRecord], None] | None = None,
 ) -> list[_Raw]:
     """Start one process per share, wait until all are ready, start them together, collect their results.
+
+    ``options[w]`` is worker ``w``'s (its share of the concurrency, the model already resolved); with
+    ``on_request_done`` each worker reports every finished request.
 
     Workers are ``python -c`` subprocesses talking pickles over a socket pair (``multiprocessing.connection``),
     not ``multiprocessing.Process``: spawn would re-run the caller's ``__main__`` (a script without a main guard
@@ -1017,7 +1009,7 @@ def _run_workers(
     procs: list[subprocess.Popen[bytes]] = []
     conns: list[multiprocessing.connection.Connection] = []
     try:
-        for share, concurrency in zip(shares, concurrencies, strict=True):
+        for share, share_options in zip(shares, options, strict=True):
             mine, theirs = socket.socketpair()
             with mine, theirs:
                 fd = theirs.fileno()
@@ -1030,7 +1022,7 @@ def _run_workers(
                 )
                 conn = multiprocessing.connection.Connection(mine.detach())
             conns.append(conn)
-            conn.send((base_url, [requests[i] for i in share], share, concurrency, options))
+            conn.send((base_url, [requests[i] for i in share], share, share_options, on_request_done is not None))
         for w, conn in enumerate(conns):
             _expect(conn, procs[w], w, "ready", _WORKER_START_S)
         for conn in conns:
@@ -1113,7 +1105,7 @@ def _worker_main(fd: int) -> None:
 
     conn = multiprocessing.connection.Connection(fd)
     try:
-        base_url, requests, numbers, concurrency, options = conn.recv()
+        base_url, requests, numbers, options, progress = conn.recv()
         conn.send(("ready", None))
         if conn.recv() != "go":
             return
@@ -1122,11 +1114,10 @@ def _worker_main(fd: int) -> None:
         def tick(r: RequestRecord) -> None:
             conn.send(("tick", (r.ok, r.error, r.start_s, r.end_s, r.completion_tokens)))
 
-        on_done = tick if options.pop("progress", False) else None
+        on_done = tick if progress else None
 
         async def main() -> None:
-            out.append(await _run_requests_raw(base_url, requests, numbers, concurrency=concurrency,
-                                               on_request_done=on_done, **options))  # fmt: skip
+            out.append(await _run_requests_raw(base_url, requests, numbers, options, on_request_done=on_done))
 
         asyncio.run(main())
         conn.send(("done", out[0]))

@@ -383,26 +383,19 @@ def measure(
     if prompts is None:
         prompts = profile_prompts(profile, base_dir=base_dir)
     warmup, measured = workload.build_requests(wl, prompts)
-    common = dict(
-        api=wl.api,
-        concurrency=wl.concurrency,
-        api_key=server.api_key,
-        stall_timeout_s=wl.stall_timeout_s,
-        request_timeout_s=wl.request_timeout_s,
-        model=None,
-        workers=_client_workers(server),
-    )
+    options = _phase_options(server)
     if warmup:
-        warm = client.run_phase(server.base_url, warmup, **common)  # type: ignore[arg-type]
+        warm = client.run_phase(server.base_url, warmup, options, workers=_client_workers(server))
         server.client_load = warm.load or server.client_load
-        common["workers"] = _client_workers(server)
     # Warmup request i and measured request i share a prompt, and repeats resend the list: without a reset, TTFT
     # would be measured on prefix-cache hits. The reset also zeroes SGLang's scheduler totals (the cross-check).
     cache_reset = _reset_cache(server)
     before = _counters(server)
     watch = phase_watcher.get()
     on_done = watch(profile.name, len(measured)) if watch is not None else None
-    phase = client.run_phase(server.base_url, measured, on_request_done=on_done, **common)  # type: ignore[arg-type]
+    phase = client.run_phase(
+        server.base_url, measured, options, workers=_client_workers(server), on_request_done=on_done
+    )
     after = _counters(server)
     server.client_load = phase.load or server.client_load
     if server.process is not None:
@@ -444,6 +437,19 @@ def measure(
         cross_check=metrics.cross_check(run),
         client_check=client_verdict(profile, run),
         server_s=clock.now() - started,
+    )
+
+
+def _phase_options(server: RunningServer) -> client.PhaseOptions:
+    """How ``server``'s phases are sent: the profile's ``workload`` (API, concurrency, timeouts) and the server's
+    API key; the model of OpenAI APIs is asked of the server (``GET /v1/models``)."""
+    wl = server.profile.workload
+    return client.PhaseOptions(
+        api=wl.api,
+        concurrency=wl.concurrency,
+        api_key=server.api_key,
+        stall_timeout_s=wl.stall_timeout_s,
+        request_timeout_s=wl.request_timeout_s,
     )
 
 
@@ -604,9 +610,7 @@ def trace_phase(
         if why is not None:
             return f"not traced: {why}"
         try:
-            client.run_phase(server.base_url, requests, api=wl.api, concurrency=wl.concurrency,
-                             api_key=server.api_key, stall_timeout_s=wl.stall_timeout_s,
-                             request_timeout_s=wl.request_timeout_s)  # fmt: skip
+            client.run_phase(server.base_url, requests, _phase_options(server))
         finally:
             why = server.engine.stop_trace(http, profile)
     if why is not None:

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from pytest_specdec import clock
-from pytest_specdec.client import ClientLoad, auto_workers, fetch_text, run_phase
+from pytest_specdec.client import ClientLoad, PhaseOptions, auto_workers, fetch_text, run_phase
 from pytest_specdec.errors import ServerError
 from pytest_specdec.metrics import request_timing, summarize
 from tests.helpers import BASE, GENERATE_SCRIPT, FakeClock, Script, free_port, gen_event, req, sse
@@ -38,7 +38,7 @@ def test_generate_stream_records_exact_chunks_and_spec_fields(fake_clock: FakeCl
             200, content=sse(fake_clock, GENERATE_SCRIPT)(), headers={"content-type": "text/event-stream"}
         )
 
-    result = run_phase(BASE, [req("hello", 8)], api_key="sk-1", transport=httpx.MockTransport(handler))
+    result = run_phase(BASE, [req("hello", 8)], PhaseOptions(api_key="sk-1"), transport=httpx.MockTransport(handler))
 
     assert seen[0].url.path == "/generate"
     assert seen[0].headers["authorization"] == "Bearer sk-1"
@@ -137,7 +137,12 @@ def test_stalled_stream_aborts_the_phase(fake_clock: FakeClock) -> None:
 
     began = time.monotonic()
     with pytest.raises(ServerError) as excinfo:
-        run_phase(BASE, [req(), req()], concurrency=2, stall_timeout_s=0.2, transport=httpx.MockTransport(handler))
+        run_phase(
+            BASE,
+            [req(), req()],
+            PhaseOptions(concurrency=2, stall_timeout_s=0.2),
+            transport=httpx.MockTransport(handler),
+        )
     assert time.monotonic() - began < 10.0  # generous: the stream itself would take 30 s
     assert str(excinfo.value) == (
         "server stalled: no token for 0.2 s on request 0 (1 tokens received so far) at http://testserver/generate"
@@ -153,7 +158,7 @@ def test_request_timeout_is_a_failed_record_not_a_hang(fake_clock: FakeClock) ->
 
     began = time.monotonic()
     (rec,) = run_phase(
-        BASE, [req()], stall_timeout_s=5.0, request_timeout_s=0.3, transport=httpx.MockTransport(handler)
+        BASE, [req()], PhaseOptions(stall_timeout_s=5.0, request_timeout_s=0.3), transport=httpx.MockTransport(handler)
     ).records
     assert time.monotonic() - began < 10.0
     assert not rec.ok
@@ -181,7 +186,9 @@ def test_concurrency_limit_and_issue_order(fake_clock: FakeClock) -> None:
         return httpx.Response(200, content=body())
 
     prompts = [f"p{i}" for i in range(5)]
-    records = run_phase(BASE, [req(p) for p in prompts], concurrency=2, transport=httpx.MockTransport(handler)).records
+    records = run_phase(
+        BASE, [req(p) for p in prompts], PhaseOptions(concurrency=2), transport=httpx.MockTransport(handler)
+    ).records
     assert order == prompts
     assert peak == 2
     assert [r.ok for r in records] == [True] * 5
@@ -215,7 +222,9 @@ def test_openai_continuous_usage_counts_tokens_from_usage_deltas(fake_clock: Fak
         bodies.append(json.loads(request.content))
         return httpx.Response(200, content=sse(fake_clock, script)())
 
-    (rec,) = run_phase(BASE, [req("hello", 4)], api="chat", transport=httpx.MockTransport(handler)).records
+    (rec,) = run_phase(
+        BASE, [req("hello", 4)], PhaseOptions(api="chat"), transport=httpx.MockTransport(handler)
+    ).records
     assert bodies == [
         {
             "model": "tiny-llama",
@@ -259,7 +268,7 @@ def test_openai_final_usage_only_never_counts_chunks_as_tokens(fake_clock: FakeC
         return httpx.Response(200, content=sse(fake_clock, script)())
 
     (rec,) = run_phase(
-        BASE, [req("hello", 8)], api="completions", model="m", transport=httpx.MockTransport(handler)
+        BASE, [req("hello", 8)], PhaseOptions(api="completions", model="m"), transport=httpx.MockTransport(handler)
     ).records
     assert bodies[0]["prompt"] == "hello" and bodies[0]["model"] == "m" and "messages" not in bodies[0]
     assert rec.ok
@@ -284,7 +293,9 @@ def test_openai_stream_without_usage_is_a_failed_record(fake_clock: FakeClock) -
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=sse(fake_clock, script)())
 
-    (rec,) = run_phase(BASE, [req()], api="completions", model="m", transport=httpx.MockTransport(handler)).records
+    (rec,) = run_phase(
+        BASE, [req()], PhaseOptions(api="completions", model="m"), transport=httpx.MockTransport(handler)
+    ).records
     assert rec.error == ("stream has no usage: cannot count tokens (the server ignored stream_options.include_usage)")
 
 
@@ -297,7 +308,7 @@ def test_model_name_lookup_failure_raises(fake_clock: FakeClock) -> None:
         match=r"^cannot determine the model name from GET http://testserver/v1/models "
         r"\(HTTP 404 Not Found\); fix: pass model explicitly$",
     ):
-        run_phase(BASE, [req()], api="completions", transport=httpx.MockTransport(handler))
+        run_phase(BASE, [req()], PhaseOptions(api="completions"), transport=httpx.MockTransport(handler))
 
 
 def test_fetch_text() -> None:
@@ -329,7 +340,7 @@ def test_phase_runs_from_first_request_sent_to_last_response_finished(fake_clock
             return httpx.Response(200, json={"data": [{"id": "m"}]})
         return httpx.Response(200, content=body())
 
-    result = run_phase(BASE, [req()], api="completions", transport=httpx.MockTransport(handler))
+    result = run_phase(BASE, [req()], PhaseOptions(api="completions"), transport=httpx.MockTransport(handler))
     (rec,) = result.records
     assert (rec.start_s, rec.end_s) == (5.0, 5.3)
     assert (result.start_s, result.end_s) == (5.0, 5.3)
@@ -349,7 +360,7 @@ def test_phase_bounds_span_all_requests(fake_clock: FakeClock) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=sse(fake_clock, scripts[json.loads(request.content)["text"]])())
 
-    result = run_phase(BASE, [req("a"), req("b")], concurrency=2, transport=httpx.MockTransport(handler))
+    result = run_phase(BASE, [req("a"), req("b")], PhaseOptions(concurrency=2), transport=httpx.MockTransport(handler))
     assert [r.end_s for r in result.records] == [0.5, 0.3]
     assert (result.start_s, result.end_s) == (0.0, 0.5)
 
@@ -439,7 +450,7 @@ def test_malformed_event_is_a_failed_record_keeping_earlier_tokens(fake_clock: F
 
 @pytest.mark.parametrize("api", ["generate", "completions", "chat"])
 def test_aiohttp_streams_count_tokens_per_event(sse_url: str, api: str) -> None:
-    result = run_phase(sse_url, [req(f"p{i}", 10) for i in range(6)], api=api, concurrency=3)  # type: ignore[arg-type]
+    result = run_phase(sse_url, [req(f"p{i}", 10) for i in range(6)], PhaseOptions(api=api, concurrency=3))  # type: ignore[arg-type]
     assert [r.error for r in result.records] == [None] * 6
     for rec in result.records:
         assert (rec.completion_tokens, rec.prompt_tokens, rec.output_text) == (10, 8, "tok " * 10)
@@ -464,7 +475,7 @@ def test_aiohttp_http_error_and_refused_connection_are_failed_records(sse_url: s
 
 
 def test_phase_records_the_clients_own_load(sse_url: str) -> None:
-    result = run_phase(sse_url, [req(f"p{i}", 30) for i in range(4)], concurrency=2)
+    result = run_phase(sse_url, [req(f"p{i}", 30) for i in range(4)], PhaseOptions(concurrency=2))
     load = result.load
     assert load is not None
     assert load.workers == 1 and load.probes >= 1  # ~30 ms per request, a probe every 10 ms
@@ -474,7 +485,7 @@ def test_phase_records_the_clients_own_load(sse_url: str) -> None:
 
 def test_workers_send_every_request_once_and_merge_records_in_request_order(sse_url: str) -> None:
     specs = [req(f"w{i}", 3 + i) for i in range(7)]
-    result = run_phase(sse_url, specs, concurrency=4, workers=2, api="completions")
+    result = run_phase(sse_url, specs, PhaseOptions(api="completions", concurrency=4), workers=2)
     assert [r.completion_tokens for r in result.records] == [3 + i for i in range(7)]
     assert all(r.ok for r in result.records)
     assert result.load is not None and result.load.workers == 2
@@ -486,7 +497,7 @@ def test_a_stall_in_a_worker_aborts_the_phase_naming_the_request(sse_url: str) -
     specs = [req(f"w{i}", 12) for i in range(3)] + [req("stall-me", 12)]
     began = time.monotonic()
     with pytest.raises(ServerError) as excinfo:
-        run_phase(sse_url, specs, concurrency=4, workers=2, stall_timeout_s=0.5)
+        run_phase(sse_url, specs, PhaseOptions(concurrency=4, stall_timeout_s=0.5), workers=2)
     assert time.monotonic() - began < 60.0
     # Request 3 (worker 1's second) got its first event of 3 tokens, then nothing.
     assert str(excinfo.value) == (

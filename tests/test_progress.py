@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from pytest_specdec import clock as specdec_clock
-from pytest_specdec.client import run_phase
+from pytest_specdec.client import PhaseOptions, run_phase
 from pytest_specdec.progress import PhaseProgress
 from pytest_specdec.records import RequestRecord
 from tests.helpers import BASE, GENERATE_SCRIPT, FakeClock, req, sse
@@ -44,7 +44,7 @@ def test_client_reports_each_finished_request_once(fake_clock: FakeClock) -> Non
 def test_worker_processes_report_each_finished_request(sse_url: str) -> None:
     done: list[RequestRecord] = []
     specs = [req(f"w{i}", 3 + i) for i in range(5)]
-    result = run_phase(sse_url, specs, concurrency=2, workers=2, on_request_done=done.append)
+    result = run_phase(sse_url, specs, PhaseOptions(concurrency=2), workers=2, on_request_done=done.append)
     assert sorted(r.completion_tokens for r in done) == [3, 4, 5, 6, 7]
     assert all(r.ok for r in done)
     assert sorted(r.start_s for r in done) == sorted(r.start_s for r in result.records)

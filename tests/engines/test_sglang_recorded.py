@@ -155,7 +155,7 @@ def test_client_reads_a_real_generate_stream(replay: str) -> None:
     raw = (DATA / "eagle3.generate.sse").read_text()
     events = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
     final = events[-1]["meta_info"]
-    phase = client.run_phase(replay, [RequestSpec("x", 64, 0.0, True)], api="generate")
+    phase = client.run_phase(replay, [RequestSpec("x", 64, 0.0, True)], client.PhaseOptions(api="generate"))
     (record,) = phase.records
     assert record.ok, record.error
     assert record.completion_tokens == final["completion_tokens"] == 64
@@ -171,7 +171,7 @@ def test_client_reads_real_openai_streams(replay: str, api: str, stream: str) ->
     raw = (DATA / stream).read_text()
     usage = [json.loads(line[6:]).get("usage") for line in raw.splitlines() if line.startswith("data: {")]
     completion_tokens = [u for u in usage if u][-1]["completion_tokens"]
-    phase = client.run_phase(replay, [RequestSpec("x", 32, 0.0, True)], api=api, model="default")  # type: ignore[arg-type]
+    phase = client.run_phase(replay, [RequestSpec("x", 32, 0.0, True)], client.PhaseOptions(api=api, model="default"))  # type: ignore[arg-type]
     (record,) = phase.records
     assert record.ok, record.error
     assert record.completion_tokens == completion_tokens == 32

@@ -172,7 +172,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Ru
                 time.sleep(2 * LOG_INTERVAL_S + 0.5)
                 offset_end = log_path.stat().st_size
                 specs = [RequestSpec(p, MAX_TOKENS, 0.0, True) for p in prompts[:2]]
-                records = client.run_phase(launch.base_url, specs, api="completions").records
+                records = client.run_phase(launch.base_url, specs, client.PhaseOptions(api="completions")).records
             with open(log_path, "rb") as log:
                 log.seek(offset)
                 tail = log.read(offset_end - offset).decode(errors="replace").splitlines()
