@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rm -rf dist
-python -m build --outdir dist .
+python -m build -q --outdir dist .
 twine check --strict dist/*
 
 work="$(mktemp -d)"

@@ -78,8 +78,9 @@ def _build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser(
         "check",
         help="run preflight checks on a profile file without launching anything",
-        description="Check profiles against their model files; exit 1 on errors (or warnings with --strict), "
-        "2 on an invalid profile file, 0 otherwise.",
+        description="Check profiles against their model files. Every finding goes to stderr as 'SEVERITY: "
+        "FILE:LINE: profiles.NAME.KEY: ...'; stdout lists the profiles without findings. Exit 1 on errors (or "
+        "warnings with --strict), 2 on a profile file that cannot be loaded or an unknown --profile, 0 otherwise.",
     )
     check.add_argument("profile_file", metavar="PROFILE_FILE", help="the specdec YAML file")
     check.add_argument("--profile", metavar="NAME", action="append", help="check only this profile (repeatable)")
