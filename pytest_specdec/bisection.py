@@ -823,10 +823,12 @@ def report_lines(result: BisectResult) -> list[str]:
     return lines
 
 
-def bisect_hint(diff: Sequence[str], good_run: str, bad_run: str, test_id: str) -> str:
+def bisect_hint(diff: Sequence[str], good_run: str, bad_run: str, test_id: str, good_test: str | None = None) -> str:
     """The line a stored-compare failure adds when its fingerprint diff has more than one entry, else ``""``:
-    ``bisect the 3 differences: python -m pytest_specdec bisect --good RUN --bad RUN --test ID``."""
+    ``bisect the 3 differences: python -m pytest_specdec bisect --good RUN --bad RUN --test ID`` (and
+    ``--good-test ID`` when the baseline was found under another test id, ``--specdec-compare-profile``)."""
     if len(diff) <= 1 or not good_run or not bad_run:
         return ""
+    other = f" --good-test {shlex.quote(good_test)}" if good_test and good_test != test_id else ""
     return (f"bisect the {len(diff)} differences: python -m pytest_specdec bisect --good {good_run} --bad {bad_run} "
-            f"--test {shlex.quote(test_id)}")  # fmt: skip
+            f"--test {shlex.quote(test_id)}{other}")  # fmt: skip

@@ -35,6 +35,8 @@ class Prober:
 
     :param good: the good profile mapping; :param name: the good profile's name (probes are ``<name>~<n>``);
     :param source: the profile file the mappings' relative paths were resolved against (the probes' ``source``).
+    :param log_dir: the server logs, ``<log_prefix>-<launch>.log`` (servers are recorded in ``log_dir.parent /
+        "servers"`` as ``runner.start_server`` does, so ``reap`` finds them).
     :param phases: measured phases per probe for its exact metrics (>= 2: identical repeats must be seen).
     :raises ProfileError: the good profile does not validate or pairs bracketed.
     """
@@ -48,8 +50,10 @@ class Prober:
         log_dir: Path,
         phases: int = 2,
         startup_timeout_s: float | None = None,
+        log_prefix: str = "probe",
     ) -> None:
         self.name = name
+        self.log_prefix = log_prefix
         self.source = source
         self.log_dir = log_dir
         self.phases = max(phases, 2)
@@ -86,7 +90,7 @@ class Prober:
         started = clock.now()
         try:
             server = runner.start_server(profile, log_dir=self.log_dir, startup_timeout_s=self.startup_timeout_s,
-                                         log_name=f"probe-{self.launches:02d}")  # fmt: skip
+                                         log_name=f"{self.log_prefix}-{self.launches:02d}")  # fmt: skip
         except BaseException:
             self.server_s += clock.now() - started
             raise

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_specdec import compare, hoststate, pairing, results, runner, sequential, sweep
+from pytest_specdec import bisection, compare, hoststate, pairing, results, runner, sequential, sweep
 from pytest_specdec.errors import CompareError, ServerError, ServerStartError, SpecdecError, SpecdecWarning
 from pytest_specdec.keys import CHECKS_PROPERTY, RECORD_PROPERTY, record_key, thresholds_key, tolerances_key
 from pytest_specdec.profiles import MinSpeedup, Profile
@@ -436,6 +436,7 @@ def judge_compare(
     design: sequential.Design | None = None,
     server_s: Callable[[], float] | None = None,
     costs: dict[str, dict[str, Any]] | None = None,
+    current_run: str = "",
 ) -> CompareVerdict:
     """Compare ``record`` with the stored ``base`` (of run ``run_id``, found under ``test_id``). A throughput or
     latency regression is measured again (``confirm()``, issue 15.3) and fails only when the confirming measurement
@@ -448,6 +449,8 @@ def judge_compare(
     :param force: compare although the workloads differ (``--specdec-compare-force``).
     :param server_s: seconds the current record's phases held servers (sequential: the cost line).
     :param costs: gets ``compare``'s decision, repeats and server-seconds (sequential).
+    :param current_run: this session's run id: with more than one fingerprint difference, the head is followed by
+        the ``bisect`` command over the two runs (``bisection.bisect_hint``).
     """
     try:
         comparison = compare.compare_results(base, record, tolerances, force=force, noise=noise)
@@ -455,6 +458,8 @@ def judge_compare(
         return CompareVerdict(f"not compared with run {run_id}: {exc} (--specdec-compare-force compares anyway)")
     notes = tuple(n for n in comparison.notes if n.startswith(("exact:", "throughput and latency judged")))
     head = f"regression against run {run_id} ({test_id}):"
+    head = "\n".join(filter(None, [head, bisection.bisect_hint(comparison.diff, run_id, current_run, record.test_id,
+                                                                test_id)]))  # fmt: skip
     if comparison.confirmed_regressions:  # the compare command counts the same rows (CompareRow.needs_confirmation)
         return CompareVerdict("\n".join([head, *comparison.lines()]), notes=notes)
     if design is not None and _suspects(comparison):
@@ -642,6 +647,7 @@ def compare_item(
         design=design,
         server_s=lambda: session.server_seconds(profile.name, (record.paired or {}).get("vs")),
         costs=costs,
+        current_run=session.run_id,
     )
     for note in judged.notes:
         session.compare_notes[f"{profile.name}: {note}"] = None

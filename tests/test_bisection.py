@@ -299,3 +299,30 @@ def test_apply_removes_or_sets_a_flag(bad_value: tuple[str, ...] | None) -> None
     d = Difference(("extra_args", "--gone"), ("--gone", "1"), bad_value)
     expected = ["--keep"] if bad_value is None else ["--keep", "--gone", "x"]
     assert apply(good, [d])["extra_args"] == expected
+
+
+def test_a_stored_compare_failure_with_several_differences_prints_the_bisect_command() -> None:
+    from pytest_specdec import compare
+    from pytest_specdec.verdict import judge_compare
+    from tests.test_compare import fingerprint, rec
+
+    base = rec(accept_length=[2.63] * 3, output_tok_s=[100.0, 101.0, 99.0])
+    changed = fingerprint(env={"CUDA_VISIBLE_DEVICES": "0"}, draft={"path": "/d", "config_hash": "aaaa",
+                          "aux_ids": [-1, 1, 3]})  # fmt: skip
+    worse = rec(fp=changed, accept_length=[2.22] * 3, output_tok_s=[70.0, 71.0, 69.0])
+
+    def judged(current: Any, current_run: str) -> list[str]:
+        verdict = judge_compare(base, current, run_id="R1", test_id=current.test_id,
+                                tolerances=compare.layered_tolerances(), noise={}, force=False, confirm=lambda: None,
+                                current_run=current_run)  # fmt: skip
+        assert verdict.failure is not None
+        return verdict.failure.splitlines()
+
+    lines = judged(worse, "R2")
+    assert lines[:3] == [
+        "regression against run R1 (t.py::test_x[eagle3]):",
+        "bisect the 2 differences: python -m pytest_specdec bisect --good R1 --bad R2 --test 't.py::test_x[eagle3]'",
+        "fingerprint: 2 differences from baseline",
+    ]
+    one = rec(fp=fingerprint(env={"CUDA_VISIBLE_DEVICES": "0"}), accept_length=[2.22] * 3)
+    assert judged(one, "R2")[1] == "fingerprint: 1 difference from baseline"

@@ -1,0 +1,148 @@
+"""Bisect against a one-difference-at-a-time search on the incident (a script, not a test): launches, server-seconds,
+wall time and what each names.
+
+Usage: ``OMP_NUM_THREADS=1 python benchmarks/bench_bisect.py [--harmless 3] [--requests 3] [--max-new-tokens 16]
+[--delay-ms 20] [--simulate]``
+
+The good profile is ``eagle3`` of ``examples/more/specdec.yaml`` (small workload); the bad one adds the incident's
+two causes (aux ids [-1, 1, 3] served through ``--ref-embedding-capture patched``, and
+``SPECDEC_REF_FORWARD_DELAY_MS`` standing in for lost NCCL tuning) and ``--harmless N`` harmless differences (``env
+HF_HUB_OFFLINE``, ``--log-level warning``, ``--served-model-name``, then unused ``SPECDEC_BENCH_UNUSED_<i>`` variables),
+plus ``speculative.allow_embedding_capture`` (runtime-harmless). Both searches launch through the plugin's runner
+(``probes.Prober``). One at a time applies each difference alone to the good profile and names it when that alone
+regresses; it cannot name the aux ids (alone, the stock capture crashes) nor the flag (alone, nothing changes).
+
+``--simulate`` replaces the servers by a formula (accept length 2.333 -> 2.032 with the patched -1, tok/s halved by
+the delay, 5 s per launch) to show how launches grow with ``--harmless`` at sizes too slow to run for real.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pytest_specdec import bisection
+from pytest_specdec.errors import ServerStartError
+from pytest_specdec.probes import Prober, profile_mapping
+from pytest_specdec.profiles import load_profiles
+
+ROOT = Path(__file__).resolve().parents[1]
+DELAY_ENV = "SPECDEC_REF_FORWARD_DELAY_MS"
+
+
+def incident(harmless: int, *, requests: int, max_new_tokens: int, delay_ms: float) -> tuple[dict[str, Any], ...]:
+    """(good mapping, bad mapping, source) of the incident with ``harmless`` harmless differences."""
+    profile = load_profiles(ROOT / "examples" / "more" / "specdec.yaml").get("eagle3")
+    good = profile_mapping(profile)
+    good["workload"].update(num_requests=requests, max_new_tokens=max_new_tokens, warmup_requests=1, repeats=1)
+    bad = {**good, "env": {DELAY_ENV: f"{delay_ms:g}"}, "extra_args": ["--ref-embedding-capture", "patched"],
+           "speculative": {**good["speculative"], "aux_hidden_state_layer_ids": [-1, 1, 3],
+                           "allow_embedding_capture": True}}  # fmt: skip
+    pool = [("env", "HF_HUB_OFFLINE", "1"), ("flag", "--log-level", "warning"), ("flag", "--served-model-name", "x")]
+    pool += [("env", f"SPECDEC_BENCH_UNUSED_{i}", "1") for i in range(max(harmless - len(pool), 0))]
+    for kind, key, value in pool[:harmless]:
+        if kind == "env":
+            bad["env"][key] = value
+        else:
+            bad["extra_args"] = [*bad["extra_args"], key, value]
+    return good, bad, {"source": profile.source, "name": profile.name}
+
+
+class Formula:
+    """``bisection.Probes`` without servers: the reference server's behaviour on the incident as a formula."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.launches, self.server_s, self.rng = 0, 0.0, random.Random(seed)
+        self.current: str | None = None
+        self.good: str | None = None
+
+    def _serve(self, config: Mapping[str, Any]) -> None:
+        key = bisection.launch_key(config)
+        if self.good is None or key not in (self.current, self.good):
+            self.launches += 1
+            self.server_s += 5.0
+            if self.good is None:
+                self.good = key
+            else:
+                self.current = key
+        if -1 in (config["speculative"].get("aux_hidden_state_layer_ids") or []) and (
+            "--ref-embedding-capture" not in config["extra_args"]
+        ):
+            raise ServerStartError("TypeError at the first forward (stock capture of id -1)")
+
+    @staticmethod
+    def _accept(config: Mapping[str, Any]) -> float:
+        return 2.032 if -1 in (config["speculative"].get("aux_hidden_state_layer_ids") or []) else 2.333
+
+    def _tok_s(self, config: Mapping[str, Any]) -> float:
+        slow = 0.5 if DELAY_ENV in config["env"] else 1.0
+        return 100.0 * self._accept(config) / 2.333 * slow * self.rng.uniform(0.95, 1.05)
+
+    def exact(self, config: Mapping[str, Any], label: str) -> dict[str, list[float]]:
+        self._serve(config)
+        return {"accept_length": [self._accept(config)] * 2}
+
+    def pairs(self, config: Mapping[str, Any], label: str, count: int) -> list[float]:
+        self._serve(config)
+        good = {**config, "env": {}, "speculative": {**config["speculative"], "aux_hidden_state_layer_ids": None}}
+        return [self._tok_s(config) / self._tok_s(good) for _ in range(count)]
+
+    def running(self) -> str | None:
+        return self.current
+
+    def close(self) -> None:
+        pass
+
+
+def run(args: argparse.Namespace, harmless: int) -> list[list[str]]:
+    good, bad, meta = incident(harmless, requests=args.requests, max_new_tokens=args.max_new_tokens,
+                               delay_ms=args.delay_ms)  # fmt: skip
+    diffs = bisection.differences(good, bad)
+    truth = {"env " + DELAY_ENV, "extra_args --ref-embedding-capture", "speculative.aux_hidden_state_layer_ids"}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for method in ("bisect (ddmin)", "one at a time"):
+            probes: Any = Formula() if args.simulate else Prober(
+                good, name=meta["name"], source=meta["source"], log_dir=Path(tmp) / "logs", log_prefix=method[:3]
+            )  # fmt: skip
+            started = time.perf_counter()
+            try:
+                if method.startswith("bisect"):
+                    result = bisection.bisect(good, diffs, probes)
+                    named = {diffs[i].key for i in result.culprits}
+                    causes = len(result.causes)
+                else:
+                    found = bisection.one_at_a_time(good, diffs, probes)
+                    named = {diffs[i].key for i, _ in found}
+                    causes = len(found)
+            finally:
+                probes.close()
+            wall = time.perf_counter() - started
+            verdict = "exact" if named == truth else f"missed {len(truth - named)}, extra {len(named - truth)}"
+            rows.append([str(len(diffs)), method, str(probes.launches), f"{probes.server_s:.0f}",
+                         f"{wall:.0f}" if not args.simulate else "-", str(causes), verdict])  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--harmless", type=int, nargs="+", default=[3], help="harmless differences (one run each)")
+    parser.add_argument("--requests", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--delay-ms", type=float, default=20.0)
+    parser.add_argument("--simulate", action="store_true", help="a formula instead of servers (launches only)")
+    args = parser.parse_args()
+    header = ["diffs", "method", "launches", "server-s", "wall s", "causes", "culprits vs truth"]
+    rows = [row for n in args.harmless for row in run(args, n)]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+if __name__ == "__main__":
+    main()
