@@ -2,7 +2,7 @@
 wall time and what each names.
 
 Usage: ``OMP_NUM_THREADS=1 python benchmarks/bench_bisect.py [--harmless 3] [--requests 3] [--max-new-tokens 16]
-[--delay-ms 20] [--simulate]``
+[--delay-ms 60] [--simulate]``
 
 The good profile is ``eagle3`` of ``examples/more/specdec.yaml`` (small workload); the bad one adds the incident's
 two causes (aux ids [-1, 1, 3] served through ``--ref-embedding-capture patched``, and
@@ -134,7 +134,7 @@ def main() -> None:
     parser.add_argument("--harmless", type=int, nargs="+", default=[3], help="harmless differences (one run each)")
     parser.add_argument("--requests", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=16)
-    parser.add_argument("--delay-ms", type=float, default=20.0)
+    parser.add_argument("--delay-ms", type=float, default=60.0)
     parser.add_argument("--simulate", action="store_true", help="a formula instead of servers (launches only)")
     args = parser.parse_args()
     header = ["diffs", "method", "launches", "server-s", "wall s", "causes", "culprits vs truth"]

@@ -274,8 +274,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="where run ids are looked up (default: .specdec/results)")  # fmt: skip
     bisect.add_argument("--profiles-dir", metavar="DIR", default=".", help="stored runs: the directory that "
                         "<profiles> in the recorded profile stands for (default: the working directory)")  # fmt: skip
-    bisect.add_argument("--log-dir", metavar="DIR", default=".specdec/logs", help="server logs, bisect-<run id>-<n>"
-                        ".log (default: .specdec/logs; servers are recorded for reap in its parent)")  # fmt: skip
+    bisect.add_argument("--log-dir", metavar="DIR", default=".specdec/logs", help="server logs, bisect-<launch>.log "
+                        "(default: .specdec/logs; servers are recorded for reap in its parent)")  # fmt: skip
     bisect.add_argument("--phases", metavar="N", type=int, default=2, help="measured phases per probe for its exact "
                         "metrics (default: 2, the fewest that show identical repeats)")  # fmt: skip
     bisect.add_argument("--max-pairs", metavar="N", type=int, default=12, help="paired phases after which an "
@@ -305,11 +305,9 @@ def _cmd_bisect(args: argparse.Namespace) -> int:
     print(f"bisect: {len(diffs)} differences between {args.good} (good) and {args.bad} (bad):")
     for d in diffs:
         print(f"  {d.line()}")
-    from pytest_specdec.results import new_run_id
-
     try:
         prober = Prober(good, name=name, source=source, log_dir=Path(args.log_dir), phases=args.phases,
-                        log_prefix=f"bisect-{new_run_id()}")  # fmt: skip
+                        log_prefix="bisect")  # fmt: skip
     except ProfileError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return EXIT_USAGE

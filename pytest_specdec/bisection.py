@@ -608,13 +608,13 @@ def bisect(
             try:
                 rec.exact = probes.exact(config, rec.label)
             except SpecdecError as exc:
-                rec.error = str(exc).splitlines()[0]
+                rec.error = _short_error(exc)
 
     def more_pairs(rec: ProbeRecord, config: dict[str, Any], count: int) -> None:
         try:
             rec.ratios += probes.pairs(config, rec.label, count)
         except SpecdecError as exc:
-            rec.error = str(exc).splitlines()[0]
+            rec.error = _short_error(exc)
 
     everything = tuple(range(len(diffs)))
     good_rec, good_cfg = record_of(())
@@ -683,6 +683,15 @@ def bisect(
         launches=probes.launches, server_s=probes.server_s, wall_s=now() - started, fixed=tuple(fixed),
         temperature=temperature_of(bad_cfg),
     )  # fmt: skip
+
+
+def _short_error(exc: SpecdecError) -> str:
+    """The first line of a probe's error, its cause first when it has one (``ServerStartError.cause``), cut to
+    160 characters: the report names the probe, the log keeps the rest."""
+    line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    cause = getattr(exc, "cause", None)
+    text = f"{cause}: {line}" if isinstance(cause, str) and cause and cause != "unknown" else line
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
 class _Unmeasured(SpecdecError):

@@ -35,8 +35,8 @@ class Prober:
 
     :param good: the good profile mapping; :param name: the good profile's name (probes are ``<name>~<n>``);
     :param source: the profile file the mappings' relative paths were resolved against (the probes' ``source``).
-    :param log_dir: the server logs, ``<log_prefix>-<launch>.log`` (servers are recorded in ``log_dir.parent /
-        "servers"`` as ``runner.start_server`` does, so ``reap`` finds them).
+    :param log_dir: the server logs, ``<log_prefix>-<launch number>`` (``logfiles``: one file per launch, the newest
+        kept); servers are recorded in ``log_dir.parent / "servers"`` as ``runner.start_server`` does, for ``reap``.
     :param phases: measured phases per probe for its exact metrics (>= 2: identical repeats must be seen).
     :raises ProfileError: the good profile does not validate or pairs bracketed.
     """

@@ -304,7 +304,7 @@ def test_apply_removes_or_sets_a_flag(bad_value: tuple[str, ...] | None) -> None
 def test_a_stored_compare_failure_with_several_differences_prints_the_bisect_command() -> None:
     from pytest_specdec import compare
     from pytest_specdec.verdict import judge_compare
-    from tests.test_compare import fingerprint, rec
+    from tests.helpers import fingerprint, rec
 
     base = rec(accept_length=[2.63] * 3, output_tok_s=[100.0, 101.0, 99.0])
     changed = fingerprint(env={"CUDA_VISIBLE_DEVICES": "0"}, draft={"path": "/d", "config_hash": "aaaa",

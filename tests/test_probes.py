@@ -27,7 +27,7 @@ profiles:
     extends: good
     speculative: {aux_hidden_state_layer_ids: [-1, 1, 3], allow_embedding_capture: true}
     extra_args: ["--ref-embedding-capture", "patched", "--log-level", "warning", "--served-model-name", "demo"]
-    env: {SPECDEC_REF_FORWARD_DELAY_MS: "20", HF_HUB_OFFLINE: "1"}
+    env: {SPECDEC_REF_FORWARD_DELAY_MS: "60", HF_HUB_OFFLINE: "1"}
 """
 
 
@@ -41,7 +41,7 @@ def test_inputs_from_two_profiles(tmp_path: Path) -> None:
     (tmp_path / "specdec.yaml").write_text(INCIDENT)
     good, bad, name, source, fixed, tolerances = _bisect_inputs(_args(profile_file=str(tmp_path / "specdec.yaml")))
     assert (name, source, fixed, tolerances) == ("good", str(tmp_path / "specdec.yaml"), [], ["output_tok_s:8%"])
-    assert bad["env"] == {"SPECDEC_REF_FORWARD_DELAY_MS": "20", "HF_HUB_OFFLINE": "1"} and good["env"] == {}
+    assert bad["env"] == {"SPECDEC_REF_FORWARD_DELAY_MS": "60", "HF_HUB_OFFLINE": "1"} and good["env"] == {}
 
 
 def test_inputs_from_two_stored_runs_restore_paths_and_list_what_no_profile_applies(tmp_path: Path) -> None:
@@ -66,7 +66,7 @@ def test_bisect_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     (tmp_path / "specdec.yaml").write_text(INCIDENT)
     assert main(["bisect", str(tmp_path / "specdec.yaml"), "--good", "good", "--bad", "bda"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("ERROR: --server-profile=bda: no such profile in ") and "(did you mean 'bad'?)" in err
+    assert err.startswith("ERROR: --server-profile=bda: no such profile in ") and "(available: bad, good)" in err
     assert main(["bisect", "--good", "nope", "--bad", "bad", "--results-dir", str(tmp_path / "none")]) == 2
     assert capsys.readouterr().err.startswith("ERROR: no run 'nope'")
     assert main(["bisect", str(tmp_path / "specdec.yaml"), "--good", "good", "--bad", "good"]) == 1
@@ -95,7 +95,7 @@ def test_bisect_names_the_two_causes_of_the_incident_on_the_reference_server(
     assert "  speculative.aux_hidden_state_layer_ids: (absent) -> [-1, 1, 3]" in cause1
     cause2 = causes[causes.index("cause 2: ") :]
     assert cause2.startswith("cause 2: accept_length = good; tok/s x0.")
-    assert "  env SPECDEC_REF_FORWARD_DELAY_MS: (unset) -> 20" in cause2
+    assert "  env SPECDEC_REF_FORWARD_DELAY_MS: (unset) -> 60" in cause2
     assert "cause 3" not in causes
     assert (
         "harmless: env HF_HUB_OFFLINE: (unset) -> 1; extra_args --log-level: (absent) -> warning; "
