@@ -275,7 +275,9 @@ def judge_gap(ranking: Ranking, configured: Sample | str, *, max_gap: float) -> 
         return GapVerdict("best")
     leader = ranking.sample(ranking.leader)
     assert leader is not None
-    m = max(len(ranking.samples) - 1, 1)
+    # A point outside the ranking (it failed its thresholds) is one comparison more.
+    ranked = any(s.name == sample.name for s in ranking.samples)
+    m = max(len(ranking.samples) - (1 if ranked else 0), 1)
     test = separation(leader, sample, allowed=max_gap, comparisons=m)
     tie = separation(leader, sample, comparisons=m)
     gap = test.gap

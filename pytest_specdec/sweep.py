@@ -353,7 +353,7 @@ def _basis(records: Sequence[ResultRecord]) -> str:
     return "tok/s"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RankedGroup:
     """The points of one workload concurrency (tok/s at different concurrencies are not comparable: more requests
     in flight always raise throughput) and their :func:`ranking.rank` among those that passed."""
@@ -467,9 +467,9 @@ def _repeats(group: RankedGroup) -> str:
     return f"{n} repeat{'s' if n != 1 else ''} per point"
 
 
-def _method(group: RankedGroup) -> str:
-    """The test behind a decision, for the lines that state one."""
-    m = max(len(group.ranked) - 1, 1)
+def _method(group: RankedGroup, comparisons: int | None = None) -> str:
+    """The test behind a decision, for the lines that state one (``comparisons``: the Bonferroni factor used)."""
+    m = comparisons or max(len(group.ranked) - 1, 1)
     return f"one-sided Welch t-test on log {group.basis}, Bonferroni x{m}, {_repeats(group)}"
 
 
@@ -536,7 +536,7 @@ def configured_point_lines(
                 f"configured point {name} ({format_value('{:.1f}', c)} tok/s) is {judged.gap:.1%} below the sweep's "
                 f"best {leader.profile} ({format_value('{:.1f}', b)} tok/s), more than {allowed} "
                 f"(--specdec-sweep-max-gap); set {better} in profile {base} "
-                f"[{test.describe()}: {_method(group)}]"
+                f"[{test.describe()}: {_method(group, test.comparisons)}]"
             )
             failing.append(line)
         else:
@@ -545,13 +545,13 @@ def configured_point_lines(
                 assert test is not None
                 head = (
                     f"configured point {name} is tied with the sweep's best {leader.profile} ({judged.gap:.1%} "
-                    f"below, not separated: {test.describe()}, {_method(group)})"
+                    f"below, not separated: {test.describe()}, {_method(group, test.comparisons)})"
                 )
             elif judged.verdict == "unproven":
                 assert test is not None
                 head = (
                     f"configured point {name} is {judged.gap:.1%} below the sweep's best {leader.profile}, not shown "
-                    f"to be more than {allowed} ({test.describe()}, {_method(group)})"
+                    f"to be more than {allowed} ({test.describe()}, {_method(group, test.comparisons)})"
                 )
             else:
                 head = (
@@ -579,7 +579,7 @@ def _closing_line(group: RankedGroup, baselines: Sequence[ResultRecord], at: str
     best = group.best
     if best is None:
         r = group.ranking
-        second = max((s for s in r.separations), key=lambda s: -s.gap, default=None)
+        second = min(r.separations, key=lambda s: s.gap, default=None)  # the runner-up: the gap a ranking needs
         what = (
             f"the {second.gap:.1%} gap between {r.leader} and {second.other}" if second is not None else "the points"
         )

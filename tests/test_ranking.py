@@ -79,7 +79,9 @@ def test_judge_gap_branches() -> None:
 def test_judge_gap_of_a_point_outside_the_ranking_and_errors() -> None:
     ranking = rank([LEADER, Sample("b", (99.0, 100.0, 98.0))])
     failed = Sample("failed-its-thresholds", (60.0, 61.0, 59.0))
-    assert judge_gap(ranking, failed, max_gap=0.05).verdict == "recommend"
+    judged = judge_gap(ranking, failed, max_gap=0.05)
+    assert judged.verdict == "recommend"
+    assert judged.test is not None and judged.test.comparisons == 2  # b, and the point outside the ranking
     with pytest.raises(ValueError, match=r"^judge_gap: 'x' is not a ranked point$"):
         judge_gap(ranking, "x", max_gap=0.05)
     with pytest.raises(ValueError, match=r"^judge_gap: the ranking has no leader$"):
