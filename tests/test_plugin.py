@@ -441,7 +441,7 @@ def test_client_load_is_recorded_and_an_overloaded_client_warns(project: pytest.
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(
         [
-            "*SpecdecWarning: profile watched: client overloaded: event-loop lag p99 * ms > 0% of ITL p50 * ms "
+            "*LoadWarning: profile watched: client overloaded: event-loop lag p99 * ms > 0% of ITL p50 * ms "
             "(client CPU * cores, 2 worker processes); TTFT and ITL include the client's own delay; fix: raise "
             "workload.client_workers or lower workload.concurrency",
         ]
