@@ -133,9 +133,9 @@ class Rank:
 
 
 class NodeGroup:
-    """The ranks of one multi-node server. Duck-types the parts of ``ServerProcess`` the runner and ``sharing`` use
-    (``pid``, ``name``, ``spec``, ``base_url``, ``log_path``, ``alive``, ``check_alive``, ``processes``, ``stop``,
-    ``stop_report``, ``disown``); ``pid``/``spec``/``log_path`` are rank 0's."""
+    """The ranks of one multi-node server. A ``server.ServerHandle``, as ``ServerProcess`` is (``pid``, ``name``,
+    ``spec``, ``base_url``, ``log_path``, ``alive``, ``check_alive``, ``processes``, ``stop``, ``stop_report``,
+    ``disown``); ``pid``/``spec``/``log_path`` are rank 0's."""
 
     def __init__(self, name: str, ranks: Sequence[Rank], *, stop_template: str | None) -> None:
         self.name = name

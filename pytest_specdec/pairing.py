@@ -336,7 +336,7 @@ class ReferenceServers:
         :raises ServerStartError: it did not start.
         """
         server = self.servers.get(profile.name)
-        if server is not None and server.process is not None and not server.process.alive():  # type: ignore[attr-defined]
+        if server is not None and server.process is not None and not server.process.alive():
             self.stop(profile.name)
             server = None
         if server is None:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -25,6 +26,10 @@ from pytest_specdec.engines.common import resolve_api_key
 from pytest_specdec.errors import ClientOverloadError, ProfileError, ServerStartError
 from pytest_specdec.profiles import Profile
 from pytest_specdec.records import RequestRecord, RunMetrics, median_metrics
+
+if TYPE_CHECKING:
+    from pytest_specdec.proctree import StopReport
+    from pytest_specdec.server import ServerHandle
 
 __all__ = [
     "Measurement",
@@ -45,25 +50,26 @@ ProgressCallback = Callable[[float, float, str], None]
 
 @dataclass
 class RunningServer:
-    """A server ready to generate: launched by us (``process`` set) or given by URL (``process`` None)."""
+    """A server ready to generate: launched by us (``process`` set: a ``server.ServerProcess``, or a
+    ``nodegroup.NodeGroup`` for ``nodes:``) or given by URL (``process`` None)."""
 
     profile: Profile
     engine: Engine
     base_url: str
     api_key: str | None
     launch: LaunchSpec | None = None
-    process: object | None = None
+    process: ServerHandle | None = None
     log_path: Path | None = None
     effective: EffectiveConfig | None = None
     startup_s: float | None = None
-    stop_report: object | None = None
+    stop_report: StopReport | None = None
     #: The measuring client's load in the last phase on this server (``client.ClientLoad``), for auto workers.
     client_load: client.ClientLoad | None = None
 
     def stop(self) -> None:
         """Tear the server down (no-op for a server given by URL: we never stop what we did not start)."""
         if self.process is not None and self.stop_report is None:
-            self.stop_report = self.process.stop()  # type: ignore[attr-defined]
+            self.stop_report = self.process.stop()
 
     def restart(self, *, startup_timeout_s: float | None = None) -> None:
         """Stop (if running) and start the same profile again, updating this object in place, so that holders of
@@ -104,7 +110,7 @@ def start_server(
     startup_timeout_s: float | None = None,
     on_progress: ProgressCallback | None = None,
     log_name: str | None = None,
-    on_launch: Callable[[object], None] | None = None,
+    on_launch: Callable[[ServerHandle], None] | None = None,
 ) -> RunningServer:
     """Launch ``profile``'s server (or attach to ``profile.url``) and return once it really generates.
 
@@ -177,7 +183,7 @@ def _start_group(
     draft_path: Path | None,
     budget_s: float,
     on_progress: ProgressCallback | None,
-    on_launch: Callable[[object], None] | None = None,
+    on_launch: Callable[[ServerHandle], None] | None = None,
 ) -> RunningServer:
     """``start_server`` for a profile with ``nodes:``: one launch per rank (``nodegroup.NodeGroup``, each rank
     recorded for ``registry.reap``; ``on_launch(group)`` once all are launched), ready when every rank joined and
@@ -399,7 +405,7 @@ def measure(
     after = _counters(server)
     server.client_load = phase.load or server.client_load
     if server.process is not None:
-        server.process.check_alive()  # type: ignore[attr-defined]
+        server.process.check_alive()
     spec = profile.speculative
     num_steps = None
     scheduler_length = None
@@ -459,7 +465,7 @@ def _client_workers(server: RunningServer) -> int:
     wl = server.profile.workload
     if wl.client_workers != "auto":
         return wl.client_workers
-    return client.auto_workers(wl.concurrency, server.client_load)  # type: ignore[arg-type]
+    return client.auto_workers(wl.concurrency, server.client_load)
 
 
 def client_verdict(profile: Profile, run: RunMetrics) -> str | None:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
 import psutil
 
@@ -41,6 +42,7 @@ from pytest_specdec.registry import leftovers
 
 __all__ = [
     "ProgressCallback",
+    "ServerHandle",
     "ServerProcess",
     "StopReport",
     "find_free_port",
@@ -50,6 +52,51 @@ __all__ = [
 ]
 
 _WATCH_INTERVAL_S = 0.2
+
+
+class ServerHandle(Protocol):
+    """What the runner and ``sharing`` use of a server we launched: a ``ServerProcess``, or a ``nodegroup.NodeGroup``
+    (several ranks, rank 0's ``pid``/``spec``/``log_path``). Both satisfy it; a server given by URL has none."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def spec(self) -> LaunchSpec: ...
+
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def log_path(self) -> Path: ...
+
+    @property
+    def stop_report(self) -> StopReport | None:
+        """The report of the first ``stop``, or None while running."""
+        ...
+
+    def alive(self) -> bool:
+        """Whether the server's process(es) still run."""
+        ...
+
+    def check_alive(self) -> None:
+        """:raises ServerError: the server died during the run (its remaining processes are then stopped)."""
+        ...
+
+    def processes(self) -> list[psutil.Process]:
+        """The server's live processes (what a teardown must end)."""
+        ...
+
+    def stop(self, timeout_s: float = ...) -> StopReport:
+        """Stop the server and everything it started; idempotent (later calls return the first report)."""
+        ...
+
+    def disown(self) -> None:
+        """Forget the server without stopping it: another process (an xdist worker) owns its teardown."""
+        ...
 
 
 class ServerProcess:

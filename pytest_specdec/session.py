@@ -352,7 +352,7 @@ class SpecdecSession:
                 arms = self.measure_pair(server, vs, n, shared=shared)
             except (ServerStartError, ServerError, ValueError) as exc:
                 self.pair_errors[(profile.name, vs)] = f"reference arm {vs!r}: {exc}"
-                if server.process is not None and not server.process.alive():  # type: ignore[attr-defined]
+                if server.process is not None and not server.process.alive():
                     raise
             if arms is not None:
                 self.pairs[(profile.name, vs)] = arms

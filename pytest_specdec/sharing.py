@@ -48,7 +48,7 @@ from filelock import FileLock
 
 from pytest_specdec.errors import ServerError, ServerStartError
 from pytest_specdec.proctree import StopReport, running, stop_process_tree
-from pytest_specdec.server import ServerProcess
+from pytest_specdec.server import ServerHandle
 
 __all__ = ["SharedServer", "shared_server", "sweep_shared"]
 
@@ -140,7 +140,7 @@ def _record_stop(state: dict[str, Any], report: StopReport, by: str) -> None:
     state["procs"] = [list(p) for p in state.get("procs", []) if running(*p)]
 
 
-def _running_state(key: str, proc: ServerProcess, starts: int) -> dict[str, Any]:
+def _running_state(key: str, proc: ServerHandle, starts: int) -> dict[str, Any]:
     return {
         "key": key,
         "status": "running",
@@ -168,7 +168,7 @@ def _start_error(state: dict[str, Any]) -> ServerStartError:
 def shared_server(
     key: str,
     root: Path,
-    start: Callable[[Callable[[ServerProcess], None]], ServerProcess],
+    start: Callable[[Callable[[ServerHandle], None]], ServerHandle],
     *,
     stop_timeout_s: float = 30.0,
 ) -> Iterator[SharedServer]:
@@ -187,7 +187,7 @@ def shared_server(
     state_path, lock_path = _paths(root, key)
     lock = FileLock(str(lock_path))
     me = _me()
-    own: ServerProcess | None = None
+    own: ServerHandle | None = None
     with lock:
         state = _read(state_path)
         users = [u for u in state.get("users", []) if running(u[0], u[1])]
@@ -208,7 +208,7 @@ def shared_server(
                 _stop_by_state(state, stop_timeout_s)  # launched by a worker that died while waiting for it
             starts = int(state.get("starts", 0)) + 1
 
-            def record_launch(proc: ServerProcess) -> None:
+            def record_launch(proc: ServerHandle) -> None:
                 _write(state_path, {**_running_state(key, proc, starts), "status": "starting", "users": [me]})
 
             try:
@@ -250,7 +250,7 @@ def _leave(
     state_path: Path,
     lock: FileLock,
     info: SharedServer,
-    own: ServerProcess | None,
+    own: ServerHandle | None,
     me: list[Any],
     stop_timeout_s: float,
 ) -> None:
