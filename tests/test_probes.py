@@ -94,7 +94,7 @@ def test_bisect_names_the_two_causes_of_the_incident_on_the_reference_server(
     assert "  extra_args --ref-embedding-capture: (absent) -> patched" in cause1
     assert "  speculative.aux_hidden_state_layer_ids: (absent) -> [-1, 1, 3]" in cause1
     cause2 = causes[causes.index("cause 2: ") :]
-    assert cause2.startswith("cause 2: accept_length = good; tok/s x0.")
+    assert cause2.startswith("cause 2: accept_length = good; accept_rate = good; tok/s x0.")
     assert "  env SPECDEC_REF_FORWARD_DELAY_MS: (unset) -> 60" in cause2
     assert "cause 3" not in causes
     assert (
