@@ -125,10 +125,6 @@ class _Ctx:
         self.add(severity, self.source, key, value, why, fix)
 
     @property
-    def target_cfg_path(self) -> str:
-        return str(self.target_dir / "config.json") if self.target_dir else "<target config.json>"
-
-    @property
     def draft_cfg_path(self) -> str:
         return str(self.draft_dir / "config.json") if self.draft_dir else "<draft config.json>"
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["first_present", "per_position", "sum_samples"]
+__all__ = ["per_position", "sum_samples"]
 
 
 def sum_samples(metrics_text: str) -> dict[str, float]:
@@ -28,14 +26,6 @@ def sum_samples(metrics_text: str) -> dict[str, float]:
                 continue
             totals[sample.name] = totals.get(sample.name, 0.0) + float(sample.value)
     return totals
-
-
-def first_present(totals: dict[str, float], names: Iterable[str]) -> float | None:
-    """The total of the first name present in ``totals`` (for metrics renamed across engine versions), else None."""
-    for name in names:
-        if name in totals:
-            return totals[name]
-    return None
 
 
 def per_position(metrics_text: str, sample_name: str) -> tuple[float, ...]:

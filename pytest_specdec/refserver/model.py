@@ -28,10 +28,8 @@ Forward of the one decoder layer (as SGLang's ``LlamaDecoderLayer`` in llama_eag
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -287,8 +285,3 @@ class Eagle3Draft(nn.Module):
             hidden = self._finish(out, hidden)
             outputs.append(self.logits(hidden))
         return outputs
-
-
-def load_draft_config(path: str | Path) -> dict[str, Any]:
-    """Read ``config.json`` from a draft directory."""
-    return json.loads((Path(path) / "config.json").read_text())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_specdec.engines.prometheus import first_present, sum_samples
+from pytest_specdec.engines.prometheus import sum_samples
 
 TEXT = """\
 # TYPE vllm:spec_decode_num_drafts counter
@@ -19,12 +19,6 @@ vllm:num_requests_running{engine="0"} 2.0
 def test_sum_samples() -> None:
     assert sum_samples(TEXT) == {"vllm:spec_decode_num_drafts_total": 15.0, "vllm:num_requests_running": 2.0}
     assert sum_samples("") == {}
-
-
-def test_first_present() -> None:
-    totals = {"b": 2.0}
-    assert first_present(totals, ["a", "b"]) == 2.0
-    assert first_present(totals, ["a"]) is None
 
 
 def test_invalid_text_raises() -> None:
