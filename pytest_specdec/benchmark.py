@@ -39,6 +39,7 @@ import pytest
 
 from pytest_specdec.errors import SpecdecWarning
 from pytest_specdec.results import gpu_info, plugin_version
+from pytest_specdec.xdistnode import is_worker
 
 if TYPE_CHECKING:
     from pytest_specdec.runner import Measurement
@@ -101,7 +102,7 @@ def enabled(config: pytest.Config) -> bool:
     """True when entries recorded now will be saved/compared: pytest-benchmark loaded, not disabled
     (``--benchmark-disable``, xdist) and not on an xdist worker."""
     bs = _session(config)
-    return bs is not None and not getattr(bs, "disabled", True) and not hasattr(config, "workerinput")
+    return bs is not None and not getattr(bs, "disabled", True) and not is_worker(config)
 
 
 def seconds_per_token(measurements: Sequence[Measurement]) -> list[float]:
@@ -241,7 +242,7 @@ class BenchmarkBridge:
             return None
         xdist = config.getoption("dist", "no") != "no" if config.pluginmanager.hasplugin("xdist") else False
         asked = any(config.getoption(opt, None) for opt in _STORAGE_OPTIONS)
-        if xdist and asked and not hasattr(config, "workerinput"):
+        if xdist and asked and not is_worker(config):
             config.issue_config_time_warning(SpecdecWarning(XDIST_WARNING), stacklevel=2)
         return cls(config)
 

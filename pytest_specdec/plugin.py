@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_specdec import options, schedule
+from pytest_specdec import options, schedule, xdistnode
 from pytest_specdec.keys import record_key, session_key, thresholds_key, tolerances_key
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
         bridge = benchmark.BenchmarkBridge.from_config(config)
         if bridge is not None:
             config.pluginmanager.register(bridge, "specdec-benchmark")
-    if session.selected and config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+    if session.selected and config.pluginmanager.hasplugin("xdist") and not xdistnode.is_worker(config):
         config.pluginmanager.register(schedule.XdistSchedule(config), "specdec-xdist-schedule")
 
 
@@ -126,11 +126,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             profile = session.profile(name)
             item.add_marker(profile.server)
             units[item.nodeid] = schedule.unit_of(name, exclusive=profile.exclusive and profile.url is None)
-    worker = getattr(config, "workerinput", {}).get("workerid")
-    tmp_factory = getattr(config, "_tmp_path_factory", None)  # as xdist's workermanage.py reads it
-    if worker and units and tmp_factory is not None:
+    worker = xdistnode.worker_id(config)
+    root = xdistnode.shared_dir(config) if worker and units else None
+    if worker and root is not None:
         # The controller's scheduler groups by these units (schedule.py): one worker per server.
-        schedule.write_units(tmp_factory.getbasetemp().parent, worker, units)
+        schedule.write_units(root, worker, units)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -14,6 +14,7 @@ import pytest
 
 from pytest_specdec import clock
 from pytest_specdec.records import RequestRecord
+from pytest_specdec.xdistnode import is_worker
 
 __all__ = ["LogPacer", "MeasureStatus", "PhaseProgress", "StartupProgress"]
 
@@ -134,7 +135,7 @@ class MeasureStatus:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.tr = None if hasattr(config, "workerinput") else config.pluginmanager.get_plugin("terminalreporter")
+        self.tr = None if is_worker(config) else config.pluginmanager.get_plugin("terminalreporter")
         self.tty = bool(self.tr is not None and self.tr.isatty())
         #: profile -> phases measured so far in this session (confirmations continue the count)
         self.phases = config.stash.setdefault(_phases_key, {})
@@ -172,12 +173,12 @@ class StartupProgress:
     def __init__(self, config: pytest.Config, name: str) -> None:
         self.tr = config.pluginmanager.get_plugin("terminalreporter")
         self.name = name
-        self.tty = bool(self.tr is not None and self.tr.isatty() and not hasattr(config, "workerinput"))
+        self.tty = bool(self.tr is not None and self.tr.isatty() and not is_worker(config))
         self.last_print = 0.0
         self.started = False
 
     def __call__(self, elapsed_s: float, budget_s: float, last_line: str) -> None:
-        if self.tr is None or hasattr(self.tr.config, "workerinput"):
+        if self.tr is None or is_worker(self.tr.config):
             return
         text = f"specdec: starting {self.name}: {elapsed_s:.0f}/{budget_s:.0f} s | {last_line.strip()[:90]}"
         with _live(self.tr.config):

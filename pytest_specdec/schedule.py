@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from pytest_specdec import xdistnode
+
 __all__ = ["XdistSchedule", "read_units", "scheduling_class", "unit_of", "write_units"]
 
 _PREFIX = "specdec-units-"
@@ -85,5 +87,6 @@ class XdistSchedule:
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         if config.getvalue("dist") != "load":
             return None  # an explicit --dist mode other than load is the user's choice
-        root = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]  # the workers' basetemp parent
+        root = xdistnode.shared_dir(config)  # the workers' basetemp parent
+        assert root is not None  # xdist itself needs pytest's tmp_path plugin
         return scheduling_class()(config, log, root=root)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from pytest_specdec import discovery, marker
+from pytest_specdec import discovery, marker, xdistnode
 from pytest_specdec.errors import CompareError, LoadWarning, ProfileError, SpecdecError, SpecdecWarning
 from pytest_specdec.keys import (
     CHECKS_PROPERTY,
@@ -168,7 +168,7 @@ class SpecdecSession:
         session = cls(config=config, selected=_selected(config), profile_path=profile_path, out_dir=out_dir)
         session.profile_search = searched
         session.started = time.time()
-        if not hasattr(config, "workerinput") and (out_dir / "servers").is_dir():
+        if not xdistnode.is_worker(config) and (out_dir / "servers").is_dir():
             from pytest_specdec import registry
 
             session.reaped = registry.reap(out_dir / "servers")
@@ -580,7 +580,7 @@ class SpecdecSession:
             finally:
                 progress.done()
 
-        if not hasattr(config, "workerinput") or profile.url is not None:
+        if not xdistnode.is_worker(config) or profile.url is not None:
             server = or_fail(start)
             try:
                 yield server
@@ -670,14 +670,15 @@ class SpecdecSession:
         if self.config.option.specdec_check:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED if self.check_failed else pytest.ExitCode.OK
             return
-        if hasattr(self.config, "workerinput"):
+        if xdistnode.is_worker(self.config):
             return
-        tmp_factory = getattr(self.config, "_tmp_path_factory", None)  # as xdist's workermanage.py reads it
-        if self.selected and tmp_factory is not None and self.config.pluginmanager.hasplugin("xdist"):
+        xdist = self.selected and self.config.pluginmanager.hasplugin("xdist")
+        root = xdistnode.shared_dir(self.config) if xdist else None
+        if root is not None:
             # Shared servers exist only when profiles ran (worker options are the controller's).
             from pytest_specdec import sharing
 
-            self.sweep_lines = sharing.sweep_shared(tmp_factory.getbasetemp())
+            self.sweep_lines = sharing.sweep_shared(root)
             if self.sweep_lines:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.records:
@@ -711,10 +712,10 @@ def measure_lock(config: pytest.Config) -> Iterator[Callable[[str], Path] | None
     status = MeasureStatus(config)
     token = runner.phase_watcher.set(status)
     try:
-        if not hasattr(config, "workerinput"):
+        root = xdistnode.shared_dir(config) if xdistnode.is_worker(config) else None
+        if root is None:
             yield None
             return
-        root = config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]  # as xdist's workermanage
         with FileLock(str(root / "specdec-measure.lock")):
             yield lambda name: root / f"specdec-run-{re.sub(r'[^A-Za-z0-9_.@=-]', '_', name)}.pickle"
     finally:

@@ -20,13 +20,13 @@ stops whatever is left after the workers finished (e.g. the last user crashed). 
 
 Wiring (plugin)::
 
-    # session fixture, on an xdist worker only (hasattr(config, "workerinput"))
-    root = tmp_path_factory.getbasetemp().parent
+    # session fixture, on an xdist worker only (xdistnode.is_worker(config))
+    root = xdistnode.shared_dir(config)  # tmp_path_factory.getbasetemp().parent
     start = lambda on_launch: runner.start_server(profile, ..., on_launch=on_launch).process
     with shared_server(profile.name, root, start) as shared:
         yield ...  # a client of shared.base_url; shared.check_alive() after each measured phase
     # controller, pytest_sessionfinish (not on workers): report what had to be stopped
-    for line in sweep_shared(config._tmp_path_factory.getbasetemp()):  # as xdist's workermanage.py reads it
+    for line in sweep_shared(xdistnode.shared_dir(config)):  # the controller's basetemp
         terminalreporter.write_line(line)
 """
 
