@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.metadata
 import json
 import socket
 from collections.abc import AsyncIterator, Callable
@@ -190,3 +191,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+#: The test module of a pytester project that measures whatever ``--server-profile`` names (tests/gpu/).
+PROFILE_TEST = """
+import pytest
+
+@pytest.mark.specdec
+def test_profile(specdec_run):
+    assert specdec_run.metrics.num_errors == 0
+"""
+
+
+def plugin_args() -> list[str]:
+    """``-p pytest_specdec.plugin`` where the plugin is not installed (an interpreter that only has it on its
+    path), else nothing: the entry point loads it."""
+    try:
+        importlib.metadata.distribution("pytest-specdec")
+        return []
+    except importlib.metadata.PackageNotFoundError:
+        return ["-p", "pytest_specdec.plugin"]

@@ -21,7 +21,6 @@ The tests are split in parts, each under 8 minutes on the H200 without CUDA grap
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import shlex
@@ -30,6 +29,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import PROFILE_TEST, plugin_args
 
 SGLANG_PYTHON = os.environ.get("SPECDEC_SGLANG_PYTHON")
 
@@ -112,23 +113,6 @@ def _profiles() -> str:
     return json.dumps({"profiles": profiles})  # JSON is YAML
 
 
-TESTS = """
-import pytest
-
-@pytest.mark.specdec
-def test_profile(specdec_run):
-    assert specdec_run.metrics.num_errors == 0
-"""
-
-
-def _plugin_args() -> list[str]:
-    try:
-        importlib.metadata.distribution("pytest-specdec")
-        return []
-    except importlib.metadata.PackageNotFoundError:
-        return ["-p", "pytest_specdec.plugin"]
-
-
 def _sglang_processes() -> list[str]:
     """Lines of ``ps`` naming an SGLang process (its own names: sglang::scheduler, sglang::detokenizer, ...)."""
     out = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True).stdout
@@ -146,13 +130,13 @@ def _zombies() -> set[str]:
 @pytest.fixture
 def run_plugin(pytester: pytest.Pytester):
     pytester.makefile(".yaml", specdec=_profiles())
-    pytester.makepyfile(test_specdec=TESTS)
+    pytester.makepyfile(test_specdec=PROFILE_TEST)
     out_dir = os.environ.get("SPECDEC_GPU_OUT")
 
     def run(*args: str, timeout: float = 540) -> pytest.RunResult:
         zombies_before = _zombies()
         result = pytester.runpytest_subprocess(
-            *_plugin_args(),
+            *plugin_args(),
             "-m",
             "specdec",
             "--specdec-profiles=specdec.yaml",

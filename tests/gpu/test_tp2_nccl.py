@@ -2,7 +2,7 @@
 
 Modes (the module is skipped otherwise):
 
-- GPU: ``SPECDEC_SGLANG_PYTHON`` set (``tests/gpu/test_real_sglang.py``) on a machine with at least two GPUs (the
+- GPU: ``SPECDEC_SGLANG_PYTHON`` set (``tests/gpu/conftest.py``) on a machine with at least two GPUs (the
   lent ``nvidia-h200-x2``): real SGLang 0.5.17 at ``--tp-size 2`` on the bundled tiny target (4 heads: TP=2 divides
   them) and its EAGLE-3 draft.
 - Dry run: ``SPECDEC_TP2_DRYRUN=1``: the same runs on the reference server's multi-rank mode (``nodes:`` with two
@@ -18,7 +18,6 @@ the env diff first, and record the verdicts either way.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import shlex
@@ -30,6 +29,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from tests.helpers import PROFILE_TEST, plugin_args
 
 pytestmark = pytest.mark.gpu
 
@@ -97,23 +98,6 @@ def profiles(*, nccl: bool, tag: str) -> str:
     }})  # fmt: skip  (JSON is YAML)
 
 
-TESTS = """
-import pytest
-
-@pytest.mark.specdec
-def test_profile(specdec_run):
-    assert specdec_run.metrics.num_errors == 0
-"""
-
-
-def _plugin_args() -> list[str]:
-    try:
-        importlib.metadata.distribution("pytest-specdec")
-        return []
-    except importlib.metadata.PackageNotFoundError:
-        return ["-p", "pytest_specdec.plugin"]
-
-
 def _left_over(tag: str) -> list[str]:
     """Processes of this test's servers still alive: tagged by env, or SGLang's own names (ranks included)."""
     found = []
@@ -146,7 +130,7 @@ def _assert_torn_down(tag: str, timeout_s: float = 30) -> None:
 
 @pytest.fixture
 def run_plugin(pytester: pytest.Pytester):
-    pytester.makepyfile(test_specdec=TESTS)
+    pytester.makepyfile(test_specdec=PROFILE_TEST)
     pytester.makeini("[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.errors.SpecdecWarning\n")
     tag = str(pytester.path)
     out_dir = os.environ.get("SPECDEC_GPU_OUT")
@@ -154,7 +138,7 @@ def run_plugin(pytester: pytest.Pytester):
     def run(name: str, *args: str, nccl: bool, timeout: float = 900) -> pytest.RunResult:
         pytester.makefile(".yaml", specdec=profiles(nccl=nccl, tag=tag))
         result = pytester.runpytest_subprocess(
-            *_plugin_args(), "-p", "no:benchmark", "-p", "no:cacheprovider", "-m", "specdec",
+            *plugin_args(), "-p", "no:benchmark", "-p", "no:cacheprovider", "-m", "specdec",
             "--specdec-profiles=specdec.yaml", *args, timeout=timeout,
         )  # fmt: skip
         if out_dir:
@@ -185,9 +169,9 @@ def test_sigkilled_pytest_stops_both_ranks(pytester: pytest.Pytester) -> None:
     """Issue 30.3: pytest SIGKILLed while the TP=2 server measures: no rank survives, the GPUs are freed."""
     tag = str(pytester.path)
     pytester.makefile(".yaml", specdec=profiles(nccl=True, tag=tag))
-    pytester.makepyfile(test_specdec=TESTS)
+    pytester.makepyfile(test_specdec=PROFILE_TEST)
     pytester.makeini("[pytest]\n")
-    cmd = [sys.executable, "-m", "pytest", *_plugin_args(), "-p", "no:benchmark", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:benchmark", "-p", "no:cacheprovider",
            "-m", "specdec", "--specdec-profiles=specdec.yaml", "--server-profile=tp2-baseline"]  # fmt: skip
     owner = subprocess.Popen(cmd, cwd=pytester.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
