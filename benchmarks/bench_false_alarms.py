@@ -38,10 +38,9 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+from busy import Load  # benchmarks/busy.py, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
-BUSY = "import time\nwhile True:\n    sum(i * i for i in range(10000))\n"
-
-
 def _profiles(delay_ms: float, quick: bool) -> str:
     text = (ROOT / "examples/specdec.yaml").read_text()
     # The example's absolute floor (min_tok_s: 20) is not a compare or speedup check, and a runner at load 12 on
@@ -122,24 +121,6 @@ def _pytest(project: Path, args: list[str], timeout_s: float) -> Outcome:
         failed = 1
         other = 1
     return Outcome(passed, failed, compare, speedup, other, took, note)
-
-
-class Load:
-    """``procs`` busy processes in their own process group, stopped by :meth:`off`."""
-
-    def __init__(self, procs: int) -> None:
-        self.procs = procs
-        self.children: list[subprocess.Popen[bytes]] = []
-
-    def on(self) -> None:
-        self.children = [subprocess.Popen([sys.executable, "-c", BUSY], start_new_session=True)
-                         for _ in range(self.procs)]  # fmt: skip
-
-    def off(self) -> None:
-        for child in self.children:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-        self.children = []
 
 
 def _calibrate_delay(project: Path, target_ratio: float) -> tuple[float, float]:

@@ -34,7 +34,6 @@ import argparse
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,11 +44,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from busy import Load  # noqa: E402 - benchmarks/busy.py, beside this script
+
 from pytest_specdec import compare, pairing, results, runner, sequential  # noqa: E402
 from pytest_specdec.profiles import load_profiles  # noqa: E402
 from pytest_specdec.refserver.decoding import FORWARD_DELAY_ENV  # noqa: E402
-
-BUSY = "import time\nwhile True:\n    sum(i * i for i in range(10000))\n"
 
 
 def _profiles(delays: dict[int, float], requests: int, tokens: int) -> str:
@@ -65,24 +64,6 @@ def _profiles(delays: dict[int, float], requests: int, tokens: int) -> str:
     for pct, delay in delays.items():
         head += f"  slow-{pct}:\n    extends: ref\n    env: {{{FORWARD_DELAY_ENV}: '{delay:.3f}'}}\n"
     return head
-
-
-class Load:
-    """``procs`` busy processes in their own process groups, stopped by :meth:`off`."""
-
-    def __init__(self, procs: int) -> None:
-        self.procs = procs
-        self.children: list[subprocess.Popen[bytes]] = []
-
-    def on(self) -> None:
-        self.children = [subprocess.Popen([sys.executable, "-c", BUSY], start_new_session=True)
-                         for _ in range(self.procs)]  # fmt: skip
-
-    def off(self) -> None:
-        for child in self.children:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-        self.children = []
 
 
 @dataclass
