@@ -34,8 +34,8 @@ import aiohttp
 import httpx
 import numpy as np
 
-from pytest_specdec import client
-from pytest_specdec.workload import RequestSpec
+from pytest_specdec.measure import client
+from pytest_specdec.measure.workload import RequestSpec
 
 SERVER = Path(__file__).resolve().parent / "sse_server.py"
 

@@ -14,8 +14,8 @@ import argparse
 
 import numpy as np
 
-from pytest_specdec.compare import Tolerance, compare_results
-from pytest_specdec.results import ResultRecord
+from pytest_specdec.judge.compare import Tolerance, compare_results
+from pytest_specdec.measure.results import ResultRecord
 
 TOLERANCE = {"output_tok_s": Tolerance(rel=0.05)}
 NOISES = (0.01, 0.03, 0.05)

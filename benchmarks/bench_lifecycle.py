@@ -1,4 +1,4 @@
-"""Prints how fast pytest_specdec.server notices readiness and crashes, and how long teardown takes (not a test).
+"""Prints how fast pytest_specdec.serve.server notices readiness and crashes, and how long teardown takes (not a test).
 
 Usage: ``python benchmarks/bench_lifecycle.py [--repeats 5] [--reference] [--pytest]``
 
@@ -31,10 +31,10 @@ from pathlib import Path
 import httpx
 import psutil
 
+from pytest_specdec.core.errors import ServerStartError
 from pytest_specdec.engines.base import LaunchSpec
-from pytest_specdec.errors import ServerStartError
-from pytest_specdec.ports import find_free_port, port_is_free
-from pytest_specdec.server import ServerProcess
+from pytest_specdec.serve.ports import find_free_port, port_is_free
+from pytest_specdec.serve.server import ServerProcess
 
 FAKE = Path(__file__).resolve().parents[1] / "tests" / "fakeserver.py"
 HOST = "127.0.0.1"

@@ -26,11 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec.__main__ import main as cli_main
-from pytest_specdec.merge import load_shards, merge_problems, merge_runs
-from pytest_specdec.profiles import Profile
-from pytest_specdec.records import RunMetrics
-from pytest_specdec.results import RequestSample, ResultRecord, ResultStore, RunFile, profile_definition
+from pytest_specdec.cli.main import main as cli_main
+from pytest_specdec.core.records import RunMetrics
+from pytest_specdec.measure.results import RequestSample, ResultRecord, ResultStore, RunFile, profile_definition
+from pytest_specdec.profiles.schema import Profile
+from pytest_specdec.report.merge import load_shards, merge_problems, merge_runs
 
 COMMIT = {"id": "1a2b3c4d5e6f7a8b9c0d1a2b3c4d5e6f7a8b9c0d", "dirty": False, "branch": "main"}
 

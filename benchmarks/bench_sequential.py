@@ -1,4 +1,4 @@
-"""Fixed repeats (today) vs sequential verdicts (``pytest_specdec/sequential.py``): false alarms, detections and
+"""Fixed repeats (today) vs sequential verdicts (``pytest_specdec/judge/sequential.py``): false alarms, detections and
 server-seconds per verdict, on the reference server with injected slowdowns (issue 31).
 
     python benchmarks/bench_sequential.py                         # 20 runs per cell, 6 cells (hours on 2 cores)
@@ -15,7 +15,7 @@ of the slowed target against the reference, as many as the slowest rule needs, a
 
 - ``speedup``: the paired tok/s ratio against ``--floor`` (default 0.975: a 0 % slowdown should pass, 5 % and
   10 % fail). Fixed: today's ``min_speedup`` (median of ``--repeats`` pairs, below the floor re-measured up to 6
-  pairs, failed when the Wilcoxon test is significant: ``pairing.judge_speedup``). Sequential: a look after every
+  pairs, failed when the Wilcoxon test is significant: ``speedup.judge_speedup``). Sequential: a look after every
   pair from ``--repeats`` on, up to ``--max-repeats`` (``sequential.decide_floor``).
 - ``compare``: against a stored baseline of ``--repeats`` pairs at 0 % on the quiet machine, tolerance
   ``--tolerance`` (default 2 %). Fixed: today's ``compare_results`` on the ratio rows, a regression confirmed by a
@@ -46,8 +46,9 @@ sys.path.insert(0, str(ROOT))
 
 from busy import Load  # noqa: E402 - benchmarks/busy.py, beside this script
 
-from pytest_specdec import compare, pairing, results, runner, sequential  # noqa: E402
-from pytest_specdec.profiles import load_profiles  # noqa: E402
+from pytest_specdec.judge import compare, sequential, speedup  # noqa: E402
+from pytest_specdec.measure import pairing, results, runner  # noqa: E402
+from pytest_specdec.profiles.schema import load_profiles  # noqa: E402
 from pytest_specdec.refserver.decoding import FORWARD_DELAY_ENV  # noqa: E402
 
 
@@ -102,11 +103,11 @@ Verdict = tuple[str, int, float]  # verdict, pairs used, server-seconds
 
 
 def fixed_speedup(s: Stream, floor: float, first: int) -> Verdict:
-    judged = pairing.judge_speedup(s.ratios(first), floor, vs="ref", mode="interleaved", first=first, confirmable=True)
+    judged = speedup.judge_speedup(s.ratios(first), floor, vs="ref", mode="interleaved", first=first, confirmable=True)
     n = first
     if judged.verdict == "suspected":
-        n = max(first, pairing.CONFIRM_TOTAL_PAIRS)
-        judged = pairing.judge_speedup(s.ratios(n), floor, vs="ref", mode="interleaved", first=first,
+        n = max(first, speedup.CONFIRM_TOTAL_PAIRS)
+        judged = speedup.judge_speedup(s.ratios(n), floor, vs="ref", mode="interleaved", first=first,
                                        confirmable=False)  # fmt: skip
     return ("FAILED" if judged.verdict == "FAILED" else "passed"), n, s.spent(n)
 

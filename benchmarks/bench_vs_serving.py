@@ -1,8 +1,8 @@
 """The plugin's measuring client against a running server, printed like ``sglang.bench_serving`` (a script, not a test).
 
 Runs one or more phases of ``--num-prompts`` streamed requests at ``--concurrency`` through
-``pytest_specdec.client.run_phase`` (the exact code the plugin measures with) and summarizes them with
-``pytest_specdec.metrics.summarize``, so its lines can be set beside those of
+``pytest_specdec.measure.client.run_phase`` (the exact code the plugin measures with) and summarizes them with
+``pytest_specdec.measure.metrics.summarize``, so its lines can be set beside those of
 ``python -m sglang.bench_serving --backend sglang --dataset-name random-ids`` on the same server. Only what the
 plugin ships is used (no SGLang, no GPU).
 
@@ -44,10 +44,10 @@ from pathlib import Path
 
 import httpx
 
-from pytest_specdec import client, metrics, workload
-from pytest_specdec.auth import bearer_headers
-from pytest_specdec.profiles import RandomPrompts
-from pytest_specdec.workload import RequestSpec
+from pytest_specdec.core.auth import bearer_headers
+from pytest_specdec.measure import client, metrics, workload
+from pytest_specdec.measure.workload import RequestSpec
+from pytest_specdec.profiles.schema import RandomPrompts
 
 
 def build_requests(args: argparse.Namespace) -> tuple[list[RequestSpec], list[RequestSpec]]:

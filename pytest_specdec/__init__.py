@@ -8,9 +8,10 @@ use (PEP 562 ``__getattr__``): every pytest run imports this package with the pl
 import importlib
 import typing
 
-from pytest_specdec.errors import (
+from pytest_specdec.core.errors import (
     ClientOverloadError,
     CompareError,
+    LoadWarning,
     PreflightError,
     ProfileError,
     ServerError,
@@ -20,12 +21,13 @@ from pytest_specdec.errors import (
 )
 
 if typing.TYPE_CHECKING:
-    from pytest_specdec.profiles import Profile, SpeculativeConfig, Thresholds, Workload, load_profiles
-    from pytest_specdec.records import RequestRecord, RunMetrics
+    from pytest_specdec.core.records import RequestRecord, RunMetrics
+    from pytest_specdec.profiles.schema import Profile, SpeculativeConfig, Thresholds, Workload, load_profiles
 
 __all__ = [
     "ClientOverloadError",
     "CompareError",
+    "LoadWarning",
     "PreflightError",
     "Profile",
     "ProfileError",
@@ -43,13 +45,13 @@ __all__ = [
 
 #: Public name -> the module that defines it, imported when the name is first read.
 _LAZY = {
-    "Profile": "pytest_specdec.profiles",
-    "SpeculativeConfig": "pytest_specdec.profiles",
-    "Thresholds": "pytest_specdec.profiles",
-    "Workload": "pytest_specdec.profiles",
-    "load_profiles": "pytest_specdec.profiles",
-    "RequestRecord": "pytest_specdec.records",
-    "RunMetrics": "pytest_specdec.records",
+    "Profile": "pytest_specdec.profiles.schema",
+    "SpeculativeConfig": "pytest_specdec.profiles.schema",
+    "Thresholds": "pytest_specdec.profiles.schema",
+    "Workload": "pytest_specdec.profiles.schema",
+    "load_profiles": "pytest_specdec.profiles.schema",
+    "RequestRecord": "pytest_specdec.core.records",
+    "RunMetrics": "pytest_specdec.core.records",
 }
 
 

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_specdec import options, schedule, xdistnode
-from pytest_specdec.keys import record_key, session_key, thresholds_key, tolerances_key
+from pytest_specdec.core import xdistnode
+from pytest_specdec.run import options, schedule
+from pytest_specdec.run.keys import record_key, session_key, thresholds_key, tolerances_key
 
 if TYPE_CHECKING:
-    from pytest_specdec.profiles import Profile
-    from pytest_specdec.runner import RunningServer, RunResult
-    from pytest_specdec.session import SpecdecSession
+    from pytest_specdec.measure.runner import RunningServer, RunResult
+    from pytest_specdec.profiles.schema import Profile
+    from pytest_specdec.run.session import SpecdecSession
 
 __all__ = ["record_key", "session_key", "thresholds_key", "tolerances_key"]
 
@@ -46,13 +47,13 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     for engine in ("reference", "sglang", "vllm"):
         config.addinivalue_line("markers", f"{engine}: added to specdec tests that run on a `server: {engine}` profile")
-    from pytest_specdec.session import SpecdecSession
+    from pytest_specdec.run.session import SpecdecSession
 
     session = SpecdecSession.from_config(config)
     config.stash[session_key] = session
     config.pluginmanager.register(session, "specdec-session")
     if config.pluginmanager.hasplugin("benchmark"):
-        from pytest_specdec import benchmark
+        from pytest_specdec.report import benchmark
 
         bridge = benchmark.BenchmarkBridge.from_config(config)
         if bridge is not None:
@@ -76,9 +77,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _registry() -> Any:
-    """``pytest_specdec.registry`` (where every server started in this process is recorded) when this process
+    """``pytest_specdec.serve.registry`` (where every server started in this process is recorded) when this process
     imported it, else None: then no server was started here, and there is nothing to sweep or to import."""
-    return sys.modules.get("pytest_specdec.registry")
+    return sys.modules.get("pytest_specdec.serve.registry")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -102,7 +103,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     # reason a sweep fails the run, as pytest-cov puts "FAIL Required test coverage ..." last.
     session = config.stash.get(session_key, None)
     if session is not None and session.sweep_red:
-        from pytest_specdec import summary
+        from pytest_specdec.run import summary
 
         summary.write_fail_lines(session, terminalreporter)
 
@@ -177,7 +178,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def specdec_profile(request: pytest.FixtureRequest) -> Profile:
-    """The profile (``pytest_specdec.profiles.Profile``) this test runs against, one of ``--server-profile``."""
+    """The profile (``pytest_specdec.profiles.schema.Profile``) this test runs against, one of ``--server-profile``."""
     name = request.param
     if name is None:
         pytest.skip("specdec: no --server-profile given (e.g. pytest -m specdec --server-profile=eagle3)")
@@ -213,7 +214,7 @@ def specdec_run(specdec_profile: Profile, request: pytest.FixtureRequest) -> Run
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("specdec") is not None:
-        from pytest_specdec import marker
+        from pytest_specdec.run import marker
 
         session = item.config.stash[session_key]
         marker.setup_item(item, session.profiles, session.profile_path)
@@ -223,7 +224,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     result = yield
     if item.stash.get(record_key, None) is not None:
-        from pytest_specdec import verdict
+        from pytest_specdec.run import verdict
 
         verdict.judge_item(item.config.stash[session_key], item)
     return result

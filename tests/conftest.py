@@ -10,16 +10,17 @@ from pathlib import Path
 
 import pytest
 
+import pytest_specdec.engines.preflight  # noqa: F401
+
 # The plugin imports its measuring stack only when a profile is selected (pytest_specdec/plugin.py). pytester's
 # in-process runs drop the modules first imported inside them, so a stack imported there would be imported afresh
 # by every such run (numpy and psutil do not survive that): import it once for the whole test process.
-import pytest_specdec.baseline  # noqa: F401
-import pytest_specdec.benchmark  # noqa: F401
-import pytest_specdec.preflight  # noqa: F401
-import pytest_specdec.session  # noqa: F401
-import pytest_specdec.sharing  # noqa: F401
-import pytest_specdec.summary  # noqa: F401
-import pytest_specdec.verdict  # noqa: F401
+import pytest_specdec.judge.baseline  # noqa: F401
+import pytest_specdec.report.benchmark  # noqa: F401
+import pytest_specdec.run.session  # noqa: F401
+import pytest_specdec.run.summary  # noqa: F401
+import pytest_specdec.run.verdict  # noqa: F401
+import pytest_specdec.serve.sharing  # noqa: F401
 
 try:  # the plot extra: matplotlib imported inside an in-process run, then dropped, breaks the next run's legend
     import matplotlib.backends.backend_agg  # noqa: F401

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from pytest_specdec.records import RunMetrics
-from pytest_specdec.results import (
+from pytest_specdec.core.records import RunMetrics
+from pytest_specdec.judge.sweep import split_name
+from pytest_specdec.measure.results import (
     ResultRecord,
 )
-from pytest_specdec.sweep import split_name
-from pytest_specdec.workload import RequestSpec
+from pytest_specdec.measure.workload import RequestSpec
 
 BASE = "http://testserver"
 
@@ -183,7 +183,7 @@ def repeated_records(failed: tuple[int, ...] = (), repeats: dict[int, list[float
 #: The ini of pytester projects that turn warnings into errors: the plugin's load warnings (machine busy, client
 #: overloaded) stay warnings, since they are the plugin working as designed on a loaded runner; a test that asserts
 #: on one says so itself.
-STRICT_INI = "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.errors.LoadWarning\n"
+STRICT_INI = "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.LoadWarning\n"
 
 
 def free_port() -> int:

@@ -1,4 +1,4 @@
-"""Tests of pytest_specdec.benchmark end to end: real pytest-benchmark runs in a subprocess (pytester).
+"""Tests of pytest_specdec.report.benchmark end to end: real pytest-benchmark runs in a subprocess (pytester).
 
 The inner project gets the bridge from the installed plugin (``plugin.py::pytest_configure`` registers it) and records
 synthetic measurements: 2.0 s per repeat for ``2 * tok/s`` output tokens.
@@ -16,16 +16,16 @@ pytest_benchmark = pytest.importorskip("pytest_benchmark")
 
 from pytest_benchmark.stats import Metadata  # noqa: E402
 
-from pytest_specdec import benchmark as bridge  # noqa: E402
+from pytest_specdec.report import benchmark as bridge  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
 CONFTEST = """
 import os
 import pytest
-from pytest_specdec import benchmark as bridge
-from pytest_specdec.records import RunMetrics
-from pytest_specdec.runner import Measurement
+from pytest_specdec.report import benchmark as bridge
+from pytest_specdec.core.records import RunMetrics
+from pytest_specdec.measure.runner import Measurement
 import dataclasses
 
 
@@ -40,7 +40,7 @@ TEST = """
 import os
 import pytest
 from conftest import make
-from pytest_specdec import benchmark as bridge
+from pytest_specdec.report import benchmark as bridge
 
 
 @pytest.mark.parametrize("profile", ["eagle3"])

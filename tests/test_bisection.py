@@ -1,4 +1,4 @@
-"""Tests of pytest_specdec.bisection without servers: differences, ddmin, the probe verdicts, and the whole bisect
+"""Tests of pytest_specdec.bisection.ddmin without servers: differences, ddmin, the probe verdicts, and the whole bisect
 over a simulated incident (aux id -1 through the patched capture, plus a slow forward, plus harmless differences)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec import bisection
-from pytest_specdec.bisection import Difference, Symptoms, apply, ddmin, differences, judge
-from pytest_specdec.errors import ServerStartError
+from pytest_specdec.bisection import ddmin as bisection
+from pytest_specdec.bisection.ddmin import Difference, Symptoms, apply, ddmin, differences, judge
+from pytest_specdec.core.errors import ServerStartError
 
 GOOD: dict[str, Any] = {
     "server": "reference",
@@ -302,8 +302,8 @@ def test_apply_removes_or_sets_a_flag(bad_value: tuple[str, ...] | None) -> None
 
 
 def test_a_stored_compare_failure_with_several_differences_prints_the_bisect_command() -> None:
-    from pytest_specdec import compare
-    from pytest_specdec.verdict import judge_compare
+    from pytest_specdec.judge import compare
+    from pytest_specdec.run.verdict import judge_compare
     from tests.helpers import fingerprint, rec
 
     base = rec(accept_length=[2.63] * 3, output_tok_s=[100.0, 101.0, 99.0])

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec import registry
-from pytest_specdec.__main__ import main
-from pytest_specdec.results import ResultRecord, ResultStore, RunFile
+from pytest_specdec.cli.main import main
+from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
+from pytest_specdec.serve import registry
 
 FP = {"workload": {"max_new_tokens": 64, "num_requests": 16, "concurrency": 1}, "prompt_hash": "abc"}
 

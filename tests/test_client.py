@@ -1,4 +1,4 @@
-"""Tests of pytest_specdec.client against scripted SSE streams (httpx.MockTransport, no sockets).
+"""Tests of pytest_specdec.measure.client against scripted SSE streams (httpx.MockTransport, no sockets).
 
 Times: ``clock.now`` is replaced by a fake whose value each scripted event sets just before it is delivered, so
 every arrival time below is exact.
@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_specdec import clock
-from pytest_specdec.client import ClientLoad, PhaseOptions, auto_workers, fetch_text, run_phase
-from pytest_specdec.errors import ServerError
-from pytest_specdec.metrics import request_timing, summarize
+from pytest_specdec.core import clock
+from pytest_specdec.core.errors import ServerError
+from pytest_specdec.measure.client import ClientLoad, PhaseOptions, auto_workers, fetch_text, run_phase
+from pytest_specdec.measure.metrics import request_timing, summarize
 from tests.helpers import BASE, GENERATE_SCRIPT, FakeClock, Script, free_port, gen_event, req, sse
 
 
@@ -400,7 +400,7 @@ def test_event_arrives_with_the_read_that_completes_its_line(fake_clock: FakeClo
     assert (rec.completion_tokens, rec.output_text, rec.spec_verify_ct, rec.end_s) == (6, "abcdef", 3, 0.40)
 
     # The full parse (every event decoded) agrees with the fast one.
-    from pytest_specdec import client as client_module
+    from pytest_specdec.measure import client as client_module
 
     times, data = [t for t, _ in reads], [d for _, d in reads]
     fast = client_module._parse_generate_fast(times, data)
@@ -532,7 +532,7 @@ def test_clients_load_the_ca_bundle_once_per_process(sse_url: str, monkeypatch: 
     the plugin opens several clients per measured phase (``/metrics`` twice, ``/flush_cache``, ...)."""
     import ssl
 
-    from pytest_specdec import client
+    from pytest_specdec.measure import client
 
     built: list[int] = []
     real = ssl.create_default_context

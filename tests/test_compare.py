@@ -1,4 +1,4 @@
-"""Tests of pytest_specdec.compare on synthetic result records (fixed seeds, hand-computed tables)."""
+"""Tests of pytest_specdec.judge.compare on synthetic result records (fixed seeds, hand-computed tables)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_specdec.__main__ import main
-from pytest_specdec.compare import (
+from pytest_specdec.cli.main import main
+from pytest_specdec.core.errors import CompareError
+from pytest_specdec.judge.compare import (
     Tolerance,
     calibrate_proposal,
     compare_results,
@@ -20,8 +21,7 @@ from pytest_specdec.compare import (
     speedup_by_concurrency,
     speedup_failures,
 )
-from pytest_specdec.errors import CompareError
-from pytest_specdec.results import ResultRecord, ResultStore, RunFile
+from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
 from tests.helpers import WORKLOAD, fingerprint, rec
 
 
@@ -347,7 +347,7 @@ def test_a_changed_runner_state_is_said_first() -> None:
 
 
 def test_gpu_state_changes_name_other_processes_limits_and_throttling() -> None:
-    from pytest_specdec.hoststate import state_changes
+    from pytest_specdec.core.hoststate import state_changes
 
     # As nvidia-smi reports an idle H200: SM 345 MHz (not compared: it idles down), app clock 1980, 700 W, 0x1 idle.
     gpu = {"clocks_sm_mhz": [345.0], "app_clocks_mhz": [1980.0], "power_limit_w": [700.0], "throttle_reasons": [1.0],

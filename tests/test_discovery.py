@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec.discovery import args_ancestor, find_profile_file, space_form_trap
+from pytest_specdec.profiles.discovery import args_ancestor, find_profile_file, space_form_trap
 
 PROFILE = "profiles:\n  eagle3:\n    server: reference\n"
 

@@ -1,4 +1,4 @@
-"""One log per launch, the newest kept, ``<name>.log`` linking the newest (pytest_specdec.logfiles)."""
+"""One log per launch, the newest kept, ``<name>.log`` linking the newest (pytest_specdec.serve.logfiles)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec import logfiles
+from pytest_specdec.serve import logfiles
 
 
 def test_each_launch_gets_its_own_log_and_the_pointer_follows_the_newest(tmp_path: Path) -> None:

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.__main__ import main
-from pytest_specdec.merge import load_shards, merge_problems, merge_runs, merged_run_id
-from pytest_specdec.profiles import Profile
-from pytest_specdec.results import ResultRecord, ResultStore, RunFile, profile_definition, read_run_file
+from pytest_specdec.cli.main import main
+from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile, profile_definition, read_run_file
+from pytest_specdec.profiles.schema import Profile
+from pytest_specdec.report.merge import load_shards, merge_problems, merge_runs, merged_run_id
 
 COMMIT = {"id": "1a2b3c4d5e6f7a8b9c0d", "dirty": False, "branch": "main"}
 
@@ -158,7 +158,7 @@ def test_merge_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 def test_merged_run_id_is_stable() -> None:
     a = RunFile("20261201T020000Z-aaaaaa", 0.0)
     b = RunFile("20261201T020100Z-bbbbbb", 60.0)
-    from pytest_specdec.merge import Shard
+    from pytest_specdec.report.merge import Shard
 
     one = merged_run_id([Shard(Path("a"), a), Shard(Path("b"), b)])
     assert one == merged_run_id([Shard(Path("b"), b), Shard(Path("a"), a)])
@@ -201,7 +201,7 @@ def test_merge_refuses_runs_with_other_metric_definitions(shards: Path, capsys: 
 def test_commit_info_from_git_then_github_sha(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import subprocess
 
-    from pytest_specdec.results import commit_info
+    from pytest_specdec.measure.results import commit_info
 
     monkeypatch.delenv("GITHUB_SHA", raising=False)
     assert commit_info(tmp_path) == {}

@@ -1,4 +1,4 @@
-"""Tests of pytest_specdec.metrics: every number below is computed by hand in the comment beside it."""
+"""Tests of pytest_specdec.measure.metrics: every number below is computed by hand in the comment beside it."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import dataclasses
 
 import pytest
 
+from pytest_specdec.core.errors import ServerError
+from pytest_specdec.core.records import RequestRecord, RunMetrics
 from pytest_specdec.engines.base import SpecCounters
-from pytest_specdec.errors import ServerError
-from pytest_specdec.metrics import (
+from pytest_specdec.measure.metrics import (
     METRICS,
     client_check,
     client_overloaded,
@@ -17,7 +18,6 @@ from pytest_specdec.metrics import (
     request_timing,
     summarize,
 )
-from pytest_specdec.records import RequestRecord, RunMetrics
 
 
 def ok_record(start: float, chunks: list[tuple[float, int]], end: float, **spec: float) -> RequestRecord:

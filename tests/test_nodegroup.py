@@ -16,15 +16,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_specdec import runner
+from pytest_specdec.core.errors import ProfileError, ServerError, ServerStartError
 from pytest_specdec.engines.base import LaunchSpec
 from pytest_specdec.engines.reference import ReferenceEngine
 from pytest_specdec.engines.sglang import SglangEngine
-from pytest_specdec.errors import ProfileError, ServerError, ServerStartError
-from pytest_specdec.nodegroup import NodeGroup, render_launcher
-from pytest_specdec.ports import find_free_port
-from pytest_specdec.profiles import Profile, load_profiles, resolve_paths
+from pytest_specdec.measure import runner
+from pytest_specdec.profiles.schema import Profile, load_profiles, resolve_paths
 from pytest_specdec.refserver.args import ArgsError, parse_args, resolve_args
+from pytest_specdec.serve.nodegroup import NodeGroup, render_launcher
+from pytest_specdec.serve.ports import find_free_port
 from tests.helpers import STRICT_INI
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
@@ -291,8 +291,8 @@ def test_killed_pytest_leaves_no_rank_behind(tmp_path: Path) -> None:
         import sys, time
         from pathlib import Path
         from pytest_specdec.engines import get_engine
-        from pytest_specdec.nodegroup import NodeGroup
-        from pytest_specdec.profiles import load_profiles
+        from pytest_specdec.serve.nodegroup import NodeGroup
+        from pytest_specdec.profiles.schema import load_profiles
         p = load_profiles({str(tmp_path / "specdec.yaml")!r}).get("tp3")
         g = NodeGroup.start(p, get_engine(p), port=int(sys.argv[1]), log_dir=Path({str(tmp_path / "logs")!r}),
                             draft_path=None, record_dir=Path({str(tmp_path / "servers")!r}))
@@ -300,7 +300,7 @@ def test_killed_pytest_leaves_no_rank_behind(tmp_path: Path) -> None:
         time.sleep(600)
         """
     )
-    from pytest_specdec.ports import find_free_port
+    from pytest_specdec.serve.ports import find_free_port
 
     owner = subprocess.Popen([sys.executable, "-c", script, str(find_free_port())], stdout=subprocess.PIPE, text=True)
     try:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec import overlay
-from pytest_specdec.errors import ProfileError
-from pytest_specdec.overlay import make_draft_overlay
+from pytest_specdec.core.errors import ProfileError
+from pytest_specdec.engines import overlay
+from pytest_specdec.engines.overlay import make_draft_overlay
 
 
 @pytest.fixture

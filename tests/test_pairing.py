@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec import pairing, stats
-from pytest_specdec.records import RunMetrics
-from pytest_specdec.runner import Measurement
+from pytest_specdec.core import stats
+from pytest_specdec.core.records import RunMetrics
+from pytest_specdec.judge import speedup
+from pytest_specdec.measure import pairing
+from pytest_specdec.measure.runner import Measurement
 
 
 def _metrics(tok_s: float) -> RunMetrics:
@@ -79,31 +81,31 @@ def test_bracketed_measures_target_reference_target_one_server_at_a_time() -> No
     ],
 )
 def test_speedup_verdicts(ratios: list[float], confirmable: bool, verdict: str) -> None:
-    judged = pairing.judge_speedup(ratios, 1.05, vs="baseline", mode="interleaved", first=3, confirmable=confirmable)
+    judged = speedup.judge_speedup(ratios, 1.05, vs="baseline", mode="interleaved", first=3, confirmable=confirmable)
     assert judged.verdict == verdict
     assert judged.check().passed is (verdict != "FAILED")
 
 
 def test_speedup_line_shows_first_and_confirming_measurements() -> None:
     ratios = [0.95, 0.97, 0.96, 0.94, 0.98, 0.99]
-    judged = pairing.judge_speedup(ratios, 1.05, vs="baseline", mode="interleaved", first=3, confirmable=False)
+    judged = speedup.judge_speedup(ratios, 1.05, vs="baseline", mode="interleaved", first=3, confirmable=False)
     assert judged.line() == (
         "speedup vs baseline 0.965x < min 1.05x (margin -0.085, -8.1%) [median of 6 paired ratios, interleaved; "
         "CI 0.94-0.99 (97%); first 3: 0.96x, confirming 3: 0.98x; wilcoxon exact p=0.0156]"
     )
-    passed = pairing.judge_speedup([1.3, 1.4, 1.35], 1.05, vs="baseline", mode="interleaved", first=3, confirmable=True)
+    passed = speedup.judge_speedup([1.3, 1.4, 1.35], 1.05, vs="baseline", mode="interleaved", first=3, confirmable=True)
     assert passed.line() == (
         "speedup vs baseline 1.35x >= min 1.05x [median of 3 paired ratios, interleaved; CI 1.3-1.4 (75%)]"
     )
 
 
 def test_sequential_speedup_lines_and_checks() -> None:
-    from pytest_specdec import sequential
+    from pytest_specdec.judge import sequential
 
     design = sequential.Design(2, 6)
 
-    def judge(ratios: list[float]) -> pairing.Speedup:
-        return pairing.judge_speedup_sequential(
+    def judge(ratios: list[float]) -> speedup.Speedup:
+        return speedup.judge_speedup_sequential(
             ratios, 1.05, design, vs="baseline", mode="interleaved", first=2, exhausted=True,
             detail=lambda d: sequential.detail(d, unit="pairs", server_s=12.0, needed=None, exhausted=True),
         )  # fmt: skip

@@ -1,4 +1,4 @@
-"""Tests of pytest_specdec.plots and ``python -m pytest_specdec plot``: real PNGs from synthetic and stored runs.
+"""Tests of pytest_specdec.report.plots and ``python -m pytest_specdec plot``: real PNGs from synthetic and stored runs.
 
 Pixels are checked for colours only one element draws: the gold best-point star, the red crosses of failed points,
 the red threshold lines.
@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_specdec import sweep
-from pytest_specdec.__main__ import main
-from pytest_specdec.plots import metric_label, plot_sweep, plot_trend, trend_points, trend_title
-from pytest_specdec.results import ResultRecord, ResultStore, RunFile
+from pytest_specdec.cli.main import main
+from pytest_specdec.judge import sweep
+from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
+from pytest_specdec.report.plots import metric_label, plot_sweep, plot_trend, trend_points, trend_title
 from tests.helpers import record, repeated_records, seed_records
 
 image = pytest.importorskip("matplotlib.image")
@@ -242,7 +242,7 @@ def test_plot_trend_of_one_run_spans_two_hours_not_years(tmp_path: Path, monkeyp
     """A single run's dates would have a zero-width range, which matplotlib widened to 2025-2029 (issue 27)."""
     from matplotlib.dates import num2date
 
-    from pytest_specdec import plots
+    from pytest_specdec.report import plots
 
     figures: list[object] = []
     monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)

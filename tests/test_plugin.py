@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from pytest_specdec.ports import port_is_free
+from pytest_specdec.serve.ports import port_is_free
 from tests.helpers import STRICT_INI
 
 PROFILES = """
@@ -322,11 +322,11 @@ def test_server_url_must_be_http_and_a_dead_url_fails_fast(project: pytest.Pytes
     result = project.runpytest_subprocess("--server-profile=eagle3", "--server-url=notaurl")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --server-url=notaurl: expected http://HOST:PORT, e.g. *"])
-    from pytest_specdec.ports import find_free_port
+    from pytest_specdec.serve.ports import find_free_port
 
     dead = f"http://127.0.0.1:{find_free_port('127.0.0.1')}"
     # The grace a dead URL gets is 10 s; 1 s here tells the same story without waiting it out.
-    project.makeconftest("import pytest_specdec.runner\npytest_specdec.runner.REFUSED_GRACE_S = 1.0\n")
+    project.makeconftest("import pytest_specdec.measure.runner\npytest_specdec.measure.runner.REFUSED_GRACE_S = 1.0\n")
     result = project.runpytest_subprocess("--server-profile=eagle3", f"--server-url={dead}", timeout=120)
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(["*cannot connect for 1 s (ConnectError: *is the server running and is the URL*"])
@@ -432,8 +432,8 @@ def test_client_load_is_recorded_and_an_overloaded_client_warns(project: pytest.
     )
     project.makefile(".yaml", specdec=profiles)
     project.makeconftest(
-        "import pytest_specdec.metrics\npytest_specdec.metrics.CLIENT_LAG_FRACTION = 0.0\n"
-        "pytest_specdec.metrics.CLIENT_BUSY_CORES = 0.0\n"
+        "import pytest_specdec.measure.metrics\npytest_specdec.measure.metrics.CLIENT_LAG_FRACTION = 0.0\n"
+        "pytest_specdec.measure.metrics.CLIENT_BUSY_CORES = 0.0\n"
     )
     project.makepyfile(test_specdec="def test_run(specdec_run):\n    assert specdec_run.metrics.num_ok == 6\n")
     project.makeini("[pytest]\n")

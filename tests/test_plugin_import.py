@@ -11,7 +11,12 @@ import pytest
 
 HEAVY = ("aiohttp", "numpy", "pydantic", "httpx", "yaml", "psutil")
 #: Our modules that pull the heavy ones in (client: aiohttp; profiles: pydantic, yaml; metrics: numpy).
-OURS = ("pytest_specdec.runner", "pytest_specdec.client", "pytest_specdec.profiles", "pytest_specdec.metrics")
+OURS = (
+    "pytest_specdec.measure.runner",
+    "pytest_specdec.measure.client",
+    "pytest_specdec.profiles.schema",
+    "pytest_specdec.measure.metrics",
+)
 
 
 def test_importing_the_plugin_imports_no_heavy_module() -> None:
@@ -41,8 +46,8 @@ def test_the_public_names_still_resolve() -> None:
     import pytest_specdec
     from pytest_specdec import Profile, RunMetrics, load_profiles
 
-    assert Profile.__module__ == "pytest_specdec.profiles"
-    assert RunMetrics.__module__ == "pytest_specdec.records"
+    assert Profile.__module__ == "pytest_specdec.profiles.schema"
+    assert RunMetrics.__module__ == "pytest_specdec.core.records"
     assert callable(load_profiles)
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         pytest_specdec.Nope  # noqa: B018

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec.__main__ import _bisect_inputs, main
-from pytest_specdec.profiles import load_profiles
-from pytest_specdec.results import ResultRecord, ResultStore, RunFile, profile_definition
+from pytest_specdec.cli.main import _bisect_inputs, main
+from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile, profile_definition
+from pytest_specdec.profiles.schema import load_profiles
 
 #: good: the bundled EAGLE-3 draft on its trained ids; bad: the incident (aux id -1 served through the patched
 #: capture, plus the slow-forward knob standing in for lost NCCL tuning) mixed with three harmless differences.

@@ -1,4 +1,4 @@
-"""Tests of pytest_specdec.proctree's liveness check: pid plus start time, a zombie counts as gone."""
+"""Tests of pytest_specdec.serve.proctree's liveness check: pid plus start time, a zombie counts as gone."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import psutil
 
-from pytest_specdec.proctree import alive, running, zombie
+from pytest_specdec.serve.proctree import alive, running, zombie
 
 
 def _wait_zombie(proc: psutil.Process, timeout_s: float = 10.0) -> None:

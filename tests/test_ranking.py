@@ -1,4 +1,4 @@
-"""Tests of pytest_specdec.ranking: constructed samples that make each decision branch fail if it were wrong."""
+"""Tests of pytest_specdec.judge.ranking: constructed samples that make each decision branch fail if it were wrong."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from pytest_specdec.ranking import Sample, judge_gap, rank, repeats_needed, separation
+from pytest_specdec.judge.ranking import Sample, judge_gap, rank, repeats_needed, separation
 
 LEADER = Sample("L", (100.0, 101.0, 99.0))
 

@@ -1,10 +1,10 @@
-"""Tests of pytest_specdec.redaction: one secret-name rule for env, argv, messages and kept logs."""
+"""Tests of pytest_specdec.core.redaction: one secret-name rule for env, argv, messages and kept logs."""
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_specdec.redaction import REDACTED, is_secret, launch_secrets, redact, redact_argv, redact_env
+from pytest_specdec.core.redaction import REDACTED, is_secret, launch_secrets, redact, redact_argv, redact_env
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Tests of pytest_specdec.results: records from measurements, fingerprints (secrets redacted), the JSON store."""
+"""Tests of measure/results.py: records from measurements, fingerprints (secrets redacted), the JSON store."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from pytest_specdec.core.errors import CompareError
+from pytest_specdec.core.records import RequestRecord
+from pytest_specdec.core.redaction import REDACTED
 from pytest_specdec.engines.base import EffectiveConfig, LaunchSpec
-from pytest_specdec.errors import CompareError
-from pytest_specdec.profiles import Profile, SpeculativeConfig, Workload
-from pytest_specdec.records import RequestRecord
-from pytest_specdec.redaction import REDACTED
-from pytest_specdec.results import (
+from pytest_specdec.measure.results import (
     FINGERPRINT_PACKAGES,
     ResultRecord,
     ResultStore,
@@ -24,7 +23,8 @@ from pytest_specdec.results import (
     build_fingerprint,
     package_versions,
 )
-from pytest_specdec.runner import Measurement, RunningServer
+from pytest_specdec.measure.runner import Measurement, RunningServer
+from pytest_specdec.profiles.schema import Profile, SpeculativeConfig, Workload
 from tests.helpers import run_metrics
 
 # start 0.0, events at 0.100 s (1 token), 0.130 s (3), 0.170 s (4), done 0.170 s: TTFT 100 ms, ITL 10 ms,
@@ -74,7 +74,7 @@ def test_record_from_measurements_medians_repeats_and_samples() -> None:
 
 def test_medians_of_counts_are_one_integer_in_the_record_and_the_run() -> None:
     """Issue 14.8: num_ok 15 in one place and 15.5 in another; counts take the lower median everywhere."""
-    from pytest_specdec.records import median_metrics
+    from pytest_specdec.core.records import median_metrics
 
     ms = [measurement(100.0, 2.0), measurement(90.0, 2.5)]
     ms = [dataclasses.replace(m, metrics=dataclasses.replace(m.metrics, num_ok=n, output_tokens=n * 64))

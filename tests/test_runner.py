@@ -1,4 +1,4 @@
-"""Tests of pytest_specdec.runner pieces that need no server: the client-overload verdict and worker choice."""
+"""Tests of pytest_specdec.measure.runner pieces that need no server: the client-overload verdict and worker choice."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import os
 
 import pytest
 
-from pytest_specdec import runner
-from pytest_specdec.client import ClientLoad
-from pytest_specdec.errors import ClientOverloadError
-from pytest_specdec.metrics import summarize
-from pytest_specdec.profiles import Profile
-from pytest_specdec.records import RequestRecord
+from pytest_specdec.core.errors import ClientOverloadError
+from pytest_specdec.core.records import RequestRecord
+from pytest_specdec.measure import runner
+from pytest_specdec.measure.client import ClientLoad
+from pytest_specdec.measure.metrics import summarize
+from pytest_specdec.profiles.schema import Profile
 
 # One request: ITL 10 ms (events 10 ms apart, one token each).
 RECORD = RequestRecord(True, None, 0.0, 0.05, 4, 4, (0.02, 0.03, 0.04, 0.05), (1, 1, 1, 1))
@@ -64,8 +64,8 @@ def test_client_workers_set_or_chosen_from_the_last_phase(
 
 
 def test_url_profile_without_speculative_on_an_eagle3_server_gets_the_lines_to_add() -> None:
+    from pytest_specdec.core.errors import ServerStartError
     from pytest_specdec.engines.base import EffectiveConfig
-    from pytest_specdec.errors import ServerStartError
 
     eff = EffectiveConfig("0.5.17", "EAGLE3", 3, 1, 4, None, {"speculative_algorithm": "EAGLE3",
                           "speculative_draft_model_path": "lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B"})  # fmt: skip

@@ -1,4 +1,4 @@
-"""The sequential stopping rule (``pytest_specdec/sequential.py``): error rates under optional stopping, by seeded
+"""The sequential stopping rule (``pytest_specdec/judge/sequential.py``): error rates under optional stopping, by seeded
 simulation (no server), and the decisions on hand-made values."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_specdec.sequential import ALPHA, Design, decide_floor, decide_shift, repeats_needed
+from pytest_specdec.judge.sequential import ALPHA, Design, decide_floor, decide_shift, repeats_needed
 
 SIMULATIONS = 3000
 

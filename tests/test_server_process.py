@@ -1,4 +1,4 @@
-"""Fault matrix for pytest_specdec.server, against tests/fakeserver.py (one flag per fault, no torch)."""
+"""Fault matrix for pytest_specdec.serve.server, against tests/fakeserver.py (one flag per fault, no torch)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ import httpx
 import psutil
 import pytest
 
-from pytest_specdec import server
-from pytest_specdec.diagnosis import diagnose_exit
+from pytest_specdec.core.errors import ServerError, ServerStartError
 from pytest_specdec.engines.base import LaunchSpec
-from pytest_specdec.errors import ServerError, ServerStartError
-from pytest_specdec.ports import find_free_port, port_holder, port_is_free
-from pytest_specdec.server import ServerProcess
+from pytest_specdec.serve import server
+from pytest_specdec.serve.diagnosis import diagnose_exit
+from pytest_specdec.serve.ports import find_free_port, port_holder, port_is_free
+from pytest_specdec.serve.server import ServerProcess
 
 FAKE = Path(__file__).with_name("fakeserver.py")
 HOST = "127.0.0.1"
@@ -412,7 +412,7 @@ import sys, time
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_server_process import health, make_spec
-from pytest_specdec.server import ServerProcess
+from pytest_specdec.serve.server import ServerProcess
 
 out = Path(sys.argv[1])
 proc = ServerProcess.start(make_spec(*sys.argv[2:]), name="eagle3", log_path=out / "eagle3.log")
@@ -553,7 +553,7 @@ SGLANG_DATA = Path(__file__).parent / "data" / "sglang" / "0.5.17"
 
 def test_real_scheduler_crash_is_named_not_blamed_on_oom() -> None:
     """Aux layer id -1: SGLang's scheduler raises on the first forward, then SGLang SIGKILLs its own tree."""
-    from pytest_specdec.diagnosis import diagnose_exit
+    from pytest_specdec.serve.diagnosis import diagnose_exit
 
     log = (SGLANG_DATA / "eagle3-aux-minus1.log").read_text()
     found = diagnose_exit(log, -signal.SIGKILL, pids=[1811], kernel_log="")
@@ -568,7 +568,7 @@ def test_real_scheduler_crash_is_named_not_blamed_on_oom() -> None:
 
 
 def test_real_bad_flag_and_jit_failure() -> None:
-    from pytest_specdec.diagnosis import diagnose_exit
+    from pytest_specdec.serve.diagnosis import diagnose_exit
 
     flag = diagnose_exit((SGLANG_DATA / "bad-flag.log").read_text(), 2)
     assert (flag.cause, flag.exception) == (
@@ -580,13 +580,13 @@ def test_real_bad_flag_and_jit_failure() -> None:
 
 
 def test_real_clean_run_has_no_error() -> None:
-    from pytest_specdec.diagnosis import last_exception
+    from pytest_specdec.serve.diagnosis import last_exception
 
     assert last_exception((SGLANG_DATA / "eagle3.log").read_text()) is None
 
 
 def test_oom_killer_blamed_only_with_dmesg_evidence() -> None:
-    from pytest_specdec.diagnosis import diagnose_exit
+    from pytest_specdec.serve.diagnosis import diagnose_exit
 
     dmesg = "[12.3] Out of memory: Killed process 4242 (python3) total-vm:1kB, anon-rss:1kB\n"
     found = diagnose_exit("INFO loading weights\n", -signal.SIGKILL, pids=[4242], kernel_log=dmesg)
@@ -600,7 +600,7 @@ def test_oom_killer_blamed_only_with_dmesg_evidence() -> None:
 def test_sglang_subprocess_sigkilled_mid_run_is_named() -> None:
     """SGLang's scheduler SIGKILLed from outside mid-run: no traceback, only the watchdog's line (the recorded
     teardown of eagle3.log with the incident's exit code -9). It was "(cause: unknown)"."""
-    from pytest_specdec.diagnosis import diagnose_exit
+    from pytest_specdec.serve.diagnosis import diagnose_exit
 
     recorded = (SGLANG_DATA / "eagle3.log").read_text()
     head = recorded[: recorded.index("SIGTERM received")].rsplit("\n", 1)[0]  # the run, up to its teardown

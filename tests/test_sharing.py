@@ -1,4 +1,4 @@
-"""pytest_specdec.sharing: one server per key across processes, refcounted, torn down once (also after a crash)."""
+"""serve/sharing.py: one server per key across processes, refcounted, torn down once (also after a crash)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ import httpx
 import psutil
 import pytest
 
-from pytest_specdec import server
+from pytest_specdec.core.errors import ServerError, ServerStartError
 from pytest_specdec.engines.base import LaunchSpec
-from pytest_specdec.errors import ServerError, ServerStartError
-from pytest_specdec.ports import find_free_port
-from pytest_specdec.server import ServerProcess
-from pytest_specdec.sharing import shared_server, sweep_shared
+from pytest_specdec.serve import server
+from pytest_specdec.serve.ports import find_free_port
+from pytest_specdec.serve.server import ServerProcess
+from pytest_specdec.serve.sharing import shared_server, sweep_shared
 
 FAKE = Path(__file__).with_name("fakeserver.py")
 HOST = "127.0.0.1"
@@ -129,9 +129,9 @@ from pathlib import Path
 sys.path.insert(0, {tests!r})
 import httpx
 from pytest_specdec.engines.base import LaunchSpec
-from pytest_specdec.ports import find_free_port
-from pytest_specdec.server import ServerProcess
-from pytest_specdec.sharing import shared_server
+from pytest_specdec.serve.ports import find_free_port
+from pytest_specdec.serve.server import ServerProcess
+from pytest_specdec.serve.sharing import shared_server
 
 root, mode, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 
@@ -240,9 +240,9 @@ import os, sys
 from pathlib import Path
 import httpx, pytest
 from pytest_specdec.engines.base import LaunchSpec
-from pytest_specdec.ports import find_free_port
-from pytest_specdec.server import ServerProcess
-from pytest_specdec.sharing import shared_server, sweep_shared
+from pytest_specdec.serve.ports import find_free_port
+from pytest_specdec.serve.server import ServerProcess
+from pytest_specdec.serve.sharing import shared_server, sweep_shared
 
 OUT = Path({out!r})
 

@@ -1,4 +1,4 @@
-"""Tests of pytest_specdec.stats: median CI, MAD sigma, and the one-sided worse test (hand-computed values)."""
+"""Tests of pytest_specdec.core.stats: median CI, MAD sigma, and the one-sided worse test (hand-computed values)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_specdec.stats import ALPHA, Summary, WorseTest, mad_sigma, summarize, worse_test
+from pytest_specdec.core.stats import ALPHA, Summary, WorseTest, mad_sigma, summarize, worse_test
 
 
 def test_summarize_five_repeats_order_statistic_interval() -> None:

@@ -38,7 +38,9 @@ def test_progress_warning_override_and_shared_verdict(pytester: pytest.Pytester)
     pytester.makepyfile(test_specdec=TESTS)
     pytester.makeini("[pytest]\n")
     # A line per finished request instead of one every 30 s, to see the log form in a short phase.
-    pytester.makeconftest("import pytest_specdec.progress\npytest_specdec.progress.LOG_INTERVAL_S = 0.0\n")
+    pytester.makeconftest(
+        "import pytest_specdec.measure.progress\npytest_specdec.measure.progress.LOG_INTERVAL_S = 0.0\n"
+    )
     result = pytester.runpytest_subprocess("--server-profile=eagle3", "-p", "no:cacheprovider", timeout=600)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(passed=1, failed=2)
@@ -72,8 +74,8 @@ def test_one_speedup_line_per_profile_the_confirmed_one() -> None:
     """After a confirmation the profile's first test recorded 3 pairs and the later ones all 6: one line, the last."""
     import dataclasses
 
-    from pytest_specdec.results import ResultRecord
-    from pytest_specdec.summary import speedup_lines
+    from pytest_specdec.measure.results import ResultRecord
+    from pytest_specdec.run.summary import speedup_lines
     from tests.helpers import record
 
     def paired(profile: str, speedup: str) -> ResultRecord:

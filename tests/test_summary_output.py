@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec.profiles import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
+from pytest_specdec.profiles.schema import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
 from tests.helpers import STRICT_INI
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
@@ -52,7 +52,7 @@ def test_passing_compare_prints_the_delta_table(pytester: pytest.Pytester) -> No
 
 def test_with_pytest_benchmark_the_summary_says_why_ops_differs_from_tok_s(pytester: pytest.Pytester) -> None:
     pytest.importorskip("pytest_benchmark")
-    from pytest_specdec.summary import BENCHMARK_OPS_NOTE
+    from pytest_specdec.run.summary import BENCHMARK_OPS_NOTE
 
     _project(pytester)
     result = pytester.runpytest_subprocess("--server-profile=eagle3", "-p", "no:cacheprovider", timeout=120)

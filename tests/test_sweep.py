@@ -1,4 +1,4 @@
-"""Tests of pytest_specdec.sweep: the spec parser and its error text, derived profiles, the table and the best point."""
+"""Tests of judge/sweep.py: the spec parser and its error text, derived profiles, the table and the best point."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec import sweep
-from pytest_specdec.profiles import load_profiles
-from pytest_specdec.results import ResultRecord
+from pytest_specdec.judge import sweep
+from pytest_specdec.measure.results import ResultRecord
+from pytest_specdec.profiles.schema import load_profiles
 from tests.helpers import record, repeated_records, seed_records, with_repeats
 
 FORMAT = (
@@ -351,8 +351,8 @@ def test_best_line_of_a_paired_sweep_without_a_baseline_profile_names_the_paired
 
 def test_min_accept_length_cannot_apply_where_accept_length_cannot_reach_it() -> None:
     """min_accept_length 2.4 at num_steps 1 (accept length <= 2) is not applicable at a sweep point, not failed."""
-    from pytest_specdec.profiles import Thresholds
-    from pytest_specdec.thresholds import evaluate
+    from pytest_specdec.judge.thresholds import evaluate
+    from pytest_specdec.profiles.schema import Thresholds
     from tests.helpers import run_metrics
 
     thresholds = Thresholds(min_accept_length=2.4, min_tok_s=50)
@@ -469,8 +469,8 @@ def test_min_accept_length_set_for_more_steps_is_not_judged_at_fewer() -> None:
     """Real SGLang 0.5.17 (benchmarks/gpu/results-2026-12-01-b): a 2.5 floor set at num_steps 3 (2.80 measured)
     failed the sweep's fastest point, num_steps 2 at 2.47 (accept rate 0.73 > 0.60). Below the configured steps the
     floor does not apply; at the configured steps and above it does."""
-    from pytest_specdec.profiles import Thresholds
-    from pytest_specdec.thresholds import evaluate
+    from pytest_specdec.judge.thresholds import evaluate
+    from pytest_specdec.profiles.schema import Thresholds
     from tests.helpers import run_metrics
 
     thresholds = Thresholds(min_accept_length=2.5)

@@ -1,10 +1,10 @@
-"""Tests of pytest_specdec.table: one column model, rendered as fixed-width text and as a markdown table."""
+"""Tests of pytest_specdec.core.table: one column model, rendered as fixed-width text and as a markdown table."""
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_specdec.table import Column, format_value, markdown_table, text_table
+from pytest_specdec.core.table import Column, format_value, markdown_table, text_table
 
 COLUMNS = [Column("test"), Column("tok/s", "right", "{:.1f}"), Column("n", "right", "{:d}"), Column("result")]
 

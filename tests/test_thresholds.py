@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from pytest_specdec.profiles import Thresholds
-from pytest_specdec.thresholds import evaluate, merge_marker
+from pytest_specdec.judge.thresholds import evaluate, merge_marker
+from pytest_specdec.profiles.schema import Thresholds
 from tests.helpers import run_metrics
 
 SPEC = dataclasses.replace(

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec import runner
-from pytest_specdec.profiles import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET, Profile
+from pytest_specdec.measure import runner
+from pytest_specdec.profiles.schema import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET, Profile
 
 
 @pytest.mark.slow

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_specdec.__main__ import main
-from pytest_specdec.results import ResultRecord, ResultStore, RunFile
-from pytest_specdec.trend import change_points, series_from_runs
+from pytest_specdec.cli.main import main
+from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
+from pytest_specdec.report.trend import change_points, series_from_runs
 
 pytest.importorskip("ruptures")
 

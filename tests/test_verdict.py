@@ -7,12 +7,18 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec import compare
-from pytest_specdec.profiles import Profile, Thresholds
-from pytest_specdec.results import ResultRecord
-from pytest_specdec.summary import cost_lines, note_lines
-from pytest_specdec.thresholds import evaluate
-from pytest_specdec.verdict import CompareVerdict, failure_message, judge_compare, shared_verdict_message, sweep_steps
+from pytest_specdec.judge import compare
+from pytest_specdec.judge.thresholds import evaluate
+from pytest_specdec.measure.results import ResultRecord
+from pytest_specdec.profiles.schema import Profile, Thresholds
+from pytest_specdec.run.summary import cost_lines, note_lines
+from pytest_specdec.run.verdict import (
+    CompareVerdict,
+    failure_message,
+    judge_compare,
+    shared_verdict_message,
+    sweep_steps,
+)
 from tests.helpers import rec, run_metrics
 
 SLOW = run_metrics(output_tok_s=100.0, accept_length=2.0)
@@ -123,7 +129,7 @@ def test_cost_lines_give_server_seconds_per_verdict_and_skip_old_records() -> No
 
 def _sequential(base: ResultRecord, stream: list[float], first: int) -> tuple[CompareVerdict, int, dict[str, Any]]:
     """``judge_compare`` with a sequential design: ``confirm()`` adds the next value of ``stream`` each call."""
-    from pytest_specdec import sequential
+    from pytest_specdec.judge import sequential
 
     shown = [first]
     costs: dict[str, Any] = {}

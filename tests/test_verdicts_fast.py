@@ -24,8 +24,8 @@ import pytest
 # sweep ranking) pulls numpy.fft, whose extension module cannot be loaded twice in one process.
 import scipy.stats  # noqa: F401
 
-import pytest_specdec.progress
-from pytest_specdec.profiles import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
+import pytest_specdec.measure.progress
+from pytest_specdec.profiles.schema import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
 SPEC = (
@@ -88,7 +88,7 @@ def _project(
     # SpecdecWarnings (a client "overloaded" on a busy runner, ...) are shown, not raised: none changes a verdict.
     # In process, the plugin is already imported; where pip installed it as an editable finder, pytest then warns
     # that it cannot rewrite its asserts (a config-time warning, which "error" would make fatal).
-    pytester.makeini("[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.errors.SpecdecWarning\n"
+    pytester.makeini("[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n"
                      "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n")
     return pytester
 
@@ -249,7 +249,8 @@ def test_summary_repeats_preflight_warnings_and_prints_a_shared_verdict_once(
 ) -> None:
     """The fast twin of ``test_summary_notes.py``: progress lines, the preflight warning in the header and again
     under the table, the marker override, one verdict printed in full once for two tests of one profile."""
-    monkeypatch.setattr(pytest_specdec.progress, "LOG_INTERVAL_S", 0.0)  # a line per request (in process: shared)
+    # a line per request (in process: shared)
+    monkeypatch.setattr(pytest_specdec.measure.progress, "LOG_INTERVAL_S", 0.0)
     _project(pytester, SUMMARY_TESTS, extra=SUMMARY_PROFILES)
     result = _run(pytester, "--server-profile=eagle3-5-drafts")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
@@ -541,7 +542,7 @@ def test_a_server_running_another_speculative_config_than_the_profile_is_an_erro
     )
 
 
-#: Sequential verdicts (``pytest_specdec/sequential.py``): 2 repeats first, up to 6.
+#: Sequential verdicts (``pytest_specdec/judge/sequential.py``): 2 repeats first, up to 6.
 SEQUENTIAL = "{max_new_tokens: 15, num_requests: 2, warmup_requests: 0, repeats: 2, max_repeats: 6}"
 SEQUENTIAL_TESTS = """
 import pytest
@@ -603,7 +604,7 @@ def test_sequential_verdict_stops_at_the_server_seconds_budget_and_says_undecide
     # load moved between the two runs and the 2 repeats happened to agree closely.
     tests = """
 import pytest
-from pytest_specdec.keys import thresholds_key
+from pytest_specdec.run.keys import thresholds_key
 
 @pytest.mark.specdec(min_tok_s=1)
 def test_on_the_floor(request, specdec_run):

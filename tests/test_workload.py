@@ -1,4 +1,4 @@
-"""Tests of pytest_specdec.workload: prompt files, their errors, and the request schedule."""
+"""Tests of pytest_specdec.measure.workload: prompt files, their errors, and the request schedule."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec import workload as workload_mod
-from pytest_specdec.errors import ProfileError
-from pytest_specdec.profiles import RandomPrompts, Workload
-from pytest_specdec.workload import RequestSpec, build_requests, load_prompts, prompt_set_hash
+from pytest_specdec.core.errors import ProfileError
+from pytest_specdec.measure import workload as workload_mod
+from pytest_specdec.measure.workload import RequestSpec, build_requests, load_prompts, prompt_set_hash
+from pytest_specdec.profiles.schema import RandomPrompts, Workload
 
 JSONL_FIX = 'fix: write one JSON object per line, e.g. {"prompt": "Explain speculative decoding."}'
 
@@ -214,7 +214,7 @@ def test_random_workload_sends_input_ids_with_each_prompts_output_length() -> No
 
 def test_random_vocab_size_comes_from_the_tokenizer_at_model_path() -> None:
     pytest.importorskip("transformers")
-    from pytest_specdec.profiles import BUNDLED_TARGET
+    from pytest_specdec.profiles.schema import BUNDLED_TARGET
 
     assert workload_mod.tokenizer_vocab_size(str(BUNDLED_TARGET)) == 2048
     wl = Workload(prompts="random", num_requests=2, random=RandomPrompts(input_len=4, range_ratio=1))

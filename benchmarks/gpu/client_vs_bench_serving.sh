@@ -7,6 +7,9 @@
 #   PY=/tmp/sgvenv/bin/python bash benchmarks/gpu/client_vs_bench_serving.sh OUTDIR "CONC:PROMPTS ..." [PASSES]
 #   e.g. "64:256 256:1024" 3.  SPEC=1: the server runs EAGLE-3 (3 steps, topk 1, 4 draft tokens) and the accept
 #   lengths are compared too.  URL=http://...: measure a server already running (nothing launched or stopped).
+# ORDER=abba: passes alternate bench,plugin then plugin,bench (ABBA; issue 38: with ABABAB the plugin was second
+#   every time). FLUSH_PAUSE_S=1: the plugin's arm sleeps that long after its /flush_cache, as bench_serving does
+#   (benchmarks/gpu/pause_after_flush.py; unset: the plugin starts at once, as before).
 # Prints one table per load (per pass, then the medians and the plugin/bench ratios) and writes it to OUTDIR/table.txt.
 set -uo pipefail
 PY=${PY:-python3}; OUT=${1:-/tmp/cvb}; LOADS=${2:-"64:256 256:1024"}; PASSES=${3:-3}; PORT=${PORT:-31100}
@@ -50,15 +53,21 @@ bench() {  # $1 concurrency, $2 prompts, $3 file
 }
 ours() {
   # shellcheck disable=SC2086
-  PYTHONPATH=$PWD:${PYTHONPATH:-} "$PY" benchmarks/bench_vs_serving.py --base-url "$URL" --concurrency "$1" \
+  local script=benchmarks/bench_vs_serving.py
+  [ -n "${FLUSH_PAUSE_S:-}" ] && script=benchmarks/gpu/pause_after_flush.py
+  PYTHONPATH=$PWD:${PYTHONPATH:-} "$PY" $script --base-url "$URL" --concurrency "$1" \
     --num-prompts "$2" --input-len "$IN" --output-len "$OUTLEN" --range-ratio 1 --seed "$SEED" \
     --warmup-requests 1 --flush-cache $OURSPEC > "$3" 2>&1
 }
 for load in $LOADS; do
   c=${load%%:*}; n=${load##*:}
   for r in $(seq 1 "$PASSES"); do
-    bench "$c" "$n" "$OUT/bench_c${c}_r$r.txt"; ours "$c" "$n" "$OUT/ours_c${c}_r$r.txt"
-    echo "c$c pass $r done ($(date +%T))"
+    if [ "${ORDER:-abab}" = abba ] && [ $((r % 2)) = 0 ]; then
+      ours "$c" "$n" "$OUT/ours_c${c}_r$r.txt"; bench "$c" "$n" "$OUT/bench_c${c}_r$r.txt"; first=plugin
+    else
+      bench "$c" "$n" "$OUT/bench_c${c}_r$r.txt"; ours "$c" "$n" "$OUT/ours_c${c}_r$r.txt"; first=bench
+    fi
+    echo "c$c pass $r done, $first first ($(date +%T))"
     [ -n "${AFTER_PASS:-}" ] && eval "$AFTER_PASS"
   done
 done

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pytest_specdec.engines.base import EffectiveConfig, Engine, LaunchSpec, SpecCounters
-from pytest_specdec.profiles import Profile
+from pytest_specdec.profiles.schema import Profile
 
 __all__ = ["EffectiveConfig", "Engine", "LaunchSpec", "SpecCounters", "get_engine"]
 
@@ -25,7 +25,7 @@ def get_engine(profile: Profile) -> Engine:
         from pytest_specdec.engines.vllm import VllmEngine
 
         return VllmEngine()
-    from pytest_specdec.errors import ProfileError
+    from pytest_specdec.core.errors import ProfileError
 
     raise ProfileError(
         f"profiles.{profile.name}.server: unknown server {profile.server!r}; use reference, sglang or vllm",

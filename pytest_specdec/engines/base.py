@@ -10,7 +10,7 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
-from pytest_specdec.profiles import Profile, SpeculativeConfig
+from pytest_specdec.profiles.schema import Profile, SpeculativeConfig
 
 __all__ = [
     "CACHE_RESET_RETRY_S",

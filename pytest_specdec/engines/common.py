@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from pytest_specdec.auth import bearer_headers
-from pytest_specdec.errors import ProfileError
-from pytest_specdec.profiles import Profile, SpeculativeConfig
+from pytest_specdec.core.auth import bearer_headers
+from pytest_specdec.core.errors import ProfileError
+from pytest_specdec.profiles.schema import Profile, SpeculativeConfig
 
 __all__ = ["BASE_ENV_KEYS", "auth_headers", "chain_speculative_at", "clean_env", "flag_name", "resolve_api_key"]
 

@@ -8,12 +8,12 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from pytest_specdec.core.errors import ProfileError
 from pytest_specdec.engines.base import AuxIdConvention, FlagIssue, LaunchSpec, PairingMode, SpecCounters
 from pytest_specdec.engines.common import clean_env, flag_name
 from pytest_specdec.engines.prometheus import per_position, sum_samples
 from pytest_specdec.engines.sglang import SGLANG_FLAGS, SglangEngine, SglangVersion, node_flag_issues
-from pytest_specdec.errors import ProfileError
-from pytest_specdec.profiles import Profile
+from pytest_specdec.profiles.schema import Profile
 
 __all__ = ["PER_POSITION_SERIES", "REFERENCE_FLAGS", "ReferenceEngine"]
 

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 from packaging.version import InvalidVersion, Version
 
+from pytest_specdec.core.errors import ProfileError, ServerError
 from pytest_specdec.engines.base import (
     AuxIdConvention,
     EffectiveConfig,
@@ -32,8 +33,7 @@ from pytest_specdec.engines.base import (
 )
 from pytest_specdec.engines.common import auth_headers, chain_speculative_at, clean_env, flag_name, resolve_api_key
 from pytest_specdec.engines.prometheus import sum_samples
-from pytest_specdec.errors import ProfileError, ServerError
-from pytest_specdec.profiles import Profile, SpeculativeConfig
+from pytest_specdec.profiles.schema import Profile, SpeculativeConfig
 
 __all__ = [
     "MULTINODE_FLAGS",

@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from pytest_specdec.core.errors import ProfileError, ServerError
 from pytest_specdec.engines.base import (
     AuxIdConvention,
     EffectiveConfig,
@@ -37,9 +38,8 @@ from pytest_specdec.engines.base import (
 )
 from pytest_specdec.engines.common import auth_headers, chain_speculative_at, clean_env, resolve_api_key
 from pytest_specdec.engines.prometheus import per_position, sum_samples
-from pytest_specdec.errors import ProfileError, ServerError
-from pytest_specdec.profiles import Profile, SpeculativeConfig
-from pytest_specdec.weights import read_safetensors_header
+from pytest_specdec.profiles.schema import Profile, SpeculativeConfig
+from pytest_specdec.profiles.weights import read_safetensors_header
 
 __all__ = [
     "METHODS",

@@ -33,7 +33,7 @@ def _warmup(state: object, server: object, base_url: str, api_key: str | None) -
     """SGLang ``http_server.py::_execute_server_warmup``: poll /model_info, then one /generate; exit 1 on failure."""
     import httpx
 
-    from pytest_specdec.auth import bearer_headers
+    from pytest_specdec.core.auth import bearer_headers
 
     headers = bearer_headers(api_key)
     try:

@@ -19,7 +19,7 @@ from pytest_specdec.engines.base import AuxIdConvention, Engine, PairingMode
 from pytest_specdec.engines.reference import ReferenceEngine
 from pytest_specdec.engines.sglang import SglangEngine
 from pytest_specdec.engines.vllm import VllmEngine
-from pytest_specdec.profiles import Profile
+from pytest_specdec.profiles.schema import Profile
 
 ENGINES = [SglangEngine, ReferenceEngine, VllmEngine]
 ATTRIBUTES = set(Engine.__annotations__)
@@ -61,9 +61,9 @@ def test_get_engine_name_and_default_pairing(server: str, name: str, pairing: st
 
 def test_no_caller_reaches_past_the_protocol() -> None:
     """No ``getattr`` on an engine and no ``profile.server ==`` outside the dispatch (``engines/__init__.py``) and
-    the profile schema (``profiles.py``)."""
+    the profile schema (``profiles/schema.py``)."""
     root = Path(pytest_specdec.__file__).parent
-    allowed = {root / "engines" / "__init__.py", root / "profiles.py"}
+    allowed = {root / "engines" / "__init__.py", root / "profiles" / "schema.py"}
     offenders = []
     for path in sorted(root.rglob("*.py")):
         text = path.read_text(encoding="utf-8")
@@ -88,7 +88,7 @@ def test_start_server_prepares_under_its_log_dir_before_building_argv(
 ) -> None:
     """``runner.start_server`` calls ``Engine.prepare`` with ``<log_dir>/drafts`` and passes its draft to
     ``launch_spec``."""
-    from pytest_specdec import runner
+    from pytest_specdec.measure import runner
 
     calls: list[tuple[str, object]] = []
 
@@ -112,7 +112,7 @@ def test_start_server_prepares_under_its_log_dir_before_building_argv(
 
 def test_sweep_points_are_resolved_by_the_profiles_engine() -> None:
     """Issue 17: the topk-1 coupling of a sweep point (draft tokens = steps + 1) is the engine's, named after it."""
-    from pytest_specdec.profiles import SpeculativeConfig
+    from pytest_specdec.profiles.schema import SpeculativeConfig
 
     spec = SpeculativeConfig(algorithm="EAGLE3", num_steps=3, eagle_topk=1, num_draft_tokens=4)
     sglang = Profile(name="e", server="sglang", model_path="/m", speculative=spec)

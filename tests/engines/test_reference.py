@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_specdec.core.errors import ProfileError
 from pytest_specdec.engines.reference import REFERENCE_FLAGS, ReferenceEngine
-from pytest_specdec.errors import ProfileError
-from pytest_specdec.profiles import Profile, resolve_paths
+from pytest_specdec.profiles.schema import Profile, resolve_paths
 
 REPO = str(Path(__file__).resolve().parents[2])
 

@@ -19,12 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pytest_specdec.core.errors import ProfileError, ServerError
 from pytest_specdec.engines import get_engine
 from pytest_specdec.engines.base import EffectiveConfig, SpecCounters
 from pytest_specdec.engines.common import BASE_ENV_KEYS, clean_env, resolve_api_key
 from pytest_specdec.engines.sglang import SglangEngine, probe_sglang_version, version_row
-from pytest_specdec.errors import ProfileError, ServerError
-from pytest_specdec.profiles import Profile
+from pytest_specdec.profiles.schema import Profile
 
 RECORDER = """#!{python}
 import json, os, sys
@@ -416,7 +416,7 @@ def test_parse_decode_line_current_and_old_formats() -> None:
 
 def test_graph_warning_only_when_the_profile_expects_graphs() -> None:
     from pytest_specdec.engines.sglang import graph_warning
-    from pytest_specdec.profiles import Profile
+    from pytest_specdec.profiles.schema import Profile
 
     profile = Profile(name="eagle3", server="sglang", model_path="m")
     log = "\n".join([DECODE_0523, DECODE_0523.replace("cuda graph: False", "cuda graph: True")])

@@ -13,11 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pytest_specdec import client
 from pytest_specdec.engines.prometheus import sum_samples
 from pytest_specdec.engines.sglang import SglangEngine, parse_decode_line
-from pytest_specdec.profiles import Profile
-from pytest_specdec.workload import RequestSpec
+from pytest_specdec.measure import client
+from pytest_specdec.measure.workload import RequestSpec
+from pytest_specdec.profiles.schema import Profile
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "sglang" / "0.5.17"
 

@@ -131,7 +131,7 @@ def _assert_torn_down(tag: str, timeout_s: float = 30) -> None:
 @pytest.fixture
 def run_plugin(pytester: pytest.Pytester):
     pytester.makepyfile(test_specdec=PROFILE_TEST)
-    pytester.makeini("[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.errors.SpecdecWarning\n")
+    pytester.makeini("[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n")
     tag = str(pytester.path)
     out_dir = os.environ.get("SPECDEC_GPU_OUT")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pytest_specdec.auth import bearer_headers
+from pytest_specdec.core.auth import bearer_headers
 
 PACKAGE_ASSETS = Path(__file__).resolve().parents[2] / "pytest_specdec" / "refserver" / "assets"
 SMOKE_ASSETS = Path("/tmp/smoke")

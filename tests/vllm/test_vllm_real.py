@@ -17,15 +17,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pytest_specdec import client
+from pytest_specdec.core.records import RequestRecord
 from pytest_specdec.engines.base import SpecCounters
+from pytest_specdec.engines.overlay import make_draft_overlay
 from pytest_specdec.engines.vllm import VllmEngine, accept_length_from_log, parse_spec_log_line, probe_vllm_install
-from pytest_specdec.overlay import make_draft_overlay
-from pytest_specdec.ports import find_free_port
-from pytest_specdec.profiles import Profile, SpeculativeConfig
-from pytest_specdec.records import RequestRecord
-from pytest_specdec.server import ServerProcess
-from pytest_specdec.workload import RequestSpec
+from pytest_specdec.measure import client
+from pytest_specdec.measure.workload import RequestSpec
+from pytest_specdec.profiles.schema import Profile, SpeculativeConfig
+from pytest_specdec.serve.ports import find_free_port
+from pytest_specdec.serve.server import ServerProcess
 
 pytestmark = pytest.mark.vllm
 

@@ -1,0 +1,1 @@
+"""Bisect: which difference between a good and a bad profile caused a regression."""

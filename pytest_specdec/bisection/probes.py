@@ -1,0 +1,164 @@
+"""The servers of a bisect (``bisection.Probes``): a probe configuration launched with ``runner.start_server`` and
+measured with ``runner.measure``; the good configuration's server kept for the whole bisect as the paired arm."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from pytest_specdec.bisection.ddmin import EXACT_FIELDS, launch_key
+from pytest_specdec.core import clock
+from pytest_specdec.core.errors import ProfileError
+from pytest_specdec.measure import pairing, runner
+from pytest_specdec.profiles.schema import Profile, resolve_paths
+
+__all__ = ["Prober", "profile_mapping"]
+
+
+def profile_mapping(profile: Profile) -> dict[str, Any]:
+    """A profile as the mapping bisect works on: ``Profile.model_dump(mode="json")`` without ``name`` and
+    ``source`` (as a stored run's ``fingerprint["profile_def"]``)."""
+    return profile.model_dump(mode="json", exclude={"name", "source"})
+
+
+class Prober:
+    """Launches and measures bisect probes, counting launches and server-seconds (each server's lifetime from the
+    launch to its stop, startup included).
+
+    One probe server runs at a time beside the good server: a probe that needs the same launch as the running one
+    (its configuration differs only in ``workload:``) reuses it, any other stops it first. Paired tok/s is measured
+    interleaved with the good server (``pairing.measure_interleaved``); a profile that pairs bracketed (SGLang and
+    vLLM by default: two servers may not fit on the GPUs) needs ``pairing: interleaved`` set, or it is refused.
+
+    :param good: the good profile mapping; :param name: the good profile's name (probes are ``<name>~<n>``);
+    :param source: the profile file the mappings' relative paths were resolved against (the probes' ``source``).
+    :param log_dir: the server logs, ``<log_prefix>-<launch number>`` (``logfiles``: one file per launch, the newest
+        kept); servers are recorded in ``log_dir.parent / "servers"`` as ``runner.start_server`` does, for ``reap``.
+    :param phases: measured phases per probe for its exact metrics (>= 2: identical repeats must be seen).
+    :raises ProfileError: the good profile does not validate or pairs bracketed.
+    """
+
+    def __init__(
+        self,
+        good: Mapping[str, Any],
+        *,
+        name: str,
+        source: str,
+        log_dir: Path,
+        phases: int = 2,
+        startup_timeout_s: float | None = None,
+        log_prefix: str = "probe",
+    ) -> None:
+        self.name = name
+        self.log_prefix = log_prefix
+        self.source = source
+        self.log_dir = log_dir
+        self.phases = max(phases, 2)
+        self.startup_timeout_s = startup_timeout_s
+        self.launches = 0
+        self.server_s = 0.0
+        self.good_key = launch_key(good)
+        self.good_profile = self.profile(good, "good")
+        if pairing.pairing_mode(self.good_profile) != "interleaved":
+            raise ProfileError(
+                f"profile {name!r} pairs bracketed (one server at a time); bisect keeps the good server beside each "
+                "probe: set 'pairing: interleaved' in the profile when two servers fit (or use smaller GPUs' share)",
+                profile=name,
+            )
+        self._good: runner.RunningServer | None = None
+        self._probe: tuple[str, runner.RunningServer] | None = None
+        self._started: dict[int, float] = {}
+
+    def profile(self, config: Mapping[str, Any], label: str) -> Profile:
+        """The probe's ``Profile`` (bundled paths filled in).
+
+        :raises ProfileError: the mapping does not validate (an intermediate configuration the schema rejects).
+        """
+        try:
+            profile = Profile.model_validate({**config, "name": f"{self.name}~{label}"[:200], "source": self.source})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ProfileError(f"probe {label}: not a valid profile: {where}: {first['msg']}", profile=label) from None
+        return resolve_paths(profile)
+
+    def _start(self, profile: Profile) -> runner.RunningServer:
+        self.launches += 1
+        started = clock.now()
+        try:
+            server = runner.start_server(profile, log_dir=self.log_dir, startup_timeout_s=self.startup_timeout_s,
+                                         log_name=f"{self.log_prefix}-{self.launches:02d}")  # fmt: skip
+        except BaseException:
+            self.server_s += clock.now() - started
+            raise
+        self._started[id(server)] = started
+        return server
+
+    def _stop(self, server: runner.RunningServer) -> None:
+        server.stop()
+        started = self._started.pop(id(server), None)
+        if started is not None:
+            self.server_s += clock.now() - started
+
+    def _good_server(self) -> runner.RunningServer:
+        if self._good is None:
+            self._good = self._start(self.good_profile)
+        return self._good
+
+    def _server(self, config: Mapping[str, Any], label: str) -> runner.RunningServer:
+        """The server for ``config``, launched when no running one serves it, viewed with the probe's profile."""
+        profile = self.profile(config, label)
+        key = launch_key(config)
+        if key == self.good_key:
+            server = self._good_server()
+        elif self._probe is not None and self._probe[0] == key:
+            server = self._probe[1]
+        else:
+            if self._probe is not None:
+                self._stop(self._probe[1])
+                self._probe = None
+            self._good_server()  # started first: the paired arm every probe is measured against
+            server = self._start(profile)
+            self._probe = (key, server)
+        # Same process, the probe's workload (a workload-only difference needs no launch).
+        return server if server.profile == profile else dataclasses.replace(server, profile=profile)
+
+    def running(self) -> str | None:
+        """The launch key of the probe server running now (None: only the good one)."""
+        return self._probe[0] if self._probe is not None else None
+
+    def exact(self, config: Mapping[str, Any], label: str) -> dict[str, list[float]]:
+        """``phases`` measured phases of the probe: per exact field, the per-phase values (None dropped).
+
+        :raises ServerStartError, ServerError, ProfileError: the probe could not be measured.
+        """
+        server = self._server(config, label)
+        prompts = runner.profile_prompts(server.profile)
+        measured = [runner.measure(server, prompts=prompts) for _ in range(self.phases)]
+        out: dict[str, list[float]] = {}
+        for name in EXACT_FIELDS:
+            values = [getattr(m.metrics, name) for m in measured]
+            out[name] = [float(v) for v in values if isinstance(v, int | float)]
+        return out
+
+    def pairs(self, config: Mapping[str, Any], label: str, count: int) -> list[float]:
+        """``count`` pairs of phases, probe and good interleaved (R T, T R, ...): the probe/good tok/s ratios.
+
+        :raises ServerStartError, ServerError, ProfileError: the probe could not be measured.
+        """
+        server = self._server(config, label)
+        arms = pairing.measure_interleaved(server, self._good_server(), count)
+        return arms.ratios("output_tok_s")
+
+    def close(self) -> None:
+        """Stop every server still running (the probe's, then the good one)."""
+        if self._probe is not None:
+            self._stop(self._probe[1])
+            self._probe = None
+        if self._good is not None:
+            self._stop(self._good)
+            self._good = None

@@ -1,0 +1,1 @@
+"""The command line, ``python -m pytest_specdec``."""

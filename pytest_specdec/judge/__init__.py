@@ -1,0 +1,1 @@
+"""Judging: thresholds, stored compares, sweeps, the statistics that decide them."""

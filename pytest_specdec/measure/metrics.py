@@ -1,0 +1,618 @@
+"""Per-request records -> the aggregate metrics of one phase; every metric's formula, unit and source in one table.
+
+Timing formulas follow SGLang ``python/sglang/benchmark/serving.py::calculate_metrics`` and its ``sglang``
+backend request function (``async_request_sglang_generate``, now ``benchmark/backends/sglang_client.py``);
+failed requests are kept out of every statistic, as guidellm ``schemas/statistics.py`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from pytest_specdec.core.errors import ServerError
+from pytest_specdec.core.records import RequestRecord, RunMetrics
+from pytest_specdec.engines.base import SpecCounters
+
+__all__ = [
+    "ACCEPT_LENGTH_DEFINITION",
+    "ACCEPT_RATE_DEFINITION",
+    "CLIENT_LAG_FRACTION",
+    "CROSS_CHECK_TOLERANCE",
+    "CATEGORY_FIELDS",
+    "HISTOGRAM_SOURCE",
+    "SCHEDULER_CHECK_TOLERANCE",
+    "METRICS",
+    "MetricSpec",
+    "PositionAcceptance",
+    "RequestTiming",
+    "UNCATEGORIZED",
+    "category_metrics",
+    "client_check",
+    "client_overloaded",
+    "cross_check",
+    "position_acceptance",
+    "request_timing",
+    "summarize",
+]
+
+#: Relative difference between client and counter accept lengths above which :func:`cross_check` reports.
+CROSS_CHECK_TOLERANCE = 0.02
+#: The same for the scheduler's own figure (``avg_spec_accept_length``): it misses the decode iterations after its
+#: last fold (< ``--decode-log-interval``, 40) and counts drafts accepted past ``max_new_tokens``, so it is looser.
+SCHEDULER_CHECK_TOLERANCE = 0.05
+#: The accept length every engine is reported in (named in the summary and in each results file).
+ACCEPT_LENGTH_DEFINITION = (
+    "1 + accepted draft tokens / verify steps (the bonus token of each step counted, each request's prefill-sampled "
+    "first token not): SGLang's server-side avg_spec_accept_length; per request (SGLang, reference) "
+    "1 + Σspec_num_correct_drafts / Σspec_verify_ct (older SGLang: Σ(completion_tokens - 1) / Σspec_verify_ct); "
+    "vLLM counters 1 + Δaccepted / Δdrafts"
+)
+#: The accept rate every engine is reported in.
+ACCEPT_RATE_DEFINITION = "accepted draft tokens / (verify steps * num_steps) = (accept_length - 1) / num_steps"
+
+_PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One metric: how it is named, measured and judged. ``stats`` lists the ``RunMetrics`` suffixes it has
+    (``("mean", "p50", "p90", "p99")`` -> ``ttft_ms_mean`` ...); empty means the field is ``name`` itself."""
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    formula: str
+    source: str
+    stats: tuple[str, ...] = ()
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The ``RunMetrics`` attribute names holding this metric."""
+        return tuple(f"{self.name}_{stat}" for stat in self.stats) or (self.name,)
+
+
+_LATENCY_STATS = ("mean", "p50", "p90", "p99")
+_SERVING = "SGLang python/sglang/benchmark/serving.py::calculate_metrics"
+
+METRICS: Mapping[str, MetricSpec] = MappingProxyType(
+    {
+        spec.name: spec
+        for spec in (
+            MetricSpec(
+                "output_tok_s",
+                "tok/s",
+                True,
+                "sum(completion_tokens of ok requests) / phase duration_s",
+                f"{_SERVING} (output_throughput)",
+            ),
+            MetricSpec(
+                "accept_length",
+                "tokens/verify step",
+                True,
+                ACCEPT_LENGTH_DEFINITION,
+                "SGLang scheduler_components/metrics_reporter.py (spec_num_accept_tokens += num_correct_drafts + bs "
+                "per verify forward: avg_spec_accept_length); vLLM v1/spec_decode/metrics.py (1 + accepted / drafts)",
+            ),
+            MetricSpec(
+                "accept_rate",
+                "fraction of drafted positions",
+                True,
+                ACCEPT_RATE_DEFINITION,
+                "vLLM v1/spec_decode/metrics.py (accepted / draft tokens, draft tokens = drafts * k); SGLang's "
+                "spec_accept_rate for eagle_topk 1 (for topk > 1 SGLang divides by num_draft_tokens - 1, the tree)",
+            ),
+            MetricSpec(
+                "ttft_ms",
+                "ms",
+                False,
+                "first token-carrying event arrival - request start",
+                f"{_SERVING}; backends/sglang_client.py (ttft)",
+                _LATENCY_STATS,
+            ),
+            MetricSpec(
+                "itl_ms",
+                "ms",
+                False,
+                "each later event's gap / its new tokens, once per token; pooled over requests",
+                "SGLang benchmark/backends/sglang_client.py (adjust_itl)",
+                _LATENCY_STATS,
+            ),
+            MetricSpec(
+                "tpot_ms",
+                "ms",
+                False,
+                "(e2e - ttft) / (completion_tokens - 1), per request with > 1 token",
+                f"{_SERVING} (tpot)",
+                _LATENCY_STATS,
+            ),
+            MetricSpec(
+                "e2e_ms",
+                "ms",
+                False,
+                "data: [DONE] arrival - request start",
+                f"{_SERVING} (e2e_latency)",
+                _LATENCY_STATS,
+            ),
+            MetricSpec(
+                "decode_tok_s",
+                "tok/s",
+                True,
+                "(completion_tokens - 1) / (e2e - ttft), per request; median",
+                "1 / tpot of SGLang calculate_metrics, per request",
+                ("p50",),
+            ),
+        )
+    }
+)
+
+
+#: ``accept_position_source`` when per-position acceptance comes from the per-request histograms.
+HISTOGRAM_SOURCE = "meta_info.spec_correct_drafts_histogram"
+
+
+@dataclass(frozen=True, slots=True)
+class PositionAcceptance:
+    """Acceptance per draft position k = 1..n over one phase (n = draft tokens per verify step - 1 on a chain).
+
+    ``accepted_at[k - 1]`` = verify steps that accepted draft token k (and so every token before it);
+    ``verify_steps`` = all verify steps. ``source`` names where the counts came from.
+    """
+
+    verify_steps: float
+    accepted_at: tuple[float, ...]
+    source: str
+
+    @property
+    def rates(self) -> tuple[float, ...]:
+        """Unconditional rate per position: accepted at k / verify steps (vLLM's "per-position acceptance rate",
+        ``vllm/v1/spec_decode/metrics.py``: ``num_accepted_tokens_per_pos / num_drafts``). Non-increasing in k."""
+        return tuple(a / self.verify_steps for a in self.accepted_at)
+
+    @property
+    def conditional_rates(self) -> tuple[float | None, ...]:
+        """Conditional rate per position: accepted at k / reached k, where reached 1 = verify steps and reached k =
+        accepted at k - 1. None where no step reached k."""
+        reached = (self.verify_steps, *self.accepted_at[:-1])
+        return tuple(a / r if r > 0 else None for a, r in zip(self.accepted_at, reached, strict=True))
+
+
+def position_acceptance(
+    records: Sequence[RequestRecord],
+    *,
+    num_positions: int | None,
+    counters_before: SpecCounters | None = None,
+    counters_after: SpecCounters | None = None,
+) -> PositionAcceptance | None:
+    """Acceptance per draft position of one phase, from the first source that has it:
+
+    1. the requests' ``meta_info.spec_correct_drafts_histogram`` (SGLang 0.5.17 and 0.5.23 send it on the final
+       chunk; the reference server too): summed over the ok requests, accepted at k = Σ_{i >= k} histogram[i],
+       verify steps = Σ histogram. Used only when every ok request with ``spec_verify_ct > 0`` has one.
+    2. engine counters: Δ``accepted_per_position`` (vLLM ``vllm:spec_decode_num_accepted_tokens_per_pos_total``,
+       the reference server's ``refserver:`` copy) over Δverify steps (``verify_calls``, else vLLM's ``drafts``).
+
+    Worked example: histograms [1, 2, 1] and [0, 1, 0, 1] (n = 3) sum to [1, 3, 1, 1] over 6 steps -> accepted at
+    1, 2, 3 = 5, 2, 1 -> rates 0.833, 0.333, 0.167; conditional 5/6 = 0.833, 2/5 = 0.4, 1/2 = 0.5.
+
+    :param num_positions: draft tokens per verify step - 1 (the server's ``num_draft_tokens - 1`` on a chain);
+        None: as many as the source reports.
+    :returns: None when no source reports it or no verify step happened.
+    """
+    ok = [r for r in records if r.ok and r.spec_verify_ct]
+    if ok and all(r.spec_correct_drafts_histogram for r in ok):
+        width = max(len(r.spec_correct_drafts_histogram) for r in ok)
+        total = [0] * width
+        for r in ok:
+            for i, n in enumerate(r.spec_correct_drafts_histogram):
+                total[i] += n
+        steps = sum(total)
+        n_pos = max(num_positions or 0, width - 1)
+        accepted = tuple(float(sum(total[k:])) for k in range(1, n_pos + 1))
+        return PositionAcceptance(float(steps), accepted, HISTOGRAM_SOURCE) if steps > 0 else None
+    if counters_before is None or counters_after is None or not counters_after.accepted_per_position:
+        return None
+    steps_delta = _delta(counters_after.verify_calls, counters_before.verify_calls)
+    if steps_delta is None:
+        steps_delta = _delta(counters_after.drafts, counters_before.drafts)
+    if not steps_delta or steps_delta <= 0:
+        return None
+    before = counters_before.accepted_per_position
+    after = counters_after.accepted_per_position
+    n_pos = num_positions if num_positions is not None else len(after)
+    accepted = tuple(
+        (after[k] if k < len(after) else 0.0) - (before[k] if k < len(before) else 0.0) for k in range(n_pos)
+    )
+    return PositionAcceptance(steps_delta, accepted, f"counters {counters_after.per_position_series or 'per position'}")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTiming:
+    """Derived timings of one successful request, in seconds; None when not applicable (see each field)."""
+
+    #: None when no token arrived.
+    ttft_s: float | None
+    e2e_s: float
+    #: Per-token gaps after the first event; empty when per-chunk token counts are unknown.
+    itl_s: tuple[float, ...]
+    #: None when completion_tokens <= 1 or no token arrived.
+    tpot_s: float | None
+    #: None when completion_tokens <= 1, no token arrived, or e2e == ttft.
+    decode_tok_s: float | None
+
+
+def request_timing(record: RequestRecord) -> RequestTiming:
+    """Timings of one request, as SGLang ``bench_serving``'s ``sglang`` backend computes them.
+
+    - TTFT = ``chunk_times_s[0] - start_s``.
+    - ITL: for each later event i, ``(chunk_times_s[i] - chunk_times_s[i-1]) / chunk_tokens[i]`` repeated
+      ``chunk_tokens[i]`` times (``adjust_itl`` in ``benchmark/backends/sglang_client.py``); the first event's
+      tokens get no ITL. Empty when ``record.itl_available`` is False.
+    - TPOT = ``(e2e - ttft) / (completion_tokens - 1)`` (``calculate_metrics``).
+    - decode tok/s = ``(completion_tokens - 1) / (e2e - ttft)``.
+
+    Worked example: start 0.0 s, events at 0.100 s (1 token), 0.130 s (3 tokens), 0.170 s (4 tokens),
+    ``[DONE]`` at 0.170 s, 8 tokens -> TTFT 100 ms; ITL 10, 10, 10, 10, 10, 10, 10 ms (30 ms / 3, 40 ms / 4);
+    e2e 170 ms; TPOT (170 - 100) / 7 = 10 ms; decode 7 / 0.070 s = 100 tok/s.
+    """
+    e2e_s = record.end_s - record.start_s
+    if not record.chunk_times_s:
+        return RequestTiming(ttft_s=None, e2e_s=e2e_s, itl_s=(), tpot_s=None, decode_tok_s=None)
+    ttft_s = record.chunk_times_s[0] - record.start_s
+    itl: list[float] = []
+    if record.itl_available:
+        times, tokens = record.chunk_times_s, record.chunk_tokens
+        for i in range(1, len(times)):
+            itl.extend([(times[i] - times[i - 1]) / tokens[i]] * tokens[i])
+    decode_s = e2e_s - ttft_s
+    n = record.completion_tokens
+    tpot_s = decode_s / (n - 1) if n > 1 else None
+    decode_tok_s = (n - 1) / decode_s if n > 1 and decode_s > 0 else None
+    return RequestTiming(ttft_s=ttft_s, e2e_s=e2e_s, itl_s=tuple(itl), tpot_s=tpot_s, decode_tok_s=decode_tok_s)
+
+
+def _stats_ms(values_s: Sequence[float]) -> tuple[float | None, float | None, float | None, float | None]:
+    """(mean, p50, p90, p99) in ms with numpy's default linear interpolation; all None for no values."""
+    if not values_s:
+        return None, None, None, None
+    arr = np.asarray(values_s, dtype=float) * 1000.0
+    p50, p90, p99 = (float(v) for v in np.percentile(arr, _PERCENTILES))
+    return float(arr.mean()), p50, p90, p99
+
+
+def _delta(after: float | None, before: float | None) -> float | None:
+    if after is None or before is None:
+        return None
+    return after - before
+
+
+def _server_accept(before: SpecCounters | None, after: SpecCounters | None) -> float | None:
+    """Accept length from counter deltas in the engine's own definition (``RunMetrics.accept_length_native``); None
+    where a counter is missing or did not move.
+
+    SGLang: Δ``sglang:generation_tokens_total`` / Δ``sglang:spec_verify_calls_total`` (counts each request's prefill
+    token, like ``meta_info.spec_accept_length``). vLLM: 1 + Δaccepted_tokens / Δdrafts
+    (``vllm/v1/spec_decode/metrics.py``), which is also :data:`ACCEPT_LENGTH_DEFINITION`.
+    """
+    if before is None or after is None:
+        return None
+    verify = _delta(after.verify_calls, before.verify_calls)
+    generated = _delta(after.generation_tokens, before.generation_tokens)
+    drafts = _delta(after.drafts, before.drafts)
+    accepted = _delta(after.accepted_tokens, before.accepted_tokens)
+    if verify is not None and generated is not None and verify > 0:
+        return generated / verify
+    if drafts is not None and accepted is not None and drafts > 0:
+        return 1.0 + accepted / drafts
+    return None
+
+
+def summarize(
+    records: Sequence[RequestRecord],
+    duration_s: float,
+    *,
+    num_steps: int | None,
+    speculative: bool,
+    counters_before: SpecCounters | None = None,
+    counters_after: SpecCounters | None = None,
+    max_error_rate: float = 0.0,
+    scheduler_accept_length: float | None = None,
+    cache_reset: str | None = None,
+    categories: Sequence[str | None] | None = None,
+) -> RunMetrics:
+    """Aggregate one measured phase.
+
+    - output_tok_s = Σ completion_tokens of ok requests / ``duration_s`` (SGLang ``output_throughput``).
+    - TTFT, TPOT, e2e: per ok request (:func:`request_timing`), then mean / p50 / p90 / p99 in ms (numpy linear
+      percentiles). ITL: all per-token gaps of all ok requests pooled, as ``calculate_metrics`` pools ``itls``.
+      decode tok/s: median over ok requests.
+    - accept_length (None unless ``speculative``), :data:`ACCEPT_LENGTH_DEFINITION`: 1 + Σspec_num_correct_drafts
+      / Σspec_verify_ct over ok requests that report ``spec_verify_ct > 0`` (only this phase, not the server's
+      lifetime; Σ(completion_tokens - 1) / Σspec_verify_ct when a request lacks the drafts field); when no request
+      reports it, the counters' value (``accept_length_source`` says which).
+      ``accept_length_native`` is the engine's own figure beside it: SGLang's and the reference server's per-request
+      ``spec_accept_length`` convention Σcompletion_tokens / Σspec_verify_ct (counts the prefill token), vLLM's
+      1 + accepted / drafts (the same as ``accept_length``).
+    - accept_rate (None unless ``speculative`` and ``num_steps`` is known), :data:`ACCEPT_RATE_DEFINITION`.
+    - server_accept_length from ``counters_after - counters_before`` in the native definition
+      (:func:`_server_accept`), and ``scheduler_accept_length`` as given (the engine's independent figure, in the
+      convention), both for :func:`cross_check`.
+    - accept_rate_at / accept_rate_cond_at (empty unless ``speculative``): :func:`position_acceptance` over
+      ``num_steps`` positions (the most drafts one verify step can accept, on a chain and on a tree).
+
+    Worked example: two ok requests, 8 and 4 tokens, spec_verify_ct 4 and 2, spec_num_correct_drafts 3 and 1,
+    phase 0.5 s, num_steps 3 -> output_tok_s 12 / 0.5 = 24; accept_length 1 + 4 / 6 = 1.667; native 12 / 6 = 2.0;
+    accept_rate 0.667 / 3 = 0.222.
+
+    :param records: the measured phase's records (warmup excluded), failed ones included.
+    :param duration_s: phase wall time in seconds (``PhaseResult.duration_s``), > 0.
+    :param num_steps: the server's effective ``speculative_num_steps`` (draft depth; None if unknown).
+    :param max_error_rate: the workload's ``max_error_rate``; the fraction of failed requests may not exceed it.
+    :param scheduler_accept_length: ``Engine.scheduler_accept_length`` read after the phase, when the prefix cache
+        (and with it the scheduler's totals) was reset before it; else None.
+    :param cache_reset: ``Engine.reset_prefix_cache``'s note, recorded as is.
+    :param categories: each record's prompt category (``RequestSpec.category``), aligned with ``records``; gives
+        ``by_category`` (:func:`category_metrics`).
+    :raises ServerError: no successful request, or failed/total > ``max_error_rate``; the message gives the counts
+        and the first error.
+    :raises ValueError: ``duration_s <= 0``.
+    """
+    if duration_s <= 0:
+        raise ValueError(f"summarize: duration_s must be > 0, got {duration_s}")
+    ok = [r for r in records if r.ok]
+    failed = [r for r in records if not r.ok]
+    total = len(records)
+    first_error = f"; first error: {failed[0].error}" if failed else ""
+    if not ok:
+        raise ServerError(f"no successful requests: {len(failed)} of {total} failed{first_error}")
+    if len(failed) / total > max_error_rate:
+        raise ServerError(
+            f"{len(failed)} of {total} requests failed (error rate {len(failed) / total:.2f} > "
+            f"max_error_rate {max_error_rate:g}){first_error}"
+        )
+
+    timings = [request_timing(r) for r in ok]
+    ttft = _stats_ms([t.ttft_s for t in timings if t.ttft_s is not None])
+    itl = _stats_ms([gap for t in timings for gap in t.itl_s])
+    tpot = _stats_ms([t.tpot_s for t in timings if t.tpot_s is not None])
+    e2e = _stats_ms([t.e2e_s for t in timings])
+    decode = [t.decode_tok_s for t in timings if t.decode_tok_s is not None]
+    output_tokens = sum(r.completion_tokens for r in ok)
+
+    server_length = _server_accept(counters_before, counters_after)
+    accept_length: float | None = None
+    native: float | None = None
+    accept_rate: float | None = None
+    source: str | None = None
+    if speculative:
+        verified = [r for r in ok if r.spec_verify_ct]
+        if verified:
+            steps = sum(r.spec_verify_ct or 0 for r in verified)
+            emitted = sum(r.completion_tokens for r in verified)
+            if all(r.spec_num_correct_drafts is not None for r in verified):
+                accepted = sum(r.spec_num_correct_drafts or 0 for r in verified)
+            else:  # older SGLang: every token after the prefill one came out of a verify step
+                accepted = emitted - len(verified) - steps
+            accept_length = 1.0 + accepted / steps
+            native = emitted / steps
+            source = "client"
+        elif server_length is not None:
+            # vLLM: no per-request fields; its counters' figure is already in the convention.
+            accept_length = native = server_length
+            source = "counters"
+        if accept_length is not None and num_steps:
+            accept_rate = (accept_length - 1.0) / num_steps
+    positions = (
+        position_acceptance(
+            ok, num_positions=num_steps, counters_before=counters_before, counters_after=counters_after
+        )
+        if speculative
+        else None
+    )
+
+    return RunMetrics(
+        num_requests=total,
+        num_ok=len(ok),
+        num_errors=len(failed),
+        duration_s=duration_s,
+        output_tokens=output_tokens,
+        output_tok_s=output_tokens / duration_s,
+        accept_length=accept_length,
+        accept_rate=accept_rate,
+        ttft_ms_mean=ttft[0],
+        ttft_ms_p50=ttft[1],
+        ttft_ms_p90=ttft[2],
+        ttft_ms_p99=ttft[3],
+        itl_ms_mean=itl[0],
+        itl_ms_p50=itl[1],
+        itl_ms_p90=itl[2],
+        itl_ms_p99=itl[3],
+        tpot_ms_mean=tpot[0],
+        tpot_ms_p50=tpot[1],
+        tpot_ms_p90=tpot[2],
+        tpot_ms_p99=tpot[3],
+        e2e_ms_mean=e2e[0],
+        e2e_ms_p50=e2e[1],
+        e2e_ms_p90=e2e[2],
+        e2e_ms_p99=e2e[3],
+        decode_tok_s_p50=float(np.median(decode)) if decode else None,
+        server_accept_length=server_length,
+        accept_length_source=source,
+        accept_length_native=native,
+        scheduler_accept_length=scheduler_accept_length if speculative else None,
+        cache_reset=cache_reset,
+        by_category=category_metrics(
+            records, categories, duration_s=duration_s, num_steps=num_steps, speculative=speculative
+        ),
+        draft_ms_per_cycle=_per_cycle_ms(counters_before, counters_after, "draft_seconds"),
+        verify_ms_per_cycle=_per_cycle_ms(counters_before, counters_after, "verify_seconds"),
+        accept_rate_at=positions.rates if positions else (),
+        accept_rate_cond_at=positions.conditional_rates if positions else (),
+        accept_position_source=positions.source if positions else None,
+    )
+
+
+#: Event-loop lag p99 above this fraction of the ITL p50 (TPOT p50 when ITL is unknown) makes
+#: :func:`client_check` report: arrivals then wait for the client long enough to bend TTFT and ITL.
+CLIENT_LAG_FRACTION = 0.10
+#: Client CPU per worker process (cores) from which that lag is put down to the client itself; below it the client
+#: was mostly idle and waited for a core that the server or other processes held. The same half core per worker
+#: above which ``client.auto_workers`` adds a worker (``client.WORKER_CPU_TARGET``).
+CLIENT_BUSY_CORES = 0.5
+
+
+def _lag_over(metrics: RunMetrics) -> tuple[float, str, float] | None:
+    """(lag p99 ms, "ITL" or "TPOT", its p50 ms) when the lag is above ``CLIENT_LAG_FRACTION`` of it, else None."""
+    lag = metrics.client_lag_ms_p99
+    ref_name, ref = ("ITL", metrics.itl_ms_p50) if metrics.itl_ms_p50 else ("TPOT", metrics.tpot_ms_p50)
+    if lag is None or not ref or lag <= CLIENT_LAG_FRACTION * ref:
+        return None
+    return lag, ref_name, ref
+
+
+def client_overloaded(metrics: RunMetrics) -> bool:
+    """Whether the client itself was too busy: the event-loop lag is over the limit (:func:`client_check`) and the
+    client used at least ``CLIENT_BUSY_CORES`` per worker process (or its CPU was not recorded).
+
+    Worked example: lag p99 2.7 ms, ITL p50 20 ms (limit 2.0 ms): 0.95 cores in 1 worker -> True; 0.07 cores ->
+    False (the machine was busy, not the client).
+    """
+    if _lag_over(metrics) is None:
+        return False
+    cpu = metrics.client_cpu_cores
+    return cpu is None or cpu / (metrics.client_workers or 1) >= CLIENT_BUSY_CORES
+
+
+def client_check(metrics: RunMetrics) -> str | None:
+    """Whether the measuring client's TTFT/ITL can be trusted: its event loop must not lag behind the stream.
+
+    :returns: None when ``client_lag_ms_p99 <= CLIENT_LAG_FRACTION * itl_ms_p50`` (``tpot_ms_p50`` when ITL is
+        unknown) or either is missing; else one line. When the client itself was busy (:func:`client_overloaded`):
+        ``client overloaded: event-loop lag p99 1.20 ms > 10% of ITL p50 5.00 ms (client CPU 0.97 cores, 1 worker
+        process); TTFT and ITL include the client's own delay; fix: raise workload.client_workers or lower
+        workload.concurrency``. When it was mostly idle, the CPU went elsewhere: ``machine busy: event-loop lag p99
+        2.70 ms > 10% of ITL p50 20.00 ms while the client used 0.07 cores (1 worker process); the server or other
+        processes took the CPU, so TTFT and ITL include waits for a free core; fix: ...``.
+
+    Worked example: lag p99 0.8 ms, ITL p50 5.0 ms -> 0.8 > 0.5, reported (as "client overloaded" at 0.9 client
+    cores, "machine busy" at 0.1); lag p99 0.3 ms -> None.
+    """
+    over = _lag_over(metrics)
+    if over is None:
+        return None
+    lag, ref_name, ref = over
+    workers = metrics.client_workers or 1
+    procs = f"{workers} worker process{'es' if workers > 1 else ''}"
+    head = f"event-loop lag p99 {lag:.2f} ms > {CLIENT_LAG_FRACTION:.0%} of {ref_name} p50 {ref:.2f} ms"
+    cpu = metrics.client_cpu_cores
+    if not client_overloaded(metrics) and cpu is not None:
+        return (
+            f"machine busy: {head} while the client used {cpu:.2f} cores ({procs}); the server or other processes "
+            "took the CPU, so TTFT and ITL include waits for a free core; fix: run fewer jobs beside the benchmark, "
+            "or the server on another machine"
+        )
+    shown = f"client CPU {cpu:.2f} cores, " if cpu is not None else ""
+    return (
+        f"client overloaded: {head} ({shown}{procs}); TTFT and ITL include the client's own delay; fix: raise "
+        "workload.client_workers or lower workload.concurrency"
+    )
+
+
+def _per_cycle_ms(before: SpecCounters | None, after: SpecCounters | None, name: str) -> float | None:
+    """Δ``name`` seconds / Δverify calls, in ms (None when either is missing or no cycle ran)."""
+    if before is None or after is None:
+        return None
+    seconds = _delta(getattr(after, name), getattr(before, name))
+    cycles = _delta(after.verify_calls, before.verify_calls)
+    if seconds is None or not cycles or cycles <= 0:
+        return None
+    return seconds / cycles * 1000.0
+
+
+#: The figures ``RunMetrics.by_category`` holds per category: the per-request ones (throughput belongs to the
+#: whole phase, whose requests of all categories share the server).
+CATEGORY_FIELDS = (
+    "num_requests",
+    "num_ok",
+    "accept_length",
+    "accept_rate",
+    "ttft_ms_p50",
+    "itl_ms_p50",
+    "tpot_ms_p50",
+    "decode_tok_s_p50",
+    "accept_rate_at",
+)
+#: The category of prompts without one, in a workload where other prompts have one.
+UNCATEGORIZED = "uncategorized"
+
+
+def category_metrics(
+    records: Sequence[RequestRecord],
+    categories: Sequence[str | None] | None,
+    *,
+    duration_s: float,
+    num_steps: int | None,
+    speculative: bool,
+) -> dict[str, dict[str, Any]]:
+    """:data:`CATEGORY_FIELDS` per prompt category, each from :func:`summarize` over that category's requests (so
+    every definition is the run's own, e.g. accept length = 1 + Σaccepted drafts / Σverify steps of the category).
+
+    Example: records of categories ["code", "prose", "code"] -> ``{"code": {...2 requests...}, "prose": {...}}``.
+
+    :param categories: aligned with ``records``; None or all None -> ``{}``.
+    :returns: category -> field -> value (sorted by category); a category whose requests all failed has only
+        ``num_requests`` and ``num_ok`` 0.
+    """
+    if not categories or all(c is None for c in categories):
+        return {}
+    groups: dict[str, list[RequestRecord]] = {}
+    for record, category in zip(records, categories, strict=True):
+        groups.setdefault(category or UNCATEGORIZED, []).append(record)
+    out: dict[str, dict[str, Any]] = {}
+    for category in sorted(groups):
+        group = groups[category]
+        if not any(r.ok for r in group):
+            out[category] = {"num_requests": len(group), "num_ok": 0}
+            continue
+        run = summarize(group, duration_s, num_steps=num_steps, speculative=speculative, max_error_rate=1.0)
+        out[category] = {name: getattr(run, name) for name in CATEGORY_FIELDS}
+    return out
+
+
+def cross_check(metrics: RunMetrics) -> str | None:
+    """Compare the client-side accept length with the engine's other figures.
+
+    - engine counters (``server_accept_length``, native definition) against ``accept_length_native``, within
+      :data:`CROSS_CHECK_TOLERANCE`: on SGLang they are summed from the same per-request fields, so this catches a
+      client that misread a response, not a server that miscounts;
+    - the scheduler's own average (``scheduler_accept_length``, SGLang's ``avg_spec_accept_length`` after the
+      ``/flush_cache``) against ``accept_length``, within :data:`SCHEDULER_CHECK_TOLERANCE`: counted by the
+      scheduler, an independent source.
+
+    :returns: None when every available figure agrees (or the client value itself came from the counters); else
+        one line per disagreement joined by ``"; "``, e.g. ``accept length disagrees: client 2.00
+        (Σcompletion_tokens/Σspec_verify_ct) vs engine counters 2.50 (-20.0%, tolerance 2%): metrics bug, not a
+        regression``.
+    """
+    if metrics.accept_length_source != "client":
+        return None
+    problems = []
+    for label, client, other, tolerance in (
+        ("Σcompletion_tokens/Σspec_verify_ct", metrics.accept_length_native, metrics.server_accept_length,
+         ("engine counters", CROSS_CHECK_TOLERANCE)),
+        ("1 + accepted/verify steps", metrics.accept_length, metrics.scheduler_accept_length,
+         ("scheduler avg_spec_accept_length", SCHEDULER_CHECK_TOLERANCE)),
+    ):  # fmt: skip
+        if client is None or other is None or other <= 0:
+            continue
+        diff = (client - other) / other
+        if abs(diff) > tolerance[1]:
+            problems.append(
+                f"accept length disagrees: client {client:.2f} ({label}) vs {tolerance[0]} {other:.2f} "
+                f"({diff:+.1%}, tolerance {tolerance[1]:.0%}): metrics bug, not a regression"
+            )
+    return "; ".join(problems) or None

@@ -1,0 +1,648 @@
+"""Result records and fingerprints of specdec runs, and the JSON store they are saved in.
+
+One ``RunFile`` per pytest session (``<root>/<run id>.json``) holds one ``ResultRecord`` per specdec test. Files are
+written whole (temp file + ``os.replace``) and read leniently: unknown keys are ignored and missing optional keys
+take their defaults, so old files stay readable (guidellm ``schemas/base.py`` tolerates extra keys the same way).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_specdec.core.errors import CompareError
+from pytest_specdec.core.records import RunMetrics, median_metrics
+from pytest_specdec.core.redaction import REDACTED, redact_argv, redact_env
+
+if TYPE_CHECKING:
+    from pytest_specdec.measure.runner import Measurement, RunningServer
+
+__all__ = [
+    "FINGERPRINT_PACKAGES",
+    "RequestSample",
+    "ResultRecord",
+    "ResultStore",
+    "RunFile",
+    "SCHEMA_VERSION",
+    "build_fingerprint",
+    "commit_info",
+    "gpu_info",
+    "machine_info",
+    "metric_definitions",
+    "new_run_id",
+    "package_versions",
+    "plugin_version",
+    "profile_definition",
+    "read_run_file",
+]
+
+#: Version of the JSON layout written by :class:`ResultStore`; readers accept any version.
+SCHEMA_VERSION = 1
+#: Distributions whose versions go into the fingerprint when installed in the server's Python environment.
+FINGERPRINT_PACKAGES = (
+    "sglang",
+    "sgl-kernel",
+    "sglang-kernel",
+    "flashinfer-python",
+    "flashinfer",
+    "torch",
+    "transformers",
+    "vllm",
+    "triton",
+)
+#: Launch-env prefixes recorded in the fingerprint (besides every variable the profile sets).
+_ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_")
+_PROBE_TIMEOUT_S = 30.0
+#: Workload fields recorded in the fingerprint (``profiles.Workload``).
+_WORKLOAD_FIELDS = (
+    "prompts",
+    "api",
+    "max_new_tokens",
+    "num_requests",
+    "concurrency",
+    "warmup_requests",
+    "temperature",
+    "ignore_eos",
+    "repeats",
+)
+
+
+# -- fingerprint ------------------------------------------------------------------------------------------------
+
+
+def plugin_version() -> str:
+    """The installed pytest-specdec version, or ``"unknown"`` when run from a source tree without metadata."""
+    try:
+        return importlib.metadata.version("pytest-specdec")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+_PACKAGE_PROBE = (
+    "import importlib.metadata as m, json, sys\n"
+    "out = {}\n"
+    "for name in sys.argv[1:]:\n"
+    "    try:\n"
+    "        out[name] = m.version(name)\n"
+    "    except m.PackageNotFoundError:\n"
+    "        pass\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def package_versions(python: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Versions of :data:`FINGERPRINT_PACKAGES` installed for interpreter ``python``, read in a subprocess with
+    ``importlib.metadata`` (nothing is imported: importing torch or sglang takes seconds and may touch the GPU).
+
+    :param python: the server's interpreter (``profile.python`` or ``sys.executable``).
+    :param env: the environment to run it with (the server's launch env, so ``PYTHONPATH`` matches).
+    :returns: name -> version for the installed ones; ``{"error": "..."}`` when the probe itself failed.
+    """
+    try:
+        done = subprocess.run(
+            [python, "-c", _PACKAGE_PROBE, *FINGERPRINT_PACKAGES],
+            capture_output=True,
+            text=True,
+            timeout=_PROBE_TIMEOUT_S,
+            env=dict(env) if env is not None else None,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"error": f"{python}: {exc}"}
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"{python} exited {done.returncode}: {tail}"}
+    try:
+        data = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"error": f"{python}: unreadable output {done.stdout[-200:]!r}"}
+    return {str(k): str(v) for k, v in sorted(data.items())}
+
+
+@lru_cache(maxsize=1)
+def gpu_info() -> tuple[dict[str, str], ...]:
+    """One ``{"name", "driver", "cuda"}`` per GPU from ``nvidia-smi --query-gpu=name,driver_version
+    --format=csv,noheader`` (CUDA: the ``CUDA Version:`` of plain ``nvidia-smi``); empty without nvidia-smi.
+    Cached per process (GPUs do not change during a session)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return ()
+    try:
+        query = subprocess.run(
+            [exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=_PROBE_TIMEOUT_S,
+        )
+        banner = subprocess.run([exe], capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    match = re.search(r"CUDA Version:\s*([0-9.]+)", banner.stdout or "")
+    cuda = match.group(1) if match else ""
+    gpus = []
+    for line in (query.stdout or "").splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[0]:
+            gpus.append({"name": parts[0], "driver": parts[1], "cuda": cuda})
+    return tuple(gpus)
+
+
+def commit_info(root: str | Path | None = None) -> dict[str, Any]:
+    """The code a run measured, as pytest-benchmark's ``commit_info``: ``{"id", "dirty", "branch"}``.
+
+    Read with ``git rev-parse HEAD`` / ``git status --porcelain`` / ``git rev-parse --abbrev-ref HEAD`` in ``root``
+    (default: the working directory); outside a git checkout, ``$GITHUB_SHA`` (set by GitHub Actions) gives the id
+    with ``dirty`` None. ``merge`` refuses to combine runs whose ids or dirty flags differ.
+
+    :returns: the dict, or ``{}`` when neither git nor ``$GITHUB_SHA`` knows the commit.
+    """
+    cwd = str(root) if root is not None else None
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S, check=False
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit:
+        status = git("status", "--porcelain", "--untracked-files=no")
+        return {
+            "id": commit,
+            "dirty": bool(status) if status is not None else None,
+            "branch": git("rev-parse", "--abbrev-ref", "HEAD") or "",
+        }
+    sha = os.environ.get("GITHUB_SHA")
+    return {"id": sha, "dirty": None, "branch": os.environ.get("GITHUB_REF_NAME", "")} if sha else {}
+
+
+def machine_info() -> dict[str, Any]:
+    """Host facts stored once per run: host name, OS, Python, GPUs (:func:`gpu_info`), plugin version, and the
+    commit measured (:func:`commit_info` of the working directory)."""
+    return {
+        "host": platform.node(),
+        "system": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "gpus": [dict(g) for g in gpu_info()],
+        "plugin_version": plugin_version(),
+        "commit": commit_info(),
+    }
+
+
+#: The installed package directory, written as ``<pytest_specdec>`` in profile definitions (bundled assets).
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+
+
+def profile_definition(profile: Any) -> dict[str, Any]:
+    """The profile as its file defines it (``Profile.model_dump``, ``extends:`` already merged), made comparable
+    across machines: ``name`` and ``source`` dropped, the profile file's directory written as ``<profiles>`` and
+    this package's directory as ``<pytest_specdec>`` inside every string (two CI runners check the same repository
+    out at different paths), ``api_key``, secret-looking ``env`` values and ``extra_args`` redacted as in the rest
+    of the fingerprint. Stored as ``fingerprint["profile_def"]``; ``merge`` refuses
+    runs whose definitions of one profile name differ.
+
+    :param profile: a ``profiles.Profile``.
+    """
+    data = profile.model_dump(mode="json", exclude={"name", "source"})
+    base = str(Path(profile.source).resolve().parent) if profile.source else None
+
+    def norm(value: Any) -> Any:
+        if isinstance(value, str):
+            if base and value.startswith(base):
+                value = "<profiles>" + value[len(base) :]
+            if value.startswith(_PACKAGE_DIR):
+                value = "<pytest_specdec>" + value[len(_PACKAGE_DIR) :]
+            return value
+        if isinstance(value, dict):
+            return {k: norm(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [norm(v) for v in value]
+        return value
+
+    out = norm(data)
+    if out.get("api_key") is not None:
+        out["api_key"] = REDACTED
+    out["env"] = redact_env(out.get("env") or {})
+    out["extra_args"] = redact_argv(out.get("extra_args") or [], profile.api_key)
+    return out
+
+
+def _draft_facts(server: RunningServer) -> dict[str, Any]:
+    """Draft path, sha256 of the draft's config.json (first 16 hex) and aux layer ids; empty without a draft."""
+    spec = server.profile.speculative
+    if spec is None:
+        return {}
+    launch = server.launch
+    path = launch.draft_path if launch is not None and launch.draft_path is not None else spec.draft_model_path
+    facts: dict[str, Any] = {"path": str(path) if path else None, "config_hash": None, "aux_ids": None}
+    config: dict[str, Any] = {}
+    if path:
+        cfg = Path(path) / "config.json"
+        try:
+            raw = cfg.read_bytes()
+            facts["config_hash"] = hashlib.sha256(raw).hexdigest()[:16]
+            loaded = json.loads(raw)
+            config = loaded if isinstance(loaded, dict) else {}
+        except (OSError, ValueError):
+            pass
+    aux = spec.aux_hidden_state_layer_ids
+    if aux is None:
+        eagle = config.get("eagle_config")
+        aux = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
+    facts["aux_ids"] = list(aux) if aux is not None else None
+    return facts
+
+
+def build_fingerprint(server: RunningServer, prompt_hash: str) -> dict[str, Any]:
+    """Everything that can explain a performance change, as a JSON-safe dict (secrets redacted).
+
+    Keys: ``plugin_version``; ``engine`` (``server.engine.name``); ``accept_length_native`` (how the engine states
+    accept length itself, ``Engine.native_accept_length``); ``packages`` (:func:`package_versions` in the
+    server's interpreter, ``{}`` for a server given by URL); ``argv`` (launch argv, api key redacted); ``env``
+    (launch env variables starting NCCL_/SGLANG_/CUDA_ plus every variable the profile sets, redacted by name);
+    ``draft`` (path, config hash, aux ids); ``speculative`` (the profile's block); ``effective`` (what the server
+    reported, ``EffectiveConfig`` without ``raw``); ``prompt_hash``; ``workload`` (``profiles.Workload`` fields);
+    ``gpus`` (:func:`gpu_info`); ``host``; ``profile_def`` (:func:`profile_definition`); ``url`` (only for a server
+    given by URL).
+
+    :param server: the running server (``runner.RunningServer``), after its effective config was read back.
+    :param prompt_hash: ``workload.prompt_set_hash`` of the prompts measured (``Measurement.prompt_hash``).
+    """
+    profile = server.profile
+    launch = server.launch
+    interpreter = server.engine.python(profile)
+    if launch is not None:
+        env_src = {k: v for k, v in launch.env.items() if k.startswith(_ENV_PREFIXES) or k in profile.env}
+        packages = package_versions(interpreter, launch.env)
+        argv = redact_argv(launch.argv, server.api_key)
+    else:
+        env_src = dict(profile.env)
+        packages = {}
+        argv = []
+    eff = server.effective
+    effective = None
+    if eff is not None:
+        effective = {f.name: getattr(eff, f.name) for f in dataclasses.fields(eff) if f.name != "raw"}
+    wl = profile.workload
+    fingerprint: dict[str, Any] = {
+        "plugin_version": plugin_version(),
+        "engine": server.engine.name,
+        "accept_length_native": server.engine.native_accept_length,
+        "packages": packages,
+        "argv": argv,
+        "env": redact_env(env_src),
+        "draft": _draft_facts(server),
+        "speculative": profile.speculative.model_dump(mode="json") if profile.speculative is not None else None,
+        "effective": effective,
+        "prompt_hash": prompt_hash,
+        "workload": {name: getattr(wl, name) for name in _WORKLOAD_FIELDS},
+        "gpus": [dict(g) for g in gpu_info()],
+        "host": platform.node(),
+        "profile_def": profile_definition(profile),
+    }
+    if launch is None:
+        fingerprint["url"] = server.base_url
+    return fingerprint
+
+
+# -- records ----------------------------------------------------------------------------------------------------
+
+
+def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of ``data`` that are fields of dataclass ``cls`` (lenient reading: the rest is ignored)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSample:
+    """One measured request, reduced to what a distribution plot or a re-analysis needs. Times in ms; None when
+    not applicable (see ``metrics.RequestTiming``). ``itl_ms_mean`` is the mean of the request's per-token ITLs."""
+
+    repeat: int
+    ok: bool
+    completion_tokens: int
+    ttft_ms: float | None = None
+    itl_ms_mean: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RequestSample:
+        return cls(**_known(cls, data))
+
+
+def _ms(value_s: float | None) -> float | None:
+    return None if value_s is None else value_s * 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class ResultRecord:
+    """The result of one specdec test on one profile.
+
+    ``repeats`` maps every ``RunMetrics`` field to its per-repeat values (one per ``Measurement``, in order);
+    ``metrics`` is the per-field median over repeats, ``records.median_metrics`` (the same numbers as
+    ``runner.RunResult.metrics``: counts are lower medians, so integers). ``fingerprint`` is :func:`build_fingerprint`.
+    """
+
+    test_id: str
+    profile: str
+    metrics: dict[str, Any]
+    repeats: dict[str, list[Any]]
+    fingerprint: dict[str, Any]
+    samples: tuple[RequestSample, ...] = ()
+    outcome: str = ""
+    wall_time: float = 0.0
+    #: The paired reference arm (``pairing.PairedArms.to_dict``: vs, mode, pairs, first, per-pair values of both
+    #: arms); empty when this profile was not measured against another.
+    paired: dict[str, Any] = field(default_factory=dict)
+    #: Threshold key -> "passed" | "FAILED: <verdict line>" | "undecided: <verdict line>" (a sequential verdict
+    #: that spent its budget) | "n/a: <why>" (``thresholds.Verdict.outcomes``) of this
+    #: test's marker/profile thresholds; empty for old records or tests without thresholds.
+    checks: dict[str, str] = field(default_factory=dict)
+    #: What the verdicts cost: ``server_s`` (seconds the record's phases held servers, warmups and a paired
+    #: reference arm included), ``repeats``, and with sequential verdicts ``verdicts``: key -> ``{"verdict",
+    #: "repeats", "server_s"}`` at the look that decided it (``verdict.record_cost``); empty for old records.
+    cost: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def categories(self) -> list[str]:
+        """The prompt categories this record has results for (``metrics["by_category"]``), sorted."""
+        by = self.metrics.get("by_category")
+        return sorted(by) if isinstance(by, dict) else []
+
+    @property
+    def workload(self) -> dict[str, Any]:
+        """``fingerprint["workload"]`` (empty when absent)."""
+        wl = self.fingerprint.get("workload")
+        return dict(wl) if isinstance(wl, dict) else {}
+
+    def values(self, field_name: str) -> list[float]:
+        """Per-repeat values of one metric field, None dropped (falls back to ``metrics`` for old records).
+
+        ``FIELD[CATEGORY]`` (``accept_length[code]``) reads the field of one prompt category (``by_category``).
+        """
+        if field_name.endswith("]") and "[" in field_name:
+            name, category = field_name[:-1].split("[", 1)
+            per_repeat = self.repeats.get("by_category") or [self.metrics.get("by_category")]
+            found = [(d.get(category) or {}).get(name) if isinstance(d, dict) else None for d in per_repeat]
+            return [float(v) for v in found if isinstance(v, int | float) and not isinstance(v, bool)]
+        vals = self.repeats.get(field_name)
+        if vals is None:
+            vals = [self.metrics.get(field_name)]
+        return [float(v) for v in vals if isinstance(v, int | float) and not isinstance(v, bool)]
+
+    @classmethod
+    def from_measurements(
+        cls,
+        test_id: str,
+        measurements: Sequence[Measurement],
+        fingerprint: Mapping[str, Any],
+        *,
+        outcome: str = "",
+        paired: Mapping[str, Any] | None = None,
+    ) -> ResultRecord:
+        """Build a record from the repeats of one test.
+
+        :param test_id: the pytest node id.
+        :param measurements: one ``runner.Measurement`` per repeat, all of the same profile.
+        :raises ValueError: no measurement given.
+        """
+        if not measurements:
+            raise ValueError(f"{test_id}: no measurement to record")
+        from pytest_specdec.measure.metrics import request_timing
+
+        per_repeat = [m.metrics.as_dict() for m in measurements]
+        names = [f.name for f in dataclasses.fields(RunMetrics)]
+        repeats = {name: [d.get(name) for d in per_repeat] for name in names}
+        merged = median_metrics([m.metrics for m in measurements]).as_dict()
+        samples = []
+        for i, m in enumerate(measurements):
+            for rec in m.records:
+                if not rec.ok:
+                    samples.append(RequestSample(repeat=i, ok=False, completion_tokens=rec.completion_tokens))
+                    continue
+                t = request_timing(rec)
+                itl = sum(t.itl_s) / len(t.itl_s) * 1000.0 if t.itl_s else None
+                samples.append(
+                    RequestSample(
+                        repeat=i,
+                        ok=True,
+                        completion_tokens=rec.completion_tokens,
+                        ttft_ms=_ms(t.ttft_s),
+                        itl_ms_mean=itl,
+                        tpot_ms=_ms(t.tpot_s),
+                        e2e_ms=_ms(t.e2e_s),
+                    )
+                )
+        return cls(
+            test_id=test_id,
+            profile=measurements[0].profile,
+            metrics=merged,
+            repeats=repeats,
+            fingerprint=dict(fingerprint),
+            samples=tuple(samples),
+            outcome=outcome,
+            wall_time=measurements[-1].wall_time,
+            paired=dict(paired or {}),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (``json.dumps`` works on it); inverse of :meth:`from_dict`."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        # Field by field: dataclasses.asdict deep-copies and took 8x longer (13 s for the 192,000 samples of a merged
+        # 1,000-shard run); a sample holds only scalars.
+        names = [f.name for f in dataclasses.fields(RequestSample)]
+        data["samples"] = [{n: getattr(s, n) for n in names} for s in self.samples]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ResultRecord:
+        """Lenient: unknown keys ignored, optional keys defaulted.
+
+        :raises ValueError: a required key (test_id, profile, metrics) is missing or has the wrong type.
+        """
+        for key, typ in (("test_id", str), ("profile", str), ("metrics", dict)):
+            if not isinstance(data.get(key), typ):
+                raise ValueError(f"result record: {key!r} missing or not a {typ.__name__}")
+        kw = _known(cls, data)
+        kw["repeats"] = {str(k): list(v) for k, v in (data.get("repeats") or {}).items()}
+        kw["fingerprint"] = dict(data.get("fingerprint") or {})
+        kw["paired"] = dict(data.get("paired") or {}) if isinstance(data.get("paired"), dict) else {}
+        checks = data.get("checks")
+        kw["checks"] = {str(k): str(v) for k, v in checks.items()} if isinstance(checks, dict) else {}
+        kw["cost"] = dict(data["cost"]) if isinstance(data.get("cost"), dict) else {}
+        kw["samples"] = tuple(RequestSample.from_dict(s) for s in data.get("samples") or () if isinstance(s, dict))
+        return cls(**kw)
+
+
+@dataclass(frozen=True, slots=True)
+class RunFile:
+    """One pytest session's results: ``run_id`` (also the file stem), start wall time (``time.time()``), machine
+    info (:func:`machine_info`) and one record per specdec test."""
+
+    run_id: str
+    started: float
+    machine: dict[str, Any] = field(default_factory=dict)
+    results: tuple[ResultRecord, ...] = ()
+    schema: int = SCHEMA_VERSION
+
+    def find(self, test_id: str) -> ResultRecord | None:
+        """The record of ``test_id``, or None."""
+        return next((r for r in self.results if r.test_id == test_id), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "run_id": self.run_id,
+            "started": self.started,
+            "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
+            "machine": self.machine,
+            "metric_definitions": metric_definitions(),
+            "results": [r.to_dict() for r in self.results],
+        }
+
+    def to_json(self, *, compact: bool = False) -> str:
+        """The file content; ``compact`` drops the indentation (json's C encoder runs only without ``indent``:
+        4-5x faster on a merged run of many shards, and half the size)."""
+        if compact:
+            return json.dumps(self.to_dict(), separators=(",", ":"), default=str) + "\n"
+        return json.dumps(self.to_dict(), indent=1, sort_keys=False, default=str) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunFile:
+        """:raises ValueError: not a run file (no ``run_id`` or ``results`` list), or a bad record."""
+        if not isinstance(data, dict) or not isinstance(data.get("run_id"), str):
+            raise ValueError("not a pytest-specdec run file: no 'run_id'")
+        results = data.get("results", [])
+        if not isinstance(results, list):
+            raise ValueError("not a pytest-specdec run file: 'results' is not a list")
+        return cls(
+            run_id=data["run_id"],
+            started=float(data.get("started") or 0.0),
+            machine=dict(data.get("machine") or {}),
+            results=tuple(ResultRecord.from_dict(r) for r in results),
+            schema=int(data.get("schema") or SCHEMA_VERSION),
+        )
+
+
+def metric_definitions() -> dict[str, str]:
+    """Metric name -> "formula [unit]; source" for every metric (``metrics.METRICS``), written into each run file so
+    a stored accept length says which definition it is in."""
+    from pytest_specdec.measure.metrics import METRICS
+
+    return {name: f"{spec.formula} [{spec.unit}]; source: {spec.source}" for name, spec in METRICS.items()}
+
+
+def new_run_id(now: float | None = None) -> str:
+    """``YYYYmmddTHHMMSSZ-xxxxxx``: UTC start time (sorts by time) plus 6 random hex digits (no clash between
+    sessions started in the same second)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+class ResultStore:
+    """A directory of run files, ``<root>/<run id>.json``.
+
+    Usage::
+
+        store = ResultStore(out_dir / "results", current=run.run_id)
+        path = store.save(run)           # controller only under xdist
+        baseline = store.load("latest")  # newest run other than ``current``
+    """
+
+    def __init__(self, root: Path, *, current: str | None = None) -> None:
+        self.root = Path(root)
+        #: The running session's id: ``load("latest")`` skips it.
+        self.current = current
+
+    def __repr__(self) -> str:
+        return f"ResultStore({str(self.root)!r}, current={self.current!r})"
+
+    def save(self, run: RunFile, *, compact: bool = False) -> Path:
+        """Write ``run`` atomically: a temp file in ``root`` then ``os.replace``; concurrent writers never leave a
+        partial file (the last replace wins for the same run id). ``compact``: see ``RunFile.to_json``.
+
+        :returns: the file written.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / f"{run.run_id}.json"
+        fd, tmp = tempfile.mkstemp(prefix=f".{run.run_id}.", suffix=".tmp", dir=self.root)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(run.to_json(compact=compact))
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return path
+
+    def list(self) -> list[Path]:
+        """Run files, oldest first (by file stem = run id, which starts with the UTC time)."""
+        if not self.root.is_dir():
+            return []
+        return sorted((p for p in self.root.glob("*.json") if not p.name.startswith(".")), key=lambda p: p.stem)
+
+    def load(self, ref: str) -> RunFile:
+        """Load a run by ``ref``: a path to a file, a run id (file stem) or a unique stem prefix, or ``latest``
+        (the newest run other than ``current``).
+
+        :raises CompareError: nothing matches, the prefix is ambiguous, or the file is not a readable run file.
+        """
+        path = self.resolve(ref)
+        return read_run_file(path)
+
+    def resolve(self, ref: str) -> Path:
+        """The file ``ref`` names (see :meth:`load`). :raises CompareError: as :meth:`load`."""
+        direct = Path(ref)
+        if ref != "latest" and (direct.suffix == ".json" or os.sep in ref) and direct.is_file():
+            return direct
+        files = self.list()
+        if ref == "latest":
+            others = [p for p in files if p.stem != self.current]
+            if not others:
+                raise CompareError(f"no baseline run in {self.root} (besides the current run); run once to create one")
+            return others[-1]
+        exact = [p for p in files if p.stem == ref]
+        if exact:
+            return exact[0]
+        prefixed = [p for p in files if p.stem.startswith(ref)]
+        if len(prefixed) == 1:
+            return prefixed[0]
+        if len(prefixed) > 1:
+            names = ", ".join(p.stem for p in prefixed[:5])
+            raise CompareError(f"run {ref!r} is ambiguous in {self.root}: {names}")
+        raise CompareError(f"no run {ref!r}: not a file and no run id in {self.root} ({len(files)} runs stored)")
+
+
+def read_run_file(path: Path) -> RunFile:
+    """:raises CompareError: unreadable, not JSON, or not a run file (message names the path)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CompareError(f"{path}: cannot read run file: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise CompareError(f"{path}: not JSON: {exc}") from None
+    try:
+        return RunFile.from_dict(data)
+    except (ValueError, TypeError) as exc:
+        raise CompareError(f"{path}: {exc}") from None

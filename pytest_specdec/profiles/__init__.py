@@ -1,0 +1,1 @@
+"""Profiles: the YAML schema, where the profile file is found, checkpoint headers."""

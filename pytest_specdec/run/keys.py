@@ -1,0 +1,43 @@
+"""What travels on pytest's objects: the stash keys of the session and of each test, and the names of the
+``item.user_properties`` entries that carry a test's results to the xdist controller.
+
+Kept apart from ``session`` so that ``plugin.py`` can import it at startup without the session's dependencies
+(``benchmarks/bench_import.py``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pytest_specdec.measure.results import ResultRecord
+    from pytest_specdec.profiles.schema import Thresholds
+    from pytest_specdec.run.session import SpecdecSession
+
+__all__ = [
+    "CHECKS_PROPERTY",
+    "OVERRIDES_PROPERTY",
+    "RECORD_PROPERTY",
+    "record_key",
+    "session_key",
+    "thresholds_key",
+    "tolerances_key",
+]
+
+#: ``config.stash``: the run's ``session.SpecdecSession``.
+session_key: pytest.StashKey[SpecdecSession] = pytest.StashKey()
+#: ``item.stash``: the test's thresholds, its profile's merged with its marker (``SpecdecSession.setup_item``).
+thresholds_key: pytest.StashKey[Thresholds] = pytest.StashKey()
+#: ``item.stash``: the test's result record (``SpecdecSession.measure_for``; ``verdict.replace_record`` updates it).
+record_key: pytest.StashKey[ResultRecord] = pytest.StashKey()
+#: ``item.stash``: the marker's ``tolerances=`` lines for ``--specdec-compare``.
+tolerances_key = pytest.StashKey[list[str]]()
+
+#: user_properties entry: the test's ``results.ResultRecord`` as JSON, read by the controller.
+RECORD_PROPERTY = "specdec"
+#: Per-threshold outcomes of a test (``thresholds.Verdict.outcomes``), joined to its record on the controller.
+CHECKS_PROPERTY = "specdec_checks"
+#: user_properties entry listing what a test's marker changed in its profile's thresholds (shown in the summary).
+OVERRIDES_PROPERTY = "specdec_threshold_overrides"

@@ -1,0 +1,230 @@
+"""The plugin's command-line options and ini keys (:func:`register`), and the parsers of their values (``argparse``
+``type=`` callables).
+
+Each parser raises ``pytest.UsageError`` naming the option, the value and an example of a valid one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+__all__ = ["percent", "register", "positive_float", "positive_int", "profile_names", "sweep_points"]
+
+
+def profile_names(value: str) -> str:
+    """``--server-profile``: one or more comma-separated names (kept as given; an empty value is an error, since
+    ``--server-profile=$PROFILE`` with PROFILE unset would otherwise skip every specdec test and pass)."""
+    if not [name for name in value.split(",") if name.strip()]:
+        raise pytest.UsageError(
+            f"--server-profile={value}: no profile named; give NAME[,NAME...], e.g. --server-profile=eagle3 "
+            "(leave the option out to skip specdec tests)"
+        )
+    return value
+
+
+def positive_float(option: str) -> Callable[[str], float]:
+    """Seconds, > 0."""
+
+    def parse(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            raise pytest.UsageError(f"{option}={value}: expected a number of seconds, e.g. {option}=900") from None
+        if number <= 0:
+            raise pytest.UsageError(f"{option}={value}: expected a positive number of seconds")
+        return number
+
+    return parse
+
+
+def percent(option: str) -> Callable[[str], float]:
+    """A percentage 0..100 (``5`` or ``5%``), returned as a fraction (0.05)."""
+
+    def parse(value: str) -> float:
+        try:
+            number = float(value.strip().removesuffix("%"))
+        except ValueError:
+            raise pytest.UsageError(f"{option}={value}: expected a percentage, e.g. {option}=5") from None
+        if not 0 <= number <= 100:
+            raise pytest.UsageError(f"{option}={value}: expected a percentage from 0 to 100, e.g. {option}=5")
+        return number / 100.0
+
+    return parse
+
+
+def sweep_points(value: str) -> list[dict[str, int]]:
+    """``--specdec-sweep`` points (``sweep.parse_sweep``; imported here, when the option is given, since every
+    pytest run imports this module with the plugin)."""
+    from pytest_specdec.judge import sweep
+
+    try:
+        return sweep.parse_sweep(value)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--specdec-sweep={value}: {exc}") from None
+
+
+def positive_int(option: str) -> Callable[[str], int]:
+    """An integer >= 1."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise pytest.UsageError(f"{option}={value}: expected a positive integer, e.g. {option}=3") from None
+        if number < 1:
+            raise pytest.UsageError(f"{option}={value}: expected a positive integer, e.g. {option}=3")
+        return number
+
+    return parse
+
+
+def register(parser: pytest.Parser) -> None:
+    """Add the ``specdec`` option group and the ini keys to ``parser`` (``pytest_addoption``)."""
+    group = parser.getgroup("specdec", "speculative-decoding performance regression tests (pytest-specdec)")
+    group.addoption(
+        "--server-profile",
+        action="store",
+        type=profile_names,
+        default=None,
+        metavar="NAME[,NAME...]",
+        help="Profiles to run specdec tests against, one after another; a min_speedup reference arm measured "
+        "interleaved runs beside its target (default: none; specdec tests skip)",
+    )
+    group.addoption(
+        "--server-url",
+        action="store",
+        default=None,
+        metavar="URL",
+        help="Use this already-running server for every selected profile; it is never started or stopped by us",
+    )
+    group.addoption(
+        "--specdec-profiles",
+        action="store",
+        default=None,
+        metavar="PATH",
+        help="Profile file (default: ini specdec_profiles, else specdec.yaml in the common directory of the test "
+        "paths or a parent of it, up to the rootdir)",
+    )
+    group.addoption(
+        "--specdec-startup-timeout",
+        action="store",
+        type=positive_float("--specdec-startup-timeout"),
+        default=None,
+        metavar="S",
+        help="Seconds to wait for a server to become ready (default: the profile's startup_timeout_s, 900)",
+    )
+    group.addoption(
+        "--specdec-check",
+        action="store_true",
+        default=False,
+        help="Run preflight checks on the selected profiles (all when none selected), launch nothing, and exit",
+    )
+    group.addoption(
+        "--specdec-strict",
+        action="store_true",
+        default=False,
+        help="Preflight warnings fail like errors",
+    )
+    group.addoption(
+        "--specdec-dir",
+        action="store",
+        default=None,
+        metavar="DIR",
+        help="Where server logs and result files go, relative to the current directory (default: ini specdec_dir, "
+        "else .specdec in the rootdir)",
+    )
+    group.addoption(
+        "--specdec-repeats",
+        action="store",
+        type=positive_int("--specdec-repeats"),
+        default=None,
+        metavar="N",
+        help="Measured phases per profile (default: the profile's workload.repeats, 3)",
+    )
+    group.addoption(
+        "--specdec-compare",
+        action="store",
+        nargs="?",
+        const="latest",
+        default=None,
+        metavar="RUN_OR_PATH",
+        help="Fail each test whose metrics regressed against stored results (default: per test, the newest "
+        "stored run in which it passed; or a run id or file)",
+    )
+    group.addoption(
+        "--specdec-compare-profile",
+        action="store",
+        default=None,
+        metavar="NAME",
+        help="Compare against the stored results of this profile instead of the test's own (e.g. eagle3)",
+    )
+    group.addoption(
+        "--specdec-compare-force",
+        action="store_true",
+        default=False,
+        help="Compare even when the workloads differ (prompt set, max tokens, concurrency, requests)",
+    )
+    group.addoption(
+        "--specdec-sweep",
+        action="store",
+        type=sweep_points,
+        default=None,
+        metavar="PARAM=VALUES[;...]",
+        help='Run each selected speculative profile at every point, one server per point, e.g. "num_steps=1..6" or '
+        '"num_steps=1,2,4;concurrency=1,8" (num_steps, num_draft_tokens, eagle_topk, concurrency; default: no sweep)',
+    )
+    group.addoption(
+        "--specdec-sweep-baseline",
+        action="store",
+        default=None,
+        metavar="NAME",
+        help="Profile without speculation that sweep speedups are computed against, run with the sweep "
+        "(default: a selected profile without speculation, if any)",
+    )
+    group.addoption(
+        "--specdec-sweep-max-gap",
+        action="store",
+        type=percent("--specdec-sweep-max-gap"),
+        default=0.05,
+        metavar="PCT",
+        help="Fail a sweep whose best point beats the profile's configured point by more than PCT percent of "
+        "output tok/s, ties (overlapping repeat ranges) excepted (default: 5)",
+    )
+    group.addoption(
+        "--specdec-sweep-plot",
+        action="store",
+        default=None,
+        metavar="PATH",
+        help="Where the sweep PNG goes (default: <specdec dir>/sweep-<run id>.png)",
+    )
+    group.addoption(
+        "--specdec-position-plot",
+        action="store",
+        default=None,
+        metavar="PATH",
+        help="Write a PNG of acceptance per draft position (every speculative profile) to PATH (default: none)",
+    )
+    group.addoption(
+        "--specdec-report",
+        action="store",
+        default=None,
+        metavar="PATH",
+        help="Also write every result with its fingerprint (the run-file JSON) to PATH (default: none)",
+    )
+    group.addoption(
+        "--specdec-markdown",
+        action="store",
+        default=None,
+        metavar="PATH",
+        help="Write a markdown summary to PATH (default: none; always appended to $GITHUB_STEP_SUMMARY when set)",
+    )
+    parser.addini(
+        "specdec_tolerances",
+        "Baseline-compare tolerances, one METRIC:TOL per line, e.g. output_tok_s:5% (default: built-in)",
+        type="linelist",
+        default=[],
+    )
+    parser.addini("specdec_profiles", "Profile file, relative to the rootdir (default: specdec.yaml)", default=None)
+    parser.addini("specdec_dir", "Directory for server logs and results (default: .specdec)", default=None)

@@ -1,0 +1,1 @@
+"""Serving: launch, wait for readiness, supervise, share across xdist workers, stop."""
