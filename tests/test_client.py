@@ -532,7 +532,7 @@ def test_clients_load_the_ca_bundle_once_per_process(sse_url: str, monkeypatch: 
     the plugin opens several clients per measured phase (``/metrics`` twice, ``/flush_cache``, ...)."""
     import ssl
 
-    from pytest_specdec.measure import client
+    from pytest_specdec.core import auth
 
     built: list[int] = []
     real = ssl.create_default_context
@@ -542,7 +542,7 @@ def test_clients_load_the_ca_bundle_once_per_process(sse_url: str, monkeypatch: 
         return real(*args, **kwargs)
 
     monkeypatch.setattr(ssl, "create_default_context", counting)
-    client.tls_context.cache_clear()
+    auth.tls_context.cache_clear()
     for _ in range(3):
         assert fetch_text(sse_url, "/health") == "{}"
     assert len(built) == 1

@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 
 from pytest_specdec.core.errors import ServerError
+from pytest_specdec.core.metric_table import METRICS
 from pytest_specdec.core.records import RequestRecord, RunMetrics
 from pytest_specdec.engines.base import SpecCounters
 from pytest_specdec.measure.metrics import (
-    METRICS,
     client_check,
     client_overloaded,
     cross_check,

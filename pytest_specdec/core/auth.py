@@ -1,11 +1,16 @@
-"""The one ``Authorization`` header helper, for every layer (client, runner, engines, the reference server's warmup).
+"""What every HTTP client of the plugin authenticates and verifies with: the ``Authorization`` header and the TLS
+context, for every layer (client, runner, engines, the reference server's warmup).
 
-Standard library only, so anything may import it without pulling in the engines or pydantic.
+Standard library only at import (httpx is imported when :func:`tls_context` is first called), so anything may import
+it without pulling in the engines, httpx or pydantic.
 """
 
 from __future__ import annotations
 
-__all__ = ["bearer_headers"]
+import functools
+import ssl
+
+__all__ = ["bearer_headers", "tls_context"]
 
 
 def bearer_headers(api_key: str | None) -> dict[str, str]:
@@ -15,3 +20,14 @@ def bearer_headers(api_key: str | None) -> dict[str, str]:
     (``refserver/app.py``) do.
     """
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The TLS context every httpx client of the plugin verifies with: httpx's default
+    (``httpx.create_ssl_context()``: certifi's CA bundle, or ``SSL_CERT_FILE``/``SSL_CERT_DIR`` as set when first
+    called), built once per process. httpx builds a new one for each client otherwise, loading the CA bundle each
+    time: about 45 ms of CPU per client, several clients per measured phase."""
+    import httpx
+
+    return httpx.create_ssl_context()

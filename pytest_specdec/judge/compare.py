@@ -27,8 +27,8 @@ from typing import Any, TextIO
 
 from pytest_specdec.core import hoststate, stats
 from pytest_specdec.core.errors import CompareError
+from pytest_specdec.core.metric_table import METRICS, MetricSpec
 from pytest_specdec.core.table import Column, text_table
-from pytest_specdec.measure.metrics import METRICS, MetricSpec
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
 
 __all__ = [

@@ -23,12 +23,10 @@ import asyncio
 import bisect
 import contextlib
 import dataclasses
-import functools
 import json
 import math
 import os
 import re
-import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +36,7 @@ import httpx
 import numpy as np
 
 from pytest_specdec.core import clock
-from pytest_specdec.core.auth import bearer_headers
+from pytest_specdec.core.auth import bearer_headers, tls_context
 from pytest_specdec.core.errors import ServerError
 from pytest_specdec.core.records import RequestRecord
 from pytest_specdec.measure.workload import RequestSpec
@@ -55,7 +53,6 @@ __all__ = [
     "fetch_text",
     "run_phase",
     "run_requests",
-    "tls_context",
 ]
 
 Api = Literal["generate", "completions", "chat"]
@@ -225,15 +222,6 @@ class _Parsed:
     done_s: float | None = None
     #: Why the stream cannot be read past some event (a malformed payload), else None.
     error: str | None = None
-
-
-@functools.cache
-def tls_context() -> ssl.SSLContext:
-    """The TLS context every httpx client of the plugin verifies with: httpx's default
-    (``httpx.create_ssl_context()``: certifi's CA bundle, or ``SSL_CERT_FILE``/``SSL_CERT_DIR`` as set when first
-    called), built once per process. httpx builds a new one for each client otherwise, loading the CA bundle each
-    time: about 45 ms of CPU per client, several clients per measured phase."""
-    return httpx.create_ssl_context()
 
 
 #: The per-request acceptance histogram, newest name first (SGLang 0.5.17 also sends ``spec_accept_histogram``).

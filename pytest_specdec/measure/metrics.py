@@ -1,4 +1,4 @@
-"""Per-request records -> the aggregate metrics of one phase; every metric's formula, unit and source in one table.
+"""Per-request records -> the aggregate metrics of one phase (formulas, units, sources: ``core/metric_table.py``).
 
 Timing formulas follow SGLang ``python/sglang/benchmark/serving.py::calculate_metrics`` and its ``sglang``
 backend request function (``async_request_sglang_generate``, now ``benchmark/backends/sglang_client.py``);
@@ -7,9 +7,8 @@ failed requests are kept out of every statistic, as guidellm ``schemas/statistic
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -19,15 +18,11 @@ from pytest_specdec.core.records import RequestRecord, RunMetrics
 from pytest_specdec.engines.base import SpecCounters
 
 __all__ = [
-    "ACCEPT_LENGTH_DEFINITION",
-    "ACCEPT_RATE_DEFINITION",
     "CLIENT_LAG_FRACTION",
     "CROSS_CHECK_TOLERANCE",
     "CATEGORY_FIELDS",
     "HISTOGRAM_SOURCE",
     "SCHEDULER_CHECK_TOLERANCE",
-    "METRICS",
-    "MetricSpec",
     "PositionAcceptance",
     "RequestTiming",
     "UNCATEGORIZED",
@@ -45,110 +40,8 @@ CROSS_CHECK_TOLERANCE = 0.02
 #: The same for the scheduler's own figure (``avg_spec_accept_length``): it misses the decode iterations after its
 #: last fold (< ``--decode-log-interval``, 40) and counts drafts accepted past ``max_new_tokens``, so it is looser.
 SCHEDULER_CHECK_TOLERANCE = 0.05
-#: The accept length every engine is reported in (named in the summary and in each results file).
-ACCEPT_LENGTH_DEFINITION = (
-    "1 + accepted draft tokens / verify steps (the bonus token of each step counted, each request's prefill-sampled "
-    "first token not): SGLang's server-side avg_spec_accept_length; per request (SGLang, reference) "
-    "1 + Σspec_num_correct_drafts / Σspec_verify_ct (older SGLang: Σ(completion_tokens - 1) / Σspec_verify_ct); "
-    "vLLM counters 1 + Δaccepted / Δdrafts"
-)
-#: The accept rate every engine is reported in.
-ACCEPT_RATE_DEFINITION = "accepted draft tokens / (verify steps * num_steps) = (accept_length - 1) / num_steps"
 
 _PERCENTILES = (50, 90, 99)
-
-
-@dataclass(frozen=True, slots=True)
-class MetricSpec:
-    """One metric: how it is named, measured and judged. ``stats`` lists the ``RunMetrics`` suffixes it has
-    (``("mean", "p50", "p90", "p99")`` -> ``ttft_ms_mean`` ...); empty means the field is ``name`` itself."""
-
-    name: str
-    unit: str
-    higher_is_better: bool
-    formula: str
-    source: str
-    stats: tuple[str, ...] = ()
-
-    @property
-    def fields(self) -> tuple[str, ...]:
-        """The ``RunMetrics`` attribute names holding this metric."""
-        return tuple(f"{self.name}_{stat}" for stat in self.stats) or (self.name,)
-
-
-_LATENCY_STATS = ("mean", "p50", "p90", "p99")
-_SERVING = "SGLang python/sglang/benchmark/serving.py::calculate_metrics"
-
-METRICS: Mapping[str, MetricSpec] = MappingProxyType(
-    {
-        spec.name: spec
-        for spec in (
-            MetricSpec(
-                "output_tok_s",
-                "tok/s",
-                True,
-                "sum(completion_tokens of ok requests) / phase duration_s",
-                f"{_SERVING} (output_throughput)",
-            ),
-            MetricSpec(
-                "accept_length",
-                "tokens/verify step",
-                True,
-                ACCEPT_LENGTH_DEFINITION,
-                "SGLang scheduler_components/metrics_reporter.py (spec_num_accept_tokens += num_correct_drafts + bs "
-                "per verify forward: avg_spec_accept_length); vLLM v1/spec_decode/metrics.py (1 + accepted / drafts)",
-            ),
-            MetricSpec(
-                "accept_rate",
-                "fraction of drafted positions",
-                True,
-                ACCEPT_RATE_DEFINITION,
-                "vLLM v1/spec_decode/metrics.py (accepted / draft tokens, draft tokens = drafts * k); SGLang's "
-                "spec_accept_rate for eagle_topk 1 (for topk > 1 SGLang divides by num_draft_tokens - 1, the tree)",
-            ),
-            MetricSpec(
-                "ttft_ms",
-                "ms",
-                False,
-                "first token-carrying event arrival - request start",
-                f"{_SERVING}; backends/sglang_client.py (ttft)",
-                _LATENCY_STATS,
-            ),
-            MetricSpec(
-                "itl_ms",
-                "ms",
-                False,
-                "each later event's gap / its new tokens, once per token; pooled over requests",
-                "SGLang benchmark/backends/sglang_client.py (adjust_itl)",
-                _LATENCY_STATS,
-            ),
-            MetricSpec(
-                "tpot_ms",
-                "ms",
-                False,
-                "(e2e - ttft) / (completion_tokens - 1), per request with > 1 token",
-                f"{_SERVING} (tpot)",
-                _LATENCY_STATS,
-            ),
-            MetricSpec(
-                "e2e_ms",
-                "ms",
-                False,
-                "data: [DONE] arrival - request start",
-                f"{_SERVING} (e2e_latency)",
-                _LATENCY_STATS,
-            ),
-            MetricSpec(
-                "decode_tok_s",
-                "tok/s",
-                True,
-                "(completion_tokens - 1) / (e2e - ttft), per request; median",
-                "1 / tpot of SGLang calculate_metrics, per request",
-                ("p50",),
-            ),
-        )
-    }
-)
 
 
 #: ``accept_position_source`` when per-position acceptance comes from the per-request histograms.
@@ -296,7 +189,7 @@ def _server_accept(before: SpecCounters | None, after: SpecCounters | None) -> f
 
     SGLang: Δ``sglang:generation_tokens_total`` / Δ``sglang:spec_verify_calls_total`` (counts each request's prefill
     token, like ``meta_info.spec_accept_length``). vLLM: 1 + Δaccepted_tokens / Δdrafts
-    (``vllm/v1/spec_decode/metrics.py``), which is also :data:`ACCEPT_LENGTH_DEFINITION`.
+    (``vllm/v1/spec_decode/metrics.py``), which is also ``metric_table.ACCEPT_LENGTH_DEFINITION``.
     """
     if before is None or after is None:
         return None
@@ -330,14 +223,14 @@ def summarize(
     - TTFT, TPOT, e2e: per ok request (:func:`request_timing`), then mean / p50 / p90 / p99 in ms (numpy linear
       percentiles). ITL: all per-token gaps of all ok requests pooled, as ``calculate_metrics`` pools ``itls``.
       decode tok/s: median over ok requests.
-    - accept_length (None unless ``speculative``), :data:`ACCEPT_LENGTH_DEFINITION`: 1 + Σspec_num_correct_drafts
-      / Σspec_verify_ct over ok requests that report ``spec_verify_ct > 0`` (only this phase, not the server's
-      lifetime; Σ(completion_tokens - 1) / Σspec_verify_ct when a request lacks the drafts field); when no request
-      reports it, the counters' value (``accept_length_source`` says which).
+    - accept_length (None unless ``speculative``), ``metric_table.ACCEPT_LENGTH_DEFINITION``:
+      1 + Σspec_num_correct_drafts / Σspec_verify_ct over ok requests that report ``spec_verify_ct > 0`` (only this
+      phase, not the server's lifetime; Σ(completion_tokens - 1) / Σspec_verify_ct when a request lacks the drafts
+      field); when no request reports it, the counters' value (``accept_length_source`` says which).
       ``accept_length_native`` is the engine's own figure beside it: SGLang's and the reference server's per-request
       ``spec_accept_length`` convention Σcompletion_tokens / Σspec_verify_ct (counts the prefill token), vLLM's
       1 + accepted / drafts (the same as ``accept_length``).
-    - accept_rate (None unless ``speculative`` and ``num_steps`` is known), :data:`ACCEPT_RATE_DEFINITION`.
+    - accept_rate (None unless ``speculative`` and ``num_steps`` is known), ``metric_table.ACCEPT_RATE_DEFINITION``.
     - server_accept_length from ``counters_after - counters_before`` in the native definition
       (:func:`_server_accept`), and ``scheduler_accept_length`` as given (the engine's independent figure, in the
       convention), both for :func:`cross_check`.

@@ -547,7 +547,7 @@ class RunFile:
 def metric_definitions() -> dict[str, str]:
     """Metric name -> "formula [unit]; source" for every metric (``metrics.METRICS``), written into each run file so
     a stored accept length says which definition it is in."""
-    from pytest_specdec.measure.metrics import METRICS
+    from pytest_specdec.core.metric_table import METRICS
 
     return {name: f"{spec.formula} [{spec.unit}]; source: {spec.source}" for name, spec in METRICS.items()}
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from pytest_specdec.core import clock
-from pytest_specdec.core.auth import bearer_headers
+from pytest_specdec.core.auth import bearer_headers, tls_context
 from pytest_specdec.core.errors import ClientOverloadError, ProfileError, ServerStartError
 from pytest_specdec.core.records import RequestRecord, RunMetrics, median_metrics
 from pytest_specdec.engines import get_engine
@@ -156,7 +156,7 @@ def start_server(
     server = RunningServer(profile, engine, launch.base_url, api_key, launch, process, log_path)
     try:
         with httpx.Client(
-            base_url=launch.base_url, headers=bearer_headers(api_key), timeout=10.0, verify=client.tls_context()
+            base_url=launch.base_url, headers=bearer_headers(api_key), timeout=10.0, verify=tls_context()
         ) as http:
             process.wait_ready(
                 lambda: engine.probe_ready(http, profile),
@@ -209,7 +209,7 @@ def _start_group(
     server = RunningServer(profile, engine, group.base_url, api_key, group.spec, group, group.log_path)
     try:
         with httpx.Client(
-            base_url=group.base_url, headers=bearer_headers(api_key), timeout=10.0, verify=client.tls_context()
+            base_url=group.base_url, headers=bearer_headers(api_key), timeout=10.0, verify=tls_context()
         ) as http:
             group.wait_ready(
                 lambda: engine.probe_ready(http, profile),
@@ -258,7 +258,7 @@ def _wait_url(server: RunningServer, budget_s: float) -> None:
     refused_since: float | None = None
     where = f"server {server.base_url} (profile {server.profile.name!r}, --server-url/url:)"
     with httpx.Client(
-        base_url=server.base_url, headers=bearer_headers(server.api_key), timeout=10.0, verify=client.tls_context()
+        base_url=server.base_url, headers=bearer_headers(server.api_key), timeout=10.0, verify=tls_context()
     ) as http:
         while True:
             if server.engine.probe_ready(http, server.profile):
@@ -291,7 +291,7 @@ def _read_back(server: RunningServer) -> None:
     """Compare what the server reports it runs with the profile (SGLang rewrites some values silently)."""
     profile = server.profile
     with httpx.Client(
-        base_url=server.base_url, headers=bearer_headers(server.api_key), timeout=10.0, verify=client.tls_context()
+        base_url=server.base_url, headers=bearer_headers(server.api_key), timeout=10.0, verify=tls_context()
     ) as http:
         server.effective = eff = server.engine.effective_config(http, profile)
     spec = profile.speculative
@@ -488,7 +488,7 @@ def client_verdict(profile: Profile, run: RunMetrics) -> str | None:
 
 def _reset_cache(server: RunningServer) -> str:
     """``Engine.reset_prefix_cache`` on a fresh client; its note goes into the results (``RunMetrics.cache_reset``)."""
-    with httpx.Client(base_url=server.base_url, timeout=30.0, verify=client.tls_context()) as http:
+    with httpx.Client(base_url=server.base_url, timeout=30.0, verify=tls_context()) as http:
         return server.engine.reset_prefix_cache(http, server.profile)
 
 
@@ -508,7 +508,7 @@ def _scheduler_covers(server: RunningServer, records: tuple[RequestRecord, ...] 
 
 
 def _scheduler_accept_length(server: RunningServer) -> float | None:
-    with httpx.Client(base_url=server.base_url, timeout=30.0, verify=client.tls_context()) as http:
+    with httpx.Client(base_url=server.base_url, timeout=30.0, verify=tls_context()) as http:
         return server.engine.scheduler_accept_length(http, server.profile)
 
 
@@ -613,7 +613,7 @@ def trace_phase(
         prompts = profile_prompts(profile, base_dir=base_dir)
     _, measured = workload.build_requests(wl, prompts)
     requests = measured[: profile.trace.requests]
-    with httpx.Client(base_url=server.base_url, timeout=60.0, verify=client.tls_context()) as http:
+    with httpx.Client(base_url=server.base_url, timeout=60.0, verify=tls_context()) as http:
         why = server.engine.start_trace(http, profile, out_dir)
         if why is not None:
             return f"not traced: {why}"

@@ -15,8 +15,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from pytest_specdec.core.metric_table import METRICS
 from pytest_specdec.judge.sweep import speedup, split_name
-from pytest_specdec.measure.metrics import METRICS
 from pytest_specdec.measure.results import ResultRecord, RunFile
 
 __all__ = [

@@ -1,0 +1,116 @@
+"""The metrics table: every metric's name, unit, direction, formula and source, one row each.
+
+On the ground floor because every floor reads it: the summary (``measure/metrics.py``), thresholds, compare, the
+run files and the plots. Standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+__all__ = ["ACCEPT_LENGTH_DEFINITION", "ACCEPT_RATE_DEFINITION", "METRICS", "MetricSpec"]
+
+#: The accept length every engine is reported in (named in the summary and in each results file).
+ACCEPT_LENGTH_DEFINITION = (
+    "1 + accepted draft tokens / verify steps (the bonus token of each step counted, each request's prefill-sampled "
+    "first token not): SGLang's server-side avg_spec_accept_length; per request (SGLang, reference) "
+    "1 + Σspec_num_correct_drafts / Σspec_verify_ct (older SGLang: Σ(completion_tokens - 1) / Σspec_verify_ct); "
+    "vLLM counters 1 + Δaccepted / Δdrafts"
+)
+#: The accept rate every engine is reported in.
+ACCEPT_RATE_DEFINITION = "accepted draft tokens / (verify steps * num_steps) = (accept_length - 1) / num_steps"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One metric: how it is named, measured and judged. ``stats`` lists the ``RunMetrics`` suffixes it has
+    (``("mean", "p50", "p90", "p99")`` -> ``ttft_ms_mean`` ...); empty means the field is ``name`` itself."""
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    formula: str
+    source: str
+    stats: tuple[str, ...] = ()
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The ``RunMetrics`` attribute names holding this metric."""
+        return tuple(f"{self.name}_{stat}" for stat in self.stats) or (self.name,)
+
+
+_LATENCY_STATS = ("mean", "p50", "p90", "p99")
+_SERVING = "SGLang python/sglang/benchmark/serving.py::calculate_metrics"
+
+METRICS: Mapping[str, MetricSpec] = MappingProxyType(
+    {
+        spec.name: spec
+        for spec in (
+            MetricSpec(
+                "output_tok_s",
+                "tok/s",
+                True,
+                "sum(completion_tokens of ok requests) / phase duration_s",
+                f"{_SERVING} (output_throughput)",
+            ),
+            MetricSpec(
+                "accept_length",
+                "tokens/verify step",
+                True,
+                ACCEPT_LENGTH_DEFINITION,
+                "SGLang scheduler_components/metrics_reporter.py (spec_num_accept_tokens += num_correct_drafts + bs "
+                "per verify forward: avg_spec_accept_length); vLLM v1/spec_decode/metrics.py (1 + accepted / drafts)",
+            ),
+            MetricSpec(
+                "accept_rate",
+                "fraction of drafted positions",
+                True,
+                ACCEPT_RATE_DEFINITION,
+                "vLLM v1/spec_decode/metrics.py (accepted / draft tokens, draft tokens = drafts * k); SGLang's "
+                "spec_accept_rate for eagle_topk 1 (for topk > 1 SGLang divides by num_draft_tokens - 1, the tree)",
+            ),
+            MetricSpec(
+                "ttft_ms",
+                "ms",
+                False,
+                "first token-carrying event arrival - request start",
+                f"{_SERVING}; backends/sglang_client.py (ttft)",
+                _LATENCY_STATS,
+            ),
+            MetricSpec(
+                "itl_ms",
+                "ms",
+                False,
+                "each later event's gap / its new tokens, once per token; pooled over requests",
+                "SGLang benchmark/backends/sglang_client.py (adjust_itl)",
+                _LATENCY_STATS,
+            ),
+            MetricSpec(
+                "tpot_ms",
+                "ms",
+                False,
+                "(e2e - ttft) / (completion_tokens - 1), per request with > 1 token",
+                f"{_SERVING} (tpot)",
+                _LATENCY_STATS,
+            ),
+            MetricSpec(
+                "e2e_ms",
+                "ms",
+                False,
+                "data: [DONE] arrival - request start",
+                f"{_SERVING} (e2e_latency)",
+                _LATENCY_STATS,
+            ),
+            MetricSpec(
+                "decode_tok_s",
+                "tok/s",
+                True,
+                "(completion_tokens - 1) / (e2e - ttft), per request; median",
+                "1 / tpot of SGLang calculate_metrics, per request",
+                ("p50",),
+            ),
+        )
+    }
+)
