@@ -19,7 +19,7 @@ class Baselines:
 
     Usage (``session.SpecdecSession.from_config``)::
 
-        baselines = Baselines.from_option(config.option.specdec_compare, store)  # None without the option
+        baselines = Baselines.from_option(settings.compare, store)  # None without the option
         found = baselines.find("tests/test_x.py::test_a[eagle3]")  # (RunFile, ResultRecord) or None
     """
 

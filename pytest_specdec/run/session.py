@@ -38,6 +38,7 @@ from pytest_specdec.run.keys import (
     thresholds_key,
     tolerances_key,
 )
+from pytest_specdec.run.settings import RunSettings
 
 if TYPE_CHECKING:
     from pytest_specdec.judge import sequential
@@ -58,18 +59,6 @@ __all__ = [
 T = TypeVar("T")
 
 
-def _profile_path(config: pytest.Config) -> tuple[Path, list[Path]]:
-    """The profile file, and the directories searched when neither the option nor the ini key names one."""
-    if config.option.specdec_profiles:
-        return Path(os.path.abspath(config.invocation_params.dir / config.option.specdec_profiles)), []
-    raw = config.getini("specdec_profiles")
-    if raw:
-        return (Path(raw) if Path(raw).is_absolute() else config.rootpath / raw), []
-    start = discovery.args_ancestor(config.args, config.invocation_params.dir)
-    found, looked = discovery.find_profile_file(start, config.rootpath, project_root=config.inipath is not None)
-    return found or config.rootpath / discovery.DEFAULT_PROFILE_FILE, looked
-
-
 def _new_run_id(now: float) -> str:
     """``results.new_run_id`` (``results`` imported on call)."""
     from pytest_specdec.measure.results import new_run_id
@@ -77,28 +66,21 @@ def _new_run_id(now: float) -> str:
     return new_run_id(now)
 
 
-def _selected(config: pytest.Config) -> list[str]:
-    return [n.strip() for n in (config.option.server_profile or "").split(",") if n.strip()]
-
-
 @dataclass(eq=False)  # registered as a plugin: pluggy needs it hashable
 class SpecdecSession:
     """Per-run state: the profile file, the selected profiles, measurements, result records, the baseline run."""
 
     config: pytest.Config
+    settings: RunSettings
+    #: The profiles this run measures: ``settings.selected``, each swept profile replaced by its points.
     selected: list[str]
-    profile_path: Path
-    out_dir: Path
     profile_set: ProfileSet | None = None
-    #: Directories searched for specdec.yaml (empty when an option or ini key named the file).
-    profile_search: list[Path] = field(default_factory=list)
     runs: dict[str, runner.RunResult] = field(default_factory=dict)
     fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
     records: list[results.ResultRecord] = field(default_factory=list)
     preflight_notes: list[str] = field(default_factory=list)
     #: What each test is compared with under ``--specdec-compare`` (None without the option).
     baselines: Baselines | None = None
-    tolerances: list[str] = field(default_factory=list)
     run_id: str = ""
     started: float = 0.0
     saved_path: Path | None = None
@@ -154,37 +136,16 @@ class SpecdecSession:
         :raises pytest.UsageError: unknown profile, broken profile file, preflight errors, unreadable baseline,
             bad tolerance.
         """
-        trap = discovery.space_form_trap(
-            config.invocation_params.args,
-            config.invocation_params.dir,
-            config.rootpath,
-            discovery.args_ancestor(config.args, config.invocation_params.dir),
-            "--specdec-dir",
-        )
-        if trap:
-            raise pytest.UsageError(trap)
-        if config.option.specdec_dir:  # command-line paths are relative to the current directory, ini ones to rootdir
-            out_dir = Path(os.path.abspath(config.invocation_params.dir / config.option.specdec_dir))
-        else:
-            out_dir = config.rootpath / (config.getini("specdec_dir") or ".specdec")
-        profile_path, searched = _profile_path(config)
-        session = cls(config=config, selected=_selected(config), profile_path=profile_path, out_dir=out_dir)
-        session.profile_search = searched
+        settings = RunSettings.from_config(config)
+        session = cls(config=config, settings=settings, selected=list(settings.selected))
         session.started = time.time()
+        out_dir = settings.out_dir
         if not xdistnode.is_worker(config) and (out_dir / "servers").is_dir():
             from pytest_specdec.serve import registry
 
             session.reaped = registry.reap(out_dir / "servers")
         session.run_id = _new_run_id(session.started)
-        session.tolerances = list(config.getini("specdec_tolerances"))
-        if session.tolerances:
-            from pytest_specdec.judge.compare import parse_tolerances
-
-            try:
-                parse_tolerances(session.tolerances)
-            except ValueError as exc:
-                raise pytest.UsageError(f"ini specdec_tolerances: {exc}") from None
-        if config.option.specdec_check:
+        if settings.check:
             session.load()
             session._check_only()
             return session
@@ -192,9 +153,7 @@ class SpecdecSession:
             session.load()
             session._expand_sweep()
             session._preflight()
-        elif config.option.specdec_sweep:
-            raise pytest.UsageError("--specdec-sweep: no profile selected; add --server-profile=NAME (e.g. eagle3)")
-        ref = config.option.specdec_compare
+        ref = settings.compare
         if ref is not None:
             from pytest_specdec.judge.baseline import Baselines
 
@@ -203,6 +162,14 @@ class SpecdecSession:
             except CompareError as exc:
                 raise pytest.UsageError(f"--specdec-compare={ref}: {exc}") from None
         return session
+
+    @property
+    def out_dir(self) -> Path:
+        return self.settings.out_dir
+
+    @property
+    def profile_path(self) -> Path:
+        return self.settings.profile_path
 
     def store(self) -> results.ResultStore:
         """The result files of ``<specdec dir>/results`` (this run's file among them once saved)."""
@@ -219,9 +186,10 @@ class SpecdecSession:
         from pytest_specdec.judge.compare import parse_tolerances
         from pytest_specdec.profiles.schema import load_profiles
 
-        if self.profile_search and not self.profile_path.is_file():
+        settings = self.settings
+        if settings.profile_search and not self.profile_path.is_file():
             raise pytest.UsageError(
-                discovery.not_found_message(self.profile_path.name, self.profile_search, self.config.rootpath)
+                discovery.not_found_message(self.profile_path.name, settings.profile_search, settings.rootpath)
             )
         try:
             self.profile_set = load_profiles(self.profile_path)
@@ -229,9 +197,11 @@ class SpecdecSession:
             # The shape of `python -m pytest_specdec check` and of preflight: one `error: FILE:LINE: ...` per problem.
             problems = "\n".join(f"error: {line}" for line in str(exc).splitlines())
             raise pytest.UsageError(f"specdec: invalid profile file (nothing was launched):\n{problems}") from None
-        url = self.config.option.server_url
+        url = settings.server_url
         if url and not url.startswith(("http://", "https://")):
-            raise pytest.UsageError(f"--server-url={url}: expected http://HOST:PORT, e.g. --server-url=http://127.0.0.1:30000")
+            raise pytest.UsageError(
+                f"--server-url={url}: expected http://HOST:PORT, e.g. --server-url=http://127.0.0.1:30000"
+            )
         if url:
             urls = {n: p.model_copy(update={"url": url}) for n, p in self.profile_set.profiles.items()}
             self.profile_set = self.profile_set.model_copy(update={"profiles": urls})
@@ -251,12 +221,12 @@ class SpecdecSession:
         see ``sweep.expand_profiles``); preflight then checks every derived profile before anything launches."""
         from pytest_specdec.judge import sweep
 
-        points = self.config.option.specdec_sweep
+        points = self.settings.sweep
         if not points:
             return
         assert self.profile_set is not None
         names = list(self.selected)
-        base = self.config.option.specdec_sweep_baseline
+        base = self.settings.sweep_baseline
         if base:
             try:
                 baseline = self.profile_set.get(base)
@@ -279,7 +249,7 @@ class SpecdecSession:
         from pytest_specdec.engines.preflight import blocking, format_findings, locate, run_preflight
 
         assert self.profile_set is not None
-        strict = self.config.option.specdec_strict
+        strict = self.settings.strict
         errors: list[str] = []
         for name in self.selected:
             errors.extend(self._run_inputs(self.profile_set.profiles[name]))
@@ -320,7 +290,7 @@ class SpecdecSession:
         from pytest_specdec.engines.preflight import blocking, format_findings, locate, run_preflight
 
         assert self.profile_set is not None
-        strict = self.config.option.specdec_strict
+        strict = self.settings.strict
         for name in self.selected or sorted(self.profile_set.profiles):
             findings = locate(run_preflight(self.profile_set.profiles[name]), self.profile_set)
             inputs = self._run_inputs(self.profile_set.profiles[name])
@@ -373,6 +343,7 @@ class SpecdecSession:
         ones, on the same prompts) and keep its line in ``run.trace``."""
         from pytest_specdec.core import hoststate
         from pytest_specdec.measure import results, runner
+
         if server.profile.trace is not None:
             run = dataclasses.replace(run, trace=runner.trace_phase(server, prompts=prompts))
         self.runs[server.profile.name] = run
@@ -394,7 +365,7 @@ class SpecdecSession:
         reference = self.profile(vs)
         if self.reference_servers is None:
             self.reference_servers = pairing.ReferenceServers(
-                self.out_dir / "logs", startup_timeout_s=self.config.option.specdec_startup_timeout
+                self.out_dir / "logs", startup_timeout_s=self.settings.startup_timeout_s
             )
         refs = self.reference_servers
         if pairing.pairing_mode(profile) == "interleaved":
@@ -404,7 +375,7 @@ class SpecdecSession:
                 "bracketed pairing restarts this profile's server, which is shared with other xdist workers or "
                 "given by URL; run without -n, or set pairing: interleaved in the profile if both servers fit"
             )
-        timeout = self.config.option.specdec_startup_timeout
+        timeout = self.settings.startup_timeout_s
         return pairing.measure_bracketed(
             server,
             pairs,
@@ -455,7 +426,7 @@ class SpecdecSession:
         return self.profile_set.profiles if self.profile_set is not None else None
 
     def repeats(self, profile: Profile) -> int:
-        return int(self.config.option.specdec_repeats or profile.workload.repeats)
+        return self.settings.repeats_of(profile)
 
     def design(self, profile: Profile) -> sequential.Design | None:
         """The sequential design of ``profile``'s verdicts: looks from its repeats (the first measurement) up to
@@ -523,6 +494,7 @@ class SpecdecSession:
         from pytest_specdec.measure import results
         from pytest_specdec.report import benchmark
         from pytest_specdec.report import lines as report
+
         item = request.node
         vs = marker.speedup_vs(item, self.profiles)
         if self.needs_measurement(profile.name, vs):
@@ -579,7 +551,7 @@ class SpecdecSession:
                 return runner.start_server(
                     profile,
                     log_dir=self.out_dir / "logs",
-                    startup_timeout_s=config.option.specdec_startup_timeout,
+                    startup_timeout_s=self.settings.startup_timeout_s,
                     on_progress=progress,
                     on_launch=on_launch,
                 )
@@ -602,14 +574,12 @@ class SpecdecSession:
             return started[0].process
 
         root = tmp_path_factory.getbasetemp().parent
-        budget = config.option.specdec_startup_timeout or profile.startup_timeout_s
+        budget = self.settings.startup_timeout_s or profile.startup_timeout_s
         sharer = sharing.shared_server(profile.name, root, start_process)
         shared = or_fail(sharer.__enter__)
         try:
             # The worker that launched it keeps its handle; the others attach by URL. Teardown is shared_server's job.
-            yield started[0] if started else or_fail(
-                lambda: runner.attach(profile, shared.base_url, budget_s=budget)
-            )
+            yield started[0] if started else or_fail(lambda: runner.attach(profile, shared.base_url, budget_s=budget))
         finally:
             self.servers.pop(profile.name, None)
             self.stop_reference_servers()
@@ -643,11 +613,11 @@ class SpecdecSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> bool | None:
-        return True if self.config.option.specdec_check else None
+        return True if self.settings.check else None
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
-        return True if self.config.option.specdec_check else None
+        return True if self.settings.check else None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # Runs on the controller under xdist too: records travel in user_properties.
@@ -673,7 +643,7 @@ class SpecdecSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.config.option.specdec_check:
+        if self.settings.check:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED if self.check_failed else pytest.ExitCode.OK
             return
         if xdistnode.is_worker(self.config):

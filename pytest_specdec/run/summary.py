@@ -53,20 +53,20 @@ def finish(session: SpecdecSession, pytest_session: pytest.Session) -> None:
 def finish_outputs(session: SpecdecSession, pytest_session: pytest.Session, run: results.RunFile) -> None:
     """Sweep table and plot, position plot, ``--specdec-report``, markdown summary. A sweep in which no point met
     its thresholds (or whose configured point is too far below the best) is a run-level failure."""
-    option = session.config.option
-    if option.specdec_sweep:
+    option = session.settings
+    if option.sweep:
         assert session.profile_set is not None
         summary = sweep.summarize(
             session.records,
             session.profile_set.profiles,
-            baseline=option.specdec_sweep_baseline,
-            max_gap=option.specdec_sweep_max_gap,
+            baseline=option.sweep_baseline,
+            max_gap=option.sweep_max_gap,
         )
         if summary is not None:
             session.sweep_table, session.sweep_red = summary.table, summary.red
             session.sweep_undecided = summary.undecided
             undecided = [line for line in summary.table if line.startswith("undecided")]
-            plot_path = Path(option.specdec_sweep_plot or session.out_dir / f"sweep-{session.run_id}.png")
+            plot_path = Path(option.sweep_plot or session.out_dir / f"sweep-{session.run_id}.png")
             try:
                 session.sweep_plot = plots.plot_sweep(
                     summary.points,
@@ -83,18 +83,16 @@ def finish_outputs(session: SpecdecSession, pytest_session: pytest.Session, run:
             if session.sweep_red:
                 session.sweep_failed = True
                 pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    if option.specdec_position_plot and any(r.metrics.get("accept_rate_at") for r in session.records):
+    if option.position_plot and any(r.metrics.get("accept_rate_at") for r in session.records):
         profiles = session.profile_set.profiles if session.profile_set is not None else {}
         floors = {name: p.thresholds.min_accept_rate_at or {} for name, p in profiles.items()}
         try:
-            session.position_plot = plots.plot_positions(
-                session.records, option.specdec_position_plot, floors=floors
-            )
+            session.position_plot = plots.plot_positions(session.records, option.position_plot, floors=floors)
         except ImportError as exc:
             session.position_plot_error = str(exc)
-    if option.specdec_report:
-        session.report_path = report.write_json_report(run, Path(option.specdec_report))
-    targets = markdown.markdown_targets(option.specdec_markdown, os.environ)
+    if option.report:
+        session.report_path = report.write_json_report(run, Path(option.report))
+    targets = markdown.markdown_targets(option.markdown, os.environ)
     if targets:
         lines = markdown.markdown_summary(
             session.records, session.failures, results_path=session.saved_path, sweep_lines=session.sweep_table

@@ -623,7 +623,7 @@ def compare_item(
     """The baseline-compare failure text for one test, or None when it did not regress (``judge_compare`` on the
     baseline ``session.baselines`` picks; no baseline warns)."""
     test_id = record.test_id
-    base_profile = item.config.option.specdec_compare_profile
+    base_profile = session.settings.compare_profile
     if base_profile and profile.is_speculative:
         # Swap only the profile's part of the parametrization id ("[eagle3-shifted-layers-1]" -> "[eagle3-1]");
         # profiles without speculation keep their own baseline.
@@ -642,10 +642,10 @@ def compare_item(
         run_id=run.run_id,
         test_id=test_id,
         tolerances=compare.layered_tolerances(
-            session.tolerances, profile.tolerances, item.stash.get(tolerances_key, [])
+            list(session.settings.tolerances), profile.tolerances, item.stash.get(tolerances_key, [])
         ),
         noise=noise_for(session, profile.name),
-        force=item.config.option.specdec_compare_force,
+        force=session.settings.compare_force,
         confirm=lambda: confirm_record(session, record) if design is None else _extended(session, item, record),
         design=design,
         server_s=lambda: session.server_seconds(profile.name, (record.paired or {}).get("vs")),
