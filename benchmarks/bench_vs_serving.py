@@ -53,7 +53,7 @@ from pytest_specdec.profiles.schema import RandomPrompts
 def build_requests(args: argparse.Namespace) -> tuple[list[RequestSpec], list[RequestSpec]]:
     """(warmup, measured): bench_serving's warmup is its first prompt at most 32 tokens long."""
     if args.prompts == "builtin":
-        texts = workload.load_prompts("builtin", Path("."))
+        texts = [p.text for p in workload.load_prompts("builtin", Path("."))]
         measured = [RequestSpec(texts[i % len(texts)], args.output_len, 0.0, True) for i in range(args.num_prompts)]
     else:
         settings = RandomPrompts(input_len=args.input_len, range_ratio=args.range_ratio, seed=args.seed)

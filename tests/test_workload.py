@@ -10,15 +10,20 @@ import pytest
 
 from pytest_specdec.core.errors import ProfileError
 from pytest_specdec.measure import workload as workload_mod
-from pytest_specdec.measure.workload import RequestSpec, build_requests, load_prompts, prompt_set_hash
+from pytest_specdec.measure.workload import Prompt, RequestSpec, build_requests, load_prompts, prompt_set_hash
 from pytest_specdec.profiles.schema import RandomPrompts, Workload
+
+
+def texts(*items: str) -> list[Prompt]:
+    return [Prompt(text) for text in items]
+
 
 JSONL_FIX = 'fix: write one JSON object per line, e.g. {"prompt": "Explain speculative decoding."}'
 
 
 def test_jsonl_prompt_and_text_keys_blank_lines_skipped(tmp_path: Path) -> None:
     (tmp_path / "p.jsonl").write_text('{"prompt": "one"}\n\n{"text": "two", "id": 3}\n', encoding="utf-8")
-    assert load_prompts("p.jsonl", tmp_path) == ["one", "two"]
+    assert load_prompts("p.jsonl", tmp_path) == [Prompt("one"), Prompt("two")]
 
 
 def test_sharegpt_first_human_turn(tmp_path: Path) -> None:
@@ -35,7 +40,7 @@ def test_sharegpt_first_human_turn(tmp_path: Path) -> None:
         {"id": "c", "conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "third"}]},
     ]
     (tmp_path / "sg.json").write_text(json.dumps(data), encoding="utf-8")
-    assert load_prompts(str(tmp_path / "sg.json"), "/elsewhere") == ["first q", "third"]
+    assert load_prompts(str(tmp_path / "sg.json"), "/elsewhere") == [Prompt("first q"), Prompt("third")]
 
 
 def test_builtin_points_at_the_bundled_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -43,7 +48,7 @@ def test_builtin_points_at_the_bundled_file(tmp_path: Path, monkeypatch: pytest.
     fake = tmp_path / "prompts.jsonl"
     fake.write_text('{"prompt": "builtin one"}\n', encoding="utf-8")
     monkeypatch.setattr(workload_mod, "BUILTIN_PROMPTS", fake)
-    assert load_prompts("builtin", "/unused") == ["builtin one"]
+    assert load_prompts("builtin", "/unused") == [Prompt("builtin one")]
 
 
 @pytest.mark.parametrize(
@@ -92,22 +97,22 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_build_requests_cycles_deterministically() -> None:
     wl = Workload(num_requests=5, warmup_requests=2, max_new_tokens=32, temperature=0.5, ignore_eos=False)
-    warmup, measured = build_requests(wl, ["a", "b", "c"])
+    warmup, measured = build_requests(wl, texts("a", "b", "c"))
     assert [r.prompt for r in warmup] == ["a", "b"]
     assert [r.prompt for r in measured] == ["a", "b", "c", "a", "b"]
     assert measured[0] == RequestSpec(prompt="a", max_new_tokens=32, temperature=0.5, ignore_eos=False)
-    assert build_requests(wl, ["a", "b", "c"]) == (warmup, measured)
-    assert build_requests(Workload(warmup_requests=0, num_requests=1), ["x"])[0] == []
+    assert build_requests(wl, texts("a", "b", "c")) == (warmup, measured)
+    assert build_requests(Workload(warmup_requests=0, num_requests=1), texts("x"))[0] == []
     with pytest.raises(ValueError, match=r"^build_requests: empty prompt list$"):
         build_requests(wl, [])
 
 
 def test_prompt_set_hash_is_sha256_order_and_boundary_sensitive() -> None:
-    h = prompt_set_hash(["ab", "c"])
+    h = prompt_set_hash(texts("ab", "c"))
     assert h == hashlib.sha256(b'["ab", "c"]').hexdigest()
     assert len(h) == 64
-    assert h != prompt_set_hash(["a", "bc"])
-    assert h != prompt_set_hash(["c", "ab"])
+    assert h != prompt_set_hash(texts("a", "bc"))
+    assert h != prompt_set_hash(texts("c", "ab"))
 
 
 def test_categories_from_jsonl_reach_the_requests(tmp_path: Path) -> None:
@@ -116,8 +121,8 @@ def test_categories_from_jsonl_reach_the_requests(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     prompts = load_prompts("p.jsonl", tmp_path)
-    assert prompts == ["a", "b", "c"] and [p.category for p in prompts] == ["code", None, "prose"]
-    assert prompt_set_hash(prompts) == prompt_set_hash(["a", "b", "c"])  # labels do not change the hash
+    assert [p.text for p in prompts] == ["a", "b", "c"] and [p.category for p in prompts] == ["code", None, "prose"]
+    assert prompt_set_hash(prompts) == prompt_set_hash(texts("a", "b", "c"))  # labels do not change the hash
     _, measured = build_requests(Workload(num_requests=4, warmup_requests=0), prompts)
     assert [(r.prompt, r.category) for r in measured] == [("a", "code"), ("b", None), ("c", "prose"), ("a", "code")]
     assert type(measured[0].prompt) is str
@@ -138,7 +143,8 @@ def test_builtin_set_has_five_categories_and_keeps_its_first_prompts() -> None:
     prompts = load_prompts("builtin", "/unused")
     assert {p.category for p in prompts} == {"code", "prose", "math", "dialogue", "structured"}
     # The examples' thresholds were measured on the first 16 prompts: they stay first, in order.
-    assert prompts[0].startswith("def _check_type(value, name):") and prompts[15].startswith("class TestCase(")
+    assert prompts[0].text.startswith("def _check_type(value, name):")
+    assert prompts[15].text.startswith("class TestCase(")
     assert len(prompts) == 44
 
 
@@ -160,7 +166,7 @@ def test_random_prompts_are_the_ids_sglang_bench_serving_drew() -> None:
     prompts = workload_mod.random_prompts(settings, a["num_prompts"], a["output_len"], 2048)
     assert _as_bench_rows(prompts) == recorded["prompts"]
     assert len({len(p.input_ids or ()) for p in prompts}) > 1  # the range ratio varied the lengths
-    assert all(p == "" and p.category is None for p in prompts)
+    assert all(p.text == "" and p.category is None for p in prompts)
 
 
 def test_random_prompts_match_bench_serving_at_the_gpu_comparison_sizes() -> None:
@@ -209,7 +215,7 @@ def test_random_workload_sends_input_ids_with_each_prompts_output_length() -> No
     other = workload_mod.workload_prompts(wl.model_copy(update={"random": RandomPrompts(seed=1, vocab_size=2048)}),
                                           "/unused", None)  # fmt: skip
     assert prompt_set_hash(prompts) != prompt_set_hash(other)
-    assert prompt_set_hash(["a"]) == hashlib.sha256(b'["a"]').hexdigest()
+    assert prompt_set_hash(texts("a")) == hashlib.sha256(b'["a"]').hexdigest()
 
 
 def test_random_vocab_size_comes_from_the_tokenizer_at_model_path() -> None:

@@ -34,30 +34,25 @@ _SHAREGPT_FIX = (
 )
 
 
-class Prompt(str):
-    """One prompt's text (a ``str``, so prompt lists hash and send as before) with its optional ``category``
-    (the JSONL ``category`` field, e.g. ``code``; None when the file gives none), and for ``prompts: random`` its
-    token ids (text ``""``) and its own output length."""
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One prompt of a prompt set: its text, its category, and for ``prompts: random`` its token ids and output
+    length.
 
-    category: str | None
+    Usage::
+
+        Prompt("Explain speculative decoding.", "prose")
+        Prompt("", input_ids=(17, 18, 19), max_new_tokens=64)   # a prompts: random entry
+    """
+
+    #: The prompt sent as ``text`` / ``prompt`` / the user message; ``""`` for a token-id prompt.
+    text: str
+    #: The JSONL ``category`` field (e.g. ``code``), for per-category results; None when the file gives none.
+    category: str | None = None
     #: Token ids sent as ``input_ids`` instead of the text; None for a text prompt.
-    input_ids: tuple[int, ...] | None
+    input_ids: tuple[int, ...] | None = None
     #: This prompt's ``max_new_tokens`` (bench_serving draws one per prompt); None: the workload's.
-    max_new_tokens: int | None
-
-    def __new__(
-        cls,
-        text: str,
-        category: str | None = None,
-        *,
-        input_ids: tuple[int, ...] | None = None,
-        max_new_tokens: int | None = None,
-    ) -> Prompt:
-        obj = super().__new__(cls, text)
-        obj.category = category
-        obj.input_ids = input_ids
-        obj.max_new_tokens = max_new_tokens
-        return obj
+    max_new_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,9 +245,7 @@ def workload_prompts(workload: Workload, base_dir: str | Path, model_path: str |
     return random_prompts(settings, workload.num_requests, workload.max_new_tokens, vocab)
 
 
-def build_requests(
-    workload: Workload, prompts: Sequence[str]
-) -> tuple[list[RequestSpec], list[RequestSpec]]:
+def build_requests(workload: Workload, prompts: Sequence[Prompt]) -> tuple[list[RequestSpec], list[RequestSpec]]:
     """The warmup and measured request lists of one phase.
 
     Warmup request ``i`` and measured request ``i`` both use ``prompts[i % len(prompts)]``: the schedule depends
@@ -268,28 +261,26 @@ def build_requests(
     def make(i: int) -> RequestSpec:
         prompt = prompts[i % len(prompts)]
         return RequestSpec(
-            prompt=str(prompt),
-            max_new_tokens=getattr(prompt, "max_new_tokens", None) or workload.max_new_tokens,
+            prompt=prompt.text,
+            max_new_tokens=prompt.max_new_tokens or workload.max_new_tokens,
             temperature=workload.temperature,
             ignore_eos=workload.ignore_eos,
-            input_ids=getattr(prompt, "input_ids", None),
-            category=getattr(prompt, "category", None),
+            input_ids=prompt.input_ids,
+            category=prompt.category,
         )
 
     return [make(i) for i in range(workload.warmup_requests)], [make(i) for i in range(workload.num_requests)]
 
 
-def prompt_set_hash(prompts: Sequence[str]) -> str:
+def prompt_set_hash(prompts: Sequence[Prompt]) -> str:
     """SHA-256 hex digest (64 chars) of the prompt list, order-sensitive, for result fingerprints.
 
-    Computed over ``json.dumps(prompts, ensure_ascii=False)`` in UTF-8, so the boundaries between prompts count;
-    categories are not part of it (relabelling a prompt set keeps its runs comparable). A token-id prompt
+    Computed over ``json.dumps`` of the texts (``ensure_ascii=False``) in UTF-8, so the boundaries between prompts
+    count; categories are not part of it (relabelling a prompt set keeps its runs comparable). A token-id prompt
     (``prompts: random``) enters as ``{"input_ids": [...], "max_new_tokens": n}``.
     """
     items: list[Any] = [
-        p
-        if getattr(p, "input_ids", None) is None
-        else {"input_ids": list(p.input_ids), "max_new_tokens": p.max_new_tokens}  # type: ignore[attr-defined]
+        p.text if p.input_ids is None else {"input_ids": list(p.input_ids), "max_new_tokens": p.max_new_tokens}
         for p in prompts
     ]
     return hashlib.sha256(json.dumps(items, ensure_ascii=False).encode("utf-8")).hexdigest()
