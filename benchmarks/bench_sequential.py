@@ -47,6 +47,8 @@ sys.path.insert(0, str(ROOT))
 from busy import Load  # noqa: E402 - benchmarks/busy.py, beside this script
 
 from pytest_specdec.judge import compare, sequential, speedup  # noqa: E402
+from pytest_specdec.judge.paired import paired_ratios  # noqa: E402
+from pytest_specdec.judge.tolerances import Tolerance  # noqa: E402
 from pytest_specdec.measure import pairing, results, runner  # noqa: E402
 from pytest_specdec.profiles.schema import load_profiles  # noqa: E402
 from pytest_specdec.refserver.decoding import FORWARD_DELAY_ENV  # noqa: E402
@@ -123,7 +125,7 @@ def sequential_speedup(s: Stream, floor: float, design: sequential.Design) -> Ve
 
 
 def fixed_compare(s: Stream, base: results.ResultRecord, tolerance: float, first: int) -> Verdict:
-    tol = {"output_tok_s": compare.Tolerance(rel=tolerance)}
+    tol = {"output_tok_s": Tolerance(rel=tolerance)}
     s.ratios(first)
     cur = _record(s.target_tok_s[:first], s.reference_tok_s[:first])
     if not compare.compare_results(base, cur, tol).failed:
@@ -137,7 +139,7 @@ def fixed_compare(s: Stream, base: results.ResultRecord, tolerance: float, first
 def sequential_compare(
     s: Stream, base: results.ResultRecord, tolerance: float, design: sequential.Design
 ) -> Verdict:
-    tol = {"output_tok_s": compare.Tolerance(rel=tolerance)}
+    tol = {"output_tok_s": Tolerance(rel=tolerance)}
     first = design.start
     s.ratios(first)
     rows = compare.compare_results(base, _record(s.target_tok_s[:first], s.reference_tok_s[:first]), tol).rows
@@ -145,7 +147,7 @@ def sequential_compare(
     # The plugin's screen (verdict._suspects): the median worse than the tolerance, whatever the repeats' spread.
     if row.delta is None or row.baseline is None or -row.delta <= row.tolerance.allowed(row.baseline):
         return "passed", first, s.spent(first)
-    base_ratios = compare.paired_ratios(base, "output_tok_s")
+    base_ratios = paired_ratios(base, "output_tok_s")
     n = first + 1
     while True:
         decision = sequential.decide_shift(base_ratios, s.ratios(n), tolerance, design, higher_is_better=True)

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_specdec.judge import sweep  # noqa: E402
-from pytest_specdec.judge.compare import paired_ratios  # noqa: E402
+from pytest_specdec.judge.paired import paired_ratios  # noqa: E402
 from pytest_specdec.measure.results import ResultRecord, read_run_file  # noqa: E402
 from pytest_specdec.profiles.schema import load_profiles  # noqa: E402
 

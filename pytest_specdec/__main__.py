@@ -2,4 +2,6 @@
 
 from pytest_specdec.cli.main import main
 
-raise SystemExit(main())
+# Guarded so that importing the module (tests/test_imports.py imports every module) does not run the CLI.
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,6 +9,7 @@ import pytest
 
 from pytest_specdec.judge import compare
 from pytest_specdec.judge.thresholds import evaluate
+from pytest_specdec.judge.tolerances import layered_tolerances
 from pytest_specdec.measure.results import ResultRecord
 from pytest_specdec.profiles.schema import Profile, Thresholds
 from pytest_specdec.run.summary import cost_lines, note_lines
@@ -54,7 +55,7 @@ def _judge(base: ResultRecord, current: ResultRecord, again: ResultRecord | None
         return again
 
     return judge_compare(
-        base, current, run_id="R1", test_id=current.test_id, tolerances=compare.layered_tolerances(), noise={},
+        base, current, run_id="R1", test_id=current.test_id, tolerances=layered_tolerances(), noise={},
         force=False, confirm=confirm,
     )  # fmt: skip
 
@@ -142,7 +143,7 @@ def _sequential(base: ResultRecord, stream: list[float], first: int) -> tuple[Co
 
     judged = judge_compare(
         base, rec(output_tok_s=stream[:first]), run_id="R1", test_id="t.py::test_x[eagle3]",
-        tolerances=compare.layered_tolerances(), noise={}, force=False, confirm=more,
+        tolerances=layered_tolerances(), noise={}, force=False, confirm=more,
         design=sequential.Design(first, 10), server_s=lambda: 2.0 * shown[0], costs=costs,
     )  # fmt: skip
     return judged, shown[0], costs
@@ -152,7 +153,7 @@ def test_sequential_compare_catches_a_shift_the_first_measurement_calls_noise() 
     # 12 % slower, beyond the 5 % tolerance; one fast repeat among the first 3 makes today's test not significant.
     base = rec(output_tok_s=[100.0, 99.0, 101.0, 99.5, 100.5])
     stream = [88.0, 86.0, 101.5, 87.0, 89.0, 88.5, 87.5, 88.0, 89.0, 87.0]
-    first = compare.compare_results(base, rec(output_tok_s=stream[:3]), compare.layered_tolerances())
+    first = compare.compare_results(base, rec(output_tok_s=stream[:3]), layered_tolerances())
     assert [r.verdict for r in first.rows if r.metric == "output_tok_s"] == ["noise"]
     judged, measured, costs = _sequential(base, stream, 3)
     assert judged.failure is not None and "output_tok_s: worse (current/baseline 0.8929" in judged.failure

@@ -398,7 +398,7 @@ def find_symptoms(
     :param good_exact: per exact field, the per-phase values of the good configuration (``bad_exact``: the bad one).
     :param bad_ratios: paired tok/s ratios bad/good (phases interleaved).
     :param temperature: the workload temperature (exact fields need 0 on both sides).
-    :param tolerance_rel: the tok/s tolerance (``compare.DEFAULT_TOLERANCES["output_tok_s"].rel``, 5 %): the bad
+    :param tolerance_rel: the tok/s tolerance (``tolerances.DEFAULT_TOLERANCES["output_tok_s"].rel``, 5 %): the bad
         configuration is slower when its median ratio is below ``1 - tolerance_rel`` and the one-sided Wilcoxon test
         (``stats.below_test``) finds that significant.
     """

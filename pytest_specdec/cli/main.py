@@ -69,7 +69,7 @@ class _CompareHelpFormatter(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help
         if text is not None and _DEFAULT_TOLERANCES in text:
-            from pytest_specdec.judge.compare import DEFAULT_TOLERANCES, format_tolerances
+            from pytest_specdec.judge.tolerances import DEFAULT_TOLERANCES, format_tolerances
 
             text = text.replace(_DEFAULT_TOLERANCES, format_tolerances(DEFAULT_TOLERANCES).replace("%", "%%"))
         return text
@@ -288,7 +288,7 @@ def _cmd_bisect(args: argparse.Namespace) -> int:
     from pytest_specdec.bisection import ddmin as bisection
     from pytest_specdec.bisection.probes import Prober
     from pytest_specdec.core.errors import SpecdecError
-    from pytest_specdec.judge.compare import layered_tolerances
+    from pytest_specdec.judge.tolerances import layered_tolerances
 
     try:
         good, bad, name, source, fixed, tolerances = _bisect_inputs(args)
@@ -439,7 +439,7 @@ def _cmd_trend(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from pytest_specdec.judge.compare import compare_command
+    from pytest_specdec.cli.compare import compare_command
 
     return compare_command(
         args.base,
@@ -476,7 +476,9 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from pytest_specdec.core.errors import ServerError, ServerStartError
-    from pytest_specdec.judge.compare import calibrate_noise, calibrate_proposal, format_tolerances, paired_ratios
+    from pytest_specdec.judge.noise import calibrate_noise, calibrate_proposal
+    from pytest_specdec.judge.paired import paired_ratios
+    from pytest_specdec.judge.tolerances import format_tolerances
 
     records: list[ResultRecord] = []
     if args.from_runs:

@@ -1,4 +1,4 @@
-"""Baseline compare: per-metric direction and tolerance, significance over repeats, and the fingerprint diff.
+"""Baseline compare: one test's current result judged against its baseline, row by metric field.
 
 A row regresses when the median moved in the metric's worse direction (``metrics.METRICS[...].higher_is_better``)
 by more than its tolerance *and* ``stats.worse_test`` finds the shift significant over the per-repeat values
@@ -6,305 +6,38 @@ by more than its tolerance *and* ``stats.worse_test`` finds the shift significan
 ``asv/commands/compare.py``). Unlike pytest-benchmark's ``--benchmark-compare-fail`` (seconds only, larger = worse,
 session-wide failure) each metric has its own direction and tolerance, and each test fails on its own.
 
-Tolerance strings (``parse_tolerances``)::
-
-    output_tok_s:5%       relative: 5 % of the baseline median (above 100 % allowed: 150%)
-    accept_length:0.02    absolute, in the metric's unit
-    ttft_ms:10%+5         both: 10 % of the baseline plus 5 ms
-    ttft_ms_p99:20%       one statistic field; a metric name (ttft_ms) covers all its fields (mean, p50, p90, p99)
+The tolerances are ``judge.tolerances``, the fingerprint diff ``judge.fingerprint``, the noise limit
+``judge.noise``, the per-pair ratios ``judge.paired``; the ``compare`` command on stored runs is ``cli.compare``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
-import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TextIO
+from typing import NamedTuple
 
 from pytest_specdec.core import hoststate, stats
 from pytest_specdec.core.errors import CompareError
-from pytest_specdec.core.metric_table import METRICS, MetricSpec
 from pytest_specdec.core.table import Column, text_table
-from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
+from pytest_specdec.judge.fingerprint import fingerprint_diff, workload_differences
+from pytest_specdec.judge.noise import NOISE_K
+from pytest_specdec.judge.paired import paired_ratios
+from pytest_specdec.judge.tolerances import Tolerance, field_specs, merge_tolerances
+from pytest_specdec.measure.results import ResultRecord, RunFile
 
 __all__ = [
+    "CATEGORY_COMPARE_FIELDS",
+    "EXACT_FIELDS",
+    "MIN_CATEGORY_REQUESTS",
     "CompareRow",
     "Comparison",
-    "DEFAULT_TOLERANCES",
     "RunComparison",
-    "Tolerance",
-    "WORKLOAD_KEYS",
-    "calibrate_noise",
-    "calibrate_proposal",
-    "compare_command",
     "compare_results",
     "compare_runs",
-    "fingerprint_diff",
-    "format_tolerances",
-    "layered_tolerances",
-    "load_pair",
-    "merge_tolerances",
-    "paired_ratios",
-    "parse_tolerances",
-    "profile_mapper",
-    "read_noise",
-    "speedup_by_concurrency",
-    "speedup_failures",
     "swap_profile_id",
-    "workload_differences",
 ]
-
-_FORMAT_HELP = "expected METRIC:TOL with TOL as 5% (relative), 0.02 (absolute) or 10%+5 (both), e.g. output_tok_s:5%"
-_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
-_TOL_RE = re.compile(rf"^(?:(?P<rel>{_NUMBER})%(?:\+(?P<both_abs>{_NUMBER}))?|(?P<abs>{_NUMBER}))$")
-#: Workload keys whose difference makes two results incomparable (``fingerprint["workload"]``) — refused
-#: unless forced. ``prompt_hash`` is checked too.
-WORKLOAD_KEYS = ("max_new_tokens", "concurrency", "num_requests", "temperature", "api")
-
-
-@dataclass(frozen=True, slots=True)
-class Tolerance:
-    """Allowed worsening of one metric: ``rel * |baseline median| + abs`` (either may be 0).
-
-    >>> Tolerance(rel=0.10, abs=5.0).allowed(50.0)
-    10.0
-    """
-
-    rel: float = 0.0
-    abs: float = 0.0
-
-    def allowed(self, baseline: float) -> float:
-        """The largest worsening (in the metric's unit) that still passes."""
-        return self.rel * abs(baseline) + self.abs
-
-    def __str__(self) -> str:
-        rel = f"{self.rel * 100:g}%" if self.rel else ""
-        if rel and self.abs:
-            return f"{rel}+{self.abs:g}"
-        return rel or f"{self.abs:g}"
-
-
-def _field_specs() -> dict[str, MetricSpec]:
-    """``RunMetrics`` field -> its metric (``ttft_ms_p50`` -> the ``ttft_ms`` spec)."""
-    return {f: spec for spec in METRICS.values() for f in spec.fields}
-
-
-#: Every compare checks these fields; ini ``specdec_tolerances``, the profile and the marker change a field's
-#: tolerance, never remove it (:func:`merge_tolerances`).
-DEFAULT_TOLERANCES: Mapping[str, Tolerance] = {
-    "output_tok_s": Tolerance(rel=0.05),
-    "accept_length": Tolerance(rel=0.02),
-    "accept_rate": Tolerance(abs=0.02),
-    "ttft_ms_p50": Tolerance(rel=0.10),
-    "itl_ms_p50": Tolerance(rel=0.10),
-    "tpot_ms_p50": Tolerance(rel=0.10),
-}
-
-
-def parse_tolerances(spec: str | Sequence[str]) -> dict[str, Tolerance]:
-    """Parse ``"output_tok_s:5%, accept_length:0.02"`` (or a list of such strings; comma or whitespace separated).
-
-    :returns: metric name or field -> Tolerance, in input order (a later token for the same key wins).
-    :raises ValueError: ``bad tolerance 'TOKEN': expected METRIC:TOL with TOL as 5% (relative), 0.02 (absolute)
-        or 10%+5 (both), e.g. output_tok_s:5%``, or ``bad tolerance 'TOKEN': unknown metric 'NAME' (known: ...)``.
-    """
-    parts = [spec] if isinstance(spec, str) else list(spec)
-    tokens = [t for part in parts for t in re.split(r"[,\s]+", part.strip()) if t]
-    known = set(METRICS) | set(_field_specs())
-    out: dict[str, Tolerance] = {}
-    for token in tokens:
-        name, sep, value = token.partition(":")
-        match = _TOL_RE.match(value.strip()) if sep else None
-        if not name or match is None:
-            raise ValueError(f"bad tolerance {token!r}: {_FORMAT_HELP}")
-        if name not in known:
-            listed = ", ".join(sorted(METRICS))
-            raise ValueError(
-                f"bad tolerance {token!r}: unknown metric {name!r} (known: {listed}, or a field like ttft_ms_p99)"
-            )
-        if match.group("abs") is not None:
-            tol = Tolerance(abs=float(match.group("abs")))
-        else:
-            tol = Tolerance(rel=float(match.group("rel")) / 100.0, abs=float(match.group("both_abs") or 0.0))
-        out[name] = tol
-    return out
-
-
-def format_tolerances(tolerances: Mapping[str, Tolerance]) -> str:
-    """The inverse of :func:`parse_tolerances`: ``"output_tok_s:5% accept_length:2%"``."""
-    return " ".join(f"{name}:{tol}" for name, tol in tolerances.items())
-
-
-def _resolve(tolerances: Mapping[str, Tolerance]) -> dict[str, Tolerance]:
-    """Field -> tolerance in METRICS order; a field key beats its metric's key."""
-    by_field = _field_specs()
-    out: dict[str, Tolerance] = {}
-    for fname, spec in by_field.items():
-        if fname in tolerances:
-            out[fname] = tolerances[fname]
-        elif spec.name in tolerances:
-            out[fname] = tolerances[spec.name]
-    return out
-
-
-def merge_tolerances(*layers: Mapping[str, Tolerance] | None) -> dict[str, Tolerance]:
-    """The tolerance of every compared field: :data:`DEFAULT_TOLERANCES`, then each layer over it, key by key.
-
-    A layer never switches the other checks off: ``output_tok_s:3%`` changes the tok/s tolerance and leaves accept
-    length, accept rate and the latency p50s at their defaults. Within one layer a field key beats its metric's key
-    (``ttft_ms:20% ttft_ms_p99:50%``); across layers the later one wins for every field it names, so a marker's
-    ``ttft_ms:20%`` overrides a profile's ``ttft_ms_p50:5%``. The plugin's layers, in order: ini
-    ``specdec_tolerances``, the profile's ``tolerances:``, the marker's ``tolerances=``.
-
-    Example: ``merge_tolerances({"output_tok_s": Tolerance(rel=0.03)})`` -> output_tok_s 3 %, accept_length 2 %,
-    accept_rate 0.02, ttft/itl/tpot p50 10 %.
-
-    :returns: field (``RunMetrics`` attribute) -> Tolerance, in ``METRICS`` order.
-    """
-    merged = _resolve(DEFAULT_TOLERANCES)
-    for layer in layers:
-        if layer:
-            merged.update(_resolve(layer))
-    return {fname: merged[fname] for fname in _field_specs() if fname in merged}
-
-
-# -- fingerprint diff ---------------------------------------------------------------------------------------------
-
-
-def layered_tolerances(*specs: str | Sequence[str]) -> dict[str, Tolerance]:
-    """The tolerances of a test from its layers, lowest first (ini ``specdec_tolerances``, then the profile's
-    ``tolerances``, then the marker's): each layer changes the fields it names; the defaults stay checked
-    (``merge_tolerances``).
-
-    :raises ValueError: a layer that does not parse (``parse_tolerances``).
-    """
-    return merge_tolerances(*(parse_tolerances(spec) for spec in specs))
-
-
-def _show(value: Any, missing: str = "(absent)") -> str:
-    if value is None:
-        return missing
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float) and value.is_integer():
-        return f"{value:g}"
-    return str(value)
-
-
-def _dict_lines(prefix: str, a: Any, b: Any, missing: str = "(absent)", skip: Iterable[str] = ()) -> list[str]:
-    a = a if isinstance(a, dict) else {}
-    b = b if isinstance(b, dict) else {}
-    lines = []
-    for key in sorted(set(a) | set(b)):
-        if key in skip or a.get(key) == b.get(key):
-            continue
-        lines.append(f"{prefix}{key}: {_show(a.get(key), missing)} -> {_show(b.get(key), missing)}")
-    return lines
-
-
-def _argv_flags(argv: Any) -> dict[str, str]:
-    """``--flag value`` / ``--flag=value`` / bare ``--flag`` -> {flag: value}; the command before the first flag is
-    ``(command)``. ``--port`` is dropped: a free port is picked per run."""
-    if not isinstance(argv, list):
-        return {}
-    flags: dict[str, str] = {}
-    head: list[str] = []
-    i = 0
-    while i < len(argv):
-        arg = str(argv[i])
-        if arg.startswith("--"):
-            name, eq, value = arg.partition("=")
-            if not eq and i + 1 < len(argv) and not str(argv[i + 1]).startswith("--"):
-                value = str(argv[i + 1])
-                i += 1
-            flags[name] = value
-        elif not flags:
-            head.append(arg)
-        i += 1
-    flags.pop("--port", None)
-    if head:
-        flags["(command)"] = " ".join(head)
-    return flags
-
-
-def _gpus(value: Any) -> str | None:
-    if not isinstance(value, list) or not value:
-        return None
-    shown = [
-        f"{g.get('name')} (driver {g.get('driver')}, CUDA {g.get('cuda') or '?'})" for g in value if isinstance(g, dict)
-    ]
-    return ", ".join(shown) or None
-
-
-def fingerprint_diff(base: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """One line per fingerprint difference, ``what: baseline -> current``, in a fixed order: versions, engine
-    config, draft, env, argv, workload, hardware. Examples: ``torch: 2.13.0 -> 2.14.1``,
-    ``env NCCL_PROTO: LL -> (unset)``, ``draft aux ids: [1, 3, 5] -> [2, 4, 6]``.
-
-    :param base: ``ResultRecord.fingerprint`` of the baseline (``results.build_fingerprint``).
-    :param current: the current one.
-    """
-    lines: list[str] = []
-    if base.get("plugin_version") != current.get("plugin_version"):
-        lines.append(f"pytest-specdec: {_show(base.get('plugin_version'))} -> {_show(current.get('plugin_version'))}")
-    if base.get("engine") != current.get("engine"):
-        lines.append(f"engine: {_show(base.get('engine'))} -> {_show(current.get('engine'))}")
-    lines += _dict_lines("", base.get("packages"), current.get("packages"), skip=("error",))
-    lines += _dict_lines("effective ", base.get("effective"), current.get("effective"))
-    lines += _dict_lines(
-        "speculative ",
-        base.get("speculative"),
-        current.get("speculative"),
-        skip=("aux_hidden_state_layer_ids", "draft_model_path"),
-    )
-    bd, cd = base.get("draft") or {}, current.get("draft") or {}
-    if bd.get("aux_ids") != cd.get("aux_ids"):
-        lines.append(f"draft aux ids: {_show(bd.get('aux_ids'))} -> {_show(cd.get('aux_ids'))}")
-    if bd.get("config_hash") != cd.get("config_hash"):
-        lines.append(f"draft config hash: {_show(bd.get('config_hash'))} -> {_show(cd.get('config_hash'))}")
-    if bd.get("path") != cd.get("path"):
-        lines.append(f"draft path: {_show(bd.get('path'))} -> {_show(cd.get('path'))}")
-    lines += _dict_lines("env ", base.get("env"), current.get("env"), missing="(unset)")
-    lines += _dict_lines("argv ", _argv_flags(base.get("argv")), _argv_flags(current.get("argv")))
-    if base.get("prompt_hash") != current.get("prompt_hash"):
-        lines.append(
-            f"prompt set hash: {_show(_short(base.get('prompt_hash')))} -> {_show(_short(current.get('prompt_hash')))}"
-        )
-    lines += _dict_lines("workload ", base.get("workload"), current.get("workload"))
-    if _gpus(base.get("gpus")) != _gpus(current.get("gpus")):
-        lines.append(
-            f"gpu: {_show(_gpus(base.get('gpus')), '(none)')} -> {_show(_gpus(current.get('gpus')), '(none)')}"
-        )
-    if base.get("host") != current.get("host"):
-        lines.append(f"host: {_show(base.get('host'))} -> {_show(current.get('host'))}")
-    if base.get("url") != current.get("url"):
-        lines.append(f"url: {_show(base.get('url'))} -> {_show(current.get('url'))}")
-    return lines
-
-
-def _short(digest: Any) -> Any:
-    return digest[:12] if isinstance(digest, str) else digest
-
-
-def workload_differences(base: ResultRecord, current: ResultRecord) -> list[str]:
-    """What makes two records incomparable: ``prompt set hash A -> B`` and ``KEY A -> B`` for
-    :data:`WORKLOAD_KEYS`; a key absent on either side (an old file) is not checked."""
-    out = []
-    bh, ch = base.fingerprint.get("prompt_hash"), current.fingerprint.get("prompt_hash")
-    if bh is not None and ch is not None and bh != ch:
-        out.append(f"prompt set hash {_short(bh)} -> {_short(ch)}")
-    bw, cw = base.workload, current.workload
-    for key in WORKLOAD_KEYS:
-        if key in bw and key in cw and bw[key] != cw[key]:
-            out.append(f"{key} {_show(bw[key])} -> {_show(cw[key])}")
-    return out
-
-
-# -- rows and the comparison --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,6 +177,28 @@ class Comparison:
         return out + text_table(columns, table)
 
 
+class _Change(NamedTuple):
+    """Medians over repeats and the change between them, in :class:`CompareRow` field order."""
+
+    baseline: float | None
+    current: float | None
+    #: current - baseline; None when a side has no value.
+    delta: float | None
+    #: delta / |baseline| x 100; None without a delta or at a zero baseline.
+    delta_pct: float | None
+
+
+def _change(b_vals: Sequence[float], c_vals: Sequence[float]) -> _Change:
+    """The medians of both sides (``stats.summarize``) and the change: ``[98, 100, 102]`` -> ``[90, 91, 92]`` is
+    100 -> 91, delta -9, delta % -9.0."""
+    b_sum, c_sum = stats.summarize(b_vals), stats.summarize(c_vals)
+    b_med = None if b_sum is None else b_sum.median
+    c_med = None if c_sum is None else c_sum.median
+    delta = None if b_med is None or c_med is None else c_med - b_med
+    pct = None if delta is None or not b_med else delta / abs(b_med) * 100.0
+    return _Change(b_med, c_med, delta, pct)
+
+
 def _worse_by(delta: float, higher_is_better: bool) -> float:
     return -delta if higher_is_better else delta
 
@@ -485,7 +240,7 @@ def compare_results(
                 f"{'; '.join(mismatch)}; re-record the baseline with this workload or compare anyway with --force"
             )
         notes.append(f"workload differs ({'; '.join(mismatch)}); compared anyway (--force)")
-    specs = _field_specs()
+    specs = field_specs()
     rows = []
     ratio_rows, vs = _paired_rows(base, current, merge_tolerances(tolerances), noise or {})
     exact = _temperature_zero(base) and _temperature_zero(current)
@@ -495,12 +250,7 @@ def compare_results(
         if not b_vals and not c_vals:
             continue
         if fname in ratio_rows:
-            b_sum, c_sum = stats.summarize(b_vals), stats.summarize(c_vals)
-            b_med = None if b_sum is None else b_sum.median
-            c_med = None if c_sum is None else c_sum.median
-            delta = None if b_med is None or c_med is None else c_med - b_med
-            pct = None if delta is None or not b_med else delta / abs(b_med) * 100.0
-            rows.append(CompareRow(fname, higher, b_med, c_med, delta, pct, tol, "paired"))
+            rows.append(CompareRow(fname, higher, *_change(b_vals, c_vals), tol, "paired"))
             rows.append(ratio_rows[fname])
             continue
         is_exact = exact and fname in EXACT_FIELDS and _constant(b_vals) and _constant(c_vals)
@@ -554,7 +304,7 @@ def _category_rows(
     """
     from pytest_specdec.measure.pairing import PAIRED_FIELDS
 
-    specs = _field_specs()
+    specs = field_specs()
     rows = []
     for category in sorted(set(base.categories) & set(current.categories)):
         counts = base.values(f"num_ok[{category}]") + current.values(f"num_ok[{category}]")
@@ -601,21 +351,20 @@ def _relative(tol: Tolerance, raw: Sequence[float]) -> Tolerance:
 
 
 def _no_verdict(
-    name: str, higher: bool, tol: Tolerance, b_vals: Sequence[float], c_vals: Sequence[float], why: str, *,
+    name: str,
+    higher: bool,
+    tol: Tolerance,
+    b_vals: Sequence[float],
+    c_vals: Sequence[float],
+    why: str,
+    *,
     paired: bool = False,
 ) -> CompareRow:
     """A row shown with its medians and change but no verdict (``n/a``), saying why."""
-    b_sum, c_sum = stats.summarize(b_vals), stats.summarize(c_vals)
-    b_med = None if b_sum is None else b_sum.median
-    c_med = None if c_sum is None else c_sum.median
-    delta = None if b_med is None or c_med is None else c_med - b_med
-    pct = None if delta is None or not b_med else delta / abs(b_med) * 100.0
     note = f"top row paired; {why}" if paired else why
-    return CompareRow(name, higher, b_med, c_med, delta, pct, tol, "n/a", note=note)
+    return CompareRow(name, higher, *_change(b_vals, c_vals), tol, "n/a", note=note)
 
 
-#: A shift must exceed ``NOISE_K`` times the measured noise (sigma), as well as the tolerance, to regress.
-NOISE_K = 3.0
 #: Fields compared equal-or-not at temperature 0 when every repeat of both runs agrees (greedy decoding on a fixed
 #: prompt set is deterministic there: any difference is real, no statistics needed).
 EXACT_FIELDS = ("accept_length", "accept_rate")
@@ -647,17 +396,14 @@ def _judge(
     spread between separate runs); worse beyond the limit and
     ``stats.worse_test`` significant -> ``REGRESSED``, not significant -> ``noise``.
     """
-    b_sum, c_sum = stats.summarize(b_vals), stats.summarize(c_vals)
-    if b_sum is None or c_sum is None:
-        b_med = None if b_sum is None else b_sum.median
-        c_med = None if c_sum is None else c_sum.median
-        return CompareRow(fname, higher, b_med, c_med, None, None, tol, "n/a")
-    delta = c_sum.median - b_sum.median
-    pct = delta / abs(b_sum.median) * 100.0 if b_sum.median != 0 else None
+    change = _change(b_vals, c_vals)
+    base_median, delta = change.baseline, change.delta
+    if base_median is None or delta is None:
+        return CompareRow(fname, higher, *change, tol, "n/a")
     worse = _worse_by(delta, higher)
     # A relative margin so that "10% shift at a 10% tolerance" is not decided by float rounding.
-    margin = 1e-9 * max(abs(b_sum.median), 1.0)
-    allowed = tol.allowed(b_sum.median)
+    margin = 1e-9 * max(abs(base_median), 1.0)
+    allowed = tol.allowed(base_median)
     if exact:
         if worse > allowed + margin:
             verdict = "REGRESSED"
@@ -665,8 +411,8 @@ def _judge(
             verdict = "ok"
         else:
             verdict = "improved" if worse < 0 else "changed"
-        return CompareRow(fname, higher, b_sum.median, c_sum.median, delta, pct, tol, verdict, basis="exact")
-    sigma = max(stats.pooled_sigma(b_vals, c_vals), (noise_rel or 0.0) * abs(b_sum.median))
+        return CompareRow(fname, higher, *change, tol, verdict, basis="exact")
+    sigma = max(stats.pooled_sigma(b_vals, c_vals), (noise_rel or 0.0) * abs(base_median))
     allowed = max(allowed, NOISE_K * sigma)
     test = None
     if worse > allowed + margin:
@@ -676,20 +422,7 @@ def _judge(
         verdict = "improved"
     else:
         verdict = "ok"
-    return CompareRow(fname, higher, b_sum.median, c_sum.median, delta, pct, tol, verdict, test, noise=sigma or None)
-
-
-def paired_ratios(record: ResultRecord, fname: str) -> list[float]:
-    """Per pair, the target's value of ``fname`` over the paired reference arm's (``record.paired``, written by
-    ``pairing.PairedArms.to_dict``); empty without a paired arm."""
-    paired = record.paired or {}
-    t = (paired.get("target") or {}).get(fname) or []
-    r = (paired.get("reference") or {}).get(fname) or []
-    return [
-        float(a) / float(b)
-        for a, b in zip(t, r, strict=False)
-        if isinstance(a, int | float) and isinstance(b, int | float) and b != 0
-    ]
+    return CompareRow(fname, higher, *change, tol, verdict, test, noise=sigma or None)
 
 
 def _paired_rows(
@@ -706,7 +439,7 @@ def _paired_rows(
     vs = (base.paired or {}).get("vs")
     if not vs or vs != (current.paired or {}).get("vs"):
         return {}, None
-    specs = _field_specs()
+    specs = field_specs()
     rows: dict[str, CompareRow] = {}
     for fname in PAIRED_FIELDS:
         tol = tolerances.get(fname)
@@ -715,9 +448,13 @@ def _paired_rows(
             continue
         rows[fname] = dataclasses.replace(
             _judge(
-                fname, specs[fname].higher_is_better, _relative(tol, base.values(fname)), b_ratios, c_ratios,
+                fname,
+                specs[fname].higher_is_better,
+                _relative(tol, base.values(fname)),
+                b_ratios,
+                c_ratios,
                 noise_rel=noise.get(f"{fname}/{vs}"),
-            ),  # fmt: skip
+            ),
             metric=f"{fname} / {vs}",
         )
     return rows, vs
@@ -767,272 +504,8 @@ def compare_runs(
     return RunComparison(tuple(comparisons), tuple(missing), tuple(refused))
 
 
-def load_pair(store: ResultStore, base_ref: str, current_ref: str) -> tuple[RunFile, RunFile]:
-    """The two runs of a compare, ``(base, current)``, each a path, run id, unique prefix or ``latest``
-    (``ResultStore.load``); ``latest`` for BASE is the newest run other than CURRENT (``store.current`` is set).
-
-    :raises CompareError: both refs are ``latest``; or a run cannot be loaded: the message names every one that
-        cannot, e.g. ``BASE: no run 'v1': not a file and no run id in .specdec/results (3 runs stored); CURRENT: no
-        run 'v2': ...`` (one alone keeps ``ResultStore.load``'s message).
-    """
-    if base_ref == "latest" and current_ref == "latest":
-        raise CompareError("BASE and CURRENT are both 'latest'; name at least one run")
-    problems: dict[str, str] = {}
-    current = base = None
-    try:
-        current = store.load(current_ref)
-        store.current = current.run_id
-    except CompareError as exc:
-        problems["CURRENT"] = str(exc)
-    try:
-        base = store.load(base_ref)
-    except CompareError as exc:
-        problems["BASE"] = str(exc)
-    if base is None or current is None:
-        if len(problems) == 1:
-            raise CompareError(next(iter(problems.values())))
-        raise CompareError(f"BASE: {problems['BASE']}; CURRENT: {problems['CURRENT']}")
-    return base, current
-
-
 def swap_profile_id(test_id: str, profile: str, other: str) -> str:
     """``test_id`` with the profile part of its parametrization id replaced, and nothing else:
     ``t.py::test_x[eagle3-shifted-layers-1]`` with (eagle3-shifted-layers, eagle3) -> ``t.py::test_x[eagle3-1]``.
     The same test id is returned when ``profile`` is not a whole part of the brackets."""
     return re.sub(rf"(?<=[\[-]){re.escape(profile)}(?=[\]-])", other, test_id, count=1)
-
-
-def profile_mapper(spec: str, base: RunFile, current: RunFile) -> Callable[[ResultRecord], str]:
-    """The ``baseline_id`` of :func:`compare_runs` for a profile mapping, as the plugin's
-    ``--specdec-compare-profile``: ``NAME`` compares every test of a speculative profile (``fingerprint
-    ["speculative"]`` set) with the same test of profile NAME, and tests without speculation with their own;
-    ``CUR=BASE[,CUR=BASE...]`` maps exactly the profiles named.
-
-    :raises CompareError: an empty or malformed spec, a BASE profile absent from ``base`` or a CUR profile absent
-        from ``current`` (the message lists the profiles each run has).
-    """
-    def profiles(run: RunFile) -> list[str]:
-        return sorted({r.profile for r in run.results})
-
-    pairs = [p.strip() for p in spec.split(",") if p.strip()]
-    if not pairs or any(p.count("=") > 1 or p.startswith("=") or p.endswith("=") for p in pairs):
-        raise CompareError(f"--compare-profile={spec}: expected NAME or CUR=BASE[,CUR=BASE...], e.g. eagle3")
-    explicit = dict(p.split("=", 1) for p in pairs if "=" in p)
-    single = [p for p in pairs if "=" not in p]
-    if single and (explicit or len(single) > 1):
-        raise CompareError(f"--compare-profile={spec}: give one NAME, or only CUR=BASE pairs")
-    for name in [*explicit.values(), *single]:
-        if name not in profiles(base):
-            have = ", ".join(profiles(base)) or "none"
-            raise CompareError(f"--compare-profile={spec}: no results of profile {name!r} in baseline run "
-                               f"{base.run_id} (profiles there: {have})")  # fmt: skip
-    for name in explicit:
-        if name not in profiles(current):
-            have = ", ".join(profiles(current)) or "none"
-            raise CompareError(f"--compare-profile={spec}: no results of profile {name!r} in current run "
-                               f"{current.run_id} (profiles there: {have})")  # fmt: skip
-
-    def baseline_id(record: ResultRecord) -> str:
-        if single:
-            target = single[0] if record.fingerprint.get("speculative") else None
-        else:
-            target = explicit.get(record.profile)
-        return swap_profile_id(record.test_id, record.profile, target) if target else record.test_id
-
-    return baseline_id
-
-
-# -- calibration and paired arms ----------------------------------------------------------------------------------
-
-
-def calibrate_proposal(
-    records: Sequence[ResultRecord], fields: Sequence[str] | None = None, *, k: float = 3.0, floor: float = 0.01
-) -> dict[str, Tolerance]:
-    """Propose relative tolerances from the spread of repeated runs of one test on one machine.
-
-    Per field: pool the per-repeat values of all ``records``; sigma = 1.4826 * MAD (``stats.mad_sigma``);
-    proposal = ``max(k * sigma / |median|, floor)``, rounded up to 0.1 %. With k = 3 a normal run-to-run spread
-    passes 99.7 % of the time before the significance test is even applied. Give records of separate runs
-    (separate server starts): within-run repeats underestimate the spread between nights.
-
-    Example: tok/s 98, 100, 101, 103, 100 -> median 100, MAD 1, sigma 1.48 -> 3 * 1.48 % = 4.5 %.
-
-    :param fields: metric fields to propose for (default: the keys of :data:`DEFAULT_TOLERANCES`).
-    :returns: field -> Tolerance(rel=...), only for fields with at least 2 values and a non-zero median.
-    """
-    out: dict[str, Tolerance] = {}
-    for fname in fields or list(DEFAULT_TOLERANCES):
-        values = [v for r in records for v in r.values(fname)]
-        if len(values) < 2:
-            continue
-        summary = stats.summarize(values)
-        if summary is None or summary.median == 0:
-            continue
-        rel = max(k * summary.sigma / abs(summary.median), floor)
-        out[fname] = Tolerance(rel=math.ceil(round(rel * 1000, 6)) / 1000)
-    return out
-
-
-def calibrate_noise(records: Sequence[ResultRecord], fields: Sequence[str] | None = None) -> dict[str, float]:
-    """Relative noise (sigma / |median|) per field from repeated runs, for :func:`compare_results`'s ``noise``.
-
-    Per field: the per-repeat values of all ``records`` pooled (so the spread between separate runs counts, not
-    only the repeats within one), sigma = 1.4826 x MAD (``stats.mad_sigma``). Records with a paired reference arm
-    add ``field/vs`` keys from their per-pair ratios (:func:`paired_ratios`).
-
-    Example: tok/s 98, 100, 101, 103, 100 -> median 100, sigma 1.48 -> 0.0148.
-
-    :returns: key -> relative sigma, for keys with at least 2 values and a non-zero median.
-    """
-    pools: dict[str, list[float]] = {}
-    for r in records:
-        for fname in fields or list(DEFAULT_TOLERANCES):
-            pools.setdefault(fname, []).extend(r.values(fname))
-        vs = (r.paired or {}).get("vs")
-        if vs:
-            from pytest_specdec.measure.pairing import PAIRED_FIELDS
-
-            for fname in PAIRED_FIELDS:
-                pools.setdefault(f"{fname}/{vs}", []).extend(paired_ratios(r, fname))
-    out: dict[str, float] = {}
-    for key, values in pools.items():
-        summary = stats.summarize(values) if len(values) >= 2 else None
-        if summary is not None and summary.median != 0:
-            out[key] = round(summary.sigma / abs(summary.median), 5)
-    return out
-
-
-def read_noise(path: Path) -> dict[str, float]:
-    """The ``sigma_rel`` mapping of a noise file written by ``calibrate`` (``{"profile": ..., "runs": N,
-    "sigma_rel": {field: x}}``); empty when the file is absent or unreadable."""
-    import json
-
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    sigma = data.get("sigma_rel") if isinstance(data, dict) else None
-    if not isinstance(sigma, dict):
-        return {}
-    return {str(k): float(v) for k, v in sigma.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-
-
-def speedup_by_concurrency(
-    spec_runs: Sequence[ResultRecord], base_runs: Sequence[ResultRecord], metric: str = "output_tok_s"
-) -> dict[int, float]:
-    """Speculative / non-speculative throughput ratio per concurrency level (``fingerprint["workload"]``).
-
-    Per level: median of the pooled per-repeat ``metric`` values of the spec arm divided by that of the baseline
-    arm; levels present in only one arm, or with a zero baseline, are left out.
-
-    :returns: concurrency -> ratio, ascending by concurrency. Example: {1: 2.0, 8: 0.8}.
-    """
-
-    def by_level(runs: Sequence[ResultRecord]) -> dict[int, list[float]]:
-        levels: dict[int, list[float]] = {}
-        for r in runs:
-            conc = r.workload.get("concurrency")
-            if isinstance(conc, int):
-                levels.setdefault(conc, []).extend(r.values(metric))
-        return levels
-
-    spec, base = by_level(spec_runs), by_level(base_runs)
-    out: dict[int, float] = {}
-    for level in sorted(set(spec) & set(base)):
-        s, b = stats.summarize(spec[level]), stats.summarize(base[level])
-        if s is not None and b is not None and b.median != 0:
-            out[level] = s.median / b.median
-    return out
-
-
-def speedup_failures(speedups: Mapping[int, float], min_ratio: float, *, vs: str = "baseline") -> list[str]:
-    """One line per concurrency level below ``min_ratio``:
-    ``speedup 0.80x < min 1.05x vs baseline at concurrency 8``."""
-    return [
-        f"speedup {ratio:.2f}x < min {min_ratio:.2f}x vs {vs} at concurrency {level}"
-        for level, ratio in sorted(speedups.items())
-        if ratio < min_ratio
-    ]
-
-
-# -- the compare command -------------------------------------------------------------------------------------------
-
-
-def compare_command(
-    base_ref: str,
-    current_ref: str,
-    *,
-    tolerances: Sequence[str] = (),
-    force: bool = False,
-    compare_profile: str | None = None,
-    noise_path: str | Path | None = None,
-    results_dir: str | Path = ".specdec/results",
-    stdout: TextIO | None = None,
-    stderr: TextIO | None = None,
-) -> int:
-    """``python -m pytest_specdec compare`` (its options are defined in ``__main__``): load both runs, compare them
-    (:func:`compare_runs`) and print the fingerprint diff and one table per test to ``stdout``, errors to ``stderr``.
-
-    :param base_ref: the baseline: a run file, a run id (or unique prefix) in ``results_dir``, or ``latest``.
-    :param current_ref: the current run, the same way.
-    :param tolerances: ``METRIC:TOL`` specs (:func:`parse_tolerances`), each replacing that metric's default.
-    :param force: compare even when the workloads differ.
-    :param compare_profile: ``NAME`` or ``CUR=BASE[,...]`` (:func:`profile_mapper`); None: each test with itself.
-    :param noise_path: a noise file written by ``calibrate`` (:func:`read_noise`).
-    :returns: 1 when a test regressed as pytest would fail it without measuring again (an exact metric: accept
-        length/rate at temperature 0 with identical repeats); a throughput/latency regression, which pytest confirms
-        by measuring again first, is printed as ``suspected, not confirmed`` and not counted; 2 on unusable input
-        (bad tolerance, unreadable file, no matching run, no test in common, a refused workload mismatch); else 0.
-    """
-    out = stdout or sys.stdout
-    err = stderr or sys.stderr
-    try:
-        parsed = parse_tolerances(tolerances) if tolerances else None
-        store = ResultStore(Path(results_dir))
-        base, current = load_pair(store, base_ref, current_ref)
-        mapper = profile_mapper(compare_profile, base, current) if compare_profile else None
-    except (ValueError, CompareError) as exc:
-        print(f"error: {exc}", file=err)
-        return 2
-    noise = None
-    if noise_path:
-        noise = read_noise(Path(noise_path))
-        if not noise:
-            print(f"error: --noise={noise_path}: not a noise file written by calibrate", file=err)
-            return 2
-    result = compare_runs(base, current, parsed, force=force, baseline_id=mapper, noise=noise)
-    print(f"specdec compare: baseline {base.run_id} -> current {current.run_id}", file=out)
-    for comp in result.comparisons:
-        print("", file=out)
-        record = current.find(comp.test_id)
-        wanted = mapper(record) if mapper is not None and record is not None else comp.test_id
-        against = f", against {wanted.split('::', 1)[-1]}" if wanted != comp.test_id else ""
-        print(f"== {comp.test_id} (profile {comp.profile}{against})", file=out)
-        for line in comp.lines(unconfirmed=True):
-            print(line, file=out)
-        if comp.suspected:
-            names = ", ".join(r.metric for r in comp.suspected)
-            print(
-                f"suspected, not confirmed: {names}: pytest --specdec-compare measures again before it fails a test; "
-                "a stored run cannot be measured again, so this is not counted as regressed",
-                file=out,
-            )
-    for test_id in result.missing:
-        print(f"no baseline for {test_id}", file=out)
-    for message in result.refused:
-        print(f"error: {message}", file=err)
-    # Decided as pytest decides (verdict.judge_compare): only what needs no confirming measurement fails here.
-    regressed = [c.test_id for c in result.comparisons if c.confirmed_regressions]
-    suspected = [c.test_id for c in result.comparisons if c.suspected and not c.confirmed_regressions]
-    print("", file=out)
-    print(
-        f"specdec compare: {len(result.comparisons)} compared, {len(regressed)} regressed, "
-        f"{len(suspected)} suspected (not confirmed), {len(result.missing)} without baseline, "
-        f"{len(result.refused)} refused",
-        file=out,
-    )
-    if regressed:
-        return 1
-    if result.refused or not result.comparisons:
-        return 2
-    return 0

@@ -251,10 +251,6 @@ class GapVerdict:
     #: verdicts that could not decide ("tied", "unproven", "undecided"); None otherwise or when not computable.
     need: int | None = None
 
-    @property
-    def fails(self) -> bool:
-        return self.verdict == "recommend"
-
 
 def judge_gap(ranking: Ranking, configured: Sample | str, *, max_gap: float) -> GapVerdict:
     """Should the configured point be changed to the leader? Only when the measurements show it more than

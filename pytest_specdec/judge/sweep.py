@@ -30,6 +30,7 @@ from typing import Any
 from pytest_specdec.core import stats
 from pytest_specdec.core.table import Column, format_value, text_table
 from pytest_specdec.judge import ranking
+from pytest_specdec.judge.paired import paired_ratios
 from pytest_specdec.measure.results import ResultRecord
 from pytest_specdec.profiles.schema import Profile
 
@@ -287,8 +288,6 @@ def speedup(record: ResultRecord, baselines: Sequence[ResultRecord]) -> float | 
     A point measured with a paired baseline arm (``record.paired``, ``pairing.py``) gives the median of its per-pair
     ratios instead: phases measured minutes apart on a shared runner do not make a speedup.
     """
-    from pytest_specdec.judge.compare import paired_ratios
-
     ratios = paired_ratios(record, "output_tok_s")
     if ratios:
         return statistics.median(ratios)
@@ -306,8 +305,6 @@ def speedup_reference(record: ResultRecord, baselines: Sequence[ResultRecord]) -
     """The profile :func:`speedup` divided by: the paired arm's (``record.paired["vs"]``, a point paired with its
     ``min_speedup.vs`` profile, which need not be among ``baselines``), else the baseline of the same concurrency (the
     only one when there is one); None when there is none."""
-    from pytest_specdec.judge.compare import paired_ratios
-
     vs = (record.paired or {}).get("vs")
     if vs and paired_ratios(record, "output_tok_s"):
         return str(vs)
@@ -334,10 +331,8 @@ def _passing(records: Iterable[ResultRecord], thresholds_ok: Mapping[str, bool])
 
 def sample_of(record: ResultRecord, basis: str) -> ranking.Sample:
     """The point's values on a ranking basis: ``"paired speedup"``: its per-pair speedup ratios to the paired
-    no-speculation arm (``compare.paired_ratios``); ``"tok/s"``: its per-repeat output tok/s
+    no-speculation arm (``paired.paired_ratios``); ``"tok/s"``: its per-repeat output tok/s
     (``ResultRecord.values``)."""
-    from pytest_specdec.judge.compare import paired_ratios
-
     if basis == "paired speedup":
         return ranking.Sample(record.profile, tuple(paired_ratios(record, "output_tok_s")))
     return ranking.Sample(record.profile, tuple(record.values("output_tok_s")))
@@ -347,8 +342,6 @@ def _basis(records: Sequence[ResultRecord]) -> str:
     """``paired speedup`` when every point carries paired ratios (each measured with its own baseline arm, so the
     load of its minutes cancels), else ``tok/s`` (a baseline measured apart divides every point by the same number
     and cannot change the order)."""
-    from pytest_specdec.judge.compare import paired_ratios
-
     if records and all(paired_ratios(r, "output_tok_s") for r in records):
         return "paired speedup"
     return "tok/s"
@@ -593,8 +586,6 @@ def _closing_line(group: RankedGroup, baselines: Sequence[ResultRecord], at: str
     reference = speedup_reference(best, baselines)
     versus = f", {up:.2f}x vs {reference}" if up is not None and reference is not None else ""
     if group.basis == "paired speedup":
-        from pytest_specdec.judge.compare import paired_ratios
-
         summary = stats.summarize(paired_ratios(best, "output_tok_s"))
         if summary is not None and summary.n > 1:
             versus += f", CI {summary.ci_low:.2f}-{summary.ci_high:.2f} ({summary.coverage:.0%})"

@@ -320,7 +320,7 @@ class Profile(_Strict):
     #: While this profile's server runs, no other server of the session runs (under pytest-xdist too). False: it may
     #: run beside other non-exclusive ones (CPU servers, or servers pinned to disjoint GPUs); see ``schedule``.
     exclusive: bool = True
-    #: Baseline-compare tolerances, e.g. ["output_tok_s:5%", "accept_length:0.02"] (see ``compare.parse_tolerances``).
+    #: Baseline-compare tolerances, e.g. ["output_tok_s:5%", "accept_length:0.02"] (``tolerances.parse_tolerances``).
     tolerances: list[str] = Field(default_factory=list)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     workload: Workload = Field(default_factory=Workload)

@@ -34,8 +34,8 @@ def setup_item(item: pytest.Item, profiles: Mapping[str, Profile] | None, profil
     :raises pytest.fail.Exception: positional arguments, an unknown or invalid threshold, ``min_speedup`` against a
         profile the file lacks, or tolerances that do not parse (one message naming the argument).
     """
-    from pytest_specdec.judge.compare import parse_tolerances
     from pytest_specdec.judge.thresholds import merge_marker, overrides
+    from pytest_specdec.judge.tolerances import parse_tolerances
     from pytest_specdec.profiles.schema import Thresholds
 
     marker = item.get_closest_marker("specdec")

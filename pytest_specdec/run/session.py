@@ -183,7 +183,7 @@ class SpecdecSession:
 
         :raises pytest.UsageError: no profile file, a broken one, an unknown profile, a bad value (file, key, value).
         """
-        from pytest_specdec.judge.compare import parse_tolerances
+        from pytest_specdec.judge.tolerances import parse_tolerances
         from pytest_specdec.profiles.schema import load_profiles
 
         settings = self.settings

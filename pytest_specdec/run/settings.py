@@ -101,7 +101,7 @@ class RunSettings:
         profile_path, searched = _profile_path(config, ancestor)
         tolerances = tuple(config.getini("specdec_tolerances"))
         if tolerances:
-            from pytest_specdec.judge.compare import parse_tolerances
+            from pytest_specdec.judge.tolerances import parse_tolerances
 
             try:
                 parse_tolerances(list(tolerances))

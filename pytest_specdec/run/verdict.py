@@ -24,7 +24,10 @@ from pytest_specdec.bisection import ddmin as bisection
 from pytest_specdec.core import hoststate
 from pytest_specdec.core.errors import CompareError, ServerError, ServerStartError, SpecdecError, SpecdecWarning
 from pytest_specdec.judge import compare, sequential, speedup, sweep
+from pytest_specdec.judge.noise import NOISE_K, read_noise
+from pytest_specdec.judge.paired import paired_ratios
 from pytest_specdec.judge.thresholds import Check, Verdict, evaluate
+from pytest_specdec.judge.tolerances import Tolerance, layered_tolerances
 from pytest_specdec.measure import pairing, results, runner
 from pytest_specdec.profiles.schema import MinSpeedup, Profile
 from pytest_specdec.run.keys import CHECKS_PROPERTY, RECORD_PROPERTY, record_key, thresholds_key, tolerances_key
@@ -408,7 +411,7 @@ def noise_for(session: SpecdecSession, name: str) -> dict[str, float]:
     """Calibrated relative noise of profile ``name`` (``calibrate`` writes ``<specdec dir>/noise/<name>.json``);
     empty when absent or unreadable. Read once per session (``session.noise``)."""
     if name not in session.noise:
-        session.noise[name] = compare.read_noise(session.out_dir / "noise" / f"{name}.json")
+        session.noise[name] = read_noise(session.out_dir / "noise" / f"{name}.json")
     return session.noise[name]
 
 
@@ -432,7 +435,7 @@ def judge_compare(
     *,
     run_id: str,
     test_id: str,
-    tolerances: Mapping[str, compare.Tolerance],
+    tolerances: Mapping[str, Tolerance],
     noise: Mapping[str, float],
     force: bool,
     confirm: Callable[[], results.ResultRecord | None],
@@ -448,7 +451,7 @@ def judge_compare(
     With a sequential ``design``, ``confirm()`` returns the record with one more repeat (or pair) each call, and
     the suspected rows are decided by :func:`sequential_compare` instead of a second comparison.
 
-    :param tolerances: ``compare.layered_tolerances``; :param noise: ``compare.read_noise`` (relative, per field).
+    :param tolerances: ``tolerances.layered_tolerances``; :param noise: ``noise.read_noise`` (relative, per field).
     :param force: compare although the workloads differ (``--specdec-compare-force``).
     :param server_s: seconds the current record's phases held servers (sequential: the cost line).
     :param costs: gets ``compare``'s decision, repeats and server-seconds (sequential).
@@ -493,7 +496,7 @@ def judge_compare(
 def _row_values(record: results.ResultRecord, metric: str) -> list[float]:
     """Per-repeat values behind a compare row: ``output_tok_s / baseline`` -> the paired ratios, else the field."""
     fname, sep, _ = metric.partition(" / ")
-    return compare.paired_ratios(record, fname) if sep else record.values(metric)
+    return paired_ratios(record, fname) if sep else record.values(metric)
 
 
 def _row_limit(row: compare.CompareRow, noise: Mapping[str, float], vs: str | None) -> float:
@@ -502,7 +505,7 @@ def _row_limit(row: compare.CompareRow, noise: Mapping[str, float], vs: str | No
     tol = row.tolerance.allowed(row.baseline) / abs(row.baseline) if row.baseline else row.tolerance.rel
     fname, sep, _ = row.metric.partition(" / ")
     calibrated = noise.get(f"{fname}/{vs}" if sep else row.metric, 0.0)
-    return max(tol, compare.NOISE_K * calibrated)
+    return max(tol, NOISE_K * calibrated)
 
 
 def _suspects(comparison: compare.Comparison) -> tuple[compare.CompareRow, ...]:
@@ -529,7 +532,7 @@ def sequential_compare(
     head: str,
     run_id: str,
     test_id: str,
-    tolerances: Mapping[str, compare.Tolerance],
+    tolerances: Mapping[str, Tolerance],
     noise: Mapping[str, float],
     design: sequential.Design,
     more: Callable[[], results.ResultRecord | None],
@@ -641,7 +644,7 @@ def compare_item(
         record,
         run_id=run.run_id,
         test_id=test_id,
-        tolerances=compare.layered_tolerances(
+        tolerances=layered_tolerances(
             list(session.settings.tolerances), profile.tolerances, item.stash.get(tolerances_key, [])
         ),
         noise=noise_for(session, profile.name),

@@ -1,0 +1,169 @@
+"""``python -m pytest_specdec compare``: two stored runs loaded, compared test by test, one table each.
+
+The judging is ``judge.compare.compare_runs``; this module finds the two runs (:func:`load_pair`), maps a profile's
+tests onto another profile's (:func:`profile_mapper`) and prints.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from pytest_specdec.core.errors import CompareError
+from pytest_specdec.judge.compare import compare_runs, swap_profile_id
+from pytest_specdec.judge.noise import read_noise
+from pytest_specdec.judge.tolerances import parse_tolerances
+from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
+
+__all__ = ["compare_command", "load_pair", "profile_mapper"]
+
+
+def load_pair(store: ResultStore, base_ref: str, current_ref: str) -> tuple[RunFile, RunFile]:
+    """The two runs of a compare, ``(base, current)``, each a path, run id, unique prefix or ``latest``
+    (``ResultStore.load``); ``latest`` for BASE is the newest run other than CURRENT (``store.current`` is set).
+
+    :raises CompareError: both refs are ``latest``; or a run cannot be loaded: the message names every one that
+        cannot, e.g. ``BASE: no run 'v1': not a file and no run id in .specdec/results (3 runs stored); CURRENT: no
+        run 'v2': ...`` (one alone keeps ``ResultStore.load``'s message).
+    """
+    if base_ref == "latest" and current_ref == "latest":
+        raise CompareError("BASE and CURRENT are both 'latest'; name at least one run")
+    problems: dict[str, str] = {}
+    current = base = None
+    try:
+        current = store.load(current_ref)
+        store.current = current.run_id
+    except CompareError as exc:
+        problems["CURRENT"] = str(exc)
+    try:
+        base = store.load(base_ref)
+    except CompareError as exc:
+        problems["BASE"] = str(exc)
+    if base is None or current is None:
+        if len(problems) == 1:
+            raise CompareError(next(iter(problems.values())))
+        raise CompareError(f"BASE: {problems['BASE']}; CURRENT: {problems['CURRENT']}")
+    return base, current
+
+
+def profile_mapper(spec: str, base: RunFile, current: RunFile) -> Callable[[ResultRecord], str]:
+    """The ``baseline_id`` of :func:`compare_runs` for a profile mapping, as the plugin's
+    ``--specdec-compare-profile``: ``NAME`` compares every test of a speculative profile (``fingerprint
+    ["speculative"]`` set) with the same test of profile NAME, and tests without speculation with their own;
+    ``CUR=BASE[,CUR=BASE...]`` maps exactly the profiles named.
+
+    :raises CompareError: an empty or malformed spec, a BASE profile absent from ``base`` or a CUR profile absent
+        from ``current`` (the message lists the profiles each run has).
+    """
+
+    def profiles(run: RunFile) -> list[str]:
+        return sorted({r.profile for r in run.results})
+
+    pairs = [p.strip() for p in spec.split(",") if p.strip()]
+    if not pairs or any(p.count("=") > 1 or p.startswith("=") or p.endswith("=") for p in pairs):
+        raise CompareError(f"--compare-profile={spec}: expected NAME or CUR=BASE[,CUR=BASE...], e.g. eagle3")
+    explicit = dict(p.split("=", 1) for p in pairs if "=" in p)
+    single = [p for p in pairs if "=" not in p]
+    if single and (explicit or len(single) > 1):
+        raise CompareError(f"--compare-profile={spec}: give one NAME, or only CUR=BASE pairs")
+    for name in [*explicit.values(), *single]:
+        if name not in profiles(base):
+            have = ", ".join(profiles(base)) or "none"
+            raise CompareError(f"--compare-profile={spec}: no results of profile {name!r} in baseline run "
+                               f"{base.run_id} (profiles there: {have})")  # fmt: skip
+    for name in explicit:
+        if name not in profiles(current):
+            have = ", ".join(profiles(current)) or "none"
+            raise CompareError(f"--compare-profile={spec}: no results of profile {name!r} in current run "
+                               f"{current.run_id} (profiles there: {have})")  # fmt: skip
+
+    def baseline_id(record: ResultRecord) -> str:
+        if single:
+            target = single[0] if record.fingerprint.get("speculative") else None
+        else:
+            target = explicit.get(record.profile)
+        return swap_profile_id(record.test_id, record.profile, target) if target else record.test_id
+
+    return baseline_id
+
+
+def compare_command(
+    base_ref: str,
+    current_ref: str,
+    *,
+    tolerances: Sequence[str] = (),
+    force: bool = False,
+    compare_profile: str | None = None,
+    noise_path: str | Path | None = None,
+    results_dir: str | Path = ".specdec/results",
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    """``python -m pytest_specdec compare`` (its options are defined in ``cli.main``): load both runs, compare them
+    (:func:`compare_runs`) and print the fingerprint diff and one table per test to ``stdout``, errors to ``stderr``.
+
+    :param base_ref: the baseline: a run file, a run id (or unique prefix) in ``results_dir``, or ``latest``.
+    :param current_ref: the current run, the same way.
+    :param tolerances: ``METRIC:TOL`` specs (:func:`parse_tolerances`), each replacing that metric's default.
+    :param force: compare even when the workloads differ.
+    :param compare_profile: ``NAME`` or ``CUR=BASE[,...]`` (:func:`profile_mapper`); None: each test with itself.
+    :param noise_path: a noise file written by ``calibrate`` (:func:`read_noise`).
+    :returns: 1 when a test regressed as pytest would fail it without measuring again (an exact metric: accept
+        length/rate at temperature 0 with identical repeats); a throughput/latency regression, which pytest confirms
+        by measuring again first, is printed as ``suspected, not confirmed`` and not counted; 2 on unusable input
+        (bad tolerance, unreadable file, no matching run, no test in common, a refused workload mismatch); else 0.
+    """
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    try:
+        parsed = parse_tolerances(tolerances) if tolerances else None
+        store = ResultStore(Path(results_dir))
+        base, current = load_pair(store, base_ref, current_ref)
+        mapper = profile_mapper(compare_profile, base, current) if compare_profile else None
+    except (ValueError, CompareError) as exc:
+        print(f"error: {exc}", file=err)
+        return 2
+    noise = None
+    if noise_path:
+        noise = read_noise(Path(noise_path))
+        if not noise:
+            print(f"error: --noise={noise_path}: not a noise file written by calibrate", file=err)
+            return 2
+    result = compare_runs(base, current, parsed, force=force, baseline_id=mapper, noise=noise)
+    print(f"specdec compare: baseline {base.run_id} -> current {current.run_id}", file=out)
+    for comp in result.comparisons:
+        print("", file=out)
+        record = current.find(comp.test_id)
+        wanted = mapper(record) if mapper is not None and record is not None else comp.test_id
+        against = f", against {wanted.split('::', 1)[-1]}" if wanted != comp.test_id else ""
+        print(f"== {comp.test_id} (profile {comp.profile}{against})", file=out)
+        for line in comp.lines(unconfirmed=True):
+            print(line, file=out)
+        if comp.suspected:
+            names = ", ".join(r.metric for r in comp.suspected)
+            print(
+                f"suspected, not confirmed: {names}: pytest --specdec-compare measures again before it fails a test; "
+                "a stored run cannot be measured again, so this is not counted as regressed",
+                file=out,
+            )
+    for test_id in result.missing:
+        print(f"no baseline for {test_id}", file=out)
+    for message in result.refused:
+        print(f"error: {message}", file=err)
+    # Decided as pytest decides (verdict.judge_compare): only what needs no confirming measurement fails here.
+    regressed = [c.test_id for c in result.comparisons if c.confirmed_regressions]
+    suspected = [c.test_id for c in result.comparisons if c.suspected and not c.confirmed_regressions]
+    print("", file=out)
+    print(
+        f"specdec compare: {len(result.comparisons)} compared, {len(regressed)} regressed, "
+        f"{len(suspected)} suspected (not confirmed), {len(result.missing)} without baseline, "
+        f"{len(result.refused)} refused",
+        file=out,
+    )
+    if regressed:
+        return 1
+    if result.refused or not result.comparisons:
+        return 2
+    return 0

@@ -1,0 +1,61 @@
+"""Tests of pytest_specdec.judge.tolerances: the tolerance strings, their errors, and the layers over the defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_specdec.judge.tolerances import Tolerance, format_tolerances, merge_tolerances, parse_tolerances
+
+
+def test_parse_tolerances_forms() -> None:
+    got = parse_tolerances(["output_tok_s:5%, accept_length:0.02", "ttft_ms:10%+5 tpot_ms_p99:150%"])
+    assert got == {
+        "output_tok_s": Tolerance(rel=0.05),
+        "accept_length": Tolerance(abs=0.02),
+        "ttft_ms": Tolerance(rel=0.10, abs=5.0),
+        "tpot_ms_p99": Tolerance(rel=1.5),
+    }
+    assert format_tolerances(got) == "output_tok_s:5% accept_length:0.02 ttft_ms:10%+5 tpot_ms_p99:150%"
+    assert Tolerance(rel=0.10, abs=5.0).allowed(50.0) == 10.0
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            "output_tok_s=5%",
+            "bad tolerance 'output_tok_s=5%': expected METRIC:TOL with TOL as 5% (relative), 0.02 "
+            "(absolute) or 10%+5 (both), e.g. output_tok_s:5%",
+        ),
+        (
+            "ttft_ms:+5",
+            "bad tolerance 'ttft_ms:+5': expected METRIC:TOL with TOL as 5% (relative), 0.02 (absolute) "
+            "or 10%+5 (both), e.g. output_tok_s:5%",
+        ),
+        (
+            "ttft_ms:-5%",
+            "bad tolerance 'ttft_ms:-5%': expected METRIC:TOL with TOL as 5% (relative), 0.02 "
+            "(absolute) or 10%+5 (both), e.g. output_tok_s:5%",
+        ),
+        (
+            "tok_s:5%",
+            "bad tolerance 'tok_s:5%': unknown metric 'tok_s' (known: accept_length, accept_rate, "
+            "decode_tok_s, e2e_ms, itl_ms, output_tok_s, tpot_ms, ttft_ms, or a field like ttft_ms_p99)",
+        ),
+    ],
+)
+def test_parse_tolerances_errors(spec: str, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_tolerances(f"output_tok_s:5% {spec}")
+    assert str(info.value) == message
+
+
+def test_merge_tolerances_layers() -> None:
+    merged = merge_tolerances(parse_tolerances("ttft_ms_p50:5%"), parse_tolerances("ttft_ms:20% output_tok_s:3%"))
+    assert format_tolerances(merged) == (
+        "output_tok_s:3% accept_length:2% accept_rate:0.02 ttft_ms_mean:20% ttft_ms_p50:20% ttft_ms_p90:20% "
+        "ttft_ms_p99:20% itl_ms_p50:10% tpot_ms_p50:10%"
+    )
+    # within one layer a field key beats its metric's key
+    assert merge_tolerances(parse_tolerances("ttft_ms_p50:50% ttft_ms:20%"))["ttft_ms_p50"] == Tolerance(rel=0.5)
+    assert merge_tolerances() == merge_tolerances(None, {})
