@@ -1,6 +1,6 @@
 """Baseline compare: one test's current result judged against its baseline, row by metric field.
 
-A row regresses when the median moved in the metric's worse direction (``metrics.METRICS[...].higher_is_better``)
+A row regresses when the median moved in the metric's worse direction (``metric_table.METRICS[...].higher_is_better``)
 by more than its tolerance *and* ``stats.worse_test`` finds the shift significant over the per-repeat values
 (the asv rule: ``asv compare`` flags a change beyond ``--factor`` only when it is also statistically significant,
 ``asv/commands/compare.py``). Unlike pytest-benchmark's ``--benchmark-compare-fail`` (seconds only, larger = worse,
