@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec.bisection import ddmin as bisection
+from pytest_specdec import bisection
 from pytest_specdec.bisection.probes import Prober, profile_mapping
 from pytest_specdec.core.errors import ServerStartError
 from pytest_specdec.profiles.schema import load_profiles

@@ -10,7 +10,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pytest_specdec.bisection.ddmin import EXACT_FIELDS, launch_key
+from pytest_specdec.bisection.diffs import launch_key
+from pytest_specdec.bisection.symptoms import EXACT_FIELDS
 from pytest_specdec.core import clock
 from pytest_specdec.core.errors import ProfileError
 from pytest_specdec.measure import pairing, runner

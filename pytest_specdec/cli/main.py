@@ -10,7 +10,7 @@
   (``pytest_specdec.report.merge``).
 - ``reap [--dir DIR]``: stop the recorded servers whose pytest is gone, and list them.
 - ``bisect [PROFILE_FILE] --good A --bad B``: the differences that caused a regression, by delta debugging over
-  launched probes (``pytest_specdec.bisection.ddmin``, ``pytest_specdec.bisection.probes``).
+  launched probes (``pytest_specdec.bisection``, ``pytest_specdec.bisection.probes``).
 """
 
 from __future__ import annotations
@@ -285,7 +285,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_bisect(args: argparse.Namespace) -> int:
-    from pytest_specdec.bisection import ddmin as bisection
+    from pytest_specdec import bisection
     from pytest_specdec.bisection.probes import Prober
     from pytest_specdec.core.errors import SpecdecError
     from pytest_specdec.judge.tolerances import layered_tolerances
@@ -339,7 +339,7 @@ def _bisect_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, 
 
     :raises ProfileError, CompareError: unknown profile, unreadable run, no such test, no recorded definition.
     """
-    from pytest_specdec.bisection import ddmin as bisection
+    from pytest_specdec import bisection
     from pytest_specdec.bisection.probes import profile_mapping
 
     if args.profile_file:

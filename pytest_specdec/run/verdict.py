@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_specdec.bisection import ddmin as bisection
+from pytest_specdec import bisection
 from pytest_specdec.core import hoststate
 from pytest_specdec.core.errors import CompareError, ServerError, ServerStartError, SpecdecError, SpecdecWarning
 from pytest_specdec.judge import compare, sequential, speedup, sweep
