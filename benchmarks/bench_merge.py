@@ -91,7 +91,7 @@ def _row(tmp: Path, runs: int, tests: int, trend: bool) -> str:
     merge_s = _median_s(lambda: merge_runs(shards))
     store = ResultStore(tmp / "store")
     save_s = _median_s(lambda: store.save(merged, compact=True))
-    cli = [str(shards_dir), "--store", str(tmp / "store"), "--markdown", str(tmp / "summary.md")]
+    cli = [str(shards_dir), "--results-dir", str(tmp / "store"), "--markdown", str(tmp / "summary.md")]
     if trend:
         cli += ["--trend", str(tmp / "trend.png")]
     cli_s = _median_s(lambda: _cli(cli))
@@ -120,7 +120,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-merge-") as tmp:
         store_dir = _write(Path(tmp) / "store", args.store_runs, args.tests, flat=True)
         shards_dir = _write(Path(tmp) / "shards", 8, args.tests, offset=args.store_runs)
-        cli = [str(shards_dir), "--store", str(store_dir), "--markdown", str(Path(tmp) / "summary.md")]
+        cli = [str(shards_dir), "--results-dir", str(store_dir), "--markdown", str(Path(tmp) / "summary.md")]
         if args.trend:
             cli += ["--trend", str(Path(tmp) / "trend.png")]
         print(f"CLI s: {_median_s(lambda: _cli(cli)):.2f}")

@@ -134,8 +134,9 @@ def test_merge_help_lists_its_options(capsys: pytest.CaptureFixture[str]) -> Non
         main(["merge", "--help"])
     assert info.value.code == 0
     out = capsys.readouterr().out
-    assert out.startswith("usage: python -m pytest_specdec merge [-h] [--store DIR] [--markdown PATH]")
-    for option in ("--store DIR", "--markdown PATH", "--trend PNG", "--trend-runs N", "--metric FIELD", "--force"):
+    assert out.startswith("usage: python -m pytest_specdec merge [-h] [--results-dir DIR]")
+    options = ("--results-dir DIR", "--markdown PATH", "--trend PNG", "--trend-runs N", "--metric FIELD", "--force")
+    for option in options:
         assert f"  {option}" in out
 
 
@@ -155,12 +156,12 @@ def test_unrecognized_arguments_show_the_subcommand_usage(capsys: pytest.Capture
 def test_compare_names_every_missing_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stored = _run(tmp_path, "20260101T000000Z-aaaaaa", [100.0], [2.6])
     where = f"not a file and no run id in {tmp_path} (1 runs stored)"
-    assert main(["compare", "v1", "v2", "--dir", str(tmp_path)]) == 2
+    assert main(["compare", "v1", "v2", "--results-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"error: BASE: no run 'v1': {where}; CURRENT: no run 'v2': {where}\n"
     # One missing: named alone, whichever it is.
-    assert main(["compare", str(stored), "v2", "--dir", str(tmp_path)]) == 2
+    assert main(["compare", str(stored), "v2", "--results-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"error: no run 'v2': {where}\n"
-    assert main(["compare", "v1", str(stored), "--dir", str(tmp_path)]) == 2
+    assert main(["compare", "v1", str(stored), "--results-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"error: no run 'v1': {where}\n"
 
 
@@ -174,7 +175,7 @@ def test_reap_says_plainly_what_a_zombie_is(tmp_path: Path, capsys: pytest.Captu
     try:
         registry.record(tmp_path / "servers", pid=server.pid, profile="eagle3", base_url="http://127.0.0.1:1",
                         owners=[(owner.pid, 0.0)])  # fmt: skip
-        assert main(["reap", "--dir", str(tmp_path)]) == 0
+        assert main(["reap", "--specdec-dir", str(tmp_path)]) == 0
         assert capsys.readouterr().out.splitlines() == [
             f"server 'eagle3' (pid {server.pid}, http://127.0.0.1:1) outlived its pytest (pid {owner.pid}): stopped; "
             f"pid {server.pid} left as a zombie (already dead, holding no memory, GPU or port: only its exit status "

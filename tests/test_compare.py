@@ -174,8 +174,8 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         "",
         "specdec compare: 1 compared, 0 regressed, 1 suspected (not confirmed), 0 without baseline, 0 refused",
     ]
-    # run ids and "latest" resolve in --dir; a 15 % tolerance passes
-    assert main(["compare", "20260101", "latest", "--dir", str(tmp_path), "-t", "output_tok_s:15%"]) == 0
+    # run ids and "latest" resolve in --results-dir; a 15 % tolerance passes
+    assert main(["compare", "20260101", "latest", "--results-dir", str(tmp_path), "-t", "output_tok_s:15%"]) == 0
     exact = fingerprint(workload={**WORKLOAD, "temperature": 0.0})
     base = _write(tmp_path / "exact", "20260103T000000Z-cccccc", rec(fp=exact, accept_length=[2.6, 2.6, 2.6]))
     worse = _write(tmp_path / "exact", "20260104T000000Z-dddddd", rec(fp=exact, accept_length=[2.4, 2.4, 2.4]))
@@ -189,7 +189,7 @@ def test_cli_unusable_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     capsys.readouterr()
     assert main(["compare", str(base), str(base), "-t", "tok_s:5%"]) == 2
     assert capsys.readouterr().err.startswith("error: bad tolerance 'tok_s:5%': unknown metric 'tok_s'")
-    assert main(["compare", "nope", str(base), "--dir", str(tmp_path)]) == 2
+    assert main(["compare", "nope", str(base), "--results-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"error: no run 'nope': not a file and no run id in {tmp_path} (2 runs stored)\n"
     assert main(["compare", str(base), str(other)]) == 2
     assert "workload differs from the baseline" in capsys.readouterr().err
@@ -210,7 +210,7 @@ def test_cli_compare_help_lists_its_options(capsys: pytest.CaptureFixture[str]) 
     out = capsys.readouterr().out
     assert out.startswith("usage: python -m pytest_specdec compare [-h] [-t SPEC] [--force]")
     for option in ("-t SPEC, --tolerance SPEC", "--force", "--compare-profile NAME|CUR=BASE[,...]", "--noise FILE",
-                   "--dir DIR"):  # fmt: skip
+                   "--results-dir DIR"):  # fmt: skip
         assert f"  {option}" in out
     # the default tolerances, filled in when the help is shown
     assert "stay: output_tok_s:5% accept_length:2%" in " ".join(out.split())

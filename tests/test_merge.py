@@ -48,7 +48,7 @@ def test_merge_writes_one_run_markdown_and_store(shards: Path, tmp_path: Path, c
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     store = tmp_path / "store"
     md = tmp_path / "summary.md"
-    ret = main(["merge", str(shards), "--store", str(store), "--markdown", str(md)])
+    ret = main(["merge", str(shards), "--results-dir", str(store), "--markdown", str(md)])
     out = capsys.readouterr().out
     assert ret == 0
     files = ResultStore(store).list()
@@ -67,14 +67,14 @@ def test_merge_writes_one_run_markdown_and_store(shards: Path, tmp_path: Path, c
     assert "| `test_b[eagle3]` | eagle3 | 130.0 | 2.50 | n/a | n/a | n/a | ✅ passed |" in text
     assert "| `20261201T020100Z-bbbbbb` | b | 2 |" in text
     # Merging the same shards again replaces the same run instead of adding a second one.
-    assert main(["merge", str(shards), "--store", str(store)]) == 0
+    assert main(["merge", str(shards), "--results-dir", str(store)]) == 0
     assert ResultStore(store).list() == files
 
 
 def test_merge_refuses_different_commits(shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     other = {"id": "9f8e7d6c5b4a39281706", "dirty": False, "branch": "main"}
     path = shard(shards, "20261201T020200Z-cccccc", 1100.0, [record("test_c", "eagle3", 1.0)], commit=other)
-    ret = main(["merge", str(shards), "--store", str(tmp_path / "store")])
+    ret = main(["merge", str(shards), "--results-dir", str(tmp_path / "store")])
     err = capsys.readouterr().err
     assert ret == 1
     assert err.splitlines() == [
@@ -92,7 +92,7 @@ def test_merge_refuses_different_commits(shards: Path, tmp_path: Path, capsys: p
 def test_merge_force_records_why(shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     shard(shards, "20261201T020200Z-cccccc", 1100.0, [record("test_c", "eagle3", 1.0)],
           commit={"id": "1a2b3c4d5e6f7a8b9c0d", "dirty": True})  # fmt: skip
-    ret = main(["merge", str(shards), "--store", str(tmp_path / "store"), "--force"])
+    ret = main(["merge", str(shards), "--results-dir", str(tmp_path / "store"), "--force"])
     out = capsys.readouterr().out
     assert ret == 0
     assert "WARNING (--force): the runs measured different code:" in out
@@ -104,7 +104,7 @@ def test_merge_force_records_why(shards: Path, tmp_path: Path, capsys: pytest.Ca
 def test_merge_refuses_different_profile_definitions(shards: Path, capsys: pytest.CaptureFixture[str]) -> None:
     changed = definition(num_requests=32)
     shard(shards, "20261201T020200Z-cccccc", 1100.0, [record("test_c", "eagle3", 1.0, definition_=changed)])
-    assert main(["merge", str(shards), "--store", str(shards.parent / "store")]) == 1
+    assert main(["merge", str(shards), "--results-dir", str(shards.parent / "store")]) == 1
     err = capsys.readouterr().err
     assert (
         "profile 'eagle3' is defined differently:\n"
@@ -138,7 +138,7 @@ def test_report_copy_counts_once_and_other_json_is_skipped(shards: Path, capsys:
     src = next(shards.rglob("20261201T020000Z-aaaaaa.json"))
     (shards / "specdec-report.json").write_text(src.read_text())
     (shards / "benchmark.json").write_text(json.dumps({"benchmarks": []}))
-    assert main(["merge", str(shards), "--store", str(shards.parent / "store")]) == 0
+    assert main(["merge", str(shards), "--results-dir", str(shards.parent / "store")]) == 0
     out = capsys.readouterr().out
     assert "skipped 1 JSON file(s) that are not run files, e.g. " in out
     assert "merged 2 runs (3 results)" in out
@@ -168,7 +168,7 @@ def test_merged_run_id_is_stable() -> None:
 def test_merge_trend(shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("matplotlib")
     png = tmp_path / "trend.png"
-    assert main(["merge", str(shards), "--store", str(tmp_path / "store"), "--trend", str(png)]) == 0
+    assert main(["merge", str(shards), "--results-dir", str(tmp_path / "store"), "--trend", str(png)]) == 0
     assert f"wrote {png} (1 runs)" in capsys.readouterr().out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -184,7 +184,7 @@ def test_nightly_workflow_shards_and_merges() -> None:
     assert '--specdec-report="shard/${{ matrix.name }}.json"' in run_step["run"]
     assert jobs["merge"]["needs"] == "specdec"
     merge_step = next(s for s in jobs["merge"]["steps"] if "pytest_specdec merge" in s.get("run", ""))
-    assert "python -m pytest_specdec merge shards --store .specdec/results" in merge_step["run"]
+    assert "python -m pytest_specdec merge shards --results-dir .specdec/results" in merge_step["run"]
 
 
 def test_merge_refuses_runs_with_other_metric_definitions(shards: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -192,7 +192,7 @@ def test_merge_refuses_runs_with_other_metric_definitions(shards: Path, capsys: 
     data = json.loads(path.read_text())
     data["metric_definitions"]["accept_length"] = "completion tokens / verify steps [tok/verify]; source: old"
     path.write_text(json.dumps(data))
-    assert main(["merge", str(shards), "--store", str(shards.parent / "store")]) == 1
+    assert main(["merge", str(shards), "--results-dir", str(shards.parent / "store")]) == 1
     err = capsys.readouterr().err
     assert f"20261201T020000Z-aaaaaa ({path}) defines metrics differently from this pytest-specdec" in err
     assert '  accept_length: "completion tokens / verify steps [tok/verify]; source: old" -> "' in err

@@ -394,7 +394,7 @@ def test_server_dies_within_seconds_of_its_sigkilled_pytest(project: pytest.Pyte
 def test_reap_stops_only_servers_whose_pytest_is_gone(project: pytest.Pytester) -> None:
     """Issue 16.2: ``python -m pytest_specdec reap``; a server whose pytest is alive is in use and left alone."""
     proc, entry = _hang(project)
-    reap = [sys.executable, "-m", "pytest_specdec", "reap", "--dir", ".specdec"]
+    reap = [sys.executable, "-m", "pytest_specdec", "reap", "--specdec-dir", ".specdec"]
     try:
         busy = subprocess.run(reap, cwd=project.path, capture_output=True, text=True, timeout=120)
         assert busy.stdout.splitlines() == ["reap: 0 server(s) stopped (.specdec/servers)"], busy

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec.cli.main import _bisect_inputs, main
+from pytest_specdec.cli.bisect import _bisect_inputs
+from pytest_specdec.cli.main import main
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile, profile_definition
 from pytest_specdec.profiles.schema import load_profiles
 

@@ -1,23 +1,21 @@
 """Merge the run files of a suite split across several runners (CI matrix shards) into one run.
 
 Each shard's pytest session writes its own run file (``<specdec dir>/results/<run id>.json``, ``results.ResultStore``).
-``python -m pytest_specdec merge DIR...`` reads them, refuses shards that measured different code (commit id or
-dirty flag, ``results.commit_info``) or define one profile differently (``fingerprint["profile_def"]``,
+``python -m pytest_specdec merge DIR...`` (``cli.merge``) reads them, refuses shards that measured different code
+(commit id or dirty flag, ``results.commit_info``) or define one profile differently (``fingerprint["profile_def"]``,
 ``results.profile_definition``) or measured the same test twice, and otherwise writes one run file holding every
 shard's results into the store, one markdown summary and one trend PNG of the store. The merged run's id is derived
 from the shards' ids, so merging the same shards again replaces the same file instead of adding a second run.
 
 Typical use (the merge job of ``examples/ci/nightly-gpu.yml``)::
 
-    python -m pytest_specdec merge shards/ --store .specdec/results --markdown summary.md --trend trend.png
+    python -m pytest_specdec merge shards/ --results-dir .specdec/results --markdown summary.md --trend trend.png
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,22 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.core.errors import CompareError
-from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile, metric_definitions, read_run_file
+from pytest_specdec.measure.results import ResultRecord, RunFile, metric_definitions
 
 __all__ = [
-    "EXIT_OK",
-    "EXIT_REFUSED",
-    "EXIT_USAGE",
     "Shard",
     "find_run_files",
     "load_shards",
-    "merge_command",
     "merge_problems",
     "merge_runs",
+    "merged_markdown",
 ]
 
-#: Exit codes of ``merge``: merged; refused (the runs differ, see ``--force``); bad input (no runs, unreadable file).
-EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 #: Runs drawn in the trend PNG by default: the newest ones (each stored run is read whole: about 12 ms per run file
 #: of 4 tests here, so a store of 1,000 nightly runs would add seconds to every merge for a plot nobody can read).
 DEFAULT_TREND_RUNS = 30
@@ -278,7 +271,10 @@ def merge_runs(shards: Sequence[Shard], *, forced: Sequence[str] = ()) -> RunFil
     )
 
 
-def _markdown(run: RunFile, shards: Sequence[Shard], saved: Path) -> list[str]:
+def merged_markdown(run: RunFile, shards: Sequence[Shard], saved: Path) -> list[str]:
+    """The merged run's summary as markdown lines (``markdown.markdown_summary`` titled ``specdec summary (N shards
+    merged)``), then a table of the shards (run id, host, results), then what ``--force`` merged despite, if
+    anything."""
     from pytest_specdec.core.table import Column, markdown_table
     from pytest_specdec.report.markdown import markdown_summary
 
@@ -291,75 +287,3 @@ def _markdown(run: RunFile, shards: Sequence[Shard], saved: Path) -> list[str]:
         lines += ["", "> **Merged with --force** although:", ""]
         lines += [f"> {line}" for problem in forced for line in str(problem).splitlines()]
     return lines
-
-
-def merge_command(
-    paths: Sequence[str | Path],
-    *,
-    store_dir: str | Path = ".specdec/results",
-    markdown: str | Path | None = None,
-    trend: str | Path | None = None,
-    trend_runs: int = DEFAULT_TREND_RUNS,
-    metrics: Sequence[str] | None = None,
-    force: bool = False,
-) -> int:
-    """``python -m pytest_specdec merge`` (its options are defined in ``__main__``; see the module docstring).
-
-    :param paths: run files, or directories searched recursively for run files.
-    :param store_dir: the results store the merged run is written to.
-    :param markdown: also write the merged summary as markdown here (and append it to ``$GITHUB_STEP_SUMMARY`` when
-        set).
-    :param trend: draw the store's newest ``trend_runs`` runs (>= 1) into this PNG, plotting ``metrics``
-        (``RunMetrics`` fields; None: ``plots.DEFAULT_TREND_METRICS``).
-    :param force: merge even when the runs differ (recorded in the run).
-    :returns: ``EXIT_OK``, ``EXIT_REFUSED`` (the runs differ, without ``force``) or ``EXIT_USAGE`` (no run files,
-        an unreadable file, the trend could not be drawn); messages go to stdout and errors to stderr.
-    """
-    from pytest_specdec.report.lines import summary_lines
-
-    store = ResultStore(Path(store_dir))
-    try:
-        shards, skipped = load_shards(paths)
-    except CompareError as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    store_root = store.root.resolve()
-    history = [s for s in shards if s.path.resolve().parent == store_root]
-    shards = [s for s in shards if s not in history]  # the store's runs are history, never merged again
-    if not shards:
-        where = ", ".join(map(str, paths))
-        why = f"; the {len(history)} in {store_dir} are the store's history" if history else ""
-        print(f"ERROR: no run files to merge under {where}{why}; pass the shards' result directories (each shard "
-              "writes <specdec dir>/results/<run id>.json)", file=sys.stderr)  # fmt: skip
-        return EXIT_USAGE
-    problems = merge_problems(shards)
-    if problems and not force:
-        print(f"ERROR: cannot merge {len(shards)} runs:", file=sys.stderr)
-        for problem in problems:
-            print(problem, file=sys.stderr)
-        return EXIT_REFUSED
-    run = merge_runs(shards, forced=problems)
-    saved = store.save(run, compact=True)
-    if skipped:
-        print(f"skipped {len(skipped)} JSON file(s) that are not run files, e.g. {skipped[0]}")
-    for problem in problems:
-        print(f"WARNING (--force): {problem}")
-    print(f"merged {len(shards)} runs ({len(run.results)} results) into {saved}")
-    for line in summary_lines((r.test_id, r.profile, r.metrics, r.outcome) for r in run.results):
-        print(line)
-    from pytest_specdec.report.markdown import markdown_targets, write_markdown
-
-    for path, append in markdown_targets(None if markdown is None else str(markdown), os.environ):
-        write_markdown(_markdown(run, shards, saved), path, append=append)
-        print(f"wrote {path}")
-    if trend:
-        from pytest_specdec.report.plots import DEFAULT_TREND_METRICS, plot_trend
-
-        drawn = [read_run_file(p) for p in store.list()[-trend_runs:]]
-        try:
-            out = plot_trend(drawn, Path(trend), metrics=list(metrics or DEFAULT_TREND_METRICS))
-        except (ValueError, ImportError) as exc:
-            print(f"ERROR: --trend: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        print(f"wrote {out} ({len(drawn)} runs)")
-    return EXIT_OK

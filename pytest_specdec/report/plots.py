@@ -8,6 +8,7 @@ interactive backend is left alone and no display is needed.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.core.metric_table import METRICS
+from pytest_specdec.core.records import RunMetrics
 from pytest_specdec.judge.sweep import speedup, split_name
 from pytest_specdec.measure.results import ResultRecord, RunFile
 
@@ -26,12 +28,20 @@ __all__ = [
     "plot_positions",
     "plot_sweep",
     "plot_trend",
+    "trend_fields",
     "trend_points",
     "trend_title",
 ]
 
 #: What ``python -m pytest_specdec plot`` draws without ``--metric``.
 DEFAULT_TREND_METRICS = ("output_tok_s", "accept_length")
+
+
+def trend_fields() -> list[str]:
+    """The ``RunMetrics`` fields a trend may draw (``--metric`` of ``plot`` and ``merge --trend``), in field order:
+    every one but ``accept_length_source`` (a name, not a number)."""
+    return [f.name for f in dataclasses.fields(RunMetrics) if f.name != "accept_length_source"]
+
 
 _AXIS_LABELS = {
     "num_steps": "speculative num_steps (draft steps per verify)",
@@ -369,8 +379,10 @@ def plot_trend(
 
 def trend_title(profiles: Sequence[str] | None, runs: int) -> str:
     """``specdec trend of eagle3 over 5 run(s)`` (``specdec trend over 5 run(s)`` without chosen profiles)."""
-    return f"specdec trend of {', '.join(profiles)} over {runs} run(s)" if profiles else (
-        f"specdec trend over {runs} run(s)"
+    return (
+        f"specdec trend of {', '.join(profiles)} over {runs} run(s)"
+        if profiles
+        else (f"specdec trend over {runs} run(s)")
     )
 
 

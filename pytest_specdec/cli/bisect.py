@@ -1,0 +1,134 @@
+"""``python -m pytest_specdec bisect``: the differences between a good and a bad configuration that cause a
+regression, by delta debugging over launched probes (``pytest_specdec.bisection``)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pytest_specdec import bisection
+from pytest_specdec.bisection.probes import Prober, profile_mapping
+from pytest_specdec.cli.exits import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from pytest_specdec.core.errors import CompareError, ProfileError, SpecdecError
+from pytest_specdec.core.redaction import REDACTED
+from pytest_specdec.judge.tolerances import layered_tolerances
+from pytest_specdec.measure.results import ResultStore
+from pytest_specdec.profiles.schema import load_profiles
+
+__all__ = ["bisect_command"]
+
+
+def bisect_command(args: argparse.Namespace) -> int:
+    """``bisect [PROFILE_FILE] --good A --bad B``: lists the differences, launches probes (one progress line each)
+    and prints the report (``ddmin.report_lines``); returns ``EXIT_OK`` when culprits were named, ``EXIT_FINDINGS``
+    when the regression did not reproduce or nothing could be bisected, ``EXIT_USAGE`` on bad input."""
+    try:
+        good, bad, name, source, fixed, tolerances = _bisect_inputs(args)
+        tolerance = layered_tolerances(tolerances)["output_tok_s"].rel
+    except (ProfileError, CompareError, ValueError) as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    diffs = bisection.differences(good, bad)
+    if not diffs:
+        print(f"bisect: {args.good} and {args.bad} have no difference a profile can apply")
+        for item in fixed:
+            print(f"not bisectable here: {item.line()}")
+        return EXIT_FINDINGS
+    print(f"bisect: {len(diffs)} differences between {args.good} (good) and {args.bad} (bad):")
+    for d in diffs:
+        print(f"  {d.line()}")
+    try:
+        prober = Prober(good, name=name, source=source, log_dir=Path(args.log_dir), phases=args.phases,
+                        log_prefix="bisect")  # fmt: skip
+    except ProfileError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    def progress(rec: bisection.ProbeRecord) -> None:
+        verdict = rec.verdict
+        if verdict is not None:
+            words = {"FAIL": "reproduces", "PASS": "does not reproduce", "UNRESOLVED": "unresolved"}
+            shown = words[verdict.outcome or "UNRESOLVED"]
+            print(f"probe {rec.label}: {shown} [{verdict.basis}: {verdict.line}] ({prober.launches} launches)",
+                  flush=True)  # fmt: skip
+
+    try:
+        result = bisection.bisect(good, diffs, prober, tolerance_rel=tolerance, max_pairs=args.max_pairs,
+                                  fixed=fixed, on_probe=progress)  # fmt: skip
+    except SpecdecError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return EXIT_FINDINGS
+    finally:
+        prober.close()
+    for line in bisection.report_lines(dataclasses.replace(result, launches=prober.launches, server_s=prober.server_s)):
+        print(line)
+    return EXIT_OK if result.culprits else EXIT_FINDINGS
+
+
+def _bisect_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], str, str, list[Any], list[str]]:
+    """(good mapping, bad mapping, good name, source, not-bisectable differences, good's tolerances) of ``bisect``,
+    from two profiles of PROFILE_FILE or from two stored runs' recorded profile definitions.
+
+    :raises ProfileError, CompareError: unknown profile, unreadable run, no such test, no recorded definition.
+    """
+    if args.profile_file:
+        profiles = load_profiles(args.profile_file)
+        good, bad = profiles.get(args.good), profiles.get(args.bad)
+        return profile_mapping(good), profile_mapping(bad), good.name, good.source, [], list(good.tolerances)
+    store = ResultStore(Path(args.results_dir))
+    good_run, bad_run = store.load(args.good), store.load(args.bad)
+    test = args.test
+    if test is None:
+        ids = [r.test_id for r in bad_run.results]
+        if len(ids) != 1:
+            raise CompareError(f"--test: run {bad_run.run_id} has {len(ids)} tests; name one with --test ID "
+                               f"(tests: {', '.join(ids) or 'none'})")  # fmt: skip
+        test = ids[0]
+    bad_rec = bad_run.find(test)
+    good_rec = good_run.find(args.good_test or test)
+    for run, rec, wanted in ((bad_run, bad_rec, test), (good_run, good_rec, args.good_test or test)):
+        if rec is None:
+            raise CompareError(f"--test={wanted}: no such test in run {run.run_id} (tests: "
+                               f"{', '.join(r.test_id for r in run.results) or 'none'})")  # fmt: skip
+    assert good_rec is not None and bad_rec is not None
+    fixed = bisection.not_bisectable(good_rec.fingerprint, bad_rec.fingerprint)
+    maps = []
+    for run, rec in ((good_run, good_rec), (bad_run, bad_rec)):
+        definition = rec.fingerprint.get("profile_def")
+        if not isinstance(definition, dict):
+            raise CompareError(f"run {run.run_id}: {rec.test_id} has no recorded profile definition (fingerprint "
+                               "profile_def); bisect its profiles from the profile file instead")  # fmt: skip
+        maps.append(_restore_paths(definition, Path(args.profiles_dir).resolve()))
+    good, bad = maps
+    for name in sorted(set(good.get("env") or {}) | set(bad.get("env") or {})):
+        if REDACTED in ((good.get("env") or {}).get(name), (bad.get("env") or {}).get(name)):
+            for m in (good, bad):
+                if (m.get("env") or {}).get(name) == REDACTED:
+                    if name in os.environ:
+                        m["env"][name] = os.environ[name]
+                    else:
+                        del m["env"][name]
+            if name not in os.environ:
+                fixed.append(bisection.NotBisectable(f"env {name} (secret, redacted in the runs; export it to "
+                                                     "include it)", "<redacted>", "<redacted>"))  # fmt: skip
+    for m in (good, bad):
+        m.pop("api_key", None)
+    source = str(Path(args.profiles_dir).resolve() / "specdec.yaml")
+    return good, bad, good_rec.profile, source, fixed, list(good.get("tolerances") or [])
+
+
+def _restore_paths(value: Any, profiles_dir: Path) -> Any:
+    """A recorded profile definition with ``<profiles>`` and ``<pytest_specdec>`` (``results.profile_definition``)
+    made paths again: the profiles directory given, and this installed package."""
+    if isinstance(value, str):
+        package = str(Path(__file__).resolve().parents[1])
+        return value.replace("<profiles>", str(profiles_dir)).replace("<pytest_specdec>", package)
+    if isinstance(value, dict):
+        return {k: _restore_paths(v, profiles_dir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_restore_paths(v, profiles_dir) for v in value]
+    return value

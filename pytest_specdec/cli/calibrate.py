@@ -1,0 +1,108 @@
+"""``python -m pytest_specdec calibrate``: rerun a profile K times (separate server starts), or read stored runs, and
+propose baseline-compare tolerances from the spread; the measured noise is written for ``--specdec-compare``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pytest_specdec.cli.exits import EXIT_BAD_PROFILE, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from pytest_specdec.core.errors import CompareError, ProfileError, ServerError, ServerStartError
+from pytest_specdec.judge.noise import calibrate_noise, calibrate_proposal
+from pytest_specdec.judge.paired import paired_ratios
+from pytest_specdec.judge.tolerances import format_tolerances
+from pytest_specdec.measure import pairing, runner
+from pytest_specdec.measure.results import ResultRecord, read_run_file
+from pytest_specdec.profiles.schema import Profile, load_profiles
+
+__all__ = ["calibrate_command"]
+
+
+def calibrate_command(args: argparse.Namespace) -> int:
+    """``calibrate PROFILE_FILE --profile NAME [--runs K]`` or ``calibrate --from RUN ...``: prints each run's
+    figures, writes the noise file (``noise.calibrate_noise``) and prints an ini block of proposed tolerances
+    (``noise.calibrate_proposal``); returns ``EXIT_FINDINGS`` when a server failed, ``EXIT_USAGE``/``EXIT_BAD_PROFILE``
+    on bad input, else ``EXIT_OK``."""
+    records: list[ResultRecord] = []
+    if args.from_runs:
+        try:
+            for ref in args.from_runs:
+                stored = read_run_file(Path(ref))
+                records += [r for r in stored.results if not args.profile or r.profile == args.profile]
+        except CompareError as exc:
+            print(f"ERROR: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    else:
+        if not args.profile_file or not args.profile or args.runs < 2:
+            print("ERROR: calibrate needs PROFILE_FILE, --profile NAME and --runs K >= 2 (or --from RUN ...)",
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_USAGE
+        try:
+            profile = load_profiles(args.profile_file).get(args.profile)
+        except ProfileError as exc:
+            print(f"ERROR: {exc}", file=sys.stderr)
+            return EXIT_BAD_PROFILE
+        vs = profile.thresholds.min_speedup.vs if profile.thresholds.min_speedup is not None else None
+        try:
+            reference = load_profiles(args.profile_file).get(vs) if vs else None
+        except ProfileError as exc:
+            print(f"ERROR: {exc}", file=sys.stderr)
+            return EXIT_BAD_PROFILE
+        for i in range(args.runs):
+            try:
+                record = _calibration_run(profile, reference, Path(args.log_dir))
+            except (ServerStartError, ServerError) as exc:
+                print(f"ERROR: run {i + 1}/{args.runs}: {exc}", file=sys.stderr)
+                return EXIT_FINDINGS
+            records.append(record)
+            ratios = paired_ratios(record, "output_tok_s")
+            paired = f", {sorted(ratios)[len(ratios) // 2]:.3f}x {vs} (paired)" if ratios else ""
+            length = record.metrics.get("accept_length")
+            shown = f"{length:.3f}" if isinstance(length, int | float) else "n/a"
+            print(f"run {i + 1}/{args.runs}: {record.metrics.get('output_tok_s', 0):.1f} tok/s, "
+                  f"accept length {shown}{paired}")  # fmt: skip
+    proposal = calibrate_proposal(records)
+    if not proposal:
+        print("ERROR: not enough values to propose tolerances (need >= 2 per metric)", file=sys.stderr)
+        return EXIT_USAGE
+    noise = calibrate_noise(records)
+    name = args.profile or (records[0].profile if records else "profile")
+    out = Path(args.noise_out or Path(".specdec/noise") / f"{name}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"profile": name, "runs": len(records), "sigma_rel": noise}, indent=1) + "\n")
+    print(f"# noise from {len(records)} run(s) -> {out} (--specdec-compare reads it: a shift must exceed 3 sigma)")
+    for key, sigma in noise.items():
+        print(f"#   {key}: sigma {sigma * 100:.2f}%")
+    print(f"# proposed from {len(records)} run(s); paste into pytest's ini (or a profile's tolerances:)")
+    print("specdec_tolerances =")
+    for line in format_tolerances(proposal).split():
+        print(f"    {line}")
+    return EXIT_OK
+
+
+def _calibration_run(profile: Profile, reference: Profile | None, log_dir: Path) -> ResultRecord:
+    """One calibration run: a fresh server of ``profile`` measured ``repeats`` times, paired with ``reference`` (its
+    ``min_speedup.vs``) when given, so the noise of the paired ratio is measured too.
+
+    :raises ServerStartError, ServerError: a server failed.
+    """
+    with runner.running_server(profile, log_dir=log_dir) as server:
+        n = profile.workload.repeats
+        if reference is None:
+            measured = runner.measure_repeats(server, n).measurements
+            return ResultRecord.from_measurements(f"calibrate[{profile.name}]", measured, {})
+        if pairing.pairing_mode(profile) == "interleaved":
+            with runner.running_server(reference, log_dir=log_dir, log_name=f"{reference.name}.paired") as ref:
+                arms = pairing.measure_interleaved(server, ref, n)
+        else:
+            arms = pairing.measure_bracketed(
+                server,
+                n,
+                start_reference=lambda: runner.start_server(reference, log_dir=log_dir),
+                restart_target=server.restart,
+            )
+        return ResultRecord.from_measurements(
+            f"calibrate[{profile.name}]", arms.target_measurements(), {}, paired=arms.to_dict()
+        )

@@ -1,0 +1,49 @@
+"""``python -m pytest_specdec check``: preflight checks of a profile file, launching nothing."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pytest_specdec.cli.exits import EXIT_BAD_PROFILE, EXIT_FINDINGS, EXIT_OK
+from pytest_specdec.core.errors import ProfileError
+from pytest_specdec.engines.preflight import Finding, format_findings, locate, run_preflight
+from pytest_specdec.profiles.schema import did_you_mean, load_profiles
+
+__all__ = ["check_command"]
+
+
+def check_command(args: argparse.Namespace) -> int:
+    """``check PROFILE_FILE [--profile NAME] [--strict]``: one line per finding on stderr, the profiles without
+    findings on stdout; returns ``EXIT_FINDINGS`` on errors (warnings too with ``--strict``), ``EXIT_BAD_PROFILE`` on
+    a file that cannot be loaded or an unknown profile, else ``EXIT_OK``."""
+    # Every diagnostic goes to stderr in one shape, ``SEVERITY: FILE:LINE: profiles.NAME.KEY: ...``; stdout only
+    # says which profiles are fine. Exit codes: EXIT_OK, EXIT_FINDINGS, EXIT_BAD_PROFILE (README "Profiles").
+    try:
+        profiles = load_profiles(args.profile_file)
+    except ProfileError as exc:
+        for line in str(exc).splitlines():
+            print(f"error: {line}", file=sys.stderr)
+        return EXIT_BAD_PROFILE
+    names = args.profile or sorted(profiles.profiles)
+    unknown = [n for n in names if n not in profiles.profiles]
+    if unknown:
+        available = ", ".join(sorted(profiles.profiles))
+        print(f"error: --profile={unknown[0]}: no such profile in {args.profile_file}"
+              f"{did_you_mean(unknown[0], list(profiles.profiles))} (available: {available})",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_BAD_PROFILE
+    findings: list[Finding] = []
+    for name in names:
+        try:
+            found = locate(run_preflight(profiles.get(name)), profiles)
+        except ProfileError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_BAD_PROFILE
+        findings += found
+        if not found:
+            print(f"profile {name}: ok")
+    for line in format_findings(findings):
+        print(line, file=sys.stderr)
+    failing = {"error", "warning"} if args.strict else {"error"}
+    return EXIT_FINDINGS if any(f.severity in failing for f in findings) else EXIT_OK

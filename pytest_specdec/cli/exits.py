@@ -1,0 +1,16 @@
+"""Exit codes of the command line's subcommands (``python -m pytest_specdec COMMAND``)."""
+
+from __future__ import annotations
+
+__all__ = ["EXIT_BAD_PROFILE", "EXIT_FINDINGS", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE"]
+
+#: Done, nothing found (``check``: no finding that fails; ``trend``: no worse change point).
+EXIT_OK = 0
+#: Something found (``check``: findings; ``trend``: a worse change point; ``bisect``: no culprit named).
+EXIT_FINDINGS = 1
+#: ``merge``: the runs differ (commit, profile or metric definitions, a test measured twice); see ``--force``.
+EXIT_REFUSED = 1
+#: A bad option or unreadable input (usage errors exit 2 too, the argparse way).
+EXIT_USAGE = 2
+#: ``check``: a profile file that cannot be loaded, or an unknown ``--profile``.
+EXIT_BAD_PROFILE = 2
