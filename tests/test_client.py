@@ -400,12 +400,12 @@ def test_event_arrives_with_the_read_that_completes_its_line(fake_clock: FakeClo
     assert (rec.completion_tokens, rec.output_text, rec.spec_verify_ct, rec.end_s) == (6, "abcdef", 3, 0.40)
 
     # The full parse (every event decoded) agrees with the fast one.
-    from pytest_specdec.measure import client as client_module
+    from pytest_specdec.measure import sse
 
     times, data = [t for t, _ in reads], [d for _, d in reads]
-    fast = client_module._parse_generate_fast(times, data)
-    full = client_module._Parsed()
-    client_module._parse("generate", times, data, full)
+    fast = sse.parse_generate_fast(times, data)
+    full = sse.Parsed()
+    sse.parse("generate", times, data, full)
     assert fast is not None
     assert (fast.chunk_times_s, fast.chunk_tokens, fast.tokens, fast.text, fast.spec, fast.done_s) == (
         full.chunk_times_s,
