@@ -1,5 +1,5 @@
-"""Tests of the CI-facing outputs: markdown summary (report/markdown.py), JUnit properties and the JSON report
-(pytest_specdec.report.lines)."""
+"""Tests of the CI-facing outputs: markdown summary (report/markdown.py), JUnit properties (report/junit.py), the JSON
+report (report/json_report.py), and the terminal summary's lines (report/terminal.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.measure.results import RunFile, read_run_file
-from pytest_specdec.report.lines import category_lines, junit_properties, position_lines, write_json_report
+from pytest_specdec.report.json_report import write_json_report
+from pytest_specdec.report.junit import junit_properties
 from pytest_specdec.report.markdown import markdown_summary, markdown_targets, write_markdown
+from pytest_specdec.report.terminal import category_lines, position_lines
 from tests.helpers import record
 
 pytest_plugins = ["pytester"]
@@ -96,7 +98,7 @@ def test_junit_properties_numeric_fields_in_runmetrics_order() -> None:
 def test_junit_properties_reach_the_junit_xml(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
-        from pytest_specdec.report.lines import junit_properties
+        from pytest_specdec.report.junit import junit_properties
 
         def test_metrics(request):
             metrics = {"output_tok_s": 94.0, "accept_length": 2.4, "ttft_ms_p50": None}
@@ -129,7 +131,7 @@ def test_definition_lines_name_the_accept_length_the_native_figure_and_the_cache
     """Issue 12.4 / 14.4: the summary says which accept length it shows, the engine's own figure beside it, and
     what was done to the prefix cache."""
     from pytest_specdec.measure.results import ResultRecord
-    from pytest_specdec.report.lines import definition_lines
+    from pytest_specdec.report.terminal import definition_lines
 
     def rec(profile: str, metrics: dict[str, object], native: str | None, notes: list[str]) -> ResultRecord:
         return ResultRecord(f"t.py::t[{profile}]", profile, metrics, {"cache_reset": notes},
@@ -193,7 +195,7 @@ def test_category_table_exact_lines() -> None:
 
 def test_cycle_cost_worked_example_and_line() -> None:
     from pytest_specdec.measure.results import ResultRecord
-    from pytest_specdec.report.lines import cycle_cost, cycle_lines
+    from pytest_specdec.report.terminal import cycle_cost, cycle_lines
 
     rec = ResultRecord(
         test_id="t.py::test_a[eagle3]", profile="eagle3",
@@ -219,7 +221,7 @@ def test_scheduler_cross_check_says_not_available_after_a_short_phase() -> None:
     summary says the check was not available, it does not fail, and a long phase shows both figures. The end-to-end
     run is benchmarks/gpu/short-phase.yaml (output on the reference server in benchmarks/gpu/results-2026-12-02/)."""
     from pytest_specdec.measure.results import ResultRecord
-    from pytest_specdec.report.lines import definition_lines
+    from pytest_specdec.report.terminal import definition_lines
 
     def rec(profile: str, engine: str, scheduler: float | None) -> ResultRecord:
         metrics = {"accept_length": 2.62, "accept_length_source": "client", "scheduler_accept_length": scheduler}

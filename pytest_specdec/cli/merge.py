@@ -11,10 +11,10 @@ from pathlib import Path
 from pytest_specdec.cli.exits import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.measure.results import ResultStore, read_run_file
-from pytest_specdec.report.lines import summary_lines
 from pytest_specdec.report.markdown import markdown_targets, write_markdown
 from pytest_specdec.report.merge import DEFAULT_TREND_RUNS, load_shards, merge_problems, merge_runs, merged_markdown
 from pytest_specdec.report.plots import DEFAULT_TREND_METRICS, plot_trend, trend_fields
+from pytest_specdec.report.terminal import summary_lines
 
 __all__ = ["merge_command"]
 

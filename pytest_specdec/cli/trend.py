@@ -1,5 +1,5 @@
-"""``python -m pytest_specdec trend``: change points over a series of stored runs (``report.trend``), a slow drift
-that passes every night."""
+"""``python -m pytest_specdec trend``: change points over a series of stored runs (``report.change_points``), a
+slow drift that passes every night."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from pytest_specdec.cli.exits import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.measure.results import ResultStore, read_run_file
-from pytest_specdec.report.trend import DEFAULT_FIELDS, series_from_runs, trend_lines
+from pytest_specdec.report.change_points import DEFAULT_FIELDS, series_from_runs, trend_lines
 
 __all__ = ["trend_command"]
 

@@ -492,8 +492,7 @@ class SpecdecSession:
         """The ``specdec_run`` fixture: the profile's measurement (made now when none exists yet in this session, under
         xdist in any worker), attached to the test as its result record, JUnit properties and benchmark entry."""
         from pytest_specdec.measure import results
-        from pytest_specdec.report import benchmark
-        from pytest_specdec.report import lines as report
+        from pytest_specdec.report import benchmark, junit
 
         item = request.node
         vs = marker.speedup_vs(item, self.profiles)
@@ -529,7 +528,7 @@ class SpecdecSession:
         )
         item.stash[record_key] = record
         item.user_properties.append((RECORD_PROPERTY, json.dumps(record.to_dict(), default=str)))
-        item.user_properties.extend(report.junit_properties(record.metrics))  # JUnit <property name="specdec_...">
+        item.user_properties.extend(junit.junit_properties(record.metrics))  # JUnit <property name="specdec_...">
         benchmark.record(request, run.measurements, fingerprint)
         return run
 

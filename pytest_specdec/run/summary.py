@@ -16,8 +16,9 @@ import pytest
 
 from pytest_specdec.judge import sweep
 from pytest_specdec.measure import results
-from pytest_specdec.report import lines as report
 from pytest_specdec.report import markdown, plots
+from pytest_specdec.report import terminal as report
+from pytest_specdec.report.json_report import write_json_report
 
 if TYPE_CHECKING:
     from pytest_specdec.run.session import SpecdecSession
@@ -91,7 +92,7 @@ def finish_outputs(session: SpecdecSession, pytest_session: pytest.Session, run:
         except ImportError as exc:
             session.position_plot_error = str(exc)
     if option.report:
-        session.report_path = report.write_json_report(run, Path(option.report))
+        session.report_path = write_json_report(run, Path(option.report))
     targets = markdown.markdown_targets(option.markdown, os.environ)
     if targets:
         lines = markdown.markdown_summary(

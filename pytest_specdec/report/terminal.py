@@ -1,30 +1,25 @@
-"""Result lines for people: the terminal summary table (the CLI prints the same lines)."""
+"""Result lines for people, as the terminal summary prints them (the CLI prints the same lines): the summary table,
+what its numbers are, the cost of a speculative cycle, accept length per prompt category, acceptance per draft
+position."""
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pytest_specdec.core.records import RunMetrics
 from pytest_specdec.core.table import Column, format_value, text_table
-from pytest_specdec.measure.results import ResultRecord, RunFile
+from pytest_specdec.measure.results import ResultRecord
 
 __all__ = [
-    "JUNIT_PREFIX",
     "POSITION_LEGEND",
     "SUMMARY_COLUMNS",
     "category_lines",
     "cycle_cost",
     "cycle_lines",
     "definition_lines",
-    "junit_properties",
     "position_lines",
     "summary_lines",
-    "write_json_report",
 ]
 
 #: (RunMetrics field, header, format) of the summary table, in order.
@@ -242,48 +237,3 @@ def position_lines(rows: Iterable[tuple[str, str, dict[str, Any], str]]) -> list
     columns = [Column("test"), Column("profile"), *positions, Column("source")]
     grid = [[test, profile, *cells, *([""] * (n - len(cells))), source] for test, profile, cells, source in table]
     return text_table(columns, grid)
-
-
-#: Prefix of the JUnit XML properties written per metric (``specdec_output_tok_s``).
-JUNIT_PREFIX = "specdec_"
-
-
-def junit_properties(metrics: Mapping[str, Any]) -> list[tuple[str, object]]:
-    """Per-test metrics as ``item.user_properties`` entries, which ``--junitxml`` writes as ``<property>`` elements
-    (``record_property`` style) for CI dashboards.
-
-    Every numeric ``RunMetrics`` field present in ``metrics`` becomes ``("specdec_<field>", value)``, in
-    ``RunMetrics`` field order, and each entry k of a per-position field ``("specdec_<field>_<k>", value)``
-    (k from 1); None (not applicable), strings and booleans are left out.
-    Example: ``{"output_tok_s": 94.0, "accept_length": None, "num_ok": 16}`` ->
-    ``[("specdec_num_ok", 16), ("specdec_output_tok_s", 94.0)]``.
-
-    :param metrics: ``ResultRecord.metrics`` or ``RunMetrics.as_dict()``.
-    """
-    out: list[tuple[str, object]] = []
-    for f in dataclasses.fields(RunMetrics):
-        value = metrics.get(f.name)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            out.append((f"{JUNIT_PREFIX}{f.name}", value))
-        elif isinstance(value, list | tuple):
-            # Per-position fields: one property per draft position, 1-based (specdec_accept_rate_at_1).
-            out.extend(
-                (f"{JUNIT_PREFIX}{f.name}_{k}", v)
-                for k, v in enumerate(value, start=1)
-                if isinstance(v, int | float) and not isinstance(v, bool)
-            )
-    return out
-
-
-def write_json_report(run: RunFile, path: str | Path) -> Path:
-    """Write ``run`` (every result with its fingerprint, the format of ``.specdec/results/*.json``) to ``path``
-    for ``--specdec-report``: a temp file in the same directory, then ``os.replace``; parents are created.
-
-    :returns: ``path``.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(run.to_json(), encoding="utf-8")
-    os.replace(tmp, path)
-    return path

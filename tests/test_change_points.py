@@ -10,7 +10,7 @@ import pytest
 
 from pytest_specdec.cli.main import main
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
-from pytest_specdec.report.trend import change_points, series_from_runs
+from pytest_specdec.report.change_points import change_points, series_from_runs
 
 pytest.importorskip("ruptures")
 
