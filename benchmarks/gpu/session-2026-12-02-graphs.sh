@@ -46,7 +46,7 @@ install_bundle() {  # go.sh's install and CUDA_HOME shim, without its launch
     ln -sfn "$RT" /tmp/cudahome/lib64/libcudart.so
   fi
   # shellcheck disable=SC1091
-  source $P4/sgenv.sh
+  source $P4/sgenv.sh; PY=/tmp/sgvenv/bin/python  # sgenv.sh sets PY to the image interpreter
   mkdir -p /tmp/site/datasets && [ -e /tmp/site/datasets/__init__.py ] ||
     echo 'def load_dataset(*a, **k): raise ImportError("datasets: a stub (not shipped)")' > /tmp/site/datasets/__init__.py
   export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TVM_FFI_CACHE_DIR=/tmp/tvmcache PYTHONUNBUFFERED=1
@@ -114,25 +114,25 @@ eagle3)
     echo "== EAGLE-3 with CUDA graphs, try $try (DG_MODE=$DG_MODE, SGLANG_ENABLE_JIT_DEEPGEMM=${SGLANG_ENABLE_JIT_DEEPGEMM:-default}) $(left) s left"
     if launch eagle3g $GRAPHS --mem-fraction-static 0.3 $SPEC; then ok=1; break; fi
     grep -B2 -A12 "Traceback" /tmp/eagle3g.log | grep -v -i warn | tail -40 > "$OUT/eagle3g.crash$try.txt"; cat "$OUT/eagle3g.crash$try.txt"
-    stop eagle3g; cp /tmp/eagle3g.log "$OUT/eagle3g.try$try.log"
+    stop eagle3g; gzip -c /tmp/eagle3g.log > "$OUT/eagle3g.try$try.log.gz"
     if [ "$DG_MODE" = real ] && [ -z "${SGLANG_ENABLE_JIT_DEEPGEMM:-}" ]; then echo "export SGLANG_ENABLE_JIT_DEEPGEMM=0" >> /tmp/dg.env
     else rm -rf /tmp/site/deep_gemm; mkdir -p /tmp/site/deep_gemm; echo '"""Stand-in."""' > /tmp/site/deep_gemm/__init__.py
       printf 'export DG_MODE=stub\nexport SGLANG_ENABLE_JIT_DEEPGEMM=0\n' > /tmp/dg.env; fi
     source /tmp/dg.env
   done
-  cp /tmp/dg.env "$OUT/dg.env.txt"
+  echo "dg.env: $(tr "\n" " " < /tmp/dg.env)"
   [ $ok = 1 ] || { gzip -c /tmp/eagle3g.log > "$OUT/eagle3g.log.gz"; exit 5; }
   curl -s http://127.0.0.1:30000/server_info > "$OUT/eagle3g.server_info.json"
   D=/tmp/par-eagle3
   URL=http://127.0.0.1:30000 SPEC=1 ORDER=abba FLUSH_PAUSE_S=1 PY=$PY \
-    bash benchmarks/gpu/client_vs_bench_serving.sh $D "1:16 64:256" 4
+    bash benchmarks/gpu/client_vs_bench_serving.sh $D "64:256" 4
   tar czf "$OUT/parity_eagle3.tar.gz" -C $D .
   stop eagle3g; gzip -c /tmp/eagle3g.log > "$OUT/eagle3g.log.gz"
   if [ "$(left)" -gt 200 ]; then
     echo "== baseline with CUDA graphs $(left) s left"
     launch baseg $GRAPHS --mem-fraction-static 0.3 || exit 6
     D=/tmp/par-base
-    URL=http://127.0.0.1:30000 ORDER=abba FLUSH_PAUSE_S=1 PY=$PY bash benchmarks/gpu/client_vs_bench_serving.sh $D "1:16 64:256" 4
+    URL=http://127.0.0.1:30000 ORDER=abba FLUSH_PAUSE_S=1 PY=$PY bash benchmarks/gpu/client_vs_bench_serving.sh $D "64:256" 4
     tar czf "$OUT/parity_baseline.tar.gz" -C $D .
     stop baseg; gzip -c /tmp/baseg.log > "$OUT/baseg.log.gz"
   fi
@@ -144,7 +144,7 @@ tests1|tests2|tests3)
   case $STEP in tests1) mods="tests/gpu/test_part1_verdicts.py ${MORE:-}";; tests2) mods="tests/gpu/test_part2_crash_and_sweep.py ${MORE:-}";; *) mods=tests/gpu/test_part3_openai_apis.py;; esac
   for m in $mods; do
     echo "== $m $(left) s left"
-    timeout $(( $(left) - 15 )) $PY -m pytest -p no:benchmark -p no:cacheprovider -m gpu "$m" -v -rA 2>&1 | tee "$SPECDEC_GPU_OUT/pytest_$(basename $m .py).txt" | grep -E "PASSED|FAILED|ERROR|passed|failed|tok/s|accept|cycle|speedup" | cut -c1-250
+    timeout $(( $(left) - 15 )) $PY -m pytest -p pytest_specdec.plugin -p no:benchmark -p no:cacheprovider -m gpu "$m" -v -rA 2>&1 | tee "$SPECDEC_GPU_OUT/pytest_$(basename $m .py).txt" | grep -E "PASSED|FAILED|ERROR|passed|failed|tok/s|accept|cycle|speedup" | cut -c1-250
   done
   tar czf "$OUT/$STEP.tar.gz" -C $SPECDEC_GPU_OUT .
   ;;
