@@ -29,7 +29,7 @@ from typing import Any
 from pytest_specdec import bisection
 from pytest_specdec.bisection.probes import Prober, profile_mapping
 from pytest_specdec.core.errors import ServerStartError
-from pytest_specdec.profiles.schema import load_profiles
+from pytest_specdec.engines.rules import load_profiles
 
 ROOT = Path(__file__).resolve().parents[1]
 DELAY_ENV = "SPECDEC_REF_FORWARD_DELAY_MS"

@@ -126,8 +126,8 @@ def _pytest(project: Path, args: list[str], timeout_s: float) -> Outcome:
 def _calibrate_delay(project: Path, target_ratio: float) -> tuple[float, float]:
     """Delay (ms per target forward) giving about ``target_ratio`` of eagle3's tok/s, from paired measurements."""
     sys.path.insert(0, str(ROOT))
+    from pytest_specdec.engines.rules import load_profiles
     from pytest_specdec.measure import pairing, runner
-    from pytest_specdec.profiles.schema import load_profiles
 
     def ratio(delay_ms: float) -> float:
         (project / "specdec.yaml").write_text(_profiles(delay_ms, quick=True))

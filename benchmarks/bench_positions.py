@@ -16,8 +16,8 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from pytest_specdec.engines.rules import load_profiles
 from pytest_specdec.measure import runner
-from pytest_specdec.profiles.schema import load_profiles
 
 ROOT = Path(__file__).resolve().parents[1]
 

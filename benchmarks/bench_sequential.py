@@ -46,11 +46,11 @@ sys.path.insert(0, str(ROOT))
 
 from busy import Load  # noqa: E402 - benchmarks/busy.py, beside this script
 
+from pytest_specdec.engines.rules import load_profiles  # noqa: E402
 from pytest_specdec.judge import compare, sequential, speedup  # noqa: E402
 from pytest_specdec.judge.paired import paired_ratios  # noqa: E402
 from pytest_specdec.judge.tolerances import Tolerance  # noqa: E402
 from pytest_specdec.measure import pairing, results, runner  # noqa: E402
-from pytest_specdec.profiles.schema import load_profiles  # noqa: E402
 from pytest_specdec.refserver.decoding import FORWARD_DELAY_ENV  # noqa: E402
 
 

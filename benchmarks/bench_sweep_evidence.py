@@ -41,10 +41,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pytest_specdec.engines.rules import load_profiles  # noqa: E402
 from pytest_specdec.judge import sweep  # noqa: E402
 from pytest_specdec.judge.paired import paired_ratios  # noqa: E402
 from pytest_specdec.measure.results import ResultRecord, read_run_file  # noqa: E402
-from pytest_specdec.profiles.schema import load_profiles  # noqa: E402
 
 TEST = "def test_run(specdec_run):\n    pass\n"
 

@@ -22,7 +22,8 @@ from pytest_specdec.core.errors import (
 
 if typing.TYPE_CHECKING:
     from pytest_specdec.core.records import RequestRecord, RunMetrics
-    from pytest_specdec.profiles.schema import Profile, SpeculativeConfig, Thresholds, Workload, load_profiles
+    from pytest_specdec.engines.rules import load_profiles
+    from pytest_specdec.profiles.schema import Profile, SpeculativeConfig, Thresholds, Workload
 
 __all__ = [
     "ClientOverloadError",
@@ -49,7 +50,7 @@ _LAZY = {
     "SpeculativeConfig": "pytest_specdec.profiles.schema",
     "Thresholds": "pytest_specdec.profiles.schema",
     "Workload": "pytest_specdec.profiles.schema",
-    "load_profiles": "pytest_specdec.profiles.schema",
+    "load_profiles": "pytest_specdec.engines.rules",
     "RequestRecord": "pytest_specdec.core.records",
     "RunMetrics": "pytest_specdec.core.records",
 }

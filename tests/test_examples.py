@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec.profiles.schema import load_profiles
+from pytest_specdec.engines.rules import load_profiles
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

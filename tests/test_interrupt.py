@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec.profiles.schema import BUNDLED_TARGET
+from pytest_specdec.engines.rules import BUNDLED_TARGET
 from tests.helpers import STRICT_INI
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"

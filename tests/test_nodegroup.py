@@ -19,9 +19,10 @@ import pytest
 from pytest_specdec.core.errors import ProfileError, ServerError, ServerStartError
 from pytest_specdec.engines.base import LaunchSpec
 from pytest_specdec.engines.reference import ReferenceEngine
+from pytest_specdec.engines.rules import load_profiles, resolve_paths
 from pytest_specdec.engines.sglang import SglangEngine
 from pytest_specdec.measure import runner
-from pytest_specdec.profiles.schema import Profile, load_profiles, resolve_paths
+from pytest_specdec.profiles.schema import Profile
 from pytest_specdec.refserver.args import ArgsError, parse_args, resolve_args
 from pytest_specdec.serve.nodegroup import NodeGroup, render_launcher
 from pytest_specdec.serve.ports import find_free_port
@@ -292,7 +293,7 @@ def test_killed_pytest_leaves_no_rank_behind(tmp_path: Path) -> None:
         from pathlib import Path
         from pytest_specdec.engines import get_engine
         from pytest_specdec.serve.nodegroup import NodeGroup
-        from pytest_specdec.profiles.schema import load_profiles
+        from pytest_specdec.engines.rules import load_profiles
         p = load_profiles({str(tmp_path / "specdec.yaml")!r}).get("tp3")
         g = NodeGroup.start(p, get_engine(p), port=int(sys.argv[1]), log_dir=Path({str(tmp_path / "logs")!r}),
                             draft_path=None, record_dir=Path({str(tmp_path / "servers")!r}))

@@ -16,7 +16,8 @@ import pytest
 from pytest_specdec.cli.main import main
 from pytest_specdec.engines.preflight import Finding, format_findings, read_safetensors_header, run_preflight
 from pytest_specdec.engines.reference import ReferenceEngine
-from pytest_specdec.profiles.schema import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET, Profile, load_profiles
+from pytest_specdec.engines.rules import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET, load_profiles
+from pytest_specdec.profiles.schema import Profile
 
 HIDDEN, LAYERS, VOCAB = 16, 8, 100
 
@@ -401,7 +402,7 @@ def test_unreachable_acceptance_floors_are_errors_before_launch(tmp_path: Path) 
 
 def test_findings_name_the_line_of_the_key_and_the_profile_that_sets_it(tmp_path: Path) -> None:
     from pytest_specdec.engines.preflight import locate
-    from pytest_specdec.profiles.schema import load_profiles
+    from pytest_specdec.engines.rules import load_profiles
 
     path = write_profile_file(tmp_path, "num_steps: 3, eagle_topk: 1, num_draft_tokens: 5")
     with path.open("a") as f:

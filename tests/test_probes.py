@@ -11,8 +11,8 @@ import pytest
 
 from pytest_specdec.cli.bisect import _bisect_inputs
 from pytest_specdec.cli.main import main
+from pytest_specdec.engines.rules import load_profiles
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile, profile_definition
-from pytest_specdec.profiles.schema import load_profiles
 
 #: good: the bundled EAGLE-3 draft on its trained ids; bad: the incident (aux id -1 served through the patched
 #: capture, plus the slow-forward knob standing in for lost NCCL tuning) mixed with three harmless differences.

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.core.errors import ProfileError
-from pytest_specdec.profiles.schema import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET, Profile, load_profiles, resolve_paths
+from pytest_specdec.engines.rules import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET, load_profiles, resolve_paths
+from pytest_specdec.profiles.schema import Profile
 
 
 def write(tmp_path: Path, text: str, name: str = "specdec.yaml") -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec.profiles.schema import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
+from pytest_specdec.engines.rules import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
 from tests.helpers import STRICT_INI
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"

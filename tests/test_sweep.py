@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_specdec.engines.rules import load_profiles
 from pytest_specdec.judge import sweep
 from pytest_specdec.measure.results import ResultRecord
-from pytest_specdec.profiles.schema import load_profiles
 from tests.helpers import record, repeated_records, seed_records, with_repeats
 
 FORMAT = (

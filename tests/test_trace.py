@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_specdec.engines.rules import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
 from pytest_specdec.measure import runner
-from pytest_specdec.profiles.schema import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET, Profile
+from pytest_specdec.profiles.schema import Profile
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ import pytest
 import scipy.stats  # noqa: F401
 
 import pytest_specdec.measure.progress
-from pytest_specdec.profiles.schema import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
+from pytest_specdec.engines.rules import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
 SPEC = (

@@ -220,7 +220,7 @@ def test_random_workload_sends_input_ids_with_each_prompts_output_length() -> No
 
 def test_random_vocab_size_comes_from_the_tokenizer_at_model_path() -> None:
     pytest.importorskip("transformers")
-    from pytest_specdec.profiles.schema import BUNDLED_TARGET
+    from pytest_specdec.engines.rules import BUNDLED_TARGET
 
     assert workload_mod.tokenizer_vocab_size(str(BUNDLED_TARGET)) == 2048
     wl = Workload(prompts="random", num_requests=2, random=RandomPrompts(input_len=4, range_ratio=1))

@@ -14,8 +14,9 @@ from pytest_specdec.bisection.diffs import launch_key
 from pytest_specdec.bisection.symptoms import EXACT_FIELDS
 from pytest_specdec.core import clock
 from pytest_specdec.core.errors import ProfileError
+from pytest_specdec.engines.rules import engine_problem, resolve_paths
 from pytest_specdec.measure import pairing, runner
-from pytest_specdec.profiles.schema import Profile, resolve_paths
+from pytest_specdec.profiles.schema import Profile
 
 __all__ = ["Prober", "profile_mapping"]
 
@@ -85,7 +86,12 @@ class Prober:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             raise ProfileError(f"probe {label}: not a valid profile: {where}: {first['msg']}", profile=label) from None
-        return resolve_paths(profile)
+        profile = resolve_paths(profile)
+        problem = engine_problem(profile)
+        if problem is not None:
+            # Worded as the schema's own whole-profile errors are (no key path; pydantic's "Value error, " prefix).
+            raise ProfileError(f"probe {label}: not a valid profile: : Value error, {problem}", profile=label)
+        return profile
 
     def _start(self, profile: Profile) -> runner.RunningServer:
         self.launches += 1

@@ -15,9 +15,9 @@ from pytest_specdec.bisection.probes import Prober, profile_mapping
 from pytest_specdec.cli.exits import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from pytest_specdec.core.errors import CompareError, ProfileError, SpecdecError
 from pytest_specdec.core.redaction import REDACTED
+from pytest_specdec.engines.rules import load_profiles
 from pytest_specdec.judge.tolerances import layered_tolerances
 from pytest_specdec.measure.results import ResultStore
-from pytest_specdec.profiles.schema import load_profiles
 
 __all__ = ["bisect_command"]
 

