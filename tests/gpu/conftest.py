@@ -38,17 +38,19 @@ SGLANG_PYTHON = os.environ.get("SPECDEC_SGLANG_PYTHON")
 
 REPO = Path(__file__).resolve().parents[2]
 ASSETS = REPO / "pytest_specdec" / "refserver" / "assets"
-#: ``SPECDEC_SGLANG_GRAPHS=1``: CUDA graphs on, captured up to batch size 8 (the tests run at concurrency 1), as
-#: SGLang is deployed. EAGLE-3 then needs ``deep_gemm`` importable (sgl-deep-gemm 0.1.5.post1, the version sglang
-#: 0.5.17 pins): its draft graph capture imports the DSA backend, which imports deep_gemm on every CUDA build
-#: (docs/sglang-gpu.md). Unset: no graphs, the flags every earlier GPU figure was measured with.
+#: ``SPECDEC_SGLANG_GRAPHS=1``: CUDA graphs on, decode graphs captured up to batch size 8 (the tests run at
+#: concurrency 1), as SGLang is deployed. EAGLE-3 then needs ``deep_gemm`` importable (sgl-deep-gemm 0.1.5.post1,
+#: the version sglang 0.5.17 pins): its draft graph capture imports the DSA backend, which imports deep_gemm on
+#: every CUDA build (docs/sglang-gpu.md). Unset: no graphs, the flags every earlier GPU figure was measured with.
 GRAPHS = os.environ.get("SPECDEC_SGLANG_GRAPHS") == "1"
 FLAGS = os.environ.get(
     "SPECDEC_SGLANG_FLAGS",
     "--attention-backend triton --speculative-draft-attention-backend triton --sampling-backend pytorch "
     "--grammar-backend none --skip-server-warmup --disable-radix-cache "
     "--disable-flashinfer-autotune --mm-feature-transport cpu --dtype bfloat16 --mem-fraction-static 0.3 "
-    + ("--cuda-graph-max-bs 8" if GRAPHS else "--disable-cuda-graph"),
+    # --cuda-graph-max-bs-decode: 0.5.17's name for the --cuda-graph-max-bs of the 2026-12-02 runs (same field;
+    # 0.5.23 drops the old spelling)
+    + ("--cuda-graph-max-bs-decode 8" if GRAPHS else "--disable-cuda-graph"),
 )
 #: Passed through to the server: what the JIT kernels of a bare wheel install need (sgenv.sh exports them).
 PASS_ENV = (
