@@ -14,6 +14,12 @@
 # (speculative/eagle_worker_v2.py:414-420), whatever the attention backend; dsa_backend.py:89-90 does
 # `if is_cuda(): import deep_gemm`. Only --disable-cuda-graph (decode backend "disabled", eagle_worker_v2.py:344)
 # returns before it. sglang 0.5.17 pins sgl-deep-gemm==0.1.5.post1 (its METADATA), a cu13 build on tvm-ffi 0.1.11.
+# The wheel, here (py3-none, 4.8 MB; git-ignore .whl first):
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+#     -d .whl sgl-deep-gemm==0.1.5.post1
+# Measured 2026-12-02: it imports as is (no LD_LIBRARY_PATH, no SGLANG_ENABLE_JIT_DEEPGEMM); the stand-in branch of
+# deep_gemm_setup never ran. Servers here use --cuda-graph-max-bs (0.5.17's deprecated alias of
+# --cuda-graph-max-bs-decode, same field), as recorded in tests/data/sglang/0.5.17-graphs.
 set -uo pipefail
 STEP=$1; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 T0=$SECONDS; LIMIT=${LIMIT:-570}

@@ -7,7 +7,9 @@ lent H200: ``source .gpu-sglang/part-NN/sgenv.sh``, then ``/tmp/sgvenv/bin/pytho
 has no GPU; the recorded outputs in ``tests/data/sglang/`` pin the parsers there instead). The model is the bundled
 tiny target and EAGLE-3 draft, with the flags that run on a bare SGLang wheel install
 (``../shared/gpu-sglang/README.md``); ``SPECDEC_SGLANG_FLAGS`` replaces them on a runner with a full install (e.g.
-``""`` to use SGLang's defaults, CUDA graphs included).
+``""`` to use SGLang's defaults, CUDA graphs included). ``SPECDEC_SGLANG_GRAPHS=1`` turns CUDA graphs on with the
+bundle's flags; on the bundle, install sgl-deep-gemm 0.1.5.post1 beside it first
+(``benchmarks/gpu/session-2026-12-02-graphs.sh`` does both).
 
 The tests are split in parts, each under 8 minutes on the H200 without CUDA graphs, so that one part fits one
 10-minute device command (the whole set took 560 s + 320 s there). With ``SPECDEC_SGLANG_GRAPHS=1`` (CUDA graphs,
