@@ -24,8 +24,10 @@ __all__ = [
     "post_reset",
 ]
 
-#: How an engine numbers EAGLE-3 aux layer ids: ``"sglang"``: id i = output of decoder layer i (-1 = embeddings);
-#: ``"vllm"``: id i = residual stream entering layer i (0 = embeddings) (``/work/shared/reference/aux_layer_ids.md``).
+#: How an engine numbers EAGLE-3 aux layer ids: ``"sglang"``: id i = output of decoder layer i (-1 = embeddings;
+#: SGLang 0.5.23 ``python/sglang/srt/models/llama.py::set_eagle3_layers_to_capture``); ``"vllm"``: id i = residual
+#: stream entering layer i (0 = embeddings; vLLM 0.32 ``vllm/model_executor/models/interfaces.py``
+#: ``::_maybe_add_hidden_state``). docs/vllm.md has the comparison.
 AuxIdConvention = Literal["sglang", "vllm"]
 #: How a profile and its ``min_speedup.vs`` reference are measured against each other (``pairing.py``).
 PairingMode = Literal["interleaved", "bracketed"]

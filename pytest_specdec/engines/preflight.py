@@ -297,7 +297,8 @@ def _rule_aux_ids(ctx: _Ctx) -> list[int] | None:
     (``model_runner_components/spec_aux_hidden_state.py``), maps id -> capture index id + 1 and captures in ascending
     layer order, once per index, only for indices in [0, L) (``models/llama.py::set_eagle3_layers_to_capture``,
     ``layers/aux_hidden_states.py``): valid ids are [-1, L-2], -1 being the embedding output. vLLM 0.32 uses capture
-    index = id, valid [0, L], 0 the embedding output (``/work/shared/reference/aux_layer_ids.md``).
+    index = id, valid [0, L], 0 the embedding output
+    (``vllm/model_executor/models/interfaces.py::_maybe_add_hidden_state``; docs/vllm.md).
     vLLM reads the draft's top-level ``eagle_aux_hidden_state_layer_ids`` first, else the nested one
     (``v1/worker/gpu_model_runner.py``), so top-level-only ids are an error only for SGLang's convention.
     :returns: the ids the engine will feed the draft, or None when they cannot be known.
@@ -576,7 +577,8 @@ def _rule_env(ctx: _Ctx) -> None:
 # ------------------------------------------------------------------- rule 7
 def _rule_engine(ctx: _Ctx) -> None:
     """Engine-specific flag/env problems (``engine.flag_issues``) and the aux-id convention mismatch
-    (``/work/shared/reference/aux_layer_ids.md``: SGLang id i = output of layer i, vLLM id i = output of layer i-1)."""
+    (SGLang 0.5.23 ``models/llama.py::set_eagle3_layers_to_capture``: id i = output of layer i; vLLM 0.32
+    ``models/interfaces.py::_maybe_add_hidden_state``: id i = output of layer i-1; docs/vllm.md)."""
     if ctx.engine is None:
         return
     for issue in ctx.engine.flag_issues(ctx.profile):

@@ -238,9 +238,24 @@ def attach(profile: Profile, base_url: str, *, budget_s: float) -> RunningServer
 
 
 @contextlib.contextmanager
-def running_server(profile: Profile, **kwargs: object) -> Iterator[RunningServer]:
-    """``start_server`` as a context manager that always tears down."""
-    server = start_server(profile, **kwargs)  # type: ignore[arg-type]
+def running_server(
+    profile: Profile,
+    *,
+    log_dir: Path,
+    startup_timeout_s: float | None = None,
+    on_progress: ProgressCallback | None = None,
+    log_name: str | None = None,
+    on_launch: Callable[[ServerHandle], None] | None = None,
+) -> Iterator[RunningServer]:
+    """:func:`start_server` (same arguments) as a context manager that always tears down."""
+    server = start_server(
+        profile,
+        log_dir=log_dir,
+        startup_timeout_s=startup_timeout_s,
+        on_progress=on_progress,
+        log_name=log_name,
+        on_launch=on_launch,
+    )
     try:
         yield server
     finally:

@@ -28,9 +28,9 @@ _Event = tuple[float, "dict[str, Any] | None"]
 
 PATHS: dict[str, str] = {"generate": "/generate", "completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
-#: Per-request spec fields, newest SGLang name first, then the names older releases used
-#: (sglang_api.md §4: ``spec_accept_token_num``/``spec_draft_token_num``, then ``spec_accepted_drafts``/
-#: ``spec_proposed_drafts``).
+#: Per-request spec fields of ``meta_info``, newest SGLang name first (0.5.23 ``spec_num_correct_drafts``/
+#: ``spec_num_proposed_drafts``), then the names older releases used (``spec_accepted_drafts``/
+#: ``spec_proposed_drafts``, before them ``spec_accept_token_num``/``spec_draft_token_num``).
 _SPEC_FIELDS: dict[str, tuple[str, ...]] = {
     "spec_verify_ct": ("spec_verify_ct",),
     "spec_num_correct_drafts": ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num"),
@@ -92,7 +92,8 @@ def _error_text(data: dict[str, Any]) -> str:
 
 
 def request_body(api: Api, spec: RequestSpec, model: str | None) -> dict[str, Any]:
-    """The JSON body; field names as in SGLang ``bench_serving`` / the OpenAI API (sglang_api.md §4-5)."""
+    """The JSON body; field names as in SGLang ``bench_serving`` (``python/sglang/benchmark/serving.py``) and the
+    OpenAI API (SGLang ``python/sglang/srt/entrypoints/openai/protocol.py``: ``return_spec_tokens_details``)."""
     if api == "generate":
         body: dict[str, Any] = (
             {"input_ids": list(spec.input_ids)} if spec.input_ids is not None else {"text": spec.prompt}

@@ -14,6 +14,10 @@ import sys
 import threading
 import time
 import traceback
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_specdec.refserver.state import AppState
 
 __all__ = ["main"]
 
@@ -29,7 +33,7 @@ def _configure_logging(level: str) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the warmup client's request lines
 
 
-def _warmup(state: object, server: object, base_url: str, api_key: str | None) -> None:
+def _warmup(state: AppState, server: object, base_url: str, api_key: str | None) -> None:
     """SGLang ``http_server.py::_execute_server_warmup``: poll /model_info, then one /generate; exit 1 on failure."""
     import httpx
 
@@ -55,10 +59,10 @@ def _warmup(state: object, server: object, base_url: str, api_key: str | None) -
     except Exception:
         logger.error(f"Initialization failed. warmup error: {traceback.format_exc()}")
         os._exit(1)
-    if state.args.ref_fault_never_ready:  # type: ignore[attr-defined]
+    if state.args.ref_fault_never_ready:
         logger.info("ref fault: --ref-fault-never-ready, /health stays 503")
         return
-    state.status = "Up"  # type: ignore[attr-defined]
+    state.status = "Up"
     logger.info("The server is fired up and ready to roll!")
 
 

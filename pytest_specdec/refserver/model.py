@@ -161,6 +161,10 @@ class Eagle3Draft(nn.Module):
     :param embed_tokens: the target's embedding module (shared, frozen), mapping ids [n] -> [n, H].
     """
 
+    # Registered buffers, declared so that type checkers see tensors (nn.Module.__getattr__ says Tensor | Module).
+    d2t: torch.Tensor
+    t2d: torch.Tensor
+
     def __init__(self, config: Eagle3DraftConfig, embed_tokens: nn.Module) -> None:
         super().__init__()
         self.config = config
@@ -186,8 +190,7 @@ class Eagle3Draft(nn.Module):
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Map draft-vocab ids to target ids: ``target = draft + d2t[draft]`` (SGLang ``hot_token_id``)."""
-        d2t: torch.Tensor = self.d2t  # type: ignore[assignment]  # a registered buffer
-        return draft_ids + d2t[draft_ids]
+        return draft_ids + self.d2t[draft_ids]
 
     def _qkv(self, embeds: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
         layer = self.midlayer
