@@ -1,8 +1,9 @@
 """pytest hooks only: options, ini keys, the ``specdec`` marker, fixtures, and hooks that forward to the session.
 
-The run's state and its lifecycle live in ``session.SpecdecSession`` (registered as a plugin: the summary hooks
-are its methods); a test's marker is read by ``marker``, its verdict judged by ``verdict``, the end of the run
-written by ``summary``. The options, ini keys and their value parsers are in ``options``.
+The run's wiring lives in ``run/session.py::SpecdecSession`` (built once from ``run/settings.py::RunSettings``,
+registered as a plugin: the summary hooks are its methods); a test's marker is read by ``run/marker.py``, its
+verdict judged by ``judge/verdict.py``, the end of the run reported by ``report/summary.py``. The options, ini keys
+and their value parsers are in ``run/options.py``.
 
 Every pytest run in an environment with the plugin installed imports this module, so it imports only ``pytest``
 and light modules (``options``, ``schedule``, ``keys``) at the top; the rest (aiohttp, numpy, pydantic behind them)
@@ -19,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_specdec.core import xdistnode
-from pytest_specdec.run import options, schedule
-from pytest_specdec.run.keys import record_key, session_key, thresholds_key, tolerances_key
+from pytest_specdec.run import marker, options, schedule
+from pytest_specdec.run.keys import record_key, thresholds_key, tolerances_key
+from pytest_specdec.run.session import SpecdecSession, session_key
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.runner import RunningServer, RunResult
     from pytest_specdec.profiles.schema import Profile
-    from pytest_specdec.run.session import SpecdecSession
 
 __all__ = ["record_key", "session_key", "thresholds_key", "tolerances_key"]
 
@@ -47,7 +48,6 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     for engine in ("reference", "sglang", "vllm"):
         config.addinivalue_line("markers", f"{engine}: added to specdec tests that run on a `server: {engine}` profile")
-    from pytest_specdec.run.session import SpecdecSession
 
     session = SpecdecSession.from_config(config)
     config.stash[session_key] = session
@@ -102,10 +102,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     # After every plugin's summary (ours is the session's hook), right above pytest's final "N passed" line: the
     # reason a sweep fails the run, as pytest-cov puts "FAIL Required test coverage ..." last.
     session = config.stash.get(session_key, None)
-    if session is not None and session.sweep_red:
-        from pytest_specdec.run import summary
-
-        summary.write_fail_lines(session, terminalreporter)
+    if session is not None:
+        session.write_final_lines(terminalreporter)
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -118,11 +116,11 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # `-m "specdec and vllm"` selects the tests that run on vLLM profiles (likewise sglang, reference).
     session = config.stash.get(session_key, None)
-    if session is None or session.profile_set is None:
+    if session is None or session.profiles is None:
         return
     units: dict[str, str] = {}
     for item in items:
-        name = getattr(getattr(item, "callspec", None), "params", {}).get("specdec_profile")
+        name = marker.item_profile(item)
         if name:
             profile = session.profile(name)
             item.add_marker(profile.server)
@@ -142,7 +140,7 @@ def pytest_fixture_setup(
     if fixturedef.argname == "specdec_server":
         session = request.config.stash.get(session_key, None)
         if session is not None:
-            session.server_fixture = (fixturedef, request, result.profile.name)
+            session.server_stop.set_up(fixturedef, request, result.profile.name)
     return result
 
 
@@ -152,11 +150,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     # Stop a profile's server right after its last test (in collection order), not at the end of the session: the
     # tests that follow may not need it, and under xdist another worker may be waiting to start the next server.
     session = item.config.stash.get(session_key, None)
-    if session is not None and session.server_fixture is not None and nextitem is not None:
-        fixturedef, request, name = session.server_fixture
-        if fixturedef.cached_result is not None and session.is_last_test_of(item, name):
-            session.server_fixture = None
-            fixturedef.finish(request)  # type: ignore[arg-type]
+    if session is not None:
+        session.server_stop.after_teardown(item, nextitem)
     return result
 
 
@@ -214,17 +209,13 @@ def specdec_run(specdec_profile: Profile, request: pytest.FixtureRequest) -> Run
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("specdec") is not None:
-        from pytest_specdec.run import marker
-
         session = item.config.stash[session_key]
-        marker.setup_item(item, session.profiles, session.profile_path)
+        marker.setup_item(item, session.profiles, session.settings.profile_path)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     result = yield
     if item.stash.get(record_key, None) is not None:
-        from pytest_specdec.run import verdict
-
-        verdict.judge_item(item.config.stash[session_key], item)
+        item.config.stash[session_key].judge(item)
     return result

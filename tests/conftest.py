@@ -16,10 +16,10 @@ import pytest_specdec.engines.preflight  # noqa: F401
 # in-process runs drop the modules first imported inside them, so a stack imported there would be imported afresh
 # by every such run (numpy and psutil do not survive that): import it once for the whole test process.
 import pytest_specdec.judge.baseline  # noqa: F401
+import pytest_specdec.judge.verdict  # noqa: F401
 import pytest_specdec.report.benchmark  # noqa: F401
+import pytest_specdec.report.summary  # noqa: F401
 import pytest_specdec.run.session  # noqa: F401
-import pytest_specdec.run.summary  # noqa: F401
-import pytest_specdec.run.verdict  # noqa: F401
 import pytest_specdec.serve.sharing  # noqa: F401
 
 try:  # the plot extra: matplotlib imported inside an in-process run, then dropped, breaks the next run's legend

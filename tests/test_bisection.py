@@ -302,7 +302,7 @@ def test_apply_removes_or_sets_a_flag(bad_value: tuple[str, ...] | None) -> None
 
 def test_a_stored_compare_failure_with_several_differences_prints_the_bisect_command() -> None:
     from pytest_specdec.judge.tolerances import layered_tolerances
-    from pytest_specdec.run.verdict import judge_compare
+    from pytest_specdec.judge.verdict import judge_compare
     from tests.helpers import fingerprint, rec
 
     base = rec(accept_length=[2.63] * 3, output_tok_s=[100.0, 101.0, 99.0])
@@ -313,7 +313,7 @@ def test_a_stored_compare_failure_with_several_differences_prints_the_bisect_com
     def judged(current: Any, current_run: str) -> list[str]:
         verdict = judge_compare(base, current, run_id="R1", test_id=current.test_id,
                                 tolerances=layered_tolerances(), noise={}, force=False, confirm=lambda: None,
-                                current_run=current_run)  # fmt: skip
+                                current_run=current_run, bisect_hint=bisection.bisect_hint)  # fmt: skip
         assert verdict.failure is not None
         return verdict.failure.splitlines()
 

@@ -75,7 +75,7 @@ def test_one_speedup_line_per_profile_the_confirmed_one() -> None:
     import dataclasses
 
     from pytest_specdec.measure.results import ResultRecord
-    from pytest_specdec.run.summary import speedup_lines
+    from pytest_specdec.report.summary import speedup_lines
     from tests.helpers import record
 
     def paired(profile: str, speedup: str) -> ResultRecord:

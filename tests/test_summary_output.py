@@ -52,7 +52,7 @@ def test_passing_compare_prints_the_delta_table(pytester: pytest.Pytester) -> No
 
 def test_with_pytest_benchmark_the_summary_says_why_ops_differs_from_tok_s(pytester: pytest.Pytester) -> None:
     pytest.importorskip("pytest_benchmark")
-    from pytest_specdec.run.summary import BENCHMARK_OPS_NOTE
+    from pytest_specdec.report.summary import BENCHMARK_OPS_NOTE
 
     _project(pytester)
     result = pytester.runpytest_subprocess("--server-profile=eagle3", "-p", "no:cacheprovider", timeout=120)

@@ -1,4 +1,4 @@
-"""``verdict.py``'s data-only functions: the threshold message, the shared-verdict reference, the sweep point's
+"""``judge/verdict.py``'s data-only functions: the threshold message, the shared-verdict reference, the sweep point's
 steps, and the baseline compare with its confirming measurement (hand-made records, no server)."""
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ import pytest
 from pytest_specdec.judge import compare
 from pytest_specdec.judge.thresholds import evaluate
 from pytest_specdec.judge.tolerances import layered_tolerances
-from pytest_specdec.measure.results import ResultRecord
-from pytest_specdec.profiles.schema import Profile, Thresholds
-from pytest_specdec.run.summary import cost_lines, note_lines
-from pytest_specdec.run.verdict import (
+from pytest_specdec.judge.verdict import (
     CompareVerdict,
     failure_message,
     judge_compare,
     shared_verdict_message,
     sweep_steps,
 )
+from pytest_specdec.measure.results import ResultRecord
+from pytest_specdec.profiles.schema import Profile, Thresholds
+from pytest_specdec.report.summary import Line, cost_lines, note_lines
 from tests.helpers import rec, run_metrics
 
 SLOW = run_metrics(output_tok_s=100.0, accept_length=2.0)
@@ -103,10 +103,10 @@ def test_note_lines() -> None:
         [("eagle3", "trace: /tmp/t (1 new files)"), ("base", None), ("vllm", "not traced: fixed at launch")],
     )
     assert lines == [
-        ("specdec preflight: eagle3: warning: x", {"yellow": True}),
-        ("specdec: test_a[eagle3]: marker overrides profile eagle3: min_tok_s 1 (profile: 10)", {}),
-        ("specdec eagle3: trace: /tmp/t (1 new files)", {"yellow": False}),
-        ("specdec vllm: not traced: fixed at launch", {"yellow": True}),
+        Line("specdec preflight: eagle3: warning: x", {"yellow": True}),
+        Line("specdec: test_a[eagle3]: marker overrides profile eagle3: min_tok_s 1 (profile: 10)", {}),
+        Line("specdec eagle3: trace: /tmp/t (1 new files)", {"yellow": False}),
+        Line("specdec vllm: not traced: fixed at launch", {"yellow": True}),
     ]
 
 

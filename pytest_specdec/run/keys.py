@@ -1,8 +1,5 @@
-"""What travels on pytest's objects: the stash keys of the session and of each test, and the names of the
-``item.user_properties`` entries that carry a test's results to the xdist controller.
-
-Kept apart from ``session`` so that ``plugin.py`` can import it at startup without the session's dependencies
-(``benchmarks/bench_import.py``).
+"""What travels on a test's pytest objects: its stash keys, and the names of the ``item.user_properties`` entries
+that carry its results to the xdist controller. (The session's own key is ``session.session_key``.)
 """
 
 from __future__ import annotations
@@ -14,23 +11,19 @@ import pytest
 if TYPE_CHECKING:
     from pytest_specdec.measure.results import ResultRecord
     from pytest_specdec.profiles.schema import Thresholds
-    from pytest_specdec.run.session import SpecdecSession
 
 __all__ = [
     "CHECKS_PROPERTY",
     "OVERRIDES_PROPERTY",
     "RECORD_PROPERTY",
     "record_key",
-    "session_key",
     "thresholds_key",
     "tolerances_key",
 ]
 
-#: ``config.stash``: the run's ``session.SpecdecSession``.
-session_key: pytest.StashKey[SpecdecSession] = pytest.StashKey()
-#: ``item.stash``: the test's thresholds, its profile's merged with its marker (``SpecdecSession.setup_item``).
+#: ``item.stash``: the test's thresholds, its profile's merged with its marker (``marker.setup_item``).
 thresholds_key: pytest.StashKey[Thresholds] = pytest.StashKey()
-#: ``item.stash``: the test's result record (``SpecdecSession.measure_for``; ``verdict.replace_record`` updates it).
+#: ``item.stash``: the test's result record (``fixtures.measure_for``; ``SpecdecSession.judge`` updates it).
 record_key: pytest.StashKey[ResultRecord] = pytest.StashKey()
 #: ``item.stash``: the marker's ``tolerances=`` lines for ``--specdec-compare``.
 tolerances_key = pytest.StashKey[list[str]]()

@@ -19,6 +19,7 @@ from pytest_specdec.profiles import discovery
 
 if TYPE_CHECKING:
     from pytest_specdec.profiles.schema import Profile
+    from pytest_specdec.report.summary import OutputOptions
 
 __all__ = ["RunSettings"]
 
@@ -79,6 +80,15 @@ class RunSettings:
     def repeats_of(self, profile: Profile) -> int:
         """Measured phases of ``profile``'s first measurement: ``--specdec-repeats``, else ``workload.repeats``."""
         return int(self.repeats or profile.workload.repeats)
+
+    def output_options(self) -> OutputOptions:
+        """Where the end of the run writes its files (``summary.finish``)."""
+        from pytest_specdec.report.summary import OutputOptions
+
+        return OutputOptions(
+            self.out_dir, self.sweep is not None, self.sweep_baseline, self.sweep_max_gap, self.sweep_plot,
+            self.position_plot, self.report, self.markdown,
+        )  # fmt: skip
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunSettings:

@@ -2,51 +2,50 @@
 and the stored-baseline compare, each suspected throughput/latency regression measured again before it fails. With a
 sequential design (a profile's ``workload.max_repeats`` / ``max_server_s``, ``sequential.py``) the floors, the speedup
 and the compare's confirmation measure one repeat (or pair) at a time until decided or the budget is spent; what each
-verdict cost goes to the record (``record_cost``).
+verdict cost goes to the record (``cost``).
 
-``plugin.py::pytest_runtest_call`` calls :func:`judge_item`. The functions taking the ``SpecdecSession`` read its
-measurements and may measure again (confirming); the others take data only: :func:`failure_message`,
-:func:`shared_verdict_message`, :func:`sweep_steps`, :func:`judge_compare` (given a ``confirm`` callable),
-:func:`sequential_compare`.
+``run/session.py`` calls :func:`judge_item` after a test body with plain values: the test's record and thresholds,
+the run's measurements as a :class:`~pytest_specdec.judge.handle.MeasureHandle` (read, and ask for one more repeat or
+pair), and the run's :class:`~pytest_specdec.judge.outcomes.Outcomes`; it gets back an :class:`ItemVerdict` (the
+record as judged, the checks, the warnings, the failure text) and applies it to the test. Nothing here knows pytest.
+The data-only parts: :func:`failure_message`, :func:`shared_verdict_message`, :func:`sweep_steps`,
+:func:`judge_compare` (given a ``confirm`` callable), :func:`sequential_compare`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
-from pytest_specdec import bisection
-from pytest_specdec.core import hoststate
-from pytest_specdec.core.errors import CompareError, ServerError, ServerStartError, SpecdecError, SpecdecWarning
+from pytest_specdec.core.errors import CompareError
 from pytest_specdec.judge import compare, sequential, speedup, sweep
-from pytest_specdec.judge.noise import NOISE_K, read_noise
+from pytest_specdec.judge.noise import NOISE_K
 from pytest_specdec.judge.paired import paired_ratios
 from pytest_specdec.judge.thresholds import Check, Verdict, evaluate
 from pytest_specdec.judge.tolerances import Tolerance, layered_tolerances
-from pytest_specdec.measure import pairing, results, runner
-from pytest_specdec.profiles.schema import MinSpeedup, Profile
-from pytest_specdec.run.keys import CHECKS_PROPERTY, RECORD_PROPERTY, record_key, thresholds_key, tolerances_key
+from pytest_specdec.measure import results, runner
+from pytest_specdec.profiles.schema import MinSpeedup, Profile, Thresholds
 
 if TYPE_CHECKING:
-    from pytest_specdec.run.session import SpecdecSession
+    from pytest_specdec.judge.baseline import Baselines
+    from pytest_specdec.judge.handle import MeasureHandle
+    from pytest_specdec.judge.outcomes import Outcomes
 
 __all__ = [
     "SEQUENTIAL_KEYS",
+    "BisectHint",
+    "CompareSetup",
     "CompareVerdict",
+    "ItemVerdict",
     "compare_item",
-    "confirm_pair",
     "confirm_record",
+    "design_for",
     "failure_message",
     "judge_compare",
     "judge_item",
-    "noise_for",
     "record_cost",
-    "replace_record",
     "sequential_checks",
     "sequential_compare",
     "shared_verdict_message",
@@ -54,26 +53,98 @@ __all__ = [
     "sweep_steps",
 ]
 
+#: ``bisection.bisect_hint``'s shape: (fingerprint diff, good run, bad run, test id, good test id) -> the line.
+BisectHint = Callable[[Sequence[str], str, str, str, "str | None"], str]
 
-def judge_item(session: SpecdecSession, item: pytest.Item) -> None:
-    """After a test body (``pytest_runtest_call``): its thresholds, then the baseline compare; fails the test with
-    the verdict. Tests without a measurement are left alone.
 
-    :raises pytest.fail.Exception: a threshold missed or a confirmed regression (one message, no traceback).
+@dataclass(frozen=True, slots=True)
+class CompareSetup:
+    """What ``--specdec-compare`` asks of every test (``RunSettings``), and where its baselines come from."""
+
+    baselines: Baselines
+    #: This run's id (the bisect command names it).
+    run_id: str
+    #: ini ``specdec_tolerances`` lines.
+    tolerances: tuple[str, ...] = ()
+    #: ``--specdec-compare-profile``: speculative profiles compare with this profile's stored results.
+    profile: str | None = None
+    #: ``--specdec-compare-force``: compare although the workloads differ.
+    force: bool = False
+    #: Adds the ``bisect`` command under a failure with several fingerprint differences (``bisection.bisect_hint``).
+    bisect_hint: BisectHint | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemVerdict:
+    """What :func:`judge_item` decided for one test."""
+
+    #: The test's result record as judged (longer runs, paired verdict, ``cost``).
+    record: results.ResultRecord
+    #: Per-threshold outcomes (``thresholds.Verdict.outcomes``).
+    checks: dict[str, str]
+    #: ``SpecdecWarning`` texts, in the order they arose.
+    warnings: tuple[str, ...] = ()
+    #: The failure text (threshold verdict, then the compare), or None when the test passed.
+    failure: str | None = None
+
+
+@dataclass(slots=True)
+class _Case:
+    """One test while it is judged: its node id, its record as it is now, the warnings so far."""
+
+    nodeid: str
+    record: results.ResultRecord
+    warnings: list[str] = field(default_factory=list)
+
+    def replace(self, **changes: Any) -> None:
+        self.record = dataclasses.replace(self.record, **changes)
+
+
+def design_for(profile: Profile, repeats: int) -> sequential.Design | None:
+    """The sequential design of ``profile``'s verdicts: looks from ``repeats`` (the first measurement) up to
+    ``workload.max_repeats`` (``sequential.DEFAULT_MAX_REPEATS`` when only ``max_server_s`` is set); None with
+    fixed repeats (neither key set)."""
+    wl = profile.workload
+    if wl.max_repeats is None and wl.max_server_s is None:
+        return None
+    most = max(wl.max_repeats or sequential.DEFAULT_MAX_REPEATS, repeats)
+    return sequential.Design(repeats, most, max_server_s=wl.max_server_s)
+
+
+def judge_item(
+    record: results.ResultRecord,
+    *,
+    nodeid: str,
+    profile: Profile,
+    thresholds: Thresholds,
+    profiles: Mapping[str, Profile],
+    repeats: int,
+    measurements: MeasureHandle,
+    outcomes: Outcomes,
+    compare_setup: CompareSetup | None = None,
+    marker_tolerances: Sequence[str] = (),
+) -> ItemVerdict:
+    """A test's verdict after its body: its thresholds, then the baseline compare.
+
+    :param record: the test's result record (``ResultRecord.from_measurements`` of its profile's run).
+    :param thresholds: the profile's, merged with the test's marker.
+    :param profiles: every loaded profile (a sweep point's steps are read from the profile it was derived from).
+    :param repeats: the first measurement's repeats (``RunSettings.repeats_of``), where a sequential design starts.
+    :param measurements: read the profile's run, and ask for more (confirming, sequential verdicts).
+    :param outcomes: gets the first failure of each verdict, the compares and their notes.
+    :param compare_setup: ``--specdec-compare`` (None without the option).
+    :param marker_tolerances: the marker's ``tolerances=`` lines.
     """
-    record = item.stash.get(record_key, None)
-    if record is None:
-        return
-    profile = session.profile(record.profile)
-    thresholds = item.stash.get(thresholds_key, None) or profile.thresholds
+    case = _Case(nodeid, record)
     vs = thresholds.min_speedup.vs if thresholds.min_speedup is not None else None
+    design = design_for(profile, repeats)
     costs: dict[str, dict[str, Any]] = {}
     check = None
     if thresholds.min_speedup is not None:
-        check = speedup_check(session, item, profile.name, thresholds.min_speedup, costs)
-    steps, configured = sweep_steps(profile, session.profiles or {})
-    judged = sequential_checks(session, item, profile, thresholds, vs, costs) if steps is None else {}
-    run = session.runs[profile.name]
+        check = speedup_check(case, measurements, profile.name, thresholds.min_speedup, design, costs)
+    steps, configured = sweep_steps(profile, profiles)
+    judged = sequential_checks(case, measurements, profile, thresholds, vs, design, costs) if steps is None else {}
+    run = measurements.run(profile.name)
     verdict = evaluate(
         thresholds,
         run.metrics,
@@ -83,26 +154,24 @@ def judge_item(session: SpecdecSession, item: pytest.Item) -> None:
         configured_steps=configured,
         judged=judged,
     )
-    item.user_properties.append((CHECKS_PROPERTY, json.dumps(verdict.outcomes())))
-    for c in verdict.checks:
-        if c.undecided:
-            item.warn(SpecdecWarning(f"{c.line()}: not failed"))
+    case.warnings.extend(f"{c.line()}: not failed" for c in verdict.checks if c.undecided)
     failures = []
     if verdict.failed:
         message = failure_message(verdict, profile.name, run.metrics.num_ok, len(run.measurements))
-        first = session.verdicts.setdefault((profile.name, message), item.nodeid)
-        if first != item.nodeid:
+        first = outcomes.first_failure(profile.name, message, nodeid)
+        if first != nodeid:
             message = shared_verdict_message(verdict, profile.name, first)
         failures.append(message)
-    if session.baselines is not None:
+    if compare_setup is not None:
         # Sequential verdicts may have measured more repeats: compare the record as it is now.
-        current = item.stash[record_key] if session.design(profile) is not None else record
-        text = compare_item(session, item, current, profile, costs)
+        current = case.record if design is not None else record
+        text = compare_item(
+            case, measurements, outcomes, compare_setup, current, profile, marker_tolerances, design, costs
+        )
         if text:
             failures.append(text)
-    record_cost(session, item, profile.name, vs, costs)
-    if failures:
-        pytest.fail("\n".join(failures), pytrace=False)
+    record_cost(case, measurements, profile.name, vs, costs)
+    return ItemVerdict(case.record, verdict.outcomes(), tuple(case.warnings), "\n".join(failures) or None)
 
 
 #: Threshold keys judged sequentially (``sequential.decide_floor``) when the profile sets ``workload.max_repeats``
@@ -121,25 +190,24 @@ def _per_repeat(run: runner.RunResult, field_name: str) -> list[float]:
 
 
 def sequential_checks(
-    session: SpecdecSession,
-    item: pytest.Item,
+    case: _Case,
+    measurements: MeasureHandle,
     profile: Profile,
-    thresholds: Any,
+    thresholds: Thresholds,
     vs: str | None,
+    design: sequential.Design | None,
     costs: dict[str, dict[str, Any]],
 ) -> dict[str, Check]:
-    """The :data:`SEQUENTIAL_KEYS` thresholds of a profile with a sequential design (``session.design``), each
-    decided on the per-repeat values: one more repeat (or pair, with ``vs``) is measured while any is undecided
-    and the budget allows (``session.extend``). Exact metrics (accept length/rate at temperature 0, identical
-    repeats) decide at once. Empty with fixed repeats. The record is rebuilt on the longer run; each decision's
-    repeats and server-seconds go to ``costs``.
+    """The :data:`SEQUENTIAL_KEYS` thresholds of a profile with a sequential ``design``, each decided on the
+    per-repeat values: one more repeat (or pair, with ``vs``) is measured while any is undecided and the budget
+    allows (``measurements.more``). Exact metrics (accept length/rate at temperature 0, identical repeats) decide at
+    once. Empty with fixed repeats. The record is rebuilt on the longer run; each decision's repeats and
+    server-seconds go to ``costs``.
 
     :returns: threshold key -> its check, for ``thresholds.evaluate(judged=...)``.
     """
-    from pytest_specdec.judge import sequential
     from pytest_specdec.judge.compare import EXACT_FIELDS
 
-    design = session.design(profile)
     if design is None:
         return {}
     keys = {
@@ -150,8 +218,8 @@ def sequential_checks(
     zero = profile.workload.temperature == 0
     decided: dict[str, tuple[sequential.Decision, float]] = {}
     while True:
-        run = session.runs[profile.name]
-        spent = session.server_seconds(profile.name, vs)
+        run = measurements.run(profile.name)
+        spent = measurements.spent_s(profile.name, vs)
         pending = False
         for key, (field_name, *_) in keys.items():
             values = _per_repeat(run, field_name)
@@ -165,11 +233,11 @@ def sequential_checks(
                 pending = True
         if not pending or not design.may_continue(len(run.measurements), spent):
             break
-        if not session.extend(profile.name, vs):
+        if not measurements.more(profile.name, vs):
             break
-    _rebuild_record(session, item, profile.name, vs)
-    run = session.runs[profile.name]
-    spent = session.server_seconds(profile.name, vs)
+    _rebuild_record(case, measurements, profile.name, vs)
+    run = measurements.run(profile.name)
+    spent = measurements.spent_s(profile.name, vs)
     out: dict[str, Check] = {}
     for key, (field_name, _, label, unit) in keys.items():
         values = _per_repeat(run, field_name)
@@ -201,37 +269,33 @@ def sequential_checks(
     return out
 
 
-def _rebuild_record(session: SpecdecSession, item: pytest.Item, name: str, vs: str | None) -> None:
+def _rebuild_record(case: _Case, measurements: MeasureHandle, name: str, vs: str | None) -> None:
     """The test's record from the profile's run as it is now, when a sequential verdict measured more repeats."""
-    measured = session.runs[name].measurements
-    if len(measured) == len(item.stash[record_key].repeats.get("output_tok_s", [])):
+    measured = measurements.run(name).measurements
+    if len(measured) == len(case.record.repeats.get("output_tok_s", [])):
         return
-    fresh = results.ResultRecord.from_measurements(
-        item.nodeid, session.runs[name].measurements, item.stash[record_key].fingerprint
-    )
-    arms = session.pairs.get((name, vs)) if vs else None
-    paired = dict(item.stash[record_key].paired)
+    fresh = results.ResultRecord.from_measurements(case.nodeid, measured, case.record.fingerprint)
+    arms = measurements.arms(name, vs) if vs else None
+    paired = dict(case.record.paired)
     if arms is not None:
         paired.update(arms.to_dict())
-    replace_record(
-        item, metrics=fresh.metrics, repeats=fresh.repeats, samples=fresh.samples, wall_time=fresh.wall_time,
-        paired=paired,
-    )  # fmt: skip
+    case.replace(
+        metrics=fresh.metrics, repeats=fresh.repeats, samples=fresh.samples, wall_time=fresh.wall_time, paired=paired
+    )
 
 
 def record_cost(
-    session: SpecdecSession, item: pytest.Item, name: str, vs: str | None, costs: Mapping[str, Mapping[str, Any]]
+    case: _Case, measurements: MeasureHandle, name: str, vs: str | None, costs: Mapping[str, Mapping[str, Any]]
 ) -> None:
     """Put what the test's verdicts cost into its record (``ResultRecord.cost``): the server-seconds and repeats
     of the run it was judged on, and per sequential verdict its decision, repeats and server-seconds."""
-    run = session.runs[name]
     cost: dict[str, Any] = {
-        "server_s": round(session.server_seconds(name, vs), 3),
-        "repeats": len(run.measurements),
+        "server_s": round(measurements.spent_s(name, vs), 3),
+        "repeats": len(measurements.run(name).measurements),
     }
     if costs:
         cost["verdicts"] = {k: dict(v) for k, v in costs.items()}
-    replace_record(item, cost=cost)
+    case.replace(cost=cost)
 
 
 def sweep_steps(profile: Profile, profiles: Mapping[str, Profile]) -> tuple[int | None, int | None]:
@@ -269,68 +333,64 @@ def shared_verdict_message(verdict: Verdict, profile: str, first: str) -> str:
     )
 
 
-def replace_record(item: pytest.Item, **changes: Any) -> None:
-    """Update the test's result record (stash and the user property the controller reads)."""
-    record = dataclasses.replace(item.stash[record_key], **changes)
-    item.stash[record_key] = record
-    item.user_properties[:] = [
-        (k, json.dumps(record.to_dict(), default=str) if k == RECORD_PROPERTY else v) for k, v in item.user_properties
-    ]
-
-
 def speedup_check(
-    session: SpecdecSession,
-    item: pytest.Item,
+    case: _Case,
+    measurements: MeasureHandle,
     name: str,
     ms: MinSpeedup,
-    costs: dict[str, dict[str, Any]] | None = None,
+    design: sequential.Design | None,
+    costs: dict[str, dict[str, Any]],
 ) -> Check:
     """The ``min_speedup`` check of profile ``name`` on its paired arms: a median ratio below the floor is
     re-measured (as many pairs again) before it can fail; below but not significant warns. Not measured fails
-    with the reason (never a silent pass). With a sequential design (``session.design``) one pair at a time is
-    added until the interval of the ratio is above or below the floor or the budget is spent (``undecided``:
-    passes with a warning); its pairs and server-seconds go to ``costs``."""
-    key = (name, ms.vs)
-    arms = session.pairs.get(key)
+    with the reason (never a silent pass). With a sequential ``design`` one pair at a time is added until the
+    interval of the ratio is above or below the floor or the budget is spent (``undecided``: passes with a
+    warning); its pairs and server-seconds go to ``costs``."""
+    arms = measurements.arms(name, ms.vs)
     if arms is None:
-        reason = session.pair_errors.get(key, f"profile {ms.vs!r} was not measured with {name!r}")
+        reason = measurements.pair_error(name, ms.vs) or f"profile {ms.vs!r} was not measured with {name!r}"
         text = f"speedup vs {ms.vs}: not measured: {reason}"
         return Check("min_speedup", f"speedup vs {ms.vs}", ">=", ms.ratio, None, "x", False, text=text)
-    design = session.design(session.profile(name))
     if design is not None:
-        return _sequential_speedup(session, item, name, ms, design, {} if costs is None else costs)
-    confirmable = arms.pairs <= arms.first and name in session.servers
+        return _sequential_speedup(case, measurements, name, ms, design, costs)
+    confirmable = arms.pairs <= arms.first and measurements.can_measure(name)
     judged = speedup.judge_speedup(
         arms.ratios(), ms.ratio, vs=ms.vs, mode=arms.mode, first=arms.first, confirmable=confirmable
     )
     if judged.verdict == "suspected":
-        arms = confirm_pair(session, key, arms)
+        arms = measurements.confirm_pairs(name, ms.vs, _confirming_pairs(arms.first))
         judged = speedup.judge_speedup(
             arms.ratios(), ms.ratio, vs=ms.vs, mode=arms.mode, first=arms.first, confirmable=False
         )
-    replace_record(item, paired={**arms.to_dict(), "speedup": judged.line(), "verdict": judged.verdict})
+    case.replace(paired={**arms.to_dict(), "speedup": judged.line(), "verdict": judged.verdict})
     if judged.verdict == "not significant":
-        item.warn(SpecdecWarning(f"{judged.line()}: below the floor, not significant; not failed"))
+        case.warnings.append(f"{judged.line()}: below the floor, not significant; not failed")
     return judged.check()
 
 
+def _confirming_pairs(first: int) -> int:
+    """Pairs a fixed-repeat confirmation adds to the first ``first``: as many again, at least
+    ``speedup.CONFIRM_TOTAL_PAIRS`` in all."""
+    return max(first, speedup.CONFIRM_TOTAL_PAIRS - first)
+
+
 def _sequential_speedup(
-    session: SpecdecSession,
-    item: pytest.Item,
+    case: _Case,
+    measurements: MeasureHandle,
     name: str,
     ms: MinSpeedup,
     design: sequential.Design,
     costs: dict[str, dict[str, Any]],
 ) -> Check:
     """``speedup_check`` with a sequential design: look after every pair (``speedup.judge_speedup_sequential``)."""
-    key = (name, ms.vs)
     while True:
-        arms = session.pairs[key]
-        spent = session.server_seconds(name, ms.vs)
+        arms = measurements.arms(name, ms.vs)
+        assert arms is not None  # measured (speedup_check), and more pairs only extend them
+        spent = measurements.spent_s(name, ms.vs)
         ratios = arms.ratios()
         decision = sequential.decide_floor(ratios, ms.ratio, design)
-        more = not decision.decided and design.may_continue(arms.pairs, spent) and name in session.servers
-        if not more or not session.extend(name, ms.vs):
+        more = not decision.decided and design.may_continue(arms.pairs, spent) and measurements.can_measure(name)
+        if not more or not measurements.more(name, ms.vs):
             break
     needed = None if decision.decided else sequential.repeats_needed(ratios, ms.ratio, design)
     judged = speedup.judge_speedup_sequential(
@@ -338,81 +398,33 @@ def _sequential_speedup(
         detail=lambda d: sequential.detail(d, unit="pairs", server_s=spent, needed=needed, exhausted=True),
     )  # fmt: skip
     costs["min_speedup"] = {"verdict": judged.verdict, "repeats": arms.pairs, "server_s": round(spent, 3)}
-    _rebuild_record(session, item, name, ms.vs)
-    replace_record(item, paired={**arms.to_dict(), "speedup": judged.line(), "verdict": judged.verdict})
+    _rebuild_record(case, measurements, name, ms.vs)
+    case.replace(paired={**arms.to_dict(), "speedup": judged.line(), "verdict": judged.verdict})
     return judged.check()
 
 
-def confirm_pair(session: SpecdecSession, key: tuple[str, str], arms: pairing.PairedArms) -> pairing.PairedArms:
-    """``arms`` extended by as many pairs measured again (on failure to re-measure, ``arms`` unchanged and the
-    reason recorded in ``session.pair_errors``)."""
-    from pytest_specdec.run.session import measure_lock
-
-    server = session.servers[key[0]]
-    with measure_lock(session.config) as shared_file:
-        try:
-            count = max(arms.first, speedup.CONFIRM_TOTAL_PAIRS - arms.first)
-            more = session.measure_pair(server, key[1], count, shared=shared_file is not None)
-        except (ServerStartError, ServerError, ValueError) as exc:
-            session.pair_errors[key] = f"confirming measurement failed: {exc}"
-            return arms
-    session.pairs[key] = arms = arms.extend(more)
-    return arms
-
-
-def confirm_record(session: SpecdecSession, record: results.ResultRecord) -> results.ResultRecord | None:
+def confirm_record(measurements: MeasureHandle, record: results.ResultRecord) -> results.ResultRecord | None:
     """A record of the test's profile measured again now (as many phases, or pairs, as the first time; once per
-    profile and session), to confirm a suspected throughput/latency regression; None when its server is gone."""
-    from pytest_specdec.run.session import measure_lock
-
+    profile and run), to confirm a suspected throughput/latency regression; None when its server is gone."""
     name = record.profile
-    if name in session.confirmations:
-        found = session.confirmations[name]
-        return None if found is None else dataclasses.replace(found, test_id=record.test_id)
-    server = session.servers.get(name)
-    confirmed = None
-    if server is not None:
-        before = hoststate.snapshot()
-        vs = (record.paired or {}).get("vs")
-        arms = session.pairs.get((name, vs)) if vs else None
-        try:
-            if arms is not None:
-                if arms.pairs <= arms.first:
-                    arms = confirm_pair(session, (name, vs), arms)  # type: ignore[arg-type]
-                again = pairing.PairedArms(
-                    arms.target_profile, arms.reference_profile, arms.mode,
-                    arms.target[arms.first :], arms.reference[arms.first :], arms.pairs - arms.first,
-                )  # fmt: skip
-                measured, paired = again.target_measurements(), again.to_dict()
-            else:
-                with measure_lock(session.config):
-                    repeats = session.repeats(server.profile)
-                    measured, paired = runner.measure_repeats(server, repeats).measurements, {}
-        except SpecdecError:
-            measured = ()
-        if measured:
-            fingerprint = {**record.fingerprint, "runner": hoststate.summarize(before, hoststate.snapshot())}
-            confirmed = results.ResultRecord.from_measurements(name, measured, fingerprint, paired=paired)
-    session.confirmations[name] = confirmed
-    return None if confirmed is None else dataclasses.replace(confirmed, test_id=record.test_id)
+    vs = (record.paired or {}).get("vs")
+    arms = measurements.arms(name, vs) if vs else None
+    again = measurements.confirmation(name, vs, pairs=_confirming_pairs(arms.first) if arms is not None else 0)
+    if again is None:
+        return None
+    fingerprint = {**record.fingerprint, "runner": again.runner}
+    confirmed = results.ResultRecord.from_measurements(name, again.measurements, fingerprint, paired=again.paired)
+    return dataclasses.replace(confirmed, test_id=record.test_id)
 
 
-def _extended(session: SpecdecSession, item: pytest.Item, record: results.ResultRecord) -> results.ResultRecord | None:
-    """The test's record with one more repeat (or pair) of its profile (``session.extend``), for a sequential
+def _extended(case: _Case, measurements: MeasureHandle, record: results.ResultRecord) -> results.ResultRecord | None:
+    """The test's record with one more repeat (or pair) of its profile (``measurements.more``), for a sequential
     confirmation; None when none could be measured."""
     vs = (record.paired or {}).get("vs")
-    if not session.extend(record.profile, vs):
+    if not measurements.more(record.profile, vs):
         return None
-    _rebuild_record(session, item, record.profile, vs)
-    return item.stash[record_key]
-
-
-def noise_for(session: SpecdecSession, name: str) -> dict[str, float]:
-    """Calibrated relative noise of profile ``name`` (``calibrate`` writes ``<specdec dir>/noise/<name>.json``);
-    empty when absent or unreadable. Read once per session (``session.noise``)."""
-    if name not in session.noise:
-        session.noise[name] = read_noise(session.out_dir / "noise" / f"{name}.json")
-    return session.noise[name]
+    _rebuild_record(case, measurements, record.profile, vs)
+    return case.record
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,6 +455,7 @@ def judge_compare(
     server_s: Callable[[], float] | None = None,
     costs: dict[str, dict[str, Any]] | None = None,
     current_run: str = "",
+    bisect_hint: BisectHint | None = None,
 ) -> CompareVerdict:
     """Compare ``record`` with the stored ``base`` (of run ``run_id``, found under ``test_id``). A throughput or
     latency regression is measured again (``confirm()``, issue 15.3) and fails only when the confirming measurement
@@ -456,7 +469,7 @@ def judge_compare(
     :param server_s: seconds the current record's phases held servers (sequential: the cost line).
     :param costs: gets ``compare``'s decision, repeats and server-seconds (sequential).
     :param current_run: this session's run id: with more than one fingerprint difference, the head is followed by
-        the ``bisect`` command over the two runs (``bisection.bisect_hint``).
+        the ``bisect`` command over the two runs (``bisect_hint``, i.e. ``bisection.bisect_hint``; none without).
     """
     try:
         comparison = compare.compare_results(base, record, tolerances, force=force, noise=noise)
@@ -464,8 +477,8 @@ def judge_compare(
         return CompareVerdict(f"not compared with run {run_id}: {exc} (--specdec-compare-force compares anyway)")
     notes = tuple(n for n in comparison.notes if n.startswith(("exact:", "throughput and latency judged")))
     head = f"regression against run {run_id} ({test_id}):"
-    head = "\n".join(filter(None, [head, bisection.bisect_hint(comparison.diff, run_id, current_run, record.test_id,
-                                                                test_id)]))  # fmt: skip
+    hint = bisect_hint(comparison.diff, run_id, current_run, record.test_id, test_id) if bisect_hint else ""
+    head = "\n".join(filter(None, [head, hint]))
     if comparison.confirmed_regressions:  # the compare command counts the same rows (CompareRow.needs_confirmation)
         return CompareVerdict("\n".join([head, *comparison.lines()]), notes=notes)
     if design is not None and _suspects(comparison):
@@ -617,48 +630,47 @@ def sequential_compare(
 
 
 def compare_item(
-    session: SpecdecSession,
-    item: pytest.Item,
+    case: _Case,
+    measurements: MeasureHandle,
+    outcomes: Outcomes,
+    setup: CompareSetup,
     record: results.ResultRecord,
     profile: Profile,
-    costs: dict[str, dict[str, Any]] | None = None,
+    marker_tolerances: Sequence[str],
+    design: sequential.Design | None,
+    costs: dict[str, dict[str, Any]],
 ) -> str | None:
     """The baseline-compare failure text for one test, or None when it did not regress (``judge_compare`` on the
-    baseline ``session.baselines`` picks; no baseline warns)."""
+    baseline ``setup.baselines`` picks; no baseline warns)."""
     test_id = record.test_id
-    base_profile = session.settings.compare_profile
-    if base_profile and profile.is_speculative:
+    if setup.profile and profile.is_speculative:
         # Swap only the profile's part of the parametrization id ("[eagle3-shifted-layers-1]" -> "[eagle3-1]");
         # profiles without speculation keep their own baseline.
-        test_id = compare.swap_profile_id(test_id, profile.name, base_profile)
-    assert session.baselines is not None
-    found = session.baselines.find(test_id)
+        test_id = compare.swap_profile_id(test_id, profile.name, setup.profile)
+    found = setup.baselines.find(test_id)
     if found is None:
-        item.warn(SpecdecWarning(f"no baseline for {test_id} in {session.baselines.where()}; not compared"))
+        case.warnings.append(f"no baseline for {test_id} in {setup.baselines.where()}; not compared")
         return None
     run, base = found
-    session.compared.setdefault(run.run_id, []).append(record.test_id)
-    design = session.design(profile)
+    vs = (record.paired or {}).get("vs")
     judged = judge_compare(
         base,
         record,
         run_id=run.run_id,
         test_id=test_id,
-        tolerances=layered_tolerances(
-            list(session.settings.tolerances), profile.tolerances, item.stash.get(tolerances_key, [])
+        tolerances=layered_tolerances(list(setup.tolerances), profile.tolerances, list(marker_tolerances)),
+        noise=outcomes.noise(profile.name),
+        force=setup.force,
+        confirm=lambda: (
+            confirm_record(measurements, record) if design is None else _extended(case, measurements, record)
         ),
-        noise=noise_for(session, profile.name),
-        force=session.settings.compare_force,
-        confirm=lambda: confirm_record(session, record) if design is None else _extended(session, item, record),
         design=design,
-        server_s=lambda: session.server_seconds(profile.name, (record.paired or {}).get("vs")),
+        server_s=lambda: measurements.spent_s(profile.name, vs),
         costs=costs,
-        current_run=session.run_id,
+        current_run=setup.run_id,
+        bisect_hint=setup.bisect_hint,
     )
-    for note in judged.notes:
-        session.compare_notes[f"{profile.name}: {note}"] = None
-    if judged.table:
-        session.compare_tables[record.test_id] = list(judged.table)
+    outcomes.add_compare(run.run_id, record.test_id, [f"{profile.name}: {n}" for n in judged.notes], judged.table)
     if judged.warning is not None:
-        item.warn(SpecdecWarning(judged.warning))
+        case.warnings.append(judged.warning)
     return judged.failure

@@ -1,0 +1,59 @@
+"""What a verdict may ask of the run's measurements: read a profile's run and paired arms, and ask for more.
+
+:class:`MeasureHandle` is the narrow face of ``measure/store.py::MeasurementStore`` that ``judge/verdict.py`` sees: a
+verdict that cannot decide on what was measured asks for one more repeat or pair (:meth:`MeasureHandle.more`) and
+reads what it cost (:meth:`MeasureHandle.spent_s`), until decided or its budget is spent. The judging code never sees
+the store, the servers, or pytest.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pytest_specdec.measure.pairing import PairedArms
+    from pytest_specdec.measure.runner import RunResult
+    from pytest_specdec.measure.store import Remeasured
+
+__all__ = ["MeasureHandle"]
+
+
+class MeasureHandle(Protocol):
+    """The measurements of one run, as a verdict sees them (profiles by name; ``vs`` = the reference profile of a
+    ``min_speedup`` pairing, None for a profile measured alone)."""
+
+    def run(self, profile: str) -> RunResult:
+        """The profile's run as measured so far (every repeat, medians over them). :raises KeyError: not measured."""
+        ...
+
+    def arms(self, profile: str, vs: str) -> PairedArms | None:
+        """The profile's paired arms with ``vs``, or None when they could not be measured (:meth:`pair_error`)."""
+        ...
+
+    def pair_error(self, profile: str, vs: str) -> str | None:
+        """Why the pairing with ``vs`` could not be measured (or measured again), or None."""
+        ...
+
+    def can_measure(self, profile: str) -> bool:
+        """Whether the profile's server is running in this process (more can be measured on it)."""
+        ...
+
+    def more(self, profile: str, vs: str | None) -> bool:
+        """Measure one more repeat (with ``vs``: one more pair; bracketed pairing: as many pairs again) and append it to
+        the profile's run and arms (medians recomputed). :returns: False when nothing was added (no running server,
+        or it failed; a pair's reason goes to :meth:`pair_error`)."""
+        ...
+
+    def confirm_pairs(self, profile: str, vs: str, count: int) -> PairedArms:
+        """The arms extended by ``count`` pairs measured now (a fixed-repeat confirmation); the arms unchanged when
+        they could not be measured (the reason goes to :meth:`pair_error`)."""
+        ...
+
+    def confirmation(self, profile: str, vs: str | None, *, pairs: int = 0) -> Remeasured | None:
+        """The profile measured again now, once per run: its confirming pairs (``pairs`` of them measured first when
+        the arms hold none yet), else as many repeats as the first time; None when its server is gone or failed."""
+        ...
+
+    def spent_s(self, profile: str, vs: str | None) -> float:
+        """Seconds the profile's phases held servers so far, with the reference phases of its pairing with ``vs``."""
+        ...

@@ -1,0 +1,77 @@
+"""What the run's verdicts decided, owned by the judging side: the tests' result records and failures, the marker
+overrides, the stored-compare tables and notes, the first test that failed with each threshold verdict, and the
+calibrated noise each compare read.
+
+``judge/verdict.py`` writes it while judging a test; ``run/session.py`` adds each test's record as its report
+arrives (on the xdist controller too: records travel in ``user_properties``); ``report/summary.py`` reads it.
+Imports nothing heavy: every pytest run builds one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_specdec.measure.results import ResultRecord
+
+__all__ = ["Outcomes"]
+
+
+class Outcomes:
+    """The outcomes of one run (read them through the attributes; write them through the methods).
+
+    :param noise_dir: where ``calibrate`` wrote each profile's noise (``<specdec dir>/noise/<profile>.json``).
+    """
+
+    def __init__(self, noise_dir: Path) -> None:
+        self._noise_dir = noise_dir
+        #: The tests' result records, in the order their reports arrived (outcome and checks set).
+        self.records: list[ResultRecord] = []
+        #: node id -> failure text of failed specdec tests (for the markdown summary).
+        self.failures: dict[str, str] = {}
+        #: node id -> (profile, what its marker changed in the profile's thresholds), for the summary.
+        self.overrides: dict[str, tuple[str, list[str]]] = {}
+        #: stored run id -> the tests compared with it.
+        self.compared: dict[str, list[str]] = {}
+        #: node id -> the passing compare's table (``compare.Comparison.lines``), shown under the summary.
+        self.compare_tables: dict[str, list[str]] = {}
+        #: How compares were judged (exact metrics, paired ratios), printed under the summary; a dict as ordered set.
+        self.compare_notes: dict[str, None] = {}
+        #: (profile, threshold verdict) -> the first test that failed with it; later tests refer to it.
+        self._first_failures: dict[tuple[str, str], str] = {}
+        #: profile -> calibrated relative noise per field.
+        self._noise: dict[str, dict[str, float]] = {}
+
+    def add_record(self, nodeid: str, record: ResultRecord, failure: str | None = None) -> None:
+        """A test's record as its report arrived; ``failure``: the report's text when the test failed."""
+        self.records.append(record)
+        if failure is not None:
+            self.failures[nodeid] = failure
+
+    def add_override(self, nodeid: str, profile: str, changed: Sequence[str]) -> None:
+        """What a test's marker changed in its profile's thresholds (``thresholds.overrides``)."""
+        self.overrides[nodeid] = (profile, list(changed))
+
+    def first_failure(self, profile: str, verdict: str, nodeid: str) -> str:
+        """The node id of the first test of ``profile`` that failed with ``verdict`` (``nodeid`` when it is the
+        first): every test of a profile shares one measurement, so a verdict is printed once and referred to."""
+        return self._first_failures.setdefault((profile, verdict), nodeid)
+
+    def noise(self, profile: str) -> Mapping[str, float]:
+        """Calibrated relative noise of ``profile`` (``calibrate`` writes it); empty when absent or unreadable. Read
+        once per run."""
+        if profile not in self._noise:
+            from pytest_specdec.judge.noise import read_noise
+
+            self._noise[profile] = read_noise(self._noise_dir / f"{profile}.json")
+        return self._noise[profile]
+
+    def add_compare(self, run_id: str, test_id: str, notes: Sequence[str], table: Sequence[str]) -> None:
+        """A test compared with stored run ``run_id``: how it was judged (``notes``, per profile) and, when it did
+        not regress, its table."""
+        self.compared.setdefault(run_id, []).append(test_id)
+        self.compare_notes.update(dict.fromkeys(notes))
+        if table:
+            self.compare_tables[test_id] = list(table)

@@ -1,0 +1,364 @@
+"""The run's measurements, and the only code that measures or measures again: each profile's run (its repeats), its
+fingerprint, the paired arms of ``min_speedup``, the reference servers those pairs need, and the confirmations.
+
+A verdict sees it through ``judge/handle.py::MeasureHandle`` (read a run, ask for one more repeat or pair); the
+fixtures (``run/fixtures.py``) measure a profile once and hand it the server they started. Built from plain values
+(a log directory, a start-up budget, the profiles, an xdist lock), never from the pytest config, so it imports
+nothing heavy until it measures (``tests/test_plugin_import.py``).
+
+Under xdist the workers share servers: every measurement runs inside ``lock()``, which yields None without xdist, or
+a namer of the per-profile file through which the first worker to measure a profile hands its run to the others
+(``serve/sharing.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_specdec.core.errors import SpecdecError
+
+if TYPE_CHECKING:
+    from pytest_specdec.measure import pairing, runner
+    from pytest_specdec.profiles.schema import Profile
+
+__all__ = ["Lock", "MeasurementStore", "Remeasured"]
+
+#: ``lock()`` -> a context holding the xdist measurement lock, yielding the shared-file namer (None without xdist).
+Lock = Callable[[], AbstractContextManager[Callable[[str], Path] | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Remeasured:
+    """A profile measured again to confirm a suspected regression (``judge.handle.MeasureHandle.confirmation``).
+
+    :param measurements: the new target phases (not part of the profile's run).
+    :param paired: the new pairs' ``PairedArms.to_dict`` (empty when the profile is not paired).
+    :param runner: the runner state over the new phases (``hoststate.summarize``), the fingerprint's ``runner``.
+    """
+
+    measurements: tuple[runner.Measurement, ...]
+    paired: dict[str, Any]
+    runner: dict[str, Any]
+
+
+class MeasurementStore:
+    """Measurements of one pytest process, by profile name (paired arms by ``(profile, reference profile)``).
+
+    Usage (``run/session.py``)::
+
+        store = MeasurementStore(log_dir=out / "logs", startup_timeout_s=None, repeats=settings.repeats_of,
+                                 profiles=profiles, lock=lambda: measure_lock(config))
+        store.measure_once(server, vs="baseline")  # first measurement, shared with sibling workers
+        store.more("eagle3", "baseline")  # one more pair, for a sequential verdict
+
+    :param log_dir: where reference servers log (``<profile>.paired.<stamp>.log``).
+    :param startup_timeout_s: start-up budget of reference servers and restarts (None: the profile's own).
+    :param repeats: measured phases of a profile's first measurement (``RunSettings.repeats_of``).
+    :param profiles: the loaded profiles (reference arms are looked up here).
+    :param lock: the xdist measurement lock (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        *,
+        log_dir: Path,
+        startup_timeout_s: float | None,
+        repeats: Callable[[Profile], int],
+        profiles: Mapping[str, Profile],
+        lock: Lock,
+    ) -> None:
+        self._log_dir = log_dir
+        self._startup_timeout_s = startup_timeout_s
+        self._repeats = repeats
+        self._profiles = profiles
+        self._lock = lock
+        self._runs: dict[str, runner.RunResult] = {}
+        self._fingerprints: dict[str, dict[str, Any]] = {}
+        #: (profile, reference profile) -> paired arms measured for min_speedup.
+        self._pairs: dict[tuple[str, str], pairing.PairedArms] = {}
+        #: (profile, reference profile) -> why the pair could not be measured (the speedup check fails with it).
+        self._pair_errors: dict[tuple[str, str], str] = {}
+        #: profile -> its running server (the fixture's), for measuring again.
+        self._servers: dict[str, runner.RunningServer] = {}
+        #: profile -> its confirming measurement (None: it could not be measured again).
+        self._confirmations: dict[str, Remeasured | None] = {}
+        self._reference_servers: pairing.ReferenceServers | None = None
+        #: Servers this process launched and stopped ("eagle3 (pid 123)"), named after an interrupted run.
+        self.stopped: list[str] = []
+
+    # -- reading (MeasureHandle) --
+
+    @property
+    def runs(self) -> Mapping[str, runner.RunResult]:
+        """profile -> its run, for the summary (traces) and the end of the run."""
+        return self._runs
+
+    def run(self, profile: str) -> runner.RunResult:
+        return self._runs[profile]
+
+    def fingerprint(self, profile: str) -> dict[str, Any]:
+        """The profile's fingerprint (``results.build_fingerprint`` with the runner state over its phases)."""
+        return self._fingerprints[profile]
+
+    def arms(self, profile: str, vs: str) -> pairing.PairedArms | None:
+        return self._pairs.get((profile, vs))
+
+    def pair_error(self, profile: str, vs: str) -> str | None:
+        return self._pair_errors.get((profile, vs))
+
+    def can_measure(self, profile: str) -> bool:
+        return profile in self._servers
+
+    def spent_s(self, profile: str, vs: str | None) -> float:
+        run = self._runs.get(profile)
+        spent = sum(m.server_s for m in run.measurements) if run is not None else 0.0
+        arms = self._pairs.get((profile, vs)) if vs else None
+        return spent + (sum(m.server_s for m in arms.reference) if arms is not None else 0.0)
+
+    # -- the first measurement (the specdec_run fixture) --
+
+    def needs(self, profile: str, vs: str | None) -> bool:
+        """Whether ``profile`` still has to be measured (or paired with ``vs``) in this process."""
+        if profile not in self._runs:
+            return True
+        key = (profile, vs)
+        return vs is not None and key not in self._pairs and key not in self._pair_errors
+
+    def adopt_shared(self, profile: str) -> None:
+        """Take what a sibling xdist worker measured for ``profile``, if it did (nothing without xdist)."""
+        with self._lock() as shared_file:
+            if shared_file is not None:
+                self._load_shared(shared_file(profile))
+
+    def attach(self, server: runner.RunningServer) -> None:
+        """The profile's running server (the fixture's): confirmations and sequential verdicts measure on it."""
+        self._servers[server.profile.name] = server
+
+    def detach(self, profile: str) -> None:
+        """The profile's server is stopping: nothing more is measured on it."""
+        self._servers.pop(profile, None)
+
+    def measure_once(self, server: runner.RunningServer, vs: str | None) -> None:
+        """Measure ``server``'s profile unless it (or a sibling worker meanwhile) already did, paired with ``vs``
+        when given; a sibling's measurement is taken instead, this one is handed to the siblings.
+
+        :raises SpecdecError: the target's server failed during its phases.
+        """
+        name = server.profile.name
+        with self._lock() as shared_file:
+            path = shared_file(name) if shared_file else None
+            if path is not None:
+                self._load_shared(path)
+            if self.needs(name, vs):
+                self._measure(server, vs, shared=path is not None)
+                if path is not None:
+                    self._save_shared(path, name)
+
+    def _measure(self, server: runner.RunningServer, vs: str | None, *, shared: bool) -> None:
+        """Measure ``server``'s profile (when not yet), paired with profile ``vs`` when given. A reference arm that
+        cannot be measured is recorded in ``pair_error`` (its speedup check fails with the reason); the target's
+        own checks still run on phases measured alone."""
+        from pytest_specdec.core import hoststate
+        from pytest_specdec.core.errors import ServerError, ServerStartError
+        from pytest_specdec.measure import runner
+
+        profile = server.profile
+        n = self._repeats(profile)
+        before = hoststate.snapshot()
+        prompts = runner.profile_prompts(profile)  # once for the repeats and the trace: phase
+        if vs is not None:
+            arms = None
+            try:
+                arms = self._measure_pair(server, vs, n, shared=shared)
+            except (ServerStartError, ServerError, ValueError) as exc:
+                self._pair_errors[(profile.name, vs)] = f"reference arm {vs!r}: {exc}"
+                if server.process is not None and not server.process.alive():
+                    raise
+            if arms is not None:
+                self._pairs[(profile.name, vs)] = arms
+                if profile.name not in self._runs:
+                    self._keep_run(server, runner.run_result(server, arms.target_measurements()), before, prompts)
+                return
+        if profile.name not in self._runs:
+            self._keep_run(server, runner.measure_repeats(server, n, prompts=prompts), before, prompts)
+
+    def _keep_run(
+        self, server: runner.RunningServer, run: runner.RunResult, before: dict[str, Any], prompts: list[Any]
+    ) -> None:
+        """Keep the profile's run and fingerprint; with ``trace:``, run the traced phase first (after the measured
+        ones, on the same prompts) and keep its line in ``run.trace``."""
+        from pytest_specdec.core import hoststate
+        from pytest_specdec.measure import results, runner
+
+        if server.profile.trace is not None:
+            run = dataclasses.replace(run, trace=runner.trace_phase(server, prompts=prompts))
+        self._runs[server.profile.name] = run
+        fingerprint = results.build_fingerprint(server, run.prompt_hash)
+        fingerprint["runner"] = hoststate.summarize(before, hoststate.snapshot())
+        self._fingerprints[server.profile.name] = fingerprint
+
+    def _measure_pair(
+        self, server: runner.RunningServer, vs: str, pairs: int, *, shared: bool, offset: int = 0
+    ) -> pairing.PairedArms:
+        """``min_speedup``'s paired arms: ``pairs`` phases of ``server`` and of profile ``vs`` (``pairing.py``);
+        ``offset``: pairs already measured (the interleaved order continues theirs).
+
+        :raises ServerStartError, ServerError: a server failed; ``ValueError``: bracketed pairing is impossible.
+        """
+        from pytest_specdec.measure import pairing
+
+        profile = server.profile
+        reference = self._profiles[vs]
+        if self._reference_servers is None:
+            self._reference_servers = pairing.ReferenceServers(self._log_dir, startup_timeout_s=self._startup_timeout_s)
+        refs = self._reference_servers
+        if pairing.pairing_mode(profile) == "interleaved":
+            return pairing.measure_interleaved(server, refs.get(reference), pairs, offset=offset)
+        if shared or server.process is None:
+            raise ValueError(
+                "bracketed pairing restarts this profile's server, which is shared with other xdist workers or "
+                "given by URL; run without -n, or set pairing: interleaved in the profile if both servers fit"
+            )
+        timeout = self._startup_timeout_s
+        return pairing.measure_bracketed(
+            server,
+            pairs,
+            start_reference=lambda: refs.start_once(reference),
+            restart_target=lambda: server.restart(startup_timeout_s=timeout),
+        )
+
+    def _load_shared(self, path: Path) -> None:
+        """Take what a sibling xdist worker measured for a profile (:meth:`_save_shared`)."""
+        from pytest_specdec.serve import sharing
+
+        loaded = sharing.load_run(path)
+        if loaded is None:
+            return
+        name, run, fingerprint, pairs, errors = loaded
+        self._runs.setdefault(name, run)
+        self._fingerprints.setdefault(name, fingerprint)
+        for key, arms in pairs.items():
+            self._pairs.setdefault(key, arms)
+        for key, error in errors.items():
+            self._pair_errors.setdefault(key, error)
+
+    def _save_shared(self, path: Path, name: str) -> None:
+        from pytest_specdec.serve import sharing
+
+        pairs = {k: v for k, v in self._pairs.items() if k[0] == name}
+        errors = {k: v for k, v in self._pair_errors.items() if k[0] == name}
+        sharing.save_run(path, (name, self._runs[name], self._fingerprints[name], pairs, errors))
+
+    # -- measuring again (MeasureHandle) --
+
+    def more(self, profile: str, vs: str | None) -> bool:
+        from pytest_specdec.core.errors import ServerError, ServerStartError
+        from pytest_specdec.core.records import median_metrics
+        from pytest_specdec.measure import runner
+
+        server = self._servers.get(profile)
+        run = self._runs.get(profile)
+        if server is None or run is None:
+            return False
+        key = (profile, vs) if vs else None
+        arms = self._pairs.get(key) if key is not None else None
+        with self._lock() as shared_file:
+            try:
+                if key is not None and arms is not None:
+                    count = 1 if arms.mode == "interleaved" else arms.first
+                    added_arms = self._measure_pair(
+                        server, key[1], count, shared=shared_file is not None, offset=arms.pairs
+                    )
+                    self._pairs[key] = arms.extend(added_arms)
+                    added = added_arms.target_measurements()
+                else:
+                    added = (runner.measure(server),)
+            except (ServerStartError, ServerError, ValueError) as exc:
+                if key is not None:
+                    self._pair_errors.setdefault(key, f"sequential measurement failed: {exc}")
+                return False
+        measurements = run.measurements + tuple(added)
+        self._runs[profile] = dataclasses.replace(
+            run, measurements=measurements, metrics=median_metrics([m.metrics for m in measurements])
+        )
+        return True
+
+    def confirm_pairs(self, profile: str, vs: str, count: int) -> pairing.PairedArms:
+        """The arms of ``(profile, vs)`` extended by ``count`` pairs measured now (not added to the profile's run);
+        on failure the arms unchanged and the reason kept (:meth:`pair_error`). :raises KeyError: no arms, or no
+        running server (:meth:`can_measure`)."""
+        from pytest_specdec.core.errors import ServerError, ServerStartError
+
+        key = (profile, vs)
+        arms = self._pairs[key]
+        server = self._servers[profile]
+        with self._lock() as shared_file:
+            try:
+                again = self._measure_pair(server, vs, count, shared=shared_file is not None)
+            except (ServerStartError, ServerError, ValueError) as exc:
+                self._pair_errors[key] = f"confirming measurement failed: {exc}"
+                return arms
+        self._pairs[key] = arms = arms.extend(again)
+        return arms
+
+    def confirmation(self, profile: str, vs: str | None, *, pairs: int = 0) -> Remeasured | None:
+        """The profile measured again now, once per run: its arms' confirming pairs (measured first, ``pairs`` of
+        them, when the arms hold none yet), else as many repeats as its first measurement. None when its server is
+        gone or failed."""
+        from pytest_specdec.core import hoststate
+        from pytest_specdec.measure import pairing, runner
+
+        if profile in self._confirmations:
+            return self._confirmations[profile]
+        server = self._servers.get(profile)
+        found = None
+        if server is not None:
+            before = hoststate.snapshot()
+            arms = self._pairs.get((profile, vs)) if vs else None
+            try:
+                if arms is not None and vs is not None:
+                    if arms.pairs <= arms.first:
+                        arms = self.confirm_pairs(profile, vs, pairs)
+                    again = pairing.PairedArms(
+                        arms.target_profile, arms.reference_profile, arms.mode,
+                        arms.target[arms.first :], arms.reference[arms.first :], arms.pairs - arms.first,
+                    )  # fmt: skip
+                    measured, paired = again.target_measurements(), again.to_dict()
+                else:
+                    with self._lock():
+                        measured, paired = (
+                            runner.measure_repeats(server, self._repeats(server.profile)).measurements,
+                            {},
+                        )
+            except SpecdecError:
+                measured = ()
+            if measured:
+                found = Remeasured(tuple(measured), paired, hoststate.summarize(before, hoststate.snapshot()))
+        self._confirmations[profile] = found
+        return found
+
+    # -- servers --
+
+    def stop_reference_servers(self) -> None:
+        """Stop the reference servers of paired arms (after the profile's last test)."""
+        if self._reference_servers is not None:
+            servers = self._reference_servers.servers.values()
+            self.stopped.extend(_launched(s) for s in servers if s.process is not None)
+            self._reference_servers.stop()
+
+    def stop_server(self, server: runner.RunningServer) -> None:
+        """Stop a fixture's server and remember it for the interrupted-run line."""
+        if server.process is not None and server.stop_report is None:
+            self.stopped.append(_launched(server))
+        server.stop()
+
+
+def _launched(server: runner.RunningServer) -> str:
+    """``eagle3 (pid 123)`` for a server we launched (``log_path`` names its launch)."""
+    pid = getattr(server.process, "pid", None)
+    return f"{server.profile.name} (pid {pid})" if pid is not None else server.profile.name

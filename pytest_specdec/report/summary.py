@@ -1,0 +1,332 @@
+"""The end of a run as a report: the result file, the sweep table and plots, ``--specdec-report`` and markdown outputs
+(:func:`finish`, at ``pytest_sessionfinish``), and the terminal summary (:func:`summary_report`: the ``specdec
+summary`` table, notes, compares, where each file went), built from plain values and returned, never written here.
+
+``run/session.py`` writes a :class:`SummaryReport` through the terminal reporter (one ``write_sep`` or
+``write_line`` per :class:`Line`) and sets the exit status when :attr:`Outputs.fails_run`; ``cli`` can print the same
+lines. :func:`note_lines`, :func:`check_lines`, :func:`cost_lines` take data only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_specdec.judge import sweep
+from pytest_specdec.judge.outcomes import Outcomes
+from pytest_specdec.measure import results
+from pytest_specdec.profiles.schema import Profile
+from pytest_specdec.report import markdown, plots
+from pytest_specdec.report import terminal as report
+from pytest_specdec.report.json_report import write_json_report
+
+__all__ = [
+    "BENCHMARK_OPS_NOTE",
+    "Line",
+    "OutputOptions",
+    "Outputs",
+    "SummaryReport",
+    "check_lines",
+    "cost_lines",
+    "fail_lines",
+    "finish",
+    "note_lines",
+    "speedup_lines",
+    "summary_report",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One line of the terminal summary: ``write_sep(sep, text, **markup)`` when ``sep`` is set, else
+    ``write_line(text, **markup)`` (markup: ``red``, ``yellow``, ``green``, ``bold``)."""
+
+    text: str
+    markup: Mapping[str, bool] = field(default_factory=dict)
+    sep: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutputOptions:
+    """Where the end of the run writes its files (``RunSettings``' output options)."""
+
+    #: ``<specdec dir>``: results under ``results/``, the sweep plot's default place.
+    out_dir: Path
+    #: ``--specdec-sweep`` was given: the sweep table (and plot) is built.
+    sweep: bool = False
+    sweep_baseline: str | None = None
+    sweep_max_gap: float = 0.05
+    sweep_plot: str | None = None
+    position_plot: str | None = None
+    report: str | None = None
+    markdown: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outputs:
+    """What :func:`finish` wrote, and the sweep's lines for the summary."""
+
+    saved_path: Path | None = None
+    sweep_table: tuple[str, ...] = ()
+    #: Sweep lines that fail the run (no passing point; configured point shown too far below the best).
+    sweep_red: tuple[str, ...] = ()
+    #: Configured-point lines the measurements could not decide (written yellow; the run does not fail on them).
+    sweep_undecided: tuple[str, ...] = ()
+    sweep_plot: Path | None = None
+    position_plot: Path | None = None
+    position_plot_error: str = ""
+    report_path: Path | None = None
+    markdown_paths: tuple[Path, ...] = ()
+
+    @property
+    def fails_run(self) -> bool:
+        """A run-level failure: the session's exit status becomes ``TESTS_FAILED``."""
+        return bool(self.sweep_red)
+
+    @property
+    def written(self) -> tuple[Path, ...]:
+        """Every file written, in the order the summary names them."""
+        paths = [self.saved_path, self.sweep_plot, self.position_plot, self.report_path, *self.markdown_paths]
+        return tuple(p for p in paths if p is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryReport:
+    """The terminal summary of a run: its lines, the files the run wrote, and whether the run fails on them."""
+
+    lines: tuple[Line, ...]
+    #: For the very end of the summary, right above pytest's final line (:func:`fail_lines`).
+    final: tuple[Line, ...] = ()
+    written: tuple[Path, ...] = ()
+    fails_run: bool = False
+
+
+def finish(
+    records: Sequence[results.ResultRecord],
+    failures: Mapping[str, str],
+    *,
+    run_id: str,
+    started: float,
+    profiles: Mapping[str, Profile],
+    options: OutputOptions,
+) -> Outputs:
+    """Save the run's records as a result file (``results.ResultStore`` under ``<out_dir>/results``), then the sweep
+    table and plot, the position plot, ``--specdec-report``, the markdown summary. Nothing when no test recorded a
+    result. A sweep in which no point met its thresholds (or whose configured point is too far below the best) is a
+    run-level failure (:attr:`Outputs.fails_run`)."""
+    if not records:
+        return Outputs()
+    run = results.RunFile(run_id=run_id, started=started, machine=results.machine_info(), results=tuple(records))
+    saved_path = results.ResultStore(options.out_dir / "results", current=run_id).save(run)
+    sweep_table: list[str] = []
+    sweep_red: tuple[str, ...] = ()
+    sweep_undecided: tuple[str, ...] = ()
+    sweep_plot = position_plot = report_path = None
+    position_plot_error = ""
+    if options.sweep:
+        summary = sweep.summarize(records, profiles, baseline=options.sweep_baseline, max_gap=options.sweep_max_gap)
+        if summary is not None:
+            sweep_table, sweep_red = list(summary.table), tuple(summary.red)
+            sweep_undecided = tuple(summary.undecided)
+            undecided = [line for line in summary.table if line.startswith("undecided")]
+            plot_path = Path(options.sweep_plot or options.out_dir / f"sweep-{run_id}.png")
+            try:
+                sweep_plot = plots.plot_sweep(
+                    summary.points,
+                    plot_path,
+                    baselines=summary.baselines,
+                    best=summary.best,
+                    tied=summary.tied,
+                    thresholds_ok=summary.thresholds_ok,
+                    accept_floors=summary.accept_floors,
+                    note=undecided[0].split(";")[0] + "; no best point named" if undecided else None,
+                )
+            except ImportError as exc:
+                sweep_table.append(f"no plot: {exc}")
+    if options.position_plot and any(r.metrics.get("accept_rate_at") for r in records):
+        floors = {name: p.thresholds.min_accept_rate_at or {} for name, p in profiles.items()}
+        try:
+            position_plot = plots.plot_positions(records, options.position_plot, floors=floors)
+        except ImportError as exc:
+            position_plot_error = str(exc)
+    if options.report:
+        report_path = write_json_report(run, Path(options.report))
+    targets = markdown.markdown_targets(options.markdown, os.environ)
+    if targets:
+        lines = markdown.markdown_summary(records, failures, results_path=saved_path, sweep_lines=sweep_table)
+        for path, append in targets:
+            markdown.write_markdown(lines, path, append=append)
+    return Outputs(
+        saved_path=saved_path,
+        sweep_table=tuple(sweep_table),
+        sweep_red=sweep_red,
+        sweep_undecided=sweep_undecided,
+        sweep_plot=sweep_plot,
+        position_plot=position_plot,
+        position_plot_error=position_plot_error,
+        report_path=report_path,
+        markdown_paths=tuple(path for path, _ in targets),
+    )
+
+
+#: Under the summary when pytest-benchmark's table follows: why its OPS differs from the summary's tok/s.
+BENCHMARK_OPS_NOTE = (
+    "tok/s is the median repeat's; pytest-benchmark's OPS (below) is 1 / the mean seconds per output token over the "
+    "repeats, so the two differ when the repeats spread (its Median column matches tok/s)"
+)
+
+
+def speedup_lines(records: Sequence[results.ResultRecord]) -> list[str]:
+    """One ``specdec PROFILE: speedup vs ...`` line per profile: its last test's verdict, which after a
+    confirmation covers every pair (the profile's first tests recorded the first 3 pairs only)."""
+    speedups = {r.profile: r.paired["speedup"] for r in records if r.paired.get("speedup")}
+    return [f"specdec {profile}: {speedup}" for profile, speedup in speedups.items()]
+
+
+def check_lines(checked: Sequence[tuple[str, Sequence[str]]], failed: bool, profile_path: Path) -> list[Line]:
+    """``--specdec-check``'s verdict line, after one section per profile (:func:`summary_report`)."""
+    verdict = "FAILED" if failed else "passed"
+    text = f"specdec check {verdict}: {len(checked)} profile(s) from {profile_path}; nothing launched"
+    return [Line(text, {"red": failed, "green": not failed})]
+
+
+def note_lines(
+    preflight_notes: Iterable[str],
+    overrides: Mapping[str, tuple[str, Sequence[str]]],
+    measured: set[str],
+    traces: Iterable[tuple[str, str | None]],
+) -> list[Line]:
+    """Preflight warnings (also in the header, which scrolls away), marker overrides of profile thresholds, and
+    where each ``trace:`` went.
+
+    :param overrides: node id -> (profile, what its marker changed), shown only for tests in ``measured``.
+    :param measured: node ids of the tests that recorded a result (a test whose setup failed checked nothing).
+    :param traces: (profile, ``RunResult.trace``) of the profiles measured in this process.
+    """
+    lines = [Line(f"specdec preflight: {line}", {"yellow": True}) for line in preflight_notes]
+    for nodeid, (profile, changed) in overrides.items():
+        if nodeid in measured:
+            test = nodeid.split("::", 1)[-1]
+            lines.append(Line(f"specdec: {test}: marker overrides profile {profile}: {', '.join(changed)}"))
+    for profile, trace in traces:
+        if trace is not None:
+            lines.append(Line(f"specdec {profile}: {trace}", {"yellow": trace.startswith("not")}))
+    return lines
+
+
+def cost_lines(records: Iterable[results.ResultRecord]) -> list[str]:
+    """What each test's verdicts cost (``ResultRecord.cost``), one line per test that has it:
+    ``specdec server time: test_run[eagle3]: 12.3 server-s, 4 repeats; min_tok_s passed after 2 repeats (6.1 s);
+    compare FAILED after 4 repeats (12.3 s)``. Server-seconds include warmups and a paired reference arm."""
+    lines = []
+    for r in records:
+        cost = r.cost
+        if not cost or not isinstance(cost.get("server_s"), int | float):
+            continue
+        test = r.test_id.split("::", 1)[-1]
+        parts = [f"{test}: {cost['server_s']:.1f} server-s, {cost.get('repeats', '?')} repeats"]
+        for key, v in (cost.get("verdicts") or {}).items():
+            unit = "pairs" if key == "min_speedup" else "repeats"
+            spent = float(v.get("server_s", 0.0))
+            parts.append(f"{key} {v.get('verdict')} after {v.get('repeats')} {unit} ({spent:.1f} s)")
+        lines.append("specdec server time: " + "; ".join(parts))
+    return lines
+
+
+def summary_report(
+    outcomes: Outcomes,
+    outputs: Outputs,
+    *,
+    checked: Sequence[tuple[str, Sequence[str]]] = (),
+    check_failed: bool = False,
+    profile_path: Path = Path(),
+    shared_leftovers: Sequence[str] = (),
+    preflight_notes: Sequence[str] = (),
+    traces: Iterable[tuple[str, str | None]] = (),
+    benchmark_table: bool = False,
+) -> SummaryReport:
+    """The terminal summary: ``--specdec-check`` sections, leftover shared servers, then (when tests recorded
+    results) the ``specdec summary`` table, paired speedups, costs, per-category and per-position acceptance, notes,
+    compares, and where each output file went.
+
+    :param checked: ``--specdec-check``'s (profile, finding lines), one section each; empty otherwise.
+    :param shared_leftovers: shared servers the xdist workers left (``sharing.sweep_shared``), one red line each.
+    :param traces: (profile, ``RunResult.trace``) of the profiles measured in this process.
+    :param benchmark_table: pytest-benchmark's table follows (:data:`BENCHMARK_OPS_NOTE` explains its OPS).
+    """
+    out: list[Line] = []
+    if checked:
+        for name, found in checked:
+            out.append(Line(f"specdec check: {name}", sep="-"))
+            out.extend(Line(line) for line in found)
+        out.extend(check_lines(checked, check_failed, profile_path))
+    out.extend(Line(f"specdec: {line}", {"red": True}) for line in shared_leftovers)
+    records = outcomes.records
+    measured = {r.test_id for r in records}
+    notes = note_lines(preflight_notes, outcomes.overrides, measured, traces)
+    if not records:
+        return SummaryReport(tuple(out + notes))
+    out.append(Line("specdec summary", sep="="))
+    rows = [(r.test_id, r.profile, r.metrics, r.outcome) for r in records]
+    plain = [
+        *report.summary_lines(rows),
+        *speedup_lines(records),
+        *cost_lines(records),
+        *report.cycle_lines(records),
+        *report.definition_lines(records),
+        *([BENCHMARK_OPS_NOTE] if benchmark_table else []),
+    ]
+    out.extend(Line(line) for line in plain)
+    by_category = report.category_lines(rows)
+    if by_category:
+        out.append(Line("specdec accept length by prompt category (requests)", sep="-"))
+        out.extend(Line(line) for line in by_category)
+    by_position = report.position_lines(rows)
+    if by_position:
+        out.append(Line("specdec acceptance by draft position", sep="-"))
+        out.extend(Line(line) for line in [report.POSITION_LEGEND, *by_position])
+    out.extend(notes)
+    for run_id, tests in outcomes.compared.items():
+        out.append(Line(f"specdec compare: {len(tests)} test(s) compared with stored run {run_id}"))
+    # A failed compare prints its table with the failure; a passing one shows its deltas here.
+    for test_id, table in outcomes.compare_tables.items():
+        out.append(Line(f"specdec compare: {test_id.split('::', 1)[-1]} (no regression)", sep="-"))
+        out.extend(Line(line) for line in table)
+    out.extend(Line(f"specdec compare: {note}") for note in outcomes.compare_notes)
+    out.extend(_output_lines(outputs))
+    return SummaryReport(tuple(out), tuple(fail_lines(outputs.sweep_red)), outputs.written, outputs.fails_run)
+
+
+def _output_lines(outputs: Outputs) -> list[Line]:
+    """Where the result file went, the sweep table, and the other files written."""
+    out = []
+    if outputs.saved_path is not None:
+        out.append(Line(f"specdec results: {outputs.saved_path}", sep="-"))
+    if outputs.sweep_table:
+        out.append(Line("specdec sweep", sep="="))
+        for line in outputs.sweep_table:
+            undecided = line in outputs.sweep_undecided or line.startswith("undecided")
+            out.append(Line(line, {"red": line in outputs.sweep_red, "yellow": undecided}))
+        if outputs.sweep_plot is not None:
+            out.append(Line(f"specdec sweep plot: {outputs.sweep_plot}", sep="-"))
+    if outputs.position_plot is not None:
+        out.append(Line(f"specdec position plot: {outputs.position_plot}", sep="-"))
+    elif outputs.position_plot_error:
+        out.append(Line(f"specdec: no position plot: {outputs.position_plot_error}", {"red": True}))
+    if outputs.report_path is not None:
+        out.append(Line(f"specdec report: {outputs.report_path}", sep="-"))
+    out.extend(Line(f"specdec markdown: {path}", sep="-") for path in outputs.markdown_paths)
+    return out
+
+
+def fail_lines(red: Sequence[str]) -> list[Line]:
+    """The run-level failures of a sweep, one ``FAIL specdec sweep: <reason>`` line each (red, bold), for the very
+    end of the terminal summary: pytest's final line counts tests (``6 passed``), so the reason a run exits 1 goes
+    right above it, as pytest-cov's ``--cov-fail-under`` writes ``FAIL Required test coverage of 90% not reached``
+    (``pytest_cov/plugin.py::CovPlugin.pytest_terminal_summary``).
+
+    :param red: ``Outputs.sweep_red`` (``sweep.SweepSummary.red``).
+    """
+    return [Line(f"FAIL specdec sweep: {line}", {"red": True, "bold": True}) for line in red]

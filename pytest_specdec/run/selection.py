@@ -1,0 +1,197 @@
+"""What a run makes ready before anything launches: its profiles (the profile file loaded, ``--server-url``
+applied, a ``--specdec-sweep`` expanded into one profile per point, preflight run: :func:`select`; for
+``--specdec-check`` preflight alone: :func:`check_only`) and its ``--specdec-compare`` baselines
+(:func:`compare_setup`). Every problem is a ``pytest.UsageError`` (exit 4, nothing launched).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_specdec.core.errors import CompareError, ProfileError
+from pytest_specdec.profiles import discovery
+from pytest_specdec.run.settings import RunSettings
+
+if TYPE_CHECKING:
+    from pytest_specdec.judge.verdict import CompareSetup
+    from pytest_specdec.profiles.schema import Profile, ProfileSet
+
+__all__ = ["Selection", "check_only", "compare_setup", "select"]
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The run's profiles (None when none was selected) and what preflight said of them."""
+
+    profile_set: ProfileSet | None = None
+    #: The profiles to measure: ``--server-profile``, each swept profile replaced by its points.
+    selected: tuple[str, ...] = ()
+    #: Preflight warnings, ``"<profile>: <finding>"`` (the header and the summary show them).
+    preflight_notes: tuple[str, ...] = ()
+    #: ``--specdec-check``: (profile, finding lines) per profile checked, and whether any blocks a launch.
+    checked: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    check_failed: bool = False
+
+    @property
+    def profiles(self) -> dict[str, Profile] | None:
+        """The loaded profiles by name (after ``--server-url`` and ``--specdec-sweep``), None when none was loaded."""
+        return self.profile_set.profiles if self.profile_set is not None else None
+
+
+def select(settings: RunSettings) -> Selection:
+    """Load, sweep and preflight the selected profiles (nothing when none is selected).
+
+    :raises pytest.UsageError: no profile file, a broken one, an unknown profile, a bad value, a bad sweep, a
+        blocking preflight finding.
+    """
+    if not settings.selected:
+        return Selection()
+    profile_set = _load(settings)
+    profile_set, selected = _expand_sweep(settings, profile_set)
+    errors: list[str] = []
+    notes: list[str] = []
+    from pytest_specdec.engines.preflight import blocking, format_findings, locate, run_preflight
+
+    for name in selected:
+        errors.extend(_run_inputs(settings.profile_path, profile_set, profile_set.profiles[name]))
+        findings = locate(run_preflight(profile_set.profiles[name]), profile_set)
+        bad = blocking(findings, strict=settings.strict)
+        if bad:
+            errors.extend(format_findings(bad))
+        rest = [f for f in findings if f not in bad]
+        if rest:
+            notes.extend(f"{name}: {line}" for line in format_findings(rest))
+    if errors:
+        raise pytest.UsageError("specdec preflight failed (nothing was launched):\n" + "\n".join(errors))
+    return Selection(profile_set, tuple(selected), tuple(notes))
+
+
+def check_only(settings: RunSettings) -> Selection:
+    """``--specdec-check``: preflight every selected profile (all when none is selected); launch nothing.
+
+    :raises pytest.UsageError: as :func:`select` for the profile file itself.
+    """
+    from pytest_specdec.engines.preflight import blocking, format_findings, locate, run_preflight
+
+    profile_set = _load(settings)
+    checked = []
+    failed = False
+    for name in settings.selected or sorted(profile_set.profiles):
+        findings = locate(run_preflight(profile_set.profiles[name]), profile_set)
+        inputs = _run_inputs(settings.profile_path, profile_set, profile_set.profiles[name])
+        checked.append((name, tuple(inputs + format_findings(findings) or ["no findings"])))
+        failed = failed or bool(inputs) or bool(blocking(findings, strict=settings.strict))
+    return Selection(profile_set, settings.selected, checked=tuple(checked), check_failed=failed)
+
+
+def compare_setup(settings: RunSettings, run_id: str) -> CompareSetup | None:
+    """``--specdec-compare``: its baselines (loaded once, at configure) and options; None without the option.
+
+    :raises pytest.UsageError: the named run cannot be read.
+    """
+    ref = settings.compare
+    if ref is None:
+        return None
+    from pytest_specdec.bisection import bisect_hint
+    from pytest_specdec.judge.baseline import Baselines
+    from pytest_specdec.judge.verdict import CompareSetup
+    from pytest_specdec.measure import results
+
+    try:
+        store = results.ResultStore(settings.out_dir / "results", current=run_id)
+        baselines = Baselines.from_option(ref, store)
+    except CompareError as exc:
+        raise pytest.UsageError(f"--specdec-compare={ref}: {exc}") from None
+    assert baselines is not None
+    s = settings
+    return CompareSetup(baselines, run_id, s.tolerances, s.compare_profile, s.compare_force, bisect_hint)
+
+
+def _load(settings: RunSettings) -> ProfileSet:
+    """Load the profile file, apply ``--server-url``, and check the selected profiles' names and tolerances."""
+    from pytest_specdec.engines.rules import load_profiles
+    from pytest_specdec.judge.tolerances import parse_tolerances
+
+    path = settings.profile_path
+    if settings.profile_search and not path.is_file():
+        raise pytest.UsageError(discovery.not_found_message(path.name, settings.profile_search, settings.rootpath))
+    try:
+        profile_set = load_profiles(path)
+    except ProfileError as exc:
+        # The shape of `python -m pytest_specdec check` and of preflight: one `error: FILE:LINE: ...` per problem.
+        problems = "\n".join(f"error: {line}" for line in str(exc).splitlines())
+        raise pytest.UsageError(f"specdec: invalid profile file (nothing was launched):\n{problems}") from None
+    url = settings.server_url
+    if url and not url.startswith(("http://", "https://")):
+        raise pytest.UsageError(
+            f"--server-url={url}: expected http://HOST:PORT, e.g. --server-url=http://127.0.0.1:30000"
+        )
+    if url:
+        urls = {n: p.model_copy(update={"url": url}) for n, p in profile_set.profiles.items()}
+        profile_set = profile_set.model_copy(update={"profiles": urls})
+    for name in settings.selected:
+        try:
+            profile_set.get(name)
+        except ProfileError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        try:
+            parse_tolerances(profile_set.profiles[name].tolerances)
+        except ValueError as exc:
+            raise pytest.UsageError(f"{path}: profiles.{name}.tolerances: {exc}") from None
+    return profile_set
+
+
+def _expand_sweep(settings: RunSettings, profile_set: ProfileSet) -> tuple[ProfileSet, list[str]]:
+    """``--specdec-sweep``: replace the selected profiles by one derived profile per point (``eagle3@num_steps=2``,
+    see ``sweep.expand_profiles``); preflight then checks every derived profile before anything launches."""
+    from pytest_specdec.judge import sweep
+
+    names = list(settings.selected)
+    if not settings.sweep:
+        return profile_set, names
+    base = settings.sweep_baseline
+    if base:
+        try:
+            baseline = profile_set.get(base)
+        except ProfileError as exc:
+            raise pytest.UsageError(str(exc).replace("--server-profile=", "--specdec-sweep-baseline=", 1)) from None
+        if baseline.is_speculative:
+            raise pytest.UsageError(
+                f"--specdec-sweep-baseline={base}: profile runs speculative decoding; name one without a "
+                "speculative: block"
+            )
+        if base not in names:
+            names.append(base)
+    try:
+        profiles, selected = sweep.expand_profiles(profile_set.profiles, names, settings.sweep)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--specdec-sweep: {exc}") from None
+    return profile_set.model_copy(update={"profiles": profiles}), selected
+
+
+def _run_inputs(profile_path: Path, profile_set: ProfileSet, profile: Profile) -> list[str]:
+    """What the run itself needs besides the model files: the prompt set and the API key, checked before any
+    launch so a 15-minute startup is not wasted on them."""
+    from pytest_specdec.measure.workload import workload_prompts
+
+    def where(key: str) -> str:
+        line = profile_set.locate(profile.name, key)[0]
+        return f"{profile_path}:{line}" if line is not None else str(profile_path)
+
+    problems = []
+    try:
+        workload_prompts(profile.workload, Path(profile.source or profile_path).parent, profile.model_path)
+    except ProfileError as exc:
+        detail = str(exc).removeprefix("workload.prompts: ")
+        problems.append(f"error: {where('workload.prompts')}: profiles.{profile.name}.workload.prompts: {detail}")
+    if profile.api_key_env and not os.environ.get(profile.api_key_env):
+        problems.append(
+            f"error: {where('api_key_env')}: profiles.{profile.name}.api_key_env: environment variable "
+            f"{profile.api_key_env} is not set; export it, or remove api_key_env"
+        )
+    return problems
