@@ -17,7 +17,7 @@ class Baselines:
     """The baselines of one session. ``run`` is set for ``--specdec-compare=RUN_OR_PATH``; otherwise ``paths`` lists
     the stored run files, newest first, read on first use.
 
-    Usage (``session.SpecdecSession.from_config``)::
+    Usage (``run/selection.py::compare_setup``)::
 
         baselines = Baselines.from_option(settings.compare, store)  # None without the option
         found = baselines.find("tests/test_x.py::test_a[eagle3]")  # (RunFile, ResultRecord) or None

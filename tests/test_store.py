@@ -1,0 +1,137 @@
+"""``measure/store.py``: the store measures a profile once, then one more repeat or pair at a time when a verdict asks
+(``judge/handle.py::MeasureHandle``), with what it cost; a confirmation is measured once per profile (fake servers
+whose phases return scripted tok/s; no process is started)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pytest_specdec.core.errors import ServerError
+from pytest_specdec.core.records import RunMetrics, median_metrics
+from pytest_specdec.judge.handle import MeasureHandle
+from pytest_specdec.measure import pairing, results, runner
+from pytest_specdec.measure.store import MeasurementStore
+
+
+def _metrics(tok_s: float) -> RunMetrics:
+    fields = {f.name: None for f in dataclasses.fields(RunMetrics)}
+    fields.update(num_requests=1, num_ok=1, num_errors=0, duration_s=1.0, output_tokens=int(tok_s), output_tok_s=tok_s)
+    return RunMetrics(**fields)
+
+
+class _Phases:
+    """Scripted phases: each profile's next tok/s; each phase holds its server 2 s (target) or 1 s (reference)."""
+
+    def __init__(self, speeds: dict[str, list[float]]) -> None:
+        self.speeds = speeds
+        self.log: list[str] = []
+
+    def measure(self, server: Any, **_: Any) -> runner.Measurement:
+        name = server.profile.name
+        self.log.append(name)
+        if not self.speeds[name]:
+            raise ServerError(f"{name} stalled")
+        held = 1.0 if name == "baseline" else 2.0
+        return runner.Measurement(name, _metrics(self.speeds[name].pop(0)), (), "h", None, None, None, server_s=held)
+
+    def run_result(self, server: Any, measured: Any) -> runner.RunResult:
+        measured = tuple(measured)
+        return runner.RunResult(server.profile.name, measured, median_metrics([m.metrics for m in measured]), "h")
+
+
+def _server(name: str) -> Any:
+    profile = SimpleNamespace(name=name, trace=None, pairing="interleaved", url=None, workload=SimpleNamespace())
+    return SimpleNamespace(profile=profile, process=None, stop=lambda: None)
+
+
+@contextlib.contextmanager
+def _no_lock() -> Iterator[None]:
+    yield None
+
+
+@pytest.fixture
+def phases(monkeypatch: pytest.MonkeyPatch) -> _Phases:
+    fake = _Phases({"eagle3": [130.0, 120.0, 140.0, 110.0, 150.0], "baseline": [100.0, 80.0, 100.0]})
+    monkeypatch.setattr(runner, "measure", fake.measure)
+    monkeypatch.setattr(runner, "profile_prompts", lambda profile: [])
+    monkeypatch.setattr(runner, "run_result", fake.run_result)
+    monkeypatch.setattr(
+        runner, "measure_repeats", lambda s, n, **kw: fake.run_result(s, [fake.measure(s) for _ in range(n)])
+    )
+    monkeypatch.setattr(results, "build_fingerprint", lambda server, prompt_hash: {"prompt_hash": prompt_hash})
+    reference = _server("baseline")
+    monkeypatch.setattr(pairing.ReferenceServers, "get", lambda self, profile: reference)
+    return fake
+
+
+def _store(repeats: int = 2) -> MeasurementStore:
+    return MeasurementStore(
+        log_dir=Path("logs"),
+        startup_timeout_s=None,
+        repeats=lambda profile: repeats,
+        profiles={"baseline": _server("baseline").profile},
+        lock=_no_lock,
+    )
+
+
+def test_more_adds_one_repeat_and_its_server_seconds(phases: _Phases) -> None:
+    store = _store()
+    handle: MeasureHandle = store  # the store is what verdicts get, through the narrow handle
+    server = _server("eagle3")
+    store.attach(server)
+    store.measure_once(server, None)
+    assert [m.metrics.output_tok_s for m in handle.run("eagle3").measurements] == [130.0, 120.0]
+    assert handle.spent_s("eagle3", None) == 4.0
+    assert handle.more("eagle3", None) is True
+    run = handle.run("eagle3")
+    assert ([m.metrics.output_tok_s for m in run.measurements], run.metrics.output_tok_s) == (
+        [130.0, 120.0, 140.0],
+        130,
+    )
+    assert handle.spent_s("eagle3", None) == 6.0
+    store.detach("eagle3")
+    assert (handle.can_measure("eagle3"), handle.more("eagle3", None)) == (False, False)
+
+
+def test_more_adds_one_interleaved_pair_in_the_order_the_pairs_left_off(phases: _Phases) -> None:
+    store = _store()
+    server = _server("eagle3")
+    store.attach(server)
+    store.measure_once(server, "baseline")
+    assert phases.log == ["baseline", "eagle3", "eagle3", "baseline"]
+    assert store.more("eagle3", "baseline") is True
+    assert phases.log[4:] == ["baseline", "eagle3"]  # pair 2 (even): reference first, as pair 0
+    arms = store.arms("eagle3", "baseline")
+    assert arms is not None and (arms.pairs, arms.first, arms.ratios()) == (3, 2, [1.3, 1.5, 1.4])
+    assert len(store.run("eagle3").measurements) == 3
+    assert store.spent_s("eagle3", "baseline") == 3 * 2.0 + 3 * 1.0
+
+
+def test_a_pair_that_cannot_be_measured_again_says_why(phases: _Phases) -> None:
+    store = _store()
+    server = _server("eagle3")
+    store.attach(server)
+    store.measure_once(server, "baseline")
+    phases.speeds["baseline"].clear()
+    assert store.more("eagle3", "baseline") is False
+    assert store.pair_error("eagle3", "baseline") == "sequential measurement failed: baseline stalled"
+    assert len(store.run("eagle3").measurements) == 2
+
+
+def test_a_confirmation_is_measured_once_per_profile(phases: _Phases) -> None:
+    store = _store()
+    server = _server("eagle3")
+    store.attach(server)
+    store.measure_once(server, None)
+    first = store.confirmation("eagle3", None)
+    assert first is not None and [m.metrics.output_tok_s for m in first.measurements] == [140.0, 110.0]
+    assert store.confirmation("eagle3", None) is first
+    assert phases.log == ["eagle3"] * 4  # the first measurement's 2 phases, then the confirmation's 2, once
+    assert len(store.run("eagle3").measurements) == 2  # a confirmation is not part of the run
