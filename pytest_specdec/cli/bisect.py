@@ -24,7 +24,7 @@ __all__ = ["bisect_command"]
 
 def bisect_command(args: argparse.Namespace) -> int:
     """``bisect [PROFILE_FILE] --good A --bad B``: lists the differences, launches probes (one progress line each)
-    and prints the report (``ddmin.report_lines``); returns ``EXIT_OK`` when culprits were named, ``EXIT_FINDINGS``
+    and prints the report (``bisection.report_lines``); returns ``EXIT_OK`` when culprits were named, ``EXIT_FINDINGS``
     when the regression did not reproduce or nothing could be bisected, ``EXIT_USAGE`` on bad input."""
     try:
         good, bad, name, source, fixed, tolerances = _bisect_inputs(args)
