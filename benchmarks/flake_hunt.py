@@ -1,6 +1,6 @@
 """Flake hunt: run the plugin's own suite N times in random order beside a busy process; list every test that failed.
 
-Usage (from the repository root, with the dev extra installed)::
+Usage (from the repository root, with the dev and flake extras installed: ``pip install -e '.[dev,flake]'``)::
 
     python benchmarks/flake_hunt.py                         # 10 full runs, 1 busy process, random order
     python benchmarks/flake_hunt.py --runs 3 --busy 2 -- -m "not slow and not vllm"
@@ -19,6 +19,7 @@ The goal (issue 25): no failure in 10 consecutive full runs under that load. Fix
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import multiprocessing
 import os
 import subprocess
@@ -70,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-shuffle", action="store_true", help="keep the suite's fixed order")
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
     args = parser.parse_args(argv)
+    if not args.no_shuffle and importlib.util.find_spec("pytest_randomly") is None:
+        parser.error("random order needs pytest-randomly: pip install -e '.[flake]' (or pass --no-shuffle)")
 
     busy = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.busy)]
     for proc in busy:

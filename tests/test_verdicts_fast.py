@@ -406,7 +406,8 @@ def test_sweep_fails_when_the_configured_point_is_far_below_the_best(pytester: p
         "more than the allowed 5% (--specdec-sweep-max-gap); set num_steps: 1 in profile eagle3 [[]p=*: one-sided "
         "Welch t-test on log tok/s, Bonferroni x1, 5 repeats per point[]]"
     )
-    result.stdout.fnmatch_lines([reason, "*- specdec sweep plot: *", f"FAIL specdec sweep: {reason}", "*= 2 passed *"])
+    # Outcomes come from assert_outcomes: the final line may also count a LoadWarning on a busy runner.
+    result.stdout.fnmatch_lines([reason, "*- specdec sweep plot: *", f"FAIL specdec sweep: {reason}"])
     assert fnmatch.fnmatch(result.outlines[-2], f"FAIL specdec sweep: {reason}"), result.outlines[-3:]
 
 
