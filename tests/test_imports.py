@@ -1,4 +1,5 @@
-"""No import circle among pytest_specdec's modules (issue 17: engines -> vllm -> preflight -> engines).
+"""No import circle among pytest_specdec's modules (issue 17: engines -> vllm -> preflight -> engines), and job folders
+that import only downward (issue 35: ``FLOORS``).
 
 Two checks: a static one over every ``import`` of a pytest_specdec module (function-level ones too, since a lazy
 import only hides a circle until the function runs; ``if TYPE_CHECKING:`` blocks excluded), and a dynamic one that
@@ -39,12 +40,15 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def imported_modules(path: Path, modules: dict[str, Path]) -> set[str]:
+def imported_modules(path: Path, modules: dict[str, Path], *, type_checking: bool = False) -> set[str]:
     """The modules of ``modules`` that ``path`` imports anywhere (``from pkg import submodule`` counts as the
-    submodule), except under ``if TYPE_CHECKING:``. Relative imports are resolved against the file's package."""
+    submodule), except under ``if TYPE_CHECKING:`` unless ``type_checking``. Relative imports are resolved against
+    the file's package."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and _is_type_checking(node)
-               for child in node.body for n in ast.walk(child)}  # fmt: skip
+    skipped = set() if type_checking else {
+        id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and _is_type_checking(node)
+        for child in node.body for n in ast.walk(child)
+    }  # fmt: skip
     name = next(m for m, p in modules.items() if p == path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
@@ -90,9 +94,9 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def import_graph(package_dir: Path) -> dict[str, set[str]]:
+def import_graph(package_dir: Path, *, type_checking: bool = False) -> dict[str, set[str]]:
     modules = module_files(package_dir)
-    return {name: imported_modules(path, modules) for name, path in modules.items()}
+    return {name: imported_modules(path, modules, type_checking=type_checking) for name, path in modules.items()}
 
 
 IMPORT_EACH = textwrap.dedent(
@@ -157,3 +161,51 @@ def test_the_checks_catch_a_planted_circle(tmp_path: Path) -> None:
     done = import_each_first(pkg)
     assert done.returncode == 1
     assert "circ.b: ImportError: cannot import name 'B' from partially initialized module 'circ.b'" in done.stdout
+
+
+#: The job folders, ground floor first (issue 35): a module imports only from its own folder or a lower one. ``cli``
+#: and ``run`` share the top floor and do not import each other; ``plugin`` (the entry point) and the package's
+#: ``__init__`` stand above all. ``refserver`` is its own package: the plugin only launches it as a process (the
+#: engine reads its flag table), and it imports only the plugin's ground floor (``core``).
+FLOORS = {
+    "core": 1, "profiles": 2, "engines": 3, "serve": 4, "measure": 5, "judge": 6, "bisection": 7, "report": 8,
+    "run": 9, "cli": 9, "plugin": 10, "__main__": 10, "": 10,
+}  # fmt: skip
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``a -> b`` for every import of ``graph`` that runs up a floor, sideways between two folders of one floor, or
+    out of ``refserver`` into the plugin above its ground floor (type-only imports count: they are arrows of the
+    design too)."""
+
+    def folder(module: str) -> str:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 else ""
+
+    bad = []
+    for name, imported in sorted(graph.items()):
+        for other in sorted(imported):
+            mine, theirs = folder(name), folder(other)
+            if mine == theirs or theirs == "refserver":
+                continue
+            if (theirs != "core") if mine == "refserver" else FLOORS[theirs] >= FLOORS[mine]:
+                bad.append(f"{name} -> {other}")
+    return bad
+
+
+def test_job_folders_import_only_downward() -> None:
+    graph = import_graph(PACKAGE_DIR, type_checking=True)
+    folders = {name.split(".")[1] for name in graph if name.count(".") >= 1}
+    assert folders <= set(FLOORS) | {"refserver"}, f"a folder without a floor: {folders - set(FLOORS)}"
+    assert upward_imports(graph) == []
+
+
+def test_the_floor_check_catches_an_import_up() -> None:
+    graph = {"pytest_specdec.core.stats": {"pytest_specdec.judge.compare"}, "pytest_specdec.run.marker": {
+        "pytest_specdec.cli.main"}, "pytest_specdec.judge.compare": {"pytest_specdec.core.stats"},
+        "pytest_specdec.refserver.app": {"pytest_specdec.core.auth", "pytest_specdec.measure.client"}}  # fmt: skip
+    assert upward_imports(graph) == [
+        "pytest_specdec.core.stats -> pytest_specdec.judge.compare",
+        "pytest_specdec.refserver.app -> pytest_specdec.measure.client",
+        "pytest_specdec.run.marker -> pytest_specdec.cli.main",
+    ]
