@@ -312,7 +312,7 @@ def test_a_stored_compare_failure_with_several_differences_prints_the_bisect_com
 
     def judged(current: Any, current_run: str) -> list[str]:
         verdict = judge_compare(base, current, run_id="R1", test_id=current.test_id,
-                                tolerances=layered_tolerances(), noise={}, force=False, confirm=lambda: None,
+                                tolerances=layered_tolerances(), noise={}, force=False,
                                 current_run=current_run, bisect_hint=bisection.bisect_hint)  # fmt: skip
         assert verdict.failure is not None
         return verdict.failure.splitlines()

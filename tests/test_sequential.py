@@ -8,14 +8,22 @@ import math
 import numpy as np
 import pytest
 
-from pytest_specdec.judge.sequential import ALPHA, Design, decide_floor, decide_shift, repeats_needed
+from pytest_specdec.judge.sequential import (
+    ALPHA,
+    Design,
+    History,
+    decide_floor,
+    decide_shift,
+    repeats_needed,
+    shift_repeats_needed,
+)
 
 SIMULATIONS = 3000
 
 
 def _stop(values: np.ndarray, floor: float, design: Design) -> tuple[str, int]:
-    """Look after every repeat from ``design.start`` on; the first decision, or ``undecided``."""
-    for n in range(design.start, design.max_repeats + 1):
+    """Look at every look of the design; the first decision, or ``undecided``."""
+    for n in design.points:
         decision = decide_floor(values[:n].tolist(), floor, design)
         if decision.decided:
             return decision.verdict, n
@@ -48,20 +56,70 @@ def test_uncorrected_looks_would_inflate_false_alarms() -> None:
     assert below / runs > 2 * ALPHA
 
 
-def test_optional_stopping_keeps_false_shifts_at_most_alpha() -> None:
-    # Stored compare: the current run is exactly at the limit (5 % slower than the baseline, tolerance 5 %).
+def _shift_stop(base: list[float], current: np.ndarray, tol: float, design: Design,
+                history: History | None = None) -> str:  # fmt: skip
+    for n in design.points:
+        decision = decide_shift(base, current[:n].tolist(), tol, design, higher_is_better=True, history=history)
+        if decision.decided:
+            return decision.verdict
+    return "open"
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_optional_stopping_keeps_false_alarms_at_most_alpha_for_an_unchanged_run(pooled: bool) -> None:
+    # An unchanged run fails only when the interval's better end is worse than no change: at most alpha over all
+    # looks, with the baseline's own 3 repeats (Welch) or a pooled history of 5 stored runs.
     rng = np.random.default_rng(7)
-    design = Design(4, 12)
+    design = Design(3, 24)
     worse, runs = 0, 1000
     for _ in range(runs):
-        base = 100.0 * np.exp(0.03 * rng.standard_normal(3))
-        current = 95.0 * np.exp(0.03 * rng.standard_normal(12))
-        for n in range(4, 13):
-            decision = decide_shift(base.tolist(), current[:n].tolist(), 0.05, design, higher_is_better=True)
-            if decision.decided:
-                worse += decision.verdict == "worse"
-                break
+        stored = [100.0 * np.exp(0.05 * rng.standard_normal(3)) for _ in range(5 if pooled else 1)]
+        history = History.from_runs([r.tolist() for r in stored]) if pooled else None
+        current = 100.0 * np.exp(0.05 * rng.standard_normal(24))
+        worse += _shift_stop(stored[0].tolist(), current, 0.05, design, history) == "worse"
     assert worse / runs <= ALPHA
+
+
+def test_optional_stopping_keeps_false_passes_at_most_alpha_beyond_the_tolerance() -> None:
+    # A regression exactly at the tolerance (5 % slower, tolerance 5 %) passes only when the interval wrongly
+    # excludes it: at most alpha over all looks.
+    rng = np.random.default_rng(11)
+    design = Design(3, 24)
+    within, runs = 0, 1000
+    for _ in range(runs):
+        stored = [100.0 * np.exp(0.05 * rng.standard_normal(3)) for _ in range(5)]
+        history = History.from_runs([r.tolist() for r in stored])
+        current = 95.0 * np.exp(0.05 * rng.standard_normal(24))
+        within += _shift_stop(stored[0].tolist(), current, 0.05, design, history) == "within"
+    assert within / runs <= ALPHA
+
+
+def test_a_pooled_history_decides_what_a_three_repeat_baseline_cannot() -> None:
+    # sigma 6.9 %: a 3-repeat baseline alone keeps the half-width >= 9 % however long today measures; 8 stored runs
+    # pooled decide an 8 % tolerance within 24 repeats.
+    rng = np.random.default_rng(3)
+    design = Design(3, 24)
+    alone = pooled = 0
+    for _ in range(200):
+        stored = [100.0 * np.exp(0.069 * rng.standard_normal(3)) for _ in range(8)]
+        current = 100.0 * np.exp(0.069 * rng.standard_normal(24))
+        alone += _shift_stop(stored[0].tolist(), current, 0.08, design) == "within"
+        history = History.from_runs([r.tolist() for r in stored])
+        pooled += _shift_stop(stored[0].tolist(), current, 0.08, design, history) == "within"
+    assert alone <= 0.35 * 200 and pooled >= 0.7 * 200 and pooled >= alone + 80
+
+
+def test_a_busier_run_than_history_uses_its_own_variance() -> None:
+    # History says sd 1 %; today's repeats spread 15 % (a busy runner): the F-test falls back to today's variance,
+    # so a mean 8 % low is not called a regression on history's narrow interval.
+    history = History.from_runs([[100, 101, 99], [100.5, 99.5, 100], [101, 100, 99]])
+    assert history is not None and history.runs == 3 and history.df == 6
+    busy = [80, 110, 90, 75, 105, 95.0]
+    decision = decide_shift([100], busy, 0.05, Design(6, 6), higher_is_better=True, history=history)
+    assert decision.verdict == "open" and "today's variance" in decision.method
+    calm = [92, 92.5, 91.5, 92, 92.2, 91.8]
+    decision = decide_shift([100], calm, 0.05, Design(6, 6), higher_is_better=True, history=history)
+    assert decision.verdict == "worse" and "pooled-variance" in decision.method
 
 
 def test_a_clear_shift_is_detected_early_and_a_small_one_by_the_budget() -> None:
@@ -77,15 +135,21 @@ def test_a_clear_shift_is_detected_early_and_a_small_one_by_the_budget() -> None
     assert np.mean([n for _, n in passing]) <= 3.0
 
 
+def test_the_looks_grow_geometrically_and_share_alpha() -> None:
+    assert Design(3, 24).points == (3, 5, 8, 12, 18, 24)
+    assert Design(3, 24).alpha_per_look == pytest.approx(0.05 / 6)
+    assert Design(3, 3).points == (3,) and Design(3, 3).alpha_per_look == ALPHA  # fixed repeats: one look
+    assert Design(3, 24).is_look(8) and not Design(3, 24).is_look(9) and Design(3, 24).is_look(30)
+
+
 def test_decide_floor_on_hand_made_values() -> None:
-    design = Design(3, 10)
-    assert design.looks == 8 and design.alpha_per_look == pytest.approx(0.00625)
+    design = Design(3, 24)
     above = decide_floor([131, 129, 133], 100, design)
-    assert (above.verdict, above.n) == ("above", 3)
-    assert above.low == pytest.approx(121.15, abs=0.01) and above.high == pytest.approx(141.63, abs=0.01)
-    assert above.interval() == "CI 121.1-141.6 (98.8%)"
-    assert decide_floor([101, 104, 98], 100, design).verdict == "open"
-    assert decide_floor([80, 81, 79], 100, design).verdict == "below"
+    assert (above.verdict, above.n, above.outcome) == ("above", 3, "passed")
+    assert above.low == pytest.approx(122.4, abs=0.1) and above.high == pytest.approx(140.1, abs=0.1)
+    assert above.interval() == "CI 122.4-140.1 (98.3%)"
+    assert decide_floor([101, 104, 98], 100, design).outcome == "undecided"
+    assert decide_floor([80, 81, 79], 100, design).outcome == "FAILED"
     one = decide_floor([120.0], 100, design)
     assert (one.verdict, one.interval()) == ("open", "no interval (1 repeat)")
 
@@ -98,7 +162,7 @@ def test_exact_metrics_decide_on_the_first_repeat() -> None:
 
 
 def test_decide_shift_on_hand_made_values() -> None:
-    design = Design(3, 10)
+    design = Design(4, 4)
     worse = decide_shift([100, 101, 99], [90, 91, 89, 90], 0.05, design, higher_is_better=True)
     assert worse.verdict == "worse" and worse.estimate == pytest.approx(0.900, abs=1e-3)
     within = decide_shift([100, 101, 99], [100, 99, 101, 100], 0.05, design, higher_is_better=True)
@@ -106,14 +170,22 @@ def test_decide_shift_on_hand_made_values() -> None:
     slower_ttft = decide_shift([50, 51, 49], [60, 61, 59], 0.10, design, higher_is_better=False)
     assert slower_ttft.verdict == "worse"
     assert decide_shift([100], [96.0], 0.05, design, higher_is_better=True).verdict == "open"
+    # 3 % slower at a 5 % tolerance, significant but not beyond it: not a regression; at this spread not "within"
+    # either (the interval's worse end passes 5 %): undecided, never "ok".
+    small = decide_shift([100, 102, 98], [97, 99, 95, 97], 0.05, design, higher_is_better=True)
+    assert small.verdict == "open" and small.outcome == "undecided"
 
 
 def test_budget_and_what_more_would_take() -> None:
     design = Design(2, 6, max_server_s=30.0)
     assert design.may_continue(2, 20.0)  # 2 repeats of 10 s: a third fits in 30 s
     assert not design.may_continue(3, 30.0)
+    assert not design.may_continue(2, 20.0, next_s=12.0)  # the largest repeat so far would overrun it
     assert not Design(2, 6).may_continue(6, 0.0)
-    assert repeats_needed([101, 104, 98], 100, Design(3, 10)) == 110
-    assert repeats_needed([104, 107, 101], 100, Design(3, 10)) == 6
-    assert repeats_needed([100, 100.0], 100, Design(3, 10)) is None
+    assert repeats_needed([101, 104, 98], 100, Design(3, 24)) == 65  # 1 % above at 3 % sd: fewer looks than 110
+    assert repeats_needed([104, 107, 101], 100, Design(3, 24)) in range(5, 10)
+    assert repeats_needed([100, 100.0], 100, Design(3, 24)) is None
     assert math.isnan(decide_floor([], 1.0, design).estimate)
+    base, current = [100, 103, 97], [99, 102, 98, 101]
+    needed = shift_repeats_needed(base, current, 0.10, Design(4, 4), higher_is_better=True)
+    assert needed == 4 and decide_shift(base, current, 0.10, Design(4, 4), higher_is_better=True).decided

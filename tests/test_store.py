@@ -1,5 +1,5 @@
 """``measure/store.py``: the store measures a profile once, then one more repeat or pair at a time when a verdict asks
-(``judge/handle.py::MeasureHandle``), with what it cost; a confirmation is measured once per profile (fake servers
+(``judge/handle.py::MeasureHandle``), with what it cost (fake servers
 whose phases return scripted tok/s; no process is started)."""
 
 from __future__ import annotations
@@ -123,15 +123,3 @@ def test_a_pair_that_cannot_be_measured_again_says_why(phases: _Phases) -> None:
     assert store.more("eagle3", "baseline") is False
     assert store.pair_error("eagle3", "baseline") == "sequential measurement failed: baseline stalled"
     assert len(store.run("eagle3").measurements) == 2
-
-
-def test_a_confirmation_is_measured_once_per_profile(phases: _Phases) -> None:
-    store = _store()
-    server = _server("eagle3")
-    store.attach(server)
-    store.measure_once(server, None)
-    first = store.confirmation("eagle3", None)
-    assert first is not None and [m.metrics.output_tok_s for m in first.measurements] == [140.0, 110.0]
-    assert store.confirmation("eagle3", None) is first
-    assert phases.log == ["eagle3"] * 4  # the first measurement's 2 phases, then the confirmation's 2, once
-    assert len(store.run("eagle3").measurements) == 2  # a confirmation is not part of the run

@@ -10,6 +10,7 @@ from typing import Any
 
 from pytest_specdec.bisection.delta import Outcome
 from pytest_specdec.core import stats
+from pytest_specdec.core.metric_table import EXACT_FIELDS
 
 __all__ = [
     "EXACT_FIELDS",
@@ -23,11 +24,8 @@ __all__ = [
     "ratio_text",
 ]
 
-#: Fields compared equal-or-not at temperature 0 (as ``compare.EXACT_FIELDS``; not imported: compare needs numpy
-#: through more modules than this one).
-EXACT_FIELDS = ("accept_length", "accept_rate")
 #: Pairs measured before a throughput verdict: below 6 even "every pair on one side" is not significant at 5 %
-#: one-sided (``speedup.CONFIRM_TOTAL_PAIRS``).
+#: one-sided (Wilcoxon: the smallest p of 6 pairs is 1/64).
 MIN_PAIRS = 6
 #: Pairs after which an undecided throughput verdict makes the probe unresolved.
 MAX_PAIRS = 12

@@ -13,6 +13,7 @@ from typing import TextIO
 
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.judge.compare import compare_runs, swap_profile_id
+from pytest_specdec.judge.history import StoredHistory
 from pytest_specdec.judge.noise import read_noise
 from pytest_specdec.judge.tolerances import parse_tolerances
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
@@ -98,6 +99,7 @@ def compare_command(
     compare_profile: str | None = None,
     noise_path: str | Path | None = None,
     results_dir: str | Path = ".specdec/results",
+    fail_on_suspected: bool = False,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
@@ -110,10 +112,12 @@ def compare_command(
     :param force: compare even when the workloads differ.
     :param compare_profile: ``NAME`` or ``CUR=BASE[,...]`` (:func:`profile_mapper`); None: each test with itself.
     :param noise_path: a noise file written by ``calibrate`` (:func:`read_noise`).
-    :returns: 1 when a test regressed as pytest would fail it without measuring again (an exact metric: accept
-        length/rate at temperature 0 with identical repeats); a throughput/latency regression, which pytest confirms
-        by measuring again first, is printed as ``suspected, not confirmed`` and not counted; 2 on unusable input
-        (bad tolerance, unreadable file, no matching run, no test in common, a refused workload mismatch); else 0.
+    :param fail_on_suspected: exit 1 on an undecided row whose estimate is beyond its tolerance as well.
+    :returns: the exit code, documented as pytest-benchmark documents ``--benchmark-compare-fail``'s: 1 when a row
+        REGRESSED (decided as pytest decided: the current run's stored repeats, confirming pairs included, at the
+        design its record was judged with, against the baseline and its stored runs of the same fingerprint), or
+        with ``fail_on_suspected`` when a row is undecided beyond its tolerance; 2 on unusable input (bad tolerance,
+        unreadable file, no matching run, no test in common, a refused workload mismatch); else 0.
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr
@@ -131,7 +135,11 @@ def compare_command(
         if not noise:
             print(f"error: --noise={noise_path}: not a noise file written by calibrate", file=err)
             return 2
-    result = compare_runs(base, current, parsed, force=force, baseline_id=mapper, noise=noise)
+    stored = StoredHistory(Path(results_dir))
+    result = compare_runs(
+        base, current, parsed, force=force, baseline_id=mapper, noise=noise,
+        history=lambda record: stored.of(base.run_id, record),
+    )  # fmt: skip
     print(f"specdec compare: baseline {base.run_id} -> current {current.run_id}", file=out)
     for comp in result.comparisons:
         print("", file=out)
@@ -139,29 +147,29 @@ def compare_command(
         wanted = mapper(record) if mapper is not None and record is not None else comp.test_id
         against = f", against {wanted.split('::', 1)[-1]}" if wanted != comp.test_id else ""
         print(f"== {comp.test_id} (profile {comp.profile}{against})", file=out)
-        for line in comp.lines(unconfirmed=True):
+        for line in comp.lines():
             print(line, file=out)
-        if comp.suspected:
-            names = ", ".join(r.metric for r in comp.suspected)
-            print(
-                f"suspected, not confirmed: {names}: pytest --specdec-compare measures again before it fails a test; "
-                "a stored run cannot be measured again, so this is not counted as regressed",
-                file=out,
-            )
+        if comp.undecided:
+            names = ", ".join(r.metric for r in comp.undecided)
+            print(f"undecided: {names}: the interval holds the tolerance; more repeats of the current run (or more "
+                  "stored runs of the baseline) would decide it", file=out)  # fmt: skip
     for test_id in result.missing:
         print(f"no baseline for {test_id}", file=out)
     for message in result.refused:
         print(f"error: {message}", file=err)
-    # Decided as pytest decides (verdict.judge_compare): only what needs no confirming measurement fails here.
-    regressed = [c.test_id for c in result.comparisons if c.confirmed_regressions]
-    suspected = [c.test_id for c in result.comparisons if c.suspected and not c.confirmed_regressions]
+    # Decided as pytest decides (verdict.judge_compare): the same rows, the same design, the same history.
+    regressed = [c.test_id for c in result.comparisons if c.failed]
+    undecided = [c.test_id for c in result.comparisons if c.undecided and not c.failed]
+    suspected = [c.test_id for c in result.comparisons if c.suspected and not c.failed]
     print("", file=out)
     print(
         f"specdec compare: {len(result.comparisons)} compared, {len(regressed)} regressed, "
-        f"{len(suspected)} suspected (not confirmed), {len(result.missing)} without baseline, "
-        f"{len(result.refused)} refused",
+        f"{len(undecided)} undecided ({len(suspected)} suspected: estimate beyond the tolerance), "
+        f"{len(result.missing)} without baseline, {len(result.refused)} refused",
         file=out,
     )
+    if fail_on_suspected and suspected:
+        regressed += suspected
     if regressed:
         return 1
     if result.refused or not result.comparisons:

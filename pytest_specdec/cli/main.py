@@ -2,8 +2,8 @@
 
 - ``check PROFILE_FILE [--profile NAME] [--strict]``: preflight, launches nothing (``cli.check``);
 - ``compare BASE CURRENT [--tolerance METRIC:TOL ...] [--force] [--compare-profile NAME] [--noise FILE]
-  [--results-dir DIR]``: the baseline compare (``cli.compare``), exit 1 on a regression pytest would fail without
-  measuring again (throughput/latency: "suspected, not confirmed");
+  [--results-dir DIR] [--fail-on-suspected]``: the baseline compare (``cli.compare``), decided as pytest decided;
+  exit 1 on a regression;
 - ``calibrate PROFILE_FILE --profile NAME [--runs K]`` (or ``--from RUN ...``): propose tolerances from the spread
   (``cli.calibrate``);
 - ``trend [RUN ...] [--metric FIELD] [--profile NAME] [--results-dir DIR]``: change points over stored runs, exit 1
@@ -126,7 +126,10 @@ def _build_parser() -> argparse.ArgumentParser:
     compare = sub.add_parser(
         "compare",
         help="compare two stored runs; exit 1 on a regression",
-        description="Compare a specdec run with a baseline run: fingerprint diff, then one row per metric.",
+        description="Compare a specdec run with a baseline run: fingerprint diff, then one row per metric, each "
+        "decided as pytest decided it (ok, REGRESSED or undecided, at the design the run was judged with). Exit "
+        "codes: 0 no regression; 1 a row REGRESSED (or, with --fail-on-suspected, an undecided row whose estimate "
+        "is beyond its tolerance); 2 unusable input or nothing compared.",
         short_errors=True,
     )
     compare.add_argument("base", metavar="BASE", help="baseline: a run file, a run id (or unique prefix), or 'latest'")
@@ -153,8 +156,14 @@ def _build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--noise",
         metavar="FILE",
-        help="Calibrated noise (written by 'calibrate', e.g. .specdec/noise/eagle3.json): a shift must also exceed "
-        "3 x that sigma (default: the repeats' own spread only)",
+        help="Calibrated noise (written by 'calibrate', e.g. .specdec/noise/eagle3.json): its sigma is the "
+        "baseline's per-repeat spread when fewer than 2 stored runs of the baseline exist (default: the stored "
+        "runs of the same fingerprint, else both runs' own repeats)",
+    )
+    compare.add_argument(
+        "--fail-on-suspected",
+        action="store_true",
+        help="Exit 1 also when a row is undecided with its estimate beyond the tolerance (default: reported only)",
     )
     compare.add_argument(
         "--results-dir",
@@ -299,6 +308,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         compare_profile=args.compare_profile,
         noise_path=args.noise,
         results_dir=args.results_dir,
+        fail_on_suspected=args.fail_on_suspected,
     )
 
 

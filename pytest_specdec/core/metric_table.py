@@ -10,7 +10,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["ACCEPT_LENGTH_DEFINITION", "ACCEPT_RATE_DEFINITION", "METRICS", "MetricSpec"]
+__all__ = [
+    "ACCEPT_LENGTH_DEFINITION",
+    "ACCEPT_RATE_DEFINITION",
+    "EXACT_FIELDS",
+    "METRICS",
+    "PAIRED_FIELDS",
+    "MetricSpec",
+]
 
 #: The accept length every engine is reported in (named in the summary and in each results file).
 ACCEPT_LENGTH_DEFINITION = (
@@ -26,7 +33,9 @@ ACCEPT_RATE_DEFINITION = "accepted draft tokens / (verify steps * num_steps) = (
 @dataclass(frozen=True, slots=True)
 class MetricSpec:
     """One metric: how it is named, measured and judged. ``stats`` lists the ``RunMetrics`` suffixes it has
-    (``("mean", "p50", "p90", "p99")`` -> ``ttft_ms_mean`` ...); empty means the field is ``name`` itself."""
+    (``("mean", "p50", "p90", "p99")`` -> ``ttft_ms_mean`` ...); empty means the field is ``name`` itself.
+    ``exact``: deterministic at temperature 0 (greedy decoding on a fixed prompt set), compared equal-or-not.
+    ``paired``: the fields judged on their ratio to a paired reference arm measured in the same minutes."""
 
     name: str
     unit: str
@@ -34,6 +43,8 @@ class MetricSpec:
     formula: str
     source: str
     stats: tuple[str, ...] = ()
+    exact: bool = False
+    paired: tuple[str, ...] = ()
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -54,6 +65,7 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
                 True,
                 "sum(completion_tokens of ok requests) / phase duration_s",
                 f"{_SERVING} (output_throughput)",
+                paired=("output_tok_s",),
             ),
             MetricSpec(
                 "accept_length",
@@ -62,6 +74,7 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
                 ACCEPT_LENGTH_DEFINITION,
                 "SGLang scheduler_components/metrics_reporter.py (spec_num_accept_tokens += num_correct_drafts + bs "
                 "per verify forward: avg_spec_accept_length); vLLM v1/spec_decode/metrics.py (1 + accepted / drafts)",
+                exact=True,
             ),
             MetricSpec(
                 "accept_rate",
@@ -70,6 +83,7 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
                 ACCEPT_RATE_DEFINITION,
                 "vLLM v1/spec_decode/metrics.py (accepted / draft tokens, draft tokens = drafts * k); SGLang's "
                 "spec_accept_rate for eagle_topk 1 (for topk > 1 SGLang divides by num_draft_tokens - 1, the tree)",
+                exact=True,
             ),
             MetricSpec(
                 "ttft_ms",
@@ -78,6 +92,7 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
                 "first token-carrying event arrival - request start",
                 f"{_SERVING}; backends/sglang_client.py (ttft)",
                 _LATENCY_STATS,
+                paired=("ttft_ms_p50",),
             ),
             MetricSpec(
                 "itl_ms",
@@ -86,6 +101,7 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
                 "each later event's gap / its new tokens, once per token; pooled over requests",
                 "SGLang benchmark/backends/sglang_client.py (adjust_itl)",
                 _LATENCY_STATS,
+                paired=("itl_ms_p50",),
             ),
             MetricSpec(
                 "tpot_ms",
@@ -94,6 +110,7 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
                 "(e2e - ttft) / (completion_tokens - 1), per request with > 1 token",
                 f"{_SERVING} (tpot)",
                 _LATENCY_STATS,
+                paired=("tpot_ms_p50",),
             ),
             MetricSpec(
                 "e2e_ms",
@@ -102,6 +119,7 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
                 "data: [DONE] arrival - request start",
                 f"{_SERVING} (e2e_latency)",
                 _LATENCY_STATS,
+                paired=("e2e_ms_p50",),
             ),
             MetricSpec(
                 "decode_tok_s",
@@ -114,3 +132,8 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
         )
     }
 )
+
+#: Fields compared equal-or-not at temperature 0 when every repeat of both runs agrees: any difference is real.
+EXACT_FIELDS: tuple[str, ...] = tuple(spec.name for spec in METRICS.values() if spec.exact)
+#: Fields measured on both arms of a pairing and judged on their per-pair ratio (``measure/pairing.py``).
+PAIRED_FIELDS: tuple[str, ...] = tuple(f for spec in METRICS.values() for f in spec.paired)

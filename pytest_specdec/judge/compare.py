@@ -1,18 +1,23 @@
 """Baseline compare: one test's current result judged against its baseline, row by metric field.
 
-A row regresses when the median moved in the metric's worse direction (``metric_table.METRICS[...].higher_is_better``)
-by more than its tolerance *and* ``stats.worse_test`` finds the shift significant over the per-repeat values
-(the asv rule: ``asv compare`` flags a change beyond ``--factor`` only when it is also statistically significant,
-``asv/commands/compare.py``). Unlike pytest-benchmark's ``--benchmark-compare-fail`` (seconds only, larger = worse,
-session-wide failure) each metric has its own direction and tolerance, and each test fails on its own.
+Each throughput/latency row is decided on the interval of the ratio current/baseline (``sequential.decide_shift``):
+``ok`` when the interval's worse end is inside the tolerance, ``REGRESSED`` when its better end is worse than no
+change and the estimate beyond the tolerance, ``undecided`` when the interval cannot tell (never "ok" on a point
+estimate whose interval holds the limit). The interval is at the alpha of the look it was taken at (a
+``sequential.Design``; one look at the full alpha when none is given), so pytest's sequential loop and the
+``compare`` command on the same stored records print the same verdict. The baseline's stored runs of the same
+fingerprint (``history``) pool their variance (``sequential.History``). Unlike pytest-benchmark's
+``--benchmark-compare-fail`` (seconds only, larger = worse, session-wide failure) each metric has its own direction
+and tolerance, and each test fails on its own.
 
-The tolerances are ``judge.tolerances``, the fingerprint diff ``judge.fingerprint``, the noise limit
-``judge.noise``, the per-pair ratios ``judge.paired``; the ``compare`` command on stored runs is ``cli.compare``.
+The tolerances are ``judge.tolerances``, the fingerprint diff ``judge.fingerprint``, the per-pair ratios
+``judge.paired``; the ``compare`` command on stored runs is ``cli.compare``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,9 +25,10 @@ from typing import NamedTuple
 
 from pytest_specdec.core import hoststate, stats
 from pytest_specdec.core.errors import CompareError
+from pytest_specdec.core.metric_table import EXACT_FIELDS
 from pytest_specdec.core.table import Column, text_table
+from pytest_specdec.judge import sequential
 from pytest_specdec.judge.fingerprint import fingerprint_diff, workload_differences
-from pytest_specdec.judge.noise import NOISE_K
 from pytest_specdec.judge.paired import paired_ratios
 from pytest_specdec.judge.tolerances import Tolerance, field_specs, merge_tolerances
 from pytest_specdec.measure.results import ResultRecord, RunFile
@@ -36,6 +42,9 @@ __all__ = [
     "RunComparison",
     "compare_results",
     "compare_runs",
+    "design_of",
+    "row_values",
+    "single_look",
     "swap_profile_id",
 ]
 
@@ -44,11 +53,12 @@ __all__ = [
 class CompareRow:
     """One metric field: baseline and current medians over repeats, the change, and the verdict.
 
-    ``verdict``: ``REGRESSED`` (worse beyond the limit and significant), ``noise`` (worse beyond the limit, not
-    significant), ``improved`` (better beyond the limit), ``ok``, ``changed`` (an exact metric moved within its
-    tolerance), ``paired`` (a raw throughput/latency value shown but judged on its ``metric / vs`` ratio row), or
-    ``n/a`` (missing on a side). The limit is ``max(tolerance, NOISE_K x noise)`` (``noise``: sigma in the metric's
-    unit, the larger of the baseline's repeat spread and the calibrated one; None for exact rows).
+    ``verdict``: ``REGRESSED`` (significantly worse than no change and beyond the tolerance), ``undecided`` (the
+    interval holds the tolerance: more repeats would decide), ``ok`` (the interval's worse end inside the
+    tolerance), ``improved`` (ok, and significantly better beyond the tolerance), ``changed`` (an exact metric moved
+    within its tolerance), ``paired`` (a raw throughput/latency value shown but judged on its ``metric / vs`` ratio
+    row), or ``n/a`` (missing on a side). ``decision`` is the interval behind a statistical verdict
+    (``sequential.decide_shift``); ``noise`` the per-repeat sigma in the metric's unit, shown beside the tolerance.
     ``basis``: ``exact`` when the row was judged equal-or-not (temperature 0, identical repeats: no statistics).
     """
 
@@ -60,7 +70,7 @@ class CompareRow:
     delta_pct: float | None
     tolerance: Tolerance
     verdict: str
-    test: stats.WorseTest | None = None
+    decision: sequential.Decision | None = None
     noise: float | None = None
     basis: str = ""
     #: Why a row has no verdict (``n/a``), shown beside it: ``3 requests < 8 per repeat``.
@@ -71,19 +81,22 @@ class CompareRow:
         return self.verdict == "REGRESSED"
 
     @property
-    def needs_confirmation(self) -> bool:
-        """A regressed row that pytest measures again before failing (``verdict.judge_compare``): every one but an
-        exact metric's (temperature 0, identical repeats: a deterministic difference, nothing to re-measure). A stored
-        run cannot be re-measured, so the ``compare`` command reports these as suspected, not confirmed."""
-        return self.regressed and self.basis != "exact"
+    def undecided(self) -> bool:
+        return self.verdict == "undecided"
+
+    @property
+    def suspected(self) -> bool:
+        """Undecided with the estimate beyond the tolerance: the ``compare`` command's ``--fail-on-suspected``."""
+        if not self.undecided or self.delta is None or self.baseline is None:
+            return False
+        worse = -self.delta if self.higher_is_better else self.delta
+        return worse > self.tolerance.allowed(self.baseline)
 
     def limit_text(self) -> str:
-        """The tolerance, with the noise limit when it is the larger: ``5%`` or ``5% < 3σ 7.2%``."""
+        """The tolerance, with the per-repeat noise beside it when known: ``5%`` or ``5% (σ 7.2%)``."""
         text = str(self.tolerance)
         if self.noise and self.baseline:
-            allowed = self.tolerance.allowed(self.baseline)
-            if NOISE_K * self.noise > allowed:
-                text += f" < {NOISE_K:g}σ {NOISE_K * self.noise / abs(self.baseline) * 100:.1f}%"
+            text += f" (σ {self.noise / abs(self.baseline) * 100:.1f}%)"
         return text
 
 
@@ -117,22 +130,24 @@ class Comparison:
         return tuple(r for r in self.rows if r.regressed)
 
     @property
-    def confirmed_regressions(self) -> tuple[CompareRow, ...]:
-        """The regressions that need no confirming measurement (:attr:`CompareRow.needs_confirmation`)."""
-        return tuple(r for r in self.rows if r.regressed and not r.needs_confirmation)
+    def undecided(self) -> tuple[CompareRow, ...]:
+        """Rows whose interval holds the tolerance: more repeats would decide them."""
+        return tuple(r for r in self.rows if r.undecided)
 
     @property
     def suspected(self) -> tuple[CompareRow, ...]:
-        """The regressions pytest would measure again before failing."""
-        return tuple(r for r in self.rows if r.needs_confirmation)
+        """Undecided rows whose estimate is beyond the tolerance (:attr:`CompareRow.suspected`)."""
+        return tuple(r for r in self.rows if r.suspected)
 
-    def lines(self, *, unconfirmed: bool = False) -> list[str]:
+    @property
+    def outcome(self) -> str:
+        """``FAILED`` (a row regressed), ``undecided`` (none regressed, one undecided) or ``passed``."""
+        return "FAILED" if self.failed else "undecided" if self.undecided else "passed"
+
+    def lines(self) -> list[str]:
         """Fixed-width text: the fingerprint diff (``fingerprint: N differences from baseline`` then one indented
-        line each, or ``fingerprint: same as baseline``), notes, then one table row per metric.
-
-        :param unconfirmed: the rows cannot be measured again (the ``compare`` command on stored runs): a regression
-            that pytest would confirm first reads ``suspected, not confirmed (p=...)`` instead of ``REGRESSED``.
-        """
+        line each, or ``fingerprint: same as baseline``), notes, then one table row per metric, its verdict with the
+        interval behind it (``REGRESSED (x0.871, CI 0.84-0.90 (99.2%))``)."""
         out = []
         if self.runner:
             out.append(f"runner state changed since the baseline: {'; '.join(self.runner)}")
@@ -154,12 +169,10 @@ class Comparison:
             pct = "n/a" if r.delta_pct is None else f"{r.delta_pct:+.1f}%"
             delta = "n/a" if r.delta is None else ("+" if r.delta >= 0 else "") + _num(r.delta)
             verdict = r.verdict
-            if unconfirmed and r.needs_confirmation:
-                verdict = "suspected, not confirmed"
             if r.basis == "exact" and r.verdict in ("REGRESSED", "changed", "improved"):
                 verdict = f"{verdict} (exact)"
-            elif r.test is not None and r.verdict in ("REGRESSED", "noise"):
-                verdict = f"{verdict} ({r.test.describe()})"
+            elif r.decision is not None and r.decision.low is not None:
+                verdict = f"{verdict} (x{r.decision.estimate:.3g}, {r.decision.interval()}, n={r.decision.n})"
             if r.note:
                 verdict = f"{verdict} ({r.note})"
             table.append(
@@ -210,21 +223,24 @@ def compare_results(
     *,
     force: bool = False,
     noise: Mapping[str, float] | None = None,
+    design: sequential.Design | None = None,
+    history: Sequence[ResultRecord] = (),
 ) -> Comparison:
     """Compare one test's current result with its baseline.
 
-    Noise (issue 15): a row regresses only when the shift exceeds ``max(tolerance, NOISE_K x sigma)`` *and* is
-    significant (:func:`_judge`); ``noise`` maps a field (or ``field/vs`` for a paired ratio) to a calibrated
-    relative sigma (``calibrate``). When both records carry the same paired reference arm, throughput and latency
+    Each statistical row is decided on the interval of current/baseline (:func:`_judge`, the module docstring),
+    taken at ``design``'s per-look alpha (default: one look at the current run's repeats, the full alpha). The
+    baseline's spread comes from ``history`` (its stored runs of the same fingerprint, pooled with ``base``:
+    ``sequential.History``) when they hold more than one run, else from a calibrated ``noise`` (a relative sigma per
+    field, or ``field/vs`` for a paired ratio, written by ``calibrate``), else from the two records' own repeats
+    (Welch). When both records carry the same paired reference arm, throughput and latency
     are judged on their ratio to it (:func:`_paired_rows`). Accept length/rate at temperature 0 with identical
     repeats are compared equal-or-not (``EXACT_FIELDS``). Runner-state changes are listed first. Prompt categories
     both records have get rows of their own (``accept_length[code]``, ``CATEGORY_COMPARE_FIELDS``).
 
     For each metric field with a tolerance (``tolerances`` keys are metric names or fields, merged over
     :data:`DEFAULT_TOLERANCES` by :func:`merge_tolerances`, so naming one metric never drops the others): medians
-    over repeats (``stats.summarize``), delta = current - baseline,
-    delta % = delta / |baseline| * 100; worse by more than ``tolerance.allowed(baseline)`` and
-    ``stats.worse_test`` significant -> ``REGRESSED``.
+    over repeats (``stats.summarize``), delta = current - baseline, delta % = delta / |baseline| * 100.
 
     :param force: compare even when the workload differs (the differences stay in the fingerprint diff and a
         note says the comparison was forced).
@@ -242,7 +258,8 @@ def compare_results(
         notes.append(f"workload differs ({'; '.join(mismatch)}); compared anyway (--force)")
     specs = field_specs()
     rows = []
-    ratio_rows, vs = _paired_rows(base, current, merge_tolerances(tolerances), noise or {})
+    judging = _Judging(design or single_look(current), (base, *history), noise or {})
+    ratio_rows, vs = _paired_rows(base, current, merge_tolerances(tolerances), judging)
     exact = _temperature_zero(base) and _temperature_zero(current)
     for fname, tol in merge_tolerances(tolerances).items():
         higher = specs[fname].higher_is_better
@@ -254,8 +271,10 @@ def compare_results(
             rows.append(ratio_rows[fname])
             continue
         is_exact = exact and fname in EXACT_FIELDS and _constant(b_vals) and _constant(c_vals)
-        rows.append(_judge(fname, higher, tol, b_vals, c_vals, noise_rel=(noise or {}).get(fname), exact=is_exact))
-    rows.extend(_category_rows(base, current, merge_tolerances(tolerances), exact, paired=vs if ratio_rows else None))
+        rows.append(_judge(fname, higher, tol, b_vals, c_vals, judging, key=fname, exact=is_exact))
+    rows.extend(
+        _category_rows(base, current, merge_tolerances(tolerances), exact, judging, paired=vs if ratio_rows else None)
+    )
     if ratio_rows:
         notes.append(
             f"throughput and latency judged on their ratio to the paired {vs!r} arm measured with them "
@@ -289,6 +308,7 @@ def _category_rows(
     current: ResultRecord,
     tolerances: Mapping[str, Tolerance],
     exact: bool,
+    judging: _Judging,
     *,
     paired: str | None = None,
 ) -> list[CompareRow]:
@@ -323,7 +343,7 @@ def _category_rows(
             if paired is not None and fname in PAIRED_FIELDS:
                 b_ratios, c_ratios = paired_ratios(base, name), paired_ratios(current, name)
                 if b_ratios and c_ratios and not few:
-                    row = _judge(name, higher, _relative(tol, b_vals), b_ratios, c_ratios)
+                    row = _judge(name, higher, _relative(tol, b_vals), b_ratios, c_ratios, judging, key=f"{name} / ")
                     rows.append(dataclasses.replace(row, metric=f"{name} / {paired}"))
                     continue
                 why = "no paired values per category" if not (b_ratios and c_ratios) else ""
@@ -332,7 +352,7 @@ def _category_rows(
             if few:
                 rows.append(_no_verdict(name, higher, tol, b_vals, c_vals, _few(fewest)))
                 continue
-            rows.append(_judge(name, higher, tol, b_vals, c_vals, exact=is_exact))
+            rows.append(_judge(name, higher, tol, b_vals, c_vals, judging, key=name, exact=is_exact))
     return rows
 
 
@@ -365,9 +385,6 @@ def _no_verdict(
     return CompareRow(name, higher, *_change(b_vals, c_vals), tol, "n/a", note=note)
 
 
-#: Fields compared equal-or-not at temperature 0 when every repeat of both runs agrees (greedy decoding on a fixed
-#: prompt set is deterministic there: any difference is real, no statistics needed).
-EXACT_FIELDS = ("accept_length", "accept_rate")
 
 
 def _temperature_zero(record: ResultRecord) -> bool:
@@ -378,23 +395,62 @@ def _constant(values: Sequence[float]) -> bool:
     return bool(values) and max(values) == min(values)
 
 
+@dataclass(frozen=True, slots=True)
+class _Judging:
+    """How the statistical rows of one comparison are decided: the look's design, the baseline's stored runs
+    (``base`` first) and the calibrated relative noise."""
+
+    design: sequential.Design
+    history: tuple[ResultRecord, ...]
+    noise: Mapping[str, float]
+
+    def pooled(self, key: str, b_vals: Sequence[float]) -> sequential.History | None:
+        """The baseline's :class:`~sequential.History` for a row: its stored runs' values of ``key`` (``field`` or
+        ``field / `` for a paired ratio) when more than one run has them; else the calibrated noise as a pooled
+        per-repeat sigma (``noise`` key ``field`` or ``field/vs``) around the baseline's own values; else None."""
+        runs = [row_values(r, key) for r in self.history]
+        runs = [v for v in runs if v]
+        if len(runs) >= 2:
+            return sequential.History.from_runs(runs)
+        fname, sep, _ = key.partition(" / ")
+        vs = (self.history[0].paired or {}).get("vs") if self.history else None
+        sigma = self.noise.get(f"{fname}/{vs}" if sep else fname)
+        logs = [math.log(v) for v in b_vals if v > 0]
+        if not sigma or not logs:
+            return None
+        # A calibrated sigma pools the spread of several runs: taken as known (many degrees of freedom).
+        return sequential.History(sum(logs) / len(logs), math.log1p(sigma) ** 2, 1000, 0.0, 1, len(logs))
+
+
+def row_values(record: ResultRecord, key: str) -> list[float]:
+    """Per-repeat values behind a compare row: key ``field / `` -> the paired ratios of ``field``, else the field."""
+    fname, sep, _ = key.partition(" / ")
+    return paired_ratios(record, fname) if sep else record.values(fname)
+
+
+def single_look(record: ResultRecord) -> sequential.Design:
+    """A single look at the record's repeats: what a compare of two stored runs without a stored design decides."""
+    n = max(len(record.values("output_tok_s")), 1)
+    return sequential.Design(n, n)
+
+
 def _judge(
     fname: str,
     higher: bool,
     tol: Tolerance,
     b_vals: Sequence[float],
     c_vals: Sequence[float],
+    judging: _Judging,
     *,
-    noise_rel: float | None = None,
+    key: str,
     exact: bool = False,
 ) -> CompareRow:
     """One row: medians, delta, and the verdict.
 
     Exact rows: worse beyond the tolerance -> ``REGRESSED``, any other difference ``changed``/``improved``, no test.
-    Other rows: limit = max(tolerance, NOISE_K x sigma) with sigma the larger of the repeat spread of both runs, each
-    around its own median (``stats.pooled_sigma``), and ``noise_rel`` x |baseline median| (``calibrate``, the
-    spread between separate runs); worse beyond the limit and
-    ``stats.worse_test`` significant -> ``REGRESSED``, not significant -> ``noise``.
+    Other rows: ``sequential.decide_shift`` on the per-repeat values at the tolerance (relative at the baseline
+    median), with the baseline's history (:meth:`_Judging.pooled`): within -> ``ok`` (``improved`` when the whole
+    interval is better than the tolerance), worse -> ``REGRESSED``, open -> ``undecided``.
     """
     change = _change(b_vals, c_vals)
     base_median, delta = change.baseline, change.delta
@@ -412,27 +468,30 @@ def _judge(
         else:
             verdict = "improved" if worse < 0 else "changed"
         return CompareRow(fname, higher, *change, tol, verdict, basis="exact")
-    sigma = max(stats.pooled_sigma(b_vals, c_vals), (noise_rel or 0.0) * abs(base_median))
-    allowed = max(allowed, NOISE_K * sigma)
-    test = None
-    if worse > allowed + margin:
-        test = stats.worse_test(b_vals, c_vals, higher_is_better=higher)
-        verdict = "REGRESSED" if test.significant else "noise"
-    elif -worse > allowed + margin:
-        verdict = "improved"
-    else:
-        verdict = "ok"
-    return CompareRow(fname, higher, *change, tol, verdict, test, noise=sigma or None)
+    limit = allowed / abs(base_median) if base_median else tol.rel
+    history = judging.pooled(key, b_vals)
+    decision = sequential.decide_shift(
+        b_vals, c_vals, limit, judging.design, higher_is_better=higher, history=history
+    )
+    verdict = {"within": "ok", "worse": "REGRESSED"}.get(decision.verdict, "undecided")
+    if verdict == "ok" and decision.low is not None and decision.high is not None:
+        better_end = decision.low if higher else 1.0 / decision.high
+        if better_end > 1.0 + limit:
+            verdict = "improved"
+    sigma = math.sqrt(history.var) if history is not None else stats.pooled_sigma(b_vals, c_vals) / abs(base_median)
+    return CompareRow(fname, higher, *change, tol, verdict, decision, noise=sigma * abs(base_median) or None)
 
 
 def _paired_rows(
-    base: ResultRecord, current: ResultRecord, tolerances: Mapping[str, Tolerance], noise: Mapping[str, float]
+    base: ResultRecord, current: ResultRecord, tolerances: Mapping[str, Tolerance], judging: _Judging
 ) -> tuple[dict[str, CompareRow], str | None]:
     """``metric / vs`` ratio rows for the paired fields, when both records carry the same paired reference arm.
 
     On a shared runner the raw throughput of two runs differs by the runner's load (-28 % measured on 2 busy
     cores); the ratio to an arm measured in the same minutes does not. A relative tolerance applies to the ratio as
     it is; an absolute one is turned relative at the baseline's raw median. Noise key: ``output_tok_s/baseline``.
+    Not every slowdown shows in the ratio: one that slows both arms alike (a lost NCCL setting) leaves it unchanged;
+    the raw rows beside it say so.
     """
     from pytest_specdec.measure.pairing import PAIRED_FIELDS
 
@@ -453,7 +512,8 @@ def _paired_rows(
                 _relative(tol, base.values(fname)),
                 b_ratios,
                 c_ratios,
-                noise_rel=noise.get(f"{fname}/{vs}"),
+                judging,
+                key=f"{fname} / ",
             ),
             metric=f"{fname} / {vs}",
         )
@@ -481,14 +541,17 @@ def compare_runs(
     force: bool = False,
     baseline_id: Callable[[ResultRecord], str] | None = None,
     noise: Mapping[str, float] | None = None,
+    history: Callable[[ResultRecord], Sequence[ResultRecord]] | None = None,
 ) -> RunComparison:
-    """Compare every test of ``current`` with the same test id in ``base``.
+    """Compare every test of ``current`` with the same test id in ``base``, each at the design its record was
+    judged with in pytest (:func:`design_of`), so a stored run reads as pytest decided it.
 
     Tests without a baseline go to ``missing``; workload mismatches (when not forced) go to ``refused`` with the
     :class:`CompareError` message instead of raising, so one changed test does not hide the others.
 
     :param baseline_id: the test id to look up in ``base`` for a current record (default: its own), e.g. from
         :func:`profile_mapper` to compare one profile with another.
+    :param history: a baseline record -> its other stored runs of the same fingerprint (pooled variance).
     """
     comparisons, missing, refused = [], [], []
     for record in current.results:
@@ -498,10 +561,27 @@ def compare_runs(
             missing.append(record.test_id if wanted == record.test_id else f"{record.test_id} (as {wanted})")
             continue
         try:
-            comparisons.append(compare_results(old, record, tolerances, force=force, noise=noise))
+            comparisons.append(
+                compare_results(
+                    old, record, tolerances, force=force, noise=noise, design=design_of(record),
+                    history=history(old) if history is not None else (),
+                )  # fmt: skip
+            )
         except CompareError as exc:
             refused.append(str(exc))
     return RunComparison(tuple(comparisons), tuple(missing), tuple(refused))
+
+
+def design_of(record: ResultRecord) -> sequential.Design | None:
+    """The sequential design a stored record was judged with (``cost["design"]``: start, max_repeats), or None for
+    a record stored without one (a single look at its repeats is then used)."""
+    found = (record.cost or {}).get("design")
+    if not isinstance(found, Mapping):
+        return None
+    try:
+        return sequential.Design(int(found["start"]), int(found["max_repeats"]))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def swap_profile_id(test_id: str, profile: str, other: str) -> str:

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from pytest_specdec.measure.pairing import PairedArms
     from pytest_specdec.measure.runner import RunResult
-    from pytest_specdec.measure.store import Remeasured
 
 __all__ = ["MeasureHandle"]
 
@@ -42,16 +41,6 @@ class MeasureHandle(Protocol):
         """Measure one more repeat (with ``vs``: one more pair; bracketed pairing: as many pairs again) and append it to
         the profile's run and arms (medians recomputed). :returns: False when nothing was added (no running server,
         or it failed; a pair's reason goes to :meth:`pair_error`)."""
-        ...
-
-    def confirm_pairs(self, profile: str, vs: str, count: int) -> PairedArms:
-        """The arms extended by ``count`` pairs measured now (a fixed-repeat confirmation); the arms unchanged when
-        they could not be measured (the reason goes to :meth:`pair_error`)."""
-        ...
-
-    def confirmation(self, profile: str, vs: str | None, *, pairs: int = 0) -> Remeasured | None:
-        """The profile measured again now, once per run: its confirming pairs (``pairs`` of them measured first when
-        the arms hold none yet), else as many repeats as the first time; None when its server is gone or failed."""
         ...
 
     def spent_s(self, profile: str, vs: str | None) -> float:

@@ -9,14 +9,16 @@ Imports nothing heavy: every pytest run builds one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar, cast
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.results import ResultRecord
 
 __all__ = ["Outcomes"]
+
+_T = TypeVar("_T")
 
 
 class Outcomes:
@@ -43,6 +45,16 @@ class Outcomes:
         self._first_failures: dict[tuple[str, str], str] = {}
         #: profile -> calibrated relative noise per field.
         self._noise: dict[str, dict[str, float]] = {}
+        #: (kind, profile, ...) -> a verdict judged once per run (:meth:`once`).
+        self._judged: dict[Hashable, object] = {}
+
+    def once(self, key: Hashable, judge: Callable[[], _T]) -> _T:
+        """The verdict ``key`` names (``("check", profile, threshold key, value)``, ``("speedup", ...)``,
+        ``("compare", profile, baseline run, tolerances)``): judged by ``judge()`` the first time, the same object
+        after. Every test of a profile reads one measurement, so every test gets the same answer and figures."""
+        if key not in self._judged:
+            self._judged[key] = judge()
+        return cast(_T, self._judged[key])  # stored by the same key's judge
 
     def add_record(self, nodeid: str, record: ResultRecord, failure: str | None = None) -> None:
         """A test's record as its report arrived; ``failure``: the report's text when the test failed."""

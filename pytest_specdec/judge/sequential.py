@@ -1,29 +1,49 @@
-"""Sequential verdicts: after every repeat, decide whether a metric is clearly above or below its floor (or a
-current run clearly beyond or within a baseline's tolerance), and stop measuring as soon as it is.
+"""Sequential verdicts with three outcomes: after each look, a metric is decided passed or failed against its floor
+(or a current run within or beyond a baseline's tolerance), and measured further while the interval cannot tell;
+at the budget the verdict is *undecided*, never "ok".
 
-The method is a **group-sequential design with Bonferroni (Pocock-type, constant) alpha spending**: the looks are
-the repeat counts ``n = start, ..., max_repeats`` fixed before anything is measured, each look spends
-``alpha / looks`` on each one-sided test, and by the union bound the chance that *any* look wrongly decides is at
-most ``alpha``, however the looks are correlated and wherever the loop stops (Pocock 1977, "Group sequential
-methods in the design and analysis of clinical trials", Biometrika 64:191; Jennison & Turnbull 2000, *Group
-Sequential Methods with Applications to Clinical Trials*, §2.3 and §3.4 on Bonferroni bounds as a conservative
-Pocock; Lan & DeMets 1983 for spending functions). At each look the test is Student's one-sided t-test on the
-logarithms of the per-repeat values (a throughput ratio is symmetric on the log scale; Student 1908; quantiles
-from ``scipy.stats.t``), for a stored compare Welch's t-test (Welch 1947, Satterthwaite degrees of freedom).
+**The looks.** A :class:`Design` fixes its looks before anything is measured: the first at ``start`` repeats, then
+each about 1.5x the last, the final one at ``max_repeats`` (``Design(3, 24)``: 3, 5, 8, 12, 18, 24). Each look
+spends ``alpha / looks`` on each one-sided test; by the union bound the chance that *any* look wrongly decides is at
+most ``alpha``, however the looks are correlated and wherever the loop stops (Bonferroni bounds on a group-sequential
+design: Pocock 1977, Biometrika 64:191; Jennison & Turnbull 2000, *Group Sequential Methods*, §2.3 and §3.4). Fewer,
+geometrically spaced looks spend less alpha per look than a look after every repeat (6 looks instead of 22 above:
+z 2.39 instead of 2.84), so an unchanged run is decided with about 30 % fewer repeats. A budget that ends between
+looks makes its last look there: it replaces the looks that will not happen, so the count stays within ``looks``.
 
-Why not the alternatives the issue named: an exact sign or Wilcoxon test can reach ``alpha / looks`` = 0.005 only
-from 8 repeats on (smallest p = 2^-n), so even a 20 % drop would take 8 repeats; always-valid confidence sequences
-(Howard, Ramdas, McAuliffe & Sekhon 2021, "Time-uniform, nonparametric, nonasymptotic confidence sequences", Ann.
-Statist. 49:1055; the ``confseq`` library) need a known variance bound or bounded observations, which a
-throughput does not have, and their quantile sequences (Howard & Ramdas 2022) are sign-based like the above.
-A t-test decides a clear case at 2-3 repeats (t at 1 degree of freedom and 0.5 %: 63.7 standard errors).
+**A floor** (``min_tok_s``, ``min_speedup``, accept floors; :func:`decide_floor`): Student's one-sided t-test on the
+log values (a throughput ratio is symmetric on the log scale): ``above`` (passed) when the interval's lower end is
+above the floor, ``below`` (failed) when its upper end is below, else ``open``.
+
+**A change against a baseline** (the stored compare; :func:`decide_shift`), with tolerance ``limit`` on the log
+scale ``b = -log(1 - tol)`` for a higher-is-better metric: on the worsening ``w`` (log current/baseline, signed so
+that positive is worse) with interval ``[w - h, w + h]``:
+
+- ``within`` (passed) when the interval's worse end is inside the tolerance: ``w + h < b``;
+- ``worse`` (failed) when the interval's better end is worse than no change (a significant regression) *and* the
+  estimate is beyond the tolerance: ``w - h > 0`` and ``w > b``;
+- else ``open``.
+
+An unchanged run (``w <= 0``) fails only when the test wrongly finds it worse than no change: at most ``alpha``; a
+regression beyond the tolerance passes only when the interval wrongly excludes it: at most ``alpha``. Both under
+optional stopping, by the same union bound (``tests/test_sequential.py`` checks both by seeded simulation).
+
+**Borrowing strength from history** (:class:`History`): a stored baseline of 3 repeats at a paired sigma of 6.9 %
+keeps the Welch half-width above ``2.3 x 6.9 % x sqrt(1/3) = 9.2 %`` however long today measures. The stored runs
+of the same test and fingerprint give a pooled within-run variance with many degrees of freedom (the pooled-variance
+two-sample t-test; one-way random-effects ANOVA for the spread between runs, method of moments) and the baseline
+mean over several runs. When today's spread is significantly larger than history's (an F-test at 5 %: a busier
+runner), today's own variance is used for today's side (Welch 1947, Satterthwaite degrees of freedom), so a busy
+night widens its own interval instead of raising a false alarm.
+
+Why not the alternatives: an exact sign or Wilcoxon test reaches ``alpha / looks`` = 0.008 only from 7 repeats on
+(smallest p = 2^-n); always-valid confidence sequences and the mixture SPRT (Johari, Pekelis & Walsh 2017, "Always
+valid inference", KDD; Howard et al. 2021, Ann. Statist. 49:1055) need a known variance or bounded observations and
+pay for looking after every sample, which a server measured in phases of seconds does not need.
 
 Assumptions, stated: repeats are independent and roughly log-normal; a drifting load breaks independence, which is
-why paired arms (``pairing.py``) are judged on their ratios. ``tests/test_sequential.py`` checks by simulation
-that optional stopping after every repeat keeps the false-alarm rate at most ``alpha``.
-
-Exact metrics (accept length or rate at temperature 0 with identical repeats) carry no noise: they decide on the
-first repeat, by the value itself.
+why paired arms (``pairing.py``) are judged on their ratios. Exact metrics (accept length or rate at temperature 0
+with identical repeats) carry no noise: they decide on the first repeat, by the value itself.
 """
 
 from __future__ import annotations
@@ -41,6 +61,7 @@ __all__ = [
     "DEFAULT_MAX_REPEATS",
     "Decision",
     "Design",
+    "History",
     "decide_floor",
     "decide_shift",
     "detail",
@@ -50,20 +71,37 @@ __all__ = [
 
 #: Overall one-sided error rate of a sequential verdict (each direction): false alarms and false passes.
 ALPHA = 0.05
-#: ``workload.max_repeats`` when only ``max_server_s`` is set.
-DEFAULT_MAX_REPEATS = 20
+#: ``workload.max_repeats`` when the profile sets none: the budget that decides a 10 % tolerance at the paired
+#: spread measured on real SGLang with CUDA graphs (H200, c1: sd of the per-pair log speedup 0.08-0.19;
+#: ``benchmarks/bench_verdicts.py``).
+DEFAULT_MAX_REPEATS = 24
 #: Largest total a "what more would take" estimate looks for.
 _NEEDED_CAP = 1000
+#: Growth of the look schedule: each look at about this many times the repeats of the last.
+_LOOK_GROWTH = 1.5
+#: Level of the F-test that falls back from history's variance to today's own.
+_F_LEVEL = 0.05
+#: Level of the ANOVA F-test that admits a between-run effect into a history (liberal: a run effect widens).
+_BETWEEN_LEVEL = 0.20
+
+
+@functools.lru_cache(maxsize=256)
+def _look_points(start: int, max_repeats: int) -> tuple[int, ...]:
+    first = max(start, 1)
+    points = [first]
+    while points[-1] < max_repeats:
+        points.append(min(max_repeats, max(points[-1] + 1, math.ceil(points[-1] * _LOOK_GROWTH))))
+    return tuple(points)
 
 
 @dataclass(frozen=True, slots=True)
 class Design:
-    """The looks of one sequential verdict: at ``start``, ``start + 1``, ..., ``max_repeats`` repeats.
+    """The looks of one sequential verdict, from ``start`` repeats up to ``max_repeats`` (:attr:`points`).
 
-    ``start`` is the first look (at least 2: one value shows no spread, though an exact metric decides at 1);
-    ``max_server_s`` a server-seconds budget that ends the looks early (stopping early never inflates the error
-    rate: a look's alpha is fixed in advance). Example: ``Design(3, 10)`` has 8 looks, each one-sided test at
-    0.05 / 8 = 0.00625.
+    ``max_server_s`` is a server-seconds budget that ends the looks early (stopping early never inflates the error
+    rate: a look's alpha is fixed in advance). ``Design(3, 3)`` is a single look at 3 repeats: a fixed-repeat
+    verdict, at the full ``alpha``. Example: ``Design(3, 24)`` looks at 3, 5, 8, 12, 18 and 24 repeats, each
+    one-sided test at 0.05 / 6 = 0.0083.
     """
 
     start: int
@@ -72,32 +110,44 @@ class Design:
     max_server_s: float | None = None
 
     @property
+    def points(self) -> tuple[int, ...]:
+        """The repeat counts at which a look is taken (``start``, then x1.5 rounded up, the last ``max_repeats``)."""
+        return _look_points(self.start, max(self.max_repeats, self.start))
+
+    @property
     def looks(self) -> int:
-        """Looks that spend alpha (``max_repeats - max(start, 2) + 1``, at least 1)."""
-        return max(1, self.max_repeats - max(self.start, 2) + 1)
+        """Looks that spend alpha (``len(points)``)."""
+        return len(self.points)
 
     @property
     def alpha_per_look(self) -> float:
         """``alpha / looks``: each look's one-sided level (Bonferroni)."""
         return self.alpha / self.looks
 
-    def may_continue(self, n: int, server_s: float) -> bool:
-        """Whether another repeat fits the budget after ``n`` repeats that took ``server_s`` server-seconds
-        (the next one is assumed to cost their mean)."""
+    def is_look(self, n: int) -> bool:
+        """Whether a decision is taken at ``n`` repeats (a scheduled look, or past the last)."""
+        return n in self.points or n >= self.max_repeats
+
+    def may_continue(self, n: int, server_s: float, next_s: float | None = None) -> bool:
+        """Whether another repeat fits the budget after ``n`` repeats that took ``server_s`` server-seconds.
+
+        :param next_s: what the next repeat is expected to cost at most (the largest repeat so far); default the
+            mean. A budget is never overrun by a repeat of that cost.
+        """
         if n >= self.max_repeats:
             return False
         if self.max_server_s is None or n == 0:
             return True
-        return server_s + server_s / n <= self.max_server_s
+        return server_s + (next_s if next_s is not None else server_s / n) <= self.max_server_s
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
     """One look of :func:`decide_floor` / :func:`decide_shift`.
 
-    ``verdict``: ``above`` / ``below`` (the floor), ``worse`` / ``within`` (the limit of a shift), or ``open`` (the
-    interval still contains it). ``estimate``, ``low`` and ``high`` are in the metric's unit for a floor (geometric
-    mean and its interval) and a ratio current/baseline for a shift; ``low``/``high`` are None when no interval
+    ``verdict``: ``above`` / ``below`` (the floor), ``within`` / ``worse`` (the tolerance of a change), or ``open``
+    (the interval cannot tell). ``estimate``, ``low`` and ``high`` are in the metric's unit for a floor (geometric
+    mean and its interval) and a ratio current/baseline for a change; ``low``/``high`` are None when no interval
     exists (fewer than 2 values). ``confidence`` is the interval's two-sided level at this look,
     ``1 - 2 alpha / looks``; ``method`` names the test.
     """
@@ -114,11 +164,65 @@ class Decision:
     def decided(self) -> bool:
         return self.verdict != "open"
 
+    @property
+    def outcome(self) -> str:
+        """``passed``, ``FAILED`` or ``undecided``: the verdict in the words a test prints."""
+        return {"above": "passed", "within": "passed", "below": "FAILED", "worse": "FAILED"}.get(
+            self.verdict, "undecided"
+        )
+
     def interval(self) -> str:
         """``CI 97.1-105.4 (99.4%)``, or ``no interval (1 repeat)``."""
         if self.low is None or self.high is None:
             return f"no interval ({self.n} repeat{'s' if self.n != 1 else ''})"
         return f"CI {self.low:.4g}-{self.high:.4g} ({self.confidence:.1%})"
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """The stored runs of a baseline (same test, same fingerprint), pooled on the log scale.
+
+    ``mean``: the baseline's log mean (mean of the runs' means); ``var``: the pooled within-run variance of one
+    repeat, with ``df`` = repeats - runs degrees of freedom; ``between``: the variance of a run's mean beyond its
+    repeats' (one-way random-effects ANOVA, method of moments, when its F-test at 20 % finds one, else 0);
+    ``runs``, ``n``: runs and repeats.
+
+    Example: runs [100, 102, 98] and [101, 99, 100] tok/s: 2 runs, 6 repeats, df 4, pooled sd of log 0.017.
+    """
+
+    mean: float
+    var: float
+    df: int
+    between: float
+    runs: int
+    n: int
+
+    @classmethod
+    def from_runs(cls, runs: Sequence[Sequence[float | None]]) -> History | None:
+        """Pool ``runs`` (each a list of per-repeat values > 0). None when no run has 2 values (no spread)."""
+        logs = [np.log(a) for a in (_finite(r) for r in runs) if a.size and bool(np.all(a > 0))]
+        n = sum(int(a.size) for a in logs)
+        df = n - len(logs)
+        if not logs or df < 1:
+            return None
+        var = float(sum(float(((a - a.mean()) ** 2).sum()) for a in logs)) / df
+        means = np.array([float(a.mean()) for a in logs])
+        between = 0.0
+        k = len(logs)
+        if k >= 2:
+            # The runs' means spread more than their repeats explain (one-way ANOVA F-test, level _BETWEEN_LEVEL):
+            # a run effect, estimated by the method of moments; else none (pooling it in would only widen by noise).
+            n0 = (n - sum(int(a.size) ** 2 for a in logs) / n) / (k - 1)
+            ms_between = float(sum(a.size * (float(a.mean()) - float(np.concatenate(logs).mean())) ** 2
+                                   for a in logs)) / (k - 1)  # fmt: skip
+            if var > 0 and ms_between / var > float(sps.f.ppf(1.0 - _BETWEEN_LEVEL, k - 1, df)):
+                between = max(0.0, (ms_between - var) / n0)
+        return cls(float(means.mean()), var, df, between, len(logs), n)
+
+    def mean_var(self) -> float:
+        """The variance of :attr:`mean` (runs' means averaged: their own repeats plus the between-run part)."""
+        per_run = self.var * self.runs / self.n  # var / (mean repeats per run)
+        return (self.between + per_run) / self.runs
 
 
 @functools.lru_cache(maxsize=4096)
@@ -143,8 +247,8 @@ def decide_floor(values: Sequence[float | None], floor: float, design: Design, *
     else on the values themselves. Zero spread (identical repeats) decides by the value; with ``exact`` (an exact
     metric at temperature 0) a single value does too.
 
-    Example: [131, 129, 133] tok/s vs floor 100, ``Design(3, 10)``: log mean 4.875, sd 0.0153, t(2, 0.99375) =
-    8.86 -> interval 121.1-141.6 tok/s, ``above`` at the first look.
+    Example: [131, 129, 133] tok/s vs floor 100, ``Design(3, 24)``: log mean 4.875, sd 0.0153, t(2, 0.9917) =
+    7.65 -> interval 122.4-140.1 tok/s, ``above`` at the first look.
 
     :param values: per-repeat values (None/NaN skipped).
     :param floor: the threshold, in the metric's unit.
@@ -173,6 +277,70 @@ def decide_floor(values: Sequence[float | None], floor: float, design: Design, *
     return Decision(verdict, n, back(mean), back(low), back(high), conf, method)
 
 
+def _bound(limit_rel: float, higher_is_better: bool) -> float:
+    """The tolerance on the log worsening scale: ``-log(1 - tol)`` (higher is better) or ``log(1 + tol)``."""
+    return -math.log(max(1.0 - limit_rel, 1e-12)) if higher_is_better else math.log(1.0 + limit_rel)
+
+
+@dataclass(frozen=True, slots=True)
+class _Spread:
+    """The pieces of a change's interval: the log difference, its squared standard error, degrees of freedom."""
+
+    diff: float
+    se2: float
+    df: float
+    method: str
+
+
+def _satterthwaite(parts: Sequence[tuple[float, float]]) -> float:
+    """Welch-Satterthwaite degrees of freedom of a sum of variance parts ``(v, df)``."""
+    total = sum(v for v, _ in parts)
+    denom = sum(v * v / df for v, df in parts if v > 0 and df > 0)
+    return total * total / denom if denom > 0 else 1e9
+
+
+def _spread(b: np.ndarray, c: np.ndarray, history: History | None) -> _Spread | None:
+    """The log difference current - baseline and its standard error: Welch on both runs' own repeats, or with
+    ``history`` its pooled variance and mean (today's own variance when an F-test finds it larger)."""
+    lc = np.log(c)
+    n_c = int(c.size)
+    var_c = float(lc.var(ddof=1)) if n_c >= 2 else None
+    if history is not None:
+        diff = float(lc.mean()) - history.mean
+        own = var_c is not None and var_c > history.var * _f_quantile(n_c - 1, history.df)
+        if own:
+            assert var_c is not None
+            cur, cur_df, method = var_c / n_c, float(n_c - 1), "welch t-test on log values, today's variance"
+        else:
+            cur, cur_df, method = history.var / n_c, float(history.df), "pooled-variance t-test on log values"
+        parts = [(cur, cur_df), (history.mean_var(), float(max(history.runs - 1, 1)) if history.between else 1e9)]
+        if history.between:
+            parts.append((history.between, float(max(history.runs - 1, 1))))  # today's run has its own run effect
+        method += f" ({history.runs} stored run{'s' if history.runs != 1 else ''}, {history.n} repeats)"
+        return _Spread(diff, sum(v for v, _ in parts), _satterthwaite(parts), method)
+    lb = np.log(b)
+    diff = float(lc.mean() - lb.mean())
+    var_b = float(lb.var(ddof=1)) if b.size >= 2 else None
+    if var_b is None and var_c is None:
+        return None
+    if var_b is None or var_c is None:
+        var = var_c if var_c is not None else var_b
+        assert var is not None
+        df = float((n_c if var_c is not None else b.size) - 1)
+        return _Spread(diff, var * (1.0 / n_c + 1.0 / b.size), df, "t-test on log values, one side's variance")
+    vb, vc = var_b / b.size, var_c / n_c
+    df = _satterthwaite([(vb, b.size - 1), (vc, n_c - 1)])
+    return _Spread(diff, vb + vc, df, "welch t-test on log values")
+
+
+@functools.lru_cache(maxsize=4096)
+def _f_quantile(dfn: int, dfd: int) -> float:
+    """The F-test's critical ratio at :data:`_F_LEVEL` (inf with fewer than 2 values today: no test)."""
+    if dfn < 1 or dfd < 1:
+        return math.inf
+    return float(sps.f.ppf(1.0 - _F_LEVEL, dfn, dfd))
+
+
 def decide_shift(
     baseline: Sequence[float | None],
     current: Sequence[float | None],
@@ -180,61 +348,60 @@ def decide_shift(
     design: Design,
     *,
     higher_is_better: bool,
+    history: History | None = None,
 ) -> Decision:
-    """Is the current run worse than the baseline by more than ``limit_rel``, after these repeats of it?
+    """Is the current run within ``limit_rel`` of the baseline, or significantly worse and beyond it?
 
-    The ratio current/baseline of geometric means, by Welch's t-test on log values at ``design.alpha_per_look``:
-    ``worse`` when the whole interval is beyond the limit (below ``1 - limit_rel`` for a higher-is-better metric,
-    above ``1 + limit_rel`` otherwise), ``within`` when the whole interval is inside it, else ``open``. One
-    baseline value borrows the current run's spread (and vice versa); a value <= 0 on either side makes it ``open``.
+    The ratio current/baseline of geometric means, with its interval at ``design.alpha_per_look`` (module
+    docstring): ``within`` when the interval's worse end is inside the tolerance, ``worse`` when its better end is
+    worse than no change and the estimate beyond the tolerance, else ``open``. With ``history`` the baseline's mean
+    and variance come from its stored runs (:class:`History`; ``baseline`` is then only checked for values).
 
-    Example: baseline [100, 101, 99] tok/s, current [90, 91, 89, 90], limit 5 %: ratio 0.900, interval well
-    below 0.95 -> ``worse``.
+    Example: baseline [100, 101, 99] tok/s, current [90, 91, 89, 90], tolerance 5 %, ``Design(4, 4)``: ratio 0.900,
+    interval 0.879-0.921: better end below 1 and estimate below 0.95 -> ``worse``.
 
-    :param limit_rel: the allowed relative worsening (``compare``'s tolerance or 3-sigma noise limit), >= 0.
+    :param limit_rel: the allowed relative worsening (the compare's tolerance), >= 0.
     """
     b, c = _finite(baseline), _finite(current)
     n_c = int(c.size)
     conf = 1.0 - 2.0 * design.alpha_per_look
     if not b.size or not n_c or not _log_scale(np.concatenate([b, c])):
         return Decision("open", n_c, math.nan, None, None, conf, "no value")
-    lb, lc = np.log(b), np.log(c)
-    diff = float(lc.mean() - lb.mean())
-    # Worsening on the log scale, and the limit it must pass: higher-is-better worsens downwards.
     sign = -1.0 if higher_is_better else 1.0
-    bound = -math.log(max(1.0 - limit_rel, 1e-12)) if higher_is_better else math.log(1.0 + limit_rel)
-    var_b = float(lb.var(ddof=1)) if b.size >= 2 else None
-    var_c = float(lc.var(ddof=1)) if n_c >= 2 else None
-    if var_b is None and var_c is None:
-        return Decision("open", n_c, math.exp(diff), None, None, conf, "welch t-test (needs 2 repeats)")
-    if var_b is None or var_c is None:
-        var = var_c if var_c is not None else var_b
-        assert var is not None
-        se2 = var * (1.0 / n_c + 1.0 / b.size)
-        df = float((n_c if var_c is not None else b.size) - 1)
-    else:
-        vb, vc = var_b / b.size, var_c / n_c
-        se2 = vb + vc
-        df = se2**2 / (vb**2 / (b.size - 1) + vc**2 / (n_c - 1)) if se2 > 0 else 1.0
-    if se2 == 0.0:
-        worse = sign * diff
-        verdict = "worse" if worse > bound else "within"
+    bound = _bound(limit_rel, higher_is_better)
+    spread = _spread(b, c, history)
+    if spread is None:
+        diff = float(np.log(c).mean() - np.log(b).mean())
+        return Decision("open", n_c, math.exp(diff), None, None, conf, "t-test (needs 2 repeats)")
+    diff = spread.diff
+    if spread.se2 == 0.0:
+        verdict = "worse" if sign * diff > bound else "within"
         return Decision(verdict, n_c, math.exp(diff), math.exp(diff), math.exp(diff), 1.0, "exact (identical repeats)")
-    half = float(sps.t.ppf(1.0 - design.alpha_per_look, df)) * math.sqrt(se2)
-    worse_low, worse_high = sign * diff - half, sign * diff + half
-    verdict = "worse" if worse_low > bound else "within" if worse_high < bound else "open"
+    half = _t_quantile(1.0 - design.alpha_per_look, spread.df) * math.sqrt(spread.se2)
+    worse = sign * diff
+    if worse + half < bound:
+        verdict = "within"
+    elif worse - half > 0.0 and worse > bound:
+        verdict = "worse"
+    else:
+        verdict = "open"
     return Decision(
         verdict, n_c, math.exp(diff), math.exp(diff - half), math.exp(diff + half), conf,
-        f"welch t-test on log values, {design.looks} looks",
+        f"{spread.method}, {design.looks} looks",
     )  # fmt: skip
+
+
+def _look_alpha(design: Design, total: int) -> float:
+    """The per-look alpha of the design that would stop at ``total`` repeats."""
+    return design.alpha / len(_look_points(design.start, max(total, design.start)))
 
 
 def repeats_needed(values: Sequence[float | None], floor: float, design: Design) -> int | None:
     """What more would take: the smallest total number of repeats at which the current mean and spread would
     decide against ``floor`` (in a design whose ``max_repeats`` is that total, so with its smaller per-look alpha).
 
-    Example: [101, 104, 98] vs floor 100 (log sd 0.030, mean 1 % above) need 110 repeats; [104, 107, 101] (4 %
-    above) need 6.
+    Example: [101, 104, 98] vs floor 100 (log sd 0.030, mean 1 % above) need 65 repeats; [104, 107, 101]
+    (4 % above) need about 6.
 
     :returns: the total, or None when no number would (the mean sits on the floor, fewer than 2 values, or more
         than 1000 repeats).
@@ -251,15 +418,14 @@ def repeats_needed(values: Sequence[float | None], floor: float, design: Design)
     if sd == 0.0:
         return int(arr.size)
     for total in range(max(int(arr.size), 2), _NEEDED_CAP + 1):
-        alpha = design.alpha / max(1, total - max(design.start, 2) + 1)
-        if _t_quantile(1.0 - alpha, total - 1) * sd / math.sqrt(total) < gap:
+        if _t_quantile(1.0 - _look_alpha(design, total), total - 1) * sd / math.sqrt(total) < gap:
             return total
     return None
 
 
 def detail(decision: Decision, *, unit: str, server_s: float, needed: int | None, exhausted: bool) -> str:
-    """The bracket of a sequential verdict line: ``decided after 3 repeats, CI 121.1-141.6 (98.8%), 9.1 server-s``;
-    undecided: ``undecided after 10 repeats, CI 97.1-105.4 (99.4%) contains the limit, 31.0 server-s; about 110
+    """The bracket of a sequential verdict line: ``decided after 3 repeats, CI 121.1-141.6 (98.3%), 9.1 server-s``;
+    undecided: ``undecided after 24 repeats, CI 97.1-105.4 (99.2%) contains the limit, 31.0 server-s; about 110
     repeats in all would decide it at this spread (~310 more server-s: raise workload.max_repeats)``.
 
     :param unit: what one look adds (``repeats``, ``pairs``); :param server_s: spent so far.
@@ -285,27 +451,39 @@ def shift_repeats_needed(
     design: Design,
     *,
     higher_is_better: bool,
+    history: History | None = None,
 ) -> int | None:
     """:func:`repeats_needed` for :func:`decide_shift`: the smallest number of current repeats at which the
-    current ratio and both spreads would decide against the limit (the baseline's repeats stay as they are).
+    current ratio and spreads would decide (within, or worse), the baseline's side staying as it is.
 
-    :returns: the total, or None when no number would: the ratio sits on the limit, or the baseline's spread alone
-        keeps the interval across it (record the baseline with more repeats), or fewer than 2 current values.
+    :returns: the total, or None when no number would: the estimate sits on the tolerance (or on no change), or
+        the baseline's spread alone keeps the interval across it (record the baseline with more repeats or runs),
+        or fewer than 2 current values.
     """
     b, c = _finite(baseline), _finite(current)
     if c.size < 2 or not b.size or not _log_scale(np.concatenate([b, c])):
         return None
-    lb, lc = np.log(b), np.log(c)
-    sign = -1.0 if higher_is_better else 1.0
-    bound = -math.log(max(1.0 - limit_rel, 1e-12)) if higher_is_better else math.log(1.0 + limit_rel)
-    gap = abs(sign * float(lc.mean() - lb.mean()) - bound)
-    var_c = float(lc.var(ddof=1))
-    var_b = float(lb.var(ddof=1)) if b.size >= 2 else var_c
-    if gap == 0.0:
+    spread = _spread(b, c, history)
+    if spread is None:
         return None
+    lc = np.log(c)
+    var_c = float(lc.var(ddof=1))
+    base_se2 = spread.se2 - var_c / c.size if history is None else spread.se2 - (history.var / c.size)
+    base_se2 = max(base_se2, 0.0)
+    sign = -1.0 if higher_is_better else 1.0
+    worse = sign * spread.diff
+    bound = _bound(limit_rel, higher_is_better)
+    # Passing needs the worse end inside the tolerance; failing, the better end past no change.
+    gap = bound - worse if worse < bound else worse if worse > bound else 0.0
+    if gap <= 0.0:
+        return None
+    pooled = history is not None and var_c <= history.var
+    per = history.var if history is not None and pooled else var_c
+    base_df = float(max(history.runs - 1, 1)) if history is not None and history.between else (
+        1e9 if history is not None else float(max(b.size - 1, 1)))  # fmt: skip
     for total in range(int(c.size), _NEEDED_CAP + 1):
-        alpha = design.alpha / max(1, total - max(design.start, 2) + 1)
-        df = max(total - 1, 1) + max(int(b.size) - 1, 0)
-        if _t_quantile(1.0 - alpha, df) * math.sqrt(var_c / total + var_b / b.size) < gap:
+        cur_df = float(history.df) if history is not None and pooled else float(total - 1)
+        df = _satterthwaite([(per / total, cur_df), (base_se2, base_df)])
+        if _t_quantile(1.0 - _look_alpha(design, total), df) * math.sqrt(per / total + base_se2) < gap:
             return total
     return None

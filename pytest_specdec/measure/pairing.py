@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_specdec.core.metric_table import PAIRED_FIELDS
 from pytest_specdec.measure import runner
 from pytest_specdec.profiles.schema import Profile
 
@@ -35,9 +36,6 @@ __all__ = [
     "measure_interleaved",
     "pairing_mode",
 ]
-
-#: RunMetrics fields kept per pair for both arms (throughput and the latency p50s: what load moves).
-PAIRED_FIELDS = ("output_tok_s", "ttft_ms_p50", "itl_ms_p50", "tpot_ms_p50", "e2e_ms_p50")
 
 Measure = Callable[[runner.RunningServer], runner.Measurement]
 

@@ -1,5 +1,5 @@
 """The run's measurements, and the only code that measures or measures again: each profile's run (its repeats), its
-fingerprint, the paired arms of ``min_speedup``, the reference servers those pairs need, and the confirmations.
+fingerprint, the paired arms of ``min_speedup``, and the reference servers those pairs need.
 
 A verdict sees it through ``judge/handle.py::MeasureHandle`` (read a run, ask for one more repeat or pair); the
 fixtures (``run/fixtures.py``) measure a profile once and hand it the server they started. Built from plain values
@@ -16,34 +16,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from pytest_specdec.core.errors import SpecdecError
 
 if TYPE_CHECKING:
     from pytest_specdec.measure import pairing, runner
     from pytest_specdec.profiles.schema import Profile
 
-__all__ = ["Lock", "MeasurementStore", "Remeasured"]
+__all__ = ["Lock", "MeasurementStore"]
 
 #: ``lock()`` -> a context holding the xdist measurement lock, yielding the shared-file namer (None without xdist).
 Lock = Callable[[], AbstractContextManager[Callable[[str], Path] | None]]
-
-
-@dataclass(frozen=True, slots=True)
-class Remeasured:
-    """A profile measured again to confirm a suspected regression (``judge.handle.MeasureHandle.confirmation``).
-
-    :param measurements: the new target phases (not part of the profile's run).
-    :param paired: the new pairs' ``PairedArms.to_dict`` (empty when the profile is not paired).
-    :param runner: the runner state over the new phases (``hoststate.summarize``), the fingerprint's ``runner``.
-    """
-
-    measurements: tuple[runner.Measurement, ...]
-    paired: dict[str, Any]
-    runner: dict[str, Any]
 
 
 class MeasurementStore:
@@ -86,7 +69,6 @@ class MeasurementStore:
         #: profile -> its running server (the fixture's), for measuring again.
         self._servers: dict[str, runner.RunningServer] = {}
         #: profile -> its confirming measurement (None: it could not be measured again).
-        self._confirmations: dict[str, Remeasured | None] = {}
         self._reference_servers: pairing.ReferenceServers | None = None
         #: Servers this process launched and stopped ("eagle3 (pid 123)"), named after an interrupted run.
         self.stopped: list[str] = []
@@ -287,60 +269,6 @@ class MeasurementStore:
             run, measurements=measurements, metrics=median_metrics([m.metrics for m in measurements])
         )
         return True
-
-    def confirm_pairs(self, profile: str, vs: str, count: int) -> pairing.PairedArms:
-        """The arms of ``(profile, vs)`` extended by ``count`` pairs measured now (not added to the profile's run);
-        on failure the arms unchanged and the reason kept (:meth:`pair_error`). :raises KeyError: no arms, or no
-        running server (:meth:`can_measure`)."""
-        from pytest_specdec.core.errors import ServerError, ServerStartError
-
-        key = (profile, vs)
-        arms = self._pairs[key]
-        server = self._servers[profile]
-        with self._lock() as shared_file:
-            try:
-                again = self._measure_pair(server, vs, count, shared=shared_file is not None)
-            except (ServerStartError, ServerError, ValueError) as exc:
-                self._pair_errors[key] = f"confirming measurement failed: {exc}"
-                return arms
-        self._pairs[key] = arms = arms.extend(again)
-        return arms
-
-    def confirmation(self, profile: str, vs: str | None, *, pairs: int = 0) -> Remeasured | None:
-        """The profile measured again now, once per run: its arms' confirming pairs (measured first, ``pairs`` of
-        them, when the arms hold none yet), else as many repeats as its first measurement. None when its server is
-        gone or failed."""
-        from pytest_specdec.core import hoststate
-        from pytest_specdec.measure import pairing, runner
-
-        if profile in self._confirmations:
-            return self._confirmations[profile]
-        server = self._servers.get(profile)
-        found = None
-        if server is not None:
-            before = hoststate.snapshot()
-            arms = self._pairs.get((profile, vs)) if vs else None
-            try:
-                if arms is not None and vs is not None:
-                    if arms.pairs <= arms.first:
-                        arms = self.confirm_pairs(profile, vs, pairs)
-                    again = pairing.PairedArms(
-                        arms.target_profile, arms.reference_profile, arms.mode,
-                        arms.target[arms.first :], arms.reference[arms.first :], arms.pairs - arms.first,
-                    )  # fmt: skip
-                    measured, paired = again.target_measurements(), again.to_dict()
-                else:
-                    with self._lock():
-                        measured, paired = (
-                            runner.measure_repeats(server, self._repeats(server.profile)).measurements,
-                            {},
-                        )
-            except SpecdecError:
-                measured = ()
-            if measured:
-                found = Remeasured(tuple(measured), paired, hoststate.summarize(before, hoststate.snapshot()))
-        self._confirmations[profile] = found
-        return found
 
     # -- servers --
 

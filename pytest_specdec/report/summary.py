@@ -35,6 +35,7 @@ __all__ = [
     "note_lines",
     "speedup_lines",
     "summary_report",
+    "undecided_lines",
 ]
 
 
@@ -330,3 +331,34 @@ def fail_lines(red: Sequence[str]) -> list[Line]:
     :param red: ``Outputs.sweep_red`` (``sweep.SweepSummary.red``).
     """
     return [Line(f"FAIL specdec sweep: {line}", {"red": True, "bold": True}) for line in red]
+
+
+def undecided_lines(records: Iterable[results.ResultRecord], policy: str) -> list[Line]:
+    """One line counting the verdicts that stayed undecided at their budget, for the very end of the summary (right
+    above pytest's final line, as :func:`fail_lines`): an undecided verdict is not "ok", whatever the policy made
+    of the test. Counted once per profile and check (every test of a profile shares one verdict, ``Outcomes.once``).
+
+    Example: ``specdec: 2 verdicts undecided at their budget (eagle3: min_speedup, compare): not failed
+    (--specdec-undecided=warn); more repeats would decide them (raise workload.max_repeats)``.
+
+    :param records: the run's records (``ResultRecord.cost["verdicts"]``).
+    :param policy: ``RunSettings.undecided``.
+    """
+    found: dict[tuple[str, str], None] = {}
+    for record in records:
+        for key, cost in ((record.cost or {}).get("verdicts") or {}).items():
+            if isinstance(cost, Mapping) and cost.get("verdict") == "undecided":
+                found[(record.profile, str(key))] = None
+    if not found:
+        return []
+    by_profile: dict[str, list[str]] = {}
+    for profile, key in found:
+        by_profile.setdefault(profile, []).append(key)
+    names = "; ".join(f"{p}: {', '.join(keys)}" for p, keys in by_profile.items())
+    n = len(found)
+    what = "failed" if policy == "fail" else "not failed"
+    text = (
+        f"specdec: {n} verdict{'s' if n != 1 else ''} undecided at the budget ({names}): {what} "
+        f"(--specdec-undecided={policy}); more repeats would decide them (raise workload.max_repeats)"
+    )
+    return [Line(text, {"red" if policy == "fail" else "yellow": True, "bold": True})]

@@ -161,6 +161,14 @@ def register(parser: pytest.Parser) -> None:
         help="Compare against the stored results of this profile instead of the test's own (e.g. eagle3)",
     )
     group.addoption(
+        "--specdec-undecided",
+        action="store",
+        choices=("fail", "warn"),
+        default=None,
+        help="A verdict still undecided at its budget (its interval holds the limit): 'fail' fails the test, "
+        "'warn' (default) passes it with a warning; either way the summary counts it. Ini: specdec_undecided",
+    )
+    group.addoption(
         "--specdec-compare-force",
         action="store_true",
         default=False,
@@ -228,3 +236,4 @@ def register(parser: pytest.Parser) -> None:
     )
     parser.addini("specdec_profiles", "Profile file, relative to the rootdir (default: specdec.yaml)", default=None)
     parser.addini("specdec_dir", "Directory for server logs and results (default: .specdec)", default=None)
+    parser.addini("specdec_undecided", "Undecided verdicts: fail or warn (default: warn)", default=None)

@@ -99,6 +99,7 @@ def compare_setup(settings: RunSettings, run_id: str) -> CompareSetup | None:
         return None
     from pytest_specdec.bisection import bisect_hint
     from pytest_specdec.judge.baseline import Baselines
+    from pytest_specdec.judge.history import StoredHistory
     from pytest_specdec.judge.verdict import CompareSetup
     from pytest_specdec.measure import results
 
@@ -109,7 +110,10 @@ def compare_setup(settings: RunSettings, run_id: str) -> CompareSetup | None:
         raise pytest.UsageError(f"--specdec-compare={ref}: {exc}") from None
     assert baselines is not None
     s = settings
-    return CompareSetup(baselines, run_id, s.tolerances, s.compare_profile, s.compare_force, bisect_hint)
+    return CompareSetup(
+        baselines, run_id, s.tolerances, s.compare_profile, s.compare_force, bisect_hint,
+        history=StoredHistory(settings.out_dir / "results"),
+    )  # fmt: skip
 
 
 def _load(settings: RunSettings) -> ProfileSet:

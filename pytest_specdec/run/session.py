@@ -118,7 +118,7 @@ class SpecdecSession:
             record, nodeid=item.nodeid, profile=profile,
             thresholds=item.stash.get(thresholds_key, None) or profile.thresholds, profiles=self.profiles or {},
             repeats=self.settings.repeats_of(profile), measurements=self.store, outcomes=self.outcomes,
-            compare_setup=self.compare, marker_tolerances=tolerances,
+            compare_setup=self.compare, marker_tolerances=tolerances, undecided=self.settings.undecided,
         )  # fmt: skip
         item.stash[record_key] = judged.record
         value = json.dumps(judged.record.to_dict(), default=str)
@@ -227,11 +227,16 @@ class SpecdecSession:
         )  # fmt: skip
 
     def write_final_lines(self, terminalreporter: Any) -> None:
-        """The run-level failure lines, right above pytest's final line (``plugin.py``'s trylast summary hook)."""
+        """The run-level failure lines and the count of undecided verdicts, right above pytest's final line
+        (``plugin.py``'s trylast summary hook)."""
         if self.outputs is not None and self.outputs.sweep_red:
             from pytest_specdec.report import summary
 
             _write(terminalreporter, summary.fail_lines(self.outputs.sweep_red))
+        if self.outcomes.records:
+            from pytest_specdec.report import summary
+
+            _write(terminalreporter, summary.undecided_lines(self.outcomes.records, self.settings.undecided))
 
 
 def _write(terminalreporter: Any, lines: Any) -> None:

@@ -60,6 +60,8 @@ class RunSettings:
     compare_profile: str | None = None
     #: ``--specdec-compare-force``: compare although the workloads differ.
     compare_force: bool = False
+    #: ``--specdec-undecided`` / ini ``specdec_undecided``: ``fail`` or ``warn`` (``verdict.UNDECIDED_POLICIES``).
+    undecided: str = "warn"
     #: ini ``specdec_tolerances`` lines (``METRIC:TOL``), parsed once here to fail early.
     tolerances: tuple[str, ...] = ()
     #: ``--specdec-sweep`` points (``sweep.parse_sweep``); None without the option.
@@ -134,6 +136,7 @@ class RunSettings:
             compare=option.specdec_compare,
             compare_profile=option.specdec_compare_profile,
             compare_force=bool(option.specdec_compare_force),
+            undecided=_undecided_policy(option.specdec_undecided, config.getini("specdec_undecided")),
             tolerances=tolerances,
             sweep=tuple(option.specdec_sweep) if option.specdec_sweep else None,
             sweep_baseline=option.specdec_sweep_baseline,
@@ -154,3 +157,14 @@ def _profile_path(config: pytest.Config, ancestor: Path) -> tuple[Path, list[Pat
         return (Path(raw) if Path(raw).is_absolute() else config.rootpath / raw), []
     found, looked = discovery.find_profile_file(ancestor, config.rootpath, project_root=config.inipath is not None)
     return found or config.rootpath / discovery.DEFAULT_PROFILE_FILE, looked
+
+
+def _undecided_policy(option: str | None, ini: str | None) -> str:
+    """``--specdec-undecided`` over ini ``specdec_undecided`` over ``warn``.
+
+    :raises pytest.UsageError: the ini value is not ``fail`` or ``warn``.
+    """
+    value = option or (ini or "warn").strip()
+    if value not in ("fail", "warn"):
+        raise pytest.UsageError(f"ini specdec_undecided = {value!r}: expected fail or warn")
+    return value

@@ -1,0 +1,186 @@
+"""The compare gate replayed on resampled streams of real measurements: false alarms, detections, undecided verdicts
+and server-seconds per verdict, sequential (the plugin's default) against a single look at fixed 3 repeats.
+
+    python benchmarks/bench_verdicts.py                    # 200 runs a cell, ~1 minute, seeded
+    python benchmarks/bench_verdicts.py --runs 50 --max-repeats 12,24,48
+
+Streams (recorded once, replayed here; nothing is started):
+
+- ``data/ref-streams.json``: the bundled reference server, per pair the tok/s of an ``eagle3`` target (unslowed, or
+  slowed by a forward delay) and of an ``eagle3`` reference arm, 64 pairs a cell, on the quiet 2-core machine and
+  with a busy process beside (``record_ref_streams.py``). A regression cell is the slowed server itself: its
+  effect is what was measured (the ``effect`` column), not the nominal percent.
+- ``data/h200-graphs-c1-pairs.json``: real SGLang 0.5.17 on an H200 with CUDA graphs, EAGLE-3 vs baseline, 35
+  pairs of the unchanged profile over 5 runs (fresh servers each run). Regressions are the same pairs scaled by
+  1 - pct (a bootstrap with a shift: the real spread, a known effect).
+
+A replayed run is what ``pytest --specdec-compare`` does with it: ``--history`` stored baseline runs of 3 pairs
+(drawn from the unchanged stream), then the current run's pairs drawn one at a time from the cell's stream and
+judged by the plugin's own ``verdict.judge_compare`` at the default design (``Design(3, max_repeats)``), which asks
+for one more pair while the ratio row is undecided at a look. ``fixed 3`` is the same rule at a single look after 3
+pairs (``Design(3, 3)``): what 3 repeats alone can decide. Targets: false alarms <= 1/20 a cell, 10 % caught
+>= 19/20, median pairs for 20 % <= 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pytest_specdec.judge import sequential  # noqa: E402
+from pytest_specdec.judge.tolerances import Tolerance  # noqa: E402
+from pytest_specdec.judge.verdict import judge_compare  # noqa: E402
+from pytest_specdec.measure.results import ResultRecord  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@dataclass
+class Pool:
+    """Pairs to draw from: (target tok/s, reference tok/s, server-seconds of the pair)."""
+
+    name: str
+    pairs: list[tuple[float, float, float]]
+
+    def draw(self, rng: np.random.Generator, n: int, scale: float = 1.0) -> list[tuple[float, float, float]]:
+        idx = rng.integers(0, len(self.pairs), n)
+        return [(self.pairs[i][0] * scale, self.pairs[i][1], self.pairs[i][2]) for i in idx]
+
+    def effect(self, null: Pool, scale: float = 1.0) -> float:
+        """The cell's median ratio over the unchanged stream's, minus 1."""
+        med = statistics.median(t / r for t, r, _ in self.pairs) * scale
+        return med / statistics.median(t / r for t, r, _ in null.pairs) - 1.0
+
+
+def _record(pairs: list[tuple[float, float, float]], test_id: str = "bench") -> ResultRecord:
+    """A record holding paired tok/s only (``compare_results`` judges ``output_tok_s / ref``)."""
+    target = [p[0] for p in pairs]
+    reference = [p[1] for p in pairs]
+    return ResultRecord(
+        test_id=test_id, profile="eagle3", metrics={"output_tok_s": statistics.median(target)},
+        repeats={"output_tok_s": target}, fingerprint={"workload": {"temperature": 0.0}},
+        paired={"vs": "ref", "target": {"output_tok_s": target}, "reference": {"output_tok_s": reference}},
+        outcome="passed",
+    )  # fmt: skip
+
+
+@dataclass
+class Tally:
+    verdicts: list[str] = field(default_factory=list)
+    pairs: list[int] = field(default_factory=list)
+    server_s: list[float] = field(default_factory=list)
+
+    def row(self) -> str:
+        n = len(self.verdicts)
+        f, u = self.verdicts.count("FAILED"), self.verdicts.count("undecided")
+        return (f"F {f:>3}/{n} U {u:>3} P {n - f - u:>3}  pairs med {statistics.median(self.pairs):>4.0f} "
+                f"s {statistics.mean(self.server_s):>6.1f}")  # fmt: skip
+
+
+def replay(current: Pool, null: Pool, scale: float, tol: float, design: sequential.Design, history_runs: int,
+           rng: np.random.Generator) -> tuple[str, int, float]:  # fmt: skip
+    """One replayed run: its compare verdict, the pairs it measured and their server-seconds."""
+    stored = [_record(null.draw(rng, 3)) for _ in range(history_runs)]
+    pairs = current.draw(rng, design.start, scale)
+
+    def more() -> ResultRecord | None:
+        pairs.extend(current.draw(rng, 1, scale))
+        return _record(pairs)
+
+    judged = judge_compare(
+        stored[0], _record(pairs), run_id="base", test_id="bench", tolerances={"output_tok_s": Tolerance(rel=tol)},
+        noise={}, force=True, more=more, design=design, history=stored[1:],
+        server_s=lambda: sum(p[2] for p in pairs),
+    )  # fmt: skip
+    verdict = "FAILED" if judged.failure else "undecided" if judged.undecided else "passed"
+    return verdict, len(pairs), sum(p[2] for p in pairs)
+
+
+def _ref_pools() -> tuple[dict[str, Pool], dict[str, object]]:
+    data = json.loads((DATA / "ref-streams.json").read_text())
+    pools = {}
+    for key, cell in data["cells"].items():
+        pairs = list(zip(cell["target_tok_s"], cell["reference_tok_s"], cell["server_s"], strict=True))
+        pools[key] = Pool(key, [p for p in pairs if p[0] > 0 and p[1] > 0])
+    return pools, data["meta"]
+
+
+def _h200_pool() -> Pool:
+    data = json.loads((DATA / "h200-graphs-c1-pairs.json").read_text())
+    pairs = []
+    for run in data["runs"]:
+        for t, r in zip(run["target_tok_s"], run["reference_tok_s"], strict=True):
+            # 16 requests x 64 tokens on each arm: the phases' seconds from their throughput.
+            pairs.append((t, r, 16 * 64 / t + 16 * 64 / r))
+    return Pool("h200", pairs)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=200, help="replayed runs a cell (default 200)")
+    parser.add_argument("--max-repeats", default=str(sequential.DEFAULT_MAX_REPEATS),
+                        help="budgets to compare, comma separated (default: the plugin's)")  # fmt: skip
+    parser.add_argument("--history", type=int, default=3, help="stored baseline runs of 3 pairs (default 3)")
+    parser.add_argument("--tolerances", default="0.05,0.10", help="relative tolerances (default 0.05,0.10)")
+    parser.add_argument("--seed", type=int, default=43)
+    args = parser.parse_args()
+    budgets = [int(x) for x in args.max_repeats.split(",")]
+    tols = [float(x) for x in args.tolerances.split(",")]
+    ref, meta = _ref_pools()
+    h200 = _h200_pool()
+    cells: list[tuple[str, Pool, Pool, float]] = []
+    for load in ("quiet", "busy"):
+        null = ref.get(f"0:{load}")
+        if null is None:
+            continue
+        for pct in (0, 5, 10, 20):
+            if f"{pct}:{load}" in ref:
+                cells.append((f"ref {load} {pct}%", ref[f"{pct}:{load}"], null, 1.0))
+    for pct in (0, 5, 10, 20):
+        cells.append((f"h200 {pct}%", h200, h200, 1.0 - pct / 100))
+    print(f"reference streams: {meta['workload']}, recorded {meta['date']} ({meta['machine']})")
+    print(f"h200 streams: {len(h200.pairs)} pairs; {args.runs} runs a cell, seed {args.seed}, history {args.history} "
+          f"stored runs x 3 pairs; F/U/P = FAILED/undecided/passed, pairs = median pairs measured, s = mean "
+          "server-seconds of the current run")  # fmt: skip
+    started = time.perf_counter()
+    for tol in tols:
+        print()
+        head = f"{'tolerance ' + format(tol, '.0%'):<16} {'effect':>7}  {'fixed 3 (one look)':<42}"
+        head += "".join(f"{'sequential, max ' + str(b):<42}" for b in budgets)
+        print(head)
+        for name, pool, null, scale in cells:
+            rng = np.random.default_rng(args.seed)
+            fixed = Tally()
+            seq = [Tally() for _ in budgets]
+            for _ in range(args.runs):
+                for tally, design in [(fixed, sequential.Design(3, 3))] + [
+                    (t, sequential.Design(3, b)) for t, b in zip(seq, budgets, strict=True)
+                ]:
+                    verdict, n, s = replay(pool, null, scale, tol, design, args.history, rng)
+                    tally.verdicts.append(verdict)
+                    tally.pairs.append(n)
+                    tally.server_s.append(s)
+            effect = pool.effect(null, scale)
+            print(f"{name:<16} {effect:>+7.1%}  {fixed.row():<42}" + "".join(f"{t.row():<42}" for t in seq))
+    print()
+    print(f"replayed in {time.perf_counter() - started:.0f} s; load average {os.getloadavg()[0]:.2f}; "
+          f"sd of the per-pair log ratio: " + ", ".join(
+              f"{c[0]} {statistics.stdev([math.log(t / r) for t, r, _ in c[1].pairs]):.3f}"
+              for c in cells if c[0].endswith(" 0%")))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

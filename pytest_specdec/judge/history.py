@@ -1,0 +1,69 @@
+"""A baseline's history: the other stored runs of the same test with the same fingerprint, whose repeats a compare
+pools (``sequential.History``) so that a short baseline does not keep the interval wide however long today measures.
+
+Used the same way by pytest's ``--specdec-compare`` (``judge/verdict.py``) and the ``compare`` command
+(``cli/compare.py``), so both decide on the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_specdec.core.errors import CompareError
+from pytest_specdec.judge.fingerprint import fingerprint_diff
+from pytest_specdec.measure import results
+
+__all__ = ["MAX_HISTORY_RUNS", "StoredHistory"]
+
+#: Stored runs pooled at most (the newest first): enough degrees of freedom, and old enough runs drop out.
+MAX_HISTORY_RUNS = 10
+
+
+@dataclass
+class StoredHistory:
+    """The stored runs of a results directory, read once, searched per baseline record.
+
+    Usage::
+
+        history = StoredHistory(Path(".specdec/results"))
+        others = history.of(base_run_id, base_record)   # [ResultRecord, ...], newest first, base excluded
+
+    A record belongs to the history of ``base`` when it has the same test id, the same fingerprint
+    (``fingerprint_diff`` empty: versions, engine config, draft, env, argv, workload, hardware; the runner's load
+    is not part of it), passed (``outcome`` "passed" or unset), is stored no later than the baseline's run, and is
+    not the baseline itself.
+    """
+
+    results_dir: Path
+    _runs: list[results.RunFile] | None = field(default=None, repr=False)
+
+    def _load(self) -> list[results.RunFile]:
+        if self._runs is None:
+            store = results.ResultStore(self.results_dir)
+            runs = []
+            for path in reversed(store.list() if self.results_dir.is_dir() else []):
+                try:
+                    runs.append(results.read_run_file(path))
+                except CompareError:
+                    continue
+            self._runs = runs
+        return self._runs
+
+    def of(self, base_run_id: str, base: results.ResultRecord) -> list[results.ResultRecord]:
+        """The other runs of ``base`` (stored in run ``base_run_id``), newest first, at most
+        :data:`MAX_HISTORY_RUNS` - 1."""
+        runs = self._load()
+        ids = [r.run_id for r in runs]
+        start = ids.index(base_run_id) + 1 if base_run_id in ids else len(runs)
+        found: list[results.ResultRecord] = []
+        for run in runs[start:]:
+            record = run.find(base.test_id)
+            if record is None or record.outcome not in ("passed", ""):
+                continue
+            if fingerprint_diff(base.fingerprint, record.fingerprint):
+                continue
+            found.append(record)
+            if len(found) >= MAX_HISTORY_RUNS - 1:
+                break
+        return found
