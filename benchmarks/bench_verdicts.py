@@ -14,7 +14,8 @@ Streams (recorded once, replayed here; nothing is started):
   pairs of the unchanged profile over 5 runs (fresh servers each run). Regressions are the same pairs scaled by
   1 - pct (a bootstrap with a shift: the real spread, a known effect).
 
-A replayed run is what ``pytest --specdec-compare`` does with it: ``--history`` stored baseline runs of 3 pairs
+A replayed run is what ``pytest --specdec-compare`` does with it: ``--history`` stored baseline runs of
+``--history-pairs`` pairs
 (drawn from the unchanged stream), then the current run's pairs drawn one at a time from the cell's stream and
 judged by the plugin's own ``verdict.judge_compare`` at the default design (``Design(3, max_repeats)``), which asks
 for one more pair while the ratio row is undecided at a look. ``fixed 3`` is the same rule at a single look after 3
@@ -89,10 +90,10 @@ class Tally:
                 f"s {statistics.mean(self.server_s):>6.1f}")  # fmt: skip
 
 
-def replay(current: Pool, null: Pool, scale: float, tol: float, design: sequential.Design, history_runs: int,
+def replay(current: Pool, null: Pool, scale: float, tol: float, design: sequential.Design, history: tuple[int, int],
            rng: np.random.Generator) -> tuple[str, int, float]:  # fmt: skip
     """One replayed run: its compare verdict, the pairs it measured and their server-seconds."""
-    stored = [_record(null.draw(rng, 3)) for _ in range(history_runs)]
+    stored = [_record(null.draw(rng, history[1])) for _ in range(history[0])]
     pairs = current.draw(rng, design.start, scale)
 
     def more() -> ResultRecord | None:
@@ -132,7 +133,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=200, help="replayed runs a cell (default 200)")
     parser.add_argument("--max-repeats", default=str(sequential.DEFAULT_MAX_REPEATS),
                         help="budgets to compare, comma separated (default: the plugin's)")  # fmt: skip
-    parser.add_argument("--history", type=int, default=3, help="stored baseline runs of 3 pairs (default 3)")
+    parser.add_argument("--history", type=int, default=3, help="stored baseline runs (default 3)")
+    parser.add_argument("--history-pairs", type=int, default=12, help="pairs of each stored run (default 12)")
     parser.add_argument("--tolerances", default="0.05,0.10", help="relative tolerances (default 0.05,0.10)")
     parser.add_argument("--seed", type=int, default=43)
     args = parser.parse_args()
@@ -151,9 +153,9 @@ def main() -> int:
     for pct in (0, 5, 10, 20):
         cells.append((f"h200 {pct}%", h200, h200, 1.0 - pct / 100))
     print(f"reference streams: {meta['workload']}, recorded {meta['date']} ({meta['machine']})")
-    print(f"h200 streams: {len(h200.pairs)} pairs; {args.runs} runs a cell, seed {args.seed}, history {args.history} "
-          f"stored runs x 3 pairs; F/U/P = FAILED/undecided/passed, pairs = median pairs measured, s = mean "
-          "server-seconds of the current run")  # fmt: skip
+    print(f"h200 streams: {len(h200.pairs)} pairs; {args.runs} runs a cell, seed {args.seed}, history "
+          f"{args.history} stored runs x {args.history_pairs} pairs; F/U/P = FAILED/undecided/passed, pairs = median "
+          "pairs measured, s = mean server-seconds of the current run")  # fmt: skip
     started = time.perf_counter()
     for tol in tols:
         print()
@@ -168,7 +170,7 @@ def main() -> int:
                 for tally, design in [(fixed, sequential.Design(3, 3))] + [
                     (t, sequential.Design(3, b)) for t, b in zip(seq, budgets, strict=True)
                 ]:
-                    verdict, n, s = replay(pool, null, scale, tol, design, args.history, rng)
+                    verdict, n, s = replay(pool, null, scale, tol, design, (args.history, args.history_pairs), rng)
                     tally.verdicts.append(verdict)
                     tally.pairs.append(n)
                     tally.server_s.append(s)

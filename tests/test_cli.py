@@ -25,23 +25,18 @@ def _run(root: Path, run_id: str, tok_s: list[float], accept: list[float], *, te
     return ResultStore(root).save(RunFile(run_id=run_id, started=0.0, results=(record,)))
 
 
-def test_compare_decides_as_pytest_a_throughput_loss_is_suspected_not_confirmed(
+def test_compare_decides_a_stored_throughput_loss_as_pytest_would(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 24.4: pytest measures a throughput regression again before failing; a stored run cannot be measured
-    again, so the command says so and does not count it (exit 0)."""
+    """A stored run carries every repeat pytest measured: its rows are decided on them at the run's design, so a
+    significant 20 % loss is REGRESSED (exit 1), and an unchanged run is ok (exit 0)."""
     base = _run(tmp_path, "base", [100, 101, 99, 100, 102], [2.6] * 5)
     slow = _run(tmp_path, "slow", [80, 81, 79, 80, 82], [2.6] * 5)
-    assert main(["compare", str(base), str(slow)]) == 0
+    assert main(["compare", str(base), str(slow)]) == 1
     out = capsys.readouterr().out
-    assert "REGRESSED" not in out
     row = next(line for line in out.splitlines() if line.startswith("output_tok_s "))
-    assert row.endswith("suspected, not confirmed (p=0.00397)")
-    assert (
-        "suspected, not confirmed: output_tok_s: pytest --specdec-compare measures again before it fails a test; a "
-        "stored run cannot be measured again, so this is not counted as regressed"
-    ) in out
-    assert "specdec compare: 1 compared, 0 regressed, 1 suspected (not confirmed), 0 without baseline, 0 refused" in out
+    assert "REGRESSED (x0.8" in row
+    assert "specdec compare: 1 compared, 1 regressed, 0 undecided" in out
     assert main(["compare", str(base), str(base)]) == 0
 
 
@@ -52,7 +47,7 @@ def test_compare_exits_1_on_an_exact_regression(tmp_path: Path, capsys: pytest.C
     assert main(["compare", str(base), str(worse)]) == 1
     out = capsys.readouterr().out
     assert "REGRESSED (exact)" in out
-    assert "specdec compare: 1 compared, 1 regressed, 0 suspected (not confirmed), 0 without baseline, 0 refused" in out
+    assert "specdec compare: 1 compared, 1 regressed, 0 undecided" in out
 
 
 def _profiles_run(root: Path, run_id: str, rows: list[tuple[str, bool, float]]) -> Path:
@@ -79,7 +74,7 @@ def test_compare_across_profiles_like_the_plugin(tmp_path: Path, capsys: pytest.
         out = capsys.readouterr().out
         assert "== t.py::test_x[eagle3-shifted-layers] (profile eagle3-shifted-layers, against test_x[eagle3])" in out
         assert "== t.py::test_x[baseline] (profile baseline)" in out  # no speculation: its own baseline
-        summary = "specdec compare: 2 compared, 1 regressed, 0 suspected (not confirmed), 0 without baseline, 0 refused"
+        summary = "specdec compare: 2 compared, 1 regressed, 0 undecided"
         assert summary in out
 
 

@@ -469,10 +469,12 @@ def _judge(
             verdict = "improved" if worse < 0 else "changed"
         return CompareRow(fname, higher, *change, tol, verdict, basis="exact")
     limit = allowed / abs(base_median) if base_median else tol.rel
-    history = judging.pooled(key, b_vals)
+    # An absolute part (``10%+5`` ms) is decided on the difference: near-zero latencies have no useful log scale.
+    history = judging.pooled(key, b_vals) if not tol.abs else None
     decision = sequential.decide_shift(
-        b_vals, c_vals, limit, judging.design, higher_is_better=higher, history=history
-    )
+        b_vals, c_vals, limit, judging.design, higher_is_better=higher, history=history,
+        allowed=allowed if tol.abs else None,
+    )  # fmt: skip
     verdict = {"within": "ok", "worse": "REGRESSED"}.get(decision.verdict, "undecided")
     if verdict == "ok" and decision.low is not None and decision.high is not None:
         better_end = decision.low if higher else 1.0 / decision.high

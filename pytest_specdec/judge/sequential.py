@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,8 +81,8 @@ _NEEDED_CAP = 1000
 _LOOK_GROWTH = 1.5
 #: Level of the F-test that falls back from history's variance to today's own.
 _F_LEVEL = 0.05
-#: Level of the ANOVA F-test that admits a between-run effect into a history (liberal: a run effect widens).
-_BETWEEN_LEVEL = 0.20
+#: Level of the ANOVA F-test that admits a between-run effect into a history (its few degrees of freedom widen).
+_BETWEEN_LEVEL = 0.05
 
 
 @functools.lru_cache(maxsize=256)
@@ -184,7 +184,7 @@ class History:
 
     ``mean``: the baseline's log mean (mean of the runs' means); ``var``: the pooled within-run variance of one
     repeat, with ``df`` = repeats - runs degrees of freedom; ``between``: the variance of a run's mean beyond its
-    repeats' (one-way random-effects ANOVA, method of moments, when its F-test at 20 % finds one, else 0);
+    repeats' (one-way random-effects ANOVA, method of moments, when its F-test at 5 % finds one, else 0);
     ``runs``, ``n``: runs and repeats.
 
     Example: runs [100, 102, 98] and [101, 99, 100] tok/s: 2 runs, 6 repeats, df 4, pooled sd of log 0.017.
@@ -349,6 +349,7 @@ def decide_shift(
     *,
     higher_is_better: bool,
     history: History | None = None,
+    allowed: float | None = None,
 ) -> Decision:
     """Is the current run within ``limit_rel`` of the baseline, or significantly worse and beyond it?
 
@@ -361,10 +362,15 @@ def decide_shift(
     interval 0.879-0.921: better end below 1 and estimate below 0.95 -> ``worse``.
 
     :param limit_rel: the allowed relative worsening (the compare's tolerance), >= 0.
+    :param allowed: an absolute tolerance (``10%+5`` ms: the allowed worsening in the metric's unit at the baseline):
+        decided on the difference of the means instead of the log ratio (a latency near 0 ms has no useful log
+        scale); ``history`` is not used then. The estimate and interval are still shown as ratios to the baseline.
     """
     b, c = _finite(baseline), _finite(current)
     n_c = int(c.size)
     conf = 1.0 - 2.0 * design.alpha_per_look
+    if allowed is not None:
+        return _decide_difference(b, c, allowed, design, higher_is_better=higher_is_better)
     if not b.size or not n_c or not _log_scale(np.concatenate([b, c])):
         return Decision("open", n_c, math.nan, None, None, conf, "no value")
     sign = -1.0 if higher_is_better else 1.0
@@ -388,6 +394,42 @@ def decide_shift(
     return Decision(
         verdict, n_c, math.exp(diff), math.exp(diff - half), math.exp(diff + half), conf,
         f"{spread.method}, {design.looks} looks",
+    )  # fmt: skip
+
+
+def _decide_difference(
+    b: np.ndarray, c: np.ndarray, allowed: float, design: Design, *, higher_is_better: bool
+) -> Decision:
+    """:func:`decide_shift` on the linear scale: Welch's interval of mean(current) - mean(baseline) against
+    ``allowed`` (metric units), the same three outcomes."""
+    n_c = int(c.size)
+    conf = 1.0 - 2.0 * design.alpha_per_look
+    if not b.size or not n_c:
+        return Decision("open", n_c, math.nan, None, None, conf, "no value")
+    base = float(b.mean())
+    diff = float(c.mean()) - base
+
+    def ratio(x: float) -> float:
+        return (base + x) / base if base else math.nan
+
+    var_b = float(b.var(ddof=1)) if b.size >= 2 else None
+    var_c = float(c.var(ddof=1)) if n_c >= 2 else None
+    sign = -1.0 if higher_is_better else 1.0
+    if var_b is None and var_c is None:
+        return Decision("open", n_c, ratio(diff), None, None, conf, "t-test (needs 2 repeats)")
+    vb = (var_b if var_b is not None else var_c or 0.0) / b.size
+    vc = (var_c if var_c is not None else var_b or 0.0) / n_c
+    se2 = vb + vc
+    if se2 == 0.0:
+        verdict = "worse" if sign * diff > allowed else "within"
+        return Decision(verdict, n_c, ratio(diff), ratio(diff), ratio(diff), 1.0, "exact (identical repeats)")
+    df = _satterthwaite([(vb, max(b.size - 1, 1)), (vc, max(n_c - 1, 1))])
+    half = _t_quantile(1.0 - design.alpha_per_look, df) * math.sqrt(se2)
+    worse = sign * diff
+    verdict = "within" if worse + half < allowed else "worse" if worse - half > 0.0 and worse > allowed else "open"
+    return Decision(
+        verdict, n_c, ratio(diff), ratio(diff - half), ratio(diff + half), conf,
+        f"welch t-test on the difference, {design.looks} looks",
     )  # fmt: skip
 
 
@@ -481,9 +523,28 @@ def shift_repeats_needed(
     per = history.var if history is not None and pooled else var_c
     base_df = float(max(history.runs - 1, 1)) if history is not None and history.between else (
         1e9 if history is not None else float(max(b.size - 1, 1)))  # fmt: skip
-    for total in range(int(c.size), _NEEDED_CAP + 1):
+
+    def decides(total: int) -> bool:
         cur_df = float(history.df) if history is not None and pooled else float(total - 1)
-        df = _satterthwaite([(per / total, cur_df), (base_se2, base_df)])
-        if _t_quantile(1.0 - _look_alpha(design, total), df) * math.sqrt(per / total + base_se2) < gap:
-            return total
-    return None
+        df = round(_satterthwaite([(per / total, cur_df), (base_se2, base_df)]), 1)
+        return _t_quantile(1.0 - _look_alpha(design, total), df) * math.sqrt(per / total + base_se2) < gap
+
+    return _smallest(int(c.size), decides)
+
+
+def _smallest(start: int, decides: Callable[[int], bool]) -> int | None:
+    """The smallest total in ``[start, _NEEDED_CAP]`` for which ``decides`` holds, by doubling then bisection (the
+    half-width shrinks as repeats grow, nearly monotone: a longer design spends alpha on a few more looks); None when
+    no doubling up to the cap does."""
+    low, high = start, max(start, 1)
+    while not decides(high):
+        if high >= _NEEDED_CAP:
+            return None
+        low, high = high + 1, min(_NEEDED_CAP, high * 2)
+    while low < high:
+        mid = (low + high) // 2
+        if decides(mid):
+            high = mid
+        else:
+            low = mid + 1
+    return high

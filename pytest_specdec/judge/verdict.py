@@ -310,6 +310,8 @@ def _floor_check(
     repeats = 1 if exact else decision.n
     at = spent / max(decision.n, 1) if exact else spent
     bracket = sequential.detail(decision, unit="repeats", server_s=at, needed=needed, exhausted=True)
+    if exact:
+        bracket = f"temperature 0, {decision.n} identical repeats: decided by the first, {at:.1f} server-s"
     kind = "min" if op == ">=" else "max"
     shown = f"{label} {decision.estimate:.4g}{' ' + unit if unit else ''}"
     if verdict == "undecided":
@@ -318,7 +320,7 @@ def _floor_check(
         sym = op if verdict == "passed" else ("<" if op == ">=" else ">")
         margin = decision.estimate - threshold
         rel = f", {margin / threshold * 100:+.1f}%" if threshold else ""
-        mean = "exact" if exact else "geometric mean"
+        mean = "exact" if exact else "geometric mean"  # exact: "[exact; temperature 0, ...]"
         text = f"{shown} {sym} {kind} {threshold:g} (margin {margin:+.4g}{rel}) [{mean}; {bracket}]"
     check = Check(key, label, op, threshold, decision.estimate, unit, verdict != "FAILED", text=text,
                   undecided=verdict == "undecided")  # fmt: skip
@@ -487,19 +489,23 @@ def judge_compare(
         return compare.compare_results(base, rec, tolerances, force=force, noise=noise, design=design, history=history)
 
     try:
-        comparison = comparison_of(current)
+        comparison, compared = comparison_of(current), current
     except CompareError as exc:
         return CompareVerdict(f"not compared with run {run_id}: {exc} (--specdec-compare-force compares anyway)")
     while True:
         n = len(current.values("output_tok_s"))
-        if design.is_look(n) and not comparison.undecided:
-            break
+        if design.is_look(n):
+            if compared is not current:
+                comparison, compared = comparison_of(current), current
+            if not any(_worth_measuring(base, current, r, design, history) for r in comparison.undecided):
+                break
         if not design.may_continue(n, server_s()):
             break
         nxt = more()
         if nxt is None:
             break
         current = nxt
+    if compared is not current:
         comparison = comparison_of(current)
     n = len(current.values("output_tok_s"))
     cost = {"verdict": comparison.outcome, "repeats": n, "server_s": round(server_s(), 3)}
@@ -516,6 +522,39 @@ def judge_compare(
     return CompareVerdict(notes=notes, table=tuple(comparison.lines()), cost=cost)
 
 
+def _repeats_needed(
+    base: results.ResultRecord,
+    current: results.ResultRecord,
+    row: compare.CompareRow,
+    design: sequential.Design,
+    history: Sequence[results.ResultRecord],
+) -> int | None:
+    """``sequential.shift_repeats_needed`` for a compare row (None: no number of repeats would decide it, or the
+    row has an absolute tolerance, which the estimate does not cover)."""
+    if row.tolerance.abs or row.baseline is None:
+        return None
+    key = f"{row.metric.partition(' / ')[0]} / " if " / " in row.metric else row.metric
+    b_vals, c_vals = compare.row_values(base, key), compare.row_values(current, key)
+    runs = [v for v in (compare.row_values(r, key) for r in (base, *history)) if v]
+    pooled = sequential.History.from_runs(runs) if len(runs) >= 2 else None
+    limit = row.tolerance.allowed(row.baseline) / abs(row.baseline) if row.baseline else row.tolerance.rel
+    return sequential.shift_repeats_needed(
+        b_vals, c_vals, limit, design, higher_is_better=row.higher_is_better, history=pooled
+    )
+
+
+def _worth_measuring(
+    base: results.ResultRecord,
+    current: results.ResultRecord,
+    row: compare.CompareRow,
+    design: sequential.Design,
+    history: Sequence[results.ResultRecord],
+) -> bool:
+    """Whether more repeats may decide an undecided row: some number would (not when the baseline's own spread keeps
+    the interval across the tolerance; an absolute tolerance has no estimate: measured on until the budget)."""
+    return bool(row.tolerance.abs) or _repeats_needed(base, current, row, design, history) is not None
+
+
 def _undecided_row(
     base: results.ResultRecord,
     current: results.ResultRecord,
@@ -527,15 +566,10 @@ def _undecided_row(
     decide it`` (or why no number of repeats would)."""
     d = row.decision
     shown = f"{row.metric} x{d.estimate:.3g}, {d.interval()}" if d is not None else row.metric
-    key = f"{row.metric.partition(' / ')[0]} / " if " / " in row.metric else row.metric
-    b_vals, c_vals = compare.row_values(base, key), compare.row_values(current, key)
-    runs = [v for v in (compare.row_values(r, key) for r in (base, *history)) if v]
-    pooled = sequential.History.from_runs(runs) if len(runs) >= 2 else None
-    limit = row.tolerance.allowed(row.baseline) / abs(row.baseline) if row.baseline else row.tolerance.rel
-    needed = sequential.shift_repeats_needed(
-        b_vals, c_vals, limit, design, higher_is_better=row.higher_is_better, history=pooled
-    )
+    needed = _repeats_needed(base, current, row, design, history)
     text = f"{shown} holds the tolerance {row.tolerance}"
+    if row.tolerance.abs:
+        return text + " (more repeats would narrow it: raise workload.max_repeats)"
     if needed is None:
         return text + " (more repeats would not decide it: the estimate sits on the limit, or the baseline's own " \
             "spread is too wide: store more runs of it)"
