@@ -148,13 +148,14 @@ def judge_item(
     vs = thresholds.min_speedup.vs if thresholds.min_speedup is not None else None
     design = design_for(profile, repeats)
     costs: dict[str, dict[str, Any]] = {"design": {"start": design.start, "max_repeats": design.max_repeats}}
-    check = None
-    if thresholds.min_speedup is not None:
-        check = speedup_check(case, measurements, outcomes, profile.name, thresholds.min_speedup, design, costs)
+    # Thresholds first: a clear one decides at the first look and costs that, before the speedup measures on.
     steps, configured = sweep_steps(profile, profiles)
     judged = {}
     if steps is None:
         judged = sequential_checks(case, measurements, outcomes, profile, thresholds, vs, design, costs)
+    check = None
+    if thresholds.min_speedup is not None:
+        check = speedup_check(case, measurements, outcomes, profile.name, thresholds.min_speedup, design, costs)
     run = measurements.run(profile.name)
     verdict = evaluate(
         thresholds,
