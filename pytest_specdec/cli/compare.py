@@ -51,9 +51,9 @@ def load_pair(store: ResultStore, base_ref: str, current_ref: str) -> tuple[RunF
 
 def profile_mapper(spec: str, base: RunFile, current: RunFile) -> Callable[[ResultRecord], str]:
     """The ``baseline_id`` of :func:`compare_runs` for a profile mapping, as the plugin's
-    ``--specdec-compare-profile``: ``NAME`` compares every test of a speculative profile (``fingerprint
-    ["speculative"]`` set) with the same test of profile NAME, and tests without speculation with their own;
-    ``CUR=BASE[,CUR=BASE...]`` maps exactly the profiles named.
+    ``--specdec-compare-profile``: ``NAME`` compares every test of a profile of NAME's kind (``fingerprint
+    ["speculative"]`` set, or not, as in NAME's results) with the same test of profile NAME, and the other tests
+    with their own; ``CUR=BASE[,CUR=BASE...]`` maps exactly the profiles named.
 
     :raises CompareError: an empty or malformed spec, a BASE profile absent from ``base`` or a CUR profile absent
         from ``current`` (the message lists the profiles each run has).
@@ -80,9 +80,13 @@ def profile_mapper(spec: str, base: RunFile, current: RunFile) -> Callable[[Resu
             raise CompareError(f"--compare-profile={spec}: no results of profile {name!r} in current run "
                                f"{current.run_id} (profiles there: {have})")  # fmt: skip
 
+    # NAME maps the tests of profiles of its kind: with speculation, or without (its stored results say which).
+    kind = next((bool(r.fingerprint.get("speculative")) for r in base.results if single and r.profile == single[0]),
+                True)  # fmt: skip
+
     def baseline_id(record: ResultRecord) -> str:
         if single:
-            target = single[0] if record.fingerprint.get("speculative") else None
+            target = single[0] if bool(record.fingerprint.get("speculative")) == kind else None
         else:
             target = explicit.get(record.profile)
         return swap_profile_id(record.test_id, record.profile, target) if target else record.test_id

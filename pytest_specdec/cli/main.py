@@ -12,6 +12,7 @@
   a trend PNG (``cli.plot``);
 - ``merge PATH... [--results-dir DIR] [--markdown PATH] [--trend PNG] [--force]``: CI shards' runs -> one run
   (``cli.merge``);
+- ``save RUN NAME [--force] [--results-dir DIR]``: name a stored run, as pytest's ``--specdec-save`` (``cli.save``);
 - ``reap [--specdec-dir DIR]``: stop the recorded servers whose pytest is gone, and list them (``cli.reap``);
 - ``bisect [PROFILE_FILE] --good A --bad B [--results-dir DIR]``: the differences that caused a regression, by delta
   debugging over launched probes (``cli.bisect``).
@@ -126,13 +127,15 @@ def _build_parser() -> argparse.ArgumentParser:
     compare = sub.add_parser(
         "compare",
         help="compare two stored runs; exit 1 on a regression",
-        description="Compare a specdec run with a baseline run: fingerprint diff, then one row per metric, each "
+        description="Compare a specdec run with a baseline run (each a name given by save or --specdec-save, a run "
+        "id, a run file, or 'latest'): fingerprint diff, then one row per metric, each "
         "decided as pytest decided it (ok, REGRESSED or undecided, at the design the run was judged with). Exit "
         "codes: 0 no regression; 1 a row REGRESSED (or, with --fail-on-suspected, an undecided row whose estimate "
         "is beyond its tolerance); 2 unusable input or nothing compared.",
         short_errors=True,
     )
-    compare.add_argument("base", metavar="BASE", help="baseline: a run file, a run id (or unique prefix), or 'latest'")
+    compare.add_argument("base", metavar="BASE", help="baseline: a name (save, --specdec-save), a run file, a run id "
+                         "(or unique prefix), or 'latest'")  # fmt: skip
     compare.add_argument("current", metavar="CURRENT", help="current run: a run file, a run id, or 'latest'")
     compare.add_argument(
         "-t",
@@ -150,7 +153,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--compare-profile",
         metavar="NAME|CUR=BASE[,...]",
         help="Compare with another profile's results, as pytest's --specdec-compare-profile: NAME for every test of "
-        "a speculative profile (tests without speculation keep their own), or CUR=BASE pairs, e.g. "
+        "a profile of NAME's kind, with speculation or without (the others keep their own), or CUR=BASE pairs, e.g. "
         "eagle3-shifted-layers=eagle3 (default: each test with itself)",
     )
     compare.add_argument(
@@ -172,6 +175,21 @@ def _build_parser() -> argparse.ArgumentParser:
         help="Where run ids are looked up (default: .specdec/results)",
     )
     compare.set_defaults(func=_cmd_compare)
+    save = sub.add_parser(
+        "save",
+        help="name a stored run (as pytest's --specdec-save NAME) for --specdec-compare=NAME",
+        description="Point NAME at a stored run, as pytest's --specdec-save NAME does for the run it stores: "
+        "--specdec-compare=NAME and compare's BASE then find it by that name (names resolve before run ids). A name "
+        "saved again moves to the new run. The run must be clean (every test completed, passed, every verdict "
+        "passed) unless --force. Exit 0 named, 1 refused (not clean), 2 bad input.",
+    )
+    save.add_argument("run", metavar="RUN", help="the run: a name, a run id (or unique prefix), a run file in "
+                      "--results-dir, or 'latest' (the newest)")  # fmt: skip
+    save.add_argument("name", metavar="NAME", help="the name, e.g. night-1 (no whitespace, none of \\/:*?<>|)")
+    save.add_argument("--force", action="store_true", help="name a run that is not clean")
+    save.add_argument("--results-dir", metavar="DIR", default=".specdec/results",
+                      help="the results store (default: .specdec/results)")  # fmt: skip
+    save.set_defaults(func=_cmd_save)
     merge = sub.add_parser(
         "merge",
         help="merge the run files of CI shards into one run, one markdown summary and one trend",
@@ -310,6 +328,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         results_dir=args.results_dir,
         fail_on_suspected=args.fail_on_suspected,
     )
+
+
+def _cmd_save(args: argparse.Namespace) -> int:
+    from pytest_specdec.cli.save import save_command
+
+    return save_command(args)
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:

@@ -1,36 +1,74 @@
-"""Which stored result a test is compared with under ``--specdec-compare``: the run it names, or, per test, the
-newest stored run in which that test passed (a regressed run never becomes the next baseline)."""
+"""Which stored result a test is compared with under ``--specdec-compare``, and what a result can decide as a
+baseline when it is stored.
+
+``--specdec-compare`` alone (``latest``) compares each test with the newest stored run in which that test was
+*clean*: it completed (the session was not interrupted), passed, and every verdict it recorded passed
+(``ResultRecord.baseline_problem``); a failed, undecided or interrupted run never becomes the next baseline.
+``--specdec-compare=NAME`` takes the run saved under that name (``--specdec-save NAME``, ``save``), names first,
+then a run id or a run file. The compare line names the run chosen and why (:attr:`Baseline.why`).
+
+:func:`baseline_notes` says, when a record is stored, what it cannot decide as a baseline (an outlier repeat, a
+spread too wide for the tolerances) and the fix, with ``sequential.shift_repeats_needed``.
+"""
 
 from __future__ import annotations
 
+import functools
+import math
+import statistics
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_specdec.core.errors import CompareError
+from pytest_specdec.core.metric_table import EXACT_FIELDS, PAIRED_FIELDS
+from pytest_specdec.judge import sequential
+from pytest_specdec.judge.paired import paired_ratios
+from pytest_specdec.judge.tolerances import Tolerance, field_specs, merge_tolerances
 from pytest_specdec.measure import results
 
-__all__ = ["Baselines"]
+__all__ = ["Baseline", "Baselines", "baseline_notes"]
+
+#: Skipped runs named in a line at most (the rest are counted).
+_SHOWN = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """The stored result one test is compared with."""
+
+    run: results.RunFile
+    record: results.ResultRecord
+    #: Why this run: ``the newest run in which the test was clean (...)``, ``named night-1``, ``given by ...``.
+    why: str
+    #: Newer runs passed over, ``<run id> (<problem>)`` (``latest`` only).
+    skipped: tuple[str, ...] = ()
 
 
 @dataclass
 class Baselines:
-    """The baselines of one session. ``run`` is set for ``--specdec-compare=RUN_OR_PATH``; otherwise ``paths`` lists
-    the stored run files, newest first, read on first use.
+    """The baselines of one session. ``run`` is set for ``--specdec-compare=NAME_OR_RUN`` (``label`` says how it
+    was named); otherwise ``paths`` lists the stored run files, newest first, read on first use.
 
     Usage (``run/selection.py::compare_setup``)::
 
         baselines = Baselines.from_option(settings.compare, store)  # None without the option
-        found = baselines.find("tests/test_x.py::test_a[eagle3]")  # (RunFile, ResultRecord) or None
+        found = baselines.find("tests/test_x.py::test_a[eagle3]")  # Baseline or None
+        if found is None:
+            print(baselines.missing("tests/test_x.py::test_a[eagle3]"))
     """
 
     results_dir: Path
     run: results.RunFile | None = None
     paths: list[Path] = field(default_factory=list)
+    #: How ``run`` was asked for: ``named night-1`` or ``run <id>`` (empty with ``latest``).
+    label: str = ""
     _loaded: dict[Path, results.RunFile] = field(default_factory=dict)
 
     @classmethod
     def from_option(cls, ref: str | None, store: results.ResultStore) -> Baselines | None:
-        """``--specdec-compare``'s value: ``"latest"`` (the option without a value), a run id or file, or None.
+        """``--specdec-compare``'s value: ``"latest"`` (the option without a value), a name, a run id or file, or
+        None.
 
         :raises CompareError: the named run cannot be read (``ResultStore.load``).
         """
@@ -38,14 +76,13 @@ class Baselines:
             return None
         if ref == "latest":
             return cls(store.root, paths=list(reversed(store.list())))
-        return cls(store.root, run=store.load(ref))
+        named = store.named(ref)
+        run = store.load(ref)
+        label = f"named {ref}" if named is not None else f"run {run.run_id}"
+        return cls(store.root, run=run, label=label)
 
-    def find(self, test_id: str) -> tuple[results.RunFile, results.ResultRecord] | None:
-        """The run and record to compare ``test_id`` with, or None (no stored run has it; with ``latest``, none in
-        which it passed; runs of other profiles and unreadable files are skipped)."""
-        if self.run is not None:
-            record = self.run.find(test_id)
-            return (self.run, record) if record is not None else None
+    def _runs(self) -> Iterator[results.RunFile]:
+        """The stored runs, newest first, each read on first use (unreadable files passed over)."""
         for path in self.paths:
             run = self._loaded.get(path)
             if run is None:
@@ -53,20 +90,218 @@ class Baselines:
                     run = self._loaded[path] = results.read_run_file(path)
                 except CompareError:
                     continue
+            yield run
+
+    def find(self, test_id: str) -> Baseline | None:
+        """The stored result to compare ``test_id`` with, or None: with a named run, its record of the test
+        (whatever its state: a run named on purpose is honoured, and :attr:`Baseline.why` says when it is not
+        clean); with ``latest``, the newest run in which the test was clean (``ResultRecord.baseline_problem``),
+        newer runs that have the test but are not clean listed in :attr:`Baseline.skipped`. Unreadable files are
+        passed over."""
+        if self.run is not None:
+            record = self.run.find(test_id)
+            if record is None:
+                return None
+            problem = record.baseline_problem()
+            why = f"{self.label} (--specdec-compare)"
+            if problem:
+                why += f"; not clean ({problem}), compared anyway because it was named"
+            return Baseline(self.run, record, why)
+        skipped: list[str] = []
+        for run in self._runs():
             record = run.find(test_id)
-            if record is not None and record.outcome in ("passed", ""):
-                return run, record
+            if record is None:
+                continue
+            problem = record.baseline_problem()
+            if problem:
+                skipped.append(f"{run.run_id} ({problem})")
+                continue
+            why = "the newest stored run in which the test was clean (completed, passed, every verdict passed)"
+            return Baseline(run, record, why, tuple(skipped))
         return None
 
+    def profile_kind(self, profile: str) -> bool | None:
+        """Whether the newest stored results of ``profile`` ran speculative decoding (``fingerprint
+        ["speculative"]``); None when no stored run has them."""
+        for run in [self.run] if self.run is not None else self._runs():
+            for record in run.results:
+                if record.profile == profile:
+                    return bool(record.fingerprint.get("speculative"))
+        return None
+
+    def missing(self, test_id: str) -> str:
+        """Why ``test_id`` has no baseline, for its failure or warning: ``no baseline for X in DIR: no stored run
+        has it`` or ``... none in which it was clean: R2 (undecided: compare), R1 (failed)``."""
+        head = f"no baseline for {test_id} in {self.where()}"
+        if self.run is not None:
+            return f"{head}: the run has no result of this test"
+        skipped = [f"{run.run_id} ({p})" for run in self._runs() if (r := run.find(test_id)) is not None
+                   if (p := r.baseline_problem())]  # fmt: skip
+        if not skipped:
+            return f"{head}: no stored run has it"
+        return f"{head}: {len(skipped)} stored run(s) have it, none clean: {shown(skipped)}"
+
     def where(self) -> str:
-        """Where baselines come from, for "no baseline for ... in <where>": ``run <id>`` or the results directory."""
-        return f"run {self.run.run_id}" if self.run is not None else f"{self.results_dir}"
+        """Where baselines come from, for "no baseline for ... in <where>": ``run <id>`` (``night-1 (run <id>)``
+        for a name) or the results directory."""
+        if self.run is None:
+            return f"{self.results_dir}"
+        if self.label.startswith("named "):
+            return f"{self.label.removeprefix('named ')} (run {self.run.run_id})"
+        return f"run {self.run.run_id}"
 
     def header_line(self) -> str:
         """The ``pytest_report_header`` line saying what each test is compared with."""
         if self.run is not None:
-            return f"specdec: comparing against run {self.run.run_id}"
+            return f"specdec: comparing against {self.where()}"
         return (
-            f"specdec: comparing each test against the newest of {len(self.paths)} stored run(s) in which it passed "
-            f"({self.results_dir})"
+            f"specdec: comparing each test against the newest of {len(self.paths)} stored run(s) in which it was "
+            f"clean: completed, passed, every verdict passed ({self.results_dir})"
         )
+
+
+def shown(items: Sequence[str]) -> str:
+    """The first few of ``items``, joined, the rest counted: ``a, b, c and 2 more``."""
+    head = ", ".join(items[:_SHOWN])
+    return head + (f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else "")
+
+
+# -- what a stored record can decide ---------------------------------------------------------------------------
+
+#: Largest baseline size :func:`_baseline_repeats_needed` proposes.
+_MAX_BASELINE_REPEATS = 200
+#: A repeat is an outlier when it is more than this many MAD-sigmas from the median (log scale) and further from it
+#: than the metric's tolerance.
+OUTLIER_SIGMAS = 3.0
+
+
+def _row_values(record: results.ResultRecord, fname: str, paired: bool) -> list[float]:
+    """The values the compare judges ``fname`` on: per-pair ratios to the paired arm, else the repeats."""
+    return paired_ratios(record, fname) if paired else record.values(fname)
+
+
+def _outlier(values: Sequence[float], limit: float) -> tuple[float, float] | None:
+    """The repeat furthest from the median on the log scale, with its relative distance, when it is an outlier:
+    more than :data:`OUTLIER_SIGMAS` MAD-sigmas (1.4826 x MAD of the log values) and more than ``limit`` away."""
+    logs = [math.log(v) for v in values if v > 0]
+    if len(logs) < 3 or len(logs) != len(values):
+        return None
+    med = statistics.median(logs)
+    mad = statistics.median(abs(x - med) for x in logs)
+    worst = max(range(len(logs)), key=lambda i: abs(logs[i] - med))
+    dev = abs(logs[worst] - med)
+    if dev > OUTLIER_SIGMAS * 1.4826 * mad and math.expm1(dev) > limit:
+        return values[worst], math.exp(logs[worst] - med) - 1.0
+    return None
+
+
+def _tiled(values: Sequence[float], size: int) -> list[float]:
+    """``values`` repeated to ``size`` values: the same mean and about the same spread, more repeats."""
+    return [values[i % len(values)] for i in range(size)]
+
+
+def _baseline_repeats_needed(
+    values: Sequence[float], limit: float, design: sequential.Design, higher: bool
+) -> int | None:
+    """About how many repeats a baseline of this spread needs so that an unchanged run of the same spread passes
+    at the last look of ``design`` (``sequential.decide_shift`` says ``within``), both sides tiled from ``values``
+    (:func:`_tiled`); bisected up to :data:`_MAX_BASELINE_REPEATS` (None above)."""
+
+    def passes(size: int) -> bool:
+        current = _tiled(values, design.max_repeats)
+        decision = sequential.decide_shift(_tiled(values, size), current, limit, design, higher_is_better=higher)
+        return decision.verdict == "within"
+
+    low, high = len(values), _MAX_BASELINE_REPEATS
+    if not passes(high):
+        return None
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if passes(mid) else (mid, high)
+    return high
+
+
+@functools.lru_cache(maxsize=256)
+def _needed(
+    values: tuple[float, ...], limit: float, design: sequential.Design, higher: bool
+) -> tuple[int | None, int | None]:
+    """(current repeats an unchanged run needs against this baseline, ``sequential.shift_repeats_needed``; the
+    baseline repeats that would bring it within the budget, :func:`_baseline_repeats_needed`, only when the first
+    is None or over ``design.max_repeats``). Cached: every test of a profile stores the same measurement."""
+    needed = sequential.shift_repeats_needed(values, values, limit, design, higher_is_better=higher)
+    if needed is not None and needed <= design.max_repeats:
+        return needed, None
+    return needed, _baseline_repeats_needed(values, limit, design, higher)
+
+
+def baseline_notes(
+    record: results.ResultRecord, tolerances: Mapping[str, Tolerance], design: sequential.Design
+) -> list[str]:
+    """What ``record`` cannot decide as a baseline, one line per metric, each with its fix; empty when it can.
+
+    Per tolerance field the compare judges (the per-pair ratio when the record has a paired arm and the field is
+    paired, else the repeats; exact metrics at temperature 0 with identical repeats are skipped, they carry no
+    noise):
+
+    - an **outlier repeat**: one more than :data:`OUTLIER_SIGMAS` MAD-sigmas from the median and further from it
+      than the tolerance (repeats 236, 215, 117 tok/s: 117 is -46 %);
+    - a **spread that cannot decide the tolerance**: an unchanged run of the same spread would not pass against
+      this baseline within ``design``'s budget (``sequential.shift_repeats_needed`` with the record on both sides:
+      None, or more than ``design.max_repeats``). The fix names about how many repeats the baseline needs.
+
+    Example: ``output_tok_s: repeats 236, 215, 117 tok/s: 117 is an outlier (-46% from the median); at this spread
+    (sd 35%) an unchanged run could not pass within 5% in 24 repeats: store the baseline with more repeats (about
+    40: --specdec-repeats 40)``.
+
+    :param tolerances: the layered tolerances the compare uses (``tolerances.layered_tolerances``).
+    :param design: the sequential design the compare judges with (``verdict.design_for``).
+    """
+    specs = field_specs()
+    vs = (record.paired or {}).get("vs")
+    zero = (record.workload.get("temperature") or 0) == 0
+    notes = []
+    for fname, tol in merge_tolerances(tolerances).items():
+        paired = bool(vs) and fname in PAIRED_FIELDS
+        values = _row_values(record, fname, paired)
+        if len(values) < 2 or (zero and fname in EXACT_FIELDS and max(values) == min(values)):
+            continue
+        raw = record.values(fname)
+        median = statistics.median(raw) if raw else 0.0
+        limit = tol.allowed(median) / abs(median) if median else tol.rel
+        if limit <= 0:
+            continue
+        higher = specs[fname].higher_is_better
+        label = f"{fname} / {vs}" if paired else fname
+        unit = "" if paired else specs[fname].unit
+        problems = []
+        found = _outlier(values, limit)
+        if found is not None:
+            value, rel = found
+            problems.append(f"{value:.4g} is an outlier ({rel * 100:+.0f}% from the median)")
+        needed, more = _needed(tuple(values), limit, design, higher)
+        if needed is None or needed > design.max_repeats:
+            logs = [math.log(v) for v in values if v > 0]
+            sd = statistics.stdev(logs) if len(logs) >= 2 else 0.0
+            if needed is not None:
+                would = f"would need about {needed} repeats to pass within {tol}"
+            else:
+                would = f"could not pass within {tol} in any number of repeats"
+            problems.append(
+                f"at this spread (sd {sd * 100:.1f}%) an unchanged run {would} (budget {design.max_repeats} "
+                "repeats, workload.max_repeats)"
+            )
+        if not problems:
+            continue
+        if more is None and found is not None:
+            more = _baseline_repeats_needed(values, limit, design, higher)
+        if more is not None:
+            fix = f"store the baseline with more repeats (about {more}: --specdec-repeats {more})"
+        else:
+            fix = (
+                "no number of baseline repeats would do at this spread: measure it again on a quiet runner, "
+                "or widen the tolerance or raise workload.max_repeats"
+            )
+        shown_values = ", ".join(f"{v:.4g}" for v in values)
+        what = "paired ratios" if paired else "repeats"
+        notes.append(f"{label}: {what} {shown_values}{' ' + unit if unit else ''}: {'; '.join(problems)}: {fix}")
+    return notes

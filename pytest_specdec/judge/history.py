@@ -31,7 +31,8 @@ class StoredHistory:
 
     A record belongs to the history of ``base`` when it has the same test id, the same fingerprint
     (``fingerprint_diff`` empty: versions, engine config, draft, env, argv, workload, hardware; the runner's load
-    is not part of it), passed (``outcome`` "passed" or unset), is stored no later than the baseline's run, and is
+    is not part of it), is clean as a baseline is (``ResultRecord.baseline_problem``: completed, passed, every
+    verdict passed), is stored no later than the baseline's run, and is
     not the baseline itself.
     """
 
@@ -59,7 +60,7 @@ class StoredHistory:
         found: list[results.ResultRecord] = []
         for run in runs[start:]:
             record = run.find(base.test_id)
-            if record is None or record.outcome not in ("passed", ""):
+            if record is None or record.baseline_problem():
                 continue
             if fingerprint_diff(base.fingerprint, record.fingerprint):
                 continue

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, cast
 
 if TYPE_CHECKING:
+    from pytest_specdec.judge.baseline import Baseline
     from pytest_specdec.measure.results import ResultRecord
 
 __all__ = ["Outcomes"]
@@ -37,6 +38,9 @@ class Outcomes:
         self.overrides: dict[str, tuple[str, list[str]]] = {}
         #: stored run id -> the tests compared with it.
         self.compared: dict[str, list[str]] = {}
+        #: stored run id -> why it was chosen (``Baseline.why``), the newer runs passed over (an ordered set of
+        #: ``<run id> (<problem>)``), and what its record said when it was stored (``ResultRecord.baseline_notes``).
+        self.chosen: dict[str, tuple[str, dict[str, None], dict[str, None]]] = {}
         #: node id -> the passing compare's table (``compare.Comparison.lines``), shown under the summary.
         self.compare_tables: dict[str, list[str]] = {}
         #: How compares were judged (exact metrics, paired ratios), printed under the summary; a dict as ordered set.
@@ -80,10 +84,16 @@ class Outcomes:
             self._noise[profile] = read_noise(self._noise_dir / f"{profile}.json")
         return self._noise[profile]
 
-    def add_compare(self, run_id: str, test_id: str, notes: Sequence[str], table: Sequence[str]) -> None:
-        """A test compared with stored run ``run_id``: how it was judged (``notes``, per profile) and, when it did
-        not regress, its table."""
+    def add_compare(
+        self, run_id: str, test_id: str, notes: Sequence[str], table: Sequence[str], baseline: Baseline | None = None
+    ) -> None:
+        """A test compared with stored run ``run_id``: how it was judged (``notes``, per profile), when it did not
+        regress its table, and the ``baseline`` found (why that run, the newer runs passed over)."""
         self.compared.setdefault(run_id, []).append(test_id)
+        if baseline is not None:
+            why, skipped, stored = self.chosen.setdefault(run_id, (baseline.why, {}, {}))
+            skipped.update(dict.fromkeys(baseline.skipped))
+            stored.update(dict.fromkeys(f"{baseline.record.profile}: {n}" for n in baseline.record.baseline_notes))
         self.compare_notes.update(dict.fromkeys(notes))
         if table:
             self.compare_tables[test_id] = list(table)

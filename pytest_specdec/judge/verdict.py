@@ -68,8 +68,12 @@ class CompareSetup:
     run_id: str
     #: ini ``specdec_tolerances`` lines.
     tolerances: tuple[str, ...] = ()
-    #: ``--specdec-compare-profile``: speculative profiles compare with this profile's stored results.
+    #: ``--specdec-compare-profile``: tests of profiles of this profile's kind compare with its stored results.
     profile: str | None = None
+    #: Whether ``profile`` runs speculative decoding: it maps the tests of profiles that do (or, False, that don't).
+    profile_speculative: bool = True
+    #: ``--specdec-compare-missing``: ``fail`` fails a test without a baseline, ``warn`` passes it with a warning.
+    missing: str = "fail"
     #: ``--specdec-compare-force``: compare although the workloads differ.
     force: bool = False
     #: Adds the ``bisect`` command under a failure with several fingerprint differences (``bisection.bisect_hint``).
@@ -591,15 +595,18 @@ def compare_item(
     baseline ``setup.baselines`` picks; no baseline warns). Judged once per profile and baseline run."""
     record = case.record
     test_id = record.test_id
-    if setup.profile and profile.is_speculative:
+    if setup.profile and profile.is_speculative == setup.profile_speculative:
         # Swap only the profile's part of the parametrization id ("[eagle3-shifted-layers-1]" -> "[eagle3-1]");
-        # profiles without speculation keep their own baseline.
+        # profiles of the other kind keep their own baseline.
         test_id = compare.swap_profile_id(test_id, profile.name, setup.profile)
     found = setup.baselines.find(test_id)
     if found is None:
-        case.warnings.append(f"no baseline for {test_id} in {setup.baselines.where()}; not compared")
+        text = f"{setup.baselines.missing(test_id)}; not compared"
+        if setup.missing == "fail":
+            return f"{text}: a new test? --specdec-compare-missing=warn passes it for its first night"
+        case.warnings.append(f"{text} (--specdec-compare-missing=warn)")
         return None
-    run, base = found
+    run, base = found.run, found.record
     vs = (record.paired or {}).get("vs")
     tolerances = layered_tolerances(list(setup.tolerances), profile.tolerances, list(marker_tolerances))
 
@@ -620,7 +627,8 @@ def compare_item(
 
     key = ("compare", profile.name, run.run_id, repr(sorted(tolerances.items())))
     judged: CompareVerdict = outcomes.once(key, judge)
-    outcomes.add_compare(run.run_id, record.test_id, [f"{profile.name}: {n}" for n in judged.notes], judged.table)
+    outcomes.add_compare(run.run_id, record.test_id, [f"{profile.name}: {n}" for n in judged.notes], judged.table,
+                         baseline=found)  # fmt: skip
     if judged.cost:
         costs["compare"] = dict(judged.cost)
     if judged.undecided is not None:

@@ -41,6 +41,7 @@ __all__ = [
     "RunFile",
     "SCHEMA_VERSION",
     "build_fingerprint",
+    "check_name",
     "commit_info",
     "gpu_info",
     "machine_info",
@@ -382,6 +383,34 @@ class ResultRecord:
     #: reference arm included), ``repeats``, and with sequential verdicts ``verdicts``: key -> ``{"verdict",
     #: "repeats", "server_s"}`` at the look that decided it (``verdict.record_cost``); empty for old records.
     cost: dict[str, Any] = field(default_factory=dict)
+    #: The session was interrupted (Ctrl-C) before it completed: the record is kept, but never becomes a baseline.
+    interrupted: bool = False
+    #: What this record cannot decide as a baseline, said when it was stored (``judge.baseline.baseline_notes``: an
+    #: outlier repeat, a spread too wide for the tolerances), each with its fix; empty when it can, or for old records.
+    baseline_notes: tuple[str, ...] = ()
+
+    def baseline_problem(self) -> str:
+        """Why this record may not become a baseline, or ``""`` when it may: a baseline is clean, i.e. its test
+        completed (the session was not interrupted), passed, and every verdict it recorded passed (none failed or
+        undecided: ``cost["verdicts"]`` and ``checks``).
+
+        Examples: ``"interrupted"``, ``"failed"``, ``"undecided: compare, min_tok_s"``. Old records without
+        verdicts are judged on their outcome alone.
+        """
+        if self.interrupted:
+            return "interrupted"
+        if self.outcome not in ("passed", ""):
+            return self.outcome
+        found: dict[str, list[str]] = {}
+        for key, cost in (self.cost.get("verdicts") or {}).items():
+            verdict = cost.get("verdict") if isinstance(cost, Mapping) else None
+            if verdict in ("FAILED", "undecided"):
+                found.setdefault(str(verdict), []).append(str(key))
+        for key, text in self.checks.items():
+            verdict = text.split(":", 1)[0]
+            if verdict in ("FAILED", "undecided") and key not in found.get(verdict, []):
+                found.setdefault(verdict, []).append(key)
+        return "; ".join(f"{verdict}: {', '.join(keys)}" for verdict, keys in sorted(found.items()))
 
     @property
     def categories(self) -> list[str]:
@@ -490,6 +519,9 @@ class ResultRecord:
         checks = data.get("checks")
         kw["checks"] = {str(k): str(v) for k, v in checks.items()} if isinstance(checks, dict) else {}
         kw["cost"] = dict(data["cost"]) if isinstance(data.get("cost"), dict) else {}
+        kw["interrupted"] = data.get("interrupted") is True
+        notes = data.get("baseline_notes")
+        kw["baseline_notes"] = tuple(str(n) for n in notes) if isinstance(notes, list) else ()
         kw["samples"] = tuple(RequestSample.from_dict(s) for s in data.get("samples") or () if isinstance(s, dict))
         return cls(**kw)
 
@@ -559,15 +591,57 @@ def new_run_id(now: float | None = None) -> str:
     return f"{stamp}-{secrets.token_hex(3)}"
 
 
+#: Characters a baseline name may not hold (pytest-benchmark's ``--benchmark-save`` refuses the same), besides
+#: whitespace and a leading dot.
+_NAME_FORBIDDEN = set("\\/:*?<>|")
+
+
+def check_name(name: str) -> str:
+    """A baseline name as given to ``--specdec-save`` or ``save``: returned unchanged when usable.
+
+    :raises ValueError: empty, ``latest`` (the option's own value), a leading dot, whitespace, or one of
+        ``\\ / : * ? < > |`` (the message says which).
+    """
+    if not name:
+        raise ValueError("a name cannot be empty, e.g. night-1")
+    if name == "latest":
+        raise ValueError("'latest' means the newest clean run; choose another name, e.g. night-1")
+    bad = "".join(sorted({c for c in name if c in _NAME_FORBIDDEN or c.isspace()}))
+    if bad or name.startswith("."):
+        shown = f"it has {bad!r}" if bad else "it starts with a dot"
+        raise ValueError(f"{name!r}: must not start with a dot or hold whitespace or any of \\/:*?<>| ({shown})")
+    return name
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temp file in its directory and ``os.replace``: a reader never sees a
+    partial file (the last replace wins)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 class ResultStore:
-    """A directory of run files, ``<root>/<run id>.json``.
+    """A directory of run files, ``<root>/<run id>.json``, and the names given to some of them,
+    ``<root>/names/<NAME>`` (a text file holding the run id, as a git ref holds a commit).
 
     Usage::
 
         store = ResultStore(out_dir / "results", current=run.run_id)
         path = store.save(run)           # controller only under xdist
-        baseline = store.load("latest")  # newest run other than ``current``
+        store.save_name("night-1", run.run_id)
+        baseline = store.load("night-1")  # a name, a run id (or unique prefix), a file, or "latest"
     """
+
+    #: The folder of names under the root (not a ``*.json``: every run file lister skips it).
+    NAMES = "names"
 
     def __init__(self, root: Path, *, current: str | None = None) -> None:
         self.root = Path(root)
@@ -583,18 +657,44 @@ class ResultStore:
 
         :returns: the file written.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / f"{run.run_id}.json"
-        fd, tmp = tempfile.mkstemp(prefix=f".{run.run_id}.", suffix=".tmp", dir=self.root)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(run.to_json(compact=compact))
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        _write_atomic(path, run.to_json(compact=compact))
         return path
+
+    def save_name(self, name: str, run_id: str) -> Path:
+        """Name stored run ``run_id`` ``name`` (``--specdec-save``, ``save``): ``<root>/names/<name>`` then holds the
+        run id; a name given again moves to the new run (the last save wins), as a branch moves.
+
+        :raises ValueError: an unusable name (:func:`check_name`).
+        :raises CompareError: no run file of ``run_id`` in the store.
+        :returns: the name's file.
+        """
+        check_name(name)
+        if not (self.root / f"{run_id}.json").is_file():
+            raise CompareError(f"no run {run_id!r} in {self.root}: nothing to name {name!r}")
+        path = self.root / self.NAMES / name
+        _write_atomic(path, run_id + "\n")
+        return path
+
+    def names(self) -> dict[str, str]:
+        """Every name given in this store -> the run id it points at (sorted by name; unreadable files skipped)."""
+        folder = self.root / self.NAMES
+        found: dict[str, str] = {}
+        for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+            if path.is_file() and not path.name.startswith("."):
+                with contextlib.suppress(OSError, UnicodeDecodeError):
+                    run_id = path.read_text(encoding="utf-8").strip()
+                    if run_id:
+                        found[path.name] = run_id
+        return found
+
+    def named(self, name: str) -> str | None:
+        """The run id ``name`` points at (``save_name``), or None when no such name was given."""
+        try:
+            check_name(name)
+        except ValueError:
+            return None
+        return self.names().get(name)
 
     def list(self) -> list[Path]:
         """Run files, oldest first (by file stem = run id, which starts with the UTC time)."""
@@ -603,8 +703,8 @@ class ResultStore:
         return sorted((p for p in self.root.glob("*.json") if not p.name.startswith(".")), key=lambda p: p.stem)
 
     def load(self, ref: str) -> RunFile:
-        """Load a run by ``ref``: a path to a file, a run id (file stem) or a unique stem prefix, or ``latest``
-        (the newest run other than ``current``).
+        """Load a run by ``ref``: a name given with ``--specdec-save``/``save`` (names resolve first), a path to a
+        file, a run id (file stem) or a unique stem prefix, or ``latest`` (the newest run other than ``current``).
 
         :raises CompareError: nothing matches, the prefix is ambiguous, or the file is not a readable run file.
         """
@@ -613,6 +713,13 @@ class ResultStore:
 
     def resolve(self, ref: str) -> Path:
         """The file ``ref`` names (see :meth:`load`). :raises CompareError: as :meth:`load`."""
+        named = self.named(ref) if ref != "latest" else None
+        if named is not None:
+            path = self.root / f"{named}.json"
+            if not path.is_file():
+                raise CompareError(f"name {ref!r} points at run {named}, which is not in {self.root} (removed?); "
+                                   f"name another run: python -m pytest_specdec save RUN {ref}")  # fmt: skip
+            return path
         direct = Path(ref)
         if ref != "latest" and (direct.suffix == ".json" or os.sep in ref) and direct.is_file():
             return direct
@@ -631,7 +738,10 @@ class ResultStore:
         if len(prefixed) > 1:
             names = ", ".join(p.stem for p in prefixed[:5])
             raise CompareError(f"run {ref!r} is ambiguous in {self.root}: {names}")
-        raise CompareError(f"no run {ref!r}: not a file and no run id in {self.root} ({len(files)} runs stored)")
+        given = sorted(self.names())
+        known = f"; nor a name: {', '.join(given[:5])}{', ...' if len(given) > 5 else ''}" if given else ""
+        raise CompareError(f"no run {ref!r}: not a file and no run id in {self.root} ({len(files)} runs "
+                           f"stored{known})")  # fmt: skip
 
 
 def read_run_file(path: Path) -> RunFile:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_specdec.judge import sweep
+from pytest_specdec.judge.baseline import shown
 from pytest_specdec.judge.outcomes import Outcomes
 from pytest_specdec.measure import results
 from pytest_specdec.profiles.schema import Profile
@@ -28,11 +29,14 @@ __all__ = [
     "OutputOptions",
     "Outputs",
     "SummaryReport",
+    "baseline_lines",
     "check_lines",
+    "compare_lines",
     "cost_lines",
     "fail_lines",
     "finish",
     "note_lines",
+    "nothing_compared",
     "speedup_lines",
     "summary_report",
     "undecided_lines",
@@ -63,6 +67,10 @@ class OutputOptions:
     position_plot: str | None = None
     report: str | None = None
     markdown: str | None = None
+    #: ``--specdec-save NAME``: name the run NAME when every test of it is clean.
+    save_name: str | None = None
+    #: ``--specdec-compare`` was given: a run in which no test was compared fails (:attr:`Outputs.compare_red`).
+    compare: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +78,10 @@ class Outputs:
     """What :func:`finish` wrote, and the sweep's lines for the summary."""
 
     saved_path: Path | None = None
+    #: ``--specdec-save``: the name's file when the run was named, else None.
+    name_path: Path | None = None
+    #: ``--specdec-save``: why the run was not named (its tests that are not clean), else empty.
+    name_refused: str = ""
     sweep_table: tuple[str, ...] = ()
     #: Sweep lines that fail the run (no passing point; configured point shown too far below the best).
     sweep_red: tuple[str, ...] = ()
@@ -81,10 +93,24 @@ class Outputs:
     report_path: Path | None = None
     markdown_paths: tuple[Path, ...] = ()
 
+    #: ``--specdec-compare`` given but no test was compared with a stored run (the run fails: a gate that compared
+    #: nothing is not green); empty otherwise.
+    compare_red: str = ""
+
     @property
     def fails_run(self) -> bool:
         """A run-level failure: the session's exit status becomes ``TESTS_FAILED``."""
-        return bool(self.sweep_red)
+        return bool(self.sweep_red or self.compare_red)
+
+    def final_lines(self) -> list[Line]:
+        """The lines for the very end of the summary: run-level failures (:func:`fail_lines`), then why the run was
+        not saved under its ``--specdec-save`` name (yellow, bold)."""
+        out = fail_lines(self.sweep_red)
+        if self.compare_red:
+            out.append(Line(f"FAIL specdec compare: {self.compare_red}", {"red": True, "bold": True}))
+        if self.name_refused:
+            out.append(Line(f"specdec: {self.name_refused}", {"yellow": True, "bold": True}))
+        return out
 
     @property
     def written(self) -> tuple[Path, ...]:
@@ -120,7 +146,10 @@ def finish(
     if not records:
         return Outputs()
     run = results.RunFile(run_id=run_id, started=started, machine=results.machine_info(), results=tuple(records))
-    saved_path = results.ResultStore(options.out_dir / "results", current=run_id).save(run)
+    store = results.ResultStore(options.out_dir / "results", current=run_id)
+    saved_path = store.save(run)
+    name_path, name_refused = _save_name(store, run, options.save_name)
+    compare_red = nothing_compared(records) if options.compare else ""
     sweep_table: list[str] = []
     sweep_red: tuple[str, ...] = ()
     sweep_undecided: tuple[str, ...] = ()
@@ -161,6 +190,9 @@ def finish(
             markdown.write_markdown(lines, path, append=append)
     return Outputs(
         saved_path=saved_path,
+        name_path=name_path,
+        name_refused=name_refused,
+        compare_red=compare_red,
         sweep_table=tuple(sweep_table),
         sweep_red=sweep_red,
         sweep_undecided=sweep_undecided,
@@ -170,6 +202,67 @@ def finish(
         report_path=report_path,
         markdown_paths=tuple(path for path, _ in targets),
     )
+
+
+def nothing_compared(records: Sequence[results.ResultRecord]) -> str:
+    """Under ``--specdec-compare``: why the run fails when none of its tests was compared with a stored run (no
+    record has a ``compare`` verdict in ``cost["verdicts"]``), else ``""``. Read from the records, so it holds on
+    the xdist controller too."""
+    if any("compare" in ((r.cost or {}).get("verdicts") or {}) for r in records):
+        return ""
+    return (
+        f"--specdec-compare compared none of the {len(records)} test(s) with a stored run (each one's line says "
+        "why); a gate that compared nothing is not green. On a first night, leave --specdec-compare out"
+    )
+
+
+def _save_name(store: results.ResultStore, run: results.RunFile, name: str | None) -> tuple[Path | None, str]:
+    """``--specdec-save NAME``: name ``run`` NAME when every test of it is clean (a baseline must be: completed,
+    passed, every verdict passed); else leave the name where it was and say why.
+
+    :returns: (the name's file, ""), or (None, why not) when the run is not clean; (None, "") without a name.
+    """
+    if not name:
+        return None, ""
+    unclean = [f"{r.test_id.split('::', 1)[-1]} ({p})" for r in run.results if (p := r.baseline_problem())]
+    if unclean:
+        before = store.named(name)
+        kept = f"{name} still names run {before}" if before else f"no run is named {name}"
+        why = (
+            f"not saved as {name}: {len(unclean)} test(s) not clean: {shown(unclean)}; {kept}. Name it anyway: "
+            f"python -m pytest_specdec save {run.run_id} {name} --force"
+        )
+        return None, why
+    return store.save_name(name, run.run_id), ""
+
+
+def baseline_lines(records: Iterable[results.ResultRecord]) -> list[Line]:
+    """What the clean records just stored cannot decide as baselines (``ResultRecord.baseline_notes``), once per
+    profile and note, yellow: ``specdec baseline: eagle3: output_tok_s: repeats 236, 215, 117 tok/s: ...``."""
+    notes: dict[str, None] = {}
+    for record in records:
+        if not record.baseline_problem():
+            notes.update(dict.fromkeys(f"{record.profile}: {note}" for note in record.baseline_notes))
+    return [Line(f"specdec baseline: {note}", {"yellow": True}) for note in notes]
+
+
+def compare_lines(outcomes: Outcomes) -> list[Line]:
+    """One line per stored run compared with: how many tests, why that run (``Baseline.why``) and the newer runs
+    passed over; then what its record said when it was stored (yellow), then each passing compare's table."""
+    out = []
+    for run_id, tests in outcomes.compared.items():
+        why, skipped, stored = outcomes.chosen.get(run_id, ("", {}, {}))
+        text = f"specdec compare: {len(tests)} test(s) compared with stored run {run_id}"
+        text += f": {why}" if why else ""
+        text += f"; newer runs passed over: {shown(list(skipped))}" if skipped else ""
+        out.append(Line(text))
+        out.extend(Line(f"specdec compare: run {run_id} was stored with a warning: {note}", {"yellow": True})
+                   for note in stored)  # fmt: skip
+    # A failed compare prints its table with the failure; a passing one shows its deltas here.
+    for test_id, table in outcomes.compare_tables.items():
+        out.append(Line(f"specdec compare: {test_id.split('::', 1)[-1]} (no regression)", sep="-"))
+        out.extend(Line(line) for line in table)
+    return out
 
 
 #: Under the summary when pytest-benchmark's table follows: why its OPS differs from the summary's tok/s.
@@ -289,15 +382,11 @@ def summary_report(
         out.append(Line("specdec acceptance by draft position", sep="-"))
         out.extend(Line(line) for line in [report.POSITION_LEGEND, *by_position])
     out.extend(notes)
-    for run_id, tests in outcomes.compared.items():
-        out.append(Line(f"specdec compare: {len(tests)} test(s) compared with stored run {run_id}"))
-    # A failed compare prints its table with the failure; a passing one shows its deltas here.
-    for test_id, table in outcomes.compare_tables.items():
-        out.append(Line(f"specdec compare: {test_id.split('::', 1)[-1]} (no regression)", sep="-"))
-        out.extend(Line(line) for line in table)
+    out.extend(compare_lines(outcomes))
     out.extend(Line(f"specdec compare: {note}") for note in outcomes.compare_notes)
     out.extend(_output_lines(outputs))
-    return SummaryReport(tuple(out), tuple(fail_lines(outputs.sweep_red)), outputs.written, outputs.fails_run)
+    out.extend(baseline_lines(records))
+    return SummaryReport(tuple(out), tuple(outputs.final_lines()), outputs.written, outputs.fails_run)
 
 
 def _output_lines(outputs: Outputs) -> list[Line]:
@@ -305,6 +394,8 @@ def _output_lines(outputs: Outputs) -> list[Line]:
     out = []
     if outputs.saved_path is not None:
         out.append(Line(f"specdec results: {outputs.saved_path}", sep="-"))
+    if outputs.name_path is not None:
+        out.append(Line(f"specdec: saved as {outputs.name_path.name}: {outputs.name_path} names this run"))
     if outputs.sweep_table:
         out.append(Line("specdec sweep", sep="="))
         for line in outputs.sweep_table:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-__all__ = ["percent", "register", "positive_float", "positive_int", "profile_names", "sweep_points"]
+__all__ = ["percent", "positive_float", "positive_int", "profile_names", "register", "save_name", "sweep_points"]
 
 
 def profile_names(value: str) -> str:
@@ -63,6 +63,16 @@ def sweep_points(value: str) -> list[dict[str, int]]:
         return sweep.parse_sweep(value)
     except ValueError as exc:
         raise pytest.UsageError(f"--specdec-sweep={value}: {exc}") from None
+
+
+def save_name(value: str) -> str:
+    """``--specdec-save``: a name for the run (``results.check_name``: no path characters, not ``latest``)."""
+    from pytest_specdec.measure.results import check_name
+
+    try:
+        return check_name(value)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--specdec-save={value}: {exc}") from None
 
 
 def positive_int(option: str) -> Callable[[str], int]:
@@ -144,21 +154,41 @@ def register(parser: pytest.Parser) -> None:
         help="Measured phases per profile (default: the profile's workload.repeats, 3)",
     )
     group.addoption(
+        "--specdec-save",
+        action="store",
+        type=save_name,
+        default=None,
+        metavar="NAME",
+        help="Save the current run under NAME as well (.specdec/results/names/NAME names its run id), when every test "
+        "of it is clean (completed, passed, every verdict passed); --specdec-compare=NAME compares against it. A "
+        "name saved again moves to the new run",
+    )
+    group.addoption(
         "--specdec-compare",
         action="store",
         nargs="?",
         const="latest",
         default=None,
-        metavar="RUN_OR_PATH",
-        help="Fail each test whose metrics regressed against stored results (default: per test, the newest "
-        "stored run in which it passed; or a run id or file)",
+        metavar="NAME|RUN",
+        help="Fail each test whose metrics regressed against stored results: against the run saved as NAME "
+        "(--specdec-save), or a run id or file, or if unspecified per test the newest stored run in which it was "
+        "clean (completed, passed, every verdict passed)",
+    )
+    group.addoption(
+        "--specdec-compare-missing",
+        action="store",
+        choices=("fail", "warn"),
+        default="fail",
+        help="A test without a baseline under --specdec-compare: 'fail' (default) fails it with the reason, 'warn' "
+        "passes it with a warning (a new test's first night)",
     )
     group.addoption(
         "--specdec-compare-profile",
         action="store",
         default=None,
         metavar="NAME",
-        help="Compare against the stored results of this profile instead of the test's own (e.g. eagle3)",
+        help="Compare every test whose profile is of NAME's kind (with speculation, or without) against the stored "
+        "results of profile NAME instead of its own (e.g. eagle3)",
     )
     group.addoption(
         "--specdec-undecided",

@@ -7,6 +7,7 @@ applied, a ``--specdec-sweep`` expanded into one profile per point, preflight ru
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ from pytest_specdec.profiles import discovery
 from pytest_specdec.run.settings import RunSettings
 
 if TYPE_CHECKING:
+    from pytest_specdec.judge.baseline import Baselines
     from pytest_specdec.judge.verdict import CompareSetup
     from pytest_specdec.profiles.schema import Profile, ProfileSet
 
@@ -89,10 +91,18 @@ def check_only(settings: RunSettings) -> Selection:
     return Selection(profile_set, settings.selected, checked=tuple(checked), check_failed=failed)
 
 
-def compare_setup(settings: RunSettings, run_id: str) -> CompareSetup | None:
+def compare_setup(
+    settings: RunSettings, run_id: str, profiles: Mapping[str, Profile] | None = None
+) -> CompareSetup | None:
     """``--specdec-compare``: its baselines (loaded once, at configure) and options; None without the option.
 
-    :raises pytest.UsageError: the named run cannot be read.
+    ``--specdec-compare-profile NAME`` maps the tests of every selected profile of NAME's kind (with speculation or
+    without: NAME's profile in ``profiles``, else its stored results) to NAME's stored results.
+
+    :param profiles: the loaded profiles (``Selection.profiles``), for NAME's kind and the selected ones'.
+    :raises pytest.UsageError: the named run cannot be read; ``--specdec-compare-profile`` names a profile found
+        neither in the profile file nor in the stored results, or of a kind no selected profile has (it would map
+        nothing).
     """
     ref = settings.compare
     if ref is None:
@@ -110,10 +120,42 @@ def compare_setup(settings: RunSettings, run_id: str) -> CompareSetup | None:
         raise pytest.UsageError(f"--specdec-compare={ref}: {exc}") from None
     assert baselines is not None
     s = settings
+    speculative = _compare_kind(settings, baselines, profiles or {}) if s.compare_profile else True
     return CompareSetup(
-        baselines, run_id, s.tolerances, s.compare_profile, s.compare_force, bisect_hint,
+        baselines, run_id, s.tolerances, s.compare_profile, profile_speculative=speculative,
+        missing=s.compare_missing, force=s.compare_force, bisect_hint=bisect_hint,
         history=StoredHistory(settings.out_dir / "results"),
     )  # fmt: skip
+
+
+def _compare_kind(settings: RunSettings, baselines: Baselines, profiles: Mapping[str, Profile]) -> bool:
+    """Whether ``--specdec-compare-profile``'s profile runs speculative decoding: from the profile file, else from
+    its stored results (``fingerprint["speculative"]``).
+
+    :raises pytest.UsageError: the profile is in neither, or no selected profile is of its kind.
+    """
+    name = settings.compare_profile
+    assert name is not None
+    option = f"--specdec-compare-profile={name}"
+    if name in profiles:
+        speculative = profiles[name].is_speculative
+    else:
+        kind = baselines.profile_kind(name)
+        if kind is None:
+            raise pytest.UsageError(
+                f"{option}: no profile {name!r} in {settings.profile_path} and no stored results of it in "
+                f"{baselines.where()}"
+            )
+        speculative = kind
+    selected = [profiles[n] for n in settings.selected if n in profiles]
+    if selected and not any(p.is_speculative == speculative for p in selected):
+        what = "runs speculative decoding" if speculative else "runs without speculation"
+        names = ", ".join(p.name for p in selected)
+        raise pytest.UsageError(
+            f"{option}: profile {name} {what}, and none of the selected profiles ({names}) does, so it would map "
+            "no test; name a profile of their kind"
+        )
+    return speculative
 
 
 def _load(settings: RunSettings) -> ProfileSet:

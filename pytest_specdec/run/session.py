@@ -36,6 +36,7 @@ from pytest_specdec.run.settings import RunSettings
 
 if TYPE_CHECKING:
     from pytest_specdec.measure import runner
+    from pytest_specdec.measure.results import ResultRecord
     from pytest_specdec.profiles.schema import Profile
     from pytest_specdec.report.summary import Outputs, SummaryReport
 
@@ -75,7 +76,7 @@ class SpecdecSession:
             lock=lambda: fixtures.measure_lock(config),
         )
         self.outcomes = Outcomes(settings.out_dir / "noise")
-        self.compare = None if settings.check else selection.compare_setup(settings, self.run_id)
+        self.compare = None if settings.check else selection.compare_setup(settings, self.run_id, self.profiles)
         #: Shared servers the xdist workers left behind (``sharing.sweep_shared``), red in the summary.
         self.shared_leftovers: list[str] = []
         self.outputs: Outputs | None = None
@@ -120,14 +121,28 @@ class SpecdecSession:
             repeats=self.settings.repeats_of(profile), measurements=self.store, outcomes=self.outcomes,
             compare_setup=self.compare, marker_tolerances=tolerances, undecided=self.settings.undecided,
         )  # fmt: skip
-        item.stash[record_key] = judged.record
-        value = json.dumps(judged.record.to_dict(), default=str)
+        record = dataclasses.replace(
+            judged.record, baseline_notes=self._baseline_notes(judged.record, profile, tolerances)
+        )
+        item.stash[record_key] = record
+        value = json.dumps(record.to_dict(), default=str)
         item.user_properties[:] = [(k, value if k == RECORD_PROPERTY else v) for k, v in item.user_properties]
         item.user_properties.append((CHECKS_PROPERTY, json.dumps(judged.checks)))
         for text in judged.warnings:
             item.warn(SpecdecWarning(text))
         if judged.failure is not None:
             pytest.fail(judged.failure, pytrace=False)
+
+    def _baseline_notes(self, record: ResultRecord, profile: Profile, marker_tolerances: list[str]) -> tuple[str, ...]:
+        """What the record cannot decide as a baseline (``baseline.baseline_notes``), at the tolerances and design
+        a later ``--specdec-compare`` judges it with; stored with it and said at the end of the run."""
+        from pytest_specdec.judge import verdict
+        from pytest_specdec.judge.baseline import baseline_notes
+        from pytest_specdec.judge.tolerances import layered_tolerances
+
+        tolerances = layered_tolerances(list(self.settings.tolerances), profile.tolerances, marker_tolerances)
+        design = verdict.design_for(profile, self.settings.repeats_of(profile))
+        return tuple(baseline_notes(record, tolerances, design))
 
     # -- hooks (this object is registered as a plugin) --
 
@@ -192,6 +207,9 @@ class SpecdecSession:
         if self.outcomes.records:
             from pytest_specdec.report import summary
 
+            if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+                # Its records are kept, but an interrupted run never becomes a baseline (nor takes a name).
+                self.outcomes.records[:] = [dataclasses.replace(r, interrupted=True) for r in self.outcomes.records]
             self.outputs = summary.finish(self.outcomes.records, self.outcomes.failures, run_id=self.run_id,
                                           started=self.started, profiles=self.profiles or {},
                                           options=self.settings.output_options())  # fmt: skip
@@ -229,10 +247,8 @@ class SpecdecSession:
     def write_final_lines(self, terminalreporter: Any) -> None:
         """The run-level failure lines and the count of undecided verdicts, right above pytest's final line
         (``plugin.py``'s trylast summary hook)."""
-        if self.outputs is not None and self.outputs.sweep_red:
-            from pytest_specdec.report import summary
-
-            _write(terminalreporter, summary.fail_lines(self.outputs.sweep_red))
+        if self.outputs is not None:
+            _write(terminalreporter, self.outputs.final_lines())
         if self.outcomes.records:
             from pytest_specdec.report import summary
 

@@ -54,10 +54,14 @@ class RunSettings:
     check: bool = False
     #: ``--specdec-strict``: preflight warnings fail like errors.
     strict: bool = False
-    #: ``--specdec-compare``: ``"latest"``, a run id or file; None without the option.
+    #: ``--specdec-compare``: ``"latest"``, a name, a run id or file; None without the option.
     compare: str | None = None
-    #: ``--specdec-compare-profile``: compare speculative profiles with this profile's stored results.
+    #: ``--specdec-compare-profile``: compare the tests of profiles of this profile's kind with its stored results.
     compare_profile: str | None = None
+    #: ``--specdec-compare-missing``: ``fail`` or ``warn`` for a test without a baseline.
+    compare_missing: str = "fail"
+    #: ``--specdec-save``: the name to save this run under (None: only its run id).
+    save: str | None = None
     #: ``--specdec-compare-force``: compare although the workloads differ.
     compare_force: bool = False
     #: ``--specdec-undecided`` / ini ``specdec_undecided``: ``fail`` or ``warn`` (``verdict.UNDECIDED_POLICIES``).
@@ -89,7 +93,7 @@ class RunSettings:
 
         return OutputOptions(
             self.out_dir, self.sweep is not None, self.sweep_baseline, self.sweep_max_gap, self.sweep_plot,
-            self.position_plot, self.report, self.markdown,
+            self.position_plot, self.report, self.markdown, self.save, self.compare is not None,
         )  # fmt: skip
 
     @classmethod
@@ -135,6 +139,8 @@ class RunSettings:
             strict=bool(option.specdec_strict),
             compare=option.specdec_compare,
             compare_profile=option.specdec_compare_profile,
+            compare_missing=option.specdec_compare_missing,
+            save=option.specdec_save,
             compare_force=bool(option.specdec_compare_force),
             undecided=_undecided_policy(option.specdec_undecided, config.getini("specdec_undecided")),
             tolerances=tolerances,

@@ -1,0 +1,48 @@
+"""``python -m pytest_specdec save RUN NAME``: name a stored run, as pytest's ``--specdec-save NAME`` names the run
+it stores; ``--specdec-compare=NAME`` (and the ``compare`` command's BASE) then finds it by that name."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pytest_specdec.cli.exits import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from pytest_specdec.core.errors import CompareError
+from pytest_specdec.judge.baseline import shown
+from pytest_specdec.measure.results import ResultStore, check_name
+
+__all__ = ["save_command"]
+
+
+def save_command(args: argparse.Namespace) -> int:
+    """``save RUN NAME [--force] [--results-dir DIR]``: point NAME at stored run RUN (a name, run id or unique
+    prefix, a run file in DIR, or ``latest``). A run with a test that is not clean (failed, undecided, interrupted:
+    ``ResultRecord.baseline_problem``) is refused unless ``--force``.
+
+    :returns: ``EXIT_OK`` named; ``EXIT_REFUSED`` (1) a run that is not clean, without ``--force``; ``EXIT_USAGE``
+        (2) a bad name, no such run, or a run file outside DIR.
+    """
+    store = ResultStore(Path(args.results_dir))
+    try:
+        check_name(args.name)
+        path = store.resolve(args.run)
+        run = store.load(args.run)
+    except (ValueError, CompareError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if path.resolve() != (store.root / f"{run.run_id}.json").resolve():
+        print(f"error: {path} is not a run of {store.root}: a name points at a stored run (merge or copy it there, or "
+              "pass --results-dir)", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    unclean = [f"{r.test_id} ({p})" for r in run.results if (p := r.baseline_problem())]
+    if unclean and not args.force:
+        print(f"save: refused: {len(unclean)} test(s) of run {run.run_id} not clean: {shown(unclean)}; a baseline "
+              "completed, passed and every verdict passed (--force names it anyway)")  # fmt: skip
+        return EXIT_REFUSED
+    before = store.named(args.name)
+    where = store.save_name(args.name, run.run_id)
+    moved = f" (was run {before})" if before and before != run.run_id else ""
+    forced = f"; not clean, named with --force: {shown(unclean)}" if unclean else ""
+    print(f"saved as {args.name}: {where} names run {run.run_id}{moved}{forced}")
+    return EXIT_OK

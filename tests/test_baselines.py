@@ -1,0 +1,217 @@
+"""Which stored run becomes a baseline, and what a baseline says when it is stored (no server: stored run files).
+
+Only a clean run is chosen by ``latest`` (completed, passed, every verdict passed); names resolve before run ids; a
+record with an outlier repeat or too wide a spread says so, with the fix, when it is stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.core.errors import CompareError
+from pytest_specdec.judge import sequential
+from pytest_specdec.judge.baseline import Baselines, baseline_notes
+from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile, check_name, read_run_file
+from pytest_specdec.report import summary
+from tests.helpers import record, with_repeats
+
+TEST = "tests/test_x.py::test_run[baseline]"
+
+
+def _verdicts(**verdicts: str) -> dict[str, object]:
+    return {"verdicts": {key: {"verdict": v, "repeats": 2, "server_s": 1.0} for key, v in verdicts.items()}}
+
+
+def _run(run_id: str, **changes: object) -> RunFile:
+    rec = dataclasses.replace(with_repeats(record("baseline", 90.0, None), [89.0, 90.0, 91.0]), **changes)
+    return RunFile(run_id=run_id, started=0.0, results=(rec,))
+
+
+def _store(tmp_path: Path, *runs: RunFile) -> ResultStore:
+    store = ResultStore(tmp_path)
+    for run in runs:
+        store.save(run)
+    return store
+
+
+def test_a_record_is_clean_only_when_it_completed_passed_and_every_verdict_passed() -> None:
+    base = record("baseline", 90.0, None)
+    assert base.baseline_problem() == ""
+    assert dataclasses.replace(base, cost=_verdicts(min_tok_s="passed", compare="passed")).baseline_problem() == ""
+    assert dataclasses.replace(base, outcome="failed").baseline_problem() == "failed"
+    assert dataclasses.replace(base, interrupted=True).baseline_problem() == "interrupted"
+    undecided = dataclasses.replace(base, cost=_verdicts(min_tok_s="passed", compare="undecided"))
+    assert undecided.baseline_problem() == "undecided: compare"
+    # Old records have only their checks: "undecided: <line>" there counts too.
+    checked = dataclasses.replace(base, checks={"min_tok_s": "undecided: output_tok_s 90 tok/s: undecided vs min 90"})
+    assert checked.baseline_problem() == "undecided: min_tok_s"
+
+
+def test_old_run_files_read_without_the_new_fields_and_new_ones_round_trip(tmp_path: Path) -> None:
+    run = _run("20261201T000000Z-aaaaaa", interrupted=True, baseline_notes=("output_tok_s: too wide",))
+    path = ResultStore(tmp_path).save(run)
+    back = read_run_file(path).results[0]
+    assert back.interrupted and back.baseline_notes == ("output_tok_s: too wide",)
+    data = json.loads(path.read_text())
+    for key in ("interrupted", "baseline_notes"):
+        del data["results"][0][key]
+    old = ResultRecord.from_dict(data["results"][0])
+    assert not old.interrupted and old.baseline_notes == () and old.baseline_problem() == ""
+
+
+def test_latest_passes_over_failed_undecided_and_interrupted_runs_and_says_why(tmp_path: Path) -> None:
+    """The -75 % night ended undecided and passed: it must not become the next baseline (nor a failed or an
+    interrupted one); the line names the run chosen, why, and the newer runs passed over."""
+    store = _store(
+        tmp_path,
+        _run("20261201T000000Z-aaaaaa", cost=_verdicts(compare="passed")),
+        _run("20261202T000000Z-bbbbbb", cost=_verdicts(compare="undecided")),
+        _run("20261203T000000Z-cccccc", outcome="failed"),
+        _run("20261204T000000Z-dddddd", interrupted=True),
+    )
+    baselines = Baselines.from_option("latest", store)
+    assert baselines is not None
+    found = baselines.find(TEST)
+    assert found is not None
+    assert found.run.run_id == "20261201T000000Z-aaaaaa"
+    assert found.why == "the newest stored run in which the test was clean (completed, passed, every verdict passed)"
+    assert found.skipped == (
+        "20261204T000000Z-dddddd (interrupted)",
+        "20261203T000000Z-cccccc (failed)",
+        "20261202T000000Z-bbbbbb (undecided: compare)",
+    )
+    assert baselines.find("tests/test_x.py::test_other[baseline]") is None
+    assert baselines.missing("tests/test_x.py::test_other[baseline]").endswith(": no stored run has it")
+
+
+def test_no_clean_run_is_no_baseline_and_the_reason_lists_the_runs(tmp_path: Path) -> None:
+    store = _store(tmp_path, _run("20261202T000000Z-bbbbbb", cost=_verdicts(min_tok_s="undecided")))
+    baselines = Baselines.from_option("latest", store)
+    assert baselines is not None
+    assert baselines.find(TEST) is None
+    assert baselines.missing(TEST) == (
+        f"no baseline for {TEST} in {tmp_path}: 1 stored run(s) have it, none clean: "
+        "20261202T000000Z-bbbbbb (undecided: min_tok_s)"
+    )
+
+
+def test_names_resolve_before_run_ids_and_move_when_saved_again(tmp_path: Path) -> None:
+    first, second = _run("20261201T000000Z-aaaaaa"), _run("20261202T000000Z-bbbbbb")
+    store = _store(tmp_path, first, second)
+    path = store.save_name("night-1", first.run_id)
+    assert path == tmp_path / "names" / "night-1"
+    assert path.read_text() == f"{first.run_id}\n"
+    # A name that is also a run-id prefix: the name wins.
+    store.save_name("20261202", first.run_id)
+    assert store.load("20261202").run_id == first.run_id
+    assert store.load("night-1").run_id == first.run_id
+    assert store.list() == [tmp_path / f"{first.run_id}.json", tmp_path / f"{second.run_id}.json"]
+    store.save_name("night-1", second.run_id)
+    assert store.load("night-1").run_id == second.run_id
+    baselines = Baselines.from_option("night-1", store)
+    assert baselines is not None
+    assert baselines.header_line() == f"specdec: comparing against night-1 (run {second.run_id})"
+    found = baselines.find(TEST)
+    assert found is not None and found.why == "named night-1 (--specdec-compare)"
+
+
+def test_a_named_run_that_is_not_clean_is_honoured_and_said(tmp_path: Path) -> None:
+    run = _run("20261201T000000Z-aaaaaa", outcome="failed")
+    store = _store(tmp_path, run)
+    store.save_name("rc1", run.run_id)
+    baselines = Baselines.from_option("rc1", store)
+    assert baselines is not None
+    found = baselines.find(TEST)
+    assert found is not None
+    assert found.why == "named rc1 (--specdec-compare); not clean (failed), compared anyway because it was named"
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("", "a name cannot be empty, e.g. night-1"),
+        ("latest", "'latest' means the newest clean run; choose another name, e.g. night-1"),
+        ("a/b", "'a/b': must not start with a dot or hold whitespace or any of \\/:*?<>| (it has '/')"),
+        (".x", "'.x': must not start with a dot or hold whitespace or any of \\/:*?<>| (it starts with a dot)"),
+    ],
+)
+def test_bad_names_are_refused_with_the_rule(name: str, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        check_name(name)
+    assert str(info.value) == message
+
+
+def test_a_name_of_a_removed_run_says_so(tmp_path: Path) -> None:
+    run = _run("20261201T000000Z-aaaaaa")
+    store = _store(tmp_path, run)
+    store.save_name("night-1", run.run_id)
+    (tmp_path / f"{run.run_id}.json").unlink()
+    with pytest.raises(CompareError, match="name 'night-1' points at run 20261201T000000Z-aaaaaa, which is not in"):
+        store.load("night-1")
+    with pytest.raises(CompareError, match="nothing to name 'x'"):
+        store.save_name("x", "nope")
+
+
+def test_save_name_needs_a_clean_run_and_keeps_the_old_name_otherwise(tmp_path: Path) -> None:
+    store = _store(tmp_path, _run("20261201T000000Z-aaaaaa"))
+    store.save_name("night-1", "20261201T000000Z-aaaaaa")
+    bad = _run("20261202T000000Z-bbbbbb", cost=_verdicts(compare="undecided"))
+    store.save(bad)
+    path, why = summary._save_name(store, bad, "night-1")
+    assert path is None
+    assert why == (
+        "not saved as night-1: 1 test(s) not clean: test_run[baseline] (undecided: compare); night-1 still names run "
+        "20261201T000000Z-aaaaaa. Name it anyway: python -m pytest_specdec save 20261202T000000Z-bbbbbb night-1 --force"
+    )
+    good = _run("20261203T000000Z-cccccc")
+    store.save(good)
+    assert summary._save_name(store, good, "night-1") == (tmp_path / "names" / "night-1", "")
+    assert store.named("night-1") == good.run_id
+
+
+def test_a_compare_run_that_compared_nothing_fails() -> None:
+    compared = dataclasses.replace(record("baseline", 90.0, None), cost=_verdicts(compare="passed"))
+    assert summary.nothing_compared([compared, record("eagle3", 90.0, 2.0)]) == ""
+    assert summary.nothing_compared([record("baseline", 90.0, None)]).startswith(
+        "--specdec-compare compared none of the 1 test(s) with a stored run"
+    )
+
+
+def test_a_noisy_baseline_says_so_when_stored_with_the_fix() -> None:
+    """The issue's repeats 236, 215 and 117 tok/s: 117 is an outlier, and at that spread no unchanged run passes
+    within 5 %; a tight baseline stores without a word."""
+    design = sequential.Design(3, 24)
+    noisy = with_repeats(record("baseline", 215.0, None), [236.0, 215.0, 117.0])
+    (note,) = baseline_notes(noisy, {}, design)
+    assert note.startswith("output_tok_s: repeats 236, 215, 117 tok/s: 117 is an outlier (-46% from the median); ")
+    assert "could not pass within 5% in any number of repeats (budget 24 repeats, workload.max_repeats)" in note
+    tight = with_repeats(record("baseline", 100.0, None), [100.0, 101.0, 99.0])
+    assert baseline_notes(tight, {}, design) == []
+    wide = with_repeats(record("baseline", 100.0, None), [100.0, 108.0, 93.0])
+    (note,) = baseline_notes(wide, {}, design)
+    assert note.endswith("store the baseline with more repeats (about 16: --specdec-repeats 16)"), note
+
+
+def test_the_save_command_names_a_clean_stored_run_and_compare_finds_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_specdec.cli.main import main
+
+    good, bad = _run("20261201T000000Z-aaaaaa"), _run("20261202T000000Z-bbbbbb", outcome="failed")
+    _store(tmp_path, good, bad)
+    where = ["--results-dir", str(tmp_path)]
+    assert main(["save", "latest", "night-1", *where]) == 1
+    assert capsys.readouterr().out == (
+        f"save: refused: 1 test(s) of run {bad.run_id} not clean: {TEST} (failed); a baseline completed, passed and "
+        "every verdict passed (--force names it anyway)\n"
+    )
+    assert main(["save", "20261201", "night-1", *where]) == 0
+    assert capsys.readouterr().out == f"saved as night-1: {tmp_path}/names/night-1 names run {good.run_id}\n"
+    assert main(["save", "20261201", "a/b", *where]) == 2
+    assert "must not start with a dot or hold whitespace" in capsys.readouterr().err
+    assert main(["compare", "night-1", bad.run_id, *where]) == 0
+    assert capsys.readouterr().out.startswith(f"specdec compare: baseline {good.run_id} -> current {bad.run_id}\n")

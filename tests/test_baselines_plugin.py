@@ -1,0 +1,136 @@
+"""Baselines from pytest, on the fake SGLang (``tests/fakesglang``: a server start well under a second): only a clean
+run becomes a baseline, ``--specdec-save NAME`` names one, a test without a baseline fails under
+``--specdec-compare``, a run that compared nothing is not green, ``--specdec-compare-profile`` maps tests of its
+profile's kind and refuses a kind no selected profile has.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+# Imported before any in-process run (pytester drops the modules an inner run imported; numpy.fft cannot be loaded
+# twice in one process).
+import scipy.stats  # noqa: F401
+
+from pytest_specdec.engines.rules import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
+
+FAKE = Path(__file__).resolve().parent / "fakesglang"
+ENV = json.dumps({"PYTHONPATH": str(FAKE), "SPECDEC_FAKE_SGLANG": "{}"})
+SPEC = (
+    f"{{algorithm: EAGLE3, draft_model_path: {BUNDLED_DRAFT_EAGLE3}, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}}"
+)
+#: Wide tolerances: the fake's timings on a loaded runner must not decide these tests, the baselines must.
+TOLERANCES = '["output_tok_s:90%", "ttft_ms:900%", "itl_ms:900%", "tpot_ms:900%"]'
+
+
+def _profiles(workload: str = "{repeats: 2, max_repeats: 2}", thresholds: str = "{}") -> str:
+    return f"""
+profiles:
+  baseline:
+    server: sglang
+    model_path: {BUNDLED_TARGET}
+    env: {ENV}
+    startup_timeout_s: 60
+    tolerances: {TOLERANCES}
+    thresholds: {thresholds}
+    workload: {{max_new_tokens: 15, num_requests: 2, warmup_requests: 0, {workload[1:-1]}}}
+  eagle3:
+    extends: baseline
+    speculative: {SPEC}
+"""
+
+
+#: Specdec warnings shown, not raised (a loaded runner's); in process the plugin is already imported.
+INI = (
+    "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n"
+    "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n"
+)
+RUN = "def test_run(specdec_run):\n    pass\n"
+
+
+def _project(pytester: pytest.Pytester, tests: str = RUN, **profiles: str) -> None:
+    pytester.makefile(".yaml", specdec=_profiles(**profiles))
+    pytester.makepyfile(test_base=tests)
+    pytester.makeini(INI)
+
+
+def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """In process (a Ctrl-C in a test body ends the inner run, not this one)."""
+    return pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly", *args, no_reraise_ctrlc=True
+    )
+
+
+def _run_id(result: pytest.RunResult) -> str:
+    found = re.search(r"specdec results: \S+/(\S+)\.json", result.stdout.str())
+    assert found is not None, result.stdout.str()
+    return found.group(1)
+
+
+def test_latest_never_takes_a_failed_undecided_or_interrupted_run(pytester: pytest.Pytester) -> None:
+    _project(pytester)
+    clean = _run(pytester, "--server-profile=baseline", "--specdec-save=night-1")
+    clean.assert_outcomes(passed=1)
+    clean.stdout.fnmatch_lines(["specdec: saved as night-1: */names/night-1 names this run"])
+    _project(pytester, "def test_run(specdec_run):\n    assert False, 'broken'\n")
+    failed = _run(pytester, "--server-profile=baseline", "--specdec-save=night-2")
+    failed.assert_outcomes(failed=1)
+    failed.stdout.fnmatch_lines(["specdec: not saved as night-2: 1 test(s) not clean: test_run[[]baseline[]] (failed); "
+                                 "no run is named night-2. Name it anyway: *"])  # fmt: skip
+    # One repeat and no more: a min_tok_s floor cannot be decided (no spread), so the test passes undecided.
+    _project(pytester, workload="{repeats: 1, max_repeats: 1}", thresholds="{min_tok_s: 1}")
+    undecided = _run(pytester, "--server-profile=baseline")
+    undecided.assert_outcomes(passed=1)
+    _project(pytester, RUN + "\n\ndef test_stop(specdec_run):\n    raise KeyboardInterrupt\n")
+    interrupted = _run(pytester, "--server-profile=baseline")
+    assert interrupted.ret == pytest.ExitCode.INTERRUPTED
+    stored = json.loads((pytester.path / ".specdec" / "results" / f"{_run_id(interrupted)}.json").read_text())
+    assert [(r["outcome"], r["interrupted"]) for r in stored["results"]] == [("passed", True)]
+    compared = _run(pytester, "--server-profile=baseline", "--specdec-compare", "-k", "test_run")
+    compared.assert_outcomes(passed=1)
+    compared.stdout.fnmatch_lines(
+        [
+            f"specdec compare: 1 test(s) compared with stored run {_run_id(clean)}: the newest stored run in which the "
+            "test was clean (completed, passed, every verdict passed); newer runs passed over: "
+            f"{_run_id(interrupted)} (interrupted), {_run_id(undecided)} (undecided: min_tok_s), {_run_id(failed)} "
+            "(failed)"
+        ]
+    )
+
+
+def test_a_test_without_baseline_fails_and_a_run_that_compared_nothing_is_not_green(pytester: pytest.Pytester) -> None:
+    _project(pytester)
+    _run(pytester, "--server-profile=baseline").assert_outcomes(passed=1)
+    new = _run(pytester, "--server-profile=eagle3", "--specdec-compare")
+    new.assert_outcomes(failed=1)
+    new.stdout.fnmatch_lines(
+        [
+            "no baseline for test_base.py::test_run[[]eagle3[]] in *: no stored run has it; not compared: a new "
+            "test? --specdec-compare-missing=warn passes it for its first night",
+        ]
+    )
+    warned = _run(pytester, "--server-profile=eagle3", "--specdec-compare", "--specdec-compare-missing=warn")
+    warned.assert_outcomes(passed=1, warnings=1)
+    assert warned.ret == pytest.ExitCode.TESTS_FAILED
+    warned.stdout.fnmatch_lines(["FAIL specdec compare: --specdec-compare compared none of the 1 test(s) with a "
+                                 "stored run (each one's line says why); *"])  # fmt: skip
+
+
+def test_compare_profile_maps_profiles_of_its_kind_and_refuses_a_kind_none_has(pytester: pytest.Pytester) -> None:
+    _project(pytester)
+    _run(pytester, "--server-profile=eagle3").assert_outcomes(passed=1)
+    # baseline runs without speculation; so does no selected profile here but eagle3's kind: refused at start.
+    refused = _run(pytester, "--server-profile=eagle3", "--specdec-compare", "--specdec-compare-profile=baseline")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["ERROR: --specdec-compare-profile=baseline: profile baseline runs without "
+                                  "speculation, and none of the selected profiles (eagle3) does, so it would map no "
+                                  "test; name a profile of their kind"])  # fmt: skip
+    _run(pytester, "--server-profile=baseline").assert_outcomes(passed=1)
+    pytester.makefile(".yaml", specdec=_profiles() + "  baseline-slow:\n    extends: baseline\n")
+    mapped = _run(pytester, "--server-profile=baseline-slow", "--specdec-compare", "--specdec-compare-profile=baseline")
+    mapped.assert_outcomes(passed=1)
+    mapped.stdout.fnmatch_lines(["specdec compare: 1 test(s) compared with stored run *"])
