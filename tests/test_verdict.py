@@ -3,6 +3,8 @@ steps, and the baseline compare with its confirming measurement (hand-made recor
 
 from __future__ import annotations
 
+from typing import Any
+
 from pytest_specdec.judge import compare
 from pytest_specdec.judge.thresholds import evaluate
 from pytest_specdec.judge.tolerances import layered_tolerances
@@ -192,3 +194,51 @@ def test_sequential_compare_with_a_long_history_measures_on() -> None:
     # 5-repeat baseline alone the loop stopped at 3, above).
     assert judged.failure is None and judged.cost["repeats"] > 5
     assert judged.cost["verdict"] == "passed" or "repeats in all would decide it" in (judged.undecided or "")
+
+
+def test_pytest_and_the_compare_command_print_the_same_verdict_on_the_same_stored_runs(
+    tmp_path: Any, capsys: Any
+) -> None:
+    # pytest judges the current run at its design, measuring on; its record (every repeat, the design in its cost)
+    # and the baseline are stored; the compare command reads them back and must decide every row alike.
+    import dataclasses
+
+    from pytest_specdec.cli.main import main
+    from pytest_specdec.judge import sequential
+    from pytest_specdec.measure.results import ResultStore, RunFile
+
+    design = sequential.Design(3, 12)
+    cases = {
+        "regressed": [88.0, 86.0, 101.5, 87.0, 89.0, 88.5, 87.5, 88.0, 89.0, 87.0, 88.0, 87.5],
+        "passed": [99.0, 101.0, 99.0, 99.5, 99.2, 99.6, 99.1, 99.4, 99.3, 99.5, 99.4, 99.2],
+        "undecided": [97.0, 90.0, 104.0, 95.0, 99.0, 92.0, 101.0, 94.0, 100.0, 91.0, 96.0, 103.0],
+    }
+    base = rec(output_tok_s=[100.0, 99.0, 101.0, 99.5, 100.5, 100.2])
+    for i, (name, stream) in enumerate(cases.items()):
+        shown = [3]
+
+        def more(stream: list[float] = stream, shown: list[int] = shown) -> ResultRecord | None:
+            shown[0] += 1
+            return rec(output_tok_s=stream[: shown[0]]) if shown[0] <= len(stream) else None
+
+        judged = judge_compare(
+            base, rec(output_tok_s=stream[:3]), run_id="R1", test_id="t.py::test_x[eagle3]",
+            tolerances=layered_tolerances(), noise={}, force=False, more=more, design=design,
+        )  # fmt: skip
+        assert judged.cost["verdict"] == {"regressed": "FAILED"}.get(name, name), name
+        current = dataclasses.replace(
+            rec(output_tok_s=stream[: judged.cost["repeats"]]), cost={"design": {"start": 3, "max_repeats": 12}}
+        )
+        store = ResultStore(tmp_path / name)
+        b = store.save(RunFile(f"2026010{i}T000000Z-aaaaaa", 1.0, {}, (base,)))
+        c = store.save(RunFile(f"2026010{i}T010000Z-bbbbbb", 2.0, {}, (current,)))
+        code = main(["compare", str(b), str(c), "--results-dir", str(tmp_path / name)])
+        out = capsys.readouterr().out
+        cli_row = next(line for line in out.splitlines() if line.startswith("output_tok_s "))
+        shown_rows = (judged.failure or "").splitlines() + list(judged.table)
+        pytest_verdict = {"FAILED": "REGRESSED", "passed": "ok", "undecided": "undecided"}[judged.cost["verdict"]]
+        assert f"  {pytest_verdict} (x" in cli_row, (name, cli_row)
+        if shown_rows:
+            pytest_row = next(line for line in shown_rows if line.startswith("output_tok_s "))
+            assert pytest_row == cli_row
+        assert code == (1 if name == "regressed" else 0)
