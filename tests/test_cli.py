@@ -107,12 +107,13 @@ def test_calibrate_from_stored_runs_proposes_tolerances(
     out = capsys.readouterr().out.splitlines()
     # The measured noise goes where --specdec-compare reads it (issue 15.2): tok/s sigma 1.4826 x 0.5 / 100.
     assert out[0] == (
-        "# noise from 2 run(s) -> .specdec/noise/eagle3.json (--specdec-compare reads it: a shift must exceed 3 sigma)"
+        "# noise from 2 measurement(s) -> .specdec/noise/eagle3.json (--specdec-compare reads it: a shift must "
+        "exceed 3 sigma)"
     )
     assert "#   output_tok_s: sigma 0.74%" in out
     noise = json.loads((tmp_path / ".specdec/noise/eagle3.json").read_text())
     assert noise["runs"] == 2 and noise["sigma_rel"]["output_tok_s"] == 0.00741
-    start = out.index("# proposed from 2 run(s); paste into pytest's ini (or a profile's tolerances:)")
+    start = out.index("# proposed from 2 measurement(s); paste into pytest's ini (or a profile's tolerances:)")
     assert out[start + 1] == "specdec_tolerances ="
     # tok/s 98..103: median 100, MAD 0.5 -> 3 x 0.74% = 2.3%; accept length constant -> the 1% floor.
     assert "    output_tok_s:2.3%" in out

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from pytest_specdec.cli.exits import EXIT_BAD_PROFILE, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from pytest_specdec.core.errors import CompareError, ProfileError, ServerError, ServerStartError
+from pytest_specdec.core.metric_table import PAIRED_FIELDS
 from pytest_specdec.engines.rules import load_profiles
-from pytest_specdec.judge.noise import calibrate_noise, calibrate_proposal
+from pytest_specdec.judge.noise import calibrate_noise, calibrate_proposal, measurements, paired_arm
 from pytest_specdec.judge.paired import paired_ratios
 from pytest_specdec.judge.tolerances import format_tolerances
 from pytest_specdec.measure import pairing, runner
@@ -24,17 +25,23 @@ __all__ = ["calibrate_command"]
 def calibrate_command(args: argparse.Namespace) -> int:
     """``calibrate PROFILE_FILE --profile NAME [--runs K]`` or ``calibrate --from RUN ...``: prints each run's
     figures, writes the noise file (``noise.calibrate_noise``) and prints an ini block of proposed tolerances
-    (``noise.calibrate_proposal``); returns ``EXIT_FINDINGS`` when a server failed, ``EXIT_USAGE``/``EXIT_BAD_PROFILE``
-    on bad input, else ``EXIT_OK``."""
+    (``noise.calibrate_proposal``: from per-pair ratios where the compare judges those), counting measurements, not
+    tests (``noise.measurements``: the tests of a profile in one run file share one). Returns ``EXIT_FINDINGS`` when
+    a server failed, ``EXIT_USAGE``/``EXIT_BAD_PROFILE`` on bad input, else ``EXIT_OK``."""
     records: list[ResultRecord] = []
+    tests = 0
     if args.from_runs:
+        stored_records: list[tuple[str, ResultRecord]] = []
         try:
             for ref in args.from_runs:
                 stored = read_run_file(Path(ref))
-                records += [r for r in stored.results if not args.profile or r.profile == args.profile]
+                stored_records += [(stored.run_id, r) for r in stored.results if not args.profile or
+                                   r.profile == args.profile]  # fmt: skip
         except CompareError as exc:
             print(f"ERROR: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        # Every test of a profile in one run reads one measurement: count (and pool) measurements, not tests.
+        records, tests = measurements(stored_records), len(stored_records)
     else:
         if not args.profile_file or not args.profile or args.runs < 2:
             print("ERROR: calibrate needs PROFILE_FILE, --profile NAME and --runs K >= 2 (or --from RUN ...)",
@@ -73,10 +80,17 @@ def calibrate_command(args: argparse.Namespace) -> int:
     out = Path(args.noise_out or Path(".specdec/noise") / f"{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"profile": name, "runs": len(records), "sigma_rel": noise}, indent=1) + "\n")
-    print(f"# noise from {len(records)} run(s) -> {out} (--specdec-compare reads it: a shift must exceed 3 sigma)")
+    counted = f"{len(records)} measurement(s)"
+    if tests > len(records):
+        counted += f" ({tests} tests: the tests of a profile in one run share its measurement)"
+    print(f"# noise from {counted} -> {out} (--specdec-compare reads it: a shift must exceed 3 sigma)")
     for key, sigma in noise.items():
         print(f"#   {key}: sigma {sigma * 100:.2f}%")
-    print(f"# proposed from {len(records)} run(s); paste into pytest's ini (or a profile's tolerances:)")
+    vs = paired_arm(records)
+    print(f"# proposed from {len(records)} measurement(s); paste into pytest's ini (or a profile's tolerances:)")
+    if vs:
+        print(f"# {', '.join(f for f in PAIRED_FIELDS if f in proposal)}: from the per-pair ratios to {vs!r}, which "
+              "the compare judges them on (their raw spread includes the runner's load)")  # fmt: skip
     print("specdec_tolerances =")
     for line in format_tolerances(proposal).split():
         print(f"    {line}")
