@@ -45,6 +45,7 @@ from pytest_specdec.engines.rules import load_profiles  # noqa: E402
 from pytest_specdec.judge import sweep  # noqa: E402
 from pytest_specdec.judge.paired import paired_ratios  # noqa: E402
 from pytest_specdec.measure.results import ResultRecord, read_run_file  # noqa: E402
+from pytest_specdec.report import sweep_table  # noqa: E402
 
 TEST = "def test_run(specdec_run):\n    pass\n"
 
@@ -172,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
                     if best_up is None or conf_up is None or 1.0 - conf_up / best_up <= args.max_gap:
                         row.wrong += 1
                 if args.verbose:
-                    print(f"  r{repeats} sweep {i}: " + " | ".join(sweep.sweep_table(points, thresholds_ok=ok)[-1:]
-                                                                   + lines))  # fmt: skip
+                    last = sweep_table.sweep_table(points, thresholds_ok=ok)[-1:]
+                    print(f"  r{repeats} sweep {i}: " + " | ".join(last + lines))
             rows.append(row)
         print()
         header = (f"{'repeats':>7}  {'sweeps':>6}  {'best named':>10}  {'= true best':>11}  {'true in ties':>12}  "

@@ -326,7 +326,7 @@ def test_server_url_must_be_http_and_a_dead_url_fails_fast(project: pytest.Pytes
 
     dead = f"http://127.0.0.1:{find_free_port('127.0.0.1')}"
     # The grace a dead URL gets is 10 s; 1 s here tells the same story without waiting it out.
-    project.makeconftest("import pytest_specdec.measure.runner\npytest_specdec.measure.runner.REFUSED_GRACE_S = 1.0\n")
+    project.makeconftest("import pytest_specdec.serve.startup\npytest_specdec.serve.startup.REFUSED_GRACE_S = 1.0\n")
     result = project.runpytest_subprocess("--server-profile=eagle3", f"--server-url={dead}", timeout=120)
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(["*cannot connect for 1 s (ConnectError: *is the server running and is the URL*"])

@@ -59,7 +59,8 @@ def test_client_workers_set_or_chosen_from_the_last_phase(
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     profile = Profile.model_validate({"name": "p", "workload": {"concurrency": 64, "client_workers": setting}})
     server = runner.RunningServer(profile, engine=None, base_url="http://x", api_key=None)  # type: ignore[arg-type]
-    server.client_load = load
+    runner._keep_load(server, load)
+    assert runner.client_load_of(server) is load
     assert runner._client_workers(server) == expected  # 0.9 cores -> ceil(0.9 / 0.5) = 2 workers
 
 
@@ -77,7 +78,7 @@ def test_url_profile_without_speculative_on_an_eagle3_server_gets_the_lines_to_a
     profile = Profile.model_validate({"name": "remote", "url": "http://gpu:30000", "source": "/p/specdec.yaml"})
     server = runner.RunningServer(profile, Engine(), "http://gpu:30000", None)  # type: ignore[arg-type]
     with pytest.raises(ServerStartError) as info:
-        runner._read_back(server)
+        runner.read_back(server)
     assert str(info.value).splitlines() == [
         "server for profile 'remote' (http://gpu:30000) runs a different speculative config than the profile asks "
         "for:",

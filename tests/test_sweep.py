@@ -1,4 +1,5 @@
-"""Tests of judge/sweep.py: the spec parser and its error text, derived profiles, the table and the best point."""
+"""Tests of the sweep: run/sweep_spec.py (the spec parser and its error text, derived profiles), judge/sweep.py (the
+ranking and the best point) and report/sweep_table.py (the table)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from pytest_specdec.core.sweep_names import split_name
 from pytest_specdec.engines.rules import load_profiles
 from pytest_specdec.judge import sweep
 from pytest_specdec.measure.results import ResultRecord
+from pytest_specdec.report import sweep_table
+from pytest_specdec.run import sweep_spec
 from tests.helpers import record, repeated_records, seed_records, with_repeats
 
 FORMAT = (
@@ -47,11 +51,11 @@ def profiles(tmp_path: Path) -> dict:
 
 
 def test_parse_range_is_inclusive() -> None:
-    assert sweep.parse_sweep("num_steps=1..4") == [{"num_steps": n} for n in (1, 2, 3, 4)]
+    assert sweep_spec.parse_sweep("num_steps=1..4") == [{"num_steps": n} for n in (1, 2, 3, 4)]
 
 
 def test_parse_list_and_cartesian_product_first_axis_outermost() -> None:
-    assert sweep.parse_sweep(" num_steps=1,2 ; concurrency=1..2 ") == [
+    assert sweep_spec.parse_sweep(" num_steps=1,2 ; concurrency=1..2 ") == [
         {"num_steps": 1, "concurrency": 1},
         {"num_steps": 1, "concurrency": 2},
         {"num_steps": 2, "concurrency": 1},
@@ -75,21 +79,21 @@ def test_parse_list_and_cartesian_product_first_axis_outermost() -> None:
 )
 def test_parse_errors_name_the_token_and_the_format(spec: str, message: str) -> None:
     with pytest.raises(ValueError) as info:
-        sweep.parse_sweep(spec)
+        sweep_spec.parse_sweep(spec)
     assert str(info.value) == message + FORMAT
 
 
 def test_split_name_reads_the_point_back() -> None:
-    assert sweep.split_name("eagle3@num_steps=2,concurrency=8") == ("eagle3", {"num_steps": 2, "concurrency": 8})
-    assert sweep.split_name("eagle3") == ("eagle3", {})
-    assert sweep.split_name("odd@name") == ("odd@name", {})
+    assert split_name("eagle3@num_steps=2,concurrency=8") == ("eagle3", {"num_steps": 2, "concurrency": 8})
+    assert split_name("eagle3") == ("eagle3", {})
+    assert split_name("odd@name") == ("odd@name", {})
 
 
 # -- expand_profiles --------------------------------------------------------------------------------------------
 
 
 def test_expand_keeps_steps_and_draft_tokens_coherent_at_topk_1(profiles: dict) -> None:
-    out, names = sweep.expand_profiles(profiles, ["eagle3", "baseline"], sweep.parse_sweep("num_steps=1..3"))
+    out, names = sweep_spec.expand_profiles(profiles, ["eagle3", "baseline"], sweep_spec.parse_sweep("num_steps=1..3"))
     assert names == ["baseline", "eagle3@num_steps=1", "eagle3@num_steps=2", "eagle3@num_steps=3"]
     spec = out["eagle3@num_steps=2"].speculative
     assert (spec.num_steps, spec.eagle_topk, spec.num_draft_tokens) == (2, 1, 3)
@@ -98,26 +102,26 @@ def test_expand_keeps_steps_and_draft_tokens_coherent_at_topk_1(profiles: dict) 
 
 
 def test_expand_draft_tokens_moves_steps_at_topk_1(profiles: dict) -> None:
-    out, _ = sweep.expand_profiles(profiles, ["eagle3"], sweep.parse_sweep("num_draft_tokens=3"))
+    out, _ = sweep_spec.expand_profiles(profiles, ["eagle3"], sweep_spec.parse_sweep("num_draft_tokens=3"))
     spec = out["eagle3@num_draft_tokens=3"].speculative
     assert (spec.num_steps, spec.num_draft_tokens) == (2, 3)
 
 
 def test_expand_tree_profile_keeps_its_draft_tokens(profiles: dict) -> None:
-    out, _ = sweep.expand_profiles(profiles, ["tree"], sweep.parse_sweep("num_steps=2"))
+    out, _ = sweep_spec.expand_profiles(profiles, ["tree"], sweep_spec.parse_sweep("num_steps=2"))
     spec = out["tree@num_steps=2"].speculative
     assert (spec.num_steps, spec.eagle_topk, spec.num_draft_tokens) == (2, 4, 8)
 
 
 def test_expand_topk_to_1_rewrites_draft_tokens(profiles: dict) -> None:
-    out, _ = sweep.expand_profiles(profiles, ["tree"], sweep.parse_sweep("eagle_topk=1,2"))
+    out, _ = sweep_spec.expand_profiles(profiles, ["tree"], sweep_spec.parse_sweep("eagle_topk=1,2"))
     assert out["tree@eagle_topk=1"].speculative.num_draft_tokens == 4
     assert out["tree@eagle_topk=2"].speculative.num_draft_tokens == 8
 
 
 def test_expand_concurrency_sweeps_the_baseline_and_points_speedup_at_it(profiles: dict) -> None:
-    points = sweep.parse_sweep("num_steps=2,3;concurrency=1,4")
-    out, names = sweep.expand_profiles(profiles, ["eagle3", "baseline"], points)
+    points = sweep_spec.parse_sweep("num_steps=2,3;concurrency=1,4")
+    out, names = sweep_spec.expand_profiles(profiles, ["eagle3", "baseline"], points)
     assert names == [
         "baseline@concurrency=1",
         "baseline@concurrency=4",
@@ -164,7 +168,7 @@ def test_expand_concurrency_sweeps_the_baseline_and_points_speedup_at_it(profile
 )
 def test_expand_errors(profiles: dict, selected: list[str], spec: str, message: str) -> None:
     with pytest.raises(ValueError) as info:
-        sweep.expand_profiles(profiles, selected, sweep.parse_sweep(spec))
+        sweep_spec.expand_profiles(profiles, selected, sweep_spec.parse_sweep(spec))
     assert str(info.value) == message
 
 
@@ -211,7 +215,7 @@ def test_a_paired_sweep_ranks_by_paired_speedup_not_raw_tok_s() -> None:
     (group,) = sweep.rank_points([fast_raw, fast_paired], thresholds_ok=ok)
     assert group.basis == "paired speedup"
     assert group.best is fast_paired and group.tied == []
-    lines = sweep.sweep_table([fast_raw, fast_paired], thresholds_ok=ok)
+    lines = sweep_table.sweep_table([fast_raw, fast_paired], thresholds_ok=ok)
     assert lines[2].endswith("1.36x  ok          <- best")
     assert lines[-1] == (
         "best: eagle3@num_steps=2 (98.0 tok/s, repeats 97.0-99.0, 1.36x vs baseline, CI 1.35-1.37 (75%)); "
@@ -229,7 +233,7 @@ def test_speedup_worked_example() -> None:
 
 def test_sweep_table_lines() -> None:
     records = repeated_records(failed=(1,))
-    lines = sweep.sweep_table(
+    lines = sweep_table.sweep_table(
         sweep.sweep_records(records),
         baselines=sweep.baseline_records(records, None),
         thresholds_ok=sweep.thresholds_ok(records),
@@ -249,7 +253,7 @@ def test_sweep_table_lines() -> None:
 def test_one_repeat_per_point_is_undecided_and_says_what_would_decide() -> None:
     """Issue 24.1: one sample per point cannot rank points; no row is marked best."""
     records = seed_records(failed=(1,))
-    lines = sweep.sweep_table(
+    lines = sweep_table.sweep_table(
         sweep.sweep_records(records),
         baselines=sweep.baseline_records(records, None),
         thresholds_ok=sweep.thresholds_ok(records),
@@ -261,7 +265,7 @@ def test_one_repeat_per_point_is_undecided_and_says_what_would_decide() -> None:
     )
     # The baseline's repeats measure the spread instead of the points' differences.
     with_base = [with_repeats(r, [88.0, 88.8, 89.5]) if r.profile == "baseline" else r for r in records]
-    line = sweep.sweep_table(
+    line = sweep_table.sweep_table(
         sweep.sweep_records(with_base),
         baselines=sweep.baseline_records(with_base, None),
         thresholds_ok=sweep.thresholds_ok(with_base),
@@ -272,7 +276,7 @@ def test_one_repeat_per_point_is_undecided_and_says_what_would_decide() -> None:
 
 def test_sweep_table_without_baseline_or_passing_point() -> None:
     records = seed_records(failed=(1, 2, 3, 4))
-    lines = sweep.sweep_table(sweep.sweep_records(records), thresholds_ok=sweep.thresholds_ok(records))
+    lines = sweep_table.sweep_table(sweep.sweep_records(records), thresholds_ok=sweep.thresholds_ok(records))
     assert lines[1] == (
         "eagle3@num_steps=1        1.80        0.267   90.1         40.0       11.10         90.1      n/a  FAILED"
     )
@@ -295,7 +299,7 @@ def test_sweep_table_best_per_concurrency() -> None:
     ok = sweep.thresholds_ok(records)
     best = sweep.best_points(points, thresholds_ok=ok)
     assert [r.profile for r in best] == ["eagle3@num_steps=1,concurrency=1", "eagle3@num_steps=2,concurrency=4"]
-    lines = sweep.sweep_table(points, baselines=sweep.baseline_records(records, "baseline"), thresholds_ok=ok)
+    lines = sweep_table.sweep_table(points, baselines=sweep.baseline_records(records, "baseline"), thresholds_ok=ok)
     method = " [one-sided Welch t-test on log tok/s, Bonferroni x1, 3 repeats per point]"
     assert lines[-4:] == [
         "best at concurrency 1: eagle3@num_steps=1,concurrency=1 (90.0 tok/s, repeats 89.0-91.0, 1.12x vs "
@@ -314,13 +318,13 @@ def test_sweep_table_best_per_concurrency() -> None:
 def test_crossover_lines_name_where_speculation_stops_paying() -> None:
     baselines = [record(f"baseline@concurrency={c}", t, None, conc=c) for c, t in ((1, 100.0), (8, 400.0), (64, 900.0))]
     points = [record(f"eagle3@concurrency={c}", t, 2.5, conc=c) for c, t in ((1, 140.0), (8, 420.0), (64, 380.0))]
-    assert sweep.crossover_lines(points, baselines) == [
+    assert sweep_table.crossover_lines(points, baselines) == [
         "speedup by concurrency, eagle3: 1: 1.40x, 8: 1.05x, 64: 0.42x; "
         "speculation stops paying between concurrency 8 and 64"
     ]
     slow = [record(f"eagle3@concurrency={c}", t, 2.5, conc=c) for c, t in ((1, 90.0), (8, 300.0))]
-    assert sweep.crossover_lines(slow, baselines)[0].endswith("speculation pays at none")
-    assert sweep.crossover_lines(points[:1], baselines) == []  # one concurrency: nothing to cross
+    assert sweep_table.crossover_lines(slow, baselines)[0].endswith("speculation pays at none")
+    assert sweep_table.crossover_lines(points[:1], baselines) == []  # one concurrency: nothing to cross
 
 
 def test_speedup_of_a_paired_point_is_its_median_paired_ratio() -> None:
@@ -337,7 +341,7 @@ def test_best_line_of_a_paired_sweep_without_a_baseline_profile_names_the_paired
     # no baseline profile, so the best line had a speedup but nothing in `baselines` to name (IndexError).
     paired = {"vs": "baseline", "target": {"output_tok_s": [96.0, 97.0]}, "reference": {"output_tok_s": [66.0, 67.0]}}
     point = ResultRecord("t[eagle3@num_steps=2]", "eagle3@num_steps=2", {"output_tok_s": 96.5}, {}, {}, paired=paired)
-    lines = sweep.sweep_table([point], thresholds_ok={point.profile: True})
+    lines = sweep_table.sweep_table([point], thresholds_ok={point.profile: True})
     assert lines[1].split()[-4:] == ["1.45x", "ok", "<-", "best"]
     assert lines[-1] == (
         "best: eagle3@num_steps=2 (96.5 tok/s, 1.45x vs baseline, CI 1.45-1.45 (50%)) (the only point that met the "
@@ -385,7 +389,7 @@ def test_table_names_missed_and_inapplicable_thresholds() -> None:
     points[0] = dataclasses.replace(points[0], checks={"min_accept_length": "n/a: at num_steps 1 ..."})
     points[2] = dataclasses.replace(points[2], checks={"min_accept_length": "FAILED: accept_length ..."})
     ok = sweep.thresholds_ok(records)
-    rows = sweep.sweep_table(points, thresholds_ok=ok)[1:5]
+    rows = sweep_table.sweep_table(points, thresholds_ok=ok)[1:5]
     cells = [row.split("n/a  ", 1)[1].removesuffix("<- best").strip() for row in rows]
     assert cells == ["ok (min_accept_length n/a)", "ok", "FAILED accept_length", "ok"]
 
@@ -403,7 +407,7 @@ def test_points_not_separated_from_the_best_are_ties() -> None:
     ok = sweep.thresholds_ok(records)
     (group,) = sweep.rank_points(points, thresholds_ok=ok)
     assert [r.profile for r in group.tied] == ["eagle3@num_steps=3", "eagle3@num_steps=4"]
-    lines = sweep.sweep_table(points, baselines=sweep.baseline_records(records, None), thresholds_ok=ok)
+    lines = sweep_table.sweep_table(points, baselines=sweep.baseline_records(records, None), thresholds_ok=ok)
     assert lines[1].endswith("82.0-84.0    1.01x  ok")
     assert lines[2].endswith("91.5-96.0    1.06x  ok          <- best")
     assert lines[3].endswith("90.0-95.0    1.04x  ok          <- tie")

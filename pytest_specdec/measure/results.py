@@ -31,7 +31,8 @@ from pytest_specdec.core.records import RunMetrics, median_metrics
 from pytest_specdec.core.redaction import REDACTED, redact_argv, redact_env
 
 if TYPE_CHECKING:
-    from pytest_specdec.measure.runner import Measurement, RunningServer
+    from pytest_specdec.measure.runner import Measurement
+    from pytest_specdec.serve.startup import RunningServer
 
 __all__ = [
     "FINGERPRINT_PACKAGES",

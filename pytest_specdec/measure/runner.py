@@ -1,90 +1,69 @@
-"""Orchestration shared by the fixtures and the CLI: start a profile's server, and measure its workload once.
-
-``start_server`` = overlay (aux ids) -> engine argv/env -> process -> wait until it really generates -> read back the
-effective config. ``measure`` = warmup -> counters -> measured phase -> counters -> metrics. The plugin wires these to
-pytest; nothing here knows about pytest.
+"""Measuring a profile's workload on a running server: ``measure`` = warmup -> counters -> measured phase -> counters ->
+metrics; repeats, the traced phase, and the client's load kept per server (so ``client_workers: auto`` learns from
+the last phase). Starting the server is ``serve/startup.py``'s (``start_server``, ``attach`` and ``RunningServer`` are
+re-exported here for the callers that measure what they start). The plugin wires these to pytest; nothing here knows
+about pytest.
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import httpx
 
 from pytest_specdec.core import clock
-from pytest_specdec.core.auth import bearer_headers, tls_context
-from pytest_specdec.core.errors import ClientOverloadError, ProfileError, ServerStartError
+from pytest_specdec.core.auth import tls_context
+from pytest_specdec.core.errors import ClientOverloadError
 from pytest_specdec.core.records import RequestRecord, RunMetrics, median_metrics
-from pytest_specdec.engines import get_engine
-from pytest_specdec.engines.base import EffectiveConfig, Engine, LaunchSpec, SpecCounters
-from pytest_specdec.engines.common import resolve_api_key
+from pytest_specdec.engines.base import SpecCounters
 from pytest_specdec.measure import client, metrics, workload
 from pytest_specdec.profiles.schema import Profile
-from pytest_specdec.serve import logfiles
-
-if TYPE_CHECKING:
-    from pytest_specdec.serve.proctree import StopReport
-    from pytest_specdec.serve.server import ServerHandle
+from pytest_specdec.serve.startup import (
+    ProgressCallback,
+    RunningServer,
+    attach,
+    read_back,
+    running_server,
+    start_server,
+)
 
 __all__ = [
     "Measurement",
+    "ProgressCallback",
     "RunResult",
     "RunningServer",
+    "attach",
+    "client_load_of",
     "measure",
     "measure_repeats",
     "phase_watcher",
     "profile_prompts",
+    "read_back",
     "run_result",
     "running_server",
     "start_server",
     "trace_phase",
 ]
 
-ProgressCallback = Callable[[float, float, str], None]
+#: The measuring client's load in the last phase on each server (``client.ClientLoad``), for ``client_workers:
+#: auto``; kept here, beside the measuring, and forgotten with the server object.
+_client_loads: weakref.WeakKeyDictionary[RunningServer, client.ClientLoad] = weakref.WeakKeyDictionary()
 
 
-@dataclass
-class RunningServer:
-    """A server ready to generate: launched by us (``process`` set: a ``server.ServerProcess``, or a
-    ``nodegroup.NodeGroup`` for ``nodes:``) or given by URL (``process`` None)."""
+def client_load_of(server: RunningServer) -> client.ClientLoad | None:
+    """The client's load in the last measured (or warmup) phase on ``server``; None before its first phase."""
+    return _client_loads.get(server)
 
-    profile: Profile
-    engine: Engine
-    base_url: str
-    api_key: str | None
-    launch: LaunchSpec | None = None
-    process: ServerHandle | None = None
-    log_path: Path | None = None
-    effective: EffectiveConfig | None = None
-    startup_s: float | None = None
-    stop_report: StopReport | None = None
-    #: The measuring client's load in the last phase on this server (``client.ClientLoad``), for auto workers.
-    client_load: client.ClientLoad | None = None
 
-    def stop(self) -> None:
-        """Tear the server down (no-op for a server given by URL: we never stop what we did not start)."""
-        if self.process is not None and self.stop_report is None:
-            self.stop_report = self.process.stop()
-
-    def restart(self, *, startup_timeout_s: float | None = None) -> None:
-        """Stop (if running) and start the same profile again, updating this object in place, so that holders of
-        it (a fixture's tests) use the new process. Used by bracketed pairing (``pairing.measure_bracketed``).
-
-        :raises ServerStartError: the new server did not start; ``ValueError``: a server given by URL.
-        """
-        if self.process is None or self.log_path is None:
-            raise ValueError(f"server {self.base_url} (profile {self.profile.name!r}) was not started by us")
-        self.stop()
-        new = start_server(self.profile, log_dir=self.log_path.parent, startup_timeout_s=startup_timeout_s)
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, getattr(new, f.name))
+def _keep_load(server: RunningServer, load: client.ClientLoad | None) -> None:
+    if load is not None:
+        _client_loads[server] = load
 
 
 @dataclass(frozen=True)
@@ -103,271 +82,6 @@ class Measurement:
     client_check: str | None = None
     #: Seconds the phase held the server, warmup included (``clock.now()``): what a sequential verdict spends.
     server_s: float = 0.0
-
-
-def start_server(
-    profile: Profile,
-    *,
-    log_dir: Path,
-    startup_timeout_s: float | None = None,
-    on_progress: ProgressCallback | None = None,
-    log_name: str | None = None,
-    on_launch: Callable[[ServerHandle], None] | None = None,
-) -> RunningServer:
-    """Launch ``profile``'s server (or attach to ``profile.url``) and return once it really generates.
-
-    The server is recorded in ``log_dir.parent / "servers"`` for ``registry.reap``; ``on_launch(process)`` is
-    passed to ``ServerProcess.start``. Files the server needs (an aux-id overlay, ``Engine.prepare``'s draft copy)
-    are written under ``log_dir`` before the argv is built.
-
-    :param log_name: the log's name in ``log_dir`` (default: the profile name): the launch writes
-        ``<log_name>.<stamp>.log``, and ``<log_name>.log`` links to it (``logfiles.new_log_path``).
-
-    :raises ServerStartError: the process exited or stalled before ready, the budget ran out, or the effective
-        speculative config read back from the server differs from the profile.
-    """
-    from pytest_specdec.serve.server import ServerProcess, find_free_port
-
-    budget = startup_timeout_s or profile.startup_timeout_s
-    if profile.url is not None:
-        return attach(profile, profile.url, budget_s=budget)
-    engine = get_engine(profile)
-    api_key = resolve_api_key(profile)
-    draft_path = None
-    spec_cfg = profile.speculative
-    if spec_cfg is not None and spec_cfg.aux_hidden_state_layer_ids is not None and spec_cfg.draft_model_path:
-        from pytest_specdec.engines.overlay import make_draft_overlay
-
-        draft_path = make_draft_overlay(
-            Path(spec_cfg.draft_model_path), spec_cfg.aux_hidden_state_layer_ids, log_dir / "overlays"
-        )
-    draft_path = engine.prepare(profile, work_dir=log_dir / "drafts", draft_path=draft_path)
-    if profile.nodes is not None:
-        return _start_group(profile, engine, api_key, log_dir=log_dir, draft_path=draft_path, budget_s=budget,
-                            on_progress=on_progress, on_launch=on_launch)  # fmt: skip
-    port = profile.port or find_free_port(profile.host)
-    launch = engine.launch_spec(profile, port=port, draft_path=draft_path)
-    # One log per launch, <name>.log linking the newest: a failure's message names a log the next run keeps.
-    log_path = logfiles.new_log_path(log_dir, log_name or profile.name)
-    started = time.perf_counter()
-    process = ServerProcess.start(
-        launch, name=profile.name, log_path=log_path, on_launch=on_launch, record_dir=log_dir.parent / "servers"
-    )
-    server = RunningServer(profile, engine, launch.base_url, api_key, launch, process, log_path)
-    try:
-        with httpx.Client(
-            base_url=launch.base_url, headers=bearer_headers(api_key), timeout=10.0, verify=tls_context()
-        ) as http:
-            process.wait_ready(
-                lambda: engine.probe_ready(http, profile),
-                timeout_s=budget,
-                stall_s=profile.startup_stall_s,
-                on_progress=on_progress,
-            )
-    except BaseException:
-        server.stop()
-        raise
-    server.startup_s = time.perf_counter() - started
-    try:
-        _read_back(server)
-    except BaseException:
-        server.stop()
-        raise
-    return server
-
-
-def _start_group(
-    profile: Profile,
-    engine: Engine,
-    api_key: str | None,
-    *,
-    log_dir: Path,
-    draft_path: Path | None,
-    budget_s: float,
-    on_progress: ProgressCallback | None,
-    on_launch: Callable[[ServerHandle], None] | None = None,
-) -> RunningServer:
-    """``start_server`` for a profile with ``nodes:``: one launch per rank (``nodegroup.NodeGroup``, each rank
-    recorded for ``registry.reap``; ``on_launch(group)`` once all are launched), ready when every rank joined and
-    rank 0 really generates."""
-    from pytest_specdec.serve.nodegroup import NodeEngine, NodeGroup
-    from pytest_specdec.serve.server import find_free_port
-
-    assert profile.nodes is not None
-    if not isinstance(engine, NodeEngine):  # the profile schema already allows nodes: only where it is
-        raise ProfileError(
-            f"profiles.{profile.name}.nodes: server {engine.name} has no multi-node launch", profile=profile.name
-        )
-    leader = profile.nodes.hosts[0]
-    port = profile.port or find_free_port(leader if leader in ("127.0.0.1", "localhost") else "127.0.0.1")
-    log_dir.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    group = NodeGroup.start(
-        profile, engine, port=port, log_dir=log_dir, draft_path=draft_path,
-        on_launch=on_launch, record_dir=log_dir.parent / "servers",
-    )  # fmt: skip
-    server = RunningServer(profile, engine, group.base_url, api_key, group.spec, group, group.log_path)
-    try:
-        with httpx.Client(
-            base_url=group.base_url, headers=bearer_headers(api_key), timeout=10.0, verify=tls_context()
-        ) as http:
-            group.wait_ready(
-                lambda: engine.probe_ready(http, profile),
-                engine=engine,
-                timeout_s=budget_s,
-                on_progress=on_progress,
-            )
-        server.startup_s = time.perf_counter() - started
-        _read_back(server)
-    except BaseException:
-        server.stop()
-        raise
-    return server
-
-
-def attach(profile: Profile, base_url: str, *, budget_s: float) -> RunningServer:
-    """A client view of a server someone else started (``--server-url``, or another xdist worker): wait until it
-    generates, then read back its effective config. We never stop it.
-
-    :raises ServerStartError: not ready within ``budget_s``, or its speculative config differs from the profile.
-    """
-    server = RunningServer(profile, get_engine(profile), base_url.rstrip("/"), resolve_api_key(profile))
-    _wait_url(server, budget_s)
-    _read_back(server)
-    return server
-
-
-@contextlib.contextmanager
-def running_server(
-    profile: Profile,
-    *,
-    log_dir: Path,
-    startup_timeout_s: float | None = None,
-    on_progress: ProgressCallback | None = None,
-    log_name: str | None = None,
-    on_launch: Callable[[ServerHandle], None] | None = None,
-) -> Iterator[RunningServer]:
-    """:func:`start_server` (same arguments) as a context manager that always tears down."""
-    server = start_server(
-        profile,
-        log_dir=log_dir,
-        startup_timeout_s=startup_timeout_s,
-        on_progress=on_progress,
-        log_name=log_name,
-        on_launch=on_launch,
-    )
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-#: A server given by URL is supposed to be up: no connection for this long means nothing listens there.
-REFUSED_GRACE_S = 10.0
-
-
-def _wait_url(server: RunningServer, budget_s: float) -> None:
-    """Wait for a server we did not start. Fails after ``REFUSED_GRACE_S`` of refused or timed-out connections
-    (nothing listens, a wrong or firewalled host, a dead server) instead of using the whole startup budget."""
-    deadline = time.monotonic() + budget_s
-    refused_since: float | None = None
-    where = f"server {server.base_url} (profile {server.profile.name!r}, --server-url/url:)"
-    with httpx.Client(
-        base_url=server.base_url, headers=bearer_headers(server.api_key), timeout=10.0, verify=tls_context()
-    ) as http:
-        while True:
-            if server.engine.probe_ready(http, server.profile):
-                return
-            try:
-                http.get("/health", timeout=5.0)
-                refused_since = None
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                now = time.monotonic()
-                refused_since = refused_since or now
-                if now - refused_since >= REFUSED_GRACE_S:
-                    raise ServerStartError(
-                        f"{where}: cannot connect for {REFUSED_GRACE_S:g} s ({type(exc).__name__}: {exc}); is the "
-                        "server running and is the URL right?",
-                        profile=server.profile.name,
-                        cause="unreachable",
-                    ) from None
-            except httpx.HTTPError:
-                refused_since = None
-            if time.monotonic() > deadline:
-                raise ServerStartError(
-                    f"{where} did not answer /health and a 1-token generate within {budget_s:g} s",
-                    profile=server.profile.name,
-                    cause="timeout",
-                )
-            time.sleep(1.0)
-
-
-def _read_back(server: RunningServer) -> None:
-    """Compare what the server reports it runs with the profile (SGLang rewrites some values silently)."""
-    profile = server.profile
-    with httpx.Client(
-        base_url=server.base_url, headers=bearer_headers(server.api_key), timeout=10.0, verify=tls_context()
-    ) as http:
-        server.effective = eff = server.engine.effective_config(http, profile)
-    spec = profile.speculative
-    if eff is None:
-        return
-    reports_algorithm = "speculative_algorithm" in eff.raw
-    if spec is None:
-        if reports_algorithm and eff.speculative_algorithm:
-            _mismatch(
-                server,
-                [f"speculative_algorithm: profile none, server {eff.speculative_algorithm!r}"],
-                fix=_speculative_block(server, eff),
-            )
-        return
-    if reports_algorithm and not eff.speculative_algorithm:
-        # e.g. --server-url pointing at a server started without speculation: it would pass every tok/s check.
-        _mismatch(
-            server,
-            [f"speculative_algorithm: profile {spec.algorithm!r}, server none (no speculative decoding)"],
-            fix="point the profile at a server started with speculative decoding, or remove its speculative: block",
-        )
-    diffs = []
-    # What the engine will run for the profile, its rewrites and aliases applied (SGLang: topk 1 -> steps + 1 draft
-    # tokens, NEXTN -> EAGLE).
-    for key, want in server.engine.expected_config(profile).items():
-        got = getattr(eff, key)
-        if got is None or want is None:
-            continue
-        if str(got).upper() != str(want).upper():
-            diffs.append(f"{key}: profile {want!r}, server {got!r}")
-    if diffs:
-        _mismatch(server, diffs)
-
-
-def _speculative_block(server: RunningServer, eff: EffectiveConfig) -> str:
-    """The fix for a profile without ``speculative:`` whose server speculates: the block that says what it runs."""
-    lines = ["speculative:", f"  algorithm: {eff.speculative_algorithm}"]
-    draft = eff.raw.get("speculative_draft_model_path")
-    if isinstance(draft, str) and draft:
-        lines.append(f"  draft_model_path: {draft}")
-    for key in ("num_steps", "eagle_topk", "num_draft_tokens"):
-        value = getattr(eff, key)
-        if value is not None:
-            lines.append(f"  {key}: {value}")
-    where = f" in {server.profile.source}" if server.profile.source else ""
-    block = "\n".join(f"      {line}" for line in lines)
-    return (
-        f"add these lines to profiles.{server.profile.name}{where} (what the server reports it runs), or point the "
-        f"profile at a server without speculative decoding:\n{block}"
-    )
-
-
-def _mismatch(server: RunningServer, diffs: list[str], *, fix: str | None = None) -> None:
-    server.stop()
-    raise ServerStartError(
-        f"server for profile {server.profile.name!r} ({server.base_url}) runs a different speculative config than "
-        "the profile asks for:\n  " + "\n  ".join(diffs) + (f"\n  fix: {fix}" if fix else ""),
-        profile=server.profile.name,
-        log_path=server.log_path,
-        cause="config mismatch",
-    )
 
 
 #: Set around a measurement by whoever displays progress (the plugin): called as ``watch(profile, total_requests)``
@@ -409,7 +123,7 @@ def measure(
     options = _phase_options(server)
     if warmup:
         warm = client.run_phase(server.base_url, warmup, options, workers=_client_workers(server))
-        server.client_load = warm.load or server.client_load
+        _keep_load(server, warm.load)
     # Warmup request i and measured request i share a prompt, and repeats resend the list: without a reset, TTFT
     # would be measured on prefix-cache hits. The reset also zeroes SGLang's scheduler totals (the cross-check).
     cache_reset = _reset_cache(server)
@@ -420,7 +134,7 @@ def measure(
         server.base_url, measured, options, workers=_client_workers(server), on_request_done=on_done
     )
     after = _counters(server)
-    server.client_load = phase.load or server.client_load
+    _keep_load(server, phase.load)
     if server.process is not None:
         server.process.check_alive()
     spec = profile.speculative
@@ -482,7 +196,7 @@ def _client_workers(server: RunningServer) -> int:
     wl = server.profile.workload
     if wl.client_workers != "auto":
         return wl.client_workers
-    return client.auto_workers(wl.concurrency, server.client_load)
+    return client.auto_workers(wl.concurrency, client_load_of(server))
 
 
 def client_verdict(profile: Profile, run: RunMetrics) -> str | None:

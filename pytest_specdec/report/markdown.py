@@ -33,13 +33,13 @@ def markdown_summary(
 
     Layout: ``## <title>``; a table with columns test (node id without the file), profile, tok/s, accept len,
     accept rate, TTFT p50 ms, ITL p50 ms, result (``n/a`` where a metric does not apply); then, when a test failed,
-    ``### Failed`` with each failed test's verdict text in a fenced block; then the sweep table (``sweep.sweep_table``
-    lines) in a fenced block under ``### Sweep``; then ``Results: `<path>```.
+    ``### Failed`` with each failed test's verdict text in a fenced block; then the sweep table
+    (``sweep_table.sweep_table`` lines) in a fenced block under ``### Sweep``; then ``Results: `<path>```.
 
     :param records: the session's ``ResultRecord``s, in run order.
     :param failures: node id -> failure text (the test report's ``longreprtext``: verdict lines, compare table).
     :param results_path: the stored run file, named on the last line.
-    :param sweep_lines: ``sweep.sweep_table`` output, or empty.
+    :param sweep_lines: ``sweep_table.sweep_table`` output, or empty.
     """
     failures = dict(failures or {})
     columns = [

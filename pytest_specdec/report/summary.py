@@ -14,7 +14,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_specdec.judge import sweep
 from pytest_specdec.judge.baseline import shown
 from pytest_specdec.judge.outcomes import Outcomes
 from pytest_specdec.measure import results
@@ -22,6 +21,7 @@ from pytest_specdec.profiles.schema import Profile
 from pytest_specdec.report import markdown, plots
 from pytest_specdec.report import terminal as report
 from pytest_specdec.report.json_report import write_json_report
+from pytest_specdec.report.sweep_table import summarize as summarize_sweep
 
 __all__ = [
     "BENCHMARK_OPS_NOTE",
@@ -156,7 +156,7 @@ def finish(
     sweep_plot = position_plot = report_path = None
     position_plot_error = ""
     if options.sweep:
-        summary = sweep.summarize(records, profiles, baseline=options.sweep_baseline, max_gap=options.sweep_max_gap)
+        summary = summarize_sweep(records, profiles, baseline=options.sweep_baseline, max_gap=options.sweep_max_gap)
         if summary is not None:
             sweep_table, sweep_red = list(summary.table), tuple(summary.red)
             sweep_undecided = tuple(summary.undecided)
@@ -419,7 +419,7 @@ def fail_lines(red: Sequence[str]) -> list[Line]:
     right above it, as pytest-cov's ``--cov-fail-under`` writes ``FAIL Required test coverage of 90% not reached``
     (``pytest_cov/plugin.py::CovPlugin.pytest_terminal_summary``).
 
-    :param red: ``Outputs.sweep_red`` (``sweep.SweepSummary.red``).
+    :param red: ``Outputs.sweep_red`` (``sweep_table.SweepSummary.red``).
     """
     return [Line(f"FAIL specdec sweep: {line}", {"red": True, "bold": True}) for line in red]
 

@@ -55,12 +55,12 @@ def percent(option: str) -> Callable[[str], float]:
 
 
 def sweep_points(value: str) -> list[dict[str, int]]:
-    """``--specdec-sweep`` points (``sweep.parse_sweep``; imported here, when the option is given, since every
+    """``--specdec-sweep`` points (``sweep_spec.parse_sweep``; imported here, when the option is given, since every
     pytest run imports this module with the plugin)."""
-    from pytest_specdec.judge import sweep
+    from pytest_specdec.run import sweep_spec
 
     try:
-        return sweep.parse_sweep(value)
+        return sweep_spec.parse_sweep(value)
     except ValueError as exc:
         raise pytest.UsageError(f"--specdec-sweep={value}: {exc}") from None
 

@@ -194,8 +194,8 @@ def _load(settings: RunSettings) -> ProfileSet:
 
 def _expand_sweep(settings: RunSettings, profile_set: ProfileSet) -> tuple[ProfileSet, list[str]]:
     """``--specdec-sweep``: replace the selected profiles by one derived profile per point (``eagle3@num_steps=2``,
-    see ``sweep.expand_profiles``); preflight then checks every derived profile before anything launches."""
-    from pytest_specdec.judge import sweep
+    see ``sweep_spec.expand_profiles``); preflight then checks every derived profile before anything launches."""
+    from pytest_specdec.run import sweep_spec
 
     names = list(settings.selected)
     if not settings.sweep:
@@ -214,7 +214,7 @@ def _expand_sweep(settings: RunSettings, profile_set: ProfileSet) -> tuple[Profi
         if base not in names:
             names.append(base)
     try:
-        profiles, selected = sweep.expand_profiles(profile_set.profiles, names, settings.sweep)
+        profiles, selected = sweep_spec.expand_profiles(profile_set.profiles, names, settings.sweep)
     except ValueError as exc:
         raise pytest.UsageError(f"--specdec-sweep: {exc}") from None
     return profile_set.model_copy(update={"profiles": profiles}), selected

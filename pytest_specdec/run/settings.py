@@ -68,7 +68,7 @@ class RunSettings:
     undecided: str = "warn"
     #: ini ``specdec_tolerances`` lines (``METRIC:TOL``), parsed once here to fail early.
     tolerances: tuple[str, ...] = ()
-    #: ``--specdec-sweep`` points (``sweep.parse_sweep``); None without the option.
+    #: ``--specdec-sweep`` points (``sweep_spec.parse_sweep``); None without the option.
     sweep: tuple[Mapping[str, int], ...] | None = None
     #: ``--specdec-sweep-baseline``: the profile without speculation that sweep speedups are computed against.
     sweep_baseline: str | None = None

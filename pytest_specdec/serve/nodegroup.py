@@ -3,7 +3,7 @@ whole group, logs from every rank, teardown of every rank.
 
 Built on ``server.ServerProcess`` (public API only): each rank is the launcher process (``ssh``, ``srun``, or the
 server itself for ``launcher: "{cmd}"``) started in its own session with its own log file, whose output is the rank's
-server output. Typical use (``runner.start_server`` for a profile with ``nodes:``)::
+server output. Typical use (``startup.start_server`` for a profile with ``nodes:``)::
 
     group = NodeGroup.start(profile, engine, port=30000, log_dir=Path(".specdec/logs"), draft_path=None)
     group.wait_ready(lambda: engine.probe_ready(client, profile), timeout_s=900)  # stops every rank on failure

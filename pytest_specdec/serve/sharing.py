@@ -22,7 +22,7 @@ Wiring (plugin)::
 
     # session fixture, on an xdist worker only (xdistnode.is_worker(config))
     root = xdistnode.shared_dir(config)  # tmp_path_factory.getbasetemp().parent
-    start = lambda on_launch: runner.start_server(profile, ..., on_launch=on_launch).process
+    start = lambda on_launch: startup.start_server(profile, ..., on_launch=on_launch).process
     with shared_server(profile.name, root, start) as shared:
         yield ...  # a client of shared.base_url; shared.check_alive() after each measured phase
     # controller, pytest_sessionfinish (not on workers): report what had to be stopped

@@ -86,9 +86,9 @@ def test_prepare_is_a_no_op_for_sglang_and_reference(engine_cls: type, tmp_path:
 def test_start_server_prepares_under_its_log_dir_before_building_argv(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """``runner.start_server`` calls ``Engine.prepare`` with ``<log_dir>/drafts`` and passes its draft to
+    """``startup.start_server`` calls ``Engine.prepare`` with ``<log_dir>/drafts`` and passes its draft to
     ``launch_spec``."""
-    from pytest_specdec.measure import runner
+    from pytest_specdec.serve import startup
 
     calls: list[tuple[str, object]] = []
 
@@ -104,9 +104,9 @@ def test_start_server_prepares_under_its_log_dir_before_building_argv(
             calls.append(("launch_spec", draft_path))
             raise Stop
 
-    monkeypatch.setattr(runner, "get_engine", lambda profile: Recorder())
+    monkeypatch.setattr(startup, "get_engine", lambda profile: Recorder())
     with pytest.raises(Stop):
-        runner.start_server(Profile(name="p", server="sglang", model_path="/m"), log_dir=tmp_path / "logs")
+        startup.start_server(Profile(name="p", server="sglang", model_path="/m"), log_dir=tmp_path / "logs")
     assert calls == [("prepare", tmp_path / "logs" / "drafts"), ("launch_spec", tmp_path / "logs" / "drafts" / "copy")]
 
 
