@@ -7,6 +7,7 @@ every arrival time below is exact.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -546,3 +547,28 @@ def test_clients_load_the_ca_bundle_once_per_process(sse_url: str, monkeypatch: 
     for _ in range(3):
         assert fetch_text(sse_url, "/health") == "{}"
     assert len(built) == 1
+
+
+def test_open_loop_sends_each_request_at_its_arrival_then_waits_for_a_slot() -> None:
+    """Arrival times are absolute from the phase's start (never early); the concurrency cap queues arrivals in order,
+    and TTFT counts from the send, not the arrival (as bench_serving's request function inside its semaphore)."""
+    body = b'data: {"text": "a", "meta_info": {"prompt_tokens": 1, "completion_tokens": 1}}\n\ndata: [DONE]\n\n'
+
+    async def stream() -> AsyncIterator[bytes]:
+        await asyncio.sleep(0.03)
+        yield body
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=stream())
+
+    due = [0.0, 0.01, 0.08]
+    specs = [dataclasses.replace(req(), arrival_s=at) for at in due]
+    records = run_phase(BASE, specs, PhaseOptions(concurrency=1), transport=httpx.MockTransport(handler)).records
+    assert all(r.ok and r.arrival_s is not None for r in records)
+    first = records[0].arrival_s
+    assert first is not None
+    for r, at in zip(records, due, strict=True):
+        assert r.arrival_s is not None and r.arrival_s - first >= at - 0.002  # asyncio may wake < 1 ms early
+        assert r.start_s >= r.arrival_s
+    # Request 1 arrived while request 0 held the only slot: it waited (request 0 takes >= 30 ms).
+    assert records[1].start_s >= records[0].end_s > records[1].arrival_s

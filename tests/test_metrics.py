@@ -209,17 +209,27 @@ def test_metrics_table_matches_run_metrics_fields() -> None:
         "itl_ms",
         "tpot_ms",
         "e2e_ms",
+        "input_tok_s",
+        "total_tok_s",
+        "requests_per_s",
+        "goodput_per_s",
+        "slo_attainment",
         "decode_tok_s",
     ]
     run_fields = {f.name for f in dataclasses.fields(RunMetrics)}
     for spec in METRICS.values():
         assert set(spec.fields) <= run_fields, spec.name
         assert spec.formula and spec.source and spec.unit
-    assert METRICS["ttft_ms"].fields == ("ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99")
+    assert METRICS["ttft_ms"].fields == ("ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p95", "ttft_ms_p99")
     assert [n for n, s in METRICS.items() if s.higher_is_better] == [
         "output_tok_s",
         "accept_length",
         "accept_rate",
+        "input_tok_s",
+        "total_tok_s",
+        "requests_per_s",
+        "goodput_per_s",
+        "slo_attainment",
         "decode_tok_s",
     ]
 
@@ -379,3 +389,18 @@ def test_category_metrics_per_category_with_the_runs_definitions() -> None:
     assert run.by_category["prose"]["accept_length"] == pytest.approx(1.0)
     assert run.by_category["uncategorized"] == {"num_requests": 1, "num_ok": 0}
     assert summarize(records, 1.0, num_steps=3, speculative=True, max_error_rate=0.5).by_category == {}
+
+
+def test_serving_throughputs_and_p95_as_bench_serving() -> None:
+    """``calculate_metrics``' input_throughput, total_throughput, request_throughput over the phase; p95 by numpy's
+    linear percentile: TTFTs 100, 110, ..., 190 ms -> p95 185.5 ms."""
+    records = [
+        RequestRecord(ok=True, error=None, start_s=0.0, end_s=0.3, prompt_tokens=20, completion_tokens=4,
+                      chunk_times_s=(0.1 + i * 0.01, 0.3), chunk_tokens=(1, 3))
+        for i in range(10)
+    ]  # fmt: skip
+    run = summarize(records, 2.0, num_steps=None, speculative=False)
+    assert (run.input_tokens, run.input_tok_s, run.total_tok_s, run.requests_per_s) == (200, 100.0, 120.0, 5.0)
+    assert run.ttft_ms_p95 == pytest.approx(185.5)
+    assert run.goodput_per_s is None and set(run.tails) >= {"ttft_ms_p99", "itl_ms_p90", "e2e_ms_p95"}
+    assert run.tails["ttft_ms_p90"]["n"] == 10 and run.tails["itl_ms_p90"]["n"] == 30

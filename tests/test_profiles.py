@@ -401,3 +401,42 @@ def test_max_repeats_below_repeats_names_both(in_tmp: Path) -> None:
         "specdec.yaml:4: profiles.a.workload: max_repeats 2 is below repeats 3 (the first look); raise max_repeats or "
         "lower repeats"
     )
+
+
+def test_open_loop_and_goodput_errors_name_file_line_key_value_and_fix(in_tmp: Path) -> None:
+    write(
+        in_tmp,
+        """\
+        profiles:
+          a:
+            workload:
+              request_rate: 0
+              burstiness: -1
+              slo: {ttft_ms: 500, e2el: 900}
+          b:
+            workload: {burstiness: 2}
+          c:
+            thresholds: {min_goodput: 3}
+          d:
+            workload: {request_rate: inf, burstiness: .inf, slo: {tpot_ms: 50}}
+            thresholds: {min_goodput: 3, max_ttft_ms_p99: 500}
+        """,
+    )
+    assert load_error("specdec.yaml").splitlines() == [
+        "specdec.yaml:4: profiles.a.workload.request_rate: expected requests per second > 0, got 0; fix: e.g. "
+        "request_rate: 4 (a Poisson stream of 4 requests/s), inf to send every request at once, or leave "
+        "request_rate out for a closed loop at concurrency",
+        "specdec.yaml:5: profiles.a.workload.burstiness: expected a gamma shape > 0, got -1; fix: burstiness: 1.0 "
+        "(Poisson arrivals), below 1 for bursts, above 1 (or inf) for evener arrivals",
+        "specdec.yaml:6: profiles.a.workload.slo: unknown key 'e2el' (did you mean 'e2e_ms'? vLLM and SGLang spell "
+        "it e2el; allowed: e2e_ms, tpot_ms, ttft_ms)",
+        "specdec.yaml:8: profiles.b.workload: burstiness: 2 is set but request_rate is not (burstiness shapes the "
+        "arrival times of an open loop); fix: add request_rate (requests/s), e.g. request_rate: 4, or remove "
+        "burstiness",
+        "specdec.yaml:9: profiles.c: thresholds.min_goodput: 3 needs workload.slo (the latencies a request must meet "
+        "to count toward goodput); fix: add e.g. workload: {slo: {ttft_ms: 500, tpot_ms: 50}}",
+    ]
+    write(in_tmp, "profiles:\n  d:\n    workload: {request_rate: inf, slo: {tpot_ms: 50}}\n")
+    d = load_profiles("specdec.yaml").get("d")
+    assert d.workload.request_rate == float("inf") and d.workload.slo is not None
+    assert d.workload.slo.as_ms() == {"tpot_ms": 50.0}

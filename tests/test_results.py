@@ -74,13 +74,13 @@ def test_record_from_measurements_medians_repeats_and_samples() -> None:
 
 def test_medians_of_counts_are_one_integer_in_the_record_and_the_run() -> None:
     """Issue 14.8: num_ok 15 in one place and 15.5 in another; counts take the lower median everywhere."""
-    from pytest_specdec.core.records import median_metrics
+    from pytest_specdec.measure.runner import pooled_metrics
 
     ms = [measurement(100.0, 2.0), measurement(90.0, 2.5)]
     ms = [dataclasses.replace(m, metrics=dataclasses.replace(m.metrics, num_ok=n, output_tokens=n * 64))
           for m, n in zip(ms, (15, 16), strict=True)]  # fmt: skip
     record = ResultRecord.from_measurements("t", ms, {})
-    run = median_metrics([m.metrics for m in ms])
+    run = pooled_metrics(ms)  # runner.RunResult.metrics: medians, and the tails over both repeats' requests
     assert (record.metrics["num_ok"], record.metrics["output_tokens"]) == (15, 960)
     assert (run.num_ok, run.output_tokens) == (15, 960)
     assert record.metrics == run.as_dict()
@@ -98,7 +98,10 @@ def test_counts_stay_integers_in_the_median_over_repeats() -> None:
 
 def test_single_repeat_metrics_are_run_metrics() -> None:
     record = ResultRecord.from_measurements("t", [measurement(100.0, 2.0)], {})
-    assert record.metrics == run_metrics(output_tok_s=100.0, accept_length=2.0).as_dict()
+    expected = run_metrics(output_tok_s=100.0, accept_length=2.0).as_dict()
+    got = {k: v for k, v in record.metrics.items() if k != "tails"}
+    assert got == {k: v for k, v in expected.items() if k != "tails"}
+    assert record.metrics["tails"]["ttft_ms_p90"]["n"] == 1  # the tail evidence of the repeat's one request
 
 
 def test_record_json_round_trip_and_lenient_reading() -> None:

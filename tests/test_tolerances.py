@@ -40,7 +40,8 @@ def test_parse_tolerances_forms() -> None:
         (
             "tok_s:5%",
             "bad tolerance 'tok_s:5%': unknown metric 'tok_s' (known: accept_length, accept_rate, "
-            "decode_tok_s, e2e_ms, itl_ms, output_tok_s, tpot_ms, ttft_ms, or a field like ttft_ms_p99)",
+            "decode_tok_s, e2e_ms, goodput_per_s, input_tok_s, itl_ms, output_tok_s, requests_per_s, slo_attainment, "
+            "total_tok_s, tpot_ms, ttft_ms, or a field like ttft_ms_p99)",
         ),
     ],
 )
@@ -54,7 +55,7 @@ def test_merge_tolerances_layers() -> None:
     merged = merge_tolerances(parse_tolerances("ttft_ms_p50:5%"), parse_tolerances("ttft_ms:20% output_tok_s:3%"))
     assert format_tolerances(merged) == (
         "output_tok_s:3% accept_length:2% accept_rate:0.02 ttft_ms_mean:20% ttft_ms_p50:20% ttft_ms_p90:20% "
-        "ttft_ms_p99:20% itl_ms_p50:10% tpot_ms_p50:10%"
+        "ttft_ms_p95:20% ttft_ms_p99:20% itl_ms_p50:10% tpot_ms_p50:10%"
     )
     # within one layer a field key beats its metric's key
     assert merge_tolerances(parse_tolerances("ttft_ms_p50:50% ttft_ms:20%"))["ttft_ms_p50"] == Tolerance(rel=0.5)

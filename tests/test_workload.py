@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pytest_specdec.core.errors import ProfileError
@@ -237,3 +239,72 @@ def test_random_workload_validation() -> None:
         Workload(random=RandomPrompts())
     with pytest.raises(ValueError, match="which api: chat cannot carry; fix: api: generate, or a prompt file"):
         Workload(prompts="random", api="chat")
+
+
+# -- open loop: arrival times ---------------------------------------------------------------------------------------
+
+
+def _bench_serving_arrivals(
+    num: int, rate: float, seed: int, before: Callable[[], object] | None = None
+) -> list[float]:
+    """The arrival times SGLang 0.5.17 / 0.5.23 ``bench_serving`` sends at, computed the way it computes them:
+    ``python/sglang/benchmark/serving.py::run_benchmark`` seeds numpy's global generator
+    (``np.random.seed(args.seed)``),
+    the dataset is sampled (``before``: what it draws from that generator), then ``get_request`` yields request i
+    (sent now) and draws ``np.random.exponential(1.0 / request_rate)`` to sleep before the next one."""
+    state = np.random.get_state()
+    try:
+        np.random.seed(seed)
+        if before is not None:
+            before()
+        at, out = 0.0, []
+        for _ in range(num):
+            out.append(at)  # yield request
+            at += np.random.exponential(1.0 / rate)  # interval = np.random.exponential(1.0 / request_rate)
+        return out
+    finally:
+        np.random.set_state(state)
+
+
+def test_arrival_times_of_1000_requests_equal_bench_servings_for_the_same_seed() -> None:
+    wl = Workload(request_rate=4, num_requests=1000, arrival_seed=7)
+    got = workload_mod.workload_arrivals(wl)
+    assert got == _bench_serving_arrivals(1000, 4.0, 7)  # exact: the same draws from the same generator state
+    assert got[:3] == pytest.approx([0.0, 0.01984, 0.39828], abs=1e-5)
+    assert 200 < got[-1] < 300  # 999 intervals of mean 0.25 s
+
+
+def test_random_prompt_arrivals_continue_the_generator_after_the_prompts_as_bench_serving_does() -> None:
+    """``--dataset-name random-ids``: ``sample_random_requests`` (``benchmark/datasets/random.py``, the same in
+    0.5.17 and 0.5.23) draws input lengths, output lengths (``common.py::compute_random_lens``) and id offsets from
+    the global generator before ``get_request`` draws the intervals."""
+    settings = RandomPrompts(input_len=64, range_ratio=0.5, seed=3, vocab_size=1000)
+    wl = Workload(prompts="random", random=settings, max_new_tokens=32, num_requests=1000, request_rate=2.5)
+
+    def sample_random_requests() -> None:
+        np.random.randint(max(int(64 * 0.5), 1), 64 + 1, size=1000)  # input_lens
+        np.random.randint(max(int(32 * 0.5), 1), 32 + 1, size=1000)  # output_lens
+        np.random.randint(0, 1000, size=1000)  # offsets
+
+    assert workload_mod.workload_arrivals(wl) == _bench_serving_arrivals(1000, 2.5, 3, sample_random_requests)
+
+
+def test_arrival_times_closed_loop_inf_rate_and_burstiness() -> None:
+    assert workload_mod.workload_arrivals(Workload()) is None  # closed loop
+    assert workload_mod.workload_arrivals(Workload(request_rate="inf", num_requests=3)) == [0.0, 0.0, 0.0]
+    even = workload_mod.workload_arrivals(Workload(request_rate=4, burstiness="inf", num_requests=3))
+    assert even == [0.0, 0.25, 0.5]
+    # vLLM's gamma: shape 0.5, scale 1 / (rate * shape); mean interval stays 1 / rate.
+    rs = np.random.RandomState(42)
+    draws = [rs.gamma(0.5, 1 / (4 * 0.5)) for _ in range(2)]
+    bursty = workload_mod.workload_arrivals(Workload(request_rate=4, burstiness=0.5, num_requests=3))
+    assert bursty == [0.0, draws[0], draws[0] + draws[1]]
+
+
+def test_measured_requests_carry_their_arrival_warmup_does_not() -> None:
+    wl = Workload(num_requests=3, warmup_requests=1, request_rate=4)
+    warmup, measured = build_requests(wl, texts("a", "b"), [0.0, 0.1, 0.3])
+    assert [r.arrival_s for r in measured] == [0.0, 0.1, 0.3]
+    assert warmup[0].arrival_s is None
+    with pytest.raises(ValueError, match="2 arrival times for 3 requests"):
+        build_requests(wl, texts("a"), [0.0, 0.1])

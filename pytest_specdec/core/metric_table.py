@@ -33,9 +33,11 @@ ACCEPT_RATE_DEFINITION = "accepted draft tokens / (verify steps * num_steps) = (
 @dataclass(frozen=True, slots=True)
 class MetricSpec:
     """One metric: how it is named, measured and judged. ``stats`` lists the ``RunMetrics`` suffixes it has
-    (``("mean", "p50", "p90", "p99")`` -> ``ttft_ms_mean`` ...); empty means the field is ``name`` itself.
+    (``("mean", "p50", "p90", "p95", "p99")`` -> ``ttft_ms_mean`` ...); empty means the field is ``name`` itself.
     ``exact``: deterministic at temperature 0 (greedy decoding on a fixed prompt set), compared equal-or-not.
-    ``paired``: the fields judged on their ratio to a paired reference arm measured in the same minutes."""
+    ``paired``: the fields judged on their ratio to a paired reference arm measured in the same minutes. A compare
+    row of any of these fields (a tolerance naming it, e.g. ``ttft_ms_p99:20%`` or ``goodput_per_s:10%``) regresses
+    in the direction ``higher_is_better`` gives."""
 
     name: str
     unit: str
@@ -52,7 +54,7 @@ class MetricSpec:
         return tuple(f"{self.name}_{stat}" for stat in self.stats) or (self.name,)
 
 
-_LATENCY_STATS = ("mean", "p50", "p90", "p99")
+_LATENCY_STATS = ("mean", "p50", "p90", "p95", "p99")
 _SERVING = "SGLang python/sglang/benchmark/serving.py::calculate_metrics"
 
 METRICS: Mapping[str, MetricSpec] = MappingProxyType(
@@ -120,6 +122,41 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
                 f"{_SERVING} (e2e_latency)",
                 _LATENCY_STATS,
                 paired=("e2e_ms_p50",),
+            ),
+            MetricSpec(
+                "input_tok_s",
+                "tok/s",
+                True,
+                "sum(prompt_tokens of ok requests, as the server counts them) / phase duration_s",
+                f"{_SERVING} (input_throughput)",
+            ),
+            MetricSpec(
+                "total_tok_s",
+                "tok/s",
+                True,
+                "(input + output tokens of ok requests) / phase duration_s",
+                f"{_SERVING} (total_throughput)",
+            ),
+            MetricSpec(
+                "requests_per_s",
+                "req/s",
+                True,
+                "ok requests / phase duration_s",
+                f"{_SERVING} (request_throughput)",
+            ),
+            MetricSpec(
+                "goodput_per_s",
+                "req/s",
+                True,
+                "ok requests meeting every workload.slo limit (TTFT, TPOT (0 for one token), E2E) / phase duration_s",
+                "vLLM benchmarks/serve.py::calculate_metrics (request_goodput); SGLang benchmark/goodput.py",
+            ),
+            MetricSpec(
+                "slo_attainment",
+                "fraction of requests sent",
+                True,
+                "requests meeting every workload.slo limit / requests sent",
+                "SGLang benchmark/goodput.py::calculate_goodput (slo_attainment)",
             ),
             MetricSpec(
                 "decode_tok_s",

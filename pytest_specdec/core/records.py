@@ -22,7 +22,10 @@ class RequestRecord:
     OpenAI streams without per-chunk usage (SGLang ignores ``continuous_usage_stats``): ``chunk_times_s`` holds the
     arrivals of chunks with non-empty text, ``chunk_tokens`` is empty (per-chunk counts unknown, see
     :attr:`itl_available`), and ``completion_tokens`` is the final ``usage.completion_tokens``.
-    ``start_s`` is just before the request is sent; ``end_s`` the arrival of ``data: [DONE]`` (or the failure).
+    ``start_s`` is just before the request is sent; ``end_s`` the arrival of ``data: [DONE]`` (or the failure). In an
+    open loop ``arrival_s`` is when the request arrived (its scheduled time): ``start_s - arrival_s`` is its wait for a
+    free ``concurrency`` slot, outside TTFT and E2E as in SGLang ``bench_serving`` (whose request function starts its
+    clock inside the ``--max-concurrency`` semaphore).
     """
 
     ok: bool
@@ -43,6 +46,9 @@ class RequestRecord:
     #: ``spec_accept_histogram``): entry i = verify steps of this request that accepted exactly i draft tokens.
     #: Empty when the server does not report it.
     spec_correct_drafts_histogram: tuple[int, ...] = ()
+    #: Open loop: ``time.perf_counter()`` seconds when the request arrived (was due to be sent); None in a closed
+    #: loop.
+    arrival_s: float | None = None
 
     @property
     def itl_available(self) -> bool:
@@ -111,6 +117,25 @@ class RunMetrics:
     #: (the reference server reports them; SGLang and vLLM do not: None).
     draft_ms_per_cycle: float | None = None
     verify_ms_per_cycle: float | None = None
+    #: p95 of the latencies (the other percentiles are above; after them to keep old positional use working).
+    ttft_ms_p95: float | None = None
+    itl_ms_p95: float | None = None
+    tpot_ms_p95: float | None = None
+    e2e_ms_p95: float | None = None
+    #: Σprompt_tokens of the ok requests (the server's count) and the phase's throughputs, as SGLang bench_serving's
+    #: ``input_throughput``, ``total_throughput`` and ``request_throughput`` (ok requests per second).
+    input_tokens: int | None = None
+    input_tok_s: float | None = None
+    total_tok_s: float | None = None
+    requests_per_s: float | None = None
+    #: With ``workload.slo``: ok requests meeting every SLO per second (vLLM ``request_goodput``), and their share
+    #: of all requests sent (SGLang ``slo_attainment``); None without an SLO.
+    goodput_per_s: float | None = None
+    slo_attainment: float | None = None
+    #: The evidence of the tail verdicts (``metrics.tail_evidence``): ``"ttft_ms_p99" -> {"n", "estimate", "low",
+    #: "high", "confidence"}`` per latency percentile, ``"goodput_per_s" -> {"n", "good", "duration_s", ...}``. In a
+    #: run's metrics (``runner.RunResult.metrics``) every repeat's requests are pooled; per repeat, that phase's own.
+    tails: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """Field -> value, JSON-safe: per-position tuples as lists (what they read back as from JSON)."""

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytest_specdec.core.order_stats import TAIL_CONFIDENCE, min_samples
 from pytest_specdec.engines.rules import BUNDLED_ASSETS
-from pytest_specdec.profiles.schema import Profile, ProfileSet
+from pytest_specdec.profiles.schema import TAIL_KEYS, Profile, ProfileSet
 from pytest_specdec.profiles.weights import read_safetensors_header
 
 if TYPE_CHECKING:
@@ -177,6 +178,7 @@ def _run(profile: Profile, engine: Engine | None) -> list[Finding]:
     if profile.url is None:  # nothing is launched for an external server: no launch environment to check
         _rule_env(ctx)
     _rule_engine(ctx)
+    _rule_tails(ctx)
     return ctx.findings
 
 
@@ -478,6 +480,37 @@ def _rule_reachable_thresholds(ctx: _Ctx, steps: int) -> None:
 
 
 # ------------------------------------------------------------------- rule 5
+def _rule_tails(ctx: _Ctx) -> None:
+    """A percentile ceiling on too few requests: the order-statistics bound (``judge/tails.py``) needs
+    ``min_samples(p)`` requests (all under the ceiling) to pass at all; with fewer the verdict can only be FAILED or
+    undecided. Counted per request (TTFT, TPOT, E2E) over ``num_requests x repeats``; ITL pools every token, so it is
+    not checked here."""
+    wl = ctx.profile.workload
+    total = wl.num_requests * wl.repeats
+    for key, (field_name, p) in TAIL_KEYS.items():
+        ceiling = getattr(ctx.profile.thresholds, key)
+        if ceiling is None or field_name.startswith("itl_"):
+            continue
+        need = min_samples(p, TAIL_CONFIDENCE)
+        if total >= need:
+            continue
+        metric, _, q = field_name.rpartition("_p")
+        # A lower percentile of the same metric that this many requests can show (p90 needs 44), as the alternative.
+        lower = [
+            f"max_{metric}_p{f.rpartition('_p')[2]} ({min_samples(pp, TAIL_CONFIDENCE)} suffice)"
+            for f, pp in TAIL_KEYS.values()
+            if f.startswith(metric + "_p") and pp < p and min_samples(pp, TAIL_CONFIDENCE) <= total
+        ]
+        gate = f", or gate {lower[-1]} instead" if lower else ""
+        ctx.at_profile(
+            "warning", f"thresholds.{key}", ceiling,
+            f"{total} requests (num_requests {wl.num_requests} x repeats {wl.repeats}) cannot show p{q} under the "
+            f"ceiling at {TAIL_CONFIDENCE:.0%} confidence: that needs {need} with none over, so the verdict can only "
+            "be FAILED or undecided",
+            f"raise workload.num_requests (or repeats) to {need} requests in all{gate}",
+        )  # fmt: skip
+
+
 def _rule_sizes(ctx: _Ctx) -> None:
     """Source: SGLang ``models/llama_eagle3.py`` (``target_hidden_size`` falls back to ``hidden_size``; the draft
     maps its vocab onto the target's through ``d2t``)."""

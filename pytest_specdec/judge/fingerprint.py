@@ -12,7 +12,9 @@ __all__ = ["WORKLOAD_KEYS", "fingerprint_diff", "workload_differences"]
 
 #: Workload keys whose difference makes two results incomparable (``fingerprint["workload"]``) — refused
 #: unless forced. ``prompt_hash`` is checked too.
-WORKLOAD_KEYS = ("max_new_tokens", "concurrency", "num_requests", "temperature", "api")
+WORKLOAD_KEYS = (
+    "max_new_tokens", "concurrency", "num_requests", "temperature", "api", "request_rate", "burstiness", "slo",
+)  # fmt: skip
 
 
 def _show(value: Any, missing: str = "(absent)") -> str:

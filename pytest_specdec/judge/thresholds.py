@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from pytest_specdec.core.records import RunMetrics
+from pytest_specdec.judge.tails import tail_checks
 from pytest_specdec.profiles.schema import MinSpeedup, Thresholds
 
 __all__ = ["Check", "Verdict", "evaluate", "merge_marker", "overrides"]
@@ -184,7 +185,9 @@ def evaluate(
     ``speedup_check`` is the ``min_speedup`` check already judged on paired arms (``speedup.Speedup.check``; the
     plugin always gives it); else ``speedup`` is this profile's output tok/s over the ``min_speedup.vs`` profile's,
     or None when that profile was not measured. ``judged`` holds checks already decided by a sequential verdict
-    (``verdict.sequential_checks``), keyed by threshold key; they replace the median rule for their key.
+    (``verdict.sequential_checks``), keyed by threshold key; they replace the median rule for their key. The
+    percentile ceilings and ``min_goodput`` are judged on their evidence (``tails.tail_checks``): passed, FAILED or
+    undecided.
     """
     checks: list[Check] = []
     for key, (field, op, label, unit, spec_only) in _RULES.items():
@@ -220,6 +223,8 @@ def evaluate(
         _position_checks(thresholds.min_accept_rate_at, metrics.accept_rate_at, speculative, sweep_steps=sweep_steps)
     )
     checks.extend(_category_checks(thresholds, metrics, speculative))
+    checks.extend(Check(t.key, t.label, t.op, t.threshold, t.measured, t.unit, t.passed, t.note, t.text, t.undecided)
+                  for t in tail_checks(thresholds, metrics))  # fmt: skip
     if thresholds.min_speedup is not None and speedup_check is not None:
         checks.append(speedup_check)
     elif thresholds.min_speedup is not None:

@@ -7,13 +7,14 @@ failed requests are kept out of every statistic, as guidellm ``schemas/statistic
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from pytest_specdec.core.errors import ServerError
+from pytest_specdec.core.order_stats import TAIL_CONFIDENCE, quantile_bounds, share_bounds
 from pytest_specdec.core.records import RequestRecord, RunMetrics
 from pytest_specdec.engines.base import SpecCounters
 
@@ -28,11 +29,14 @@ __all__ = [
     "UNCATEGORIZED",
     "category_metrics",
     "client_check",
+    "good_requests",
+    "pooled_tails",
     "client_overloaded",
     "cross_check",
     "position_acceptance",
     "request_timing",
     "summarize",
+    "tail_evidence",
 ]
 
 #: Relative difference between client and counter accept lengths above which :func:`cross_check` reports.
@@ -41,7 +45,9 @@ CROSS_CHECK_TOLERANCE = 0.02
 #: last fold (< ``--decode-log-interval``, 40) and counts drafts accepted past ``max_new_tokens``, so it is looser.
 SCHEDULER_CHECK_TOLERANCE = 0.05
 
-_PERCENTILES = (50, 90, 99)
+_PERCENTILES = (50, 90, 95, 99)
+#: The latency percentiles that have tail evidence (``Thresholds``' ``max_<metric>_ms_p<q>`` ceilings).
+TAIL_PERCENTILES = (90, 95, 99)
 
 
 #: ``accept_position_source`` when per-position acceptance comes from the per-request histograms.
@@ -168,13 +174,124 @@ def request_timing(record: RequestRecord) -> RequestTiming:
     return RequestTiming(ttft_s=ttft_s, e2e_s=e2e_s, itl_s=tuple(itl), tpot_s=tpot_s, decode_tok_s=decode_tok_s)
 
 
-def _stats_ms(values_s: Sequence[float]) -> tuple[float | None, float | None, float | None, float | None]:
-    """(mean, p50, p90, p99) in ms with numpy's default linear interpolation; all None for no values."""
+def _stats_ms(values_s: Sequence[float]) -> tuple[float | None, ...]:
+    """(mean, p50, p90, p95, p99) in ms with numpy's default linear interpolation, as bench_serving's
+    ``np.percentile``; all None for no values."""
     if not values_s:
-        return None, None, None, None
+        return None, None, None, None, None
     arr = np.asarray(values_s, dtype=float) * 1000.0
-    p50, p90, p99 = (float(v) for v in np.percentile(arr, _PERCENTILES))
-    return float(arr.mean()), p50, p90, p99
+    p50, p90, p95, p99 = (float(v) for v in np.percentile(arr, _PERCENTILES))
+    return float(arr.mean()), p50, p90, p95, p99
+
+
+def _latencies_ms(timings: Sequence[RequestTiming]) -> dict[str, list[float]]:
+    """Per metric, the values its percentiles are taken over, in ms: TTFT, TPOT and E2E one per request (TPOT only
+    for requests with > 1 token), ITL every per-token gap of every request pooled."""
+    return {
+        "ttft_ms": [t.ttft_s * 1000.0 for t in timings if t.ttft_s is not None],
+        "itl_ms": [gap * 1000.0 for t in timings for gap in t.itl_s],
+        "tpot_ms": [t.tpot_s * 1000.0 for t in timings if t.tpot_s is not None],
+        "e2e_ms": [t.e2e_s * 1000.0 for t in timings],
+    }
+
+
+def good_requests(records: Sequence[RequestRecord], slo_ms: Mapping[str, float]) -> int:
+    """How many of ``records`` succeeded and met every SLO (``ttft_ms``, ``tpot_ms``, ``e2e_ms``; a limit is met at
+    or below it), as vLLM ``benchmarks/serve.py::calculate_metrics`` counts ``good_completed`` and SGLang 0.5.23
+    ``benchmark/goodput.py::calculate_goodput`` its good requests: TPOT of a one-token response counts as 0; a
+    request without a first token misses a TTFT limit.
+
+    Worked example: SLO {ttft_ms: 200, tpot_ms: 20}; requests (TTFT 150, TPOT 18), (TTFT 250, TPOT 10), (TTFT 100,
+    TPOT 25), one failed -> 1 good.
+    """
+    good = 0
+    for record in records:
+        if not record.ok:
+            continue
+        t = request_timing(record)
+        observed = {
+            "ttft_ms": t.ttft_s * 1000.0 if t.ttft_s is not None else float("inf"),
+            "tpot_ms": (t.tpot_s or 0.0) * 1000.0,
+            "e2e_ms": t.e2e_s * 1000.0,
+        }
+        if all(observed[key] <= limit for key, limit in slo_ms.items()):
+            good += 1
+    return good
+
+
+def tail_evidence(
+    phases: Sequence[tuple[Sequence[RequestRecord], float]],
+    *,
+    slo_ms: Mapping[str, float] | None = None,
+    confidence: float = TAIL_CONFIDENCE,
+) -> dict[str, dict[str, Any]]:
+    """The evidence of the tail verdicts over one or more phases, their requests pooled (``RunMetrics.tails``).
+
+    - ``<metric>_p<q>`` for TTFT, ITL, TPOT, E2E and q in 90, 95, 99: ``n`` values (requests; ITL: per-token gaps),
+      ``estimate`` (numpy linear percentile of the pooled values), ``low`` / ``high`` the order-statistics bounds of
+      the percentile at ``confidence`` each side (``core/order_stats.py``; None where n values cannot show one),
+      ``confidence``.
+    - ``goodput_per_s`` with ``slo_ms``: ``n`` requests sent, ``good`` (:func:`good_requests`), ``duration_s`` (the
+      phases' summed wall time), ``estimate`` good / duration, ``low`` / ``high`` the Clopper-Pearson bounds of the
+      good share times n / duration (the request throughput taken as measured), ``confidence``.
+
+    The bounds treat the values as independent: requests in one phase share the server's load, and one request's
+    ITL gaps are correlated (a speculative step's tokens share one gap), so for ITL they are optimistic; repeats and
+    longer phases narrow them honestly.
+
+    :param phases: (records, duration_s) per phase; failed records are left out of the latencies and count as not
+        good.
+    """
+    out = _latency_evidence([r for records, _ in phases for r in records], confidence)
+    if slo_ms:
+        n = sum(len(records) for records, _ in phases)
+        duration = sum(d for _, d in phases)
+        good = sum(good_requests(records, slo_ms) for records, _ in phases)
+        out.update(_goodput_evidence(n, good, duration, confidence))
+    return out
+
+
+def pooled_tails(
+    phases: Sequence[tuple[Sequence[RequestRecord], Mapping[str, Any] | None]], confidence: float = TAIL_CONFIDENCE
+) -> dict[str, dict[str, Any]]:
+    """:func:`tail_evidence` over several measured phases, their requests pooled, from each phase's records and its
+    own ``RunMetrics.tails`` (whose ``goodput_per_s`` entry carries the phase's good and sent requests and duration,
+    so the SLO need not be known again). Goodput is pooled only when every phase has it.
+
+    :param phases: (records, that phase's ``tails``) per phase.
+    """
+    out = _latency_evidence([r for records, _ in phases for r in records], confidence)
+    goods = [(tails or {}).get("goodput_per_s") for _, tails in phases]
+    if goods and all(isinstance(g, Mapping) for g in goods):
+        n = sum(int(g["n"]) for g in goods if g is not None)
+        good = sum(int(g["good"]) for g in goods if g is not None)
+        duration = sum(float(g["duration_s"]) for g in goods if g is not None)
+        out.update(_goodput_evidence(n, good, duration, confidence))
+    return out
+
+
+def _latency_evidence(records: Sequence[RequestRecord], confidence: float) -> dict[str, dict[str, Any]]:
+    timings = [request_timing(r) for r in records if r.ok]
+    out: dict[str, dict[str, Any]] = {}
+    for metric, values in _latencies_ms(timings).items():
+        for q in TAIL_PERCENTILES:
+            b = quantile_bounds(values, q / 100, confidence)
+            out[f"{metric}_p{q}"] = {
+                "n": b.n, "estimate": b.estimate, "low": b.low, "high": b.high, "confidence": confidence,
+            }  # fmt: skip
+    return out
+
+
+def _goodput_evidence(n: int, good: int, duration_s: float, confidence: float) -> dict[str, dict[str, Any]]:
+    if not n or duration_s <= 0:
+        return {}
+    low, high = share_bounds(good, n, confidence)
+    return {
+        "goodput_per_s": {
+            "n": n, "good": good, "duration_s": duration_s, "estimate": good / duration_s,
+            "low": low * n / duration_s, "high": high * n / duration_s, "confidence": confidence,
+        }
+    }  # fmt: skip
 
 
 def _delta(after: float | None, before: float | None) -> float | None:
@@ -216,13 +333,20 @@ def summarize(
     scheduler_accept_length: float | None = None,
     cache_reset: str | None = None,
     categories: Sequence[str | None] | None = None,
+    slo_ms: Mapping[str, float] | None = None,
 ) -> RunMetrics:
     """Aggregate one measured phase.
 
     - output_tok_s = Σ completion_tokens of ok requests / ``duration_s`` (SGLang ``output_throughput``).
-    - TTFT, TPOT, e2e: per ok request (:func:`request_timing`), then mean / p50 / p90 / p99 in ms (numpy linear
-      percentiles). ITL: all per-token gaps of all ok requests pooled, as ``calculate_metrics`` pools ``itls``.
-      decode tok/s: median over ok requests.
+    - TTFT, TPOT, e2e: per ok request (:func:`request_timing`), then mean / p50 / p90 / p95 / p99 in ms (numpy
+      linear percentiles). ITL: all per-token gaps of all ok requests pooled, as ``calculate_metrics`` pools
+      ``itls``. decode tok/s: median over ok requests. ``tails``: :func:`tail_evidence` of this phase.
+    - input_tok_s = Σprompt_tokens of ok requests / ``duration_s`` (the server's prompt counts; bench_serving sums
+      its dataset's prompt lengths), total_tok_s = (input + output tokens) / ``duration_s``, requests_per_s = ok
+      requests / ``duration_s`` (``calculate_metrics``' ``input_throughput``, ``total_throughput``,
+      ``request_throughput``).
+    - goodput_per_s (with ``slo_ms``) = :func:`good_requests` / ``duration_s``; slo_attainment = good / all
+      requests sent.
     - accept_length (None unless ``speculative``), ``metric_table.ACCEPT_LENGTH_DEFINITION``:
       1 + Σspec_num_correct_drafts / Σspec_verify_ct over ok requests that report ``spec_verify_ct > 0`` (only this
       phase, not the server's lifetime; Σ(completion_tokens - 1) / Σspec_verify_ct when a request lacks the drafts
@@ -250,6 +374,7 @@ def summarize(
     :param cache_reset: ``Engine.reset_prefix_cache``'s note, recorded as is.
     :param categories: each record's prompt category (``RequestSpec.category``), aligned with ``records``; gives
         ``by_category`` (:func:`category_metrics`).
+    :param slo_ms: ``workload.slo`` (``Slo.as_ms``): gives ``goodput_per_s`` and ``slo_attainment``.
     :raises ServerError: no successful request, or failed/total > ``max_error_rate``; the message gives the counts
         and the first error.
     :raises ValueError: ``duration_s <= 0``.
@@ -275,6 +400,8 @@ def summarize(
     e2e = _stats_ms([t.e2e_s for t in timings])
     decode = [t.decode_tok_s for t in timings if t.decode_tok_s is not None]
     output_tokens = sum(r.completion_tokens for r in ok)
+    input_tokens = sum(r.prompt_tokens for r in ok)
+    good = good_requests(records, slo_ms) if slo_ms else None
 
     server_length = _server_accept(counters_before, counters_after)
     accept_length: float | None = None
@@ -319,19 +446,30 @@ def summarize(
         ttft_ms_mean=ttft[0],
         ttft_ms_p50=ttft[1],
         ttft_ms_p90=ttft[2],
-        ttft_ms_p99=ttft[3],
+        ttft_ms_p95=ttft[3],
+        ttft_ms_p99=ttft[4],
         itl_ms_mean=itl[0],
         itl_ms_p50=itl[1],
         itl_ms_p90=itl[2],
-        itl_ms_p99=itl[3],
+        itl_ms_p95=itl[3],
+        itl_ms_p99=itl[4],
         tpot_ms_mean=tpot[0],
         tpot_ms_p50=tpot[1],
         tpot_ms_p90=tpot[2],
-        tpot_ms_p99=tpot[3],
+        tpot_ms_p95=tpot[3],
+        tpot_ms_p99=tpot[4],
         e2e_ms_mean=e2e[0],
         e2e_ms_p50=e2e[1],
         e2e_ms_p90=e2e[2],
-        e2e_ms_p99=e2e[3],
+        e2e_ms_p95=e2e[3],
+        e2e_ms_p99=e2e[4],
+        input_tokens=input_tokens,
+        input_tok_s=input_tokens / duration_s,
+        total_tok_s=(input_tokens + output_tokens) / duration_s,
+        requests_per_s=len(ok) / duration_s,
+        goodput_per_s=good / duration_s if good is not None else None,
+        slo_attainment=good / total if good is not None else None,
+        tails=tail_evidence([(records, duration_s)], slo_ms=slo_ms),
         decode_tok_s_p50=float(np.median(decode)) if decode else None,
         server_accept_length=server_length,
         accept_length_source=source,

@@ -82,6 +82,10 @@ _WORKLOAD_FIELDS = (
     "temperature",
     "ignore_eos",
     "repeats",
+    "request_rate",
+    "burstiness",
+    "arrival_seed",
+    "slo",
 )
 
 
@@ -273,6 +277,11 @@ def _draft_facts(server: RunningServer) -> dict[str, Any]:
     return facts
 
 
+def _plain(value: Any) -> Any:
+    """A workload value as JSON keeps it: ``workload.slo`` as ``{"ttft_ms": 500.0, ...}`` (None when unset)."""
+    return value.as_ms() if hasattr(value, "as_ms") else value
+
+
 def build_fingerprint(server: RunningServer, prompt_hash: str) -> dict[str, Any]:
     """Everything that can explain a performance change, as a JSON-safe dict (secrets redacted).
 
@@ -315,7 +324,7 @@ def build_fingerprint(server: RunningServer, prompt_hash: str) -> dict[str, Any]
         "speculative": profile.speculative.model_dump(mode="json") if profile.speculative is not None else None,
         "effective": effective,
         "prompt_hash": prompt_hash,
-        "workload": {name: getattr(wl, name) for name in _WORKLOAD_FIELDS},
+        "workload": {name: _plain(getattr(wl, name)) for name in _WORKLOAD_FIELDS},
         "gpus": [dict(g) for g in gpu_info()],
         "host": platform.node(),
         "profile_def": profile_definition(profile),
@@ -458,12 +467,14 @@ class ResultRecord:
         """
         if not measurements:
             raise ValueError(f"{test_id}: no measurement to record")
-        from pytest_specdec.measure.metrics import request_timing
+        from pytest_specdec.measure.metrics import pooled_tails, request_timing
 
         per_repeat = [m.metrics.as_dict() for m in measurements]
         names = [f.name for f in dataclasses.fields(RunMetrics)]
         repeats = {name: [d.get(name) for d in per_repeat] for name in names}
         merged = median_metrics([m.metrics for m in measurements]).as_dict()
+        if any(m.records for m in measurements):  # tails weigh every repeat's requests (``runner.pooled_metrics``)
+            merged["tails"] = pooled_tails([(m.records, m.metrics.tails) for m in measurements])
         samples = []
         for i, m in enumerate(measurements):
             for rec in m.records:

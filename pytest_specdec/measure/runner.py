@@ -42,7 +42,9 @@ __all__ = [
     "client_load_of",
     "measure",
     "measure_repeats",
+    "phase_recorder",
     "phase_watcher",
+    "pooled_metrics",
     "profile_prompts",
     "read_back",
     "run_result",
@@ -82,6 +84,8 @@ class Measurement:
     client_check: str | None = None
     #: Seconds the phase held the server, warmup included (``clock.now()``): what a sequential verdict spends.
     server_s: float = 0.0
+    #: Each record's prompt category (``RequestSpec.category``), aligned with ``records``; empty when not kept.
+    categories: tuple[str | None, ...] = ()
 
 
 #: Set around a measurement by whoever displays progress (the plugin): called as ``watch(profile, total_requests)``
@@ -90,6 +94,13 @@ class Measurement:
 #: :func:`measure` (repeats, paired arms) reports without passing it through.
 phase_watcher: contextvars.ContextVar[Callable[[str, int], Callable[[RequestRecord], None] | None] | None] = (
     contextvars.ContextVar("specdec_phase_watcher", default=None)
+)
+
+
+#: Set around a measurement by whoever exports the requests (``--specdec-requests-out``): called with every measured
+#: phase (repeats, sequential repeats, paired arms; not warmups or a traced phase) as it ends.
+phase_recorder: contextvars.ContextVar[Callable[[Measurement], None] | None] = contextvars.ContextVar(
+    "specdec_phase_recorder", default=None
 )
 
 
@@ -119,7 +130,8 @@ def measure(
     wl = profile.workload
     if prompts is None:
         prompts = profile_prompts(profile, base_dir=base_dir)
-    warmup, measured = workload.build_requests(wl, prompts)
+    arrivals = workload.workload_arrivals(wl, profile.model_path)
+    warmup, measured = workload.build_requests(wl, prompts, arrivals)
     options = _phase_options(server)
     if warmup:
         warm = client.run_phase(server.base_url, warmup, options, workers=_client_workers(server))
@@ -156,6 +168,7 @@ def measure(
         scheduler_accept_length=scheduler_length,
         cache_reset=cache_reset,
         categories=[spec.category for spec in measured],
+        slo_ms=wl.slo.as_ms() if wl.slo is not None else None,
     )
     if phase.load is not None:
         run = dataclasses.replace(
@@ -164,7 +177,7 @@ def measure(
             client_cpu_cores=phase.load.cpu_cores,
             client_workers=phase.load.workers,
         )
-    return Measurement(
+    measurement = Measurement(
         profile=profile.name,
         metrics=run,
         records=tuple(phase.records),
@@ -174,7 +187,12 @@ def measure(
         cross_check=metrics.cross_check(run),
         client_check=client_verdict(profile, run),
         server_s=clock.now() - started,
+        categories=tuple(spec.category for spec in measured),
     )
+    record = phase_recorder.get()
+    if record is not None:
+        record(measurement)
+    return measurement
 
 
 def _phase_options(server: RunningServer) -> client.PhaseOptions:
@@ -306,10 +324,22 @@ def run_result(server: RunningServer, measured: Sequence[Measurement]) -> RunRes
     return RunResult(
         profile=server.profile.name,
         measurements=measurements,
-        metrics=median_metrics([m.metrics for m in measurements]),
+        metrics=pooled_metrics(measurements),
         prompt_hash=measurements[0].prompt_hash,
         log_warnings=tuple(warnings),
     )
+
+
+def pooled_metrics(measurements: Sequence[Measurement]) -> RunMetrics:
+    """``records.median_metrics`` of the repeats, with ``tails`` taken over every repeat's requests pooled
+    (``metrics.pooled_tails``): a tail verdict weighs all the requests of the run, not the median repeat's.
+
+    :raises ValueError: no measurement.
+    """
+    merged = median_metrics([m.metrics for m in measurements])
+    if not any(m.records for m in measurements):
+        return merged
+    return dataclasses.replace(merged, tails=metrics.pooled_tails([(m.records, m.metrics.tails) for m in measurements]))
 
 
 def trace_dir(profile: Profile) -> Path:

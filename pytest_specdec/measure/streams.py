@@ -163,6 +163,7 @@ async def _one_request(
     headers: dict[str, str],
     api: Api,
     progress: _Progress,
+    arrival_s: float | None = None,
 ) -> RequestRecord:
     now = clock.now
     times = progress.times
@@ -183,9 +184,9 @@ async def _one_request(
         if parsed.done_s is None:
             raise RequestFailed(f"stream ended without data: [DONE] after {parsed.tokens} tokens")
     except RequestFailed as exc:
-        return _failed(progress, str(exc), api)
+        return _failed(progress, str(exc), api, arrival_s)
     except (httpx.HTTPError, OSError, _aiohttp_errors()) as exc:
-        return _failed(progress, f"{type(exc).__name__} on {url}: {exc}", api)
+        return _failed(progress, f"{type(exc).__name__} on {url}: {exc}", api, arrival_s)
     return RequestRecord(
         ok=True,
         error=None,
@@ -196,6 +197,7 @@ async def _one_request(
         chunk_times_s=tuple(parsed.chunk_times_s),
         chunk_tokens=tuple(parsed.chunk_tokens),
         output_text=parsed.text,
+        arrival_s=arrival_s,
         **parsed.spec,
     )
 
@@ -206,7 +208,7 @@ def _aiohttp_errors() -> type[Exception]:
     return aiohttp.ClientError
 
 
-def _failed(progress: _Progress, error: str, api: Api) -> RequestRecord:
+def _failed(progress: _Progress, error: str, api: Api, arrival_s: float | None = None) -> RequestRecord:
     """A failed record keeping what arrived (parsed leniently: a broken stream may not parse at all)."""
     parsed = Parsed()
     with contextlib.suppress(RequestFailed):
@@ -221,6 +223,7 @@ def _failed(progress: _Progress, error: str, api: Api) -> RequestRecord:
         chunk_times_s=tuple(parsed.chunk_times_s),
         chunk_tokens=tuple(parsed.chunk_tokens),
         output_text=parsed.text,
+        arrival_s=arrival_s,
     )
 
 
@@ -367,13 +370,16 @@ async def run_share(
     *,
     transport: httpx.AsyncBaseTransport | None = None,
     on_request_done: Callable[[RequestRecord], None] | None = None,
+    start_at: float | None = None,
 ) -> RawPhase:
     """``client.run_requests`` in one process once the model is known (``options.model`` set for OpenAI APIs);
-    ``numbers[i]`` names request i in messages."""
+    ``numbers[i]`` names request i in messages. Requests with an ``arrival_s`` are sent at ``start_at`` (a
+    ``time.perf_counter()`` time, one clock for every worker process; default: when sending begins) plus it."""
     api = options.api
     concurrency = options.concurrency
     url = base_url.rstrip("/") + PATHS[api]
     bodies = [json.dumps(request_body(api, spec, options.model)).encode() for spec in requests]
+    arrivals = [spec.arrival_s for spec in requests]
     async with contextlib.AsyncExitStack() as stack:
         if transport is not None:
             # httpx's own timeout is a backstop only; the stall watchdog and total timeout decide.
@@ -401,7 +407,7 @@ async def run_share(
         prober = asyncio.create_task(_probe_lag(lag_s))
         cpu_start_s, wall_start_s = time.process_time(), time.perf_counter()
         try:
-            records = await _run_all(open_stream, url, bodies, numbers, options, on_request_done)
+            records = await _run_all(open_stream, url, bodies, numbers, options, on_request_done, arrivals, start_at)
         finally:
             cpu_s, wall_s = time.process_time() - cpu_start_s, time.perf_counter() - wall_start_s
             prober.cancel()
@@ -417,26 +423,35 @@ async def _run_all(
     numbers: Sequence[int],
     options: PhaseOptions,
     on_request_done: Callable[[RequestRecord], None] | None = None,
+    arrivals: Sequence[float | None] = (),
+    start_at: float | None = None,
 ) -> list[RequestRecord]:
-    """Issue ``bodies`` in order under a semaphore with the stall watchdog beside; records in request order."""
+    """Issue ``bodies`` in order under a semaphore with the stall watchdog beside; records in request order.
+
+    Open loop: request i is due at ``start_at + arrivals[i]`` (``perf_counter`` seconds; ``start_at`` default now).
+    The dispatcher sleeps until it is due, stamps its arrival, then waits for a free ``concurrency`` slot: the
+    requests queue in arrival order behind the cap, as behind bench_serving's ``--max-concurrency`` semaphore (its
+    tasks are created at arrival and wait there in creation order). Due times are absolute, so one late wake-up
+    does not delay the requests after it (bench_serving sleeps each interval after the previous send)."""
     api, headers, request_timeout_s = options.api, options.headers, options.request_timeout_s
     records: list[RequestRecord | None] = [None] * len(bodies)
     in_flight: dict[int, _Progress] = {}
     semaphore = asyncio.Semaphore(options.concurrency)
 
-    async def run(local: int, body: bytes) -> None:
+    async def run(local: int, body: bytes, arrived: float | None) -> None:
         index = numbers[local]
         progress = _Progress(start_s=clock.now())
         in_flight[index] = progress
         try:
             records[local] = await asyncio.wait_for(
-                _one_request(open_stream, url, body, headers, api, progress), request_timeout_s
+                _one_request(open_stream, url, body, headers, api, progress, arrived), request_timeout_s
             )
         except asyncio.TimeoutError:
             records[local] = _failed(
                 progress,
                 f"request {index} timed out after {request_timeout_s:g} s ({_tokens_so_far(api, progress)} tokens)",
                 api,
+                arrived,
             )
         finally:
             del in_flight[index]
@@ -448,10 +463,18 @@ async def _run_all(
     tasks: list[asyncio.Task[None]] = []
 
     async def dispatch() -> None:
+        start = time.perf_counter() if start_at is None else start_at  # not clock.now: a fake clock cannot sleep
         for local, body in enumerate(bodies):
+            due = arrivals[local] if local < len(arrivals) else None
+            arrived = None
+            if due is not None:
+                wait = start + due - time.perf_counter()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                arrived = clock.now()
             # Acquire before creating the task, so requests start in list order.
             await semaphore.acquire()
-            tasks.append(asyncio.create_task(run(local, body)))
+            tasks.append(asyncio.create_task(run(local, body, arrived)))
         await asyncio.gather(*tasks)
 
     dispatcher = asyncio.create_task(dispatch())

@@ -36,11 +36,15 @@ def run_workers(
     Workers are ``python -c`` subprocesses talking pickles over a socket pair (``multiprocessing.connection``),
     not ``multiprocessing.Process``: spawn would re-run the caller's ``__main__`` (a script without a main guard
     breaks), and fork is unsafe in a process that may hold threads (xdist, connection pools).
+
+    The "go" message carries one start time (``time.perf_counter()``, CLOCK_MONOTONIC on Linux: one clock for every
+    process) that every worker's open-loop arrival times count from, so the shares keep one schedule.
     """
     import multiprocessing.connection
     import socket
     import subprocess
     import sys
+    import time
 
     procs: list[subprocess.Popen[bytes]] = []
     conns: list[multiprocessing.connection.Connection] = []
@@ -61,8 +65,9 @@ def run_workers(
             conn.send((base_url, [requests[i] for i in share], share, share_options, on_request_done is not None))
         for w, conn in enumerate(conns):
             _expect(conn, procs[w], w, "ready", _WORKER_START_S)
+        start_at = time.perf_counter() + _GO_MARGIN_S
         for conn in conns:
-            conn.send("go")
+            conn.send(("go", start_at))
         raws: list[RawPhase | None] = [None] * len(conns)
         pending = dict(enumerate(conns))
         while pending:
@@ -87,6 +92,8 @@ def run_workers(
                 proc.wait()
 
 
+#: Seconds between the "go" messages and the shared start time: every worker has its message by then.
+_GO_MARGIN_S = 0.02
 #: The worker imports this copy of the package even when it is not installed (a source checkout on sys.path only).
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _WORKER_CODE = (
@@ -143,8 +150,10 @@ def worker_main(fd: int) -> None:
     try:
         base_url, requests, numbers, options, progress = conn.recv()
         conn.send(("ready", None))
-        if conn.recv() != "go":
+        go = conn.recv()
+        if not (isinstance(go, tuple) and go[0] == "go"):
             return
+        start_at: float = go[1]
         out: list[RawPhase] = []
 
         def tick(r: RequestRecord) -> None:
@@ -153,7 +162,9 @@ def worker_main(fd: int) -> None:
         on_done = tick if progress else None
 
         async def main() -> None:
-            out.append(await run_share(base_url, requests, numbers, options, on_request_done=on_done))
+            out.append(
+                await run_share(base_url, requests, numbers, options, on_request_done=on_done, start_at=start_at)
+            )
 
         asyncio.run(main())
         conn.send(("done", out[0]))

@@ -1,9 +1,13 @@
-"""Prompt sets and the request schedule of one phase: which prompts are sent, in which order, with which settings."""
+"""Prompt sets and the request schedule of one phase: which prompts are sent, in which order, with which settings,
+and, in an open loop (``workload.request_rate``), when each request arrives."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,11 +20,13 @@ __all__ = [
     "BUILTIN_PROMPTS",
     "Prompt",
     "RequestSpec",
+    "arrival_times",
     "build_requests",
     "load_prompts",
     "prompt_set_hash",
     "random_prompts",
     "tokenizer_vocab_size",
+    "workload_arrivals",
     "workload_prompts",
 ]
 
@@ -67,6 +73,9 @@ class RequestSpec:
     input_ids: tuple[int, ...] | None = None
     #: The prompt's category (``Prompt.category``), for per-category results; None when uncategorized.
     category: str | None = None
+    #: Open loop: seconds after the phase's start at which the request arrives (``workload_arrivals``); None in a
+    #: closed loop (sent as soon as one of ``concurrency`` slots is free).
+    arrival_s: float | None = None
 
 
 def load_prompts(spec: str, base_dir: str | Path) -> list[Prompt]:
@@ -190,9 +199,7 @@ def random_prompts(settings: RandomPrompts, num_prompts: int, output_len: int, v
     import numpy as np
 
     rs = np.random.RandomState(settings.seed)  # the generator np.random.seed(seed) resets
-    input_lens = _random_lens(rs, settings.input_len, settings.range_ratio, num_prompts)
-    output_lens = _random_lens(rs, output_len, settings.range_ratio, num_prompts)
-    offsets = [int(x) for x in rs.randint(0, vocab_size, size=num_prompts)]
+    input_lens, output_lens, offsets = _random_draws(rs, settings, num_prompts, output_len, vocab_size)
     return [
         Prompt(
             "",
@@ -203,6 +210,18 @@ def random_prompts(settings: RandomPrompts, num_prompts: int, output_len: int, v
     ]
 
 
+def _random_draws(
+    rs: Any, settings: RandomPrompts, num_prompts: int, output_len: int, vocab_size: int
+) -> tuple[list[int], list[int], list[int]]:
+    """Input lengths, output lengths and id offsets of :func:`random_prompts`, drawn from ``rs`` in bench_serving's
+    order (what they consume of the generator is what the arrival times start after)."""
+    input_lens = _random_lens(rs, settings.input_len, settings.range_ratio, num_prompts)
+    output_lens = _random_lens(rs, output_len, settings.range_ratio, num_prompts)
+    offsets = [int(x) for x in rs.randint(0, vocab_size, size=num_prompts)]
+    return input_lens, output_lens, offsets
+
+
+@functools.lru_cache(maxsize=8)
 def tokenizer_vocab_size(model_path: str) -> int:
     """``AutoTokenizer.from_pretrained(model_path).vocab_size``: what bench_serving wraps its random ids around.
 
@@ -234,29 +253,100 @@ def workload_prompts(workload: Workload, base_dir: str | Path, model_path: str |
     if workload.prompts != "random":
         return load_prompts(workload.prompts, base_dir)
     settings = workload.random or RandomPrompts()
-    vocab = settings.vocab_size
-    if vocab is None:
-        if model_path is None:
-            raise ProfileError(
-                "workload.prompts: random: no model_path to read the tokenizer's vocab_size from; "
-                "fix: set workload.random.vocab_size"
-            )
-        vocab = tokenizer_vocab_size(model_path)
+    vocab = settings.vocab_size or _vocab_for(model_path)
     return random_prompts(settings, workload.num_requests, workload.max_new_tokens, vocab)
 
 
-def build_requests(workload: Workload, prompts: Sequence[Prompt]) -> tuple[list[RequestSpec], list[RequestSpec]]:
+def arrival_times(num_requests: int, request_rate: float, burstiness: float, rs: Any) -> list[float]:
+    """Seconds from the phase's start at which each request of an open loop arrives: request 0 at 0, request i at
+    the sum of the first i inter-arrival times.
+
+    The inter-arrival times are ``rs.gamma(shape=burstiness, scale=1 / (request_rate * burstiness))``, one draw per
+    request in order, the last one unused. At ``burstiness`` 1 this is SGLang 0.5.17's and 0.5.23's
+    ``python/sglang/benchmark/serving.py::get_request`` draw for draw: it yields a request, then draws
+    ``np.random.exponential(1.0 / request_rate)`` and sleeps that long (numpy's legacy generator gives
+    ``gamma(1, s)`` and ``exponential(s)`` the same values from the same state; bench_serving has no burstiness). At
+    other shapes it is vLLM ``benchmarks/serve.py::get_request``'s distribution (``np.random.gamma(shape=burstiness,
+    scale=theta)``, ``theta = 1 / (request_rate * burstiness)``), whose schedule differs otherwise: vLLM delays
+    request 0 by the first draw too and rescales the sum so the last request arrives at ``n / request_rate``.
+    ``burstiness`` inf spaces the requests evenly by ``1 / request_rate`` (vLLM's limit), rate inf sends all at 0;
+    neither draws.
+
+    Worked example: rate 4/s, shape 1, ``RandomState(42)``: draws 0.117, 0.753, 0.329, ... s -> arrivals 0.0,
+    0.117, 0.870, 1.199 s.
+
+    :param rs: a ``numpy.random.RandomState`` (bench_serving's global generator after ``np.random.seed(seed)``).
+    :returns: ``num_requests`` non-decreasing times in seconds.
+    :raises ValueError: ``request_rate`` or ``burstiness`` is not > 0.
+    """
+    if not request_rate > 0 or not burstiness > 0:
+        raise ValueError(f"arrival_times: request_rate and burstiness must be > 0, got {request_rate}, {burstiness}")
+    if math.isinf(request_rate):
+        return [0.0] * num_requests
+    if math.isinf(burstiness):
+        return [i / request_rate for i in range(num_requests)]
+    scale = 1.0 / (request_rate * burstiness)
+    out, at = [], 0.0
+    for _ in range(num_requests):
+        out.append(at)
+        at += float(rs.gamma(burstiness, scale))
+    return out
+
+
+def workload_arrivals(workload: Workload, model_path: str | None = None) -> list[float] | None:
+    """The arrival times of the measured requests of an open-loop workload (:func:`arrival_times`); None for a
+    closed loop (no ``request_rate``).
+
+    The generator is bench_serving's: ``RandomState(workload.arrival_seed)``, or for ``prompts: random``
+    ``RandomState(random.seed)`` after the prompts' draws (bench_serving seeds one global generator and samples the
+    dataset before it sends; ``sharegpt`` and JSONL datasets draw from Python's ``random``, not numpy). Every repeat
+    sends the same schedule.
+
+    :param model_path: the tokenizer ``prompts: random`` reads ``vocab_size`` from when ``random.vocab_size`` is not
+        set (``tokenizer_vocab_size``; the id draws depend on it).
+    :raises ProfileError: as :func:`workload_prompts` for ``prompts: random``.
+    """
+    import numpy as np
+
+    if workload.request_rate is None:
+        return None
+    burstiness = workload.burstiness or 1.0
+    if workload.prompts == "random":
+        settings = workload.random or RandomPrompts()
+        rs = np.random.RandomState(settings.seed)
+        vocab = settings.vocab_size or _vocab_for(model_path)
+        _random_draws(rs, settings, workload.num_requests, workload.max_new_tokens, vocab)
+    else:
+        rs = np.random.RandomState(workload.arrival_seed)
+    return arrival_times(workload.num_requests, workload.request_rate, burstiness, rs)
+
+
+def _vocab_for(model_path: str | None) -> int:
+    if model_path is None:
+        raise ProfileError(
+            "workload.prompts: random: no model_path to read the tokenizer's vocab_size from; "
+            "fix: set workload.random.vocab_size"
+        )
+    return tokenizer_vocab_size(model_path)
+
+
+def build_requests(
+    workload: Workload, prompts: Sequence[Prompt], arrivals: Sequence[float] | None = None
+) -> tuple[list[RequestSpec], list[RequestSpec]]:
     """The warmup and measured request lists of one phase.
 
     Warmup request ``i`` and measured request ``i`` both use ``prompts[i % len(prompts)]``: the schedule depends
     only on the workload and the prompt list, so two runs with the same fingerprint send the same requests in the
-    same order. (Like SGLang ``bench_serving``, whose warmup reuses the first input request.)
+    same order. (Like SGLang ``bench_serving``, whose warmup reuses the first input request and is not paced.)
 
+    :param arrivals: the measured requests' arrival times (:func:`workload_arrivals`), or None for a closed loop.
     :returns: ``(warmup, measured)`` with ``workload.warmup_requests`` and ``workload.num_requests`` entries.
-    :raises ValueError: ``prompts`` is empty.
+    :raises ValueError: ``prompts`` is empty, or ``arrivals`` is not one time per measured request.
     """
     if not prompts:
         raise ValueError("build_requests: empty prompt list")
+    if arrivals is not None and len(arrivals) != workload.num_requests:
+        raise ValueError(f"build_requests: {len(arrivals)} arrival times for {workload.num_requests} requests")
 
     def make(i: int) -> RequestSpec:
         prompt = prompts[i % len(prompts)]
@@ -269,7 +359,10 @@ def build_requests(workload: Workload, prompts: Sequence[Prompt]) -> tuple[list[
             category=prompt.category,
         )
 
-    return [make(i) for i in range(workload.warmup_requests)], [make(i) for i in range(workload.num_requests)]
+    measured = [make(i) for i in range(workload.num_requests)]
+    if arrivals is not None:
+        measured = [dataclasses.replace(spec, arrival_s=float(at)) for spec, at in zip(measured, arrivals, strict=True)]
+    return [make(i) for i in range(workload.warmup_requests)], measured
 
 
 def prompt_set_hash(prompts: Sequence[Prompt]) -> str:

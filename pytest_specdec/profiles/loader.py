@@ -22,6 +22,7 @@ from pytest_specdec.profiles.schema import (
     NodesConfig,
     Profile,
     ProfileSet,
+    Slo,
     SpeculativeConfig,
     Thresholds,
     TraceConfig,
@@ -434,6 +435,10 @@ def _describe_error(shown: str, name: str, err: Any) -> str:
         choices = sorted(owner.model_fields) if owner is not None else []
         choices = [c for c in choices if c not in ("name", "source")]
         hint = did_you_mean(str(loc[-1]), choices)
+        if owner is Slo:
+            return f"{shown}: profiles.{'.'.join(map(str, (name, *loc[:-1])))}: unknown key {loc[-1]!r}" + _slo_hint(
+                str(loc[-1]), hint, choices
+            )
         elsewhere = None if hint else _keys_elsewhere(str(loc[-1]))
         if elsewhere is not None and elsewhere.rpartition(".")[0] != ".".join(map(str, loc[:-1])):
             hint = f" (did you mean {elsewhere!r}, a key of another block?)"
@@ -459,6 +464,20 @@ def _describe_error(shown: str, name: str, err: Any) -> str:
             return f"{where}: expected {what}, got {value!r}"
         return f"{where}: expected {_expected(info, element)}, got {value!r}"
     return f"{where}: {err['msg']}, got {value!r}"
+
+
+def _slo_hint(key: str, hint: str, choices: list[str]) -> str:
+    """Why an unknown ``workload.slo`` key is refused, with the fix: the names vLLM and SGLang give on their command
+    line (``--goodput e2el:...``), and ITL, which has no single value per request."""
+    allowed = ", ".join(choices)
+    if key in ("e2el", "e2el_ms", "e2e"):
+        return f" (did you mean 'e2e_ms'? vLLM and SGLang spell it e2el; allowed: {allowed})"
+    if key.startswith("itl"):
+        return (
+            f" (allowed: {allowed}: a request's ITL is many values, so it has no goodput SLO; gate it with "
+            "thresholds.max_itl_ms_p99)"
+        )
+    return f"{hint or ''} (allowed: {allowed}, in ms)"
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

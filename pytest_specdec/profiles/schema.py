@@ -36,8 +36,11 @@ __all__ = [
     "Profile",
     "ProfileSet",
     "RandomPrompts",
+    "SLO_KEYS",
+    "Slo",
     "SpeculativeConfig",
     "Thresholds",
+    "TAIL_KEYS",
     "TraceConfig",
     "Workload",
     "close_match",
@@ -125,6 +128,23 @@ class Thresholds(_Strict):
     max_ttft_ms: float | None = Field(default=None, gt=0)
     max_itl_ms: float | None = Field(default=None, gt=0)
     max_tpot_ms: float | None = Field(default=None, gt=0)
+    #: Ceilings on latency percentiles (``max_<metric>_ms_p<q>``), judged with a confidence bound over every request
+    #: of the run (``judge/tails.py``): passed, FAILED or undecided.
+    max_ttft_ms_p90: float | None = Field(default=None, gt=0)
+    max_ttft_ms_p95: float | None = Field(default=None, gt=0)
+    max_ttft_ms_p99: float | None = Field(default=None, gt=0)
+    max_itl_ms_p90: float | None = Field(default=None, gt=0)
+    max_itl_ms_p95: float | None = Field(default=None, gt=0)
+    max_itl_ms_p99: float | None = Field(default=None, gt=0)
+    max_tpot_ms_p90: float | None = Field(default=None, gt=0)
+    max_tpot_ms_p95: float | None = Field(default=None, gt=0)
+    max_tpot_ms_p99: float | None = Field(default=None, gt=0)
+    max_e2e_ms_p90: float | None = Field(default=None, gt=0)
+    max_e2e_ms_p95: float | None = Field(default=None, gt=0)
+    max_e2e_ms_p99: float | None = Field(default=None, gt=0)
+    #: Requests per second that met every ``workload.slo`` (vLLM ``bench serve --goodput``), judged with a
+    #: confidence bound on the share of good requests (``judge/tails.py``).
+    min_goodput: float | None = Field(default=None, gt=0)
     min_speedup: MinSpeedup | None = None
     #: Floors on the acceptance rate per draft position k (1 = the first draft token): ``{1: 0.7, 2: 0.5}``.
     #: The rate is unconditional: verify steps that accepted draft token k / all verify steps (vLLM's
@@ -137,6 +157,57 @@ class Thresholds(_Strict):
     @classmethod
     def _check_positions(cls, value: Any) -> Any:
         return _positions(value)
+
+
+#: The percentile ceilings of :class:`Thresholds`: key -> (``RunMetrics`` field, percentile in (0, 1)).
+TAIL_KEYS: dict[str, tuple[str, float]] = {
+    f"max_{metric}_ms_p{q}": (f"{metric}_ms_p{q}", q / 100)
+    for metric in ("ttft", "itl", "tpot", "e2e")
+    for q in (90, 95, 99)
+}
+
+#: The keys of ``workload.slo``, as vLLM's and SGLang's ``--goodput KEY:VALUE`` name them (``e2el`` there).
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
+
+
+class Slo(_Strict):
+    """``workload.slo``: the latency a request must meet to count toward goodput, in ms; a request counts when it
+    succeeded and meets every key given (vLLM ``benchmarks/serve.py::calculate_metrics``, SGLang
+    ``benchmark/goodput.py::calculate_goodput``; a request with one output token has TPOT 0 there)."""
+
+    ttft_ms: float | None = Field(default=None, gt=0)
+    tpot_ms: float | None = Field(default=None, gt=0)
+    #: End-to-end latency (``e2el`` in vLLM and SGLang).
+    e2e_ms: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _some(self) -> Slo:
+        if self.ttft_ms is None and self.tpot_ms is None and self.e2e_ms is None:
+            raise ValueError(
+                f"expected at least one of {', '.join(SLO_KEYS)}; fix: e.g. slo: {{ttft_ms: 500, tpot_ms: 50}}"
+            )
+        return self
+
+    def as_ms(self) -> dict[str, float]:
+        """The keys given -> their limit in ms, in :data:`SLO_KEYS` order."""
+        return {k: float(v) for k in SLO_KEYS if (v := getattr(self, k)) is not None}
+
+
+def _rate(value: Any) -> Any:
+    """``request_rate``: requests per second > 0, or ``inf`` (YAML reads ``inf`` as a string, ``.inf`` as a float)."""
+    if isinstance(value, str) and value.strip().lower() in ("inf", ".inf", "+inf"):
+        return float("inf")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(
+            f"expected requests per second (a number > 0, or inf), got {value!r}; fix: e.g. request_rate: 4"
+        )
+    if not value > 0:  # also NaN
+        raise ValueError(
+            f"expected requests per second > 0, got {value!r}; fix: e.g. request_rate: 4 (a Poisson stream of 4 "
+            "requests/s), inf to send every request at once, or leave request_rate out for a closed loop at "
+            "concurrency"
+        )
+    return float(value)
 
 
 class TraceConfig(_Strict):
@@ -199,6 +270,19 @@ class Workload(_Strict):
     request_timeout_s: float = Field(default=600.0, gt=0)
     #: Fraction of failed requests above which the run is an error instead of a measurement.
     max_error_rate: float = Field(default=0.0, ge=0, le=1)
+    #: Open loop, as SGLang ``bench_serving --request-rate``: requests arrive at this mean rate (requests/s) whatever
+    #: the server's pace, with inter-arrival times drawn from ``arrival_seed`` (``workload.arrival_times``);
+    #: ``concurrency`` caps the requests in flight (``--max-concurrency``); ``inf`` sends all at once. None: a
+    #: closed loop, ``concurrency`` requests always in flight.
+    request_rate: float | None = None
+    #: Gamma shape of the inter-arrival times (vLLM ``bench serve --burstiness``): 1.0 (the default) is a Poisson
+    #: stream, below 1 burstier, above 1 more even, ``inf`` evenly spaced. Only with ``request_rate``.
+    burstiness: float | None = None
+    #: ``bench_serving --seed`` for the arrival times (numpy's generator); with ``prompts: random`` the arrival times
+    #: continue ``random.seed``'s generator after the prompts, as bench_serving's one generator does.
+    arrival_seed: int = 42
+    #: Latency objectives of goodput (``Slo``): ``goodput_per_s`` in the results and ``thresholds.min_goodput``.
+    slo: Slo | None = None
     #: Processes that send a phase's requests (each with its own event loop): "auto" picks from the concurrency and
     #: the client's measured load (``client.auto_workers``), or a number.
     client_workers: int | Literal["auto"] = "auto"
@@ -213,6 +297,34 @@ class Workload(_Strict):
         if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             return value
         raise ValueError(f"expected 'auto' or an integer >= 1, got {value!r}")
+
+    @field_validator("request_rate", mode="before")
+    @classmethod
+    def _request_rate(cls, value: Any) -> Any:
+        return None if value is None else _rate(value)
+
+    @field_validator("burstiness", mode="before")
+    @classmethod
+    def _burstiness(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, str) and value.strip().lower() in ("inf", ".inf", "+inf"):
+            return float("inf")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValueError(
+                f"expected a gamma shape > 0, got {value!r}; fix: burstiness: 1.0 (Poisson arrivals), below 1 for "
+                "bursts, above 1 (or inf) for evener arrivals"
+            )
+        return float(value)
+
+    @model_validator(mode="after")
+    def _open_loop(self) -> Workload:
+        if self.burstiness is not None and self.request_rate is None:
+            raise ValueError(
+                f"burstiness: {self.burstiness:g} is set but request_rate is not (burstiness shapes the arrival times "
+                "of an open loop); fix: add request_rate (requests/s), e.g. request_rate: 4, or remove burstiness"
+            )
+        return self
 
     @model_validator(mode="after")
     def _max_repeats(self) -> Workload:
@@ -351,6 +463,15 @@ class Profile(_Strict):
                 for k, v in value.items()
             }
         return value
+
+    @model_validator(mode="after")
+    def _goodput(self) -> Profile:
+        if self.thresholds.min_goodput is not None and self.workload.slo is None:
+            raise ValueError(
+                f"thresholds.min_goodput: {self.thresholds.min_goodput:g} needs workload.slo (the latencies a request "
+                "must meet to count toward goodput); fix: add e.g. workload: {slo: {ttft_ms: 500, tpot_ms: 50}}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check(self) -> Profile:

@@ -340,6 +340,7 @@ def summary_report(
     preflight_notes: Sequence[str] = (),
     traces: Iterable[tuple[str, str | None]] = (),
     benchmark_table: bool = False,
+    verbose: bool = False,
 ) -> SummaryReport:
     """The terminal summary: ``--specdec-check`` sections, leftover shared servers, then (when tests recorded
     results) the ``specdec summary`` table, paired speedups, costs, per-category and per-position acceptance, notes,
@@ -349,6 +350,8 @@ def summary_report(
     :param shared_leftovers: shared servers the xdist workers left (``sharing.sweep_shared``), one red line each.
     :param traces: (profile, ``RunResult.trace``) of the profiles measured in this process.
     :param benchmark_table: pytest-benchmark's table follows (:data:`BENCHMARK_OPS_NOTE` explains its OPS).
+    :param verbose: ``-v``: every latency percentile, the throughputs and goodput in a table of their own
+        (``terminal.serving_lines``).
     """
     out: list[Line] = []
     if checked:
@@ -373,6 +376,12 @@ def summary_report(
         *([BENCHMARK_OPS_NOTE] if benchmark_table else []),
     ]
     out.extend(Line(line) for line in plain)
+    with_rate = [(r.test_id, r.profile, {**r.metrics, "request_rate": r.workload.get("request_rate")}, r.outcome)
+                 for r in records]  # fmt: skip
+    serving = report.serving_lines(with_rate, everything=verbose)
+    if serving:
+        out.append(Line("specdec serving metrics" + ("" if verbose else " (open loop; -v for every test)"), sep="-"))
+        out.extend(Line(line) for line in serving)
     by_category = report.category_lines(rows)
     if by_category:
         out.append(Line("specdec accept length by prompt category (requests)", sep="-"))

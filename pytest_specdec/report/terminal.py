@@ -19,6 +19,7 @@ __all__ = [
     "cycle_lines",
     "definition_lines",
     "position_lines",
+    "serving_lines",
     "summary_lines",
 ]
 
@@ -30,7 +31,23 @@ SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("ttft_ms_p50", "TTFT p50 ms", "{:.1f}"),
     ("itl_ms_p50", "ITL p50 ms", "{:.2f}"),
     ("tpot_ms_p50", "TPOT p50 ms", "{:.2f}"),
+    ("ttft_ms_p99", "TTFT p99 ms", "{:.1f}"),
+    ("itl_ms_p99", "ITL p99 ms", "{:.2f}"),
     ("num_ok", "requests", "{:d}"),
+)
+
+#: (RunMetrics field, header, format) of the serving table (:func:`serving_lines`): what SGLang bench_serving and
+#: vLLM bench serve print, the percentiles the summary table leaves out.
+SERVING_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("requests_per_s", "req/s", "{:.2f}"),
+    ("input_tok_s", "in tok/s", "{:.1f}"),
+    ("total_tok_s", "total tok/s", "{:.1f}"),
+    ("goodput_per_s", "goodput req/s", "{:.2f}"),
+    *(
+        (f"{metric}_ms_p{q}", f"{label} p{q}", "{:.1f}" if metric in ("ttft", "e2e") else "{:.2f}")
+        for metric, label in (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E"))
+        for q in (90, 95, 99)
+    ),
 )
 
 
@@ -49,6 +66,28 @@ def summary_lines(rows: Iterable[tuple[str, str, dict[str, Any], str]]) -> list[
         [nodeid.split("::", 1)[-1], profile, *(values.get(name) for name, _, _ in SUMMARY_COLUMNS), outcome]
         for nodeid, profile, values, outcome in rows
     ]
+    return text_table(columns, table)
+
+
+def serving_lines(rows: Iterable[tuple[str, str, dict[str, Any], str]], *, everything: bool = False) -> list[str]:
+    """The serving table: per row, the offered request rate (``rate``: req/s of an open loop, ``closed`` for a closed
+    loop), request, input and total token throughput, goodput, and the p90/p95/p99 of TTFT, ITL, TPOT and E2E (ms).
+
+    :param rows: as :func:`summary_lines`, each ``values`` with the workload's ``request_rate`` under
+        ``"request_rate"`` when known.
+    :param everything: every row (``-v``); else only the open-loop rows (a ``request_rate`` set).
+    :returns: no lines when no row is shown.
+    """
+    shown = [r for r in rows if everything or r[2].get("request_rate") is not None]
+    if not shown:
+        return []
+    columns = [Column("test"), Column("rate", "right"),
+               *(Column(header, "right", fmt) for _, header, fmt in SERVING_COLUMNS)]  # fmt: skip
+    table = []
+    for nodeid, _, values, _ in shown:
+        rate = values.get("request_rate")
+        shown_rate = "closed" if rate is None else ("inf" if rate == float("inf") else f"{rate:g}")
+        table.append([nodeid.split("::", 1)[-1], shown_rate, *(values.get(name) for name, _, _ in SERVING_COLUMNS)])
     return text_table(columns, table)
 
 

@@ -166,11 +166,12 @@ class ServerStop:
 
 
 @contextlib.contextmanager
-def measure_lock(config: pytest.Config) -> Iterator[Callable[[str], Path] | None]:
+def measure_lock(config: pytest.Config, requests_out: Path | None = None) -> Iterator[Callable[[str], Path] | None]:
     """Under xdist, workers share servers: one measured phase at a time, and each profile is measured once for all
     workers (the first one measures, the others read its result). Yields the per-profile result file namer, or None
     without xdist. Every measurement goes through here (``MeasurementStore(lock=...)``), so it also shows the
-    measured-phase status line."""
+    measured-phase status line and, with ``requests_out`` (``--specdec-requests-out``), appends each measured phase's
+    requests there (``request_log.RequestLog``)."""
     from filelock import FileLock
 
     from pytest_specdec.measure import runner
@@ -178,6 +179,10 @@ def measure_lock(config: pytest.Config) -> Iterator[Callable[[str], Path] | None
 
     status = MeasureStatus(config)
     token = runner.phase_watcher.set(status)
+    recorder = None
+    if requests_out is not None:
+
+        recorder = runner.phase_recorder.set(_request_log(config, requests_out))
     try:
         root = xdistnode.shared_dir(config) if xdistnode.is_worker(config) else None
         if root is None:
@@ -187,7 +192,22 @@ def measure_lock(config: pytest.Config) -> Iterator[Callable[[str], Path] | None
             yield lambda name: root / f"specdec-run-{re.sub(r'[^A-Za-z0-9_.@=-]', '_', name)}.pickle"
     finally:
         runner.phase_watcher.reset(token)
+        if recorder is not None:
+            runner.phase_recorder.reset(recorder)
         status.done()
+
+
+#: One ``RequestLog`` per config: its phase numbers run on across the measurements of the session.
+_request_logs: pytest.StashKey[Any] = pytest.StashKey()
+
+
+def _request_log(config: pytest.Config, path: Path) -> Any:
+    from pytest_specdec.report.request_log import RequestLog
+
+    log = config.stash.get(_request_logs, None)
+    if log is None:
+        log = config.stash[_request_logs] = RequestLog(path)
+    return log
 
 
 def or_fail(call: Callable[[], T]) -> T:

@@ -252,6 +252,14 @@ def register(parser: pytest.Parser) -> None:
         help="Also write every result with its fingerprint (the run-file JSON) to PATH (default: none)",
     )
     group.addoption(
+        "--specdec-requests-out",
+        action="store",
+        default=None,
+        metavar="PATH",
+        help="Write every measured request to PATH as JSON lines: arrival, queue wait, TTFT, ITLs, E2E, tokens, "
+        "accept counts, category, ok/error (default: none)",
+    )
+    group.addoption(
         "--specdec-markdown",
         action="store",
         default=None,

@@ -67,13 +67,17 @@ class SpecdecSession:
         from pytest_specdec.measure.results import new_run_id
 
         self.run_id = new_run_id(self.started)
+        if settings.requests_out is not None and not xdistnode.is_worker(config) and not settings.check:
+            from pytest_specdec.report.request_log import RequestLog
+
+            RequestLog.start(settings.requests_out)
         self.selection = selection.check_only(settings) if settings.check else selection.select(settings)
         self.store = MeasurementStore(
             log_dir=settings.out_dir / "logs",
             startup_timeout_s=settings.startup_timeout_s,
             repeats=settings.repeats_of,
             profiles=self.profiles or {},
-            lock=lambda: fixtures.measure_lock(config),
+            lock=lambda: fixtures.measure_lock(config, settings.requests_out),
         )
         self.outcomes = Outcomes(settings.out_dir / "noise")
         self.compare = None if settings.check else selection.compare_setup(settings, self.run_id, self.profiles)
@@ -242,6 +246,7 @@ class SpecdecSession:
             self.outcomes, self.outputs or summary.Outputs(), checked=sel.checked, check_failed=sel.check_failed,
             profile_path=self.settings.profile_path, shared_leftovers=self.shared_leftovers,
             preflight_notes=sel.preflight_notes, traces=traces, benchmark_table=benchmark_table,
+            verbose=self.config.get_verbosity() > 0,
         )  # fmt: skip
 
     def write_final_lines(self, terminalreporter: Any) -> None:

@@ -82,6 +82,8 @@ class RunSettings:
     report: str | None = None
     #: ``--specdec-markdown`` (None: only ``$GITHUB_STEP_SUMMARY`` when set).
     markdown: str | None = None
+    #: ``--specdec-requests-out``, absolute (relative to the invocation directory); None: no per-request export.
+    requests_out: Path | None = None
 
     def repeats_of(self, profile: Profile) -> int:
         """Measured phases of ``profile``'s first measurement: ``--specdec-repeats``, else ``workload.repeats``."""
@@ -151,6 +153,11 @@ class RunSettings:
             position_plot=option.specdec_position_plot,
             report=option.specdec_report,
             markdown=option.specdec_markdown,
+            requests_out=(
+                Path(os.path.abspath(config.invocation_params.dir / option.specdec_requests_out))
+                if option.specdec_requests_out
+                else None
+            ),
         )
 
 
