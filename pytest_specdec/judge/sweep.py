@@ -32,6 +32,9 @@ __all__ = [
     "baseline_records",
     "best_points",
     "concurrency_of",
+    "load_label",
+    "load_of",
+    "rate_of",
     "configured_point_lines",
     "method_note",
     "point_label",
@@ -94,6 +97,32 @@ def concurrency_of(record: ResultRecord) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
+def rate_of(record: ResultRecord) -> float | None:
+    """The record's open-loop ``request_rate`` (requests/s), None for a closed loop or an old record."""
+    value = record.workload.get("request_rate")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def load_of(record: ResultRecord) -> tuple[int, float]:
+    """The load a point ran under, (concurrency, request rate), 0 for unknown and inf for a closed loop: points of
+    different loads are not ranked against each other, and a speedup divides by the baseline of the same load."""
+    rate = rate_of(record)
+    return concurrency_of(record) or 0, float("inf") if rate is None else rate
+
+
+def load_label(group: RankedGroup, groups: Sequence[RankedGroup]) -> str:
+    """`` at concurrency 8``, `` at request_rate 4``, or both: what sets ``group`` apart from the other groups (empty
+    with one group)."""
+    if len(groups) < 2:
+        return ""
+    parts = []
+    if len({g.concurrency for g in groups}) > 1:
+        parts.append(f"concurrency {group.concurrency}")
+    if len({g.request_rate for g in groups}) > 1:
+        parts.append(f"request_rate {group.request_rate:g}" if group.request_rate is not None else "closed loop")
+    return " at " + ", ".join(parts) if parts else ""
+
+
 def speedup(record: ResultRecord, baselines: Sequence[ResultRecord]) -> float | None:
     """``output_tok_s`` of ``record`` / that of the baseline with the same workload concurrency (the only baseline
     when there is one); None without a matching baseline or with a zero baseline throughput.
@@ -128,8 +157,9 @@ def speedup_reference(record: ResultRecord, baselines: Sequence[ResultRecord]) -
 
 
 def _baseline_of(record: ResultRecord, baselines: Sequence[ResultRecord]) -> ResultRecord | None:
-    """The baseline of ``record``'s workload concurrency, else the only baseline when there is one, else None."""
-    match = [b for b in baselines if concurrency_of(b) == concurrency_of(record)]
+    """The baseline of ``record``'s load (concurrency and request rate), else the only baseline when there is one,
+    else None."""
+    match = [b for b in baselines if load_of(b) == load_of(record)]
     if not match and len(baselines) == 1:
         match = list(baselines)
     return match[0] if match else None
@@ -164,8 +194,9 @@ def _basis(records: Sequence[ResultRecord]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RankedGroup:
-    """The points of one workload concurrency (tok/s at different concurrencies are not comparable: more requests
-    in flight always raise throughput) and their :func:`ranking.rank` among those that passed."""
+    """The points of one load, workload concurrency and request rate (tok/s at different loads are not comparable:
+    more requests in flight or arriving always raise throughput), and their :func:`ranking.rank` among those that
+    passed."""
 
     concurrency: int | None
     #: Every point of the group, in run order.
@@ -174,6 +205,8 @@ class RankedGroup:
     ranked: tuple[ResultRecord, ...]
     basis: str
     ranking: ranking.Ranking
+    #: The group's open-loop request rate (requests/s); None for a closed loop.
+    request_rate: float | None = None
 
     def record(self, name: str | None) -> ResultRecord | None:
         return next((r for r in self.records if r.profile == name), None)
@@ -196,16 +229,17 @@ class RankedGroup:
 def rank_points(
     records: Sequence[ResultRecord], *, thresholds_ok: Mapping[str, bool], baselines: Sequence[ResultRecord] = ()
 ) -> list[RankedGroup]:
-    """One :class:`RankedGroup` per workload concurrency, in order of concurrency (one group without a concurrency
-    sweep); a group's passing points ranked by ``ranking.rank`` on their paired speedup when all have one, else
-    their per-repeat tok/s (then the repeats of the baseline of the same concurrency inform the spread).
+    """One :class:`RankedGroup` per load (``load_of``: concurrency, then request rate), in that order (one group
+    without a concurrency or request_rate sweep); a group's passing points ranked by ``ranking.rank`` on their
+    paired speedup when all have one, else their per-repeat tok/s (then the repeats of the baseline of the same load
+    inform the spread).
 
     :param records: :func:`sweep_records`; :param thresholds_ok: :func:`thresholds_ok` (missing counts as not ok).
     :param baselines: :func:`baseline_records`.
     """
-    groups: dict[int, list[ResultRecord]] = {}
+    groups: dict[tuple[int, float], list[ResultRecord]] = {}
     for record in records:
-        groups.setdefault(concurrency_of(record) or 0, []).append(record)
+        groups.setdefault(load_of(record), []).append(record)
     out = []
     for _, group in sorted(groups.items()):
         passing = _passing(group, thresholds_ok)
@@ -213,7 +247,9 @@ def rank_points(
         base = _baseline_of(group[0], baselines) if basis == "tok/s" else None
         spread_from = [sample_of(base, basis)] if base is not None else []
         ranked = ranking.rank([sample_of(r, basis) for r in passing], spread_from=spread_from)
-        out.append(RankedGroup(concurrency_of(group[0]), tuple(group), tuple(passing), basis, ranked))
+        out.append(
+            RankedGroup(concurrency_of(group[0]), tuple(group), tuple(passing), basis, ranked, rate_of(group[0]))
+        )
     return out
 
 
@@ -231,16 +267,16 @@ def tok_s_range(record: ResultRecord) -> tuple[float, float] | None:
     return (min(values), max(values)) if values else None
 
 
-def _configured(profile: Profile, keys: Iterable[str]) -> dict[str, int] | None:
-    point: dict[str, int] = {}
+def _configured(profile: Profile, keys: Iterable[str]) -> dict[str, float] | None:
+    point: dict[str, float] = {}
     for key in keys:
-        if key == "concurrency":
-            value: int | None = profile.workload.concurrency
+        if key in WORKLOAD_KEYS:
+            value: float | None = getattr(profile.workload, key)
         else:
             value = getattr(profile.speculative, key, None) if profile.speculative is not None else None
         if value is None:
             return None
-        point[key] = int(value)
+        point[key] = value if key == "request_rate" else int(value)
     return point
 
 
@@ -307,8 +343,8 @@ def configured_point_lines(
         configured = _configured(profile, point) if profile is not None else None
         if configured is None:
             continue
-        if "concurrency" in point and configured["concurrency"] != point["concurrency"]:
-            continue  # the configured point belongs to another concurrency's group
+        if any(k in point and configured[k] != point[k] for k in WORKLOAD_KEYS):
+            continue  # the configured point belongs to another load's group
         name = f"{base}{AT}{point_label(configured)}"
         conf = group.record(name)
         if conf is None:

@@ -24,7 +24,9 @@ from pytest_specdec.measure.results import ResultRecord, RunFile
 __all__ = [
     "DEFAULT_TREND_METRICS",
     "TrendPoint",
+    "load_curve_series",
     "metric_label",
+    "plot_load_curve",
     "plot_positions",
     "plot_sweep",
     "plot_trend",
@@ -48,6 +50,7 @@ _AXIS_LABELS = {
     "num_draft_tokens": "speculative num_draft_tokens (tokens verified per step)",
     "eagle_topk": "speculative eagle_topk (branches per draft step)",
     "concurrency": "concurrency (requests in flight)",
+    "request_rate": "request rate (requests/s arriving, open loop)",
 }
 _INSTALL = "matplotlib is needed for plots: pip install 'pytest-specdec[plot]'"
 
@@ -129,7 +132,7 @@ def plot_sweep(
             raise ValueError(f"plot_sweep: {record.profile!r} is not a sweep point (expected NAME@KEY=VALUE)")
         points.append((base, point, record))
     x_key = next(k for k in points[0][1])
-    series: dict[str, list[tuple[int, ResultRecord]]] = {}
+    series: dict[str, list[tuple[float, ResultRecord]]] = {}
     for base, point, record in points:
         rest = ", ".join(f"{k}={v}" for k, v in point.items() if k != x_key)
         series.setdefault(f"{base}, {rest}" if rest else base, []).append((point.get(x_key, 0), record))
@@ -139,7 +142,7 @@ def plot_sweep(
     ax2 = ax.twinx()
     colors = [f"C{i}" for i in range(10)]
     handles = []
-    xs_all: set[int] = set()
+    xs_all: set[float] = set()
     single = len(series) == 1
     for i, (label, items) in enumerate(series.items()):
         items.sort(key=lambda t: t[0])
@@ -245,6 +248,62 @@ def plot_sweep(
     ax.set_title(title or f"specdec sweep of {', '.join(bases)} over {x_key}")
     # Below the x label, outside the data (constrained layout makes room for an axes legend, not a figure one here).
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncols=2, fontsize=8)
+    return _save(fig, Path(path))
+
+
+def load_curve_series(records: Sequence[ResultRecord]) -> dict[str, list[tuple[float, float, float | None]]]:
+    """The points of a load curve: per profile the record is derived from with the rate taken out
+    (``eagle3@num_steps=3,request_rate=4`` -> ``eagle3@num_steps=3``), its (request rate, output tok/s, TTFT p99 ms)
+    sorted by rate; only records of an open loop (``workload.request_rate``) with a throughput; one per profile.
+
+    Example: records ``baseline@request_rate=2`` (180 tok/s) and ``baseline@request_rate=8`` (520 tok/s) ->
+    ``{"baseline": [(2.0, 180.0, ...), (8.0, 520.0, ...)]}``.
+    """
+    out: dict[str, list[tuple[float, float, float | None]]] = {}
+    seen: set[str] = set()
+    for record in records:
+        rate = record.workload.get("request_rate")
+        tok_s = record.metrics.get("output_tok_s")
+        if record.profile in seen or not isinstance(rate, int | float) or not isinstance(tok_s, int | float):
+            continue
+        seen.add(record.profile)
+        base, point = split_name(record.profile)
+        rest = ",".join(f"{k}={v:g}" for k, v in point.items() if k != "request_rate")
+        p99 = record.metrics.get("ttft_ms_p99")
+        out.setdefault(f"{base}@{rest}" if rest else base, []).append(
+            (float(rate), float(tok_s), float(p99) if isinstance(p99, int | float) else None)
+        )
+    return {label: sorted(points) for label, points in out.items()}
+
+
+def plot_load_curve(records: Sequence[ResultRecord], path: str | Path) -> Path | None:
+    """The load curve of a ``request_rate`` sweep: output tok/s (left) and TTFT p99 (right) against the offered
+    request rate, one line per profile (:func:`load_curve_series`): where the baseline and EAGLE-3 lines cross is
+    where speculation stops paying, and where TTFT p99 turns up is where the server saturates.
+
+    :returns: the PNG's path, or None when fewer than two rates were measured (nothing to draw).
+    :raises ImportError: matplotlib is missing (the ``plot`` extra).
+    """
+    series = load_curve_series(records)
+    if not any(len(points) >= 2 for points in series.values()):
+        return None
+    fig = _figure(10.0, 4.2)
+    left, right = fig.subplots(1, 2)
+    for i, (label, points) in enumerate(series.items()):
+        rates = [r for r, _, _ in points]
+        style = {"color": f"C{i % 10}", "marker": "o", "label": label}
+        left.plot(rates, [t for _, t, _ in points], **style)
+        ttft = [(r, p) for r, _, p in points if p is not None]
+        if ttft:
+            right.plot([r for r, _ in ttft], [p for _, p in ttft], **style)
+    left.set_xlabel(_AXIS_LABELS["request_rate"])
+    left.set_ylabel("output tok/s")
+    right.set_xlabel(_AXIS_LABELS["request_rate"])
+    right.set_ylabel("TTFT p99 (ms)")
+    left.legend(fontsize="small")
+    left.grid(alpha=0.3)
+    right.grid(alpha=0.3)
+    fig.suptitle("load curve: throughput and tail latency against the offered request rate")
     return _save(fig, Path(path))
 
 

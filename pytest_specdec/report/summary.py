@@ -88,6 +88,8 @@ class Outputs:
     #: Configured-point lines the measurements could not decide (written yellow; the run does not fail on them).
     sweep_undecided: tuple[str, ...] = ()
     sweep_plot: Path | None = None
+    #: A ``request_rate`` sweep's load curve (``plots.plot_load_curve``), beside the sweep plot.
+    load_plot: Path | None = None
     position_plot: Path | None = None
     position_plot_error: str = ""
     report_path: Path | None = None
@@ -115,7 +117,8 @@ class Outputs:
     @property
     def written(self) -> tuple[Path, ...]:
         """Every file written, in the order the summary names them."""
-        paths = [self.saved_path, self.sweep_plot, self.position_plot, self.report_path, *self.markdown_paths]
+        paths = [self.saved_path, self.sweep_plot, self.load_plot, self.position_plot, self.report_path,
+                 *self.markdown_paths]  # fmt: skip
         return tuple(p for p in paths if p is not None)
 
 
@@ -153,7 +156,7 @@ def finish(
     sweep_table: list[str] = []
     sweep_red: tuple[str, ...] = ()
     sweep_undecided: tuple[str, ...] = ()
-    sweep_plot = position_plot = report_path = None
+    sweep_plot = load_plot = position_plot = report_path = None
     position_plot_error = ""
     if options.sweep:
         summary = summarize_sweep(records, profiles, baseline=options.sweep_baseline, max_gap=options.sweep_max_gap)
@@ -173,6 +176,8 @@ def finish(
                     accept_floors=summary.accept_floors,
                     note=undecided[0].split(";")[0] + "; no best point named" if undecided else None,
                 )
+                load_path = plot_path.with_name(plot_path.stem + "-load" + plot_path.suffix)
+                load_plot = plots.plot_load_curve(records, load_path)
             except ImportError as exc:
                 sweep_table.append(f"no plot: {exc}")
     if options.position_plot and any(r.metrics.get("accept_rate_at") for r in records):
@@ -197,6 +202,7 @@ def finish(
         sweep_red=sweep_red,
         sweep_undecided=sweep_undecided,
         sweep_plot=sweep_plot,
+        load_plot=load_plot,
         position_plot=position_plot,
         position_plot_error=position_plot_error,
         report_path=report_path,
@@ -412,6 +418,8 @@ def _output_lines(outputs: Outputs) -> list[Line]:
             out.append(Line(line, {"red": line in outputs.sweep_red, "yellow": undecided}))
         if outputs.sweep_plot is not None:
             out.append(Line(f"specdec sweep plot: {outputs.sweep_plot}", sep="-"))
+        if outputs.load_plot is not None:
+            out.append(Line(f"specdec load curve: {outputs.load_plot}", sep="-"))
     if outputs.position_plot is not None:
         out.append(Line(f"specdec position plot: {outputs.position_plot}", sep="-"))
     elif outputs.position_plot_error:

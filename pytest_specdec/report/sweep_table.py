@@ -18,8 +18,10 @@ from pytest_specdec.judge.sweep import (
     baseline_records,
     concurrency_of,
     configured_point_lines,
+    load_label,
     method_note,
     rank_points,
+    rate_of,
     repeats_note,
     speedup,
     speedup_reference,
@@ -146,7 +148,7 @@ def sweep_table(
         lines.append(f"no point met the thresholds ({len(records)} points)")
     for group in groups:
         if group.ranked:
-            at = f" at concurrency {group.concurrency}" if len(groups) > 1 else ""
+            at = load_label(group, groups)
             lines.append(_closing_line(group, baselines, at))
     return lines + crossover_lines(records, baselines)
 
@@ -158,38 +160,40 @@ def crossover_lines(records: Sequence[ResultRecord], baselines: Sequence[ResultR
     ``speedup by concurrency, eagle3@num_steps=3: 1: 1.38x, 8: 1.12x, 64: 0.84x; speculation stops paying between
     concurrency 8 and 64`` (or ``pays at every measured concurrency`` / ``pays at none``). Speculation trades spare
     compute for fewer forward passes: as the batch grows, verify stops being free and the plain arm catches up (real
-    SGLang 0.5.17 on an H200, tiny model, concurrency 64: 3,752 tok/s with EAGLE-3 vs 8,796 without).
+    SGLang 0.5.17 on an H200, tiny model, concurrency 64: 3,752 tok/s with EAGLE-3 vs 8,796 without). The same per
+    ``request_rate`` of an open loop (``speedup by request_rate, eagle3: 1: 1.30x, 4: 1.05x, 16: 0.92x; ...``).
     """
-    groups: dict[tuple[str, tuple[tuple[str, int], ...]], list[tuple[int, float]]] = {}
-    for record in records:
-        base, point = split_name(record.profile)
-        conc = concurrency_of(record)
-        up = speedup(record, baselines)
-        if "concurrency" not in point or conc is None or up is None:
-            continue
-        rest = tuple(sorted((k, v) for k, v in point.items() if k != "concurrency"))
-        groups.setdefault((base, rest), []).append((conc, up))
     lines = []
-    for (base, rest), series in groups.items():
-        if len({c for c, _ in series}) < 2:
-            continue
-        series.sort()
-        name = f"{base}@{point_label(dict(rest))}" if rest else base
-        cells = ", ".join(f"{c}: {u:.2f}x" for c, u in series)
-        paying = [u > 1.0 for _, u in series]
-        if all(paying):
-            verdict = "speculation pays at every measured concurrency"
-        elif not any(paying):
-            verdict = "speculation pays at none"
-        else:
-            # The first step from paying to not paying; None when it only starts paying further up.
-            i = next((i for i in range(1, len(series)) if paying[i - 1] and not paying[i]), None)
-            verdict = (
-                f"speculation stops paying between concurrency {series[i - 1][0]} and {series[i][0]}"
-                if i is not None
-                else "speculation pays only at higher concurrency"
-            )
-        lines.append(f"speedup by concurrency, {name}: {cells}; {verdict}")
+    for axis in ("concurrency", "request_rate"):
+        groups: dict[tuple[str, tuple[tuple[str, float], ...]], list[tuple[float, float]]] = {}
+        for record in records:
+            base, point = split_name(record.profile)
+            at = concurrency_of(record) if axis == "concurrency" else rate_of(record)
+            up = speedup(record, baselines)
+            if axis not in point or at is None or up is None:
+                continue
+            rest = tuple(sorted((k, v) for k, v in point.items() if k != axis))
+            groups.setdefault((base, rest), []).append((at, up))
+        for (base, rest), series in groups.items():
+            if len({c for c, _ in series}) < 2:
+                continue
+            series.sort()
+            name = f"{base}@{point_label(dict(rest))}" if rest else base
+            cells = ", ".join(f"{c:g}: {u:.2f}x" for c, u in series)
+            paying = [u > 1.0 for _, u in series]
+            if all(paying):
+                verdict = f"speculation pays at every measured {axis}"
+            elif not any(paying):
+                verdict = "speculation pays at none"
+            else:
+                # The first step from paying to not paying; None when it only starts paying further up.
+                i = next((i for i in range(1, len(series)) if paying[i - 1] and not paying[i]), None)
+                verdict = (
+                    f"speculation stops paying between {axis} {series[i - 1][0]:g} and {series[i][0]:g}"
+                    if i is not None
+                    else f"speculation pays only at higher {axis}"
+                )
+            lines.append(f"speedup by {axis}, {name}: {cells}; {verdict}")
     return lines
 
 

@@ -54,7 +54,7 @@ def percent(option: str) -> Callable[[str], float]:
     return parse
 
 
-def sweep_points(value: str) -> list[dict[str, int]]:
+def sweep_points(value: str) -> list[dict[str, float]]:
     """``--specdec-sweep`` points (``sweep_spec.parse_sweep``; imported here, when the option is given, since every
     pytest run imports this module with the plugin)."""
     from pytest_specdec.run import sweep_spec

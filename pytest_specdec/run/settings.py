@@ -69,7 +69,7 @@ class RunSettings:
     #: ini ``specdec_tolerances`` lines (``METRIC:TOL``), parsed once here to fail early.
     tolerances: tuple[str, ...] = ()
     #: ``--specdec-sweep`` points (``sweep_spec.parse_sweep``); None without the option.
-    sweep: tuple[Mapping[str, int], ...] | None = None
+    sweep: tuple[Mapping[str, float], ...] | None = None
     #: ``--specdec-sweep-baseline``: the profile without speculation that sweep speedups are computed against.
     sweep_baseline: str | None = None
     #: ``--specdec-sweep-max-gap`` as a fraction (0.05).

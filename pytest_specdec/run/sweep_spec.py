@@ -19,32 +19,36 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pytest_specdec.core.sweep_names import AT, SPECULATIVE_KEYS, SWEEP_KEYS, WORKLOAD_KEYS, point_label
+from pytest_specdec.core.sweep_names import AT, SPECULATIVE_KEYS, SWEEP_KEYS, WORKLOAD_KEYS, Point, point_label
 from pytest_specdec.profiles.schema import Profile
 
 __all__ = ["expand_profiles", "parse_sweep"]
 
 _FORMAT = (
     "expected PARAM=VALUES joined by ';', with PARAM one of " + ", ".join(SWEEP_KEYS) + " and VALUES a range "
-    '1..6 or a list 1,2,4 (integers >= 1), e.g. "num_steps=1..6" or "num_steps=1,2,4;concurrency=1,8"'
+    '1..6 or a list 1,2,4 (integers >= 1; request_rate: requests/s > 0, e.g. 0.5,1,2), e.g. "num_steps=1..6" or '
+    '"num_steps=1,2,4;concurrency=1,8"'
 )
 _RANGE = re.compile(r"^(\d+)\.\.(\d+)$")
 _LIST = re.compile(r"^\d+(,\d+)*$")
+_RATES = re.compile(r"^(\d+(\.\d*)?|\.\d+)(,(\d+(\.\d*)?|\.\d+))*$")
 
 
-def parse_sweep(spec: str) -> list[dict[str, int]]:
+def parse_sweep(spec: str) -> list[Point]:
     """Parse a sweep specification into its points: the cartesian product of the axes, first axis outermost.
 
     ``"num_steps=1..3"`` -> ``[{"num_steps": 1}, {"num_steps": 2}, {"num_steps": 3}]`` (ranges are inclusive);
     ``"num_steps=1,2;concurrency=1,8"`` -> ``[{"num_steps": 1, "concurrency": 1}, {"num_steps": 1,
-    "concurrency": 8}, {"num_steps": 2, "concurrency": 1}, {"num_steps": 2, "concurrency": 8}]``.
+    "concurrency": 8}, {"num_steps": 2, "concurrency": 1}, {"num_steps": 2, "concurrency": 8}]``;
+    ``"request_rate=0.5,2"`` -> ``[{"request_rate": 0.5}, {"request_rate": 2}]`` (an open loop's requests/s; a
+    load curve).
 
     :param spec: ``PARAM=VALUES[;PARAM=VALUES...]``; whitespace around tokens is ignored.
     :returns: one dict per point, key order as given.
     :raises ValueError: naming the bad token and the expected format, e.g. ``'num_step=1..6': unknown parameter
         'num_step' (did you mean 'num_steps'?); expected PARAM=VALUES ...``.
     """
-    axes: list[tuple[str, list[int]]] = []
+    axes: list[tuple[str, list[float]]] = []
     tokens = [t.strip() for t in spec.split(";")]
     if not any(tokens):
         raise ValueError(f"empty sweep; {_FORMAT}")
@@ -66,47 +70,52 @@ def parse_sweep(spec: str) -> list[dict[str, int]]:
             low, high = int(match.group(1)), int(match.group(2))
             if low > high:
                 raise ValueError(f"{token!r}: range {low}..{high} is empty (write the smaller value first); {_FORMAT}")
-            values = list(range(low, high + 1))
+            values: list[float] = list(range(low, high + 1))
         elif _LIST.match(values_text):
             values = [int(v) for v in values_text.split(",")]
-            if len(set(values)) != len(values):
-                raise ValueError(f"{token!r}: a value is listed twice; {_FORMAT}")
+        elif key == "request_rate" and _RATES.match(values_text):
+            values = [int(v) if v.isdigit() else float(v) for v in values_text.split(",")]
         else:
             raise ValueError(f"{token!r}: cannot read values {raw!r}; {_FORMAT}")
-        if min(values) < 1:
+        if len(set(values)) != len(values):
+            raise ValueError(f"{token!r}: a value is listed twice; {_FORMAT}")
+        if key == "request_rate" and min(values) <= 0:
+            raise ValueError(f"{token!r}: request rates must be > 0 requests/s; {_FORMAT}")
+        if key != "request_rate" and min(values) < 1:
             raise ValueError(f"{token!r}: values must be >= 1; {_FORMAT}")
         axes.append((key, values))
     keys = [k for k, _ in axes]
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(v for _, v in axes))]
 
 
-def _derive(profile: Profile, point: Mapping[str, int], name: str) -> Profile:
+def _derive(profile: Profile, point: Mapping[str, float], name: str) -> Profile:
     """``profile`` at ``point``; steps/topk/draft tokens kept as the profile's engine will run them
     (``Engine.speculative_at``: at topk 1 a chain verifies num_steps + 1 draft tokens, so that pair moves together).
 
     :raises ValueError: see ``Engine.speculative_at``.
     """
     update: dict[str, Any] = {"name": name}
-    spec_keys = {k: v for k, v in point.items() if k in SPECULATIVE_KEYS}
+    spec_keys = {k: int(v) for k, v in point.items() if k in SPECULATIVE_KEYS}
     if spec_keys:
         from pytest_specdec.engines import get_engine
 
         update["speculative"] = get_engine(profile).speculative_at(profile, spec_keys, label=point_label(point))
-    if "concurrency" in point:
-        update["workload"] = profile.workload.model_copy(update={"concurrency": point["concurrency"]})
+    load = {k: (int(v) if k == "concurrency" else float(v)) for k, v in point.items() if k in WORKLOAD_KEYS}
+    if load:
+        update["workload"] = profile.workload.model_copy(update=load)
     return profile.model_copy(update=update)
 
 
 def expand_profiles(
-    profiles: Mapping[str, Profile], selected: Sequence[str], points: Sequence[Mapping[str, int]]
+    profiles: Mapping[str, Profile], selected: Sequence[str], points: Sequence[Mapping[str, float]]
 ) -> tuple[dict[str, Profile], list[str]]:
     """Derive one profile per sweep point from each selected profile.
 
     A speculative profile gets every point (``eagle3@num_steps=2``). A profile without speculation (the baseline)
-    takes only the workload keys: one profile per distinct concurrency when concurrency is swept
-    (``baseline@concurrency=8``; a derived point's ``min_speedup.vs`` is pointed at the baseline of its own
-    concurrency), else it runs once under its own name. Derived profiles are plain ``Profile`` objects, validated by
-    pydantic (``model_copy`` skips validation, so they are re-validated here).
+    takes only the workload keys: one profile per distinct load when concurrency or request_rate is swept
+    (``baseline@concurrency=8``, ``baseline@request_rate=4``; a derived point's ``min_speedup.vs`` is pointed at
+    the baseline of its own load), else it runs once under its own name. Derived profiles are plain ``Profile``
+    objects, validated by pydantic (``model_copy`` skips validation, so they are re-validated here).
 
     :param profiles: every profile of the file by name (``ProfileSet.profiles``).
     :param selected: the names to run (``--server-profile`` plus ``--specdec-sweep-baseline``), all in ``profiles``.
@@ -129,7 +138,7 @@ def expand_profiles(
         )
     out = dict(profiles)
     names: list[str] = []
-    plain_by_concurrency: dict[str, dict[int, str]] = {}
+    plain_by_load: dict[str, dict[str, str]] = {}
     for name in plain:
         workload_points = _unique([{k: v for k, v in p.items() if k in WORKLOAD_KEYS} for p in points])
         if workload_points == [{}]:
@@ -138,15 +147,16 @@ def expand_profiles(
         for wp in workload_points:
             derived = f"{name}{AT}{point_label(wp)}"
             out[derived] = _validated(_derive(profiles[name], wp, derived))
-            plain_by_concurrency.setdefault(name, {})[wp["concurrency"]] = derived
+            plain_by_load.setdefault(name, {})[point_label(wp)] = derived
             names.append(derived)
     for name in speculative:
         for point in points:
             derived = f"{name}{AT}{point_label(point)}"
             profile = _derive(profiles[name], point, derived)
             ms = profile.thresholds.min_speedup
-            if ms is not None and "concurrency" in point and ms.vs in plain_by_concurrency:
-                vs = plain_by_concurrency[ms.vs][point["concurrency"]]
+            load = point_label({k: v for k, v in point.items() if k in WORKLOAD_KEYS})
+            if ms is not None and load and ms.vs in plain_by_load:
+                vs = plain_by_load[ms.vs][load]
                 thresholds = profile.thresholds.model_copy(update={"min_speedup": ms.model_copy(update={"vs": vs})})
                 profile = profile.model_copy(update={"thresholds": thresholds})
             out[derived] = _validated(profile)
@@ -154,8 +164,8 @@ def expand_profiles(
     return out, names
 
 
-def _unique(items: Iterable[dict[str, int]]) -> list[dict[str, int]]:
-    seen: list[dict[str, int]] = []
+def _unique(items: Iterable[Point]) -> list[Point]:
+    seen: list[Point] = []
     for item in items:
         if item not in seen:
             seen.append(item)
