@@ -17,9 +17,9 @@ from pytest_specdec.run import sweep_spec
 from tests.helpers import record, repeated_records, seed_records, with_repeats
 
 FORMAT = (
-    "expected PARAM=VALUES joined by ';', with PARAM one of num_steps, num_draft_tokens, eagle_topk, concurrency "
-    'and VALUES a range 1..6 or a list 1,2,4 (integers >= 1), e.g. "num_steps=1..6" or '
-    '"num_steps=1,2,4;concurrency=1,8"'
+    "expected PARAM=VALUES joined by ';', with PARAM one of num_steps, num_draft_tokens, eagle_topk, concurrency, "
+    "request_rate and VALUES a range 1..6 or a list 1,2,4 (integers >= 1; request_rate: requests/s > 0, e.g. "
+    '0.5,1,2), e.g. "num_steps=1..6" or "num_steps=1,2,4;concurrency=1,8"'
 )
 
 PROFILES = """
@@ -486,3 +486,18 @@ def test_min_accept_length_set_for_more_steps_is_not_judged_at_fewer() -> None:
     for steps in (3, 4):
         judged = evaluate(thresholds, metrics, speculative=True, sweep_steps=steps, configured_steps=3)
         assert [c.key for c in judged.failed] == ["min_accept_length"]
+
+
+def test_rate_sweep_points_names_and_baselines_per_rate(profiles: dict) -> None:
+    points = sweep_spec.parse_sweep("request_rate=0.5,2")
+    assert points == [{"request_rate": 0.5}, {"request_rate": 2}]
+    out, names = sweep_spec.expand_profiles(profiles, ["eagle3", "baseline"], points)
+    assert names == ["baseline@request_rate=0.5", "baseline@request_rate=2", "eagle3@request_rate=0.5",
+                     "eagle3@request_rate=2"]  # fmt: skip
+    assert out["eagle3@request_rate=0.5"].workload.request_rate == 0.5
+    assert out["eagle3@request_rate=2"].thresholds.min_speedup.vs == "baseline@request_rate=2"
+    assert split_name("eagle3@request_rate=0.5") == ("eagle3", {"request_rate": 0.5})
+    with pytest.raises(ValueError, match="request rates must be > 0"):
+        sweep_spec.parse_sweep("request_rate=0,1")
+    with pytest.raises(ValueError, match="cannot read values '1.5'"):
+        sweep_spec.parse_sweep("concurrency=1.5")
