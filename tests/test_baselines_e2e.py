@@ -1,0 +1,107 @@
+"""Baselines a team can trust, end to end on the reference server (few requests, few tokens): a run saved as
+``night-1``; a failed, an undecided and an interrupted run after it, none of which ``latest`` takes; an unchanged run
+compared by name passes from pytest and from the CLI; an explicit ``--specdec-compare-profile`` on a profile without
+speculation compares (and a slowed server fails).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+# Imported before any in-process run (pytester drops the modules an inner run imported; numpy.fft cannot be loaded
+# twice in one process).
+import scipy.stats  # noqa: F401
+
+from pytest_specdec.cli.main import main
+from pytest_specdec.judge.baseline import Baselines
+from pytest_specdec.measure.results import ResultStore
+
+pytestmark = pytest.mark.slow
+
+#: Wide tolerances: a loaded 2-core runner moves the reference server's tok/s by tens of percent between runs; the
+#: forward delay below slows it about 5x.
+PROFILES = """
+profiles:
+  baseline:
+    server: reference
+    tolerances: {tolerances}
+    thresholds: {thresholds}
+    workload: {{max_new_tokens: 8, num_requests: 2, warmup_requests: 0, {repeats}}}
+  baseline-slow:
+    extends: baseline
+    env: {{SPECDEC_REF_FORWARD_DELAY_MS: "60"}}
+"""
+TOLERANCES = ("output_tok_s:50%", "ttft_ms:900%", "itl_ms:900%", "tpot_ms:900%")
+TWO = "repeats: 2, max_repeats: 2"
+RUN = "def test_run(specdec_run):\n    pass\n"
+TEST = "test_night.py::test_run[baseline]"
+INI = (
+    "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n"
+    "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n"
+)
+
+
+def _project(pytester: pytest.Pytester, tests: str = RUN, thresholds: str = "{}", repeats: str = TWO) -> None:
+    pytester.makefile(".yaml", specdec=PROFILES.format(tolerances=list(TOLERANCES), thresholds=thresholds,
+                                                       repeats=repeats))  # fmt: skip
+    pytester.makepyfile(test_night=tests)
+    pytester.makeini(INI)
+
+
+def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly", *args, no_reraise_ctrlc=True
+    )
+
+
+def _run_id(result: pytest.RunResult) -> str:
+    found = re.search(r"specdec results: \S+/(\S+)\.json", result.stdout.str())
+    assert found is not None, result.stdout.str()
+    return found.group(1)
+
+
+def test_night_1_is_saved_never_replaced_by_an_unclean_run_and_compared_by_name(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _project(pytester)
+    night = _run(pytester, "--server-profile=baseline", "--specdec-save=night-1")
+    night.assert_outcomes(passed=1)
+    night.stdout.fnmatch_lines(["specdec: saved as night-1: */names/night-1 names this run"])
+    _project(pytester, "def test_run(specdec_run):\n    assert False, 'broken'\n")
+    _run(pytester, "--server-profile=baseline").assert_outcomes(failed=1)
+    # One repeat and no more: the min_tok_s floor has no spread to decide on, so it ends undecided and passes.
+    _project(pytester, thresholds="{min_tok_s: 1}", repeats="repeats: 1, max_repeats: 1")
+    _run(pytester, "--server-profile=baseline").assert_outcomes(passed=1)
+    _project(pytester, RUN + "\n\ndef test_stop(specdec_run):\n    raise KeyboardInterrupt\n")
+    assert _run(pytester, "--server-profile=baseline").ret == pytest.ExitCode.INTERRUPTED
+    store = ResultStore(pytester.path / ".specdec" / "results")
+    latest = Baselines.from_option("latest", store)
+    assert latest is not None
+    found = latest.find(TEST)
+    assert found is not None and found.run.run_id == _run_id(night)
+    assert [s.split(" ", 1)[1] for s in found.skipped] == ["(interrupted)", "(undecided: min_tok_s)", "(failed)"]
+
+    _project(pytester)
+    by_name = _run(pytester, "--server-profile=baseline", "--specdec-compare=night-1")
+    by_name.assert_outcomes(passed=1)
+    by_name.stdout.fnmatch_lines([f"specdec compare: 1 test(s) compared with stored run {_run_id(night)}: named "
+                                  "night-1 (--specdec-compare)"])  # fmt: skip
+    # The command line reads no profile: the profile's tolerances are given as pytest had them.
+    tolerances = [arg for tol in TOLERANCES for arg in ("-t", tol)]
+    assert main(["compare", "night-1", "latest", *tolerances, "--results-dir", str(store.root)]) == 0
+    assert f"specdec compare: baseline {_run_id(night)} -> current {_run_id(by_name)}" in capsys.readouterr().out
+
+    # Without speculation too, an explicit --specdec-compare-profile maps the test: a 5x slower server regresses.
+    slow = _run(pytester, "--server-profile=baseline-slow", "--specdec-compare=night-1",
+                "--specdec-compare-profile=baseline")  # fmt: skip
+    slow.assert_outcomes(failed=1)
+    slow.stdout.fnmatch_lines(
+        [
+            f"regression against run {_run_id(night)} (test_night.py::test_run[[]baseline[]]):",
+            "*env SPECDEC_REF_FORWARD_DELAY_MS: (unset) -> 60*",
+            "output_tok_s *REGRESSED*",
+        ]
+    )
+
