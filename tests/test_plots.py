@@ -281,3 +281,29 @@ def test_plot_sweep_draws_the_accept_floor_only_where_it_applies(tmp_path: Path)
     purple = (0.6, 0.0, 0.6)
     assert pixels(one, purple) > 20  # the segment at num_steps 4 and the legend
     assert pixels(everywhere, purple) > pixels(one, purple) + 100  # three more segments
+
+
+def _at_rate(profile: str, tok_s: float, rate: float, p99: float) -> ResultRecord:
+    r = record(profile, tok_s, None)
+    r.fingerprint["workload"]["request_rate"] = rate
+    r.metrics["ttft_ms_p99"] = p99
+    return r
+
+
+def test_load_curve_one_line_per_profile_sorted_by_rate(tmp_path: Path) -> None:
+    from pytest_specdec.report.plots import load_curve_series, plot_load_curve
+
+    records = [
+        _at_rate("eagle3@request_rate=6", 31.4, 6, 1010.0),
+        _at_rate("baseline@request_rate=2", 25.1, 2, 230.0),
+        _at_rate("eagle3@request_rate=2", 24.9, 2, 500.0),
+        _at_rate("baseline@request_rate=6", 40.3, 6, 402.0),
+        record("closed", 50.0, None),  # a closed loop has no place on a load curve
+    ]
+    assert load_curve_series(records) == {
+        "eagle3": [(2.0, 24.9, 500.0), (6.0, 31.4, 1010.0)],
+        "baseline": [(2.0, 25.1, 230.0), (6.0, 40.3, 402.0)],
+    }
+    out = plot_load_curve(records, tmp_path / "load.png")
+    assert out is not None and out.read_bytes()[:4] == b"\x89PNG"
+    assert plot_load_curve(records[:1], tmp_path / "one.png") is None  # one rate: no curve

@@ -45,3 +45,17 @@ def test_log_numbers_each_profiles_phases_and_appends(tmp_path: Path) -> None:
     ]  # fmt: skip
     RequestLog.start(path)
     assert path.read_text() == ""
+
+
+def test_serving_table_shows_open_loop_rows_and_every_row_with_v() -> None:
+    from pytest_specdec.report.terminal import serving_lines
+
+    metrics = {"request_rate": 4.0, "requests_per_s": 3.5, "ttft_ms_p99": 812.0}
+    open_loop = ("t.py::test_a[eagle3]", "eagle3", metrics, "")
+    closed = ("t.py::test_b[baseline]", "baseline", {"request_rate": None, "requests_per_s": 9.0}, "")
+    lines = serving_lines([open_loop, closed])
+    assert len(lines) == 2 and lines[1].startswith("test_a[eagle3]") and "812.0" in lines[1]
+    assert lines[0].split()[:4] == ["test", "rate", "req/s", "in"]
+    everything = serving_lines([open_loop, closed], everything=True)
+    assert [line.split()[:2] for line in everything[1:]] == [["test_a[eagle3]", "4"], ["test_b[baseline]", "closed"]]
+    assert serving_lines([closed]) == []

@@ -211,7 +211,8 @@ def register(parser: pytest.Parser) -> None:
         default=None,
         metavar="PARAM=VALUES[;...]",
         help='Run each selected speculative profile at every point, one server per point, e.g. "num_steps=1..6" or '
-        '"num_steps=1,2,4;concurrency=1,8" (num_steps, num_draft_tokens, eagle_topk, concurrency; default: no sweep)',
+        '"num_steps=1,2,4;concurrency=1,8" (num_steps, num_draft_tokens, eagle_topk, concurrency, request_rate; '
+        "default: no sweep)",
     )
     group.addoption(
         "--specdec-sweep-baseline",
