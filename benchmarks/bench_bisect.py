@@ -1,24 +1,26 @@
 """Bisect against a one-difference-at-a-time search on the incident (a script, not a test): launches, server-seconds,
-wall time and what each names.
+wall time, the load average and what each names.
 
 Usage: ``OMP_NUM_THREADS=1 python benchmarks/bench_bisect.py [--harmless 3] [--requests 3] [--max-new-tokens 16]
-[--delay-ms 60] [--simulate]``
+[--delay-ms 3.5] [--ids 0,1,2] [--runs 1] [--no-one-at-a-time] [--simulate]``
 
 The good profile is ``eagle3`` of ``examples/more/specdec.yaml`` (small workload); the bad one adds the incident's
-two causes (aux ids [-1, 1, 3] served through ``--ref-embedding-capture patched``, and
-``SPECDEC_REF_FORWARD_DELAY_MS`` standing in for lost NCCL tuning) and ``--harmless N`` harmless differences (``env
-HF_HUB_OFFLINE``, ``--log-level warning``, ``--served-model-name``, then unused ``SPECDEC_BENCH_UNUSED_<i>`` variables),
-plus ``speculative.allow_embedding_capture`` (runtime-harmless). Both searches launch through the plugin's runner
-(``probes.Prober``). One at a time applies each difference alone to the good profile and names it when that alone
-regresses; it cannot name the aux ids (alone, the stock capture crashes) nor the flag (alone, nothing changes).
+two causes (aux ids ``--ids``, [0, 1, 2] by default, and ``SPECDEC_REF_FORWARD_DELAY_MS`` standing in for lost NCCL
+tuning) and ``--harmless N`` harmless differences (``env HF_HUB_OFFLINE``, ``--log-level warning``,
+``--served-model-name``, then unused ``SPECDEC_BENCH_UNUSED_<i>`` variables). ``--ids -1,1,3`` is the patched-SGLang
+variant: id -1 served through ``--ref-embedding-capture patched`` (a third culprit that acts only with the ids; the
+permission ``speculative.allow_embedding_capture`` is grouped under the ids). Both searches launch through the
+plugin's runner (``probes.Prober``). One at a time applies each difference alone to the good profile and names it when
+that alone regresses; it misses culprits that act only together.
 
-``--simulate`` replaces the servers by a formula (accept length 2.333 -> 2.032 with the patched -1, tok/s halved by
+``--simulate`` replaces the servers by a formula (accept length 2.333 -> 2.032 with the other ids, tok/s x0.7 with
 the delay, 5 s per launch) to show how launches grow with ``--harmless`` at sizes too slow to run for real.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import tempfile
 import time
@@ -35,14 +37,17 @@ ROOT = Path(__file__).resolve().parents[1]
 DELAY_ENV = "SPECDEC_REF_FORWARD_DELAY_MS"
 
 
-def incident(harmless: int, *, requests: int, max_new_tokens: int, delay_ms: float) -> tuple[dict[str, Any], ...]:
+def incident(harmless: int, *, requests: int, max_new_tokens: int, delay_ms: float,
+             ids: list[int]) -> tuple[dict[str, Any], ...]:  # fmt: skip
     """(good mapping, bad mapping, source) of the incident with ``harmless`` harmless differences."""
     profile = load_profiles(ROOT / "examples" / "more" / "specdec.yaml").get("eagle3")
     good = profile_mapping(profile)
     good["workload"].update(num_requests=requests, max_new_tokens=max_new_tokens, warmup_requests=1, repeats=1)
-    bad = {**good, "env": {DELAY_ENV: f"{delay_ms:g}"}, "extra_args": ["--ref-embedding-capture", "patched"],
-           "speculative": {**good["speculative"], "aux_hidden_state_layer_ids": [-1, 1, 3],
-                           "allow_embedding_capture": True}}  # fmt: skip
+    bad = {**good, "env": {DELAY_ENV: f"{delay_ms:g}"}, "extra_args": [],
+           "speculative": {**good["speculative"], "aux_hidden_state_layer_ids": ids}}  # fmt: skip
+    if -1 in ids:
+        bad["extra_args"] = ["--ref-embedding-capture", "patched"]
+        bad["speculative"]["allow_embedding_capture"] = True
     pool = [("env", "HF_HUB_OFFLINE", "1"), ("flag", "--log-level", "warning"), ("flag", "--served-model-name", "x")]
     pool += [("env", f"SPECDEC_BENCH_UNUSED_{i}", "1") for i in range(max(harmless - len(pool), 0))]
     for kind, key, value in pool[:harmless]:
@@ -59,17 +64,19 @@ class Formula:
     def __init__(self, seed: int = 0) -> None:
         self.launches, self.server_s, self.rng = 0, 0.0, random.Random(seed)
         self.current: str | None = None
-        self.good: str | None = None
+        self.reference: Mapping[str, Any] | None = None
+        self.reference_key: str | None = None
 
     def _serve(self, config: Mapping[str, Any]) -> None:
         key = bisection.launch_key(config)
-        if self.good is None or key not in (self.current, self.good):
+        if self.reference is None:
+            self.reference, self.reference_key = config, key
             self.launches += 1
             self.server_s += 5.0
-            if self.good is None:
-                self.good = key
-            else:
-                self.current = key
+        if key not in (self.current, self.reference_key):
+            self.launches += 1
+            self.server_s += 5.0
+            self.current = key
         if -1 in (config["speculative"].get("aux_hidden_state_layer_ids") or []) and (
             "--ref-embedding-capture" not in config["extra_args"]
         ):
@@ -77,20 +84,29 @@ class Formula:
 
     @staticmethod
     def _accept(config: Mapping[str, Any]) -> float:
-        return 2.032 if -1 in (config["speculative"].get("aux_hidden_state_layer_ids") or []) else 2.333
+        return 2.333 if config["speculative"].get("aux_hidden_state_layer_ids") is None else 2.032
 
     def _tok_s(self, config: Mapping[str, Any]) -> float:
-        slow = 0.5 if DELAY_ENV in config["env"] else 1.0
+        slow = 0.7 if DELAY_ENV in config["env"] else 1.0
         return 100.0 * self._accept(config) / 2.333 * slow * self.rng.uniform(0.95, 1.05)
 
-    def exact(self, config: Mapping[str, Any], label: str) -> dict[str, list[float]]:
+    def exact(self, config: Mapping[str, Any], label: str, phases: int) -> dict[str, list[float]]:
         self._serve(config)
-        return {"accept_length": [self._accept(config)] * 2}
+        return {"accept_length": [self._accept(config)] * phases}
 
     def pairs(self, config: Mapping[str, Any], label: str, count: int) -> list[float]:
         self._serve(config)
-        good = {**config, "env": {}, "speculative": {**config["speculative"], "aux_hidden_state_layer_ids": None}}
-        return [self._tok_s(config) / self._tok_s(good) for _ in range(count)]
+        assert self.reference is not None
+        return [self._tok_s(config) / self._tok_s(self.reference) for _ in range(count)]
+
+    def hold(self, config: Mapping[str, Any], label: str) -> None:
+        key = bisection.launch_key(config)
+        if key == self.current:
+            self.current = None
+        else:
+            self.launches += 1
+            self.server_s += 5.0
+        self.reference, self.reference_key = config, key
 
     def running(self) -> str | None:
         return self.current
@@ -100,22 +116,29 @@ class Formula:
 
 
 def run(args: argparse.Namespace, harmless: int) -> list[list[str]]:
+    ids = [int(x) for x in args.ids.split(",")]
     good, bad, meta = incident(harmless, requests=args.requests, max_new_tokens=args.max_new_tokens,
-                               delay_ms=args.delay_ms)  # fmt: skip
+                               delay_ms=args.delay_ms, ids=ids)  # fmt: skip
     diffs = bisection.differences(good, bad)
-    truth = {"env " + DELAY_ENV, "extra_args --ref-embedding-capture", "speculative.aux_hidden_state_layer_ids"}
+    truth = {"env " + DELAY_ENV, "speculative.aux_hidden_state_layer_ids"}
+    if -1 in ids:
+        truth.add("extra_args --ref-embedding-capture")
+    methods = ["bisect"] + ([] if args.no_one_at_a_time else ["one at a time"])
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for method in ("bisect (ddmin)", "one at a time"):
+        for method in methods:
+            load = os.getloadavg()[0]
             probes: Any = Formula() if args.simulate else Prober(
                 good, name=meta["name"], source=meta["source"], log_dir=Path(tmp) / "logs", log_prefix=method[:3]
             )  # fmt: skip
             started = time.perf_counter()
             try:
-                if method.startswith("bisect"):
+                if method == "bisect":
                     result = bisection.bisect(good, diffs, probes)
                     named = {diffs[i].key for i in result.culprits}
                     causes = len(result.causes)
+                    if args.report:
+                        print("\n".join(bisection.report_lines(result)), flush=True)
                 else:
                     found = bisection.one_at_a_time(good, diffs, probes)
                     named = {diffs[i].key for i, _ in found}
@@ -124,8 +147,10 @@ def run(args: argparse.Namespace, harmless: int) -> list[list[str]]:
                 probes.close()
             wall = time.perf_counter() - started
             verdict = "exact" if named == truth else f"missed {len(truth - named)}, extra {len(named - truth)}"
+            load = (load + os.getloadavg()[0]) / 2
             rows.append([str(len(diffs)), method, str(probes.launches), f"{probes.server_s:.0f}",
-                         f"{wall:.0f}" if not args.simulate else "-", str(causes), verdict])  # fmt: skip
+                         f"{wall:.0f}" if not args.simulate else "-", f"{load:.1f}" if not args.simulate else "-",
+                         str(causes), verdict])  # fmt: skip
     return rows
 
 
@@ -134,11 +159,15 @@ def main() -> None:
     parser.add_argument("--harmless", type=int, nargs="+", default=[3], help="harmless differences (one run each)")
     parser.add_argument("--requests", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=16)
-    parser.add_argument("--delay-ms", type=float, default=60.0)
+    parser.add_argument("--delay-ms", type=float, default=3.5)
+    parser.add_argument("--ids", default="0,1,2", help="the bad aux ids (default 0,1,2; -1,1,3: the patched variant)")
+    parser.add_argument("--runs", type=int, default=1, help="bisect runs per size (default 1)")
+    parser.add_argument("--no-one-at-a-time", action="store_true", help="bisect only")
+    parser.add_argument("--report", action="store_true", help="print each bisect's report")
     parser.add_argument("--simulate", action="store_true", help="a formula instead of servers (launches only)")
     args = parser.parse_args()
-    header = ["diffs", "method", "launches", "server-s", "wall s", "causes", "culprits vs truth"]
-    rows = [row for n in args.harmless for row in run(args, n)]
+    header = ["diffs", "method", "launches", "server-s", "wall s", "load", "causes", "culprits vs truth"]
+    rows = [row for n in args.harmless for _ in range(args.runs) for row in run(args, n)]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

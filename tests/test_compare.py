@@ -145,8 +145,7 @@ def test_fingerprint_diff_lines_first() -> None:
         "flashinfer-python: (absent) -> 0.3.1",
         "torch: 2.13.0 -> 2.14.1",
         "effective num_steps: 3 -> 5",
-        "draft aux ids: [1, 3, 5] -> [2, 4, 6]",
-        "draft config hash: aaaa -> bbbb",
+        "draft aux ids: [1, 3, 5] -> [2, 4, 6] (with its draft config hash)",
         "env NCCL_PROTO: LL -> (unset)",
         "env SGLANG_ENABLE_SPEC_V2: (unset) -> 1",
         "argv --speculative-num-steps: 3 -> 5",
@@ -156,13 +155,38 @@ def test_fingerprint_diff_lines_first() -> None:
         parse_tolerances("output_tok_s:5%"),
     )
     assert comp.lines()[:3] == [
-        "fingerprint: 8 differences from baseline",
+        "fingerprint: 7 differences from baseline",
         "  flashinfer-python: (absent) -> 0.3.1",
         "  torch: 2.13.0 -> 2.14.1",
     ]
     assert (
         comp.lines()[-1].startswith("output_tok_s  higher      88.8     62.9  -25.9   -29.2%  5% (σ 0.8%)  REGRESSED")
     )
+
+
+def test_an_aux_id_change_is_one_difference_with_what_it_brings() -> None:
+    # The plugin's overlay for new aux ids: another config.json (hash), the overlay directory, the argv flag naming it.
+    draft = "/srv/drafts/eagle3-draft"
+    overlay = "/tmp/.specdec/logs/overlays/eagle3-draft-aux0_1_2-0123456789ab"
+    argv = ["python", "-m", "sglang.launch_server", "--port", "30000", "--speculative-draft-model-path"]
+    base = fingerprint(argv=[*argv, draft], draft={"path": draft, "config_hash": "aaaa", "aux_ids": [1, 3, 5]})
+    current = fingerprint(argv=[*argv, overlay], env={"NCCL_PROTO": "LL", "CUDA_VISIBLE_DEVICES": "0", "X": "1"},
+                          draft={"path": overlay, "config_hash": "bbbb", "aux_ids": [0, 1, 2]})  # fmt: skip
+    assert fingerprint_diff(base, current) == [
+        "draft aux ids: [1, 3, 5] -> [0, 1, 2] (with its draft config hash, draft path (an aux-id overlay), argv "
+        "--speculative-draft-model-path)",
+        "env X: (unset) -> 1",
+    ]
+    # Another draft directory is a difference of its own, as is a config edited with the same ids.
+    other = fingerprint(argv=[*argv, "/srv/drafts/other"], draft={"path": "/srv/drafts/other", "config_hash": "cccc",
+                        "aux_ids": [0, 1, 2]})  # fmt: skip
+    assert fingerprint_diff(base, other) == [
+        "draft aux ids: [1, 3, 5] -> [0, 1, 2] (with its draft config hash)",
+        "draft path: /srv/drafts/eagle3-draft -> /srv/drafts/other",
+        "argv --speculative-draft-model-path: /srv/drafts/eagle3-draft -> /srv/drafts/other",
+    ]
+    edited = fingerprint(argv=[*argv, draft], draft={"path": draft, "config_hash": "dddd", "aux_ids": [1, 3, 5]})
+    assert fingerprint_diff(base, edited) == ["draft config hash: aaaa -> dddd"]
 
 
 def _write(tmp_path: Path, run_id: str, *records: ResultRecord) -> Path:

@@ -37,6 +37,7 @@ def ddmin(
     *,
     order: Callable[[list[tuple[int, ...]]], list[tuple[int, ...]]] | None = None,
     subsets: bool = True,
+    on_step: Callable[[tuple[int, ...]], None] | None = None,
 ) -> tuple[int, ...]:
     """Zeller's ddmin over the differences ``0 .. count - 1`` (module docstring). ``test(subset)`` says whether
     ``subset`` applied to the good configuration reproduces the regression; the full set is assumed to (the caller
@@ -49,6 +50,8 @@ def ddmin(
         needed: a part holding one culprit of three never reproduces alone, so its test is wasted (simulated over
         random culprit sets, 7 differences with 3 culprits: 19.3 tests with subsets, 12.4 without; 1 culprit: 4.2
         and 4.3).
+    :param on_step: called with the candidate set each time it narrows (first with all of them): what a stopped
+        search still suspects.
     :returns: a 1-minimal failing subset, ascending. Example: with ``test = lambda s: "FAIL" if {1, 3} <= set(s)
         else "PASS"`` and ``count = 4``, ``(1, 3)``.
     """
@@ -63,11 +66,15 @@ def ddmin(
         return order(candidates) if order is not None else candidates
 
     current, n = tuple(range(count)), 2
+    if on_step is not None:
+        on_step(current)
     while len(current) >= 2:
         parts = _split(current, n)
         hit = next((p for p in arranged(parts) if run(p) == "FAIL"), None) if subsets else None
         if hit is not None:
             current, n = hit, 2
+            if on_step is not None:
+                on_step(current)
             continue
         complements = [tuple(x for x in current if x not in p) for p in parts]
         # At n = 2 the complements are the subsets: Zeller skips them there, unless subsets were not tested.
@@ -75,6 +82,8 @@ def ddmin(
             hit = next((c for c in arranged(complements) if run(c) == "FAIL"), None)
         if hit is not None:
             current, n = hit, max(n - 1, 2)
+            if on_step is not None:
+                on_step(current)
             continue
         if n >= len(current):
             break

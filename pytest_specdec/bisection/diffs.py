@@ -4,6 +4,7 @@ bisect searches over (``fingerprint["profile_def"]`` of two stored runs), and wh
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,9 @@ class Difference:
     path: tuple[str, ...]
     good: Any
     bad: Any
+    #: Differences that only follow from this one and are applied with it (:data:`_DERIVED`): the permission for aux
+    #: id -1 (``speculative.allow_embedding_capture``) goes with the aux ids that need it.
+    also: tuple[Difference, ...] = ()
 
     @property
     def key(self) -> str:
@@ -40,9 +44,14 @@ class Difference:
         return ".".join(self.path)
 
     def line(self) -> str:
-        """``env SPECDEC_REF_FORWARD_DELAY_MS: (unset) -> 20``."""
+        """``env SPECDEC_REF_FORWARD_DELAY_MS: (unset) -> 20``; with derived differences,
+        ``speculative.aux_hidden_state_layer_ids: (absent) -> [-1, 1, 3] (with speculative.allow_embedding_capture:
+        false -> true)``."""
         missing = "(unset)" if self.path[0] == "env" else "(absent)"
-        return f"{self.key}: {_show(self.good, missing, self.path)} -> {_show(self.bad, missing, self.path)}"
+        text = f"{self.key}: {_show(self.good, missing, self.path)} -> {_show(self.bad, missing, self.path)}"
+        if self.also:
+            text += f" (with {'; '.join(d.line() for d in self.also)})"
+        return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +64,11 @@ class NotBisectable:
 
     def line(self) -> str:
         return f"{self.what}: {self.good} -> {self.bad}"
+
+
+#: Profile keys whose difference only follows from another one's: (derived, its cause). Listed and applied under the
+#: cause when both differ (a permission that changes nothing launched on its own).
+_DERIVED = ((("speculative", "allow_embedding_capture"), ("speculative", "aux_hidden_state_layer_ids")),)
 
 
 def _show(value: Any, missing: str, path: tuple[str, ...] = ()) -> str:
@@ -107,7 +121,8 @@ def differences(good: Mapping[str, Any], bad: Mapping[str, Any]) -> list[Differe
     """Every difference between two profile mappings (``Profile.model_dump(mode="json")``, or a stored run's
     ``fingerprint["profile_def"]``) that a profile can apply, in this order: env variables, extra flags, speculative
     keys, other profile keys, workload keys. Keys in ``_IGNORED_KEYS`` (thresholds, tolerances, timeouts, ...)
-    measure nothing and are skipped.
+    measure nothing and are skipped; a difference that only follows from another (:data:`_DERIVED`) is listed in
+    that one's ``also``, not on its own.
 
     Example: ``{"env": {}}`` and ``{"env": {"X": "1"}}`` -> ``[Difference(("env", "X"), None, "1")]``.
     """
@@ -129,7 +144,20 @@ def differences(good: Mapping[str, Any], bad: Mapping[str, Any]) -> list[Differe
     gw, bw = good.get("workload") or {}, bad.get("workload") or {}
     out += [Difference(("workload", k), gw.get(k), bw.get(k)) for k in sorted(set(gw) | set(bw))
             if gw.get(k) != bw.get(k)]  # fmt: skip
-    return out
+    return _grouped(out)
+
+
+def _grouped(diffs: list[Difference]) -> list[Difference]:
+    """``diffs`` with each derived difference (:data:`_DERIVED`) moved under its cause's ``also``, when both are
+    there: one difference to bisect, as one change of the user's made them."""
+    by_path = {d.path: d for d in diffs}
+    moved: dict[tuple[str, ...], list[Difference]] = {}
+    for derived, cause in _DERIVED:
+        if derived in by_path and cause in by_path:
+            moved.setdefault(cause, []).append(by_path[derived])
+    gone = {d.path for group in moved.values() for d in group}
+    return [dataclasses.replace(d, also=(*d.also, *moved[d.path])) if d.path in moved else d
+            for d in diffs if d.path not in gone]  # fmt: skip
 
 
 def apply(good: Mapping[str, Any], diffs: Iterable[Difference]) -> dict[str, Any]:
@@ -140,7 +168,7 @@ def apply(good: Mapping[str, Any], diffs: Iterable[Difference]) -> dict[str, Any
     out = copy.deepcopy(dict(good))
     flags = _flags(out.get("extra_args") or [])
     changed = False
-    for d in diffs:
+    for d in (x for given in diffs for x in (given, *given.also)):
         head = d.path[0]
         if head == "extra_args":
             changed = True

@@ -1,16 +1,17 @@
 """The servers of a bisect (``bisection.Probes``): a probe configuration launched with ``runner.start_server`` and
-measured with ``runner.measure``; the good configuration's server kept for the whole bisect as the paired arm."""
+measured with ``runner.measure``; the reference arm's server (GOOD, then GOOD + cause 1) kept up for every probe."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from pytest_specdec.bisection.diffs import launch_key
+from pytest_specdec.bisection.search import BudgetSpent
 from pytest_specdec.bisection.symptoms import EXACT_FIELDS
 from pytest_specdec.core import clock
 from pytest_specdec.core.errors import ProfileError
@@ -31,16 +32,18 @@ class Prober:
     """Launches and measures bisect probes, counting launches and server-seconds (each server's lifetime from the
     launch to its stop, startup included).
 
-    One probe server runs at a time beside the good server: a probe that needs the same launch as the running one
-    (its configuration differs only in ``workload:``) reuses it, any other stops it first. Paired tok/s is measured
-    interleaved with the good server (``pairing.measure_interleaved``); a profile that pairs bracketed (SGLang and
-    vLLM by default: two servers may not fit on the GPUs) needs ``pairing: interleaved`` set, or it is refused.
+    One probe server runs at a time beside the reference arm (GOOD until :meth:`hold` names another): a probe that
+    needs the same launch as a running one (its configuration differs only in ``workload:``) reuses it, any other
+    stops the probe server first. Paired tok/s is measured interleaved with the reference arm
+    (``pairing.measure_interleaved``); a profile that pairs bracketed (SGLang and vLLM by default: two servers may not
+    fit on the GPUs) needs ``pairing: interleaved`` set, or it is refused.
 
     :param good: the good profile mapping; :param name: the good profile's name (probes are ``<name>~<n>``);
     :param source: the profile file the mappings' relative paths were resolved against (the probes' ``source``).
     :param log_dir: the server logs, ``<log_prefix>-<launch number>`` (``logfiles``: one file per launch, the newest
         kept); servers are recorded in ``log_dir.parent / "servers"`` as ``runner.start_server`` does, for ``reap``.
-    :param phases: measured phases per probe for its exact metrics (>= 2: identical repeats must be seen).
+    :param max_launches: launches allowed in all; the one beyond raises ``BudgetSpent`` before anything starts.
+    :param on_launch: called after each launch with (launch number, label, seconds to ready or None when it failed).
     :raises ProfileError: the good profile does not validate or pairs bracketed.
     """
 
@@ -51,18 +54,22 @@ class Prober:
         name: str,
         source: str,
         log_dir: Path,
-        phases: int = 2,
         startup_timeout_s: float | None = None,
         log_prefix: str = "probe",
+        max_launches: int | None = None,
+        on_launch: Callable[[int, str, float | None], None] | None = None,
     ) -> None:
         self.name = name
         self.log_prefix = log_prefix
         self.source = source
         self.log_dir = log_dir
-        self.phases = max(phases, 2)
         self.startup_timeout_s = startup_timeout_s
+        self.max_launches = max_launches
+        self.on_launch = on_launch
         self.launches = 0
         self.server_s = 0.0
+        #: Seconds the first (GOOD's) server took to be ready: the estimate's start time.
+        self.start_s: float | None = None
         self.good_key = launch_key(good)
         self.good_profile = self.profile(good, "good")
         if pairing.pairing_mode(self.good_profile) != "interleaved":
@@ -73,7 +80,9 @@ class Prober:
             )
         self._good: runner.RunningServer | None = None
         self._probe: tuple[str, runner.RunningServer] | None = None
-        self._started: dict[int, float] = {}
+        self._started: dict[str, float] = {}
+        #: Pairs measured so far per probe label: the interleaving order continues (R T, T R, ...).
+        self._pairs: dict[str, int] = {}
 
     def profile(self, config: Mapping[str, Any], label: str) -> Profile:
         """The probe's ``Profile`` (bundled paths filled in).
@@ -93,7 +102,9 @@ class Prober:
             raise ProfileError(f"probe {label}: not a valid profile: : Value error, {problem}", profile=label)
         return profile
 
-    def _start(self, profile: Profile) -> runner.RunningServer:
+    def _start(self, profile: Profile, label: str) -> runner.RunningServer:
+        if self.max_launches is not None and self.launches >= self.max_launches:
+            raise BudgetSpent(f"--max-launches {self.max_launches} spent")
         self.launches += 1
         started = clock.now()
         try:
@@ -101,19 +112,26 @@ class Prober:
                                          log_name=f"{self.log_prefix}-{self.launches:02d}")  # fmt: skip
         except BaseException:
             self.server_s += clock.now() - started
+            if self.on_launch is not None:
+                self.on_launch(self.launches, label, None)
             raise
-        self._started[id(server)] = started
+        ready = clock.now() - started
+        if self.start_s is None:
+            self.start_s = ready
+        self._started[server.base_url] = started
+        if self.on_launch is not None:
+            self.on_launch(self.launches, label, ready)
         return server
 
     def _stop(self, server: runner.RunningServer) -> None:
         server.stop()
-        started = self._started.pop(id(server), None)
+        started = self._started.pop(server.base_url, None)
         if started is not None:
             self.server_s += clock.now() - started
 
     def _good_server(self) -> runner.RunningServer:
         if self._good is None:
-            self._good = self._start(self.good_profile)
+            self._good = self._start(self.good_profile, "good")
         return self._good
 
     def _server(self, config: Mapping[str, Any], label: str) -> runner.RunningServer:
@@ -129,7 +147,7 @@ class Prober:
                 self._stop(self._probe[1])
                 self._probe = None
             self._good_server()  # started first: the paired arm every probe is measured against
-            server = self._start(profile)
+            server = self._start(profile, label)
             self._probe = (key, server)
         # Same process, the probe's workload (a workload-only difference needs no launch).
         return server if server.profile == profile else dataclasses.replace(server, profile=profile)
@@ -138,14 +156,15 @@ class Prober:
         """The launch key of the probe server running now (None: only the good one)."""
         return self._probe[0] if self._probe is not None else None
 
-    def exact(self, config: Mapping[str, Any], label: str) -> dict[str, list[float]]:
+    def exact(self, config: Mapping[str, Any], label: str, phases: int) -> dict[str, list[float]]:
         """``phases`` measured phases of the probe: per exact field, the per-phase values (None dropped).
 
         :raises ServerStartError, ServerError, ProfileError: the probe could not be measured.
+        :raises BudgetSpent: it needs a launch beyond ``max_launches``.
         """
         server = self._server(config, label)
         prompts = runner.profile_prompts(server.profile)
-        measured = [runner.measure(server, prompts=prompts) for _ in range(self.phases)]
+        measured = [runner.measure(server, prompts=prompts) for _ in range(max(phases, 1))]
         out: dict[str, list[float]] = {}
         for name in EXACT_FIELDS:
             values = [getattr(m.metrics, name) for m in measured]
@@ -153,13 +172,42 @@ class Prober:
         return out
 
     def pairs(self, config: Mapping[str, Any], label: str, count: int) -> list[float]:
-        """``count`` pairs of phases, probe and good interleaved (R T, T R, ...): the probe/good tok/s ratios.
+        """``count`` pairs of phases, probe and reference arm interleaved (R T, T R, ..., continuing the order of
+        this label's earlier pairs): the probe/reference tok/s ratios.
 
         :raises ServerStartError, ServerError, ProfileError: the probe could not be measured.
+        :raises BudgetSpent: it needs a launch beyond ``max_launches``.
         """
         server = self._server(config, label)
-        arms = pairing.measure_interleaved(server, self._good_server(), count)
+        offset = self._pairs.get(label, 0)
+        arms = pairing.measure_interleaved(server, self._good_server(), count, offset=offset)
+        self._pairs[label] = offset + count
         return arms.ratios("output_tok_s")
+
+    def hold(self, config: Mapping[str, Any], label: str) -> None:
+        """Make ``config`` the reference arm of every later pair: the probe server that serves it is kept (else it
+        is launched), the previous reference arm's server is stopped.
+
+        :raises ServerStartError, ProfileError: its server could not be started.
+        :raises BudgetSpent: it needs a launch beyond ``max_launches``.
+        """
+        key = launch_key(config)
+        profile = self.profile(config, label)
+        if key == self.good_key:
+            return
+        if self._probe is not None and self._probe[0] == key:
+            server = self._probe[1]
+            self._probe = None
+        else:
+            if self._probe is not None:
+                self._stop(self._probe[1])
+                self._probe = None
+            server = self._start(profile, label)
+        if self._good is not None:
+            self._stop(self._good)
+        self._good = server if server.profile == profile else dataclasses.replace(server, profile=profile)
+        self.good_key = key
+        self.good_profile = profile
 
     def close(self) -> None:
         """Stop every server still running (the probe's, then the good one)."""

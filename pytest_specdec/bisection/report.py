@@ -6,7 +6,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_specdec.bisection.search import BisectResult, ProbeRecord
+from pytest_specdec.bisection.search import BisectResult, Cause, ProbeRecord
 from pytest_specdec.bisection.symptoms import Symptoms, exact_value, ratio_text
 
 __all__ = ["bisect_hint", "report_lines"]
@@ -23,51 +23,87 @@ def _effect_text(rec: ProbeRecord | None, symptoms: Symptoms, temperature: Any) 
         if value is not None:
             parts.append(f"{name} {good:.4g} -> {value:.4g} (exact)" if value != good else f"{name} = good")
     if rec.ratios:
-        parts.append(f"tok/s {ratio_text(rec.ratios)}")
+        parts.append(f"tok/s {ratio_text(rec.ratios, rec.versus)}")
     return "; ".join(parts) or "no change measured"
 
 
+def _cause_record(result: BisectResult, cause: Cause, subset: tuple[int, ...]) -> ProbeRecord | None:
+    """The record of ``subset`` measured in ``cause``'s search (GOOD/BAD's when it is all or nothing)."""
+    if len(subset) in (0, len(result.diffs)):
+        return result.record(subset, "setup")
+    return result.record(subset, cause.symptom) or result.record(subset)
+
+
+def _cause_lines(result: BisectResult, k: int, cause: Cause) -> list[str]:
+    s = result.symptoms
+    base = result.causes[0].culprits if cause.symptom == "throughput" and cause.versus != "good" else ()
+    whole = tuple(sorted((*base, *cause.culprits)))
+    alone = _cause_record(result, cause, whole)
+    if cause.symptom == "exact":
+        head = f"cause {k} (exact symptom): {_effect_text(alone, s, result.temperature)}"
+    else:
+        effect = alone.ratios if alone is not None and alone.phase == "throughput" else []
+        shown = f"tok/s {ratio_text(effect, cause.versus)}" if effect else "tok/s: the rest of bad (not measured alone)"
+        head = f"cause {k} (tok/s symptom{', cause 1 on both sides' if base else ''}): {shown}"
+    lines = [head]
+    for i in cause.culprits:
+        lines.append(f"  {result.diffs[i].line()}")
+        if len(cause.culprits) > 1:
+            without = _cause_record(result, cause, tuple(c for c in whole if c != i))
+            lines.append(f"    without it: {_effect_text(without, s, result.temperature)}")
+    return lines
+
+
 def report_lines(result: BisectResult) -> list[str]:
-    """The bisect report, fixed-width lines: the symptoms, each cause with its culprits and its effect alone, what
-    was harmless, what no profile can apply, then launches and server-seconds.
+    """The bisect report, fixed-width lines: the symptoms, each cause with its culprits and its effect (the exact
+    cause's on both symptoms against GOOD, the throughput cause's against GOOD + cause 1), what was harmless, what
+    no profile can apply, the probes left unresolved; when stopped, what is known and the candidates left.
 
     Example (the incident on the reference server)::
 
-        bisect: 2 causes (3 of 7 differences) in 11 launches, 151 server-s, 2.9 min
-        symptoms: accept_length 2.333 -> 2.032 (exact); tok/s x0.402 of good [...]: slower
-        cause 1: accept_length 2.333 -> 2.032 (exact); tok/s x0.84 of good [...]
-          speculative.aux_hidden_state_layer_ids: (absent) -> [-1, 1, 3]
-          extra_args --ref-embedding-capture: (absent) -> patched
-        cause 2: tok/s x0.52 of good [...]
-          env SPECDEC_REF_FORWARD_DELAY_MS: (unset) -> 20
+        bisect: 2 causes (2 of 5 differences) in 5 launches, 160 server-s, 2.9 min
+        symptoms: accept_length 2.333 -> 2.032 (exact); tok/s x0.402 of good [...]: slower beyond 8% (FAILED)
+        cause 1 (exact symptom): accept_length 2.333 -> 2.032 (exact); tok/s x0.84 of good [...]
+          speculative.aux_hidden_state_layer_ids: (absent) -> [0, 1, 2]
+        remainder: bad x0.402 vs cause 1 alone x0.84 of good: ...: slower beyond 8%; tok/s bisected with ...
+        cause 2 (tok/s symptom, cause 1 on both sides): tok/s x0.48 of good + cause 1 [...]
+          env SPECDEC_REF_FORWARD_DELAY_MS: (unset) -> 3.5
         harmless: env HF_HUB_OFFLINE: (unset) -> 1; ...
     """
     s = result.symptoms
-    temperature = result.temperature
     symptom_parts = [f"{name} {g:.4g} -> {b:.4g} (exact)" for name, (g, b) in s.exact.items()]
     symptom_parts.append(s.throughput_line)
     cost = (f"{result.launches} launches, {result.server_s:.0f} server-s, "
             f"{result.wall_s / 60:.1f} min")  # fmt: skip
     lines = []
-    if not s.regressed:
+    n = len(result.causes)
+    found = f"{n} cause{'s' if n != 1 else ''} ({len(result.culprits)} of {len(result.diffs)} differences)"
+    known = found if n else "no cause yet"
+    if result.stopped:
+        lines.append(f"bisect stopped ({result.stopped}) after {cost}; known so far: {known}")
+        lines.append(f"symptoms: {'; '.join(symptom_parts)}")
+    elif not s.regressed:
         lines.append(f"bisect: no regression reproduced here ({cost})")
         lines.append(f"symptoms: none: {'; '.join(symptom_parts)}")
     else:
-        n = len(result.causes)
-        lines.append(f"bisect: {n} cause{'s' if n != 1 else ''} ({len(result.culprits)} of {len(result.diffs)} "
-                     f"differences) in {cost}")  # fmt: skip
+        lines.append(f"bisect: {found} in {cost}")
         lines.append(f"symptoms: {'; '.join(symptom_parts)}")
-        for k, cause in enumerate(result.causes, 1):
-            alone = result.record(cause)
-            lines.append(f"cause {k}: {_effect_text(alone, s, temperature)}")
-            for i in cause:
-                lines.append(f"  {result.diffs[i].line()}")
-                if len(result.culprits) > 1:
-                    without = result.record(c for c in result.culprits if c != i)
-                    lines.append(f"    without it: {_effect_text(without, s, temperature)}")
+    for k, cause in enumerate(result.causes, 1):
+        if cause.symptom == "throughput" and result.remainder:
+            lines.append(f"remainder: {result.remainder}")
+        lines += _cause_lines(result, k, cause)
+    if result.remainder and all(c.symptom != "throughput" for c in result.causes) and not result.stopped:
+        lines.append(f"remainder: {result.remainder}")
+    for symptom, left in result.open_searches:
+        what = "exact symptom" if symptom == "exact" else "tok/s symptom"
+        lines.append(f"still suspected for the {what}: {len(left)} difference{'s' if len(left) != 1 else ''}, the "
+                     f"culprits among them: {'; '.join(result.diffs[i].line() for i in left)}")  # fmt: skip
+    if s.regressed and not result.stopped:
         harmless = [d.line() for i, d in enumerate(result.diffs) if i not in result.culprits]
         if harmless:
             lines.append(f"harmless: {'; '.join(harmless)}")
+    if result.stopped and not s.regressed and not result.causes:
+        lines.append(f"not bisected: {'; '.join(d.line() for d in result.diffs)}")
     for item in result.fixed:
         lines.append(f"not bisectable here: {item.line()}")
     unresolved = [r for r in result.records if r.verdict is not None and r.verdict.outcome == "UNRESOLVED"]

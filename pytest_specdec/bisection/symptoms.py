@@ -1,5 +1,18 @@
 """What the regression looks like (its symptoms: exact metrics, paired throughput) and whether one probe reproduces
-it, decided with the project's verdict rules (:func:`judge`)."""
+one of them, each symptom judged on its own.
+
+**Exact** (accept length/rate at temperature 0, :func:`judge_exact`): GOOD and BAD are measured twice, so that
+identical repeats show the metric is exact here; a probe then needs one measured phase, and its value decides:
+all exact fields at BAD's value reproduces, any other value does not. No statistics, no tok/s.
+
+**Throughput** (paired tok/s ratios probe/reference, phases interleaved): the sequential verdicts of
+``judge.sequential`` (t-test on log ratios, looks fixed in advance, alpha spent per look), three outcomes each.
+The symptom (:func:`throughput_check`): ``FAILED`` when BAD is significantly slower than the reference and its
+estimate beyond the tolerance, ``passed`` when the interval's worse end is inside the tolerance, else
+``undecided`` (more pairs, up to the budget). A probe (:func:`judge_throughput`): reproduces when its ratio is
+significantly below the midpoint between no change and BAD's level (``decide_floor`` ``below``), does not when
+significantly above, and stays open, then *unresolved* at the budget (ddmin's "?").
+"""
 
 from __future__ import annotations
 
@@ -9,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_specdec.bisection.delta import Outcome
-from pytest_specdec.core import stats
 from pytest_specdec.core.metric_table import EXACT_FIELDS
+from pytest_specdec.judge import sequential
 
 __all__ = [
     "EXACT_FIELDS",
@@ -18,17 +31,28 @@ __all__ = [
     "MIN_PAIRS",
     "ProbeVerdict",
     "Symptoms",
+    "design",
+    "exact_symptoms",
     "exact_value",
-    "find_symptoms",
-    "judge",
+    "geometric_mean",
+    "judge_exact",
+    "judge_throughput",
     "ratio_text",
+    "throughput_check",
+    "throughput_line",
 ]
 
-#: Pairs measured before a throughput verdict: below 6 even "every pair on one side" is not significant at 5 %
-#: one-sided (Wilcoxon: the smallest p of 6 pairs is 1/64).
-MIN_PAIRS = 6
-#: Pairs after which an undecided throughput verdict makes the probe unresolved.
-MAX_PAIRS = 12
+#: Pairs at a throughput verdict's first look (a t-test on log ratios decides a x0.5 level at 3 pairs; a Wilcoxon
+#: test could not below 6).
+MIN_PAIRS = 3
+#: Pairs after which an open throughput verdict is undecided (a probe: unresolved): as many as a verdict of the
+#: plugin measures by default (``sequential.DEFAULT_MAX_REPEATS``); pairs are cheap beside a launch.
+MAX_PAIRS = sequential.DEFAULT_MAX_REPEATS
+
+
+def design(max_pairs: int = MAX_PAIRS, min_pairs: int = MIN_PAIRS) -> sequential.Design:
+    """The looks of a throughput verdict: ``Design(min_pairs, max_pairs)`` (3, 5, 8, 12 pairs by default)."""
+    return sequential.Design(min(min_pairs, max_pairs), max_pairs)
 
 
 def exact_value(values: Sequence[float] | None, temperature: Any) -> float | None:
@@ -38,81 +62,87 @@ def exact_value(values: Sequence[float] | None, temperature: Any) -> float | Non
     return float(values[0])
 
 
+def exact_symptoms(
+    good: Mapping[str, Sequence[float]], bad: Mapping[str, Sequence[float]], temperature: Any
+) -> dict[str, tuple[float, float]]:
+    """field -> (GOOD's value, BAD's value) for each exact field that is exact on both sides and differs."""
+    out = {}
+    for name in EXACT_FIELDS:
+        g, b = exact_value(good.get(name), temperature), exact_value(bad.get(name), temperature)
+        if g is not None and b is not None and g != b:
+            out[name] = (g, b)
+    return out
+
+
+def ratio_text(ratios: Sequence[float], versus: str = "good") -> str:
+    """``x0.842 of good [geometric mean of 6 paired ratios, CI 0.801-0.880 (97.9%)]``, or ``not measured``."""
+    decision = sequential.decide_floor(list(ratios), 1.0, design(max(len(ratios), MIN_PAIRS)))
+    if decision.n == 0:
+        return "not measured"
+    return f"x{decision.estimate:.3f} of {versus} [geometric mean of {decision.n} paired ratios, {decision.interval()}]"
+
+
 @dataclass(frozen=True, slots=True)
 class Symptoms:
-    """How the bad configuration differs from the good one, measured here (:func:`find_symptoms`).
+    """How BAD differs from GOOD, measured here.
 
-    ``exact``: field -> (good value, bad value) of each exact metric that differs. ``level``: the median paired
-    tok/s ratio bad/good when the bad configuration is significantly slower beyond the tolerance, else None.
+    ``exact``: field -> (GOOD's value, BAD's value) of each exact metric that differs. ``throughput``: the outcome
+    of :func:`throughput_check` on BAD's paired ratios (``FAILED``: slower beyond the tolerance). ``level``: BAD's
+    ratio (geometric mean) when ``FAILED``, or ``undecided`` with the estimate beyond the tolerance (suspected: a
+    noisy runner), else None.
     """
 
     exact: dict[str, tuple[float, float]]
     level: float | None
-    #: The bad/good paired ratios behind ``level`` (also when no throughput symptom was found).
+    #: BAD's paired ratios against GOOD.
     ratios: tuple[float, ...] = ()
-    #: Why there is no throughput symptom, or the verdict line that found it.
+    #: The throughput verdict's line.
     throughput_line: str = ""
+    throughput: str = "passed"
 
     @property
     def regressed(self) -> bool:
         return bool(self.exact) or self.level is not None
 
-    @property
-    def midpoint(self) -> float | None:
-        """The paired ratio halfway (geometrically) between the good level 1 and the bad level: ``sqrt(level)``."""
-        return math.sqrt(self.level) if self.level is not None else None
 
+def throughput_check(
+    ratios: Sequence[float], tolerance_rel: float, look: sequential.Design
+) -> tuple[str, sequential.Decision]:
+    """Is the paired ratio probe/reference slower beyond ``tolerance_rel``? (module docstring)
 
-def find_symptoms(
-    good_exact: Mapping[str, Sequence[float]],
-    bad_exact: Mapping[str, Sequence[float]],
-    bad_ratios: Sequence[float],
-    *,
-    temperature: Any,
-    tolerance_rel: float,
-) -> Symptoms:
-    """The symptoms of the regression from the good and bad configurations measured here.
+    ``FAILED``: ``decide_floor`` against no change (1.0) says ``below`` and the estimate is below
+    ``1 - tolerance_rel``; ``passed``: ``decide_floor`` against ``1 - tolerance_rel`` says ``above`` (the interval's
+    worse end inside the tolerance); else ``undecided``. Both calls see the same interval.
 
-    :param good_exact: per exact field, the per-phase values of the good configuration (``bad_exact``: the bad one).
-    :param bad_ratios: paired tok/s ratios bad/good (phases interleaved).
-    :param temperature: the workload temperature (exact fields need 0 on both sides).
-    :param tolerance_rel: the tok/s tolerance (``tolerances.DEFAULT_TOLERANCES["output_tok_s"].rel``, 5 %): the bad
-        configuration is slower when its median ratio is below ``1 - tolerance_rel`` and the one-sided Wilcoxon test
-        (``stats.below_test``) finds that significant.
+    :returns: (outcome, the decision against the tolerance, whose interval the line shows).
     """
-    exact = {}
-    for name in EXACT_FIELDS:
-        g, b = exact_value(good_exact.get(name), temperature), exact_value(bad_exact.get(name), temperature)
-        if g is not None and b is not None and g != b:
-            exact[name] = (g, b)
     floor = 1.0 - tolerance_rel
-    summary = stats.summarize(list(bad_ratios))
-    level = None
-    if summary is None:
-        line = "tok/s not measured"
-    else:
-        test = stats.below_test(bad_ratios, floor)
-        shown = f"{ratio_text(bad_ratios)}; floor x{floor:g}"
-        if summary.median < floor and test.significant and test.p_value is not None:
-            level = summary.median
-            line = f"tok/s {shown}, {test.method} p={test.p_value:.3g}: slower"
-        else:
-            line = f"tok/s {shown}: not significantly slower"
-    return Symptoms(exact, level, tuple(bad_ratios), line)
+    at_limit = sequential.decide_floor(list(ratios), floor, look)
+    if at_limit.verdict == "above":
+        return "passed", at_limit
+    at_one = sequential.decide_floor(list(ratios), 1.0, look)
+    if at_one.verdict == "below" and at_one.estimate < floor:
+        return "FAILED", at_limit
+    return "undecided", at_limit
 
 
-def ratio_text(ratios: Sequence[float]) -> str:
-    """``x0.842 of good [median of 6 paired ratios, CI 0.801-0.880 (97%)]``, or ``not measured``."""
-    s = stats.summarize(list(ratios))
-    if s is None:
-        return "not measured"
-    ci = f"CI {s.ci_low:.3f}-{s.ci_high:.3f} ({s.coverage:.0%})"
-    return f"x{s.median:.3f} of good [median of {s.n} paired ratios, {ci}]"
+def throughput_line(outcome: str, decision: sequential.Decision, tolerance_rel: float, versus: str = "good") -> str:
+    """``tok/s x0.612 of good [...]: slower beyond 5% (FAILED)``."""
+    words = {"FAILED": f"slower beyond {tolerance_rel:.0%} (FAILED)",
+             "passed": f"within {tolerance_rel:.0%} (passed)",
+             "undecided": f"undecided at {tolerance_rel:.0%}"}  # fmt: skip
+    if decision.n == 0:
+        return "tok/s not measured"
+    if outcome == "undecided" and decision.estimate < 1.0 - tolerance_rel:
+        words["undecided"] += ", the estimate beyond it: bisected as suspected"
+    shown = f"x{decision.estimate:.3f} of {versus} [geometric mean of {decision.n} paired ratios, " \
+        f"{decision.interval()}]"  # fmt: skip
+    return f"tok/s {shown}: {words[outcome]}"
 
 
 @dataclass(frozen=True, slots=True)
 class ProbeVerdict:
-    """:func:`judge`'s answer for one probe: an outcome, or ``pairs`` > 0 more paired phases to measure first."""
+    """One probe's answer: an outcome, or ``pairs`` > 0 more paired phases to measure first."""
 
     outcome: Outcome | None
     #: "exact", "paired" or "error": what decided.
@@ -121,55 +151,58 @@ class ProbeVerdict:
     pairs: int = 0
 
 
-def judge(
-    symptoms: Symptoms,
-    exact: Mapping[str, Sequence[float]],
-    ratios: Sequence[float],
-    *,
-    temperature: Any,
-    max_pairs: int = MAX_PAIRS,
-    min_pairs: int = MIN_PAIRS,
+def judge_exact(
+    exact_symptom: Mapping[str, tuple[float, float]], values: Mapping[str, Sequence[float]]
 ) -> ProbeVerdict:
-    """Does one probe reproduce the regression? (module docstring)
+    """Does the probe reproduce the exact symptom? One measured phase decides (the metric was seen to be exact on
+    GOOD and BAD): every field of ``exact_symptom`` at BAD's value -> FAIL, a field at another value -> PASS, a field
+    not measured -> UNRESOLVED.
 
-    Exact first: a field of ``symptoms.exact`` whose probe value is exact and not the bad value -> PASS (no tok/s
-    needed). All exact fields at their bad value and no throughput symptom -> FAIL. Then paired tok/s against
-    ``symptoms.midpoint``: fewer than ``min_pairs`` -> ask for them; significantly below the midpoint
-    (``stats.below_test``) -> FAIL; significantly above (the same test on 1/ratio) -> PASS; neither -> ask for
-    ``min_pairs`` more, up to ``max_pairs``, then UNRESOLVED.
-
-    :param exact: per exact field, the probe's per-phase values; :param ratios: its paired tok/s ratios probe/good.
-    :param temperature: the probe's workload temperature.
+    :param values: per exact field, the probe's per-phase values (the first is used; more must agree).
     """
-    undecided = []
-    for name, (good, bad) in symptoms.exact.items():
-        value = exact_value(exact.get(name), temperature)
-        if value is None:
-            undecided.append(name)
-        elif value != bad:
+    at_bad = []
+    for name, (good, bad) in exact_symptom.items():
+        got = values.get(name) or []
+        if not got:
+            return ProbeVerdict("UNRESOLVED", "exact", f"{name} not measured")
+        if max(got) != min(got):
+            return ProbeVerdict("UNRESOLVED", "exact", f"{name} repeats differ ({min(got):.4g}-{max(got):.4g})")
+        value = float(got[0])
+        if value != bad:
             where = "= good" if value == good else f"(good {good:.4g})"
             return ProbeVerdict("PASS", "exact", f"{name} {value:.4g} {where}, not the bad {bad:.4g}")
-    at_bad = ", ".join(f"{name} {bad:.4g} = bad" for name, (_, bad) in symptoms.exact.items() if name not in undecided)
-    if symptoms.level is None:
-        if undecided:
-            why = f"{', '.join(undecided)} not exact (repeats differ or temperature > 0)"
-            why += " and no tok/s symptom to decide by"
-            return ProbeVerdict("UNRESOLVED", "exact", why)
-        return ProbeVerdict("FAIL", "exact", at_bad)
-    midpoint = symptoms.midpoint
-    assert midpoint is not None
-    if len(ratios) < min_pairs:
-        return ProbeVerdict(None, "paired", "", pairs=min_pairs - len(ratios))
-    s = stats.summarize(list(ratios))
-    assert s is not None
-    head = f"{at_bad}; " if at_bad else ""
-    text = f"{head}tok/s {ratio_text(ratios)} vs bad x{symptoms.level:.3f}, midpoint x{midpoint:.3f}"
-    below = stats.below_test(ratios, midpoint)
-    if s.median < midpoint and below.significant and below.p_value is not None:
-        return ProbeVerdict("FAIL", "paired", f"{text}: below, p={below.p_value:.3g}")
-    above = stats.below_test([1.0 / r for r in ratios if r > 0], 1.0 / midpoint)
-    if s.median > midpoint and above.significant and above.p_value is not None:
-        return ProbeVerdict("PASS", "paired", f"{text}: above, p={above.p_value:.3g}")
-    if len(ratios) < max_pairs:
-        return ProbeVerdict(None, "paired", "", pairs=min(min_pairs, max_pairs - len(ratios)))
-    return ProbeVerdict("UNRESOLVED", "paired", f"{text}: neither side significant after {len(ratios)} pairs")
+        at_bad.append(f"{name} {bad:.4g} = bad")
+    return ProbeVerdict("FAIL", "exact", "; ".join(at_bad))
+
+
+def judge_throughput(
+    level: float, ratios: Sequence[float], look: sequential.Design, versus: str = "good"
+) -> ProbeVerdict:
+    """Does the probe reproduce the throughput symptom? Its paired ratios against the midpoint ``sqrt(level)``
+    between no change and BAD's level, by ``sequential.decide_floor``: ``below`` -> FAIL, ``above`` -> PASS,
+    ``open`` -> ask for the pairs up to the next look, UNRESOLVED after the last.
+
+    :param level: BAD's paired ratio to the same reference (< 1).
+    """
+    midpoint = math.sqrt(level)
+    n = len(ratios)
+    points = look.points
+    if n < points[0]:
+        return ProbeVerdict(None, "paired", "", pairs=points[0] - n)
+    decision = sequential.decide_floor(list(ratios), midpoint, look)
+    text = (f"tok/s x{decision.estimate:.3f} of {versus} [geometric mean of {n} paired ratios, {decision.interval()}]"
+            f" vs bad x{level:.3f}, midpoint x{midpoint:.3f}")  # fmt: skip
+    if decision.verdict == "below":
+        return ProbeVerdict("FAIL", "paired", f"{text}: below")
+    if decision.verdict == "above":
+        return ProbeVerdict("PASS", "paired", f"{text}: above")
+    later = [p for p in points if p > n]
+    if later:
+        return ProbeVerdict(None, "paired", text, pairs=later[0] - n)
+    return ProbeVerdict("UNRESOLVED", "paired", f"{text}: undecided after {n} pairs")
+
+
+def geometric_mean(ratios: Sequence[float]) -> float | None:
+    """The geometric mean of positive ratios (None without one)."""
+    s = [r for r in ratios if r > 0]
+    return math.exp(sum(math.log(r) for r in s) / len(s)) if s else None

@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from pytest_specdec import bisection
 from pytest_specdec.bisection.probes import Prober, profile_mapping
-from pytest_specdec.cli.exits import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from pytest_specdec.cli.exits import EXIT_FINDINGS, EXIT_OK, EXIT_STOPPED, EXIT_USAGE
+from pytest_specdec.core import clock
 from pytest_specdec.core.errors import CompareError, ProfileError, SpecdecError
 from pytest_specdec.core.redaction import REDACTED
 from pytest_specdec.engines.rules import load_profiles
@@ -23,9 +25,11 @@ __all__ = ["bisect_command"]
 
 
 def bisect_command(args: argparse.Namespace) -> int:
-    """``bisect [PROFILE_FILE] --good A --bad B``: lists the differences, launches probes (one progress line each)
-    and prints the report (``bisection.report_lines``); returns ``EXIT_OK`` when culprits were named, ``EXIT_FINDINGS``
-    when the regression did not reproduce or nothing could be bisected, ``EXIT_USAGE`` on bad input."""
+    """``bisect [PROFILE_FILE] --good A --bad B``: lists the differences, launches probes (a line per launch and per
+    probe, an estimate once GOOD started) and prints the report (``bisection.report_lines``); returns ``EXIT_OK``
+    when culprits were named, ``EXIT_FINDINGS`` when the regression did not reproduce or nothing could be bisected,
+    ``EXIT_STOPPED`` when ``--max-launches``, Ctrl-C or SIGTERM ended it first (the report says what is known; every
+    server is stopped), ``EXIT_USAGE`` on bad input."""
     try:
         good, bad, name, source, fixed, tolerances = _bisect_inputs(args)
         tolerance = layered_tolerances(tolerances)["output_tok_s"].rel
@@ -41,9 +45,17 @@ def bisect_command(args: argparse.Namespace) -> int:
     print(f"bisect: {len(diffs)} differences between {args.good} (good) and {args.bad} (bad):")
     for d in diffs:
         print(f"  {d.line()}")
+    started = clock.now()
+
+    def launched(number: int, label: str, ready_s: float | None) -> None:
+        state = f"ready in {ready_s:.0f} s" if ready_s is not None else "did not start"
+        limit = f"/{args.max_launches}" if args.max_launches else ""
+        print(f"launch {number}{limit}: {label}: {state} ({(clock.now() - started) / 60:.1f} min so far)",
+              flush=True)  # fmt: skip
+
     try:
-        prober = Prober(good, name=name, source=source, log_dir=Path(args.log_dir), phases=args.phases,
-                        log_prefix="bisect")  # fmt: skip
+        prober = Prober(good, name=name, source=source, log_dir=Path(args.log_dir), log_prefix="bisect",
+                        max_launches=args.max_launches, on_launch=launched)  # fmt: skip
     except ProfileError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -55,18 +67,47 @@ def bisect_command(args: argparse.Namespace) -> int:
             shown = words[verdict.outcome or "UNRESOLVED"]
             print(f"probe {rec.label}: {shown} [{verdict.basis}: {verdict.line}] ({prober.launches} launches)",
                   flush=True)  # fmt: skip
+        elif rec.ratios:
+            print(f"probe {rec.label}: tok/s {bisection.ratio_text(rec.ratios, rec.versus)} ({prober.launches} "
+                  "launches)", flush=True)  # fmt: skip
 
+    def estimated(low: int, high: int, why: str) -> None:
+        per = (clock.now() - started) / max(prober.launches, 1)
+        start = f"{prober.start_s:.0f} s" if prober.start_s is not None else "?"
+        line = (f"estimate: {low}-{high} launches {why}, ~{low * per / 60:.1f}-{high * per / 60:.1f} min at "
+                f"{per:.0f} s a launch (good's: {start} to start, then its measuring)")  # fmt: skip
+        if args.max_launches:
+            line += f"; --max-launches {args.max_launches} stops it at {args.max_launches}"
+        print(line, flush=True)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         result = bisection.bisect(good, diffs, prober, tolerance_rel=tolerance, max_pairs=args.max_pairs,
-                                  fixed=fixed, on_probe=progress)  # fmt: skip
+                                  fixed=fixed, on_probe=progress, on_note=print, on_estimate=estimated)  # fmt: skip
     except SpecdecError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return EXIT_FINDINGS
     finally:
-        prober.close()
+        # A second SIGTERM while the servers stop must not leave one behind: ignored until they are.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            prober.close()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     for line in bisection.report_lines(dataclasses.replace(result, launches=prober.launches, server_s=prober.server_s)):
         print(line)
+    if result.stopped:
+        return EXIT_STOPPED
     return EXIT_OK if result.culprits else EXIT_FINDINGS
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the bisect is (as Ctrl-C is): it stops with a report and no server left."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise _Terminated("SIGTERM")
 
 
 def _bisect_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], str, str, list[Any], list[str]]:

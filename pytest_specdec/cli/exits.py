@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["EXIT_BAD_PROFILE", "EXIT_FINDINGS", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE"]
+__all__ = ["EXIT_BAD_PROFILE", "EXIT_FINDINGS", "EXIT_OK", "EXIT_REFUSED", "EXIT_STOPPED", "EXIT_USAGE"]
 
 #: Done, nothing found (``check``: no finding that fails; ``trend``: no worse change point).
 EXIT_OK = 0
@@ -14,3 +14,5 @@ EXIT_REFUSED = 1
 EXIT_USAGE = 2
 #: ``check``: a profile file that cannot be loaded, or an unknown ``--profile``.
 EXIT_BAD_PROFILE = 2
+#: ``bisect``: stopped before the end (``--max-launches``, Ctrl-C, SIGTERM); the report says what is known.
+EXIT_STOPPED = 3

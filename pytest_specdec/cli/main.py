@@ -267,10 +267,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="find which differences between a good and a bad configuration cause a regression (launches servers)",
         description="Build configurations between GOOD and BAD from their differences (env variables, extra flags, "
         "speculative keys, other profile keys, workload keys), launch and measure them, and report the minimal set "
-        "that reproduces the regression (delta debugging, Zeller's ddmin), grouped into causes with their measured "
-        "effect, the launches and server-seconds spent. GOOD and BAD are two profiles of PROFILE_FILE, or, without "
-        "PROFILE_FILE, two stored runs (run file, run id or unique prefix in --results-dir). Exit 0 when culprits "
-        "were named, 1 when the regression did not reproduce here or nothing could be bisected, 2 on bad input.",
+        "that reproduces each symptom (delta debugging, Zeller's ddmin): the exact symptom (accept length at "
+        "temperature 0) first, then throughput with that cause on both sides; each cause with its measured effect, "
+        "the launches and server-seconds spent. Ctrl-C, SIGTERM or --max-launches stop it with what is known. GOOD "
+        "and BAD are two profiles of PROFILE_FILE, or, without PROFILE_FILE, two stored runs (run file, run id or "
+        "unique prefix in --results-dir). Exit 0 when culprits were named, 1 when the regression did not reproduce "
+        "here or nothing could be bisected, 2 on bad input, 3 when stopped before the end.",
     )
     bisect.add_argument("profile_file", metavar="PROFILE_FILE", nargs="?", help="the specdec YAML file (GOOD and BAD "
                         "are profile names in it)")  # fmt: skip
@@ -286,10 +288,10 @@ def _build_parser() -> argparse.ArgumentParser:
                         "<profiles> in the recorded profile stands for (default: the working directory)")  # fmt: skip
     bisect.add_argument("--log-dir", metavar="DIR", default=".specdec/logs", help="server logs, bisect-<launch>.log "
                         "(default: .specdec/logs; servers are recorded for reap in its parent)")  # fmt: skip
-    bisect.add_argument("--phases", metavar="N", type=int, default=2, help="measured phases per probe for its exact "
-                        "metrics (default: 2, the fewest that show identical repeats)")  # fmt: skip
-    bisect.add_argument("--max-pairs", metavar="N", type=int, default=12, help="paired phases after which an "
-                        "undecided probe is unresolved (default: 12)")  # fmt: skip
+    bisect.add_argument("--max-pairs", metavar="N", type=int, default=24, help="pairs of phases after which an open "
+                        "throughput verdict is undecided, a probe unresolved (default: 24)")  # fmt: skip
+    bisect.add_argument("--max-launches", metavar="N", type=int, default=None, help="launch at most N servers, "
+                        "then stop and report what is known (default: no limit)")  # fmt: skip
     bisect.set_defaults(func=_cmd_bisect)
     return parser
 

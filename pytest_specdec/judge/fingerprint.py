@@ -3,7 +3,9 @@ the workload differences that make them incomparable."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
+from pathlib import PurePath
 from typing import Any
 
 from pytest_specdec.measure.results import ResultRecord
@@ -15,6 +17,8 @@ __all__ = ["WORKLOAD_KEYS", "fingerprint_diff", "workload_differences"]
 WORKLOAD_KEYS = (
     "max_new_tokens", "concurrency", "num_requests", "temperature", "api", "request_rate", "burstiness", "slo",
 )  # fmt: skip
+#: The tail of an aux-id overlay's directory name (``engines.overlay.make_draft_overlay``).
+_OVERLAY = re.compile(r"-aux-?\d+(_-?\d+)*-[0-9a-f]{12}$")
 
 
 def _show(value: Any, missing: str = "(absent)") -> str:
@@ -75,7 +79,10 @@ def _gpus(value: Any) -> str | None:
 def fingerprint_diff(base: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """One line per fingerprint difference, ``what: baseline -> current``, in a fixed order: versions, engine
     config, draft, env, argv, workload, hardware. Examples: ``torch: 2.13.0 -> 2.14.1``,
-    ``env NCCL_PROTO: LL -> (unset)``, ``draft aux ids: [1, 3, 5] -> [2, 4, 6]``.
+    ``env NCCL_PROTO: LL -> (unset)``, ``draft aux ids: [1, 3, 5] -> [2, 4, 6]``. What an aux-id change brings
+    with it (the draft config hash, an overlay directory of the same draft, the argv flag that passes it) is one
+    difference: ``draft aux ids: [1, 3, 5] -> [0, 1, 2] (with its draft config hash, draft path (an aux-id
+    overlay), argv --speculative-draft-model-path)``.
 
     :param base: ``ResultRecord.fingerprint`` of the baseline (``results.build_fingerprint``).
     :param current: the current one.
@@ -94,14 +101,32 @@ def fingerprint_diff(base: Mapping[str, Any], current: Mapping[str, Any]) -> lis
         skip=("aux_hidden_state_layer_ids", "draft_model_path"),
     )
     bd, cd = base.get("draft") or {}, current.get("draft") or {}
-    if bd.get("aux_ids") != cd.get("aux_ids"):
-        lines.append(f"draft aux ids: {_show(bd.get('aux_ids'))} -> {_show(cd.get('aux_ids'))}")
+    derived: list[str] = []  # what an aux-id change brings with it: one difference, not four
+    draft_lines: list[str] = []
+    aux_changed = bd.get("aux_ids") != cd.get("aux_ids")
+    overlay = aux_changed and _same_draft(bd.get("path"), cd.get("path"))
     if bd.get("config_hash") != cd.get("config_hash"):
-        lines.append(f"draft config hash: {_show(bd.get('config_hash'))} -> {_show(cd.get('config_hash'))}")
+        if aux_changed:
+            derived.append("draft config hash")
+        else:
+            draft_lines.append(f"draft config hash: {_show(bd.get('config_hash'))} -> {_show(cd.get('config_hash'))}")
     if bd.get("path") != cd.get("path"):
-        lines.append(f"draft path: {_show(bd.get('path'))} -> {_show(cd.get('path'))}")
+        if overlay:
+            derived.append("draft path (an aux-id overlay)")
+        else:
+            draft_lines.append(f"draft path: {_show(bd.get('path'))} -> {_show(cd.get('path'))}")
+    argv = _dict_lines("argv ", _argv_flags(base.get("argv")), _argv_flags(current.get("argv")))
+    if overlay:
+        paths = {str(bd.get("path")), str(cd.get("path"))}
+        derived += [line.partition(":")[0] for line in argv
+                    if any(side in paths for side in line.partition(": ")[2].split(" -> "))]  # fmt: skip
+        argv = [line for line in argv if line.partition(":")[0] not in derived]
+    if aux_changed:
+        with_ = f" (with its {', '.join(derived)})" if derived else ""
+        lines.append(f"draft aux ids: {_show(bd.get('aux_ids'))} -> {_show(cd.get('aux_ids'))}{with_}")
+    lines += draft_lines
     lines += _dict_lines("env ", base.get("env"), current.get("env"), missing="(unset)")
-    lines += _dict_lines("argv ", _argv_flags(base.get("argv")), _argv_flags(current.get("argv")))
+    lines += argv
     if base.get("prompt_hash") != current.get("prompt_hash"):
         lines.append(
             f"prompt set hash: {_show(_short(base.get('prompt_hash')))} -> {_show(_short(current.get('prompt_hash')))}"
@@ -116,6 +141,17 @@ def fingerprint_diff(base: Mapping[str, Any], current: Mapping[str, Any]) -> lis
     if base.get("url") != current.get("url"):
         lines.append(f"url: {_show(base.get('url'))} -> {_show(current.get('url'))}")
     return lines
+
+
+def _same_draft(a: Any, b: Any) -> bool:
+    """Whether two draft paths are one draft, either side possibly an aux-id overlay of it
+    (``engines.overlay.make_draft_overlay``: ``<draft dir name>-aux<ids>-<12 hex>``)."""
+    if not isinstance(a, str) or not isinstance(b, str):
+        return False
+
+    names = PurePath(a).name, PurePath(b).name
+    overlays = [bool(_OVERLAY.search(n)) for n in names]
+    return any(overlays) and len({_OVERLAY.sub("", n) for n in names}) == 1
 
 
 def _short(digest: Any) -> Any:
