@@ -134,3 +134,26 @@ def test_compare_profile_maps_profiles_of_its_kind_and_refuses_a_kind_none_has(p
     mapped = _run(pytester, "--server-profile=baseline-slow", "--specdec-compare", "--specdec-compare-profile=baseline")
     mapped.assert_outcomes(passed=1)
     mapped.stdout.fnmatch_lines(["specdec compare: 1 test(s) compared with stored run *"])
+
+
+def test_a_slow_night_that_ended_undecided_is_not_the_next_baseline(pytester: pytest.Pytester) -> None:
+    """The sequence this rule comes from: a night 10x slower whose compare ended undecided (one repeat a side: no
+    spread to decide on) passed; the next night compares with the clean night before it, not with the slow one
+    (against which an unchanged night would read +900% improved)."""
+    script = json.dumps({"env_slowdown": {"NCCL_PROTO": 10}})
+    fast = json.dumps({"PYTHONPATH": str(FAKE), "SPECDEC_FAKE_SGLANG": script, "NCCL_PROTO": "LL"})
+    slow = json.dumps({"PYTHONPATH": str(FAKE), "SPECDEC_FAKE_SGLANG": script})
+    one = "{repeats: 1, max_repeats: 1}"
+    _project(pytester, workload=one)
+    pytester.makefile(".yaml", specdec=_profiles(workload=one).replace(ENV, fast))
+    clean = _run(pytester, "--server-profile=baseline")
+    clean.assert_outcomes(passed=1)
+    pytester.makefile(".yaml", specdec=_profiles(workload=one).replace(ENV, slow))
+    undecided = _run(pytester, "--server-profile=baseline", "--specdec-compare")
+    undecided.assert_outcomes(passed=1, warnings=1)
+    undecided.stdout.fnmatch_lines(["specdec: 1 verdict undecided at the budget (baseline: compare)*"])
+    pytester.makefile(".yaml", specdec=_profiles(workload=one).replace(ENV, fast))
+    nightly = _run(pytester, "--server-profile=baseline", "--specdec-compare")
+    nightly.assert_outcomes(passed=1)
+    nightly.stdout.fnmatch_lines([f"specdec compare: 1 test(s) compared with stored run {_run_id(clean)}: *; newer "
+                                  f"runs passed over: {_run_id(undecided)} (undecided: compare)"])  # fmt: skip
