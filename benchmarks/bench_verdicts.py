@@ -147,12 +147,17 @@ def main() -> int:
         null = ref.get(f"0:{load}")
         if null is None:
             continue
-        for pct in (0, 5, 10, 20):
+        for pct in (0, 5, 10, 20):  # the slowed servers as measured
             if f"{pct}:{load}" in ref:
                 cells.append((f"ref {load} {pct}%", ref[f"{pct}:{load}"], null, 1.0))
+        for pct in (10, 20):  # the unchanged stream shifted by a known effect
+            cells.append((f"ref {load} x{1 - pct / 100:.1f}", null, null, 1.0 - pct / 100))
     for pct in (0, 5, 10, 20):
         cells.append((f"h200 {pct}%", h200, h200, 1.0 - pct / 100))
-    print(f"reference streams: {meta['workload']}, recorded {meta['date']} ({meta['machine']})")
+    cell_loads = {k: v["load"] for k, v in json.loads((DATA / "ref-streams.json").read_text())["cells"].items()}
+    loads = ", ".join(f"{k} {statistics.median(cell_loads[k]):.1f}" for k in sorted(ref))
+    print(f"reference streams: {meta['workload']}, recorded {meta['date']} ({meta['machine']}); 'quiet' = no busy "
+          f"process of ours beside (other work was running), 'busy' = one more; median load average per cell: {loads}")
     print(f"h200 streams: {len(h200.pairs)} pairs; {args.runs} runs a cell, seed {args.seed}, history "
           f"{args.history} stored runs x {args.history_pairs} pairs; F/U/P = FAILED/undecided/passed, pairs = median "
           "pairs measured, s = mean server-seconds of the current run")  # fmt: skip

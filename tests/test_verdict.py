@@ -160,14 +160,14 @@ def test_sequential_compare_clears_a_slow_start_and_passes() -> None:
 
 def test_sequential_compare_stops_early_when_only_the_baseline_could_decide_it() -> None:
     # 3 % slower at a 5 % tolerance, 3 % noise, a 5-repeat baseline: not beyond the tolerance (not failed), and the
-    # baseline's own spread keeps the interval's worse end beyond it whatever today measures: undecided at the first
-    # look, without spending the budget, saying what would decide it.
+    # baseline's own spread keeps the interval's worse end beyond it whatever today measures: undecided at the third
+    # look (3, 5, 8), without spending the budget of 12, saying what would decide it.
     base = rec(output_tok_s=[100.0, 96.0, 104.0, 98.0, 102.0])
     stream = [97.0, 94.0, 100.0, 95.0, 99.0, 96.0, 98.0, 94.0, 100.0, 97.0, 96.0, 98.0]
     judged, measured = _sequential(base, stream, 3)
-    assert judged.failure is None and measured == 3
+    assert judged.failure is None and measured == 8
     assert judged.undecided is not None and judged.undecided.startswith(
-        "compare against run R1 undecided after 3 repeats (6.0 server-s): output_tok_s x0.9"
+        "compare against run R1 undecided after 8 repeats (16.0 server-s): output_tok_s x0.9"
     )
     assert judged.undecided.endswith("the baseline's own spread is too wide: store more runs of it)")
     assert judged.cost["verdict"] == "undecided"

@@ -502,7 +502,11 @@ def judge_compare(
         if design.is_look(n):
             if compared is not current:
                 comparison, compared = comparison_of(current), current
-            if not any(_worth_measuring(base, current, r, design, history) for r in comparison.undecided):
+            # Until the third look a few repeats' estimate may still swing into either verdict: measure on.
+            settled = n >= design.points[min(2, design.looks - 1)]
+            if not comparison.undecided or settled and not any(
+                _worth_measuring(base, current, r, design, history) for r in comparison.undecided
+            ):
                 break
         if not design.may_continue(n, server_s()):
             break
