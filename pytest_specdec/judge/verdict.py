@@ -630,7 +630,12 @@ def compare_item(
         )  # fmt: skip
 
     key = ("compare", profile.name, run.run_id, repr(sorted(tolerances.items())))
-    judged: CompareVerdict = outcomes.once(key, judge)
+    judged_for, judged = outcomes.once(key, lambda: (test_id, judge()))
+    if judged.failure is not None and judged_for != test_id:
+        # The same verdict, headed by this test's own baseline (one measurement, one verdict).
+        head, _, rest = judged.failure.partition("\n")
+        judged = dataclasses.replace(judged, failure="\n".join([head.replace(f"({judged_for}):", f"({test_id}):"),
+                                                               rest]))  # fmt: skip
     outcomes.add_compare(run.run_id, record.test_id, [f"{profile.name}: {n}" for n in judged.notes], judged.table,
                          baseline=found)  # fmt: skip
     if judged.cost:
