@@ -26,7 +26,7 @@ Usage::
 
     python benchmarks/bench_vs_serving.py --base-url http://127.0.0.1:30000 --concurrency 64 \\
         --num-prompts 256 --output-len 256 --input-len 128 --range-ratio 1 [--seed 42] [--repeats 3] \\
-        [--workers 1|N|auto] [--prompts builtin] [--api generate] [--flush-cache] [--speculative] [--json-out FILE]
+        [--workers auto|N] [--prompts builtin] [--api generate] [--flush-cache] [--speculative] [--json-out FILE]
 
     # the same load through SGLang's own client, for comparison:
     python -m sglang.bench_serving --backend sglang --base-url http://127.0.0.1:30000 --dataset-name random-ids \\
@@ -175,7 +175,9 @@ def main() -> None:
     parser.add_argument("--api-key", default=None)
     parser.add_argument("--json-out", default=None, help="append one JSON line per phase to this file")
     parser.add_argument(
-        "--workers", default="1", help="client processes: a number or 'auto' (client.auto_workers; default 1)"
+        "--workers",
+        default="auto",
+        help="client processes: a number or 'auto' (client.auto_workers, as workload.client_workers; default auto)",
     )
     args = parser.parse_args()
     if args.api != "generate" and args.prompts != "builtin":

@@ -508,10 +508,14 @@ def test_a_stall_in_a_worker_aborts_the_phase_naming_the_request(sse_url: str) -
 
 def test_auto_workers_from_concurrency_and_measured_load() -> None:
     busy = ClientLoad(lag_ms_p50=0.1, lag_ms_p99=3.0, lag_ms_max=9.0, cpu_cores=1.3)
-    assert auto_workers(64, cpus=16) == 1
-    assert auto_workers(256, cpus=16) == 2  # one per 128 streams
-    assert auto_workers(64, busy, cpus=16) == 3  # ceil(1.3 cores / 0.5 per worker)
-    assert auto_workers(1024, cpus=4) == 3  # one core left over
+    very_busy = dataclasses.replace(busy, cpu_cores=2.6)
+    assert auto_workers(1, cpus=16) == 1
+    assert auto_workers(64, cpus=16) == 4  # one per 16 streams
+    assert auto_workers(256, cpus=16) == 8  # at most half the cores from the concurrency alone
+    assert auto_workers(64, busy, cpus=16) == 4  # ceil(1.3 cores / 0.5 per worker) = 3 is fewer
+    assert auto_workers(64, very_busy, cpus=16) == 6  # ceil(2.6 / 0.5)
+    assert auto_workers(1024, very_busy, cpus=4) == 3  # one core left over
+    assert auto_workers(64, cpus=2) == 1
     assert auto_workers(2, busy, cpus=16) == 2  # never more than the streams
     assert auto_workers(1024, busy, cpus=2) == 1
 

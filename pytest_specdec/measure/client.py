@@ -112,8 +112,11 @@ def _phase(records: Sequence[RequestRecord], load: ClientLoad | None) -> PhaseRe
     return PhaseResult(records=tuple(records), start_s=start_s, end_s=end_s, load=load)
 
 
-#: Concurrent streams one worker process takes before :func:`auto_workers` adds another.
-STREAMS_PER_WORKER = 128
+#: Concurrent streams one worker process takes before :func:`auto_workers` adds another. Measured 2026-12-02 on
+#: the H200 (real SGLang with CUDA graphs, c64, one SSE event per token): one process fell behind the server at
+#: 15.6-19.2k events/s (its event-loop lag over the overload limit in 4 of 4 passes, tok/s 0.67-0.95 of
+#: bench_serving's) and kept up at 6.3k events/s; 16 streams a worker keeps each under ~6k events/s there.
+STREAMS_PER_WORKER = 16
 #: CPU (cores) one worker should stay under; a measured phase above it makes :func:`auto_workers` add workers.
 WORKER_CPU_TARGET = 0.5
 
@@ -121,14 +124,14 @@ WORKER_CPU_TARGET = 0.5
 def auto_workers(concurrency: int, load: ClientLoad | None = None, *, cpus: int | None = None) -> int:
     """Worker processes for a phase of ``concurrency`` streams, given the client's load in an earlier phase.
 
-    ``ceil(concurrency / STREAMS_PER_WORKER)``, raised to ``ceil(load.cpu_cores / WORKER_CPU_TARGET)`` when a
-    measured phase kept the client busier than that; at most ``cpus - 1`` (one core left to the rest of the
-    process and the server when it is local) and ``concurrency``; at least 1.
+    ``ceil(concurrency / STREAMS_PER_WORKER)`` up to half the cores (the server and its tokenizer processes need the
+    rest when it is local), raised to ``ceil(load.cpu_cores / WORKER_CPU_TARGET)`` when a measured phase kept the
+    client busier than that; at most ``cpus - 1`` and ``concurrency``; at least 1.
 
-    Examples (16 cores): concurrency 64 -> 1; 256 -> 2; 64 after a phase that used 1.3 cores -> 3.
+    Examples (16 cores): concurrency 1 -> 1; 64 -> 4; 256 -> 8; 64 after a phase that used 2.6 cores -> 6.
     """
     cpus = cpus or os.cpu_count() or 1
-    want = math.ceil(concurrency / STREAMS_PER_WORKER)
+    want = min(math.ceil(concurrency / STREAMS_PER_WORKER), max(1, cpus // 2))
     if load is not None:
         want = max(want, math.ceil(load.cpu_cores / WORKER_CPU_TARGET))
     return max(1, min(want, concurrency, cpus - 1))

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# The device commands of "the GPU nightly for real" (2026-12-03; results in benchmarks/gpu/results-2026-12-03/):
+# real SGLang 0.5.17 with CUDA graphs on the lent H200. Stage the bundle first, one command per part, carrying that
+# part (`bash .gpu-sglang/part-NN/stage.sh`; the parts of benchmarks/gpu/repack_parts.py fit beside the ~22 MiB
+# checkout, fetch.sh's 42.6 MiB first part no longer does). Then, in the same warm machine:
+#   nightly   install the bundle (sgl-deep-gemm 0.1.5.post1 is in it), then the nights of examples/ci/nightly-gpu.yml
+#             (benchmarks/gpu/nightly_night.sh, the workflow's commands verbatim) on benchmarks/gpu/nightly-h200.yaml,
+#             as many as fit in this command; the next `nightly` goes on where it stopped (/tmp/nightly/next):
+#               night-1  workflow_dispatch with save_as=night-1: stores the baseline, the merge job names it
+#               night-2  scheduled, vars.SPECDEC_BASELINE=night-1, nothing changed: must pass (exit 0)
+#               night-3  the same again: must pass
+#               night-4  the profile file's eagle3 on aux ids [0, 1, 2] (a changed draft config, -16% tok/s and
+#                        accept length 2.80 -> 2.34 on graphs): must fail (exit 1), the aux-id difference first
+#             Outputs: nightly-N.tar.gz (every night's workspaces: junit.xml, shard JSON, step summaries, merged
+#             summary.md and trend.png, the results store, server logs), nightly-N.console.txt.
+#   parity    the plugin's client (benchmarks/bench_vs_serving.py, --workers auto, its default) against
+#             bench_serving on one EAGLE-3 server and one baseline server with graphs: c64 x 256 and c256 x 1024
+#             random-ids prompts of 128 -> 256 tokens, ABBA, both arms pausing 1 s after /flush_cache; then on the
+#             baseline server one c64 pass each with --workers 1, 2, 4 (the client's size). parity_*.tar.gz.
+#   tests2    tests/gpu part 2 (crash + sweep) with SPECDEC_SGLANG_GRAPHS=1. tests2.tar.gz.
+# Each step stops starting work when too little of the command's LIMIT (default 570 s) is left.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+T0=$SECONDS; LIMIT=${LIMIT:-570}
+left() { echo $((LIMIT - (SECONDS - T0))); }
+SYSPY=/opt/torch/.venv/bin/python3
+PY=/tmp/sgvenv/bin/python
+A=$PWD/pytest_specdec/refserver/assets
+BASE_FLAGS="--attention-backend triton --speculative-draft-attention-backend triton --sampling-backend pytorch
+  --grammar-backend none --skip-server-warmup --disable-radix-cache --disable-flashinfer-autotune
+  --mm-feature-transport cpu --dtype bfloat16"
+
+install_bundle() {  # session-2026-12-02-graphs.sh's install and CUDA_HOME shim; sgenv.sh kept in /tmp
+  if [ ! -e /tmp/site/.installed ]; then
+    for n in 01 02 03 04; do [ -e /tmp/wh/.got-part-$n ] || { echo "MISSING part-$n (machine went cold?)"; exit 3; }; done
+    rm -rf /tmp/site /tmp/cccl
+    $SYSPY -m pip install -q --no-index --no-deps --target /tmp/cccl /tmp/wh/nvidia_cuda_cccl-*.whl || exit 4
+    $SYSPY -m pip install -q --no-index --no-deps --target /tmp/site $(ls /tmp/wh/*.whl | grep -v nvidia_cuda_cccl) || exit 4
+    cp .gpu-sglang/part-04/sgenv.sh /tmp/sgenv.sh
+    touch /tmp/site/.installed
+    echo "installed after $((SECONDS - T0)) s"
+  fi
+  NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc /usr/local/cuda-13*/bin/nvcc 2>/dev/null | head -1 || true)
+  CH=$(dirname "$(dirname "$(readlink -f "$NVCC")")")
+  if [ ! -e "$CH/lib64/libcudart.so" ] && [ ! -e /tmp/cudahome/lib64/libcudart.so ]; then
+    mkdir -p /tmp/cudahome/lib64; ln -sfn "$CH/bin" /tmp/cudahome/bin; ln -sfn "$CH/include" /tmp/cudahome/include
+    RT=$(ls "$CH"/lib64/libcudart.so.13* "$CH"/lib/libcudart.so.13* "$CH"/targets/x86_64-linux/lib/libcudart.so.13* 2>/dev/null | head -1)
+    [ -z "$RT" ] && RT=$($SYSPY -c "import glob,nvidia,os;print((glob.glob(os.path.join(list(nvidia.__path__)[0],'cu13/lib/libcudart.so.13*'))+[''])[0])" 2>/dev/null)
+    ln -sfn "$RT" /tmp/cudahome/lib64/libcudart.so
+  fi
+  # shellcheck disable=SC1091
+  source /tmp/sgenv.sh; PY=/tmp/sgvenv/bin/python  # sgenv.sh sets PY to the image interpreter
+  mkdir -p /tmp/site/datasets && [ -e /tmp/site/datasets/__init__.py ] ||
+    echo 'def load_dataset(*a, **k): raise ImportError("datasets: a stub (not shipped)")' > /tmp/site/datasets/__init__.py
+  export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TVM_FFI_CACHE_DIR=/tmp/tvmcache PYTHONUNBUFFERED=1
+  export TOKENIZERS_PARALLELISM=false
+  if [ ! -e /tmp/dg.ok ]; then
+    $PY -c "import torch, deep_gemm; print('import deep_gemm OK', deep_gemm.__file__, 'sms', deep_gemm.get_num_sms())" 2>&1 | tail -2 | tee /tmp/deep_gemm.txt
+    grep -q "import deep_gemm OK" /tmp/deep_gemm.txt && touch /tmp/dg.ok
+  fi
+}
+
+launch() {  # NAME PORT FLAGS... : a server in its own session, wait for /health
+  local name=$1 port=$2; shift 2
+  # shellcheck disable=SC2068
+  setsid $PY -m sglang.launch_server --model-path "$A/target" --host 127.0.0.1 --port "$port" $@ > /tmp/$name.log 2>&1 &
+  echo $! > /tmp/$name.pid
+  $PY - "$port" "$(cat /tmp/$name.pid)" 400 <<'PY'
+import os, sys, time, urllib.request
+port, pid, limit = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]); t0 = time.time()
+while time.time() - t0 < limit:
+    try: os.kill(pid, 0)
+    except OSError: sys.exit(f"server died after {time.time() - t0:.0f} s")
+    try:
+        if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=3).status == 200:
+            print(f"ready after {time.time() - t0:.0f} s"); sys.exit(0)
+    except Exception: time.sleep(1)
+sys.exit("not ready in time")
+PY
+}
+stop() { local p; p=$(cat /tmp/$1.pid 2>/dev/null) || return; kill -- -"$p" 2>/dev/null; sleep 3; kill -9 -- -"$p" 2>/dev/null; sleep 1; }
+leftovers() { ps -eo pid,stat,args | grep -E "sglang::|sglang.launch_server" | grep -v grep | cut -c1-200; }
+
+night_setup() {  # the PATH of the workflow's Install step and the night's profile files (once per machine)
+  ST=/tmp/nightly; mkdir -p $ST /tmp/nightbin
+  printf '#!/bin/sh\nexec /tmp/sgvenv/bin/python -m pytest "$@"\n' > /tmp/nightbin/pytest
+  printf '#!/bin/sh\nexec /tmp/sgvenv/bin/python "$@"\n' > /tmp/nightbin/python
+  chmod +x /tmp/nightbin/*
+  # As the workflow's "Install" step leaves it: pytest and python on PATH, the plugin registered (here by
+  # PYTEST_PLUGINS, as the package is on PYTHONPATH rather than installed).
+  export PATH=/tmp/nightbin:$PATH PYTEST_PLUGINS=pytest_specdec.plugin STATE=$ST
+  [ -e $ST/profiles-aux012.yaml ] && return
+  FLAGS="$BASE_FLAGS --mem-fraction-static 0.3 --cuda-graph-max-bs-decode 8"
+  for aux in "" "aux_hidden_state_layer_ids: [0, 1, 2],"; do
+    f=$ST/profiles.yaml; [ -n "$aux" ] && f=$ST/profiles-aux012.yaml
+    REPO=$PWD SGLANG_PYTHON=$PY CUDA_HOME=${CUDA_HOME:-} NVCC_APPEND_FLAGS=${NVCC_APPEND_FLAGS:-} FLAGS=$FLAGS AUX_IDS=$aux \
+      $PY - "$f" <<'PY'
+import json, os, shlex, sys
+from pathlib import Path
+os.environ["SERVER_FLAGS"] = ", ".join(json.dumps(w) for w in shlex.split(os.environ["FLAGS"]))
+Path(sys.argv[1]).write_text(os.path.expandvars(Path("benchmarks/gpu/nightly-h200.yaml").read_text()))
+PY
+  done
+}
+
+night() {  # N: one night (nightly_night.sh), its console kept in /tmp/nightly/night-N.console.txt
+  local n=$1; night_setup
+  case $n in
+    1) SAVE_AS=night-1 bash benchmarks/gpu/nightly_night.sh night-1 $ST/profiles.yaml ;;
+    4) BASELINE=night-1 bash benchmarks/gpu/nightly_night.sh night-4 $ST/profiles-aux012.yaml ;;
+    *) BASELINE=night-1 bash benchmarks/gpu/nightly_night.sh night-$n $ST/profiles.yaml ;;
+  esac > $ST/night-$n.console.txt 2>&1
+  grep -E "^(=====|---|preflight exit|night-[0-9] )|specdec compare|fingerprint|  draft|REGRESSED|undecided \(|FAILED|passed in|failed in|^test_|specdec server time|saved as|merged [0-9]|wrote " \
+    $ST/night-$n.console.txt | cut -c1-260
+  tar czf "$OUT/night-$n.tar.gz" -C $ST night-$n night-$n.console.txt 2>/dev/null
+}
+
+parity() {  # ARM (eagle3|baseline)
+  local arm=$1
+    if [ $arm = eagle3 ]; then
+      flags="$BASE_FLAGS --mem-fraction-static 0.3 --cuda-graph-max-bs 64 --speculative-algorithm EAGLE3
+        --speculative-draft-model-path $A/draft-eagle3 --speculative-num-steps 3 --speculative-eagle-topk 1
+        --speculative-num-draft-tokens 4"; spec=1
+    else flags="$BASE_FLAGS --mem-fraction-static 0.3 --cuda-graph-max-bs 256"; spec=""; fi
+    echo "== $arm server with graphs, $(left) s left"
+    launch p-$arm 30000 $flags || { grep -E "Error|Traceback" -A5 /tmp/p-$arm.log | tail -30; stop p-$arm; return; }
+    curl -s http://127.0.0.1:30000/server_info > /tmp/par-$arm.server_info.json
+    D=/tmp/par-$arm; loads="64:256"; [ "$(left)" -gt 260 ] && loads="64:256 256:1024"
+    echo "loads: $loads"
+    URL=http://127.0.0.1:30000 SPEC=$spec ORDER=abba FLUSH_PAUSE_S=1 PY=$PY \
+      bash benchmarks/gpu/client_vs_bench_serving.sh $D "$loads" 4
+    cp /tmp/par-$arm.server_info.json $D/
+    if [ $arm = baseline ] && [ "$(left)" -gt 60 ]; then
+      for w in 1 2 4; do
+        FLUSH_PAUSE_S=1 $PY benchmarks/gpu/pause_after_flush.py --base-url http://127.0.0.1:30000 --concurrency 64 \
+          --num-prompts 256 --input-len 128 --output-len 256 --range-ratio 1 --seed 42 --warmup-requests 1 \
+          --flush-cache --workers $w > $D/workers_c64_w$w.txt 2>&1
+        echo "workers $w: $(grep -E 'Output token throughput|Client worker|lag p99|WARNING' $D/workers_c64_w$w.txt | tr -s ' ' | tr '\n' ' ')"
+      done
+    fi
+    stop p-$arm; gzip -c /tmp/p-$arm.log > $D/server.log.gz
+    tar czf "$OUT/parity_$arm.tar.gz" -C $D .
+}
+
+tests2() {
+  export SPECDEC_SGLANG_PYTHON=$PY SPECDEC_SGLANG_GRAPHS=1 SPECDEC_GPU_OUT=/tmp/gpuout-tests2
+  mkdir -p $SPECDEC_GPU_OUT
+  timeout $(( $(left) - 15 )) $PY -m pytest -p pytest_specdec.plugin -p no:cacheprovider -m gpu \
+    tests/gpu/test_part2_crash_and_sweep.py -v -rA 2>&1 | tee "$SPECDEC_GPU_OUT/pytest_part2.txt" |
+    grep -E "PASSED|FAILED|ERROR|passed|failed|tok/s|accept|num_steps" | cut -c1-250
+  tar czf "$OUT/tests2.tar.gz" -C $SPECDEC_GPU_OUT .
+  echo "SGLang left: $(leftovers | wc -l)"
+}
+
+# The queue: tasks in priority order, each with an estimate (s); a task runs when its estimate fits in what is left.
+# Nights run in order (a night that does not fit holds the later ones back); the others fill the gaps. The queue
+# and the estimates live in /tmp/queue, so the next command goes on where this one stopped.
+Q=/tmp/queue; [ -e $Q ] || printf '%s\n' "night 1 330" "night 2 230" "night 3 230" "night 4 230" \
+  "parity eagle3 200" "parity baseline 230" "tests2 - 300" > $Q
+[ -n "${TASKS:-}" ] && printf '%s\n' $TASKS | sed 's/:/ /g' > $Q   # e.g. TASKS="parity:baseline:230"
+while :; do
+  ran=0; nights_blocked=0; mapfile -t lines < $Q
+  for line in "${lines[@]}"; do
+    read -r task arg est <<< "$line"
+    [ "$task" = night ] && [ $nights_blocked = 1 ] && continue
+    if [ "$est" -lt "$(left)" ]; then
+      echo "######## $task $arg (estimate $est s), $(left) s left"; t=$SECONDS
+      if [ "$task" = tests2 ]; then tests2 < /dev/null; else $task "$arg" < /dev/null; fi
+      d=$((SECONDS - t)); echo "######## $task $arg took $d s; SGLang processes left: $(leftovers | wc -l)"
+      grep -v "^$task $arg " $Q > $Q.new; mv $Q.new $Q
+      [ "$task" = night ] && sed -i "s/^night \([0-9]\) [0-9]*/night \1 $((d + 15))/" $Q
+      ran=1; break
+    fi
+    [ "$task" = night ] && nights_blocked=1
+  done
+  [ $ran = 1 ] || break
+done
+echo "left in the queue: $(tr '\n' ';' < $Q)"
+uptime
+echo "step took $((SECONDS - T0)) s"
