@@ -31,13 +31,13 @@ BASE_FLAGS="--attention-backend triton --speculative-draft-attention-backend tri
   --mm-feature-transport cpu --dtype bfloat16"
 
 install_bundle() {  # session-2026-12-02-graphs.sh's install and CUDA_HOME shim; sgenv.sh kept in /tmp
-  if [ ! -e /tmp/site/.installed ]; then
+  if [ ! -e /tmp/site/.installed-2026-12-03 ]; then  # a fresh machine's /tmp can hold another session's /tmp/site
     for n in 01 02 03 04; do [ -e /tmp/wh/.got-part-$n ] || { echo "MISSING part-$n (machine went cold?)"; exit 3; }; done
     rm -rf /tmp/site /tmp/cccl
     $SYSPY -m pip install -q --no-index --no-deps --target /tmp/cccl /tmp/wh/nvidia_cuda_cccl-*.whl || exit 4
     $SYSPY -m pip install -q --no-index --no-deps --target /tmp/site $(ls /tmp/wh/*.whl | grep -v nvidia_cuda_cccl) || exit 4
     cp .gpu-sglang/part-04/sgenv.sh /tmp/sgenv.sh
-    touch /tmp/site/.installed
+    touch /tmp/site/.installed-2026-12-03
     echo "installed after $((SECONDS - T0)) s"
   fi
   NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc /usr/local/cuda-13*/bin/nvcc 2>/dev/null | head -1 || true)
@@ -50,6 +50,7 @@ install_bundle() {  # session-2026-12-02-graphs.sh's install and CUDA_HOME shim;
   fi
   # shellcheck disable=SC1091
   source /tmp/sgenv.sh; PY=/tmp/sgvenv/bin/python  # sgenv.sh sets PY to the image interpreter
+  [ -x $PY ] || { echo "no $PY: install failed"; exit 4; }
   mkdir -p /tmp/site/datasets && [ -e /tmp/site/datasets/__init__.py ] ||
     echo 'def load_dataset(*a, **k): raise ImportError("datasets: a stub (not shipped)")' > /tmp/site/datasets/__init__.py
   export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TVM_FFI_CACHE_DIR=/tmp/tvmcache PYTHONUNBUFFERED=1
