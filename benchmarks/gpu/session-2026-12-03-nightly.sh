@@ -153,6 +153,8 @@ tests2() {
   echo "SGLang left: $(leftovers | wc -l)"
 }
 
+install_bundle
+
 # The queue: tasks in priority order, each with an estimate (s); a task runs when its estimate fits in what is left.
 # Nights run in order (a night that does not fit holds the later ones back); the others fill the gaps. The queue
 # and the estimates live in /tmp/queue, so the next command goes on where this one stopped.
