@@ -114,8 +114,11 @@ def test_a_test_without_baseline_fails_and_a_run_that_compared_nothing_is_not_gr
         ]
     )
     warned = _run(pytester, "--server-profile=eagle3", "--specdec-compare", "--specdec-compare-missing=warn")
-    warned.assert_outcomes(passed=1, warnings=1)
+    # Warnings are not counted: a busy machine adds its own ("machine busy: ...").
+    warned.assert_outcomes(passed=1)
     assert warned.ret == pytest.ExitCode.TESTS_FAILED
+    warned.stdout.fnmatch_lines(["*SpecdecWarning: no baseline for test_base.py::test_run[[]eagle3[]] in *; not "
+                                 "compared (--specdec-compare-missing=warn)"])  # fmt: skip
     warned.stdout.fnmatch_lines(["FAIL specdec compare: --specdec-compare compared none of the 1 test(s) with a "
                                  "stored run (each one's line says why); *"])  # fmt: skip
 
@@ -150,7 +153,7 @@ def test_a_slow_night_that_ended_undecided_is_not_the_next_baseline(pytester: py
     clean.assert_outcomes(passed=1)
     pytester.makefile(".yaml", specdec=_profiles(workload=one).replace(ENV, slow))
     undecided = _run(pytester, "--server-profile=baseline", "--specdec-compare")
-    undecided.assert_outcomes(passed=1, warnings=1)
+    undecided.assert_outcomes(passed=1)  # warnings not counted: a busy machine adds its own
     undecided.stdout.fnmatch_lines(["specdec: 1 verdict undecided at the budget (baseline: compare)*"])
     pytester.makefile(".yaml", specdec=_profiles(workload=one).replace(ENV, fast))
     nightly = _run(pytester, "--server-profile=baseline", "--specdec-compare")

@@ -150,8 +150,9 @@ def test_min_speedup_is_measured_in_any_order_and_fails_when_unmet(pytester: pyt
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.re_match_lines(
         [
-            r"speedup vs baseline [0-9.]+x < min 50x \[geometric mean of 2 paired ratios, interleaved; decided after "
-            r"2 pairs, CI .*, [0-9.]+ server-s\] \[profile eagle3, .*\]",
+            # Two pairs decide it on a quiet machine; a busy one spreads them and a third look decides.
+            r"speedup vs baseline [0-9.]+x < min 50x \[geometric mean of ([0-9]+) paired ratios, interleaved; decided "
+            r"after \1 pairs, CI .*, [0-9.]+ server-s\] \[profile eagle3, .*\]",
         ]
     )
     result.stdout.re_match_lines([r"specdec eagle3: speedup vs baseline .* < min 50x .*"])

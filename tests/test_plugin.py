@@ -200,8 +200,8 @@ def test_wrong_layers_fail_on_accept_length_naming_value_and_threshold(project: 
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*accept_length * tok/verify < min 99 (margin -*%) "
-            "[[]profile eagle3-wrong-layers, 6 requests, median of 3 repeats[]]"
+            "*accept_length * tok/verify < min 99 (margin -*%) [[]exact; temperature 0, 3 identical repeats: decided "
+            "by the first, * server-s[]] [[]profile eagle3-wrong-layers, 6 requests, median of 3 repeats[]]"
         ]
     )
     assert not _our_servers(project)

@@ -51,7 +51,7 @@ def test_client_overload_fail_does_not_fire_on_a_busy_machine() -> None:
 
 @pytest.mark.parametrize(
     ("setting", "load", "expected"),
-    [(3, None, 3), ("auto", None, 1), ("auto", ClientLoad(0.1, 2.0, 4.0, cpu_cores=0.9), 2)],
+    [(3, None, 3), ("auto", None, 4), ("auto", ClientLoad(0.1, 2.0, 4.0, cpu_cores=2.6), 6)],
 )
 def test_client_workers_set_or_chosen_from_the_last_phase(
     monkeypatch: pytest.MonkeyPatch, setting: object, load: ClientLoad | None, expected: int
@@ -61,7 +61,7 @@ def test_client_workers_set_or_chosen_from_the_last_phase(
     server = runner.RunningServer(profile, engine=None, base_url="http://x", api_key=None)  # type: ignore[arg-type]
     runner._keep_load(server, load)
     assert runner.client_load_of(server) is load
-    assert runner._client_workers(server) == expected  # 0.9 cores -> ceil(0.9 / 0.5) = 2 workers
+    assert runner._client_workers(server) == expected  # 64 streams / 16 -> 4; 2.6 cores -> ceil(2.6 / 0.5) = 6
 
 
 def test_url_profile_without_speculative_on_an_eagle3_server_gets_the_lines_to_add() -> None:

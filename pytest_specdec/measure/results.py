@@ -597,10 +597,13 @@ def metric_definitions() -> dict[str, str]:
 
 
 def new_run_id(now: float | None = None) -> str:
-    """``YYYYmmddTHHMMSSZ-xxxxxx``: UTC start time (sorts by time) plus 6 random hex digits (no clash between
-    sessions started in the same second)."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
-    return f"{stamp}-{secrets.token_hex(3)}"
+    """``YYYYmmddTHHMMSSZ-mmmxxxx``: UTC start time, its milliseconds, and 4 random hex digits. Ids sort by start
+    time, also for runs started in the same second (the store's "newest clean run" depends on it: a failed run that
+    sorted before the clean run of its second was not "passed over"); the random part keeps sessions that start in
+    the same millisecond apart."""
+    now = time.time() if now is None else now
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    return f"{stamp}-{int(now % 1 * 1000):03d}{secrets.token_hex(2)}"
 
 
 #: Characters a baseline name may not hold (pytest-benchmark's ``--benchmark-save`` refuses the same), besides
