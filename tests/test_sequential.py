@@ -189,3 +189,29 @@ def test_budget_and_what_more_would_take() -> None:
     base, current = [100, 103, 97], [99, 102, 98, 101]
     needed = shift_repeats_needed(base, current, 0.10, Design(4, 4), higher_is_better=True)
     assert needed == 4 and decide_shift(base, current, 0.10, Design(4, 4), higher_is_better=True).decided
+
+
+@pytest.mark.parametrize(("sd_base", "sd_current"), [(0.05, 0.05), (0.10, 0.02), (0.02, 0.10)])
+def test_without_history_false_alarms_stay_at_most_alpha_with_equal_or_unequal_spreads(
+    sd_base: float, sd_current: float
+) -> None:
+    # No stored history: both runs' repeats pooled (Student's t) unless the F-test finds their spreads differ
+    # (Welch's t). A busy baseline beside a quiet today is the case pooling alone would get wrong.
+    rng = np.random.default_rng(13)
+    design = Design(3, 24)
+    worse, runs = 0, 1000
+    for _ in range(runs):
+        base = 100.0 * np.exp(sd_base * rng.standard_normal(3))
+        current = 100.0 * np.exp(sd_current * rng.standard_normal(24))
+        worse += _shift_stop(base.tolist(), current, 0.05, design) == "worse"
+    assert worse / runs <= ALPHA
+
+
+def test_a_two_repeat_baseline_still_decides_a_threefold_slowdown() -> None:
+    # Recorded on the reference server (test_compare_e2e, 2026-12-03, load ~2): a 2-repeat baseline and a 30 ms
+    # forward delay, one phase stalled by the busy runner. Welch gave the baseline ~1 degree of freedom: CI
+    # 0.035-3.12, undecided after 12 repeats. Pooled, it is decided.
+    base = [150.2, 134.0]
+    current = [47.1, 48.0, 46.5, 47.8, 12.0, 47.3, 46.9, 47.5, 46.0, 48.2, 47.0, 46.8]
+    decision = decide_shift(base, current, 0.05, Design(2, 24), higher_is_better=True)
+    assert decision.verdict == "worse" and "pooled-variance" in decision.method, decision

@@ -56,10 +56,11 @@ class CompareRow:
     ``verdict``: ``REGRESSED`` (significantly worse than no change and beyond the tolerance), ``undecided`` (the
     interval holds the tolerance: more repeats would decide), ``ok`` (the interval's worse end inside the
     tolerance), ``improved`` (ok, and significantly better beyond the tolerance), ``changed`` (an exact metric moved
-    within its tolerance), ``paired`` (a raw throughput/latency value shown but judged on its ``metric / vs`` ratio
-    row), or ``n/a`` (missing on a side). ``decision`` is the interval behind a statistical verdict
+    within its tolerance), or ``n/a`` (missing on a side). ``decision`` is the interval behind a statistical verdict
     (``sequential.decide_shift``); ``noise`` the per-repeat sigma in the metric's unit, shown beside the tolerance.
-    ``basis``: ``exact`` when the row was judged equal-or-not (temperature 0, identical repeats: no statistics).
+    ``basis``: ``exact`` when the row was judged equal-or-not (temperature 0, identical repeats: no statistics);
+    ``raw`` for a throughput/latency row that also has a ``metric / vs`` ratio row (paired arms): the raw row sees a
+    slowdown of both arms alike, the ratio row the target alone.
     """
 
     metric: str
@@ -267,7 +268,9 @@ def compare_results(
         if not b_vals and not c_vals:
             continue
         if fname in ratio_rows:
-            rows.append(CompareRow(fname, higher, *_change(b_vals, c_vals), tol, "paired"))
+            # Both rows are judged: the ratio sees the target alone, the raw row a slowdown of both arms alike.
+            rows.append(dataclasses.replace(_judge(fname, higher, tol, b_vals, c_vals, judging, key=fname),
+                                            basis="raw"))  # fmt: skip
             rows.append(ratio_rows[fname])
             continue
         is_exact = exact and fname in EXACT_FIELDS and _constant(b_vals) and _constant(c_vals)
@@ -277,9 +280,15 @@ def compare_results(
     )
     if ratio_rows:
         notes.append(
-            f"throughput and latency judged on their ratio to the paired {vs!r} arm measured with them "
-            "(raw values shown, marked 'paired'; pytest_specdec/measure/pairing.py)"
+            f"throughput and latency judged twice: raw (a slowdown of both arms alike: runner load, a lost NCCL env, "
+            f"a driver) and as the ratio to the paired {vs!r} arm measured with them (the target alone)"
         )
+        both = [r.metric for r in rows if r.basis == "raw" and r.regressed and not ratio_rows[r.metric].regressed]
+        if both:
+            notes.append(
+                f"{', '.join(both)}: both arms slower alike (raw REGRESSED, the ratio to {vs!r} held): a change of the "
+                "runner or of something both servers share; see the runner state and fingerprint lines"
+            )
     if any(r.basis == "exact" for r in rows):
         notes.append(
             "exact: accept length/rate at temperature 0 with identical repeats are compared equal-or-not, "
