@@ -330,18 +330,24 @@ def _spread(b: np.ndarray, c: np.ndarray, history: History | None) -> _Spread | 
         assert var is not None
         df = float((n_c if var_c is not None else b.size) - 1)
         return _Spread(diff, var * (1.0 / n_c + 1.0 / b.size), df, "t-test on log values, one side's variance")
-    n_b = int(b.size)
+    se2, df, method = _two_sample(var_b, int(b.size), var_c, n_c)
+    return _Spread(diff, se2, df, f"{method} on log values")
+
+
+def _two_sample(var_b: float, n_b: int, var_c: float, n_c: int) -> tuple[float, float, str]:
+    """Squared standard error, degrees of freedom and name of the two-sample t-test of a baseline and today's run.
+
+    Student's pooled-variance t-test (both runs' repeats estimate one spread, ``n_b + n_c - 2`` degrees of freedom)
+    unless the two-sided F-test finds the spreads differ or the smaller run spreads more: then Welch's t. Welch
+    alone gave a 2-repeat baseline about 1 degree of freedom whatever today measured (t ~ 76 at alpha/6): a 3x
+    slowdown measured over 12 repeats stayed undecided. Pooling when the smaller run spreads more understates its
+    spread (false alarms 6.2% instead of <= 5% in tests/test_sequential.py), hence the second condition.
+    """
     if _same_variance(var_c, n_c - 1, var_b, n_b - 1) and (var_b <= var_c or n_b >= n_c):
-        # Student's pooled-variance t-test: both runs' repeats estimate one spread, n_b + n_c - 2 degrees of freedom.
-        # Welch's would give a 2-repeat baseline about 1 degree of freedom whatever today measures (t ~ 76 at
-        # alpha/6): a 3x slowdown measured over 12 repeats stayed undecided. Not when the smaller run has the larger
-        # spread: pooling then understates it (false alarms 6.2% instead of <= 5% in tests/test_sequential.py).
         pooled = ((n_b - 1) * var_b + (n_c - 1) * var_c) / (n_b + n_c - 2)
-        se2 = pooled * (1.0 / n_b + 1.0 / n_c)
-        return _Spread(diff, se2, float(n_b + n_c - 2), "pooled-variance t-test on log values (both runs' repeats)")
+        return pooled * (1.0 / n_b + 1.0 / n_c), float(n_b + n_c - 2), "pooled-variance t-test (both runs' repeats)"
     vb, vc = var_b / n_b, var_c / n_c
-    df = _satterthwaite([(vb, n_b - 1), (vc, n_c - 1)])
-    return _Spread(diff, vb + vc, df, "welch t-test on log values (unequal variances)")
+    return vb + vc, _satterthwaite([(vb, n_b - 1), (vc, n_c - 1)]), "welch t-test (unequal variances)"
 
 
 def _same_variance(var_c: float, df_c: int, var_b: float, df_b: int) -> bool:
@@ -439,19 +445,22 @@ def _decide_difference(
     sign = -1.0 if higher_is_better else 1.0
     if var_b is None and var_c is None:
         return Decision("open", n_c, ratio(diff), None, None, conf, "t-test (needs 2 repeats)")
-    vb = (var_b if var_b is not None else var_c or 0.0) / b.size
-    vc = (var_c if var_c is not None else var_b or 0.0) / n_c
-    se2 = vb + vc
+    if var_b is not None and var_c is not None:
+        se2, df, method = _two_sample(var_b, int(b.size), var_c, n_c)
+    else:  # one side's variance for both
+        var = var_b if var_b is not None else var_c
+        assert var is not None
+        se2, method = var * (1.0 / b.size + 1.0 / n_c), "t-test (one side's variance)"
+        df = float((b.size if var_b is not None else n_c) - 1)
     if se2 == 0.0:
         verdict = "worse" if sign * diff > allowed else "within"
         return Decision(verdict, n_c, ratio(diff), ratio(diff), ratio(diff), 1.0, "exact (identical repeats)")
-    df = _satterthwaite([(vb, max(b.size - 1, 1)), (vc, max(n_c - 1, 1))])
     half = _t_quantile(1.0 - design.alpha_per_look, df) * math.sqrt(se2)
     worse = sign * diff
     verdict = "within" if worse + half < allowed else "worse" if worse - half > 0.0 and worse > allowed else "open"
     return Decision(
         verdict, n_c, ratio(diff), ratio(diff - half), ratio(diff + half), conf,
-        f"welch t-test on the difference, {design.looks} looks",
+        f"{method} on the difference, {design.looks} looks",
     )  # fmt: skip
 
 
