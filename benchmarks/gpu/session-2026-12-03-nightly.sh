@@ -31,13 +31,16 @@ BASE_FLAGS="--attention-backend triton --speculative-draft-attention-backend tri
   --mm-feature-transport cpu --dtype bfloat16"
 
 install_bundle() {  # session-2026-12-02-graphs.sh's install and CUDA_HOME shim; sgenv.sh kept in /tmp
-  if [ ! -e /tmp/site/.installed-2026-12-03 ]; then  # a fresh machine's /tmp can hold another session's /tmp/site
+  # A fresh machine's /tmp can hold another session's /tmp/site, even one of the same day without xgrammar (seen
+  # 2026-12-04): the marker names this bundle's checksums.
+  MARK=/tmp/site/.installed-$(cat .gpu-sglang/part-*/SHA256SUMS | sha256sum | cut -c1-12)
+  if [ ! -e "$MARK" ] || [ ! -d /tmp/site/xgrammar ]; then
     for n in 01 02 03 04; do [ -e /tmp/wh/.got-part-$n ] || { echo "MISSING part-$n (machine went cold?)"; exit 3; }; done
     rm -rf /tmp/site /tmp/cccl
     $SYSPY -m pip install -q --no-index --no-deps --target /tmp/cccl /tmp/wh/nvidia_cuda_cccl-*.whl || exit 4
     $SYSPY -m pip install -q --no-index --no-deps --target /tmp/site $(ls /tmp/wh/*.whl | grep -v nvidia_cuda_cccl) || exit 4
     cp .gpu-sglang/part-04/sgenv.sh /tmp/sgenv.sh
-    touch /tmp/site/.installed-2026-12-03
+    touch "$MARK"
     echo "installed after $((SECONDS - T0)) s"
   fi
   NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc /usr/local/cuda-13*/bin/nvcc 2>/dev/null | head -1 || true)
