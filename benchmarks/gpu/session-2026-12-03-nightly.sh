@@ -32,8 +32,8 @@ BASE_FLAGS="--attention-backend triton --speculative-draft-attention-backend tri
 
 install_bundle() {  # session-2026-12-02-graphs.sh's install and CUDA_HOME shim; sgenv.sh kept in /tmp
   # A fresh machine's /tmp can hold another session's /tmp/site, even one of the same day without xgrammar (seen
-  # 2026-12-04): the marker names this bundle's checksums.
-  MARK=/tmp/site/.installed-$(cat .gpu-sglang/part-*/SHA256SUMS | sha256sum | cut -c1-12)
+  # 2026-12-04): the marker names this bundle's wheels.
+  MARK=/tmp/site/.installed-$(ls /tmp/wh/*.whl 2>/dev/null | xargs -n1 basename | sha256sum | cut -c1-12)
   if [ ! -e "$MARK" ] || [ ! -d /tmp/site/xgrammar ]; then
     for n in 01 02 03 04; do [ -e /tmp/wh/.got-part-$n ] || { echo "MISSING part-$n (machine went cold?)"; exit 3; }; done
     rm -rf /tmp/site /tmp/cccl
