@@ -14,8 +14,8 @@ import argparse
 
 import numpy as np
 
+from pytest_specdec.core.tolerances import Tolerance
 from pytest_specdec.judge.compare import compare_results
-from pytest_specdec.judge.tolerances import Tolerance
 from pytest_specdec.measure.results import ResultRecord
 
 TOLERANCE = {"output_tok_s": Tolerance(rel=0.05)}

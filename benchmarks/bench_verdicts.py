@@ -40,8 +40,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pytest_specdec.core.tolerances import Tolerance  # noqa: E402
 from pytest_specdec.judge import sequential  # noqa: E402
-from pytest_specdec.judge.tolerances import Tolerance  # noqa: E402
 from pytest_specdec.judge.verdict import judge_compare  # noqa: E402
 from pytest_specdec.measure.results import ResultRecord  # noqa: E402
 

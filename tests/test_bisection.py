@@ -441,7 +441,7 @@ def test_apply_removes_or_sets_a_flag(bad_value: tuple[str, ...] | None) -> None
 
 
 def test_a_stored_compare_failure_with_several_differences_prints_the_bisect_command() -> None:
-    from pytest_specdec.judge.tolerances import layered_tolerances
+    from pytest_specdec.core.tolerances import layered_tolerances
     from pytest_specdec.judge.verdict import judge_compare
     from tests.helpers import fingerprint, rec
 

@@ -10,9 +10,9 @@ import pytest
 
 from pytest_specdec.cli.main import main
 from pytest_specdec.core.errors import CompareError
+from pytest_specdec.core.tolerances import parse_tolerances
 from pytest_specdec.judge.compare import compare_results
 from pytest_specdec.judge.fingerprint import fingerprint_diff
-from pytest_specdec.judge.tolerances import parse_tolerances
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
 from tests.helpers import WORKLOAD, fingerprint, rec
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.cli.main import main
+from pytest_specdec.core.tolerances import Tolerance
 from pytest_specdec.judge.noise import calibrate_proposal, measurements, paired_arm
-from pytest_specdec.judge.tolerances import Tolerance
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
 from tests.helpers import rec
 

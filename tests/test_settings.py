@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import pytest_specdec
+from pytest_specdec.core.tolerances import Tolerance
 from pytest_specdec.run.settings import RunSettings
 from tests.helpers import plugin_args
 
@@ -52,7 +53,7 @@ def test_settings_are_read_once_from_the_command_line_and_ini(pytester: pytest.P
         2,
         "latest",
         30.0,
-        ("output_tok_s:5%",),
+        {"output_tok_s": Tolerance(rel=0.05)},  # parsed where it is read
     )
     assert settings.selected == () and not settings.check
     with pytest.raises(AttributeError):

@@ -1,10 +1,13 @@
-"""Tests of pytest_specdec.judge.tolerances: the tolerance strings, their errors, and the layers over the defaults."""
+"""Tests of pytest_specdec.core.tolerances: the tolerance strings, their errors, and the layers over the defaults."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from pytest_specdec.judge.tolerances import Tolerance, format_tolerances, merge_tolerances, parse_tolerances
+from pytest_specdec.core.tolerances import Tolerance, format_tolerances, merge_tolerances, parse_tolerances
+from pytest_specdec.profiles.schema import Profile
 
 
 def test_parse_tolerances_forms() -> None:
@@ -60,3 +63,20 @@ def test_merge_tolerances_layers() -> None:
     # within one layer a field key beats its metric's key
     assert merge_tolerances(parse_tolerances("ttft_ms_p50:50% ttft_ms:20%"))["ttft_ms_p50"] == Tolerance(rel=0.5)
     assert merge_tolerances() == merge_tolerances(None, {})
+
+
+def test_a_profile_tolerance_is_parsed_where_the_file_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Parsed once, when the profile file is read: the check command names the file, line and key (before the
+    # parse moved there, only pytest's selection caught it, without a line).
+    from pytest_specdec.cli.main import main
+
+    path = tmp_path / "specdec.yaml"
+    path.write_text('profiles:\n  eagle3:\n    server: reference\n    tolerances: ["output_tok_s:five"]\n')
+    assert main(["check", str(path)]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"error: {path}:4: profiles.eagle3.tolerances: bad tolerance 'output_tok_s:five': expected METRIC:TOL"
+    )
+    good = Profile.model_validate({"name": "p", "tolerances": ["output_tok_s:3%", "ttft_ms:10%+5"]})
+    assert good.tolerance_layer == {"output_tok_s": Tolerance(rel=0.03), "ttft_ms": Tolerance(rel=0.10, abs=5.0)}

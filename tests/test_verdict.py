@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_specdec.core.tolerances import layered_tolerances
 from pytest_specdec.judge import compare
 from pytest_specdec.judge.thresholds import evaluate
-from pytest_specdec.judge.tolerances import layered_tolerances
 from pytest_specdec.judge.verdict import (
     CompareVerdict,
     failure_message,
@@ -154,8 +154,9 @@ def test_sequential_compare_clears_a_slow_start_and_passes() -> None:
     stream = [96.0, 101.0, 99.0, 99.5, 99.2, 99.6, 99.1, 99.4, 99.3, 99.5, 99.4, 99.2]  # 0.7 % off, noisy start
     judged, measured = _sequential(base, stream, 2)
     assert (judged.failure, judged.undecided) == (None, None)
-    assert judged.cost["verdict"] == "passed" and measured < 12
-    assert any(line.startswith("output_tok_s ") and " ok (x0.989, CI " in line for line in judged.table)
+    # Both runs' repeats pooled (their spreads agree): decided at the second look, 3 repeats.
+    assert judged.cost["verdict"] == "passed" and measured == 3
+    assert any(line.startswith("output_tok_s ") and " ok (x0.986, CI " in line for line in judged.table)
 
 
 def test_sequential_compare_stops_early_when_only_the_baseline_could_decide_it() -> None:

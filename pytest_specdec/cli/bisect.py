@@ -17,8 +17,8 @@ from pytest_specdec.cli.exits import EXIT_FINDINGS, EXIT_OK, EXIT_STOPPED, EXIT_
 from pytest_specdec.core import clock
 from pytest_specdec.core.errors import CompareError, ProfileError, SpecdecError
 from pytest_specdec.core.redaction import REDACTED
+from pytest_specdec.core.tolerances import layered_tolerances
 from pytest_specdec.engines.rules import load_profiles
-from pytest_specdec.judge.tolerances import layered_tolerances
 from pytest_specdec.measure.results import ResultStore
 
 __all__ = ["bisect_command"]

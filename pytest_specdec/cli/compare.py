@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TextIO
 
 from pytest_specdec.core.errors import CompareError
+from pytest_specdec.core.tolerances import parse_tolerances
 from pytest_specdec.judge.compare import compare_runs, swap_profile_id
 from pytest_specdec.judge.history import StoredHistory
 from pytest_specdec.judge.noise import read_noise
-from pytest_specdec.judge.tolerances import parse_tolerances
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
 
 __all__ = ["compare_command", "load_pair", "profile_mapper"]

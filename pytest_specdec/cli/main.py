@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from pytest_specdec.cli.exits import EXIT_USAGE
-from pytest_specdec.judge.tolerances import DEFAULT_TOLERANCES, format_tolerances
+from pytest_specdec.core.tolerances import DEFAULT_TOLERANCES, format_tolerances
 from pytest_specdec.report.merge import DEFAULT_TREND_RUNS
 
 __all__ = ["main"]

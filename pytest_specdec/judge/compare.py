@@ -27,10 +27,10 @@ from pytest_specdec.core import hoststate, stats
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.core.metric_table import EXACT_FIELDS
 from pytest_specdec.core.table import Column, text_table
+from pytest_specdec.core.tolerances import Tolerance, field_specs, merge_tolerances
 from pytest_specdec.judge import sequential
 from pytest_specdec.judge.fingerprint import fingerprint_diff, workload_differences
 from pytest_specdec.judge.paired import paired_ratios
-from pytest_specdec.judge.tolerances import Tolerance, field_specs, merge_tolerances
 from pytest_specdec.measure.results import ResultRecord, RunFile
 
 __all__ = [
@@ -260,9 +260,10 @@ def compare_results(
     specs = field_specs()
     rows = []
     judging = _Judging(design or single_look(current), (base, *history), noise or {})
-    ratio_rows, vs = _paired_rows(base, current, merge_tolerances(tolerances), judging)
+    merged = merge_tolerances(tolerances)
+    ratio_rows, vs = _paired_rows(base, current, merged, judging)
     exact = _temperature_zero(base) and _temperature_zero(current)
-    for fname, tol in merge_tolerances(tolerances).items():
+    for fname, tol in merged.items():
         higher = specs[fname].higher_is_better
         b_vals, c_vals = base.values(fname), current.values(fname)
         if not b_vals and not c_vals:
@@ -276,7 +277,7 @@ def compare_results(
         is_exact = exact and fname in EXACT_FIELDS and _constant(b_vals) and _constant(c_vals)
         rows.append(_judge(fname, higher, tol, b_vals, c_vals, judging, key=fname, exact=is_exact))
     rows.extend(
-        _category_rows(base, current, merge_tolerances(tolerances), exact, judging, paired=vs if ratio_rows else None)
+        _category_rows(base, current, merged, exact, judging, paired=vs if ratio_rows else None)
     )
     if ratio_rows:
         notes.append(

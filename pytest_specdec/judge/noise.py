@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_specdec.core import stats
+from pytest_specdec.core.tolerances import DEFAULT_TOLERANCES, Tolerance
 from pytest_specdec.judge.paired import paired_ratios
-from pytest_specdec.judge.tolerances import DEFAULT_TOLERANCES, Tolerance
 from pytest_specdec.measure.results import ResultRecord
 
 __all__ = ["NOISE_K", "calibrate_noise", "calibrate_proposal", "measurements", "paired_arm", "read_noise"]

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.core.errors import CompareError
+from pytest_specdec.core.tolerances import Tolerance, merge_tolerances
 from pytest_specdec.judge import compare, sequential, speedup, sweep
 from pytest_specdec.judge.thresholds import Check, Verdict, evaluate
-from pytest_specdec.judge.tolerances import Tolerance, layered_tolerances
 from pytest_specdec.measure import results, runner
 from pytest_specdec.profiles.schema import MinSpeedup, Profile, Thresholds
 
@@ -66,8 +66,6 @@ class CompareSetup:
     baselines: Baselines
     #: This run's id (the bisect command names it).
     run_id: str
-    #: ini ``specdec_tolerances`` lines.
-    tolerances: tuple[str, ...] = ()
     #: ``--specdec-compare-profile``: tests of profiles of this profile's kind compare with its stored results.
     profile: str | None = None
     #: Whether ``profile`` runs speculative decoding: it maps the tests of profiles that do (or, False, that don't).
@@ -131,7 +129,7 @@ def judge_item(
     measurements: MeasureHandle,
     outcomes: Outcomes,
     compare_setup: CompareSetup | None = None,
-    marker_tolerances: Sequence[str] = (),
+    tolerances: Mapping[str, Tolerance] | None = None,
     undecided: str = "warn",
 ) -> ItemVerdict:
     """A test's verdict after its body: its thresholds, then the baseline compare.
@@ -144,7 +142,8 @@ def judge_item(
     :param outcomes: gets the first failure of each verdict, the compares and their notes; holds the verdicts
         already judged for the profile (``Outcomes.once``).
     :param compare_setup: ``--specdec-compare`` (None without the option).
-    :param marker_tolerances: the marker's ``tolerances=`` lines.
+    :param tolerances: the test's compare tolerances, merged once from its layers (``tolerances.merge_tolerances``
+        of the ini's, the profile's and the marker's); None: the defaults.
     :param undecided: ``--specdec-undecided`` (:data:`UNDECIDED_POLICIES`): ``fail`` fails the test on an
         undecided verdict, ``warn`` passes it with a warning.
     """
@@ -179,7 +178,8 @@ def judge_item(
             message = shared_verdict_message(verdict, profile.name, first)
         failures.append(message)
     if compare_setup is not None:
-        text = compare_item(case, measurements, outcomes, compare_setup, profile, marker_tolerances, design, costs)
+        merged = tolerances if tolerances is not None else merge_tolerances()
+        text = compare_item(case, measurements, outcomes, compare_setup, profile, merged, design, costs)
         if text:
             failures.append(text)
     _rebuild_record(case, measurements, profile.name, vs)
@@ -591,7 +591,7 @@ def compare_item(
     outcomes: Outcomes,
     setup: CompareSetup,
     profile: Profile,
-    marker_tolerances: Sequence[str],
+    tolerances: Mapping[str, Tolerance],
     design: sequential.Design,
     costs: dict[str, dict[str, Any]],
 ) -> str | None:
@@ -612,7 +612,6 @@ def compare_item(
         return None
     run, base = found.run, found.record
     vs = (record.paired or {}).get("vs")
-    tolerances = layered_tolerances(list(setup.tolerances), profile.tolerances, list(marker_tolerances))
 
     def more() -> results.ResultRecord | None:
         if not measurements.more(profile.name, vs):

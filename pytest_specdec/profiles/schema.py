@@ -24,9 +24,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from pytest_specdec.core.errors import ProfileError
+from pytest_specdec.core.tolerances import Tolerance, parse_tolerances
 
 __all__ = [
     "LAUNCHER_FIELDS",
@@ -434,8 +435,10 @@ class Profile(_Strict):
     #: While this profile's server runs, no other server of the session runs (under pytest-xdist too). False: it may
     #: run beside other non-exclusive ones (CPU servers, or servers pinned to disjoint GPUs); see ``schedule``.
     exclusive: bool = True
-    #: Baseline-compare tolerances, e.g. ["output_tok_s:5%", "accept_length:0.02"] (``tolerances.parse_tolerances``).
+    #: Baseline-compare tolerances, e.g. ["output_tok_s:5%", "accept_length:0.02"] (``tolerances.parse_tolerances``),
+    #: parsed once when the profile is read: :attr:`tolerance_layer`.
     tolerances: list[str] = Field(default_factory=list)
+    _tolerance_layer: dict[str, Tolerance] = PrivateAttr(default_factory=dict)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     workload: Workload = Field(default_factory=Workload)
     #: How a ``min_speedup`` reference arm is measured with this profile (``pairing.py``): ``interleaved`` (both
@@ -452,6 +455,21 @@ class Profile(_Strict):
     @property
     def is_speculative(self) -> bool:
         return self.speculative is not None
+
+    @field_validator("tolerances")
+    @classmethod
+    def _tolerances_parse(cls, value: list[str]) -> list[str]:
+        parse_tolerances(value)  # ValueError naming the spec and the accepted forms
+        return value
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._tolerance_layer = parse_tolerances(self.tolerances)
+
+    @property
+    def tolerance_layer(self) -> dict[str, Tolerance]:
+        """The ``tolerances:`` layer as typed values (metric or field -> :class:`Tolerance`), parsed when the profile
+        was read; merged over the ini's and under the marker's by ``tolerances.merge_tolerances``."""
+        return self._tolerance_layer
 
     @field_validator("env", mode="before")
     @classmethod

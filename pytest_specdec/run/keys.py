@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from pytest_specdec.core.tolerances import Tolerance
     from pytest_specdec.measure.results import ResultRecord
     from pytest_specdec.profiles.schema import Thresholds
 
@@ -25,8 +26,8 @@ __all__ = [
 thresholds_key: pytest.StashKey[Thresholds] = pytest.StashKey()
 #: ``item.stash``: the test's result record (``fixtures.measure_for``; ``SpecdecSession.judge`` updates it).
 record_key: pytest.StashKey[ResultRecord] = pytest.StashKey()
-#: ``item.stash``: the marker's ``tolerances=`` lines for ``--specdec-compare``.
-tolerances_key = pytest.StashKey[list[str]]()
+#: ``item.stash``: the marker's ``tolerances=`` layer, parsed (``marker.setup_item``), for ``--specdec-compare``.
+tolerances_key: pytest.StashKey[dict[str, Tolerance]] = pytest.StashKey()
 
 #: user_properties entry: the test's ``results.ResultRecord`` as JSON, read by the controller.
 RECORD_PROPERTY = "specdec"

@@ -34,8 +34,8 @@ def setup_item(item: pytest.Item, profiles: Mapping[str, Profile] | None, profil
     :raises pytest.fail.Exception: positional arguments, an unknown or invalid threshold, ``min_speedup`` against a
         profile the file lacks, or tolerances that do not parse (one message naming the argument).
     """
+    from pytest_specdec.core.tolerances import parse_tolerances
     from pytest_specdec.judge.thresholds import merge_marker, overrides
-    from pytest_specdec.judge.tolerances import parse_tolerances
     from pytest_specdec.profiles.schema import Thresholds
 
     marker = item.get_closest_marker("specdec")
@@ -72,8 +72,7 @@ def setup_item(item: pytest.Item, profiles: Mapping[str, Profile] | None, profil
             item.user_properties.append((OVERRIDES_PROPERTY, json.dumps([profile_param, changed])))
     if tolerances is not None and error is None:
         try:
-            parse_tolerances(tolerances)
-            item.stash[tolerances_key] = [tolerances] if isinstance(tolerances, str) else list(tolerances)
+            item.stash[tolerances_key] = parse_tolerances(tolerances)
         except ValueError as exc:
             error = f"@pytest.mark.specdec(tolerances=...): {exc}"
     if error is not None:

@@ -122,7 +122,7 @@ def compare_setup(
     s = settings
     speculative = _compare_kind(settings, baselines, profiles or {}) if s.compare_profile else True
     return CompareSetup(
-        baselines, run_id, s.tolerances, s.compare_profile, profile_speculative=speculative,
+        baselines, run_id, s.compare_profile, profile_speculative=speculative,
         missing=s.compare_missing, force=s.compare_force, bisect_hint=bisect_hint,
         history=StoredHistory(settings.out_dir / "results"),
     )  # fmt: skip
@@ -159,9 +159,9 @@ def _compare_kind(settings: RunSettings, baselines: Baselines, profiles: Mapping
 
 
 def _load(settings: RunSettings) -> ProfileSet:
-    """Load the profile file, apply ``--server-url``, and check the selected profiles' names and tolerances."""
+    """Load the profile file (its tolerances are parsed there), apply ``--server-url``, and check the selected
+    profiles' names."""
     from pytest_specdec.engines.rules import load_profiles
-    from pytest_specdec.judge.tolerances import parse_tolerances
 
     path = settings.profile_path
     if settings.profile_search and not path.is_file():
@@ -185,10 +185,6 @@ def _load(settings: RunSettings) -> ProfileSet:
             profile_set.get(name)
         except ProfileError as exc:
             raise pytest.UsageError(str(exc)) from None
-        try:
-            parse_tolerances(profile_set.profiles[name].tolerances)
-        except ValueError as exc:
-            raise pytest.UsageError(f"{path}: profiles.{name}.tolerances: {exc}") from None
     return profile_set
 
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_specdec.core import xdistnode
 from pytest_specdec.core.errors import SpecdecWarning
+from pytest_specdec.core.tolerances import Tolerance, merge_tolerances
 from pytest_specdec.judge.outcomes import Outcomes
 from pytest_specdec.measure.store import MeasurementStore
 from pytest_specdec.run import fixtures, selection
@@ -118,12 +119,15 @@ class SpecdecSession:
 
         record = item.stash[record_key]
         profile = self.profile(record.profile)
-        tolerances: list[str] = item.stash.get(tolerances_key, [])
+        # The test's tolerances, merged once from their layers: ini, profile, marker (each parsed where it was read).
+        tolerances = merge_tolerances(
+            self.settings.tolerances, profile.tolerance_layer, item.stash.get(tolerances_key, None)
+        )
         judged = verdict.judge_item(
             record, nodeid=item.nodeid, profile=profile,
             thresholds=item.stash.get(thresholds_key, None) or profile.thresholds, profiles=self.profiles or {},
             repeats=self.settings.repeats_of(profile), measurements=self.store, outcomes=self.outcomes,
-            compare_setup=self.compare, marker_tolerances=tolerances, undecided=self.settings.undecided,
+            compare_setup=self.compare, tolerances=tolerances, undecided=self.settings.undecided,
         )  # fmt: skip
         record = dataclasses.replace(
             judged.record, baseline_notes=self._baseline_notes(judged.record, profile, tolerances)
@@ -137,14 +141,13 @@ class SpecdecSession:
         if judged.failure is not None:
             pytest.fail(judged.failure, pytrace=False)
 
-    def _baseline_notes(self, record: ResultRecord, profile: Profile, marker_tolerances: list[str]) -> tuple[str, ...]:
+    def _baseline_notes(
+        self, record: ResultRecord, profile: Profile, tolerances: Mapping[str, Tolerance]
+    ) -> tuple[str, ...]:
         """What the record cannot decide as a baseline (``baseline.baseline_notes``), at the tolerances and design
         a later ``--specdec-compare`` judges it with; stored with it and said at the end of the run."""
         from pytest_specdec.judge import verdict
         from pytest_specdec.judge.baseline import baseline_notes
-        from pytest_specdec.judge.tolerances import layered_tolerances
-
-        tolerances = layered_tolerances(list(self.settings.tolerances), profile.tolerances, marker_tolerances)
         design = verdict.design_for(profile, self.settings.repeats_of(profile))
         return tuple(baseline_notes(record, tolerances, design))
 

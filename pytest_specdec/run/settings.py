@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_specdec.core.tolerances import Tolerance, parse_tolerances
 from pytest_specdec.profiles import discovery
 
 if TYPE_CHECKING:
@@ -66,8 +67,8 @@ class RunSettings:
     compare_force: bool = False
     #: ``--specdec-undecided`` / ini ``specdec_undecided``: ``fail`` or ``warn`` (``verdict.UNDECIDED_POLICIES``).
     undecided: str = "warn"
-    #: ini ``specdec_tolerances`` lines (``METRIC:TOL``), parsed once here to fail early.
-    tolerances: tuple[str, ...] = ()
+    #: ini ``specdec_tolerances`` (``METRIC:TOL`` lines), parsed here: metric or field -> Tolerance.
+    tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
     #: ``--specdec-sweep`` points (``sweep_spec.parse_sweep``); None without the option.
     sweep: tuple[Mapping[str, float], ...] | None = None
     #: ``--specdec-sweep-baseline``: the profile without speculation that sweep speedups are computed against.
@@ -117,14 +118,10 @@ class RunSettings:
         else:
             out_dir = config.rootpath / (config.getini("specdec_dir") or ".specdec")
         profile_path, searched = _profile_path(config, ancestor)
-        tolerances = tuple(config.getini("specdec_tolerances"))
-        if tolerances:
-            from pytest_specdec.judge.tolerances import parse_tolerances
-
-            try:
-                parse_tolerances(list(tolerances))
-            except ValueError as exc:
-                raise pytest.UsageError(f"ini specdec_tolerances: {exc}") from None
+        try:
+            tolerances = parse_tolerances(list(config.getini("specdec_tolerances")))
+        except ValueError as exc:
+            raise pytest.UsageError(f"ini specdec_tolerances: {exc}") from None
         selected = tuple(n.strip() for n in (option.server_profile or "").split(",") if n.strip())
         if not option.specdec_check and not selected and option.specdec_sweep:
             raise pytest.UsageError("--specdec-sweep: no profile selected; add --server-profile=NAME (e.g. eagle3)")
