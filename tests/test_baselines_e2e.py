@@ -1,7 +1,7 @@
 """Baselines a team can trust, end to end on the reference server (few requests, few tokens): a run saved as
 ``night-1``; a failed, an undecided and an interrupted run after it, none of which ``latest`` takes; an unchanged run
 compared by name passes from pytest and from the CLI; an explicit ``--specdec-compare-profile`` on a profile without
-speculation compares (and a slowed server fails).
+speculation compares (and a slowed server fails); a slowdown of both arms fails the speculative profile's raw row.
 """
 
 from __future__ import annotations
@@ -105,3 +105,29 @@ def test_night_1_is_saved_never_replaced_by_an_unclean_run_and_compared_by_name(
         ]
     )
 
+
+
+def test_a_slowdown_of_both_arms_is_not_green_on_the_speculative_profile_either(pytester: pytest.Pytester) -> None:
+    """The seed incident's shape (NCCL tuning env lost on a restart: the baseline 88.8 -> 62.9 tok/s and the
+    speculative server with it): a forward delay on both profiles. The paired ratio alone cannot see it; the raw row
+    of the speculative profile fails too."""
+    eagle3 = (
+        "  eagle3:\n    extends: baseline\n"
+        "    speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}\n"
+        "    thresholds: {min_speedup: {vs: baseline, ratio: 0.01}}\n"
+    )
+    _project(pytester, thresholds="{}")
+    clean = PROFILES.format(tolerances=list(TOLERANCES), thresholds="{}", repeats=TWO) + eagle3
+    pytester.makefile(".yaml", specdec=clean)
+    _run(pytester, "--server-profile=baseline,eagle3", "--specdec-save=night-1").assert_outcomes(passed=2)
+    delay = '    env: {SPECDEC_REF_FORWARD_DELAY_MS: "60"}\n'  # on baseline, so on eagle3 (extends) too
+    slowed = clean.replace("    thresholds: {}\n", "    thresholds: {}\n" + delay, 1)
+    pytester.makefile(".yaml", specdec=slowed)
+    night = _run(pytester, "--server-profile=baseline,eagle3", "--specdec-compare=night-1")
+    night.assert_outcomes(failed=2)
+    out = night.stdout.str()
+    speculative = out[out.index("test_night.py::test_run[eagle3]):"):]
+    assert re.search(r"^output_tok_s +higher .* REGRESSED \(x0\.", speculative, re.M), out
+    ratio = re.search(r"^output_tok_s / baseline +higher .*", speculative, re.M)
+    assert ratio is not None and "REGRESSED" not in ratio.group(0), out
+    assert "output_tok_s: both arms slower alike (raw REGRESSED, the ratio to 'baseline' held)" in speculative
