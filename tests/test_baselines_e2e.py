@@ -115,6 +115,8 @@ def test_a_slowdown_of_both_arms_is_not_green_on_the_speculative_profile_either(
         "  eagle3:\n    extends: baseline\n"
         "    speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}\n"
         "    thresholds: {min_speedup: {vs: baseline, ratio: 0.01}}\n"
+        # Room to measure on: a stalled phase on a busy runner leaves 2 repeats undecided (x0.29, CI 0.06-1.4).
+        "    workload: {max_new_tokens: 8, num_requests: 2, warmup_requests: 0, repeats: 2, max_repeats: 8}\n"
     )
     _project(pytester, thresholds="{}")
     clean = PROFILES.format(tolerances=list(TOLERANCES), thresholds="{}", repeats=TWO) + eagle3
@@ -130,4 +132,6 @@ def test_a_slowdown_of_both_arms_is_not_green_on_the_speculative_profile_either(
     assert re.search(r"^output_tok_s +higher .* REGRESSED \(x0\.", speculative, re.M), out
     ratio = re.search(r"^output_tok_s / baseline +higher .*", speculative, re.M)
     assert ratio is not None and "REGRESSED" not in ratio.group(0), out
-    assert "output_tok_s: both arms slower alike (raw REGRESSED, the ratio to 'baseline' held)" in speculative
+    # The note lists every raw row that fell while its ratio held (``output_tok_s, itl_ms_p50: ...``).
+    assert re.search(r"^([\w_]+, )*output_tok_s(, [\w_]+)*: both arms slower alike \(raw REGRESSED, the ratio to "
+                     r"'baseline' held\)", speculative, re.M), speculative  # fmt: skip
