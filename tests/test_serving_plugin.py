@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.slow  # starts the reference server (~40 s)
+
 PROFILES = """
 profiles:
   tails:
