@@ -160,3 +160,13 @@ def test_a_slow_night_that_ended_undecided_is_not_the_next_baseline(pytester: py
     nightly.assert_outcomes(passed=1)
     nightly.stdout.fnmatch_lines([f"specdec compare: 1 test(s) compared with stored run {_run_id(clean)}: *; newer "
                                   f"runs passed over: {_run_id(undecided)} (undecided: compare)"])  # fmt: skip
+
+
+def test_a_test_path_taken_as_the_baseline_name_gets_the_fix(pytester: pytest.Pytester) -> None:
+    # `--specdec-compare test_base.py`: the option's value is optional (as --benchmark-compare's), so argparse gives
+    # it the path. Nothing is launched; the error says how to write it.
+    _project(pytester)
+    result = pytester.runpytest_subprocess("--server-profile=baseline", "--specdec-compare", "test_base.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --specdec-compare=test_base.py: no run 'test_base.py': *; a test path? "
+                                 "write --specdec-compare=latest test_base.py (or put the path first)"])  # fmt: skip

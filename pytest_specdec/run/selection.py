@@ -117,7 +117,10 @@ def compare_setup(
         store = results.ResultStore(settings.out_dir / "results", current=run_id)
         baselines = Baselines.from_option(ref, store)
     except CompareError as exc:
-        raise pytest.UsageError(f"--specdec-compare={ref}: {exc}") from None
+        # `--specdec-compare tests/` takes the path as the baseline (the value is optional, as pytest-benchmark's).
+        taken = Path(ref).suffix == ".py" or Path(ref).is_dir()
+        hint = f"; a test path? write --specdec-compare=latest {ref} (or put the path first)" if taken else ""
+        raise pytest.UsageError(f"--specdec-compare={ref}: {exc}{hint}") from None
     assert baselines is not None
     s = settings
     speculative = _compare_kind(settings, baselines, profiles or {}) if s.compare_profile else True
