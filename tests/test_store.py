@@ -122,4 +122,6 @@ def test_a_pair_that_cannot_be_measured_again_says_why(phases: _Phases) -> None:
     phases.speeds["baseline"].clear()
     assert store.more("eagle3", "baseline") is False
     assert store.pair_error("eagle3", "baseline") == "sequential measurement failed: baseline stalled"
+    # What a verdict that stopped there says instead of "more repeats would decide it".
+    assert store.more_error("eagle3") == "measuring eagle3 paired with baseline again failed: baseline stalled"
     assert len(store.run("eagle3").measurements) == 2

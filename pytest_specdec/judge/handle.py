@@ -33,6 +33,10 @@ class MeasureHandle(Protocol):
         """Why the pairing with ``vs`` could not be measured (or measured again), or None."""
         ...
 
+    def more_error(self, profile: str) -> str | None:
+        """Why a :meth:`more` of the profile failed (the first time), or None: the verdicts stopped measuring there."""
+        ...
+
     def can_measure(self, profile: str) -> bool:
         """Whether the profile's server is running in this process (more can be measured on it)."""
         ...

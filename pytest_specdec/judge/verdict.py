@@ -184,6 +184,10 @@ def judge_item(
             failures.append(text)
     _rebuild_record(case, measurements, profile.name, vs)
     record_cost(case, measurements, profile.name, vs, costs)
+    stopped = measurements.more_error(profile.name)
+    if case.undecided and stopped:
+        # The budget was not what stopped them: say what did (it is not "more repeats would decide it").
+        case.warnings.append(f"{profile.name}: {stopped}; the undecided verdicts stopped measuring there")
     if case.undecided:
         if undecided == "fail":
             failures.append(_undecided_failure(case.undecided))

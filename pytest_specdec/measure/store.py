@@ -66,6 +66,8 @@ class MeasurementStore:
         self._pairs: dict[tuple[str, str], pairing.PairedArms] = {}
         #: (profile, reference profile) -> why the pair could not be measured (the speedup check fails with it).
         self._pair_errors: dict[tuple[str, str], str] = {}
+        #: Profile -> why its first failed ``more()`` failed (a verdict that stopped there says so).
+        self._more_errors: dict[str, str] = {}
         #: profile -> its running server (the fixture's), for measuring again.
         self._servers: dict[str, runner.RunningServer] = {}
         #: profile -> its confirming measurement (None: it could not be measured again).
@@ -92,6 +94,9 @@ class MeasurementStore:
 
     def pair_error(self, profile: str, vs: str) -> str | None:
         return self._pair_errors.get((profile, vs))
+
+    def more_error(self, profile: str) -> str | None:
+        return self._more_errors.get(profile)
 
     def can_measure(self, profile: str) -> bool:
         return profile in self._servers
@@ -263,6 +268,8 @@ class MeasurementStore:
             except (ServerStartError, ServerError, ValueError) as exc:
                 if key is not None:
                     self._pair_errors.setdefault(key, f"sequential measurement failed: {exc}")
+                with_vs = f" paired with {vs}" if vs else ""
+                self._more_errors.setdefault(profile, f"measuring {profile}{with_vs} again failed: {exc}")
                 return False
         measurements = run.measurements + tuple(added)
         self._runs[profile] = dataclasses.replace(
