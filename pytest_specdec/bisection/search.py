@@ -40,7 +40,7 @@ from pytest_specdec.bisection.symptoms import (
     throughput_check,
     throughput_line,
 )
-from pytest_specdec.core.errors import SpecdecError
+from pytest_specdec.core.errors import ServerStartError, SpecdecError
 from pytest_specdec.judge import sequential
 
 __all__ = ["BisectResult", "BudgetSpent", "Cause", "ProbeRecord", "Probes", "bisect", "estimate", "one_at_a_time"]
@@ -145,8 +145,8 @@ def _short_error(exc: SpecdecError) -> str:
     """The first line of a probe's error, its cause first when it has one (``ServerStartError.cause``), cut to
     160 characters: the report names the probe, the log keeps the rest."""
     line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    cause = getattr(exc, "cause", None)
-    text = f"{cause}: {line}" if isinstance(cause, str) and cause and cause != "unknown" else line
+    cause = exc.cause if isinstance(exc, ServerStartError) else None
+    text = f"{cause}: {line}" if cause and cause != "unknown" else line
     return text if len(text) <= 160 else text[:157] + "..."
 
 

@@ -1,4 +1,5 @@
-"""Helpers every engine shares: the clean server environment and the API key (SGLang, vLLM, the reference server).
+"""Helpers every engine shares: the clean server environment, the API key, the interpreter and the two-step
+readiness probe (SGLang, vLLM, the reference server).
 
 Imports only ``profiles``, ``errors`` and ``auth``, so any engine module may use it without importing another engine.
 """
@@ -6,13 +7,34 @@ Imports only ``profiles``, ``errors`` and ``auth``, so any engine module may use
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.core.auth import bearer_headers
 from pytest_specdec.core.errors import ProfileError
 from pytest_specdec.profiles.schema import Profile, SpeculativeConfig
 
-__all__ = ["BASE_ENV_KEYS", "auth_headers", "chain_speculative_at", "clean_env", "flag_name", "resolve_api_key"]
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = [
+    "BASE_ENV_KEYS",
+    "GENERATE_TIMEOUT_S",
+    "HEALTH_TIMEOUT_S",
+    "auth_headers",
+    "chain_speculative_at",
+    "clean_env",
+    "flag_name",
+    "probe_health_then_generate",
+    "resolve_api_key",
+    "server_python",
+]
+
+#: Seconds per health probe (SGLang's own launcher uses 5, ``python/sglang/test/test_utils.py``).
+HEALTH_TIMEOUT_S = 5.0
+#: Seconds for the one-token generation that proves the server really generates (and for small read-backs).
+GENERATE_TIMEOUT_S = 30.0
 
 #: Caller variables a launched server inherits; everything else comes from ``profile.env``.
 BASE_ENV_KEYS: tuple[str, ...] = (
@@ -73,6 +95,41 @@ def auth_headers(profile: Profile) -> dict[str, str]:
     :raises ProfileError: see :func:`resolve_api_key`.
     """
     return bearer_headers(resolve_api_key(profile))
+
+
+def server_python(profile: Profile) -> str:
+    """The interpreter whose environment runs the server: ``profile.python``, else the one running pytest."""
+    return profile.python or sys.executable
+
+
+def probe_health_then_generate(
+    client: httpx.Client,
+    profile: Profile,
+    *,
+    health_path: str,
+    generate_path: str,
+    body: Mapping[str, Any],
+    generated: Callable[[Any], bool],
+) -> bool:
+    """One readiness probe: ``GET health_path`` answers 200, then ``POST generate_path`` with ``body`` (one token at
+    temperature 0) answers 200 with a JSON body that ``generated`` accepts. A health endpoint alone can answer
+    before the model has run a forward (vLLM's ``/health``), so readiness is a token, not a status code.
+
+    :param client: an ``httpx.Client`` whose ``base_url`` is the server's; the profile's API key is sent.
+    :returns: True when both succeed; False on any HTTP error, timeout or unexpected body (the caller polls again).
+    :raises ProfileError: the profile's ``api_key_env`` is not set (:func:`resolve_api_key`).
+    """
+    import httpx
+
+    headers = auth_headers(profile)
+    try:
+        health = client.get(health_path, headers=headers, timeout=HEALTH_TIMEOUT_S)
+        if health.status_code != 200:
+            return False
+        gen = client.post(generate_path, json=dict(body), headers=headers, timeout=GENERATE_TIMEOUT_S)
+        return gen.status_code == 200 and generated(gen.json())
+    except (httpx.HTTPError, ValueError):
+        return False
 
 
 def flag_name(arg: str) -> str:

@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,16 @@ from pytest_specdec.engines.base import (
     post_profiler,
     post_reset,
 )
-from pytest_specdec.engines.common import auth_headers, chain_speculative_at, clean_env, flag_name, resolve_api_key
+from pytest_specdec.engines.common import (
+    GENERATE_TIMEOUT_S,
+    auth_headers,
+    chain_speculative_at,
+    clean_env,
+    flag_name,
+    probe_health_then_generate,
+    resolve_api_key,
+    server_python,
+)
 from pytest_specdec.engines.prometheus import sum_samples
 from pytest_specdec.profiles.schema import Profile, SpeculativeConfig
 
@@ -52,10 +60,6 @@ __all__ = [
     "version_row",
 ]
 
-#: Seconds per ``/health_generate`` probe (SGLang's own launcher uses 5, ``python/sglang/test/test_utils.py``).
-HEALTH_TIMEOUT_S = 5.0
-#: Seconds for the one-token ``/generate`` that proves the server really generates.
-GENERATE_TIMEOUT_S = 30.0
 #: Seconds for the ``importlib.metadata`` version probe subprocess.
 PROBE_TIMEOUT_S = 60.0
 
@@ -317,8 +321,8 @@ class SglangEngine:
 
     # ----------------------------------------------------------------- launch
     def python(self, profile: Profile) -> str:
-        """The interpreter whose environment runs the server: ``profile.python`` or the one running pytest."""
-        return profile.python or sys.executable
+        """``common.server_python``: ``profile.python``, else the interpreter running pytest."""
+        return server_python(profile)
 
     def prepare(self, profile: Profile, *, work_dir: Path, draft_path: Path | None) -> Path | None:
         """Nothing to write: SGLang loads the draft directory as it is. :returns: ``draft_path``."""
@@ -554,26 +558,15 @@ class SglangEngine:
         return [warning] if warning else []
 
     # ------------------------------------------------------------- readiness
-    def _headers(self, profile: Profile) -> dict[str, str]:
-        return auth_headers(profile)
-
     def probe_ready(self, client: httpx.Client, profile: Profile) -> bool:
         """``GET /health_generate`` is 200 (503 until SGLang's warmup is done, ``http_server.py::health_generate``),
-        then one ``POST /generate`` with ``max_new_tokens`` 1 answers 200 with a ``text`` field.
-
-        :param client: an ``httpx.Client`` whose ``base_url`` is the server's (``LaunchSpec.base_url``).
-        :returns: True when both succeed; False on any HTTP error, timeout or unexpected body.
-        """
-        headers = self._headers(profile)
-        try:
-            health = client.get("/health_generate", headers=headers, timeout=HEALTH_TIMEOUT_S)
-            if health.status_code != 200:
-                return False
-            body = {"text": "Hello", "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
-            gen = client.post("/generate", json=body, headers=headers, timeout=GENERATE_TIMEOUT_S)
-            return gen.status_code == 200 and isinstance(gen.json(), dict) and "text" in gen.json()
-        except (httpx.HTTPError, ValueError):
-            return False
+        then one ``POST /generate`` with ``max_new_tokens`` 1 answers 200 with a ``text`` field
+        (``common.probe_health_then_generate``)."""
+        body = {"text": "Hello", "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
+        return probe_health_then_generate(
+            client, profile, health_path="/health_generate", generate_path="/generate", body=body,
+            generated=lambda data: isinstance(data, dict) and "text" in data,
+        )  # fmt: skip
 
     # --------------------------------------------------------------- readback
     def server_info(self, client: httpx.Client, profile: Profile) -> dict[str, Any]:
@@ -581,7 +574,7 @@ class SglangEngine:
 
         :raises ServerError: neither answers 200 with a JSON object.
         """
-        headers = self._headers(profile)
+        headers = auth_headers(profile)
         last = ""
         for path in ("/server_info", "/get_server_info"):
             try:
@@ -649,7 +642,7 @@ class SglangEngine:
 
         :returns: see ``base.post_reset``.
         """
-        return post_reset(client, "/flush_cache", self._headers(profile), busy_status=400)
+        return post_reset(client, "/flush_cache", auth_headers(profile), busy_status=400)
 
     def start_trace(self, client: httpx.Client, profile: Profile, out_dir: Path) -> str | None:
         """``POST /start_profile`` with ``output_dir``, ``activities`` and ``profile_prefix`` (``http_server.py`` ->
@@ -662,11 +655,11 @@ class SglangEngine:
             "activities": list(profile.trace.activities),
             "profile_prefix": profile.name,
         }
-        return post_profiler(client, "/start_profile", self._headers(profile), body)
+        return post_profiler(client, "/start_profile", auth_headers(profile), body)
 
     def stop_trace(self, client: httpx.Client, profile: Profile) -> str | None:
         """``POST /stop_profile``."""
-        return post_profiler(client, "/stop_profile", self._headers(profile), None)
+        return post_profiler(client, "/stop_profile", auth_headers(profile), None)
 
     def scheduler_accept_length(self, client: httpx.Client, profile: Profile) -> float | None:
         """``/server_info`` -> ``internal_states[0].avg_spec_accept_length``: the scheduler's accepted tokens

@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,7 +35,15 @@ from pytest_specdec.engines.base import (
     SpecCounters,
     post_reset,
 )
-from pytest_specdec.engines.common import auth_headers, chain_speculative_at, clean_env, resolve_api_key
+from pytest_specdec.engines.common import (
+    GENERATE_TIMEOUT_S,
+    auth_headers,
+    chain_speculative_at,
+    clean_env,
+    probe_health_then_generate,
+    resolve_api_key,
+    server_python,
+)
 from pytest_specdec.engines.prometheus import per_position, sum_samples
 from pytest_specdec.profiles.schema import Profile, SpeculativeConfig
 from pytest_specdec.profiles.weights import read_safetensors_header
@@ -68,9 +75,6 @@ _ALGORITHMS = {method: algorithm for algorithm, method in METHODS.items()}
 
 SPEC_CONFIG_FLAG = "--speculative-config"
 
-#: Seconds per ``/health`` probe and for the one-token completion that proves the server generates.
-HEALTH_TIMEOUT_S = 5.0
-GENERATE_TIMEOUT_S = 30.0
 #: Seconds for the install probes (``vllm --version`` imports vllm: about 10-16 s on 2 CPU cores).
 PROBE_TIMEOUT_S = 120.0
 
@@ -499,8 +503,8 @@ class VllmEngine:
     crashes_on_embedding_capture = False
 
     def python(self, profile: Profile) -> str:
-        """The interpreter whose environment runs the server: ``profile.python`` or the one running pytest."""
-        return profile.python or sys.executable
+        """``common.server_python``: ``profile.python``, else the interpreter running pytest."""
+        return server_python(profile)
 
     def install(self, profile: Profile, env: Mapping[str, str] | None = None) -> VllmInstall:
         """``probe_vllm_install`` for this profile's interpreter and the server's ``PATH``."""
@@ -614,35 +618,21 @@ class VllmEngine:
         return []
 
     # --------------------------------------------------------------------------------------------- readiness
-    def _headers(self, profile: Profile) -> dict[str, str]:
-        return auth_headers(profile)
-
     def probe_ready(self, client: httpx.Client, profile: Profile) -> bool:
         """``GET /health`` is 200 (``vllm/entrypoints/serve/instrumentator/health.py``; it answers before the first
         request has run), then one ``POST /v1/completions`` with ``max_tokens`` 1 and temperature 0 answers 200 with
-        a ``choices`` list.
-
-        :param client: an ``httpx.Client`` whose ``base_url`` is the server's (``LaunchSpec.base_url``).
-        :returns: True when both succeed; False on any HTTP error, timeout or unexpected body.
-        """
-        headers = self._headers(profile)
-        try:
-            health = client.get("/health", headers=headers, timeout=HEALTH_TIMEOUT_S)
-            if health.status_code != 200:
-                return False
-            body = {"prompt": "Hello", "max_tokens": 1, "temperature": 0.0}
-            gen = client.post("/v1/completions", json=body, headers=headers, timeout=GENERATE_TIMEOUT_S)
-            if gen.status_code != 200:
-                return False
-            data = gen.json()
-            return isinstance(data, dict) and isinstance(data.get("choices"), list) and len(data["choices"]) > 0
-        except (httpx.HTTPError, ValueError):
-            return False
+        a non-empty ``choices`` list (``common.probe_health_then_generate``)."""
+        body = {"prompt": "Hello", "max_tokens": 1, "temperature": 0.0}
+        return probe_health_then_generate(
+            client, profile, health_path="/health", generate_path="/v1/completions", body=body,
+            generated=lambda data: isinstance(data, dict) and bool(data.get("choices")) and isinstance(
+                data["choices"], list),
+        )  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------- readback
     def _get_json(self, client: httpx.Client, profile: Profile, path: str) -> Any:
         try:
-            resp = client.get(path, headers=self._headers(profile), timeout=GENERATE_TIMEOUT_S)
+            resp = client.get(path, headers=auth_headers(profile), timeout=GENERATE_TIMEOUT_S)
         except httpx.HTTPError as exc:
             raise ServerError(f"GET {path}: {exc}", profile=profile.name) from None
         if resp.status_code != 200:
@@ -737,7 +727,7 @@ class VllmEngine:
 
         :returns: see ``base.post_reset``; a 404 adds how to enable the route.
         """
-        note = post_reset(client, "/reset_prefix_cache", self._headers(profile), busy_status=None)
+        note = post_reset(client, "/reset_prefix_cache", auth_headers(profile), busy_status=None)
         if "HTTP 404" in note:
             note += "; vLLM serves it only with VLLM_SERVER_DEV_MODE=1 in the server's environment"
         return note

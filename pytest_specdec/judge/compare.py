@@ -308,8 +308,8 @@ def compare_results(
 #: Fields compared per prompt category (``RunMetrics.by_category``), with the tolerance of the field itself.
 CATEGORY_COMPARE_FIELDS = ("accept_length", "accept_rate", "ttft_ms_p50", "itl_ms_p50", "tpot_ms_p50")
 #: A category row gets a verdict only when the category has at least this many successful requests in every repeat
-#: of both runs (exact rows excepted): a p50 of fewer requests moves with one request (issue 24: a 1-request
-#: ``tpot_ms_p50[structured]`` was called REGRESSED at +20%).
+#: of both runs (exact rows excepted): a p50 of fewer requests moves with one request (a 1-request
+#: ``tpot_ms_p50[structured]`` was once called REGRESSED at +20%).
 MIN_CATEGORY_REQUESTS = 8
 
 
@@ -323,7 +323,7 @@ def _category_rows(
     paired: str | None = None,
 ) -> list[CompareRow]:
     """Rows ``accept_length[code]`` ... for every category both records have, judged by the rule of the field's own
-    row (issue 24.4):
+    row:
 
     - the field's top row judged on its ratio to the paired arm ``paired`` (:func:`_paired_rows`): the category's
       row on the per-pair ratio of the category's values (``itl_ms_p50[code] / baseline``), or ``n/a`` with the

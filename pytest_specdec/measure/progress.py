@@ -29,8 +29,8 @@ TTY_INTERVAL_S = 0.5
 
 class LogPacer:
     """When the next line may go to a log that is not a terminal: at most one every ``interval_s``, counted across
-    phases. A sweep's or a paired run's phases last 5-10 s each, so a timer restarted with every phase never fired
-    (issue 27); one pacer per session spans them.
+    phases. A sweep's or a paired run's phases last 5-10 s each, so a timer restarted with every phase never fired;
+    one pacer per session spans them.
 
     :param interval_s: seconds between two lines (default: ``LOG_INTERVAL_S`` at the time of each check).
     :param now: the clock (``clock.now`` seconds).

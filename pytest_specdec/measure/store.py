@@ -295,5 +295,5 @@ class MeasurementStore:
 
 def _launched(server: runner.RunningServer) -> str:
     """``eagle3 (pid 123)`` for a server we launched (``log_path`` names its launch)."""
-    pid = getattr(server.process, "pid", None)
-    return f"{server.profile.name} (pid {pid})" if pid is not None else server.profile.name
+    process = server.process  # a ServerHandle (its pid is declared), None for a server given by URL
+    return f"{server.profile.name} (pid {process.pid})" if process is not None else server.profile.name

@@ -295,7 +295,7 @@ class SpecEngine:
         self.delay_s = float(os.environ.get(FORWARD_DELAY_ENV, "0") or 0) / 1000.0
         self._waiting: collections.deque[Sequence] = collections.deque()
         self._running: list[Sequence] = []
-        # Popped from _waiting, not yet in _running: in prefill. Still busy for /flush_cache (issue 16.4).
+        # Popped from _waiting, not yet in _running: in prefill. Still busy for /flush_cache.
         self._admitted: list[Sequence] = []
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None

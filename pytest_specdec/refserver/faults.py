@@ -1,4 +1,4 @@
-"""Fault knobs of the reference server (``--ref-fault-*``): scripted failures a harness must survive (issue 6).
+"""Fault knobs of the reference server (``--ref-fault-*``): scripted failures a harness must survive.
 
 Each function does one fault; ``__main__`` calls them at the matching point of startup. Request-time faults (stall,
 die-after-requests) live where requests are counted: ``decoding.SpecEngine._stalled`` and ``app.exit_later``.

@@ -250,7 +250,7 @@ class Eagle3Draft(nn.Module):
         return cache, self._finish(out, hidden)
 
     def forward_ttt(self, input_ids: torch.Tensor, aux: torch.Tensor, steps: int) -> list[torch.Tensor]:
-        """Training-time-test unroll over a batch (EAGLE-3 paper §3; the trial in shared/reference).
+        """Training-time-test unroll over a batch (EAGLE-3 paper §3).
 
         Step 1 at index t sees (embed(x[t+1]), fc(aux[t])) at position t with causal attention; step k >= 2 sees
         (embed(x[t+k]), h_{k-1}[t]) at position t+k-1 and attends to step-1 keys at indices <= t plus its own

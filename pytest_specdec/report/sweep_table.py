@@ -154,7 +154,7 @@ def sweep_table(
 
 
 def crossover_lines(records: Sequence[ResultRecord], baselines: Sequence[ResultRecord]) -> list[str]:
-    """Speedup by concurrency and where speculation stops paying (issue 18.4), one line per speculative point
+    """Speedup by concurrency and where speculation stops paying, one line per speculative point
     swept over concurrency (the same point at two or more concurrencies, each with a speedup, :func:`speedup`).
 
     ``speedup by concurrency, eagle3@num_steps=3: 1: 1.38x, 8: 1.12x, 64: 0.84x; speculation stops paying between

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pytest
 
 from pytest_specdec.core import xdistnode
-from pytest_specdec.core.errors import LoadWarning, SpecdecError, SpecdecWarning
+from pytest_specdec.core.errors import LoadWarning, ServerStartError, SpecdecError, SpecdecWarning
 from pytest_specdec.run import marker
 from pytest_specdec.run.keys import RECORD_PROPERTY, record_key
 
@@ -218,7 +218,7 @@ def or_fail(call: Callable[[], T]) -> T:
         return call()
     except SpecdecError as exc:
         message = str(exc)
-        tail = getattr(exc, "log_tail", "")
+        tail = exc.log_tail if isinstance(exc, ServerStartError) else ""
         if tail and tail not in message:
             message += "\n" + tail
     pytest.fail(message, pytrace=False)
