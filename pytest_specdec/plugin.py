@@ -1,9 +1,9 @@
 """pytest hooks only: options, ini keys, the ``specdec`` marker, fixtures, and hooks that forward to the session.
 
-The run's wiring lives in ``run/session.py::SpecdecSession`` (built once from ``run/settings.py::RunSettings``,
-registered as a plugin: the summary hooks are its methods); a test's marker is read by ``run/marker.py``, its
-verdict judged by ``judge/verdict.py``, the end of the run reported by ``report/summary.py``. The options, ini keys
-and their value parsers are in ``run/options.py``.
+The run's wiring lives in ``run.session.SpecdecSession`` (built once from ``run.settings.RunSettings``,
+registered as a plugin: the summary hooks are its methods); a test's marker is read by ``run.marker``, its
+verdict judged by ``judge.verdict``, the end of the run reported by ``report.summary``. The options, ini keys
+and their value parsers are in ``run.options``.
 
 Every pytest run in an environment with the plugin installed imports this module, so it imports only ``pytest``
 and light modules (``options``, ``schedule``, ``keys``) at the top; the rest (aiohttp, numpy, pydantic behind them)

@@ -17,7 +17,7 @@ def bearer_headers(api_key: str | None) -> dict[str, str]:
     """``{"Authorization": "Bearer <api_key>"}``, or ``{}`` when ``api_key`` is None or empty.
 
     The scheme SGLang checks (``python/sglang/srt/utils/auth.py``), as vLLM's OpenAI server and the reference server
-    (``refserver/app.py``) do.
+    (``refserver.app``) do.
     """
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 

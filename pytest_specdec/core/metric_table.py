@@ -1,6 +1,6 @@
 """The metrics table: every metric's name, unit, direction, formula and source, one row each.
 
-On the ground floor because every floor reads it: the summary (``measure/metrics.py``), thresholds, compare, the
+On the ground floor because every floor reads it: the summary (``measure.metrics``), thresholds, compare, the
 run files and the plots. Standard library only.
 """
 
@@ -172,5 +172,5 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
 
 #: Fields compared equal-or-not at temperature 0 when every repeat of both runs agrees: any difference is real.
 EXACT_FIELDS: tuple[str, ...] = tuple(spec.name for spec in METRICS.values() if spec.exact)
-#: Fields measured on both arms of a pairing and judged on their per-pair ratio (``measure/pairing.py``).
+#: Fields measured on both arms of a pairing and judged on their per-pair ratio (``measure.pairing``).
 PAIRED_FIELDS: tuple[str, ...] = tuple(f for spec in METRICS.values() for f in spec.paired)

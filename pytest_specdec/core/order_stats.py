@@ -1,5 +1,5 @@
 """Distribution-free confidence bounds for a tail percentile and for a share, from binomial order statistics: the
-evidence behind a tail verdict (``judge/tails.py``) when the latencies are measured (``measure/metrics.py``).
+evidence behind a tail verdict (``judge.tails``) when the latencies are measured (``measure.metrics``).
 
 Percentile. For n independent values and the p-quantile q, the count of values <= q is Binomial(n, p), so the k-th
 smallest value ``x_(k)`` lies below q with probability P(Bin(n, p) >= k). The lower bound at confidence c is

@@ -108,8 +108,8 @@ class FlagIssue:
 class Engine(Protocol):
     """One server kind: everything callers need that differs between engines, so no caller tests ``profile.server``.
 
-    Implementations: ``engines/sglang.py::SglangEngine``, ``engines/reference.py::ReferenceEngine``,
-    ``engines/vllm.py::VllmEngine``; ``engines.get_engine`` picks one. Multi-node launch (``nodes:``) is a separate
+    Implementations: ``engines.sglang.SglangEngine``, ``engines.reference.ReferenceEngine``,
+    ``engines.vllm.VllmEngine``; ``engines.get_engine`` picks one. Multi-node launch (``nodes:``) is a separate
     protocol, ``nodegroup.NodeEngine``, which only SGLang and the reference server implement.
     """
 

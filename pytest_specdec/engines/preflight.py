@@ -481,7 +481,7 @@ def _rule_reachable_thresholds(ctx: _Ctx, steps: int) -> None:
 
 # ------------------------------------------------------------------- rule 5
 def _rule_tails(ctx: _Ctx) -> None:
-    """A percentile ceiling on too few requests: the order-statistics bound (``judge/tails.py``) needs
+    """A percentile ceiling on too few requests: the order-statistics bound (``judge.tails``) needs
     ``min_samples(p)`` requests (all under the ceiling) to pass at all; with fewer the verdict can only be FAILED or
     undecided. Counted per request (TTFT, TPOT, E2E) over ``num_requests x repeats``; ITL pools every token, so it is
     not checked here."""

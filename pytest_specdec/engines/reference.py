@@ -23,7 +23,7 @@ PER_POSITION_SERIES = "refserver:spec_decode_num_accepted_tokens_per_pos_total"
 
 
 def _reference_flags() -> frozenset[str]:
-    """Every option string of the reference server's parser (``refserver/args.py::build_parser``): SGLang 0.5.23
+    """Every option string of the reference server's parser (``refserver.args.build_parser``): SGLang 0.5.23
     spellings and aliases, plus its ``--ref-fault-*`` fault-injection flags. Read from the parser so the two cannot
     drift; ``args.py`` imports only the standard library."""
     from pytest_specdec.refserver.args import build_parser
@@ -111,7 +111,7 @@ class ReferenceEngine(SglangEngine):
         return [*args[:cut], "--decode-log-interval", "1", *args[cut:]]
 
     def flag_issues(self, profile: Profile) -> list[FlagIssue]:
-        """Errors for what the reference server rejects at startup (``refserver/args.py::resolve_args``): a flag it
+        """Errors for what the reference server rejects at startup (``refserver.args.resolve_args``): a flag it
         does not implement, ``tp_size`` other than 1, an algorithm other than EAGLE/EAGLE3/NEXTN, ``eagle_topk`` > 1
         (it drafts chains only)."""
         issues = [

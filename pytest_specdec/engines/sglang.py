@@ -82,7 +82,7 @@ class SglangVersion:
 
 
 #: Logical name -> SGLang 0.5.23 flag spelling for every flag the plugin emits (the reference server implements
-#: exactly these, ``engines/reference.py``).
+#: exactly these, ``engines.reference``).
 SGLANG_FLAGS: Mapping[str, str] = {
     "model_path": "--model-path",
     "host": "--host",

@@ -50,7 +50,7 @@ class Baselines:
     """The baselines of one session. ``run`` is set for ``--specdec-compare=NAME_OR_RUN`` (``label`` says how it
     was named); otherwise ``paths`` lists the stored run files, newest first, read on first use.
 
-    Usage (``run/selection.py::compare_setup``)::
+    Usage (``run.selection.compare_setup``)::
 
         baselines = Baselines.from_option(settings.compare, store)  # None without the option
         found = baselines.find("tests/test_x.py::test_a[eagle3]")  # Baseline or None

@@ -10,7 +10,7 @@ fingerprint (``history``) pool their variance (``sequential.History``). Unlike p
 ``--benchmark-compare-fail`` (seconds only, larger = worse, session-wide failure) each metric has its own direction
 and tolerance, and each test fails on its own.
 
-The tolerances are ``judge.tolerances``, the fingerprint diff ``judge.fingerprint``, the per-pair ratios
+The tolerances are ``core.tolerances``, the fingerprint diff ``judge.fingerprint``, the per-pair ratios
 ``judge.paired``; the ``compare`` command on stored runs is ``cli.compare``.
 """
 

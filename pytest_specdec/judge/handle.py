@@ -1,6 +1,6 @@
 """What a verdict may ask of the run's measurements: read a profile's run and paired arms, and ask for more.
 
-:class:`MeasureHandle` is the narrow face of ``measure/store.py::MeasurementStore`` that ``judge/verdict.py`` sees: a
+:class:`MeasureHandle` is the narrow face of ``measure.store.MeasurementStore`` that ``judge.verdict`` sees: a
 verdict that cannot decide on what was measured asks for one more repeat or pair (:meth:`MeasureHandle.more`) and
 reads what it cost (:meth:`MeasureHandle.spent_s`), until decided or its budget is spent. The judging code never sees
 the store, the servers, or pytest.

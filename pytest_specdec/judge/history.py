@@ -1,8 +1,8 @@
 """A baseline's history: the other stored runs of the same test with the same fingerprint, whose repeats a compare
 pools (``sequential.History``) so that a short baseline does not keep the interval wide however long today measures.
 
-Used the same way by pytest's ``--specdec-compare`` (``judge/verdict.py``) and the ``compare`` command
-(``cli/compare.py``), so both decide on the same numbers.
+Used the same way by pytest's ``--specdec-compare`` (``judge.verdict``) and the ``compare`` command
+(``cli.compare``), so both decide on the same numbers.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 overrides, the stored-compare tables and notes, the first test that failed with each threshold verdict, and the
 calibrated noise each compare read.
 
-``judge/verdict.py`` writes it while judging a test; ``run/session.py`` adds each test's record as its report
-arrives (on the xdist controller too: records travel in ``user_properties``); ``report/summary.py`` reads it.
+``judge.verdict`` writes it while judging a test; ``run.session`` adds each test's record as its report
+arrives (on the xdist controller too: records travel in ``user_properties``); ``report.summary`` reads it.
 Imports nothing heavy: every pytest run builds one.
 """
 

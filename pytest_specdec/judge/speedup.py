@@ -1,4 +1,4 @@
-"""The ``min_speedup`` verdict: paired throughput ratios (``measure/pairing.py``) judged against a floor at a look of
+"""The ``min_speedup`` verdict: paired throughput ratios (``measure.pairing``) judged against a floor at a look of
 a sequential design (``sequential.decide_floor``): passed when the interval of the geometric-mean ratio is above the
 floor, FAILED when below, undecided while it holds the floor at the budget.
 """

@@ -5,7 +5,7 @@ The points of one concurrency are ranked with their evidence: on the paired spee
 with its own baseline arm, else on per-repeat tok/s; a point not separated from the best is tied with it, and with 1
 repeat per point nothing is ranked (the lines say how many repeats would decide). The configured point fails the run
 only when shown to be more than ``--specdec-sweep-max-gap`` below the best. The points come from
-``run/sweep_spec.py``; the table and the run's sweep summary are ``report/sweep_table.py``'s. Usage::
+``run.sweep_spec``; the table and the run's sweep summary are ``report.sweep_table``'s. Usage::
 
     points = sweep_records(records)
     groups = rank_points(points, thresholds_ok=thresholds_ok(records), baselines=baseline_records(records, None))

@@ -1,7 +1,7 @@
 """Tail verdicts: the percentile ceilings (``max_ttft_ms_p99`` ...) and the goodput floor (``min_goodput``) of a
 profile, each passed, FAILED or undecided on the evidence of the run's requests (``RunMetrics.tails``).
 
-Method: an order-statistics interval (binomial; ``core/order_stats.py``), one-sided at
+Method: an order-statistics interval (binomial; ``core.order_stats``), one-sided at
 ``order_stats.TAIL_CONFIDENCE`` (99 %) each side, over every request of every repeat pooled. A ceiling C on the
 p-quantile passes when the interval's upper bound is at or under C (at most ``n - u`` values exceed C: the quantile is
 shown to be under C), fails when its lower bound is over C (shown to be over), and is undecided otherwise: so p99 of

@@ -7,7 +7,7 @@ and at the budget says *undecided* with what would decide it. What each check ne
 One measurement, one verdict: every test of a profile reads the same measurement, so a check is judged once per run
 and profile (``Outcomes.once``); a later test gets the same answer, figures and cost line.
 
-``run/session.py`` calls :func:`judge_item` after a test body with plain values: the test's record and thresholds,
+``run.session`` calls :func:`judge_item` after a test body with plain values: the test's record and thresholds,
 the run's measurements as a :class:`~pytest_specdec.judge.handle.MeasureHandle` (read, and ask for more), and the
 run's :class:`~pytest_specdec.judge.outcomes.Outcomes`; it gets back an :class:`ItemVerdict` (the record as judged,
 the checks, the warnings, the failure text) and applies it to the test. Nothing here knows pytest.

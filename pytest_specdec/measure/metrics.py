@@ -1,4 +1,4 @@
-"""Per-request records -> the aggregate metrics of one phase (formulas, units, sources: ``core/metric_table.py``).
+"""Per-request records -> the aggregate metrics of one phase (formulas, units, sources: ``core.metric_table``).
 
 Timing formulas follow SGLang ``python/sglang/benchmark/serving.py::calculate_metrics`` and its ``sglang``
 backend request function (``async_request_sglang_generate``, now ``benchmark/backends/sglang_client.py``);
@@ -229,7 +229,7 @@ def tail_evidence(
 
     - ``<metric>_p<q>`` for TTFT, ITL, TPOT, E2E and q in 90, 95, 99: ``n`` values (requests; ITL: per-token gaps),
       ``estimate`` (numpy linear percentile of the pooled values), ``low`` / ``high`` the order-statistics bounds of
-      the percentile at ``confidence`` each side (``core/order_stats.py``; None where n values cannot show one),
+      the percentile at ``confidence`` each side (``core.order_stats``; None where n values cannot show one),
       ``confidence``.
     - ``goodput_per_s`` with ``slo_ms``: ``n`` requests sent, ``good`` (:func:`good_requests`), ``duration_s`` (the
       phases' summed wall time), ``estimate`` good / duration, ``low`` / ``high`` the Clopper-Pearson bounds of the

@@ -12,7 +12,7 @@ arm (``min_speedup``, a sweep's baseline), the two arms are measured as pairs of
   replaces the target for its R phases, then the target is restarted for T' phases; the ratio of pair i is
   mean(T_i, T'_i) / R_i, so a drift during the bracket cancels to first order.
 
-The ratios are judged in ``judge/speedup.py`` (median against the floor, confirmed by as many pairs again).
+The ratios are judged in ``judge.speedup`` (median against the floor, confirmed by as many pairs again).
 """
 
 from __future__ import annotations

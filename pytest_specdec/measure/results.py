@@ -71,7 +71,7 @@ FINGERPRINT_PACKAGES = (
 #: Launch-env prefixes recorded in the fingerprint (besides every variable the profile sets).
 _ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_")
 _PROBE_TIMEOUT_S = 30.0
-#: Workload fields recorded in the fingerprint (``profiles.Workload``).
+#: Workload fields recorded in the fingerprint (``profiles.schema.Workload``).
 _WORKLOAD_FIELDS = (
     "prompts",
     "api",
@@ -225,7 +225,7 @@ def profile_definition(profile: Any) -> dict[str, Any]:
     of the fingerprint. Stored as ``fingerprint["profile_def"]``; ``merge`` refuses
     runs whose definitions of one profile name differ.
 
-    :param profile: a ``profiles.Profile``.
+    :param profile: a ``profiles.schema.Profile``.
     """
     data = profile.model_dump(mode="json", exclude={"name", "source"})
     base = str(Path(profile.source).resolve().parent) if profile.source else None
@@ -290,7 +290,7 @@ def build_fingerprint(server: RunningServer, prompt_hash: str) -> dict[str, Any]
     server's interpreter, ``{}`` for a server given by URL); ``argv`` (launch argv, api key redacted); ``env``
     (launch env variables starting NCCL_/SGLANG_/CUDA_ plus every variable the profile sets, redacted by name);
     ``draft`` (path, config hash, aux ids); ``speculative`` (the profile's block); ``effective`` (what the server
-    reported, ``EffectiveConfig`` without ``raw``); ``prompt_hash``; ``workload`` (``profiles.Workload`` fields);
+    reported, ``EffectiveConfig`` without ``raw``); ``prompt_hash``; ``workload`` (``profiles.schema.Workload`` fields);
     ``gpus`` (:func:`gpu_info`); ``host``; ``profile_def`` (:func:`profile_definition`); ``url`` (only for a server
     given by URL).
 

@@ -1,6 +1,6 @@
 """Measuring a profile's workload on a running server: ``measure`` = warmup -> counters -> measured phase -> counters ->
 metrics; repeats, the traced phase, and the client's load kept per server (so ``client_workers: auto`` learns from
-the last phase). Starting the server is ``serve/startup.py``'s (``start_server``, ``attach`` and ``RunningServer`` are
+the last phase). Starting the server is ``serve.startup``'s (``start_server``, ``attach`` and ``RunningServer`` are
 re-exported here for the callers that measure what they start). The plugin wires these to pytest; nothing here knows
 about pytest.
 """

@@ -1,14 +1,14 @@
 """The run's measurements, and the only code that measures or measures again: each profile's run (its repeats), its
 fingerprint, the paired arms of ``min_speedup``, and the reference servers those pairs need.
 
-A verdict sees it through ``judge/handle.py::MeasureHandle`` (read a run, ask for one more repeat or pair); the
-fixtures (``run/fixtures.py``) measure a profile once and hand it the server they started. Built from plain values
+A verdict sees it through ``judge.handle.MeasureHandle`` (read a run, ask for one more repeat or pair); the
+fixtures (``run.fixtures``) measure a profile once and hand it the server they started. Built from plain values
 (a log directory, a start-up budget, the profiles, an xdist lock), never from the pytest config, so it imports
 nothing heavy until it measures (``tests/test_plugin_import.py``).
 
 Under xdist the workers share servers: every measurement runs inside ``lock()``, which yields None without xdist, or
 a namer of the per-profile file through which the first worker to measure a profile hands its run to the others
-(``serve/sharing.py``).
+(``serve.sharing``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ Lock = Callable[[], AbstractContextManager[Callable[[str], Path] | None]]
 class MeasurementStore:
     """Measurements of one pytest process, by profile name (paired arms by ``(profile, reference profile)``).
 
-    Usage (``run/session.py``)::
+    Usage (``run.session``)::
 
         store = MeasurementStore(log_dir=out / "logs", startup_timeout_s=None, repeats=settings.repeats_of,
                                  profiles=profiles, lock=lambda: measure_lock(config))
@@ -178,7 +178,7 @@ class MeasurementStore:
         self, server: runner.RunningServer, run: runner.RunResult, before: dict[str, Any], prompts: list[Any]
     ) -> None:
         """Keep the profile's run and fingerprint; with ``trace:``, run the traced phase first (after the measured
-        ones, on the same prompts) and keep its line in ``run.trace``."""
+        ones, on the same prompts) and keep its line in the run's ``trace``."""
         from pytest_specdec.core import hoststate
         from pytest_specdec.measure import results, runner
 

@@ -2,7 +2,7 @@
 reported as ``FILE:LINE: profiles.NAME.KEY: what was expected, got VALUE``.
 
 The models are ``schema.py``'s; what an engine adds to them (defaults, combinations it refuses) comes in as
-:class:`ProfileRules` (``engines/rules.py``: profiles/ sits below engines/ and does not import it).
+:class:`ProfileRules` (``engines.rules``: profiles/ sits below engines/ and does not import it).
 """
 
 from __future__ import annotations

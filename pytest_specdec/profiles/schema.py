@@ -1,4 +1,4 @@
-"""Profile schema: the typed, strict models of a profile file (``profiles/loader.py`` reads the YAML into them).
+"""Profile schema: the typed, strict models of a profile file (``profiles.loader`` reads the YAML into them).
 
 A profile file looks like::
 
@@ -13,7 +13,7 @@ A profile file looks like::
 
 Unknown keys are errors (strict on input). The models check what holds for every engine; what one engine asks
 beyond that (SGLang needs a model path, vLLM has no multi-node launch, the reference server's bundled checkpoints)
-is ``engines/rules.py``'s.
+is ``engines.rules``'s.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ class Thresholds(_Strict):
     max_itl_ms: float | None = Field(default=None, gt=0)
     max_tpot_ms: float | None = Field(default=None, gt=0)
     #: Ceilings on latency percentiles (``max_<metric>_ms_p<q>``), judged with a confidence bound over every request
-    #: of the run (``judge/tails.py``): passed, FAILED or undecided.
+    #: of the run (``judge.tails``): passed, FAILED or undecided.
     max_ttft_ms_p90: float | None = Field(default=None, gt=0)
     max_ttft_ms_p95: float | None = Field(default=None, gt=0)
     max_ttft_ms_p99: float | None = Field(default=None, gt=0)
@@ -144,7 +144,7 @@ class Thresholds(_Strict):
     max_e2e_ms_p95: float | None = Field(default=None, gt=0)
     max_e2e_ms_p99: float | None = Field(default=None, gt=0)
     #: Requests per second that met every ``workload.slo`` (vLLM ``bench serve --goodput``), judged with a
-    #: confidence bound on the share of good requests (``judge/tails.py``).
+    #: confidence bound on the share of good requests (``judge.tails``).
     min_goodput: float | None = Field(default=None, gt=0)
     min_speedup: MinSpeedup | None = None
     #: Floors on the acceptance rate per draft position k (1 = the first draft token): ``{1: 0.7, 2: 0.5}``.
@@ -493,7 +493,7 @@ class Profile(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> Profile:
-        # What each engine asks beyond this (a model path, multi-node support) is engines/rules.py's.
+        # What each engine asks beyond this (a model path, multi-node support) is engines.rules's.
         if self.nodes is not None and self.url is not None:
             raise ValueError("nodes: and url: exclude each other (a server given by URL is never launched)")
         return self

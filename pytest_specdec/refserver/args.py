@@ -84,7 +84,7 @@ class ServerArgs:
     ref_fault_orphan: bool = False
     ref_fault_hold_port: int | None = None
     ref_fault_verify_delay_ms: float | None = None
-    # Multi-node (SGLang arg_groups/fields/parallel.py: nnodes, node_rank, dist_init_addr); see refserver/nodes.py.
+    # Multi-node (SGLang arg_groups/fields/parallel.py: nnodes, node_rank, dist_init_addr); see refserver.nodes.
     nnodes: int = 1
     node_rank: int = 0
     dist_init_addr: str | None = None
@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     nodes = p.add_argument_group(
         "multi-node (stand-in)",
         "SGLang's multi-node flags. Rank 0 serves HTTP once every rank registered at --dist-init-addr; other ranks "
-        "register, then answer /health like SGLang's non-zero ranks (see pytest_specdec/refserver/nodes.py).",
+        "register, then answer /health like SGLang's non-zero ranks (see refserver.nodes).",
     )
     nodes.add_argument("--nnodes", type=int, default=1, help="The number of nodes.")
     nodes.add_argument("--node-rank", type=int, default=0, help="The node rank.")

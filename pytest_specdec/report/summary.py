@@ -2,7 +2,7 @@
 (:func:`finish`, at ``pytest_sessionfinish``), and the terminal summary (:func:`summary_report`: the ``specdec
 summary`` table, notes, compares, where each file went), built from plain values and returned, never written here.
 
-``run/session.py`` writes a :class:`SummaryReport` through the terminal reporter (one ``write_sep`` or
+``run.session`` writes a :class:`SummaryReport` through the terminal reporter (one ``write_sep`` or
 ``write_line`` per :class:`Line`) and sets the exit status when :attr:`Outputs.fails_run`; ``cli`` can print the same
 lines. :func:`note_lines`, :func:`check_lines`, :func:`cost_lines` take data only.
 """

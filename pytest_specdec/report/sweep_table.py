@@ -1,6 +1,6 @@
 """The sweep as people read it: the table of points with their ranking marks and closing verdict lines, speedup by
 concurrency (where speculation stops paying), and the run's :class:`SweepSummary` (table, best points, the lines that
-fail the run) that ``report/summary.py`` prints and plots. The ranking itself is ``judge/sweep.py``'s.
+fail the run) that ``report.summary`` prints and plots. The ranking itself is ``judge.sweep``'s.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The bodies of the ``specdec_server`` and ``specdec_run`` fixtures (``plugin.py`` declares them): start or share a
-profile's server, measure it once (``measure/store.py``), attach the result record to the test, stop the server
+profile's server, measure it once (``measure.store``), attach the result record to the test, stop the server
 after its profile's last test (:class:`ServerStop`); and the xdist lock every measurement runs under
 (:func:`measure_lock`).
 
-Imports nothing heavy at the top: ``run/session.py`` imports it in every pytest run.
+Imports nothing heavy at the top: ``run.session`` imports it in every pytest run.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The run's wiring, one object per pytest session (as pytest's ``junitxml.LogXML``): built once in
 ``pytest_configure`` from :class:`~pytest_specdec.run.settings.RunSettings`, it holds the settings, the selected
-profiles (``selection``), the measurements (``measure/store.py``), the verdicts' outcomes (``judge/outcomes.py``) and
+profiles (``selection``), the measurements (``measure.store``), the verdicts' outcomes (``judge.outcomes``) and
 the baselines, and forwards pytest's hooks and the fixtures to the modules that own each job: ``fixtures``
-(start, share and measure servers), ``judge/verdict.py`` (a test's verdict), ``report/summary.py`` (the end of the
+(start, share and measure servers), ``judge.verdict`` (a test's verdict), ``report.summary`` (the end of the
 run, returned as a report and written here).
 
 Every pytest run builds this object, profiles selected or not, so the modules behind measuring and loading (runner:

@@ -2,13 +2,13 @@
 (:func:`expand_profiles`), run as if each had been named with ``--server-profile``.
 
 A sweep runs the selected profile once per point, one server per point. Derived profiles are named
-``<profile>@<key>=<value>[,<key>=<value>...]`` (``core/sweep_names.py``), e.g. ``eagle3@num_steps=2`` or
+``<profile>@<key>=<value>[,<key>=<value>...]`` (``core.sweep_names``), e.g. ``eagle3@num_steps=2`` or
 ``eagle3@num_steps=2,concurrency=8``. Usage::
 
     points = parse_sweep("num_steps=1..4")                       # [{"num_steps": 1}, ..., {"num_steps": 4}]
     profiles, names = expand_profiles(profile_set.profiles, ["baseline", "eagle3"], points)
 
-After the run, ``judge/sweep.py`` ranks the points and ``report/sweep_table.py`` tabulates them.
+After the run, ``judge.sweep`` ranks the points and ``report.sweep_table`` tabulates them.
 """
 
 from __future__ import annotations

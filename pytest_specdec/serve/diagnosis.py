@@ -32,7 +32,7 @@ _CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"|is not a local folder and is not a valid model identifier"
         ),
     ),
-    # "unsupported flag": the bundled reference server's argparse wrapper (refserver/args.py::parse_args).
+    # "unsupported flag": the bundled reference server's argparse wrapper (refserver.args.parse_args).
     ("bad flag", re.compile(r"unrecognized arguments|error: argument|invalid choice|error: unsupported flag")),
 )
 
@@ -101,7 +101,7 @@ def last_exception(log_text: str) -> tuple[str, str | None] | None:
     """The last Python traceback in ``log_text``: (its final line, the innermost frame as ``pkg/path.py:line``).
 
     The innermost frame is the last ``File "...", line N`` before the exception line; its path is cut to start at
-    the top-level package (after ``site-packages/`` or a ``/tmp/site/``-style install root).
+    the top-level package (after ``site-packages/`` or a ``pip install --target`` root).
 
     :returns: None when there is no ``Traceback (most recent call last)`` with an exception line after it and the
         log's last line is no exception line either (then the location is None).
@@ -204,6 +204,6 @@ def _short_path(path: str) -> str:
     for marker in ("site-packages/", "dist-packages/"):
         if marker in path:
             return path.split(marker, 1)[1]
-    # A --target install (/tmp/site/sglang/...) or a source checkout (.../python/sglang/...): from the package on.
+    # A --target install (<root>/sglang/...) or a source checkout (.../python/sglang/...): from the package on.
     m = re.search(r".*/((?:sglang|vllm|flashinfer|torch|pytest_specdec|transformers)/.*)$", path)
     return m[1] if m else path

@@ -53,7 +53,7 @@ STOP_COMMAND_TIMEOUT_S = 30.0
 
 @runtime_checkable
 class NodeEngine(Protocol):
-    """What a group needs from an engine (``engines/sglang.py::SglangEngine`` and the reference engine; vLLM has no
+    """What a group needs from an engine (``engines.sglang.SglangEngine`` and the reference engine; vLLM has no
     multi-node launch here). Runtime-checkable: ``runner`` tests an ``engines.base.Engine`` against it."""
 
     def node_launch_spec(

@@ -6,7 +6,7 @@ For key ``eagle3`` it holds ``specdec-server-eagle3.lock`` (a ``filelock.FileLoc
 holder dies) and ``specdec-server-eagle3.json``::
 
     {"key": "eagle3", "status": "running", "pid": 4242, "create_time": 1764500000.1,
-     "base_url": "http://127.0.0.1:30000", "host": "127.0.0.1", "port": 30000, "log_path": "/tmp/.../eagle3.log",
+     "base_url": "http://127.0.0.1:30000", "host": "127.0.0.1", "port": 30000, "log_path": ".specdec/logs/eagle3.log",
      "users": [[pid, create_time, token], ...], "procs": [[pid, create_time], ...], "starts": 1, "error": null}
 
 ``status`` is starting (launched, not ready yet; written before the wait so that a worker dying mid-startup

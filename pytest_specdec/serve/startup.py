@@ -1,7 +1,7 @@
 """Starting a profile's server and making sure it runs what the profile asks: ``start_server`` = overlay (aux ids) ->
 engine argv/env -> process (or one per rank with ``nodes:``) -> wait until it really generates -> read back the
 effective config; ``attach`` gives a client view of a server someone else started (``--server-url``, another xdist
-worker). Measuring it is ``measure/runner.py``'s job.
+worker). Measuring it is ``measure.runner``'s job.
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""The reference server's endpoints, one ``APIRouter`` per family; ``refserver/app.py::create_app`` mounts them."""
+"""The reference server's endpoints, one ``APIRouter`` per family; ``refserver.app.create_app`` mounts them."""
