@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_specdec.engines.rules import load_profiles  # noqa: E402
 from pytest_specdec.judge import sweep  # noqa: E402
-from pytest_specdec.judge.paired import paired_ratios  # noqa: E402
+from pytest_specdec.judge.pair_ratios import paired_ratios  # noqa: E402
 from pytest_specdec.measure.results import ResultRecord, read_run_file  # noqa: E402
 from pytest_specdec.report import sweep_table  # noqa: E402
 

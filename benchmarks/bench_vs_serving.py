@@ -2,7 +2,7 @@
 
 Runs one or more phases of ``--num-prompts`` streamed requests at ``--concurrency`` through
 ``pytest_specdec.measure.client.run_phase`` (the exact code the plugin measures with) and summarizes them with
-``pytest_specdec.measure.metrics.summarize``, so its lines can be set beside those of
+``pytest_specdec.measure.metrics.phase_metrics``, so its lines can be set beside those of
 ``python -m sglang.bench_serving --backend sglang --dataset-name random-ids`` on the same server. Only what the
 plugin ships is used (no SGLang, no GPU).
 
@@ -77,7 +77,7 @@ def scheduler_accept_length(args: argparse.Namespace) -> float | None:
 
 
 def report(args: argparse.Namespace, phase: client.PhaseResult) -> dict[str, float | None]:
-    run = metrics.summarize(
+    run = metrics.phase_metrics(
         list(phase.records), phase.duration_s, num_steps=args.num_steps, speculative=args.speculative,
         max_error_rate=1.0,
     )  # fmt: skip

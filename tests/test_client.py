@@ -19,7 +19,7 @@ import pytest
 from pytest_specdec.core import clock
 from pytest_specdec.core.errors import ServerError
 from pytest_specdec.measure.client import ClientLoad, PhaseOptions, auto_workers, fetch_text, run_phase
-from pytest_specdec.measure.metrics import request_timing, summarize
+from pytest_specdec.measure.metrics import phase_metrics, request_timing
 from tests.helpers import BASE, GENERATE_SCRIPT, FakeClock, Script, free_port, gen_event, req, sse
 
 
@@ -67,7 +67,7 @@ def test_generate_stream_records_exact_chunks_and_spec_fields(fake_clock: FakeCl
     assert timing.tpot_s == pytest.approx(0.100 / 7)
     assert timing.decode_tok_s == pytest.approx(70.0)
 
-    m = summarize(result.records, result.duration_s, num_steps=3, speculative=True)
+    m = phase_metrics(result.records, result.duration_s, num_steps=3, speculative=True)
     assert m.output_tok_s == pytest.approx(8 / 0.200)  # 40 tok/s
     assert m.accept_length == pytest.approx(1 + 5 / 3)  # 1 + Σspec_num_correct_drafts / Σspec_verify_ct
     assert m.accept_length_native == pytest.approx(8 / 3)  # SGLang's meta_info convention
@@ -127,7 +127,7 @@ def test_http_status_and_connection_errors_are_failed_records(fake_clock: FakeCl
     assert records[0].error == 'HTTP 401 Unauthorized from http://testserver/generate: {"error":"Unauthorized"}'
     assert records[1].error == "ConnectError on http://testserver/generate: connection refused"
     with pytest.raises(ServerError, match=r"^no successful requests: 2 of 2 failed; first error: HTTP 401"):
-        summarize(records, 1.0, num_steps=None, speculative=False)
+        phase_metrics(records, 1.0, num_steps=None, speculative=False)
 
 
 def test_stalled_stream_aborts_the_phase(fake_clock: FakeClock) -> None:
@@ -282,7 +282,7 @@ def test_openai_final_usage_only_never_counts_chunks_as_tokens(fake_clock: FakeC
     assert timing.itl_s == ()
     assert timing.ttft_s == pytest.approx(0.100)
     assert timing.tpot_s == pytest.approx(0.090 / 7)  # (190 - 100) ms / (8 - 1)
-    m = summarize([rec], 0.190, num_steps=3, speculative=True)
+    m = phase_metrics([rec], 0.190, num_steps=3, speculative=True)
     assert m.itl_ms_mean is None and m.itl_ms_p50 is None
     assert m.accept_length == pytest.approx(2.0)  # 1 + 4 accepted drafts / 4 verify steps
     assert m.accept_rate == pytest.approx(1 / 3)
@@ -346,7 +346,7 @@ def test_phase_runs_from_first_request_sent_to_last_response_finished(fake_clock
     assert (rec.start_s, rec.end_s) == (5.0, 5.3)
     assert (result.start_s, result.end_s) == (5.0, 5.3)
     assert result.duration_s == pytest.approx(0.3)  # the old client said 9.3 s
-    assert summarize(result.records, result.duration_s, num_steps=None, speculative=False).output_tok_s == (
+    assert phase_metrics(result.records, result.duration_s, num_steps=None, speculative=False).output_tok_s == (
         pytest.approx(2 / 0.3)
     )
 

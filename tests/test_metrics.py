@@ -14,9 +14,9 @@ from pytest_specdec.measure.metrics import (
     client_check,
     client_overloaded,
     cross_check,
+    phase_metrics,
     position_acceptance,
     request_timing,
-    summarize,
 )
 
 
@@ -73,7 +73,7 @@ def test_single_token_request_has_no_tpot_or_itl() -> None:
 
 
 def test_summarize_exact_values_and_failed_requests_excluded() -> None:
-    m = summarize([R1, failed_record(), R2], 2.0, num_steps=3, speculative=True, max_error_rate=0.5)
+    m = phase_metrics([R1, failed_record(), R2], 2.0, num_steps=3, speculative=True, max_error_rate=0.5)
     assert (m.num_requests, m.num_ok, m.num_errors, m.output_tokens) == (3, 2, 1, 12)
     assert m.output_tok_s == pytest.approx(6.0)  # 12 tokens / 2 s
     # TTFT [100, 200] ms: mean 150, p50 150, p90 100 + 0.9*100 = 190, p99 199.
@@ -94,7 +94,7 @@ def test_summarize_exact_values_and_failed_requests_excluded() -> None:
 
 
 def test_not_speculative_has_no_accept_metrics() -> None:
-    m = summarize([R1, R2], 2.0, num_steps=3, speculative=False)
+    m = phase_metrics([R1, R2], 2.0, num_steps=3, speculative=False)
     assert (m.accept_length, m.accept_rate, m.accept_length_source) == (None, None, None)
 
 
@@ -104,14 +104,14 @@ def test_accept_rate_is_per_drafted_position_not_per_tree_node() -> None:
     # 3 verify steps accepting 6 drafts -> accept length 1 + 6 / 3 = 3; (3 - 1) / 3 steps = 0.667, not 6 / 21.
     r = ok_record(0.0, [(0.1, 1), (0.2, 5), (0.3, 4)], 0.3, spec_verify_ct=3, spec_num_correct_drafts=6,
                   spec_num_proposed_drafts=21)  # fmt: skip
-    m = summarize([r], 1.0, num_steps=3, speculative=True)
+    m = phase_metrics([r], 1.0, num_steps=3, speculative=True)
     assert (m.accept_length, m.accept_rate) == pytest.approx((3.0, 2 / 3))
-    assert summarize([r], 1.0, num_steps=None, speculative=True).accept_rate is None
+    assert phase_metrics([r], 1.0, num_steps=None, speculative=True).accept_rate is None
 
 
 def test_error_rate_above_limit_raises() -> None:
     with pytest.raises(ServerError) as excinfo:
-        summarize([R1, failed_record("HTTP 500"), R2], 2.0, num_steps=3, speculative=True, max_error_rate=0.2)
+        phase_metrics([R1, failed_record("HTTP 500"), R2], 2.0, num_steps=3, speculative=True, max_error_rate=0.2)
     assert str(excinfo.value) == (
         "1 of 3 requests failed (error rate 0.33 > max_error_rate 0.2); first error: HTTP 500"
     )
@@ -119,7 +119,7 @@ def test_error_rate_above_limit_raises() -> None:
 
 def test_zero_successful_requests_raises() -> None:
     with pytest.raises(ServerError) as excinfo:
-        summarize(
+        phase_metrics(
             [failed_record("ConnectError"), failed_record()],
             1.0,
             num_steps=None,
@@ -128,18 +128,18 @@ def test_zero_successful_requests_raises() -> None:
         )
     assert str(excinfo.value) == "no successful requests: 2 of 2 failed; first error: ConnectError"
     with pytest.raises(ServerError, match=r"^no successful requests: 0 of 0 failed$"):
-        summarize([], 1.0, num_steps=None, speculative=False)
+        phase_metrics([], 1.0, num_steps=None, speculative=False)
 
 
 def test_nonpositive_duration_is_a_bug() -> None:
-    with pytest.raises(ValueError, match=r"^summarize: duration_s must be > 0, got 0.0$"):
-        summarize([R1], 0.0, num_steps=None, speculative=False)
+    with pytest.raises(ValueError, match=r"^phase_metrics: duration_s must be > 0, got 0.0$"):
+        phase_metrics([R1], 0.0, num_steps=None, speculative=False)
 
 
 def test_sglang_counters_and_cross_check() -> None:
     before = SpecCounters(generation_tokens=100.0, verify_calls=50.0)
     # Δgeneration 12 / Δverify 6 = 2.0: agrees with the client's native (8 + 4) / (4 + 2).
-    m = summarize(
+    m = phase_metrics(
         [R1, R2],
         2.0,
         num_steps=3,
@@ -150,7 +150,7 @@ def test_sglang_counters_and_cross_check() -> None:
     assert m.server_accept_length == pytest.approx(2.0)
     assert cross_check(m) is None
     # Δgeneration 40 / Δverify 10 = 4.0 vs client 2.0: -50 %.
-    m = summarize(
+    m = phase_metrics(
         [R1, R2],
         2.0,
         num_steps=3,
@@ -167,12 +167,12 @@ def test_sglang_counters_and_cross_check() -> None:
 
 def test_older_sglang_without_drafts_field_counts_emitted_tokens() -> None:
     old = [dataclasses.replace(r, spec_num_correct_drafts=None) for r in (R1, R2)]
-    m = summarize(old, 2.0, num_steps=3, speculative=True)
+    m = phase_metrics(old, 2.0, num_steps=3, speculative=True)
     assert m.accept_length == pytest.approx(1 + (12 - 2 - 6) / 6)  # 1 + (Σ(completion - 1) - Σverify) / Σverify
 
 
 def test_cross_check_tolerances() -> None:
-    base = summarize([R1, R2], 2.0, num_steps=3, speculative=True)  # client 1.667, native 2.0
+    base = phase_metrics([R1, R2], 2.0, num_steps=3, speculative=True)  # client 1.667, native 2.0
     assert cross_check(dataclasses.replace(base, server_accept_length=1.97)) is None  # +1.5 %
     assert cross_check(dataclasses.replace(base, server_accept_length=1.95)) is not None  # +2.6 %
     # The scheduler's own figure (independent, folded every 40 iterations) gets 5 %.
@@ -186,7 +186,7 @@ def test_cross_check_tolerances() -> None:
 def test_vllm_counters_give_accept_length_and_rate() -> None:
     # No per-request spec fields (vLLM): 1 + Δaccepted 15 / Δdrafts 10 = 2.5; rate 1.5 / 3 steps = 0.5.
     plain = [dataclasses.replace(R1, spec_verify_ct=None, spec_num_correct_drafts=None, spec_num_proposed_drafts=None)]
-    m = summarize(
+    m = phase_metrics(
         plain,
         1.0,
         num_steps=3,
@@ -258,7 +258,7 @@ def test_real_sglang_0_5_17_batch_in_the_convention_and_natively() -> None:
     endpoints = json.loads((data / "eagle3.endpoints.json").read_text())
     info = json.loads(endpoints["/server_info (after batch)"]["body"])
     scheduler = info["internal_states"][0]["avg_spec_accept_length"]
-    m = summarize(records, 1.0, num_steps=3, speculative=True, scheduler_accept_length=scheduler)
+    m = phase_metrics(records, 1.0, num_steps=3, speculative=True, scheduler_accept_length=scheduler)
     assert (m.accept_length, m.accept_length_native) == pytest.approx((1 + 664 / 368, 1024 / 368))  # 2.804, 2.783
     assert m.accept_rate == pytest.approx(664 / 368 / 3)  # 0.601
     assert scheduler == pytest.approx(2.8337, abs=1e-4)
@@ -267,7 +267,7 @@ def test_real_sglang_0_5_17_batch_in_the_convention_and_natively() -> None:
 
 def test_client_check_reports_lag_above_a_tenth_of_the_itl() -> None:
     # ITL p50 10 ms (R1/R2 above): lag p99 0.9 ms is under 1.0 ms, 1.5 ms over it; TPOT stands in without ITL.
-    base = summarize([R1, R2], 2.0, num_steps=3, speculative=True)
+    base = phase_metrics([R1, R2], 2.0, num_steps=3, speculative=True)
     itl = base.itl_ms_p50
     assert itl is not None
     calm = dataclasses.replace(base, itl_ms_p50=10.0, client_lag_ms_p99=0.9, client_cpu_cores=0.9, client_workers=1)
@@ -299,7 +299,7 @@ def test_client_check_reports_lag_above_a_tenth_of_the_itl() -> None:
 def test_lag_with_an_idle_client_is_a_busy_machine_not_an_overloaded_client() -> None:
     # Seen on the 2-core machine: lag p99 2.7 ms against ITL p50 20 ms (limit 2.0 ms) while the client used 0.07
     # cores: the lag is the wait for a core the server and other processes held.
-    base = summarize([R1, R2], 2.0, num_steps=3, speculative=True)
+    base = phase_metrics([R1, R2], 2.0, num_steps=3, speculative=True)
     busy = dataclasses.replace(base, itl_ms_p50=20.0, client_lag_ms_p99=2.7, client_cpu_cores=0.07, client_workers=1)
     assert not client_overloaded(busy)
     assert client_check(busy) == (
@@ -363,11 +363,11 @@ def test_position_acceptance_from_vllm_counters_uses_drafts() -> None:
 
 def test_summarize_fills_positions_only_when_speculative() -> None:
     records = [hist_record((1, 2, 1)), hist_record((0, 1, 0, 1))]
-    spec = summarize(records, 1.0, num_steps=3, speculative=True)
+    spec = phase_metrics(records, 1.0, num_steps=3, speculative=True)
     assert spec.accept_rate_at == pytest.approx((5 / 6, 2 / 6, 1 / 6))
     assert spec.accept_rate_cond_at == pytest.approx((5 / 6, 2 / 5, 1 / 2))
     assert spec.accept_position_source == "meta_info.spec_correct_drafts_histogram"
-    plain = summarize(records, 1.0, num_steps=None, speculative=False)
+    plain = phase_metrics(records, 1.0, num_steps=None, speculative=False)
     assert (plain.accept_rate_at, plain.accept_rate_cond_at, plain.accept_position_source) == ((), (), None)
 
 
@@ -379,7 +379,7 @@ def test_category_metrics_per_category_with_the_runs_definitions() -> None:
     code_b = dataclasses.replace(hist_record((1, 1), completion=8), spec_num_correct_drafts=1)
     prose = dataclasses.replace(hist_record((3,), completion=4), spec_num_correct_drafts=0)
     records = [code_a, prose, code_b, failed_record()]
-    run = summarize(records, 1.0, num_steps=3, speculative=True, max_error_rate=0.5,
+    run = phase_metrics(records, 1.0, num_steps=3, speculative=True, max_error_rate=0.5,
                     categories=["code", "prose", "code", None])
     assert set(run.by_category) == {"code", "prose", "uncategorized"}
     code = run.by_category["code"]
@@ -388,7 +388,7 @@ def test_category_metrics_per_category_with_the_runs_definitions() -> None:
     assert code["accept_rate_at"] == pytest.approx((3 / 4, 1 / 4, 0.0))
     assert run.by_category["prose"]["accept_length"] == pytest.approx(1.0)
     assert run.by_category["uncategorized"] == {"num_requests": 1, "num_ok": 0}
-    assert summarize(records, 1.0, num_steps=3, speculative=True, max_error_rate=0.5).by_category == {}
+    assert phase_metrics(records, 1.0, num_steps=3, speculative=True, max_error_rate=0.5).by_category == {}
 
 
 def test_serving_throughputs_and_p95_as_bench_serving() -> None:
@@ -399,7 +399,7 @@ def test_serving_throughputs_and_p95_as_bench_serving() -> None:
                       chunk_times_s=(0.1 + i * 0.01, 0.3), chunk_tokens=(1, 3))
         for i in range(10)
     ]  # fmt: skip
-    run = summarize(records, 2.0, num_steps=None, speculative=False)
+    run = phase_metrics(records, 2.0, num_steps=None, speculative=False)
     assert (run.input_tokens, run.input_tok_s, run.total_tok_s, run.requests_per_s) == (200, 100.0, 120.0, 5.0)
     assert run.ttft_ms_p95 == pytest.approx(185.5)
     assert run.goodput_per_s is None and set(run.tails) >= {"ttft_ms_p99", "itl_ms_p90", "e2e_ms_p95"}

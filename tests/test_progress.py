@@ -1,4 +1,4 @@
-"""Measured-phase progress: the client's per-request callback and the status line (pytest_specdec.measure.progress)."""
+"""Measured-phase progress: the client's per-request callback and the status line (pytest_specdec.run.progress)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from pytest_specdec.core import clock as specdec_clock
 from pytest_specdec.core.records import RequestRecord
 from pytest_specdec.measure.client import PhaseOptions, run_phase
-from pytest_specdec.measure.progress import PhaseProgress
+from pytest_specdec.run.progress import PhaseProgress
 from tests.helpers import BASE, GENERATE_SCRIPT, FakeClock, req, sse
 
 OK = RequestRecord(ok=True, error=None, start_s=10.0, end_s=11.0, prompt_tokens=5, completion_tokens=64)
@@ -90,7 +90,7 @@ def test_log_line_every_30_seconds() -> None:
 
 def test_log_interval_spans_phases() -> None:
     """Phases of 8 s each (a sweep, paired arms): one line per 30 s of the session, not none (issue 27)."""
-    from pytest_specdec.measure.progress import LogPacer
+    from pytest_specdec.run.progress import LogPacer
 
     clock, lines = Clock(0.0), []
     pacer = LogPacer(now=clock)
@@ -105,7 +105,7 @@ def test_log_interval_spans_phases() -> None:
 
 
 def test_measure_status_keeps_one_pacer_per_session(pytester: pytest.Pytester) -> None:
-    from pytest_specdec.measure.progress import MeasureStatus
+    from pytest_specdec.run.progress import MeasureStatus
 
     config = pytester.parseconfigure()
     first, second = MeasureStatus(config), MeasureStatus(config)

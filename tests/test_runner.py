@@ -11,7 +11,7 @@ from pytest_specdec.core.errors import ClientOverloadError
 from pytest_specdec.core.records import RequestRecord
 from pytest_specdec.measure import runner
 from pytest_specdec.measure.client import ClientLoad
-from pytest_specdec.measure.metrics import summarize
+from pytest_specdec.measure.metrics import phase_metrics
 from pytest_specdec.profiles.schema import Profile
 
 # One request: ITL 10 ms (events 10 ms apart, one token each).
@@ -20,7 +20,7 @@ OVERLOADED = "client overloaded: event-loop lag p99 2.00 ms > 10% of ITL p50 10.
 
 
 def run_with_lag(lag_ms: float) -> object:
-    run = summarize([RECORD], 0.05, num_steps=None, speculative=False)
+    run = phase_metrics([RECORD], 0.05, num_steps=None, speculative=False)
     return dataclasses.replace(run, client_lag_ms_p99=lag_ms, client_cpu_cores=0.9, client_workers=1)
 
 

@@ -7,26 +7,26 @@ import math
 import numpy as np
 import pytest
 
-from pytest_specdec.core.stats import ALPHA, Summary, WorseTest, mad_sigma, summarize, worse_test
+from pytest_specdec.core.stats import ALPHA, Summary, WorseTest, mad_sigma, repeat_summary, worse_test
 
 
 def test_summarize_five_repeats_order_statistic_interval() -> None:
     # n = 5: [min, max] covers the median with 1 - 2/32 = 0.9375 (< 95 %, the widest available).
-    s = summarize([103, 98, 100, None, 101, 100])
+    s = repeat_summary([103, 98, 100, None, 101, 100])
     assert s == Summary(n=5, median=100.0, ci_low=98.0, ci_high=103.0, coverage=0.9375, sigma=1.4826)
 
 
 def test_summarize_twenty_repeats_reaches_95_percent() -> None:
     # n = 20: k = 6 -> [x(6), x(15)], coverage 1 - 2 * P(Binom(20, 1/2) <= 5) = 0.9586...
-    s = summarize(list(range(20)))
+    s = repeat_summary(list(range(20)))
     assert s is not None
     assert (s.ci_low, s.ci_high, s.median) == (5.0, 14.0, 9.5)
     assert s.coverage == pytest.approx(1 - 2 * sum(math.comb(20, i) for i in range(6)) / 2**20)
 
 
 def test_summarize_single_and_empty() -> None:
-    assert summarize([7.0]) == Summary(n=1, median=7.0, ci_low=7.0, ci_high=7.0, coverage=0.0, sigma=0.0)
-    assert summarize([None, float("nan")]) is None
+    assert repeat_summary([7.0]) == Summary(n=1, median=7.0, ci_low=7.0, ci_high=7.0, coverage=0.0, sigma=0.0)
+    assert repeat_summary([None, float("nan")]) is None
 
 
 def test_mad_sigma() -> None:

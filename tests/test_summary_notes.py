@@ -39,7 +39,7 @@ def test_progress_warning_override_and_shared_verdict(pytester: pytest.Pytester)
     pytester.makeini("[pytest]\n")
     # A line per finished request instead of one every 30 s, to see the log form in a short phase.
     pytester.makeconftest(
-        "import pytest_specdec.measure.progress\npytest_specdec.measure.progress.LOG_INTERVAL_S = 0.0\n"
+        "import pytest_specdec.run.progress\npytest_specdec.run.progress.LOG_INTERVAL_S = 0.0\n"
     )
     result = pytester.runpytest_subprocess("--server-profile=eagle3", "-p", "no:cacheprovider", timeout=600)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()

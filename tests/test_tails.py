@@ -7,7 +7,7 @@ import dataclasses
 
 from pytest_specdec.core.records import RequestRecord
 from pytest_specdec.judge.thresholds import evaluate
-from pytest_specdec.measure.metrics import good_requests, summarize, tail_evidence
+from pytest_specdec.measure.metrics import good_requests, phase_metrics, tail_evidence
 from pytest_specdec.profiles.schema import Thresholds
 from tests.helpers import run_metrics
 
@@ -58,7 +58,7 @@ def test_goodput_counts_requests_meeting_every_slo_as_vllm_does() -> None:
     assert good_requests([slow_ttft, slow_tpot, good, failed], {"ttft_ms": 200, "tpot_ms": 20}) == 1
     one_token = request(0.1, tokens=1)  # TPOT 0 for a one-token response
     assert good_requests([one_token], {"tpot_ms": 1}) == 1
-    run = summarize([slow_ttft, good, failed], 2.0, num_steps=None, speculative=False, max_error_rate=1.0,
+    run = phase_metrics([slow_ttft, good, failed], 2.0, num_steps=None, speculative=False, max_error_rate=1.0,
                     slo_ms={"ttft_ms": 200})  # fmt: skip
     assert (run.goodput_per_s, run.slo_attainment) == (0.5, 1 / 3)
 

@@ -24,7 +24,7 @@ import pytest
 # sweep ranking) pulls numpy.fft, whose extension module cannot be loaded twice in one process.
 import scipy.stats  # noqa: F401
 
-import pytest_specdec.measure.progress
+import pytest_specdec.run.progress
 from pytest_specdec.engines.rules import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
@@ -249,7 +249,7 @@ def test_summary_repeats_preflight_warnings_and_prints_a_shared_verdict_once(
     """The fast twin of ``test_summary_notes.py``: progress lines, the preflight warning in the header and again
     under the table, the marker override, one verdict printed in full once for two tests of one profile."""
     # a line per request (in process: shared)
-    monkeypatch.setattr(pytest_specdec.measure.progress, "LOG_INTERVAL_S", 0.0)
+    monkeypatch.setattr(pytest_specdec.run.progress, "LOG_INTERVAL_S", 0.0)
     _project(pytester, SUMMARY_TESTS, extra=SUMMARY_PROFILES)
     result = _run(pytester, "--server-profile=eagle3-5-drafts")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()

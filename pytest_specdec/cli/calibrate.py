@@ -14,7 +14,7 @@ from pytest_specdec.core.metric_table import PAIRED_FIELDS
 from pytest_specdec.core.tolerances import format_tolerances
 from pytest_specdec.engines.rules import load_profiles
 from pytest_specdec.judge.noise import calibrate_noise, calibrate_proposal, measurements, paired_arm
-from pytest_specdec.judge.paired import paired_ratios
+from pytest_specdec.judge.pair_ratios import paired_ratios
 from pytest_specdec.measure import pairing, runner
 from pytest_specdec.measure.results import ResultRecord, read_run_file
 from pytest_specdec.profiles.schema import Profile

@@ -2,7 +2,7 @@
 
 A throughput measured while a neighbour compiles, or on a VM whose host steals CPU, or on a GPU shared with another
 job or clocked down, is not the same experiment as one on an idle runner. ``snapshot()`` before and after the
-measured phases, ``summarize(before, after)`` into the fingerprint (``fingerprint["runner"]``), and
+measured phases, ``runner_entry(before, after)`` into the fingerprint (``fingerprint["runner"]``), and
 ``state_changes(base, current)`` words the differences that a verdict prints first.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-__all__ = ["LOAD_CHANGE", "STEAL_CHANGE_PCT", "CLOCK_CHANGE", "snapshot", "state_changes", "summarize"]
+__all__ = ["LOAD_CHANGE", "STEAL_CHANGE_PCT", "CLOCK_CHANGE", "snapshot", "state_changes", "runner_entry"]
 
 #: A change of the 1-minute load average per CPU by more than this is a changed runner state (e.g. 2 CPUs, 1 -> 3).
 LOAD_CHANGE = 0.5
@@ -103,7 +103,7 @@ def snapshot() -> dict[str, Any]:
     return {"load1": load1, "cpus": os.cpu_count(), "cpu_times": times, "gpu": _gpu_state(_own_pids())}
 
 
-def summarize(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+def runner_entry(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
     """The fingerprint's ``runner`` entry: ``load1_before``, ``load1_after``, ``cpus``, ``steal_pct`` (CPU time
     stolen by the hypervisor between the snapshots, % of all CPU time; 0 on bare metal; None when the kernel does not
     report steal), ``gpu_before``, ``gpu_after``."""

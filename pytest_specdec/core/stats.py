@@ -37,7 +37,7 @@ __all__ = [
     "Summary",
     "WorseTest",
     "mad_sigma",
-    "summarize",
+    "repeat_summary",
     "worse_test",
 ]
 
@@ -101,7 +101,7 @@ def mad_sigma(values: Sequence[float | None]) -> float:
     return float(MAD_TO_SIGMA * np.median(np.abs(arr - np.median(arr))))
 
 
-def summarize(values: Sequence[float | None], confidence: float = 0.95) -> Summary | None:
+def repeat_summary(values: Sequence[float | None], confidence: float = 0.95) -> Summary | None:
     """Median, order-statistic CI and MAD sigma of the per-repeat values (None and NaN skipped).
 
     :returns: None when no value is left.

@@ -24,7 +24,7 @@ from pytest_specdec.core.errors import CompareError
 from pytest_specdec.core.metric_table import EXACT_FIELDS, PAIRED_FIELDS
 from pytest_specdec.core.tolerances import Tolerance, field_specs, merge_tolerances
 from pytest_specdec.judge import sequential
-from pytest_specdec.judge.paired import paired_ratios
+from pytest_specdec.judge.pair_ratios import paired_ratios
 from pytest_specdec.measure import results
 
 __all__ = ["Baseline", "Baselines", "baseline_notes"]

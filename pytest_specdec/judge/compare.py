@@ -11,7 +11,7 @@ fingerprint (``history``) pool their variance (``sequential.History``). Unlike p
 and tolerance, and each test fails on its own.
 
 The tolerances are ``core.tolerances``, the fingerprint diff ``judge.fingerprint``, the per-pair ratios
-``judge.paired``; the ``compare`` command on stored runs is ``cli.compare``.
+``judge.pair_ratios``; the ``compare`` command on stored runs is ``cli.compare``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pytest_specdec.core.table import Column, text_table
 from pytest_specdec.core.tolerances import Tolerance, field_specs, merge_tolerances
 from pytest_specdec.judge import sequential
 from pytest_specdec.judge.fingerprint import fingerprint_diff, workload_differences
-from pytest_specdec.judge.paired import paired_ratios
+from pytest_specdec.judge.pair_ratios import paired_ratios
 from pytest_specdec.measure.results import ResultRecord, RunFile
 
 __all__ = [
@@ -203,9 +203,9 @@ class _Change(NamedTuple):
 
 
 def _change(b_vals: Sequence[float], c_vals: Sequence[float]) -> _Change:
-    """The medians of both sides (``stats.summarize``) and the change: ``[98, 100, 102]`` -> ``[90, 91, 92]`` is
+    """The medians of both sides (``stats.repeat_summary``) and the change: ``[98, 100, 102]`` -> ``[90, 91, 92]`` is
     100 -> 91, delta -9, delta % -9.0."""
-    b_sum, c_sum = stats.summarize(b_vals), stats.summarize(c_vals)
+    b_sum, c_sum = stats.repeat_summary(b_vals), stats.repeat_summary(c_vals)
     b_med = None if b_sum is None else b_sum.median
     c_med = None if c_sum is None else c_sum.median
     delta = None if b_med is None or c_med is None else c_med - b_med
@@ -241,7 +241,7 @@ def compare_results(
 
     For each metric field with a tolerance (``tolerances`` keys are metric names or fields, merged over
     :data:`DEFAULT_TOLERANCES` by :func:`merge_tolerances`, so naming one metric never drops the others): medians
-    over repeats (``stats.summarize``), delta = current - baseline, delta % = delta / |baseline| * 100.
+    over repeats (``stats.repeat_summary``), delta = current - baseline, delta % = delta / |baseline| * 100.
 
     :param force: compare even when the workload differs (the differences stay in the fingerprint diff and a
         note says the comparison was forced).
@@ -373,7 +373,7 @@ def _few(fewest: int | None) -> str:
 
 def _relative(tol: Tolerance, raw: Sequence[float]) -> Tolerance:
     """``tol`` as a relative tolerance for a ratio row: an absolute part turned relative at the raw median."""
-    summary = stats.summarize(raw)
+    summary = stats.repeat_summary(raw)
     rel = tol.rel
     if tol.abs and summary is not None and summary.median:
         rel = tol.allowed(summary.median) / abs(summary.median)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pytest_specdec.core import stats
 from pytest_specdec.core.tolerances import DEFAULT_TOLERANCES, Tolerance
-from pytest_specdec.judge.paired import paired_ratios
+from pytest_specdec.judge.pair_ratios import paired_ratios
 from pytest_specdec.measure.results import ResultRecord
 
 __all__ = ["NOISE_K", "calibrate_noise", "calibrate_proposal", "measurements", "paired_arm", "read_noise"]
@@ -73,7 +73,7 @@ def calibrate_proposal(
             values = [v for r in records for v in r.values(fname)]
         if len(values) < 2:
             continue
-        summary = stats.summarize(values)
+        summary = stats.repeat_summary(values)
         if summary is None or summary.median == 0:
             continue
         rel = max(k * summary.sigma / abs(summary.median), floor)
@@ -104,7 +104,7 @@ def calibrate_noise(records: Sequence[ResultRecord], fields: Sequence[str] | Non
                 pools.setdefault(f"{fname}/{vs}", []).extend(paired_ratios(r, fname))
     out: dict[str, float] = {}
     for key, values in pools.items():
-        summary = stats.summarize(values) if len(values) >= 2 else None
+        summary = stats.repeat_summary(values) if len(values) >= 2 else None
         if summary is not None and summary.median != 0:
             out[key] = round(summary.sigma / abs(summary.median), 5)
     return out

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pytest_specdec.core.sweep_names import AT, SPECULATIVE_KEYS, SWEEP_KEYS, WORKLOAD_KEYS, point_label, split_name
 from pytest_specdec.core.table import format_value
 from pytest_specdec.judge import ranking
-from pytest_specdec.judge.paired import paired_ratios
+from pytest_specdec.judge.pair_ratios import paired_ratios
 from pytest_specdec.measure.results import ResultRecord
 from pytest_specdec.profiles.schema import Profile
 
@@ -176,7 +176,7 @@ def _passing(records: Iterable[ResultRecord], thresholds_ok: Mapping[str, bool])
 
 def sample_of(record: ResultRecord, basis: str) -> ranking.Sample:
     """The point's values on a ranking basis: ``"paired speedup"``: its per-pair speedup ratios to the paired
-    no-speculation arm (``paired.paired_ratios``); ``"tok/s"``: its per-repeat output tok/s
+    no-speculation arm (``pair_ratios.paired_ratios``); ``"tok/s"``: its per-repeat output tok/s
     (``ResultRecord.values``)."""
     if basis == "paired speedup":
         return ranking.Sample(record.profile, tuple(paired_ratios(record, "output_tok_s")))

@@ -13,7 +13,7 @@ from pytest_specdec.core.records import RunMetrics
 from pytest_specdec.judge.tails import tail_checks
 from pytest_specdec.profiles.schema import MinSpeedup, Thresholds
 
-__all__ = ["Check", "Verdict", "evaluate", "merge_marker", "overrides"]
+__all__ = ["Check", "ThresholdChecks", "evaluate", "merge_marker", "overrides"]
 
 #: threshold key -> (RunMetrics field, comparison, label, unit, speculative-only)
 _RULES: dict[str, tuple[str, str, str, str, bool]] = {
@@ -128,7 +128,7 @@ class Check:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class ThresholdChecks:
     """All checks of one test; ``failed`` lists the ones that missed."""
 
     checks: tuple[Check, ...]
@@ -168,7 +168,7 @@ def evaluate(
     sweep_steps: int | None = None,
     configured_steps: int | None = None,
     judged: Mapping[str, Check] | None = None,
-) -> Verdict:
+) -> ThresholdChecks:
     """Compare ``metrics`` with every set threshold.
 
     Accept-length/-rate thresholds on a profile without speculation are reported as not applicable, not failed.
@@ -235,7 +235,7 @@ def evaluate(
             checks.append(Check("min_speedup", label, ">=", ms.ratio, None, "x", None, note))
         else:
             checks.append(Check("min_speedup", label, ">=", ms.ratio, speedup, "x", speedup >= ms.ratio))
-    return Verdict(tuple(checks))
+    return ThresholdChecks(tuple(checks))
 
 
 def _position_checks(

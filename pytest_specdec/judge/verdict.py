@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.core.tolerances import Tolerance, merge_tolerances
 from pytest_specdec.judge import compare, sequential, speedup, sweep
-from pytest_specdec.judge.thresholds import Check, Verdict, evaluate
+from pytest_specdec.judge.thresholds import Check, ThresholdChecks, evaluate
 from pytest_specdec.measure import results, runner
 from pytest_specdec.profiles.schema import MinSpeedup, Profile, Thresholds
 
@@ -86,7 +86,7 @@ class ItemVerdict:
 
     #: The test's result record as judged (longer runs, paired verdict, ``cost``).
     record: results.ResultRecord
-    #: Per-threshold outcomes (``thresholds.Verdict.outcomes``).
+    #: Per-threshold outcomes (``thresholds.ThresholdChecks.outcomes``).
     checks: dict[str, str]
     #: ``SpecdecWarning`` texts, in the order they arose.
     warnings: tuple[str, ...] = ()
@@ -382,7 +382,7 @@ def sweep_steps(profile: Profile, profiles: Mapping[str, Profile]) -> tuple[int 
     return steps, configured
 
 
-def failure_message(verdict: Verdict, profile: str, num_ok: int, repeats: int) -> str:
+def failure_message(verdict: ThresholdChecks, profile: str, num_ok: int, repeats: int) -> str:
     """The threshold verdict's text: one line per missed threshold, with its context.
 
     Example: ``accept_length 2.352 tok/verify < min 2.5 [profile eagle3, 64 requests, median of 3 repeats]``.
@@ -394,7 +394,7 @@ def failure_message(verdict: Verdict, profile: str, num_ok: int, repeats: int) -
     return verdict.message(context)
 
 
-def shared_verdict_message(verdict: Verdict, profile: str, first: str) -> str:
+def shared_verdict_message(verdict: ThresholdChecks, profile: str, first: str) -> str:
     """The text for a later test of a profile that failed like ``first`` (a node id): every test of a profile shares
     one measurement, so the verdict is printed once and referred to after."""
     missed = ", ".join(c.label for c in verdict.failed)

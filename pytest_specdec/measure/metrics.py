@@ -35,7 +35,7 @@ __all__ = [
     "cross_check",
     "position_acceptance",
     "request_timing",
-    "summarize",
+    "phase_metrics",
     "tail_evidence",
 ]
 
@@ -321,7 +321,7 @@ def _server_accept(before: SpecCounters | None, after: SpecCounters | None) -> f
     return None
 
 
-def summarize(
+def phase_metrics(
     records: Sequence[RequestRecord],
     duration_s: float,
     *,
@@ -380,7 +380,7 @@ def summarize(
     :raises ValueError: ``duration_s <= 0``.
     """
     if duration_s <= 0:
-        raise ValueError(f"summarize: duration_s must be > 0, got {duration_s}")
+        raise ValueError(f"phase_metrics: duration_s must be > 0, got {duration_s}")
     ok = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]
     total = len(records)
@@ -589,7 +589,7 @@ def category_metrics(
     num_steps: int | None,
     speculative: bool,
 ) -> dict[str, dict[str, Any]]:
-    """:data:`CATEGORY_FIELDS` per prompt category, each from :func:`summarize` over that category's requests (so
+    """:data:`CATEGORY_FIELDS` per prompt category, each from :func:`phase_metrics` over that category's requests (so
     every definition is the run's own, e.g. accept length = 1 + Σaccepted drafts / Σverify steps of the category).
 
     Example: records of categories ["code", "prose", "code"] -> ``{"code": {...2 requests...}, "prose": {...}}``.
@@ -609,7 +609,7 @@ def category_metrics(
         if not any(r.ok for r in group):
             out[category] = {"num_requests": len(group), "num_ok": 0}
             continue
-        run = summarize(group, duration_s, num_steps=num_steps, speculative=speculative, max_error_rate=1.0)
+        run = phase_metrics(group, duration_s, num_steps=num_steps, speculative=speculative, max_error_rate=1.0)
         out[category] = {name: getattr(run, name) for name in CATEGORY_FIELDS}
     return out
 

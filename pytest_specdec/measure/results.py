@@ -386,7 +386,7 @@ class ResultRecord:
     #: arms); empty when this profile was not measured against another.
     paired: dict[str, Any] = field(default_factory=dict)
     #: Threshold key -> "passed" | "FAILED: <verdict line>" | "undecided: <verdict line>" (a sequential verdict
-    #: that spent its budget) | "n/a: <why>" (``thresholds.Verdict.outcomes``) of this
+    #: that spent its budget) | "n/a: <why>" (``thresholds.ThresholdChecks.outcomes``) of this
     #: test's marker/profile thresholds; empty for old records or tests without thresholds.
     checks: dict[str, str] = field(default_factory=dict)
     #: What the verdicts cost: ``server_s`` (seconds the record's phases held servers, warmups and a paired

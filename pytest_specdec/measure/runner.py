@@ -157,7 +157,7 @@ def measure(
         num_steps = (eff.num_steps if eff else None) or spec.num_steps
         if cache_reset.startswith("reset") and _scheduler_covers(server, phase.records):
             scheduler_length = _scheduler_accept_length(server)
-    run = metrics.summarize(
+    run = metrics.phase_metrics(
         list(phase.records),
         phase.end_s - phase.start_s,
         num_steps=num_steps,

@@ -186,7 +186,7 @@ class MeasurementStore:
             run = dataclasses.replace(run, trace=runner.trace_phase(server, prompts=prompts))
         self._runs[server.profile.name] = run
         fingerprint = results.build_fingerprint(server, run.prompt_hash)
-        fingerprint["runner"] = hoststate.summarize(before, hoststate.snapshot())
+        fingerprint["runner"] = hoststate.runner_entry(before, hoststate.snapshot())
         self._fingerprints[server.profile.name] = fingerprint
 
     def _measure_pair(

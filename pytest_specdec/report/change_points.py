@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pytest_specdec.core.metric_table import METRICS
-from pytest_specdec.judge.paired import paired_ratios
+from pytest_specdec.judge.pair_ratios import paired_ratios
 from pytest_specdec.measure.results import RunFile
 
 __all__ = ["ChangePoint", "Series", "change_points", "detect", "series_from_runs", "trend_lines"]

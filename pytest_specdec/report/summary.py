@@ -21,7 +21,7 @@ from pytest_specdec.profiles.schema import Profile
 from pytest_specdec.report import markdown, plots
 from pytest_specdec.report import terminal as report
 from pytest_specdec.report.json_report import write_json_report
-from pytest_specdec.report.sweep_table import summarize as summarize_sweep
+from pytest_specdec.report.sweep_table import sweep_summary
 
 __all__ = [
     "BENCHMARK_OPS_NOTE",
@@ -159,7 +159,7 @@ def finish(
     sweep_plot = load_plot = position_plot = report_path = None
     position_plot_error = ""
     if options.sweep:
-        summary = summarize_sweep(records, profiles, baseline=options.sweep_baseline, max_gap=options.sweep_max_gap)
+        summary = sweep_summary(records, profiles, baseline=options.sweep_baseline, max_gap=options.sweep_max_gap)
         if summary is not None:
             sweep_table, sweep_red = list(summary.table), tuple(summary.red)
             sweep_undecided = tuple(summary.undecided)

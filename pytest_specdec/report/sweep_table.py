@@ -12,7 +12,7 @@ from typing import Any
 from pytest_specdec.core import stats
 from pytest_specdec.core.sweep_names import point_label, split_name
 from pytest_specdec.core.table import Column, format_value, text_table
-from pytest_specdec.judge.paired import paired_ratios
+from pytest_specdec.judge.pair_ratios import paired_ratios
 from pytest_specdec.judge.sweep import (
     RankedGroup,
     baseline_records,
@@ -34,7 +34,7 @@ from pytest_specdec.judge.sweep import (
 from pytest_specdec.measure.results import ResultRecord
 from pytest_specdec.profiles.schema import Profile
 
-__all__ = ["SweepSummary", "check_cell", "crossover_lines", "summarize", "sweep_table"]
+__all__ = ["SweepSummary", "check_cell", "crossover_lines", "sweep_summary", "sweep_table"]
 
 
 def check_cell(record: ResultRecord, ok: bool) -> str:
@@ -77,7 +77,7 @@ def _closing_line(group: RankedGroup, baselines: Sequence[ResultRecord], at: str
     reference = speedup_reference(best, baselines)
     versus = f", {up:.2f}x vs {reference}" if up is not None and reference is not None else ""
     if group.basis == "paired speedup":
-        summary = stats.summarize(paired_ratios(best, "output_tok_s"))
+        summary = stats.repeat_summary(paired_ratios(best, "output_tok_s"))
         if summary is not None and summary.n > 1:
             versus += f", CI {summary.ci_low:.2f}-{summary.ci_high:.2f} ({summary.coverage:.0%})"
     line = f"best{at}: {best.profile} ({tok_s} tok/s{repeats}{versus})"
@@ -199,7 +199,8 @@ def crossover_lines(records: Sequence[ResultRecord], baselines: Sequence[ResultR
 
 @dataclass
 class SweepSummary:
-    """The end-of-run verdict of a sweep (``summarize``): what the table and plot show and which lines fail the run."""
+    """The end-of-run verdict of a sweep (``sweep_summary``): what the table and plot show and which lines fail
+    the run."""
 
     points: list[ResultRecord]
     baselines: list[ResultRecord]
@@ -219,7 +220,7 @@ class SweepSummary:
     undecided: list[str] = field(default_factory=list)
 
 
-def summarize(
+def sweep_summary(
     records: Sequence[ResultRecord],
     profiles: Mapping[str, Profile],
     *,

@@ -84,7 +84,7 @@ def serve(
     :raises pytest.fail.Exception: the server could not be started or attached (:func:`or_fail`).
     """
     from pytest_specdec.measure import runner
-    from pytest_specdec.measure.progress import StartupProgress
+    from pytest_specdec.run.progress import StartupProgress
     from pytest_specdec.serve import sharing
 
     def start(on_launch: Callable[[Any], None] | None = None) -> runner.RunningServer:
@@ -175,7 +175,7 @@ def measure_lock(config: pytest.Config, requests_out: Path | None = None) -> Ite
     from filelock import FileLock
 
     from pytest_specdec.measure import runner
-    from pytest_specdec.measure.progress import MeasureStatus
+    from pytest_specdec.run.progress import MeasureStatus
 
     status = MeasureStatus(config)
     token = runner.phase_watcher.set(status)

@@ -31,7 +31,7 @@ tolerances_key: pytest.StashKey[dict[str, Tolerance]] = pytest.StashKey()
 
 #: user_properties entry: the test's ``results.ResultRecord`` as JSON, read by the controller.
 RECORD_PROPERTY = "specdec"
-#: Per-threshold outcomes of a test (``thresholds.Verdict.outcomes``), joined to its record on the controller.
+#: Per-threshold outcomes of a test (``thresholds.ThresholdChecks.outcomes``), joined to its record on the controller.
 CHECKS_PROPERTY = "specdec_checks"
 #: user_properties entry listing what a test's marker changed in its profile's thresholds (shown in the summary).
 OVERRIDES_PROPERTY = "specdec_threshold_overrides"

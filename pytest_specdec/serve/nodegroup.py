@@ -39,8 +39,8 @@ from pytest_specdec.engines.common import BASE_ENV_KEYS
 from pytest_specdec.profiles.schema import Profile
 from pytest_specdec.serve import logfiles
 from pytest_specdec.serve.diagnosis import ExitDiagnosis, diagnose_exit
-from pytest_specdec.serve.exits import describe_exit, read_tail, tail_lines
 from pytest_specdec.serve.ports import find_free_port
+from pytest_specdec.serve.process_exit import describe_exit, read_tail, tail_lines
 from pytest_specdec.serve.server import ProgressCallback, ServerProcess, StopReport
 
 __all__ = ["NodeEngine", "NodeGroup", "Rank", "render_launcher"]

@@ -17,7 +17,7 @@ from typing import BinaryIO, Protocol
 from pytest_specdec.core.errors import ServerStartError
 from pytest_specdec.core.redaction import redact
 from pytest_specdec.serve.diagnosis import diagnose_exit
-from pytest_specdec.serve.exits import describe_exit, display_lines, read_tail, tail_lines
+from pytest_specdec.serve.process_exit import describe_exit, display_lines, read_tail, tail_lines
 
 __all__ = ["ProgressCallback", "exit_error", "wait_ready"]
 

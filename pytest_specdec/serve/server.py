@@ -32,9 +32,9 @@ from pytest_specdec.core.redaction import launch_secrets, redact
 from pytest_specdec.engines.base import LaunchSpec
 from pytest_specdec.serve import registry
 from pytest_specdec.serve.diagnosis import diagnose_exit
-from pytest_specdec.serve.exits import describe_exit, read_tail, tail_lines
 from pytest_specdec.serve.launch import Launched, launch, owners
 from pytest_specdec.serve.ports import find_free_port, port_holder
+from pytest_specdec.serve.process_exit import describe_exit, read_tail, tail_lines
 from pytest_specdec.serve.proctree import Descendants, StopReport, stop_process_tree, zombie
 from pytest_specdec.serve.readiness import ProgressCallback
 from pytest_specdec.serve.readiness import wait_ready as _wait_ready

@@ -69,7 +69,7 @@ class PhaseProgress:
     ``specdec: measuring eagle3 (phase 2): 7/16 requests, 123.4 tok/s so far``
 
     tok/s so far = Σ completion tokens of the finished ok requests / (now - the earliest start among them), the
-    phase's own formula (``metrics.summarize``) on what has finished. On a terminal (``tty``) the line is written at
+    phase's own formula (``metrics.phase_metrics``) on what has finished. On a terminal (``tty``) the line is written at
     most every 0.5 s and for the last request; in a log, at most every 30 s, counted by ``pacer`` across the
     session's phases (default: a pacer of this phase alone, started now).
 
