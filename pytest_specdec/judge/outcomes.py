@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeVar, cast
 
 if TYPE_CHECKING:
@@ -23,34 +24,66 @@ _T = TypeVar("_T")
 
 
 class Outcomes:
-    """The outcomes of one run (read them through the attributes; write them through the methods).
+    """The outcomes of one run: read through the properties (read-only views), written through the methods.
 
     :param noise_dir: where ``calibrate`` wrote each profile's noise (``<specdec dir>/noise/<profile>.json``).
     """
 
     def __init__(self, noise_dir: Path) -> None:
         self._noise_dir = noise_dir
-        #: The tests' result records, in the order their reports arrived (outcome and checks set).
-        self.records: list[ResultRecord] = []
-        #: node id -> failure text of failed specdec tests (for the markdown summary).
-        self.failures: dict[str, str] = {}
-        #: node id -> (profile, what its marker changed in the profile's thresholds), for the summary.
-        self.overrides: dict[str, tuple[str, list[str]]] = {}
-        #: stored run id -> the tests compared with it.
-        self.compared: dict[str, list[str]] = {}
-        #: stored run id -> why it was chosen (``Baseline.why``), the newer runs passed over (an ordered set of
-        #: ``<run id> (<problem>)``), and what its record said when it was stored (``ResultRecord.baseline_notes``).
-        self.chosen: dict[str, tuple[str, dict[str, None], dict[str, None]]] = {}
-        #: node id -> the passing compare's table (``compare.Comparison.lines``), shown under the summary.
-        self.compare_tables: dict[str, list[str]] = {}
-        #: How compares were judged (exact metrics, paired ratios), printed under the summary; a dict as ordered set.
-        self.compare_notes: dict[str, None] = {}
+        self._records: list[ResultRecord] = []
+        self._failures: dict[str, str] = {}
+        self._overrides: dict[str, tuple[str, list[str]]] = {}
+        self._compared: dict[str, list[str]] = {}
+        self._chosen: dict[str, tuple[str, dict[str, None], dict[str, None]]] = {}
+        self._compare_tables: dict[str, list[str]] = {}
+        self._compare_notes: dict[str, None] = {}
         #: (profile, threshold verdict) -> the first test that failed with it; later tests refer to it.
         self._first_failures: dict[tuple[str, str], str] = {}
         #: profile -> calibrated relative noise per field.
         self._noise: dict[str, dict[str, float]] = {}
         #: (kind, profile, ...) -> a verdict judged once per run (:meth:`once`).
         self._judged: dict[Hashable, object] = {}
+
+    # -- read (the summary) --
+
+    @property
+    def records(self) -> Sequence[ResultRecord]:
+        """The tests' result records, in the order their reports arrived (outcome and checks set)."""
+        return tuple(self._records)
+
+    @property
+    def failures(self) -> Mapping[str, str]:
+        """node id -> failure text of failed specdec tests (for the markdown summary)."""
+        return MappingProxyType(self._failures)
+
+    @property
+    def overrides(self) -> Mapping[str, tuple[str, list[str]]]:
+        """node id -> (profile, what its marker changed in the profile's thresholds), for the summary."""
+        return MappingProxyType(self._overrides)
+
+    @property
+    def compared(self) -> Mapping[str, list[str]]:
+        """stored run id -> the tests compared with it."""
+        return MappingProxyType(self._compared)
+
+    @property
+    def chosen(self) -> Mapping[str, tuple[str, dict[str, None], dict[str, None]]]:
+        """stored run id -> why it was chosen (``Baseline.why``), the newer runs passed over (an ordered set of
+        ``<run id> (<problem>)``), and what its record said when it was stored (``ResultRecord.baseline_notes``)."""
+        return MappingProxyType(self._chosen)
+
+    @property
+    def compare_tables(self) -> Mapping[str, list[str]]:
+        """node id -> the passing compare's table (``compare.Comparison.lines``), shown under the summary."""
+        return MappingProxyType(self._compare_tables)
+
+    @property
+    def compare_notes(self) -> Sequence[str]:
+        """How compares were judged (exact metrics, paired ratios), printed under the summary, first seen first."""
+        return tuple(self._compare_notes)
+
+    # -- write (the verdicts, the session) --
 
     def once(self, key: Hashable, judge: Callable[[], _T]) -> _T:
         """The verdict ``key`` names (``("check", profile, threshold key, value)``, ``("speedup", ...)``,
@@ -62,13 +95,19 @@ class Outcomes:
 
     def add_record(self, nodeid: str, record: ResultRecord, failure: str | None = None) -> None:
         """A test's record as its report arrived; ``failure``: the report's text when the test failed."""
-        self.records.append(record)
+        self._records.append(record)
         if failure is not None:
-            self.failures[nodeid] = failure
+            self._failures[nodeid] = failure
+
+    def mark_interrupted(self) -> None:
+        """The run was interrupted: every record is kept, marked so that it never becomes a baseline."""
+        import dataclasses
+
+        self._records[:] = [dataclasses.replace(r, interrupted=True) for r in self._records]
 
     def add_override(self, nodeid: str, profile: str, changed: Sequence[str]) -> None:
         """What a test's marker changed in its profile's thresholds (``thresholds.overrides``)."""
-        self.overrides[nodeid] = (profile, list(changed))
+        self._overrides[nodeid] = (profile, list(changed))
 
     def first_failure(self, profile: str, verdict: str, nodeid: str) -> str:
         """The node id of the first test of ``profile`` that failed with ``verdict`` (``nodeid`` when it is the
@@ -89,11 +128,11 @@ class Outcomes:
     ) -> None:
         """A test compared with stored run ``run_id``: how it was judged (``notes``, per profile), when it did not
         regress its table, and the ``baseline`` found (why that run, the newer runs passed over)."""
-        self.compared.setdefault(run_id, []).append(test_id)
+        self._compared.setdefault(run_id, []).append(test_id)
         if baseline is not None:
-            why, skipped, stored = self.chosen.setdefault(run_id, (baseline.why, {}, {}))
+            why, skipped, stored = self._chosen.setdefault(run_id, (baseline.why, {}, {}))
             skipped.update(dict.fromkeys(baseline.skipped))
             stored.update(dict.fromkeys(f"{baseline.record.profile}: {n}" for n in baseline.record.baseline_notes))
-        self.compare_notes.update(dict.fromkeys(notes))
+        self._compare_notes.update(dict.fromkeys(notes))
         if table:
-            self.compare_tables[test_id] = list(table)
+            self._compare_tables[test_id] = list(table)

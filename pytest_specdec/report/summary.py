@@ -53,9 +53,10 @@ class Line:
     sep: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OutputOptions:
-    """Where the end of the run writes its files (``RunSettings``' output options)."""
+    """Where the end of the run writes its files (``RunSettings.output_options``; by keyword only, so that a field
+    added to one side cannot shift the others)."""
 
     #: ``<specdec dir>``: results under ``results/``, the sweep plot's default place.
     out_dir: Path

@@ -216,7 +216,7 @@ class SpecdecSession:
 
             if session.exitstatus == pytest.ExitCode.INTERRUPTED:
                 # Its records are kept, but an interrupted run never becomes a baseline (nor takes a name).
-                self.outcomes.records[:] = [dataclasses.replace(r, interrupted=True) for r in self.outcomes.records]
+                self.outcomes.mark_interrupted()
             self.outputs = summary.finish(self.outcomes.records, self.outcomes.failures, run_id=self.run_id,
                                           started=self.started, profiles=self.profiles or {},
                                           options=self.settings.output_options())  # fmt: skip

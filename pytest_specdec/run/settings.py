@@ -95,8 +95,9 @@ class RunSettings:
         from pytest_specdec.report.summary import OutputOptions
 
         return OutputOptions(
-            self.out_dir, self.sweep is not None, self.sweep_baseline, self.sweep_max_gap, self.sweep_plot,
-            self.position_plot, self.report, self.markdown, self.save, self.compare is not None,
+            out_dir=self.out_dir, sweep=self.sweep is not None, sweep_baseline=self.sweep_baseline,
+            sweep_max_gap=self.sweep_max_gap, sweep_plot=self.sweep_plot, position_plot=self.position_plot,
+            report=self.report, markdown=self.markdown, save_name=self.save, compare=self.compare is not None,
         )  # fmt: skip
 
     @classmethod
