@@ -59,6 +59,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _build_parser() -> argparse.ArgumentParser:
+    """Every subcommand and its flags. A table, kept as one function on purpose: read top to bottom it is the
+    command line's reference, in the order ``--help`` prints it; each subcommand's work lives in its own module."""
     parser = argparse.ArgumentParser(prog="python -m pytest_specdec", description="pytest-specdec tools")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     check = sub.add_parser(

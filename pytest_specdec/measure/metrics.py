@@ -381,51 +381,15 @@ def phase_metrics(
     """
     if duration_s <= 0:
         raise ValueError(f"phase_metrics: duration_s must be > 0, got {duration_s}")
-    ok = [r for r in records if r.ok]
-    failed = [r for r in records if not r.ok]
+    ok, failed = _ok_within_error_rate(records, max_error_rate)
     total = len(records)
-    first_error = f"; first error: {failed[0].error}" if failed else ""
-    if not ok:
-        raise ServerError(f"no successful requests: {len(failed)} of {total} failed{first_error}")
-    if len(failed) / total > max_error_rate:
-        raise ServerError(
-            f"{len(failed)} of {total} requests failed (error rate {len(failed) / total:.2f} > "
-            f"max_error_rate {max_error_rate:g}){first_error}"
-        )
-
     timings = [request_timing(r) for r in ok]
-    ttft = _stats_ms([t.ttft_s for t in timings if t.ttft_s is not None])
-    itl = _stats_ms([gap for t in timings for gap in t.itl_s])
-    tpot = _stats_ms([t.tpot_s for t in timings if t.tpot_s is not None])
-    e2e = _stats_ms([t.e2e_s for t in timings])
     decode = [t.decode_tok_s for t in timings if t.decode_tok_s is not None]
     output_tokens = sum(r.completion_tokens for r in ok)
     input_tokens = sum(r.prompt_tokens for r in ok)
     good = good_requests(records, slo_ms) if slo_ms else None
-
     server_length = _server_accept(counters_before, counters_after)
-    accept_length: float | None = None
-    native: float | None = None
-    accept_rate: float | None = None
-    source: str | None = None
-    if speculative:
-        verified = [r for r in ok if r.spec_verify_ct]
-        if verified:
-            steps = sum(r.spec_verify_ct or 0 for r in verified)
-            emitted = sum(r.completion_tokens for r in verified)
-            if all(r.spec_num_correct_drafts is not None for r in verified):
-                accepted = sum(r.spec_num_correct_drafts or 0 for r in verified)
-            else:  # older SGLang: every token after the prefill one came out of a verify step
-                accepted = emitted - len(verified) - steps
-            accept_length = 1.0 + accepted / steps
-            native = emitted / steps
-            source = "client"
-        elif server_length is not None:
-            # vLLM: no per-request fields; its counters' figure is already in the convention.
-            accept_length = native = server_length
-            source = "counters"
-        if accept_length is not None and num_steps:
-            accept_rate = (accept_length - 1.0) / num_steps
+    accept = _AcceptFigures.of(ok, server_length, num_steps) if speculative else _AcceptFigures()
     positions = (
         position_acceptance(
             ok, num_positions=num_steps, counters_before=counters_before, counters_after=counters_after
@@ -441,28 +405,9 @@ def phase_metrics(
         duration_s=duration_s,
         output_tokens=output_tokens,
         output_tok_s=output_tokens / duration_s,
-        accept_length=accept_length,
-        accept_rate=accept_rate,
-        ttft_ms_mean=ttft[0],
-        ttft_ms_p50=ttft[1],
-        ttft_ms_p90=ttft[2],
-        ttft_ms_p95=ttft[3],
-        ttft_ms_p99=ttft[4],
-        itl_ms_mean=itl[0],
-        itl_ms_p50=itl[1],
-        itl_ms_p90=itl[2],
-        itl_ms_p95=itl[3],
-        itl_ms_p99=itl[4],
-        tpot_ms_mean=tpot[0],
-        tpot_ms_p50=tpot[1],
-        tpot_ms_p90=tpot[2],
-        tpot_ms_p95=tpot[3],
-        tpot_ms_p99=tpot[4],
-        e2e_ms_mean=e2e[0],
-        e2e_ms_p50=e2e[1],
-        e2e_ms_p90=e2e[2],
-        e2e_ms_p95=e2e[3],
-        e2e_ms_p99=e2e[4],
+        accept_length=accept.length,
+        accept_rate=accept.rate,
+        **_latency_fields(timings),
         input_tokens=input_tokens,
         input_tok_s=input_tokens / duration_s,
         total_tok_s=(input_tokens + output_tokens) / duration_s,
@@ -472,8 +417,8 @@ def phase_metrics(
         tails=tail_evidence([(records, duration_s)], slo_ms=slo_ms),
         decode_tok_s_p50=float(np.median(decode)) if decode else None,
         server_accept_length=server_length,
-        accept_length_source=source,
-        accept_length_native=native,
+        accept_length_source=accept.source,
+        accept_length_native=accept.native,
         scheduler_accept_length=scheduler_accept_length if speculative else None,
         cache_reset=cache_reset,
         by_category=category_metrics(
@@ -494,6 +439,74 @@ CLIENT_LAG_FRACTION = 0.10
 #: was mostly idle and waited for a core that the server or other processes held. The same half core per worker
 #: above which ``client.auto_workers`` adds a worker (``client.WORKER_CPU_TARGET``).
 CLIENT_BUSY_CORES = 0.5
+
+
+def _ok_within_error_rate(
+    records: Sequence[RequestRecord], max_error_rate: float
+) -> tuple[list[RequestRecord], list[RequestRecord]]:
+    """(ok records, failed records) of a phase.
+
+    :raises ServerError: none succeeded, or failed/total > ``max_error_rate`` (the counts and the first error).
+    """
+    ok = [r for r in records if r.ok]
+    failed = [r for r in records if not r.ok]
+    total = len(records)
+    first_error = f"; first error: {failed[0].error}" if failed else ""
+    if not ok:
+        raise ServerError(f"no successful requests: {len(failed)} of {total} failed{first_error}")
+    if len(failed) / total > max_error_rate:
+        raise ServerError(
+            f"{len(failed)} of {total} requests failed (error rate {len(failed) / total:.2f} > "
+            f"max_error_rate {max_error_rate:g}){first_error}"
+        )
+    return ok, failed
+
+
+def _latency_fields(timings: Sequence[RequestTiming]) -> dict[str, Any]:
+    """``RunMetrics`` fields ``ttft_ms_mean`` ... ``e2e_ms_p99`` (mean, p50, p90, p95, p99 in ms, float or None) of the
+    ok requests' timings; ITL pools every per-token gap of every request, as ``calculate_metrics`` pools ``itls``."""
+    samples = {
+        "ttft": [t.ttft_s for t in timings if t.ttft_s is not None],
+        "itl": [gap for t in timings for gap in t.itl_s],
+        "tpot": [t.tpot_s for t in timings if t.tpot_s is not None],
+        "e2e": [t.e2e_s for t in timings],
+    }
+    fields: dict[str, Any] = {}
+    for name, values in samples.items():
+        for stat, value in zip(("mean", "p50", "p90", "p95", "p99"), _stats_ms(values), strict=True):
+            fields[f"{name}_ms_{stat}"] = value
+    return fields
+
+
+@dataclass(frozen=True, slots=True)
+class _AcceptFigures:
+    """A speculative phase's accept length (ours), the engine's own (``native``), the accept rate, and where they
+    came from (``client``: per-request fields; ``counters``: the server's counters); all None without speculation."""
+
+    length: float | None = None
+    native: float | None = None
+    rate: float | None = None
+    source: str | None = None
+
+    @classmethod
+    def of(cls, ok: Sequence[RequestRecord], server_length: float | None, num_steps: int | None) -> _AcceptFigures:
+        """From the ok requests that report ``spec_verify_ct``, else ``server_length`` (:func:`phase_metrics`'
+        definitions)."""
+        verified = [r for r in ok if r.spec_verify_ct]
+        if verified:
+            steps = sum(r.spec_verify_ct or 0 for r in verified)
+            emitted = sum(r.completion_tokens for r in verified)
+            if all(r.spec_num_correct_drafts is not None for r in verified):
+                accepted = sum(r.spec_num_correct_drafts or 0 for r in verified)
+            else:  # older SGLang: every token after the prefill one came out of a verify step
+                accepted = emitted - len(verified) - steps
+            length, native, source = 1.0 + accepted / steps, emitted / steps, "client"
+        elif server_length is not None:
+            # vLLM: no per-request fields; its counters' figure is already in the convention.
+            length, native, source = server_length, server_length, "counters"
+        else:
+            return cls()
+        return cls(length, native, (length - 1.0) / num_steps if num_steps else None, source)
 
 
 def _lag_over(metrics: RunMetrics) -> tuple[float, str, float] | None:

@@ -91,7 +91,8 @@ def positive_int(option: str) -> Callable[[str], int]:
 
 
 def register(parser: pytest.Parser) -> None:
-    """Add the ``specdec`` option group and the ini keys to ``parser`` (``pytest_addoption``)."""
+    """Add the ``specdec`` option group and the ini keys to ``parser`` (``pytest_addoption``). A table, kept as one
+    function on purpose: it is the order ``pytest --help`` prints; what each option does is ``run.settings``'s."""
     group = parser.getgroup("specdec", "speculative-decoding performance regression tests (pytest-specdec)")
     group.addoption(
         "--server-profile",
