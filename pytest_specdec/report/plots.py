@@ -166,6 +166,34 @@ def plot_sweep(
         if single:
             ax.set_ylabel("output throughput (tok/s)", color=color)
             ax2.set_ylabel("accept length (tokens / verify step)", color=color2)
+    handles += _draw_failed_points(ax, records, x_key, thresholds_ok)
+    applies, floor_handles = _draw_accept_floors(ax2, records, x_key, xs_all, accept_floor, accept_floors)
+    handles += floor_handles
+    handles += _draw_baselines(ax, baselines, x_key, series, colors, single)
+    handles += _draw_best_points(ax, best, tied, baselines, x_key, xs_all)
+    if note:
+        ax.text(0.01, 0.98, note, transform=ax.transAxes, ha="left", va="top", fontsize=8, color="0.25", wrap=True)
+    ax.set_xlabel(_AXIS_LABELS.get(x_key, x_key))
+    if not single:
+        ax.set_ylabel("output throughput (tok/s)")
+        ax2.set_ylabel("accept length (tokens / verify step)")
+    ax.set_xticks(sorted(xs_all))
+    tops = [_num(r.metrics.get("output_tok_s")) for r in [*records, *baselines]]
+    ax.set_ylim(bottom=0, top=max([t for t in tops if t == t] + [1.0]) * 1.2)  # headroom for the best label
+    acc_top = max([_num(r.metrics.get("accept_length")) for _, _, r in points] + [1.0, *(f for _, f in applies)])
+    ax2.set_ylim(bottom=0, top=acc_top * 1.25)
+    ax.grid(True, alpha=0.3)
+    bases = sorted({b for b, _, _ in points})
+    ax.set_title(title or f"specdec sweep of {', '.join(bases)} over {x_key}")
+    # Below the x label, outside the data (constrained layout makes room for an axes legend, not a figure one here).
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncols=2, fontsize=8)
+    return _save(fig, Path(path))
+
+
+def _draw_failed_points(ax: Any, records: Sequence[ResultRecord], x_key: str,
+                        thresholds_ok: Mapping[str, bool] | None) -> list[Any]:  # fmt: skip
+    """Points whose tests failed: a red cross, labelled with the thresholds they missed. :returns: legend handles."""
+    handles: list[Any] = []
     failed = [(split_name(r.profile)[1].get(x_key), _num(r.metrics.get("output_tok_s"))) for r in records
               if thresholds_ok is not None and not thresholds_ok.get(r.profile, False)]  # fmt: skip
     if failed:
@@ -178,6 +206,16 @@ def plot_sweep(
                 ax.annotate("missed " + ", ".join(missed), (split_name(r.profile)[1].get(x_key),
                             _num(r.metrics.get("output_tok_s"))), textcoords="offset points", xytext=(0, -16),
                             ha="center", fontsize=8, color="red")  # fmt: skip
+    return handles
+
+
+def _draw_accept_floors(
+    ax2: Any, records: Sequence[ResultRecord], x_key: str, xs_all: set[float], accept_floor: float | None,
+    accept_floors: Mapping[str, float] | None,
+) -> tuple[list[tuple[float | None, float]], list[Any]]:  # fmt: skip
+    """``min_accept_length`` as a dash-dot segment at each point where it applies (not where its check is ``n/a``).
+    :returns: (x, floor) of those points, legend handles."""
+    handles: list[Any] = []
     floors = dict(accept_floors) if accept_floors is not None else {}
     if accept_floors is None and accept_floor is not None:
         floors = {r.profile: accept_floor for r in records}
@@ -194,6 +232,16 @@ def plot_sweep(
                        label=f"min_accept_length {floor:g} (where it applies)")  # fmt: skip
         if i == 0:
             handles.append(h)
+    return applies, handles
+
+
+def _draw_baselines(
+    ax: Any, baselines: Sequence[ResultRecord], x_key: str, series: Mapping[str, list[tuple[float, ResultRecord]]],
+    colors: Sequence[str], single: bool,
+) -> list[Any]:  # fmt: skip
+    """Profiles without speculation: a dotted line over concurrency when swept with it, else a horizontal line of
+    their tok/s (in the colour of the series at the same concurrency). :returns: legend handles."""
+    handles: list[Any] = []
     series_color = {label: (colors[0] if single else colors[i % len(colors)]) for i, label in enumerate(series)}
     series_conc = {label: {_conc(r) for _, r in items} for label, items in series.items()}
     if baselines:
@@ -212,6 +260,16 @@ def plot_sweep(
                 h = ax.axhline(value, color=color, linestyle=":", linewidth=1.5,
                                label=f"{b.profile} (no speculation): {value:.1f} tok/s")  # fmt: skip
                 handles.append(h)
+    return handles
+
+
+def _draw_best_points(
+    ax: Any, best: Sequence[ResultRecord], tied: Sequence[ResultRecord], baselines: Sequence[ResultRecord],
+    x_key: str, xs_all: set[float],
+) -> list[Any]:  # fmt: skip
+    """Gold stars on the best points (labelled with tok/s and speedup) and on those tied with them. :returns: legend
+    handles."""
+    handles: list[Any] = []
     starred = [(r, "best") for r in best] + [(r, "tie") for r in tied]
     for i, (record, kind) in enumerate(starred):
         bx = split_name(record.profile)[1].get(x_key)
@@ -232,23 +290,7 @@ def plot_sweep(
                         ha="right" if right_half else "left", fontsize=9)  # fmt: skip
         if i == 0 or (kind == "tie" and starred[i - 1][1] == "best"):
             handles.append(h)
-    if note:
-        ax.text(0.01, 0.98, note, transform=ax.transAxes, ha="left", va="top", fontsize=8, color="0.25", wrap=True)
-    ax.set_xlabel(_AXIS_LABELS.get(x_key, x_key))
-    if not single:
-        ax.set_ylabel("output throughput (tok/s)")
-        ax2.set_ylabel("accept length (tokens / verify step)")
-    ax.set_xticks(sorted(xs_all))
-    tops = [_num(r.metrics.get("output_tok_s")) for r in [*records, *baselines]]
-    ax.set_ylim(bottom=0, top=max([t for t in tops if t == t] + [1.0]) * 1.2)  # headroom for the best label
-    acc_top = max([_num(r.metrics.get("accept_length")) for _, _, r in points] + [1.0, *(f for _, f in applies)])
-    ax2.set_ylim(bottom=0, top=acc_top * 1.25)
-    ax.grid(True, alpha=0.3)
-    bases = sorted({b for b, _, _ in points})
-    ax.set_title(title or f"specdec sweep of {', '.join(bases)} over {x_key}")
-    # Below the x label, outside the data (constrained layout makes room for an axes legend, not a figure one here).
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncols=2, fontsize=8)
-    return _save(fig, Path(path))
+    return handles
 
 
 def load_curve_series(records: Sequence[ResultRecord]) -> dict[str, list[tuple[float, float, float | None]]]:
