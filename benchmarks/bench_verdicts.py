@@ -55,9 +55,12 @@ class Pool:
     name: str
     pairs: list[tuple[float, float, float]]
 
-    def draw(self, rng: np.random.Generator, n: int, scale: float = 1.0) -> list[tuple[float, float, float]]:
+    def draw(self, rng: np.random.Generator, n: int, scale: float = 1.0,
+             runner: float = 1.0) -> list[tuple[float, float, float]]:  # fmt: skip
+        """``n`` pairs; ``scale`` multiplies the target arm (a regression), ``runner`` both arms (the run's runner
+        state: what moves the raw rows and leaves the ratio)."""
         idx = rng.integers(0, len(self.pairs), n)
-        return [(self.pairs[i][0] * scale, self.pairs[i][1], self.pairs[i][2]) for i in idx]
+        return [(self.pairs[i][0] * scale * runner, self.pairs[i][1] * runner, self.pairs[i][2]) for i in idx]
 
     def effect(self, null: Pool, scale: float = 1.0) -> float:
         """The cell's median ratio over the unchanged stream's, minus 1."""
@@ -91,13 +94,19 @@ class Tally:
 
 
 def replay(current: Pool, null: Pool, scale: float, tol: float, design: sequential.Design, history: tuple[int, int],
-           rng: np.random.Generator) -> tuple[str, int, float]:  # fmt: skip
-    """One replayed run: its compare verdict, the pairs it measured and their server-seconds."""
-    stored = [_record(null.draw(rng, history[1])) for _ in range(history[0])]
-    pairs = current.draw(rng, design.start, scale)
+           rng: np.random.Generator, instance_sd: float = 0.0) -> tuple[str, int, float]:  # fmt: skip
+    """One replayed run: its compare verdict, the pairs it measured and their server-seconds. ``instance_sd``: each
+    run (stored or current) on a runner state of its own, both arms x exp(N(0, sd))."""
+
+    def runner() -> float:
+        return math.exp(instance_sd * rng.standard_normal()) if instance_sd else 1.0
+
+    stored = [_record(null.draw(rng, history[1], runner=runner())) for _ in range(history[0])]
+    today = runner()
+    pairs = current.draw(rng, design.start, scale, today)
 
     def more() -> ResultRecord | None:
-        pairs.extend(current.draw(rng, 1, scale))
+        pairs.extend(current.draw(rng, 1, scale, today))
         return _record(pairs)
 
     judged = judge_compare(
@@ -137,6 +146,9 @@ def main() -> int:
     parser.add_argument("--history-pairs", type=int, default=12, help="pairs of each stored run (default 12)")
     parser.add_argument("--tolerances", default="0.05,0.10", help="relative tolerances (default 0.05,0.10)")
     parser.add_argument("--seed", type=int, default=43)
+    parser.add_argument("--instance-sd", type=float, default=0.0,
+                        help="a runner state per run, both arms x exp(N(0, sd)); 0.07 was measured live over 10 runs "
+                             "of the reference server (default 0: the recordings alone)")  # fmt: skip
     args = parser.parse_args()
     budgets = [int(x) for x in args.max_repeats.split(",")]
     tols = [float(x) for x in args.tolerances.split(",")]
@@ -175,7 +187,8 @@ def main() -> int:
                 for tally, design in [(fixed, sequential.Design(3, 3))] + [
                     (t, sequential.Design(3, b)) for t, b in zip(seq, budgets, strict=True)
                 ]:
-                    verdict, n, s = replay(pool, null, scale, tol, design, (args.history, args.history_pairs), rng)
+                    verdict, n, s = replay(pool, null, scale, tol, design, (args.history, args.history_pairs), rng,
+                                           args.instance_sd)  # fmt: skip
                     tally.verdicts.append(verdict)
                     tally.pairs.append(n)
                     tally.server_s.append(s)

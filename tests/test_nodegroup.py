@@ -12,6 +12,8 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import psutil
 import pytest
@@ -24,7 +26,7 @@ from pytest_specdec.engines.sglang import SglangEngine
 from pytest_specdec.measure import runner
 from pytest_specdec.profiles.schema import Profile
 from pytest_specdec.refserver.args import ArgsError, parse_args, resolve_args
-from pytest_specdec.serve.nodegroup import NodeGroup, render_launcher
+from pytest_specdec.serve.nodegroup import FOLLOWER_WINDOW_S, NodeGroup, Rank, blame_order, render_launcher
 from pytest_specdec.serve.ports import find_free_port
 from tests.helpers import STRICT_INI
 
@@ -208,6 +210,21 @@ def test_rank_that_never_joins_names_rank_host_and_log(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_blame_goes_to_the_rank_whose_peers_failed_their_collective_even_when_reaped_later() -> None:
+    # Seen under load: rank 0 (its log: "lost node rank 1", an NCCL error) reaped 0.05 s before rank 1, which died
+    # first. Within the window the cause decides; beyond it, the time; unknown times last, non-leaders first.
+    ranks = [cast(Rank, SimpleNamespace(rank=i)) for i in range(4)]
+    causes = {0: "CUDA/NCCL error", 1: "unknown", 2: "CUDA/NCCL error", 3: "unknown"}
+    times: dict[int, float | None] = {0: 10.00, 1: 10.05, 2: 10.01, 3: None}
+    assert [r.rank for r in blame_order(ranks, times, causes)] == [1, 0, 2, 3]
+    # A failed collective long before the others is itself the first failure.
+    times = {0: 10.0 + FOLLOWER_WINDOW_S + 1, 1: 10.0 + FOLLOWER_WINDOW_S + 2, 2: 10.0, 3: None}
+    assert [r.rank for r in blame_order(ranks, times, causes)] == [2, 0, 1, 3]
+    # Every rank failed its collective (an NCCL misconfiguration): time order alone.
+    same = dict.fromkeys(range(4), "CUDA/NCCL error")
+    assert [r.rank for r in blame_order(ranks, {0: 1.2, 1: 1.1, 2: 1.3, 3: 1.0}, same)] == [3, 1, 0, 2]
+
+
 def test_rank_that_dies_before_ready_names_rank_host_and_log(tmp_path: Path) -> None:
     profile = _profile(tmp_path, "--ref-fault-node-exit", "1:0")
     logs = tmp_path / "logs"

@@ -24,7 +24,7 @@ import ipaddress
 import shlex
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,12 +43,40 @@ from pytest_specdec.serve.ports import find_free_port
 from pytest_specdec.serve.process_exit import describe_exit, read_tail, tail_lines
 from pytest_specdec.serve.server import ProgressCallback, ServerProcess, StopReport
 
-__all__ = ["NodeEngine", "NodeGroup", "Rank", "render_launcher"]
+__all__ = ["FOLLOWER_WINDOW_S", "NodeEngine", "NodeGroup", "Rank", "blame_order", "render_launcher"]
 
 _POLL_S = 0.1
 _PROGRESS_S = 0.5
 #: Seconds for each run of the profile's ``nodes.stop`` template.
 STOP_COMMAND_TIMEOUT_S = 30.0
+
+#: Ranks reaped within this many seconds of the first are ordered by their cause before their time: under load the
+#: supervisors reap out of order (seen: rank 0, exiting on its lost peer, reaped before the peer that died first).
+FOLLOWER_WINDOW_S = 2.0
+#: A collective that failed: what a rank logs when a peer went away (the lost peer is the cause, not this rank).
+_FOLLOWER_CAUSE = "CUDA/NCCL error"
+
+
+def blame_order(dead: Sequence[Rank], times: Mapping[int, float | None], causes: Mapping[int, str]) -> list[Rank]:
+    """``dead`` ranks, the one to blame first: by the time each was reaped (unknown times last), except that within
+    :data:`FOLLOWER_WINDOW_S` of the first a rank whose cause is a failed collective (``CUDA/NCCL error``: it exits
+    because a peer is gone) follows one with another cause; ties: non-leaders before rank 0, then by rank.
+
+    :param times: rank -> ``ServerProcess.exited_at`` (monotonic s) or None; :param causes: rank -> diagnosed cause.
+    """
+    known = [at for at in (times[r.rank] for r in dead) if at is not None]
+    first = min(known, default=0.0)
+
+    def key(r: Rank) -> tuple[int, bool, float, bool, int]:
+        at = times[r.rank]
+        if at is None:
+            return (2, False, 0.0, r.rank == 0, r.rank)
+        if at - first <= FOLLOWER_WINDOW_S:
+            return (0, causes.get(r.rank) == _FOLLOWER_CAUSE, at, r.rank == 0, r.rank)
+        return (1, False, at, r.rank == 0, r.rank)
+
+    return sorted(dead, key=key)
+
 
 
 @runtime_checkable
@@ -295,19 +323,21 @@ class NodeGroup:
         pids = {rank.rank: rank.process.known_pids() for rank in dead}
         self.stop()
         times = {rank.rank: rank.process.exited_at() for rank in dead}
-        dead = sorted(dead, key=lambda r: (times[r.rank] is None, times[r.rank] or 0.0, r.rank == 0, r.rank))
+        codes = {r.rank: r.process.stop_report.returncode if r.process.stop_report is not None else None for r in dead}
+        diagnoses = {r.rank: diagnose_exit(read_tail(r.log_path), codes[r.rank], pids=pids[r.rank]) for r in dead}
+        dead = blame_order(dead, times, {rank: d.cause for rank, d in diagnoses.items()})
         parts = []
         found: list[ExitDiagnosis] = []
         first_time = times[dead[0].rank]
         for i, rank in enumerate(dead):
-            report = rank.process.stop_report
-            code = report.returncode if report is not None else None
-            diagnosis = diagnose_exit(read_tail(rank.log_path), code, pids=pids[rank.rank])
+            code = codes[rank.rank]
+            diagnosis = diagnoses[rank.rank]
             detail = redact(diagnosis.detail(code), rank.process.secrets)
             found.append(diagnosis)
             later, died_at = "", times[rank.rank]
             if i and first_time is not None and died_at is not None:
-                later = f" {died_at - first_time:.2f} s later"
+                gap = died_at - first_time
+                later = f" {gap:.2f} s later" if gap >= 0.005 else " at about the same time"
             parts.append(
                 f"{rank.label} {describe_exit(code)}{later} {when} (cause: {diagnosis.cause})"
                 f"{': ' + detail if detail else ''}; log: {rank.log_path}"
