@@ -73,7 +73,10 @@ def test_lost_env_var_and_slower_server_lead_with_env_diff_and_trip_benchmark_co
 ) -> None:
     pytester.makefile(".yaml", specdec=_profiles("{NCCL_PROTO: LL}"))
     pytester.makepyfile(test_specdec=TEST)
-    first = pytester.runpytest_subprocess("--server-profile=eagle3", "--benchmark-autosave", timeout=600)
+    # The baseline with 4 repeats, as the plugin advises: with 2, one stalled phase (62.9 and 86.4 tok/s, seen on CI)
+    # leaves the baseline spreading more than today, hence Welch's t with ~1 df, and a -44% run honestly undecided.
+    first = pytester.runpytest_subprocess("--server-profile=eagle3", "--benchmark-autosave", "--specdec-repeats=4",
+                                          timeout=600)  # fmt: skip
     assert first.ret == pytest.ExitCode.OK, first.stdout.str()
     # The restart "lost" NCCL_PROTO and the server is slower per forward (a documented reference-server knob; 30 ms
     # on a ~5 ms target forward: several times slower, so it shows on a loaded runner too, where a sleeping server
