@@ -118,6 +118,27 @@ def replay(current: Pool, null: Pool, scale: float, tol: float, design: sequenti
     return verdict, len(pairs), sum(p[2] for p in pairs)
 
 
+def _false_alarms(args: argparse.Namespace) -> None:
+    """FAILED counts over ``--false-alarm-runs`` replayed unchanged runs per stream, fixed 3 pairs and sequential."""
+    ref, _ = _ref_pools()
+    budget = int(args.max_repeats.split(",")[0])
+    print(f"false alarms of {args.false_alarm_runs} unchanged runs, seed {args.seed}, tolerance "
+          f"{float(args.tolerances.split(',')[0]):.0%}, history {args.history} x {args.history_pairs}, instance sd "
+          f"{args.instance_sd}")  # fmt: skip
+    for name, pool in (("ref quiet", ref["0:quiet"]), ("ref busy", ref["0:busy"]), ("h200", _h200_pool())):
+        row = []
+        for label, design in (("fixed 3", sequential.Design(3, 3)), (f"sequential max {budget}",
+                                                                      sequential.Design(3, budget))):  # fmt: skip
+            rng = np.random.default_rng(args.seed)
+            failed = sum(
+                replay(pool, pool, 1.0, float(args.tolerances.split(",")[0]), design,
+                       (args.history, args.history_pairs), rng, args.instance_sd)[0] == "FAILED"
+                for _ in range(args.false_alarm_runs)
+            )  # fmt: skip
+            row.append(f"{label}: F {failed}/{args.false_alarm_runs}")
+        print(f"{name:<10} " + "  ".join(row))
+
+
 def _ref_pools() -> tuple[dict[str, Pool], dict[str, object]]:
     data = json.loads((DATA / "ref-streams.json").read_text())
     pools = {}
@@ -149,7 +170,13 @@ def main() -> int:
     parser.add_argument("--instance-sd", type=float, default=0.0,
                         help="a runner state per run, both arms x exp(N(0, sd)); 0.07 was measured live over 10 runs "
                              "of the reference server (default 0: the recordings alone)")  # fmt: skip
+    parser.add_argument("--false-alarm-runs", type=int, default=0,
+                        help="only count false alarms: this many replayed unchanged runs per stream, fixed 3 and "
+                             "sequential (docs/measurements/verdicts.md used 300 at seed 7)")  # fmt: skip
     args = parser.parse_args()
+    if args.false_alarm_runs:
+        _false_alarms(args)
+        return 0
     budgets = [int(x) for x in args.max_repeats.split(",")]
     tols = [float(x) for x in args.tolerances.split(",")]
     ref, meta = _ref_pools()

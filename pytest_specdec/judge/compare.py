@@ -261,7 +261,10 @@ def compare_results(
     rows = []
     judging = _Judging(design or single_look(current), (base, *history), noise or {})
     merged = merge_tolerances(tolerances)
-    ratio_rows, vs = _paired_rows(base, current, merged, judging)
+    # A paired field is judged twice (raw and ratio) and fails on either: the two share the field's alpha
+    # (Bonferroni), so that an unchanged run fails a field at most alpha, not twice that (benchmarks/bench_verdicts.py).
+    halved = dataclasses.replace(judging, design=dataclasses.replace(judging.design, alpha=judging.design.alpha / 2))
+    ratio_rows, vs = _paired_rows(base, current, merged, halved)
     exact = _temperature_zero(base) and _temperature_zero(current)
     for fname, tol in merged.items():
         higher = specs[fname].higher_is_better
@@ -270,7 +273,7 @@ def compare_results(
             continue
         if fname in ratio_rows:
             # Both rows are judged: the ratio sees the target alone, the raw row a slowdown of both arms alike.
-            rows.append(dataclasses.replace(_judge(fname, higher, tol, b_vals, c_vals, judging, key=fname),
+            rows.append(dataclasses.replace(_judge(fname, higher, tol, b_vals, c_vals, halved, key=fname),
                                             basis="raw"))  # fmt: skip
             rows.append(ratio_rows[fname])
             continue
