@@ -140,3 +140,29 @@ def test_a_slowdown_of_both_arms_is_not_green_on_the_speculative_profile_either(
     # The note lists every raw row that fell while its ratio held (``output_tok_s, itl_ms_p50: ...``).
     assert re.search(r"^([\w_]+, )*output_tok_s(, [\w_]+)*: both arms slower alike \(raw REGRESSED, the ratio to "
                      r"'baseline' held\)", speculative, re.M), speculative  # fmt: skip
+
+
+def test_a_compare_after_min_speedup_never_measures_past_max_repeats(pytester: pytest.Pytester) -> None:
+    """min_speedup adds pairs first; the compare then starts from every repeat measured, not from the first
+    measurement (seen live: ``compare FAILED after 25 repeats`` with max_repeats 24: one pair more than allowed)."""
+    eagle3 = (
+        "  eagle3:\n    extends: baseline\n"
+        "    speculative: {{algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}}\n"
+        "    thresholds: {{min_speedup: {{vs: twin, ratio: {ratio}}}}}\n"
+        "    workload: {{max_new_tokens: 8, num_requests: 2, warmup_requests: 0, repeats: 2, max_repeats: 4}}\n"
+        # Paired with an identical server, the ratio sits at 1.0: a floor of 1.0 stays undecided to the budget.
+        "  twin:\n    extends: baseline\n"
+        "    speculative: {{algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}}\n"
+        "    workload: {{max_new_tokens: 8, num_requests: 2, warmup_requests: 0, repeats: 2, max_repeats: 4}}\n"
+    )
+    _project(pytester)
+    head = PROFILES.format(tolerances=["output_tok_s:1%"], thresholds="{}", repeats=TWO)
+    pytester.makefile(".yaml", specdec=head + eagle3.format(ratio=0.01))
+    first = _run(pytester, "--server-profile=eagle3")
+    first.assert_outcomes(passed=1)
+    pytester.makefile(".yaml", specdec=head + eagle3.format(ratio=1.0))
+    night = _run(pytester, "--server-profile=eagle3", "--specdec-compare")
+    line = re.search(r"^specdec server time: test_run\[eagle3\]: .*", night.stdout.str(), re.M)
+    assert line is not None, night.stdout.str()
+    counts = [int(n) for n in re.findall(r"(?:after|,) (\d+) (?:repeats|pairs)", line.group(0))]
+    assert counts and max(counts) <= 4, line.group(0)

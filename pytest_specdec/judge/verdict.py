@@ -178,6 +178,9 @@ def judge_item(
             message = shared_verdict_message(verdict, profile.name, first)
         failures.append(message)
     if compare_setup is not None:
+        # From every repeat measured so far: min_speedup may have added pairs, and a compare that started from the
+        # first measurement asked for one more past max_repeats (seen live: "FAILED after 25 repeats", max 24).
+        _rebuild_record(case, measurements, profile.name, vs)
         merged = tolerances if tolerances is not None else merge_tolerances()
         text = compare_item(case, measurements, outcomes, compare_setup, profile, merged, design, costs)
         if text:
