@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args, get_origin
 
@@ -75,27 +75,7 @@ def read_profiles(path: str | Path, rules: ProfileRules) -> ProfileSet:
     """
     file = Path(path)
     shown = str(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProfileError(f"{shown}: profile file not found; {_HOW_TO_PASS}", path=file) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"{shown}: cannot read profile file: {exc}", path=file) from None
-    try:
-        data, lines = _load_yaml(text)
-    except _DuplicateKeyError as exc:
-        raise ProfileError(f"{shown}{exc}", path=file) from None
-    except yaml.MarkedYAMLError as exc:
-        raise ProfileError(_yaml_error(shown, text, exc), path=file) from None
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"{shown}: YAML syntax error: {exc}", path=file) from None
-
-    if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
-        got = type(data).__name__ if not isinstance(data, dict) else f"keys {sorted(map(str, data))}"
-        got = "an empty file" if data is None else got
-        raise ProfileError(
-            f"{shown}: expected a top-level mapping 'profiles:' of name -> profile, got {got}", path=file
-        )
+    data, lines = _read_profile_yaml(file, shown)
 
     def at(*key: str) -> str:
         """``FILE:LINE`` of the key at this path from the file's root (``FILE`` when the file has no such key)."""
@@ -150,23 +130,60 @@ def read_profiles(path: str | Path, rules: ProfileRules) -> ProfileSet:
     for message, heirs in schema.items():
         # A parent's mistake is reported once, under the parent, naming who inherits it (not again per child).
         problems.append(message + (f" (inherited through extends: {'; '.join(heirs)})" if heirs else ""))
-    names = list(map(str, raw))
-    for name, profile in profiles.items():
-        ms = profile.thresholds.min_speedup
-        if ms is not None and (ms.vs not in names or ms.vs == name):
-            others = [n for n in names if n != name]
-            line, origin = profile_set.locate(name, ("thresholds", "min_speedup", "vs"))
-            where = f"{shown}:{line}" if line is not None else shown
-            problems.append(
-                f"{where}: profiles.{name}.thresholds.min_speedup.vs: {ms.vs!r} is not another profile of this file"
-                f"{did_you_mean(ms.vs, others)} (available: {', '.join(sorted(others))})"
-            )
+    problems += _paired_arm_problems(profiles, list(map(str, raw)), profile_set, shown)
     if problems:
         # In file order: the line numbers lead the user through the file once.
         number = re.compile(re.escape(shown) + r":(\d+)")
         problems.sort(key=lambda p: int(m.group(1)) if (m := number.match(p)) else 0)
         raise ProfileError("\n".join(problems), path=file)
     return profile_set.model_copy(update={"profiles": profiles})
+
+
+def _read_profile_yaml(file: Path, shown: str) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+    """The file's YAML with a ``profiles:`` mapping at the top, and the line of every key path.
+
+    :raises ProfileError: missing or unreadable file, YAML syntax error (line and column), duplicate key, or no
+        top-level ``profiles:`` mapping.
+    """
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProfileError(f"{shown}: profile file not found; {_HOW_TO_PASS}", path=file) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{shown}: cannot read profile file: {exc}", path=file) from None
+    try:
+        data, lines = _load_yaml(text)
+    except _DuplicateKeyError as exc:
+        raise ProfileError(f"{shown}{exc}", path=file) from None
+    except yaml.MarkedYAMLError as exc:
+        raise ProfileError(_yaml_error(shown, text, exc), path=file) from None
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{shown}: YAML syntax error: {exc}", path=file) from None
+    if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
+        got = type(data).__name__ if not isinstance(data, dict) else f"keys {sorted(map(str, data))}"
+        got = "an empty file" if data is None else got
+        raise ProfileError(
+            f"{shown}: expected a top-level mapping 'profiles:' of name -> profile, got {got}", path=file
+        )
+    return data, lines
+
+
+def _paired_arm_problems(
+    profiles: Mapping[str, Profile], names: Sequence[str], profile_set: ProfileSet, shown: str
+) -> list[str]:
+    """``thresholds.min_speedup.vs`` naming no other profile of the file, one ``FILE:LINE`` message each."""
+    problems = []
+    for name, profile in profiles.items():
+        ms = profile.thresholds.min_speedup
+        if ms is not None and (ms.vs not in names or ms.vs == name):
+            others = [n for n in names if n != name]
+            line, _ = profile_set.locate(name, ("thresholds", "min_speedup", "vs"))
+            where = f"{shown}:{line}" if line is not None else shown
+            problems.append(
+                f"{where}: profiles.{name}.thresholds.min_speedup.vs: {ms.vs!r} is not another profile of this file"
+                f"{did_you_mean(ms.vs, others)} (available: {', '.join(sorted(others))})"
+            )
+    return problems
 
 
 #: PyYAML's context -> what usually went wrong at the context mark (an opening that was never closed).
