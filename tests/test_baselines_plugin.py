@@ -71,6 +71,7 @@ def _run_id(result: pytest.RunResult) -> str:
     return found.group(1)
 
 
+@pytest.mark.slow
 def test_latest_never_takes_a_failed_undecided_or_interrupted_run(pytester: pytest.Pytester) -> None:
     _project(pytester)
     clean = _run(pytester, "--server-profile=baseline", "--specdec-save=night-1")
@@ -102,6 +103,7 @@ def test_latest_never_takes_a_failed_undecided_or_interrupted_run(pytester: pyte
     )
 
 
+@pytest.mark.slow
 def test_a_test_without_baseline_fails_and_a_run_that_compared_nothing_is_not_green(pytester: pytest.Pytester) -> None:
     _project(pytester)
     _run(pytester, "--server-profile=baseline").assert_outcomes(passed=1)
@@ -123,6 +125,7 @@ def test_a_test_without_baseline_fails_and_a_run_that_compared_nothing_is_not_gr
                                  "stored run (each one's line says why); *"])  # fmt: skip
 
 
+@pytest.mark.slow
 def test_compare_profile_maps_profiles_of_its_kind_and_refuses_a_kind_none_has(pytester: pytest.Pytester) -> None:
     _project(pytester)
     _run(pytester, "--server-profile=eagle3").assert_outcomes(passed=1)
@@ -139,6 +142,7 @@ def test_compare_profile_maps_profiles_of_its_kind_and_refuses_a_kind_none_has(p
     mapped.stdout.fnmatch_lines(["specdec compare: 1 test(s) compared with stored run *"])
 
 
+@pytest.mark.slow
 def test_a_slow_night_that_ended_undecided_is_not_the_next_baseline(pytester: pytest.Pytester) -> None:
     """The sequence this rule comes from: a night 10x slower whose compare ended undecided (one repeat a side: no
     spread to decide on) passed; the next night compares with the clean night before it, not with the slow one
@@ -162,6 +166,7 @@ def test_a_slow_night_that_ended_undecided_is_not_the_next_baseline(pytester: py
                                   f"runs passed over: {_run_id(undecided)} (undecided: compare)"])  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_test_path_taken_as_the_baseline_name_gets_the_fix(pytester: pytest.Pytester) -> None:
     # `--specdec-compare test_base.py`: the option's value is optional (as --benchmark-compare's), so argparse gives
     # it the path. Nothing is launched; the error says how to write it.

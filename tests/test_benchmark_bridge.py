@@ -90,6 +90,7 @@ def test_json_entry_is_seconds_per_token_with_extra_info(
     assert "gpus" in data["machine_info"] and "pytest_specdec" in data["machine_info"]
 
 
+@pytest.mark.slow
 def test_compare_fail_catches_a_throughput_loss(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECDEC_TOKS", "100")
     first = project.runpytest_subprocess("--benchmark-autosave", "-p", "no:cacheprovider", timeout=120)
@@ -116,6 +117,7 @@ def test_compare_fail_catches_a_throughput_loss(project: pytest.Pytester, monkey
     assert "PerformanceRegression" not in slow.stdout.str() + slow.stderr.str()
 
 
+@pytest.mark.slow
 def test_xdist_warns_once_and_records_nothing(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("xdist")
     monkeypatch.setenv("SPECDEC_TOKS", "100")
@@ -127,6 +129,7 @@ def test_xdist_warns_once_and_records_nothing(project: pytest.Pytester, monkeypa
     assert result.stdout.str().count(bridge.XDIST_WARNING) == 1
 
 
+@pytest.mark.slow
 def test_disabled_records_nothing(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECDEC_TOKS", "100")
     monkeypatch.setenv("SPECDEC_EXPECT", "0")

@@ -11,6 +11,7 @@ from pytest_specdec.profiles.discovery import args_ancestor, find_profile_file, 
 PROFILE = "profiles:\n  eagle3:\n    server: reference\n"
 
 
+@pytest.mark.slow
 def test_finds_the_file_next_to_the_given_test_path(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\n")
     perf = pytester.mkdir("perf")
@@ -20,6 +21,7 @@ def test_finds_the_file_next_to_the_given_test_path(pytester: pytest.Pytester) -
     result.stdout.fnmatch_lines([f"specdec check passed: 1 profile(s) from {perf / 'specdec.yaml'}; nothing launched"])
 
 
+@pytest.mark.slow
 def test_finds_the_rootdir_file_from_a_subdirectory(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makeini("[pytest]\n")
     pytester.makefile(".yaml", specdec=PROFILE)
@@ -42,6 +44,7 @@ def test_not_found_says_where_it_looked(pytester: pytest.Pytester) -> None:
     )
 
 
+@pytest.mark.slow
 def test_specdec_dir_as_two_words_that_moves_the_rootdir_is_explained(
     pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -63,6 +66,7 @@ def test_specdec_dir_as_two_words_that_moves_the_rootdir_is_explained(
     fixed.stdout.fnmatch_lines([f"specdec: profiles eagle3 from {profile_file}; logs/results in {out}"])
 
 
+@pytest.mark.slow
 def test_specdec_dir_relative_to_the_current_directory(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\n")
     pytester.makefile(".yaml", specdec=PROFILE)

@@ -273,6 +273,7 @@ def real_help(commands: list[Command]) -> HelpFor:
     return lambda argv: helps[argv] if argv in helps else _run_help(argv)
 
 
+@pytest.mark.slow
 def test_every_command_in_readme_and_docs_is_covered() -> None:
     commands = all_commands()
     helps = real_help(commands)
@@ -376,6 +377,7 @@ def test_extractor_finds_fenced_lines_and_inline_commands_only() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_planted_unknown_flags_commands_and_unlisted_programs_fail() -> None:
     commands = extract_commands(PLANTED, "planted.md")
     found = problems(commands, real_help(commands))

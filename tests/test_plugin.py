@@ -318,6 +318,7 @@ def test_two_profiles_one_server_at_a_time(project: pytest.Pytester) -> None:
     assert not _our_servers(project)
 
 
+@pytest.mark.slow
 def test_server_url_must_be_http_and_a_dead_url_fails_fast(project: pytest.Pytester) -> None:
     result = project.runpytest_subprocess("--server-profile=eagle3", "--server-url=notaurl")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

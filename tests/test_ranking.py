@@ -110,6 +110,7 @@ def test_repeats_needed_worked_example_and_limits() -> None:
     assert repeats_needed(0.10, math.inf) is None
 
 
+@pytest.mark.slow
 def test_under_no_difference_recommendations_stay_below_alpha() -> None:
     """200 sweeps of 4 equal points, 3 repeats each, 3 % noise: the configured point (the first) is recommended
     against (max gap 0) in at most 5 % of them, although the leader is picked after looking (6 with this seed; 35

@@ -65,6 +65,7 @@ def _shift_stop(base: list[float], current: np.ndarray, tol: float, design: Desi
     return "open"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pooled", [False, True])
 def test_optional_stopping_keeps_false_alarms_at_most_alpha_for_an_unchanged_run(pooled: bool) -> None:
     # An unchanged run fails only when the interval's better end is worse than no change: at most alpha over all
@@ -209,6 +210,7 @@ def test_budget_and_what_more_would_take() -> None:
     assert needed == 4 and decide_shift(base, current, 0.10, Design(4, 4), higher_is_better=True).decided
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sd_base", "sd_current"), [(0.05, 0.05), (0.10, 0.02), (0.02, 0.10)])
 def test_without_history_false_alarms_stay_at_most_alpha_with_equal_or_unequal_spreads(
     sd_base: float, sd_current: float

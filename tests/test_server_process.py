@@ -304,6 +304,7 @@ def test_keyboard_interrupt_tears_down(tmp_path: Path) -> None:
 # -- running and teardown faults ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_check_alive_after_death(tmp_path: Path) -> None:
     # 2 s between ready and death: on a loaded runner the 0.1 s health probe can miss a shorter window
     proc = start(make_spec("--die-after", "2.0"), tmp_path)

@@ -183,6 +183,7 @@ def run_users(tmp_path: Path, mode: str, count: int, processes: int) -> list[sub
     return results
 
 
+@pytest.mark.slow
 def test_many_writers_keep_the_state_consistent(tmp_path: Path) -> None:
     results = run_users(tmp_path, "sleep", count=8, processes=5)
     assert [r.returncode for r in results] == [0] * 5, [r.stderr for r in results]
@@ -196,6 +197,7 @@ def test_many_writers_keep_the_state_consistent(tmp_path: Path) -> None:
     assert not list(root.glob("*.tmp"))
 
 
+@pytest.mark.slow
 def test_sweep_stops_the_server_of_a_crashed_last_user(tmp_path: Path) -> None:
     (result,) = run_users(tmp_path, "crash", count=1, processes=1)
     assert result.returncode == 1, result.stderr
@@ -282,6 +284,7 @@ def test_use(srv, i):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("crash", [False, True], ids=["clean", "worker-crash"])
 def test_xdist_one_server_for_four_workers(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crash: bool

@@ -32,6 +32,7 @@ def _project(pytester: pytest.Pytester) -> None:
     pytester.makeini(STRICT_INI)
 
 
+@pytest.mark.slow
 def test_passing_compare_prints_the_delta_table(pytester: pytest.Pytester) -> None:
     _project(pytester)
     args = ("--server-profile=eagle3", "-p", "no:cacheprovider", "-p", "no:benchmark")
@@ -50,6 +51,7 @@ def test_passing_compare_prints_the_delta_table(pytester: pytest.Pytester) -> No
     )
 
 
+@pytest.mark.slow
 def test_with_pytest_benchmark_the_summary_says_why_ops_differs_from_tok_s(pytester: pytest.Pytester) -> None:
     pytest.importorskip("pytest_benchmark")
     from pytest_specdec.report.summary import BENCHMARK_OPS_NOTE

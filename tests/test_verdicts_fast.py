@@ -187,6 +187,7 @@ def test_speedup_pass(specdec_run):
 LOST_ENV = {"env_slowdown": {"NCCL_PROTO": 10}}
 
 
+@pytest.mark.slow
 def test_min_speedup_on_paired_arms_passes_and_the_lost_nccl_env_fails_after_confirming(
     pytester: pytest.Pytester,
 ) -> None:
@@ -279,6 +280,7 @@ def test_summary_repeats_preflight_warnings_and_prints_a_shared_verdict_once(
     assert sum(line.count("< min 3.9 (margin") for line in full) == 1
 
 
+@pytest.mark.slow
 def test_shifted_ids_regress_against_the_stored_run_with_aux_id_diff_first(pytester: pytest.Pytester) -> None:
     """Baseline compare: ids off by one pass every floor but regress against the stored eagle3 run; the aux-id diff
     comes before the numbers; accept length at temperature 0 is compared exactly."""
@@ -312,6 +314,7 @@ def test_shifted_ids_regress_against_the_stored_run_with_aux_id_diff_first(pytes
     assert out.index("draft aux ids") < out.index("REGRESSED")
 
 
+@pytest.mark.slow
 def test_lost_env_regression_leads_with_the_env_diff_and_is_confirmed(pytester: pytest.Pytester) -> None:
     """The stored run had NCCL_PROTO; the rerun lost it and its forwards are 10x slower: the env diff comes first, the
     throughput row is REGRESSED on its interval."""
@@ -333,6 +336,7 @@ def test_lost_env_regression_leads_with_the_env_diff_and_is_confirmed(pytester: 
     assert out.index("env NCCL_PROTO") < out.index("REGRESSED")
 
 
+@pytest.mark.slow
 def test_sweep_over_num_steps_prints_the_table_and_writes_outputs(pytester: pytest.Pytester) -> None:
     """A 2-point sweep with the no-speculation baseline: per point the fake's acceptance capped at num_steps (1 step:
     1, 1, 1, 1, 0 drafts; 2 steps: 2, 2, 2, 1, 0), tok/s range, speedup, the best point; plot, report, markdown and
@@ -391,6 +395,7 @@ def test_sweep_without_a_passing_point_fails_the_run_and_the_step_summary_says_w
     assert "accept_length" not in text.split("### Failed", 1)[1]
 
 
+@pytest.mark.slow
 def test_sweep_fails_when_the_configured_point_is_far_below_the_best(pytester: pytest.Pytester) -> None:
     """The incident's check: eagle3 is configured at 3 steps; with 20 ms per draft step (the fake's ``draft_ms``) one
     step makes 9 tokens in 5 x 22 ms, three steps 14 tokens in 5 x 62 ms: 1 step is 1.8x as fast (sleeps long
@@ -427,6 +432,7 @@ def test_a_sweep_with_one_repeat_per_point_recommends_nothing(pytester: pytest.P
     assert "FAIL" not in result.stdout.str() and "<- best" not in result.stdout.str()
 
 
+@pytest.mark.slow
 def test_sweep_of_a_paired_profile_without_a_baseline_profile_names_the_paired_arm(pytester: pytest.Pytester) -> None:
     """A fresh user's crash: `--specdec-sweep num_steps=1,2` on a profile with min_speedup (paired arms) and no
     --specdec-sweep-baseline raised IndexError after the tests and printed no table."""
@@ -499,6 +505,7 @@ def test_log_and_counter_warnings_reach_the_test(pytester: pytest.Pytester) -> N
     )
 
 
+@pytest.mark.slow
 def test_bracketed_pairing_restarts_the_target_and_judges_its_ratio(pytester: pytest.Pytester) -> None:
     """SGLang's default pairing: one server at a time (target, reference, target again), pair i = mean(T_i, T'_i)
     / R_i; the reference arm's own log is ``<vs>.paired.log``."""
@@ -628,6 +635,7 @@ def test_on_the_floor(request, specdec_run):
     )
 
 
+@pytest.mark.slow
 def test_sequential_min_speedup_and_compare_confirmation_fail_the_lost_env_after_few_looks(
     pytester: pytest.Pytester,
 ) -> None:

@@ -220,6 +220,7 @@ def test_random_workload_sends_input_ids_with_each_prompts_output_length() -> No
     assert prompt_set_hash(texts("a")) == hashlib.sha256(b'["a"]').hexdigest()
 
 
+@pytest.mark.slow
 def test_random_vocab_size_comes_from_the_tokenizer_at_model_path() -> None:
     pytest.importorskip("transformers")
     from pytest_specdec.engines.rules import BUNDLED_TARGET

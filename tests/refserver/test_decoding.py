@@ -25,6 +25,7 @@ def _emitted_distribution(p_all: torch.Tensor, qs: list[torch.Tensor], trials: i
     return counts / trials, accepted / trials
 
 
+@pytest.mark.slow
 def test_first_token_follows_target_not_draft() -> None:
     p = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]])
     q = torch.tensor([0.4, 0.3, 0.2, 0.1])
