@@ -473,6 +473,9 @@ class SpecEngine:
         self._spec_cycle(seq)
 
     def _spec_cycle(self, seq: Sequence) -> None:
+        """One EAGLE-3 cycle for ``seq``: ``num_steps`` draft steps, one verify forward of the target over the drafts,
+        acceptance, and the caches rolled back to what was accepted. Kept as one method on purpose: the steps share
+        the caches and positions, and read in the order of the EAGLE-3 paper's algorithm."""
         draft = self.m.draft
         assert draft is not None
         params = seq.params

@@ -101,6 +101,12 @@ class _Owners:
 
 
 def main() -> int:
+    """Run the protocol of the module docstring: read the config line, start the server, then one event loop (owner
+    deaths, stop signals, child exits) until the server's tree is gone. Kept as one function on purpose: it is one
+    loop over one set of file descriptors, read top to bottom in the order the events are handled.
+
+    :returns: 0 once the server's tree is gone (its own status is reported on stdout), 1 when it could not start.
+    """
     config = json.loads(sys.stdin.readline())
     _set_subreaper()
     wake_r, wake_w = os.pipe()
