@@ -3,6 +3,8 @@ and server-seconds per verdict, sequential (the plugin's default) against a sing
 
     python benchmarks/bench_verdicts.py                    # 200 runs a cell, ~1 minute, seeded
     python benchmarks/bench_verdicts.py --runs 50 --max-repeats 12,24,48
+    python benchmarks/bench_verdicts.py --instance-sd 0.07           # each run on a server instance of its own
+    python benchmarks/bench_verdicts.py --false-alarm-runs 300 --seed 7 --instance-sd 0.07   # false alarms only
 
 Streams (recorded once, replayed here; nothing is started):
 
