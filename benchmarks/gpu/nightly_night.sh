@@ -26,7 +26,7 @@ if [ -d "$ST/cache/results" ]; then mkdir -p "$J/.specdec" "$M/.specdec"
 echo "===== $NIGHT: job specdec ($MATRIX_NAME: $MATRIX_PROFILES) $(date -u +%T)"
 (
   cd "$J" || exit 9
-  export PROFILES=examples/sglang-h200.yaml ARTIFACTS=artifacts/$MATRIX_NAME BASELINE=${BASELINE:-}
+  export PROFILES=examples/sglang-h200.yaml ARTIFACTS=artifacts/$MATRIX_NAME BASELINE=${BASELINE:-} SAVE_AS=${SAVE_AS:-}
   export GITHUB_STEP_SUMMARY=$PWD/step-summary.md
   echo "--- step: Preflight"
   pytest --specdec-profiles="$PROFILES" --specdec-check --server-profile=$MATRIX_PROFILES
@@ -38,11 +38,13 @@ echo "===== $NIGHT: job specdec ($MATRIX_NAME: $MATRIX_PROFILES) $(date -u +%T)"
           mkdir -p "$ARTIFACTS" shard
           compare=()
           if ls .specdec/results/*.json >/dev/null 2>&1; then compare=(--specdec-compare${BASELINE:+=$BASELINE}); fi
+          repeats=()
+          if [ -n "$SAVE_AS" ]; then repeats=(--specdec-repeats=8); fi
           # Your own specdec tests go here (examples/test_specdec.py is this repository's).
           # --specdec-report copies this shard's run file (only this session's results) for the merge job.
           pytest examples/test_specdec.py -m specdec \
             --specdec-profiles="$PROFILES" --server-profile=$MATRIX_PROFILES \
-            "${compare[@]}" \
+            "${compare[@]}" "${repeats[@]}" \
             --specdec-report="shard/$MATRIX_NAME.json" \
             --junitxml="$ARTIFACTS/junit.xml"
   # --- end verbatim ---

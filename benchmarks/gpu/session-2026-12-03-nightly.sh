@@ -17,6 +17,9 @@
 #             bench_serving on one EAGLE-3 server and one baseline server with graphs: c64 x 256 and c256 x 1024
 #             random-ids prompts of 128 -> 256 tokens, ABBA, both arms pausing 1 s after /flush_cache; then on the
 #             baseline server one c64 pass each with --workers 1, 2, 4 (the client's size). parity_*.tar.gz.
+#   tails     benchmarks/gpu/serving_tails.sh: the plugin's open loop (request_rate 16, 512 requests, cap 64) beside
+#             bench_serving on one EAGLE-3 server with graphs, identical prompts and arrivals, 2 passes (AB, BA).
+#             tails.tar.gz.
 #   tests2    tests/gpu part 2 (crash + sweep) with SPECDEC_SGLANG_GRAPHS=1. tests2.tar.gz.
 # Each step stops starting work when too little of the command's LIMIT (default 570 s) is left.
 set -uo pipefail
@@ -144,6 +147,11 @@ parity() {  # ARM (eagle3|baseline)
     fi
     stop p-$arm; gzip -c /tmp/p-$arm.log > $D/server.log.gz
     tar czf "$OUT/parity_$arm.tar.gz" -C $D .
+}
+
+tails() {
+  PY=$PY RATE=16 N=512 CONC=64 timeout $(( $(left) - 10 )) bash benchmarks/gpu/serving_tails.sh /tmp/tails 2 2>&1 | tail -20
+  tar czf "$OUT/tails.tar.gz" -C /tmp/tails .
 }
 
 tests2() {
