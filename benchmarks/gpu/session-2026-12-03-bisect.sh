@@ -25,7 +25,8 @@ SYSPY=/opt/torch/.venv/bin/python3
 PY=/tmp/sgvenv/bin/python
 
 install_bundle() {  # session-2026-12-02-graphs.sh's install and CUDA_HOME shim, unchanged
-  if [ ! -e /tmp/site/.installed ]; then
+  # The nightly script's install (marker .installed-<wheels>, sgenv.sh kept in /tmp) counts too.
+  if ! ls /tmp/site/.installed* >/dev/null 2>&1 || [ ! -d /tmp/site/xgrammar ]; then
     for n in 01 02 03 04; do [ -e /tmp/wh/.got-part-$n ] || { echo "MISSING part-$n (machine went cold?)"; exit 3; }; done
     rm -rf /tmp/site /tmp/cccl
     $SYSPY -m pip install -q --no-index --no-deps --target /tmp/cccl /tmp/wh/nvidia_cuda_cccl-*.whl || exit 4
@@ -41,7 +42,7 @@ install_bundle() {  # session-2026-12-02-graphs.sh's install and CUDA_HOME shim,
     ln -sfn "$RT" /tmp/cudahome/lib64/libcudart.so
   fi
   # shellcheck disable=SC1091
-  source $P4/sgenv.sh; PY=/tmp/sgvenv/bin/python  # sgenv.sh sets PY to the image interpreter
+  if [ -e /tmp/sgenv.sh ]; then source /tmp/sgenv.sh; else source $P4/sgenv.sh; fi; PY=/tmp/sgvenv/bin/python  # sgenv.sh sets PY to the image interpreter
   mkdir -p /tmp/site/datasets && [ -e /tmp/site/datasets/__init__.py ] ||
     echo 'def load_dataset(*a, **k): raise ImportError("datasets: a stub (not shipped)")' > /tmp/site/datasets/__init__.py
   export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TVM_FFI_CACHE_DIR=/tmp/tvmcache PYTHONUNBUFFERED=1
