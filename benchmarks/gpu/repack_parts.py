@@ -27,7 +27,7 @@ P=$(cd "$(dirname "$0")" && pwd); N=$(basename "$P")
 cd "$P" && sha256sum -c --quiet SHA256SUMS && echo "$N: checksums OK"
 mkdir -p /tmp/wh /tmp/wh-chunks
 for f in "$P"/*.whl; do [ -e "$f" ] && cp "$f" /tmp/wh/; done
-for f in "$P"/*.chunk-*; do [ -e "$f" ] && cp "$f" /tmp/wh-chunks/; done
+for f in "$P"/*.chunk-* "$P"/*.total; do [ -e "$f" ] && cp "$f" /tmp/wh-chunks/; done
 for t in /tmp/wh-chunks/*.total; do
   [ -e "$t" ] || continue; w=$(basename "$t" .total); n=$(cat "$t")
   if [ "$(ls /tmp/wh-chunks/"$w".chunk-* 2>/dev/null | wc -l)" = "$n" ] && [ ! -e "/tmp/wh/$w" ]; then
