@@ -124,8 +124,9 @@ def _false_alarms(args: argparse.Namespace) -> None:
     """FAILED counts over ``--false-alarm-runs`` replayed unchanged runs per stream, fixed 3 pairs and sequential."""
     ref, _ = _ref_pools()
     budget = int(args.max_repeats.split(",")[0])
+    tol = float(args.tolerances.split(",")[0])
     print(f"false alarms of {args.false_alarm_runs} unchanged runs, seed {args.seed}, tolerance "
-          f"{float(args.tolerances.split(',')[0]):.0%}, history {args.history} x {args.history_pairs}, instance sd "
+          f"{tol:.0%}, history {args.history} x {args.history_pairs}, instance sd "
           f"{args.instance_sd}")  # fmt: skip
     for name, pool in (("ref quiet", ref["0:quiet"]), ("ref busy", ref["0:busy"]), ("h200", _h200_pool())):
         row = []
@@ -133,7 +134,7 @@ def _false_alarms(args: argparse.Namespace) -> None:
                                                                       sequential.Design(3, budget))):  # fmt: skip
             rng = np.random.default_rng(args.seed)
             failed = sum(
-                replay(pool, pool, 1.0, float(args.tolerances.split(",")[0]), design,
+                replay(pool, pool, 1.0, tol, design,
                        (args.history, args.history_pairs), rng, args.instance_sd)[0] == "FAILED"
                 for _ in range(args.false_alarm_runs)
             )  # fmt: skip

@@ -286,6 +286,28 @@ def test_paired_throughput_is_judged_raw_and_on_its_ratio_to_the_reference_arm()
     assert compare_results(base, same, parse_tolerances("output_tok_s:5%")).outcome == "passed"
 
 
+def test_a_paired_fields_rows_carry_the_halved_design_and_the_repeats_estimate_uses_it() -> None:
+    # Raw and ratio rows of a paired field share its alpha (half each): "about N repeats would decide it" must be
+    # estimated at that alpha too, or it promises fewer repeats than the verdict will need.
+    from pytest_specdec.judge import sequential, verdict
+
+    design = sequential.Design(3, 24)
+    b_tok = [140.0, 139.0, 141.0, 140.0, 138.0, 142.0]
+    base = _paired(rec(output_tok_s=b_tok), b_tok, [100.0, 99.0, 101.0, 100.0, 99.0, 101.0])
+    cur = _paired(rec(output_tok_s=[133.0, 125.0, 141.0]), [133.0, 125.0, 141.0], [100.0, 97.0, 103.0])
+    comp = compare_results(base, cur, parse_tolerances("output_tok_s:10%"), design=design)
+    rows = {r.metric: r for r in comp.rows}
+    for name in ("output_tok_s", "output_tok_s / baseline"):
+        assert rows[name].design is not None and rows[name].design.alpha == design.alpha / 2
+    raw = rows["output_tok_s"]
+    assert raw.undecided
+    at_row = verdict._repeats_needed(base, cur, raw, design, [])
+    at_run = sequential.shift_repeats_needed(
+        base.values("output_tok_s"), cur.values("output_tok_s"), raw.tolerance.rel, design, higher_is_better=True
+    )
+    assert at_row is not None and at_run is not None and at_row > at_run
+
+
 def test_exact_accept_length_at_temperature_zero_needs_no_statistics() -> None:
     tol = parse_tolerances("accept_length:2%")
     comp = compare_results(rec(accept_length=[2.63, 2.63]), rec(accept_length=[2.49, 2.49]), tol)

@@ -489,6 +489,11 @@ def vllm_loadable_draft(draft_dir: Path, dest_root: Path) -> Path:
     return out
 
 
+def _has_choices(data: Any) -> bool:
+    """An OpenAI completions body with a non-empty ``choices`` list: the model generated."""
+    return isinstance(data, dict) and isinstance(data.get("choices"), list) and len(data["choices"]) > 0
+
+
 class VllmEngine:
     """vLLM (``server: vllm``): implements ``engines.base.Engine``."""
 
@@ -625,8 +630,7 @@ class VllmEngine:
         body = {"prompt": "Hello", "max_tokens": 1, "temperature": 0.0}
         return probe_health_then_generate(
             client, profile, health_path="/health", generate_path="/v1/completions", body=body,
-            generated=lambda data: isinstance(data, dict) and bool(data.get("choices")) and isinstance(
-                data["choices"], list),
+            generated=_has_choices,
         )  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------- readback

@@ -76,6 +76,9 @@ class CompareRow:
     basis: str = ""
     #: Why a row has no verdict (``n/a``), shown beside it: ``3 requests < 8 per repeat``.
     note: str = ""
+    #: The design a statistical row was judged with: a paired field's raw and ratio rows share the field's alpha
+    #: (half each), so what "more repeats would decide it" estimates must use this one, not the run's.
+    design: sequential.Design | None = None
 
     @property
     def regressed(self) -> bool:
@@ -494,7 +497,8 @@ def _judge(
         if better_end > 1.0 + limit:
             verdict = "improved"
     sigma = math.sqrt(history.var) if history is not None else stats.pooled_sigma(b_vals, c_vals) / abs(base_median)
-    return CompareRow(fname, higher, *change, tol, verdict, decision, noise=sigma * abs(base_median) or None)
+    return CompareRow(fname, higher, *change, tol, verdict, decision, noise=sigma * abs(base_median) or None,
+                      design=judging.design)
 
 
 def _paired_rows(

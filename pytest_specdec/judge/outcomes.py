@@ -9,6 +9,7 @@ Imports nothing heavy: every pytest run builds one.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -101,8 +102,6 @@ class Outcomes:
 
     def mark_interrupted(self) -> None:
         """The run was interrupted: every record is kept, marked so that it never becomes a baseline."""
-        import dataclasses
-
         self._records[:] = [dataclasses.replace(r, interrupted=True) for r in self._records]
 
     def add_override(self, nodeid: str, profile: str, changed: Sequence[str]) -> None:

@@ -545,8 +545,9 @@ def _repeats_needed(
     design: sequential.Design,
     history: Sequence[results.ResultRecord],
 ) -> int | None:
-    """``sequential.shift_repeats_needed`` for a compare row (None: no number of repeats would decide it, or the
-    row has an absolute tolerance, which the estimate does not cover)."""
+    """``sequential.shift_repeats_needed`` for a compare row, at the design the row was judged with
+    (``CompareRow.design``; ``design`` for a row without one). None: no number of repeats would decide it, or the
+    row has an absolute tolerance, which the estimate does not cover."""
     if row.tolerance.abs or row.baseline is None:
         return None
     key = f"{row.metric.partition(' / ')[0]} / " if " / " in row.metric else row.metric
@@ -555,7 +556,7 @@ def _repeats_needed(
     pooled = sequential.History.from_runs(runs) if len(runs) >= 2 else None
     limit = row.tolerance.allowed(row.baseline) / abs(row.baseline) if row.baseline else row.tolerance.rel
     return sequential.shift_repeats_needed(
-        b_vals, c_vals, limit, design, higher_is_better=row.higher_is_better, history=pooled
+        b_vals, c_vals, limit, row.design or design, higher_is_better=row.higher_is_better, history=pooled
     )
 
 
