@@ -10,8 +10,8 @@
 # session-2026-12-02-graphs.sh (`bash .gpu-sglang/part-NN/stage.sh`, one command each, carry that part); this
 # command carries the last part (P4, default .gpu-sglang/part-04):
 #   bash benchmarks/gpu/session-2026-12-03-bisect.sh            # without CUDA graphs, as the case was measured
-#   GRAPHS=1 bash benchmarks/gpu/session-2026-12-03-bisect.sh   # with graphs; needs /tmp/dg.env from the graphs
-#                                                               # script's eagle3 step in the same warm machine
+#   GRAPHS=1 bash benchmarks/gpu/session-2026-12-03-bisect.sh   # with graphs (needs deep_gemm: the bundle's
+#                                                               # sgl-deep-gemm, installed by the nightly script)
 # Outputs under $OUT (default /tmp/out): bisect.txt (the CLI's whole output: the differences, the estimate, a line
 # per launch and per probe, the report), profile.yaml (the filled-in profile file), logs.tar.gz (the server logs),
 # leftovers.txt (SGLang processes after the bisect: must be empty). The bisect runs under `timeout` (SIGTERM 30 s
@@ -56,7 +56,9 @@ FLAGS="--attention-backend triton --speculative-draft-attention-backend triton -
   --mm-feature-transport cpu --dtype bfloat16 --mem-fraction-static 0.3"
 if [ "${GRAPHS:-0}" = 1 ]; then
   # shellcheck disable=SC1091
-  [ -e /tmp/dg.env ] && source /tmp/dg.env || { echo "GRAPHS=1 needs /tmp/dg.env (deep_gemm): run the graphs script's eagle3 step first"; exit 6; }
+  # sgl-deep-gemm from the bundle (the nightly script's install checks it: /tmp/dg.ok); the older stand-in's env.
+  if [ -e /tmp/dg.env ]; then source /tmp/dg.env
+  elif ! $PY -c "import deep_gemm" 2>/dev/null; then echo "GRAPHS=1 needs deep_gemm (sgl-deep-gemm in the bundle)"; exit 6; fi
   FLAGS="$FLAGS --cuda-graph-max-bs-decode 8"
 else
   FLAGS="$FLAGS --disable-cuda-graph"

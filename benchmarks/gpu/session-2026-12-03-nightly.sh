@@ -17,7 +17,7 @@
 #             bench_serving on one EAGLE-3 server and one baseline server with graphs: c64 x 256 and c256 x 1024
 #             random-ids prompts of 128 -> 256 tokens, ABBA, both arms pausing 1 s after /flush_cache; then on the
 #             baseline server one c64 pass each with --workers 1, 2, 4 (the client's size). parity_*.tar.gz.
-#   bisect    benchmarks/gpu/session-2026-12-03-bisect.sh (without graphs, as the case was measured): both causes
+#   bisect    benchmarks/gpu/session-2026-12-03-bisect.sh (BISECT_GRAPHS=1: with CUDA graphs): both causes
 #             named in <= 8 launches. bisect.txt, profile.yaml, logs.tar.gz, leftovers.txt.
 #   tails     benchmarks/gpu/serving_tails.sh: the plugin's open loop (request_rate 16, 512 requests, cap 64) beside
 #             bench_serving on one EAGLE-3 server with graphs, identical prompts and arrivals, 2 passes (AB, BA).
@@ -152,7 +152,7 @@ parity() {  # ARM (eagle3|baseline)
 }
 
 bisect() {
-  LIMIT=$(left) OUT=$OUT bash benchmarks/gpu/session-2026-12-03-bisect.sh 2>&1 | tail -70 | cut -c1-300
+  LIMIT=$(left) OUT=$OUT GRAPHS=${BISECT_GRAPHS:-0} bash benchmarks/gpu/session-2026-12-03-bisect.sh 2>&1 | tail -70 | cut -c1-300
 }
 
 tails() {
