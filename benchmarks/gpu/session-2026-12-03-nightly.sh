@@ -14,7 +14,7 @@
 #             Outputs: nightly-N.tar.gz (every night's workspaces: junit.xml, shard JSON, step summaries, merged
 #             summary.md and trend.png, the results store, server logs), nightly-N.console.txt.
 #   parity    the plugin's client (benchmarks/bench_vs_serving.py, --workers auto, its default) against
-#             bench_serving on one EAGLE-3 server and one baseline server with graphs: c64 x 256 and c256 x 1024
+#             bench_serving on one EAGLE-3 server and one baseline server with graphs: c64 x 1024 and c256 x 1024
 #             random-ids prompts of 128 -> 256 tokens, ABBA, both arms pausing 1 s after /flush_cache; then on the
 #             baseline server one c64 pass each with --workers 1, 2, 4 (the client's size). parity_*.tar.gz.
 #   bisect    benchmarks/gpu/session-2026-12-03-bisect.sh (BISECT_GRAPHS=1: with CUDA graphs): both causes
@@ -134,7 +134,8 @@ parity() {  # ARM (eagle3|baseline)
     echo "== $arm server with graphs, $(left) s left"
     launch p-$arm 30000 $flags || { grep -E "Error|Traceback" -A5 /tmp/p-$arm.log | tail -30; stop p-$arm; return; }
     curl -s http://127.0.0.1:30000/server_info > /tmp/par-$arm.server_info.json
-    D=/tmp/par-$arm; loads="64:256"; [ "$(left)" -gt 260 ] && loads="64:256 256:1024"
+    # 256 prompts at c64 last 3-5 s a pass on graphs (2026-12-04): start and drain dominated; 1024 last ~17 s.
+    D=/tmp/par-$arm; loads="64:1024"; [ "$(left)" -gt 330 ] && loads="64:1024 256:1024"
     echo "loads: $loads"
     URL=http://127.0.0.1:30000 SPEC=$spec ORDER=abba FLUSH_PAUSE_S=1 PY=$PY \
       bash benchmarks/gpu/client_vs_bench_serving.sh $D "$loads" 4
@@ -142,7 +143,7 @@ parity() {  # ARM (eagle3|baseline)
     if [ $arm = baseline ] && [ "$(left)" -gt 60 ]; then
       for w in 1 2 4; do
         FLUSH_PAUSE_S=1 $PY benchmarks/gpu/pause_after_flush.py --base-url http://127.0.0.1:30000 --concurrency 64 \
-          --num-prompts 256 --input-len 128 --output-len 256 --range-ratio 1 --seed 42 --warmup-requests 1 \
+          --num-prompts 1024 --input-len 128 --output-len 256 --range-ratio 1 --seed 42 --warmup-requests 1 \
           --flush-cache --workers $w > $D/workers_c64_w$w.txt 2>&1
         echo "workers $w: $(grep -E 'Output token throughput|Client worker|lag p99|WARNING' $D/workers_c64_w$w.txt | tr -s ' ' | tr '\n' ' ')"
       done
