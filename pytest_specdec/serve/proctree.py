@@ -223,66 +223,34 @@ def stop_process_tree(
     :returns: the StopReport; it never raises for processes that are already gone.
     """
     started = time.monotonic()
-    targets: dict[tuple[int, float], psutil.Process] = {}
-    seen: dict[tuple[int, float], psutil.Process] = {}  # the targets plus the zombies among them, to check reaping
-
-    def add(procs: Iterable[psutil.Process]) -> None:
-        for proc in procs:
-            if alive(proc):
-                targets.setdefault(_key(proc), proc)
-                seen.setdefault(_key(proc), proc)
-            elif zombie(proc):
-                seen.setdefault(_key(proc), proc)
-
-    if root is not None and alive(root):
-        add([root])
-        with contextlib.suppress(psutil.Error):
-            add(root.children(recursive=True))
-    add(known)
-    add(_group_members(pid))
-
+    targets, seen = _stop_targets(pid, root, known)
     _signal_group(pid, signal.SIGTERM)
-    for proc in list(targets.values()):
+    for proc in targets:
         if not _in_group(proc, pid):
             with contextlib.suppress(psutil.Error):
                 proc.terminate()
-    terminated = sorted({proc.pid for proc in targets.values()})
+    terminated = sorted({proc.pid for proc in targets})
 
     def remaining() -> list[psutil.Process]:
         if popen is not None:
             popen.poll()  # reap our child as soon as it exits, so it does not linger as a zombie
         if reap is not None:
             reap()
-        return [proc for proc in targets.values() if alive(proc)]
+        return [proc for proc in targets if alive(proc)]
 
-    deadline = started + timeout_s
-    left = remaining()
-    while left and time.monotonic() < deadline:
-        time.sleep(0.02)
-        left = remaining()
-
-    killed: list[int] = []
+    left = _wait_until_gone(remaining, started + timeout_s)
+    killed = sorted(proc.pid for proc in left)
     if left:
-        killed = sorted(proc.pid for proc in left)
         _signal_group(pid, signal.SIGKILL)
         for proc in left:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
-        kill_deadline = time.monotonic() + _KILL_WAIT_S
-        while left and time.monotonic() < kill_deadline:
-            time.sleep(0.02)
-            left = remaining()
+        left = _wait_until_gone(remaining, time.monotonic() + _KILL_WAIT_S)
     if popen is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             popen.wait(timeout=1.0)
     survivors = sorted(proc.pid for proc in left)
-    reap_deadline = time.monotonic() + _REAP_WAIT_S
-    zombies = [proc for proc in seen.values() if zombie(proc)]
-    while zombies and time.monotonic() < reap_deadline:
-        time.sleep(0.02)
-        if reap is not None:
-            reap()
-        zombies = [proc for proc in zombies if zombie(proc)]
+    zombies = _await_reaped(seen, reap)
     port_free = True
     if host is not None and port is not None:
         from pytest_specdec.serve.ports import wait_port_free  # not needed (nor importable) in the supervisor
@@ -300,3 +268,49 @@ def stop_process_tree(
         duration_s=time.monotonic() - started,
         zombies=tuple(sorted(proc.pid for proc in zombies)),
     )
+
+
+def _stop_targets(
+    pid: int, root: psutil.Process | None, known: Iterable[psutil.Process]
+) -> tuple[list[psutil.Process], list[psutil.Process]]:
+    """(the live processes to stop: ``root`` and its descendants, ``known``, the members of group/session ``pid``;
+    those plus the zombies among them, whose reaping is checked at the end), each process once."""
+    targets: dict[tuple[int, float], psutil.Process] = {}
+    seen: dict[tuple[int, float], psutil.Process] = {}
+    candidates: list[psutil.Process] = []
+    if root is not None and alive(root):
+        candidates.append(root)
+        with contextlib.suppress(psutil.Error):
+            candidates.extend(root.children(recursive=True))
+    candidates.extend(known)
+    candidates.extend(_group_members(pid))
+    for proc in candidates:
+        if alive(proc):
+            targets.setdefault(_key(proc), proc)
+            seen.setdefault(_key(proc), proc)
+        elif zombie(proc):
+            seen.setdefault(_key(proc), proc)
+    return list(targets.values()), list(seen.values())
+
+
+def _wait_until_gone(remaining: Callable[[], list[psutil.Process]], deadline: float) -> list[psutil.Process]:
+    """Poll ``remaining()`` every 20 ms until it is empty or ``deadline`` (``time.monotonic``) passes; its last
+    answer."""
+    left = remaining()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.02)
+        left = remaining()
+    return left
+
+
+def _await_reaped(seen: Iterable[psutil.Process], reap: Callable[[], None] | None) -> list[psutil.Process]:
+    """Wait up to ``_REAP_WAIT_S`` for the parent (or ``reap()``, when we are the subreaper) to reap the stopped
+    processes; those still zombies then."""
+    deadline = time.monotonic() + _REAP_WAIT_S
+    zombies = [proc for proc in seen if zombie(proc)]
+    while zombies and time.monotonic() < deadline:
+        time.sleep(0.02)
+        if reap is not None:
+            reap()
+        zombies = [proc for proc in zombies if zombie(proc)]
+    return zombies
