@@ -308,11 +308,33 @@ def _rule_aux_ids(ctx: _Ctx) -> list[int] | None:
     spec = ctx.profile.speculative
     if spec is None or spec.algorithm != "EAGLE3" or ctx.draft_cfg is None and spec.aux_hidden_state_layer_ids is None:
         return None
+    found = _ids_and_source(ctx, spec.aux_hidden_state_layer_ids)
+    if found is None:
+        return None
+    ids, file, key = found
+    if not isinstance(ids, list) or not all(_int(i) is not None for i in ids) or not ids:
+        ctx.add("error", file, key, ids, "expected a non-empty list of integers",
+                "write the layer ids as a YAML/JSON list of integers, e.g. [1, 3, 5]")  # fmt: skip
+        return None
+    _check_ids(ctx, ids, file, key, allow_embedding=spec.allow_embedding_capture)
+    k = _int((ctx.draft_cfg or {}).get("num_aux_hidden_states"))
+    if k is not None and k != len(ids) and spec.aux_hidden_state_layer_ids is None:
+        ctx.add("error", ctx.draft_cfg_path, "num_aux_hidden_states", k,
+                f"the draft sizes fc for {k} aux states but eagle_config lists {len(ids)} ids "
+                "(SGLang models/llama_eagle3.py takes num_aux_hidden_states first)",
+                f"set num_aux_hidden_states to {len(ids)} or remove it")  # fmt: skip
+    return list(ids)
+
+
+def _ids_and_source(ctx: _Ctx, override: Any) -> tuple[Any, Any, str] | None:
+    """(the ids as written, the file and key they come from): the profile's ``override``, else the draft's ids as
+    the engine reads them (vLLM: top level first, SGLang: only ``eagle_config``). None, with a note or an error
+    added, when the draft names none the engine would read."""
     nested = _eagle_cfg(ctx.draft_cfg).get(_IDS)
     top = (ctx.draft_cfg or {}).get(_IDS)
     vllm = _convention(ctx) == "vllm"
-    if spec.aux_hidden_state_layer_ids is not None:
-        ids: Any = spec.aux_hidden_state_layer_ids
+    if override is not None:
+        ids: Any = override
         file, key = ctx.source, "speculative.aux_hidden_state_layer_ids"
     elif vllm and top is not None:  # vLLM reads the top-level key first (v1/worker/gpu_model_runner.py)
         ids, file, key = top, ctx.draft_cfg_path, _IDS
@@ -336,10 +358,13 @@ def _rule_aux_ids(ctx: _Ctx) -> list[int] | None:
                 f"the draft names no aux layer ids; SGLang captures its default ids {default}",
                 "set speculative.aux_hidden_state_layer_ids if the draft was trained on other layers")  # fmt: skip
         return None
-    if not isinstance(ids, list) or not all(_int(i) is not None for i in ids) or not ids:
-        ctx.add("error", file, key, ids, "expected a non-empty list of integers",
-                "write the layer ids as a YAML/JSON list of integers, e.g. [1, 3, 5]")  # fmt: skip
-        return None
+    return ids, file, key
+
+
+def _check_ids(ctx: _Ctx, ids: list[Any], file: Any, key: str, *, allow_embedding: bool) -> None:
+    """Duplicates, order, range and the embedding id of a list of integer ids, against the engine's convention
+    (``_rule_aux_ids`` gives the sources)."""
+    vllm = _convention(ctx) == "vllm"
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         ctx.add("error", file, key, ids, f"duplicate ids {dupes}: the target captures each layer once, so it sends "
@@ -363,7 +388,7 @@ def _rule_aux_ids(ctx: _Ctx) -> list[int] | None:
     stock = "" if vllm else (
         "; stock SGLang crashes on it at the first forward (measured on 0.5.17: the scheduler raises TypeError at "
         "models/llama.py:437, residual None before layer 0); a patched SGLang serves it with a lower acceptance")
-    if emb in ids and not spec.allow_embedding_capture:
+    if emb in ids and not allow_embedding:
         ctx.add("error", file, key, ids,
                 f"id {emb} is the embedding output in {engine} (capture index 0, the input to layer 0), not a "
                 f"decoder layer{stock}", "use decoder layer ids, or set speculative.allow_embedding_capture: true "
@@ -372,13 +397,6 @@ def _rule_aux_ids(ctx: _Ctx) -> list[int] | None:
         ctx.add("warning", file, key, ids,
                 f"id {emb} is the embedding output (allowed by speculative.allow_embedding_capture){stock}",
                 "expect a scheduler exception at the first request unless your SGLang is patched")  # fmt: skip
-    k = _int((ctx.draft_cfg or {}).get("num_aux_hidden_states"))
-    if k is not None and k != len(ids) and spec.aux_hidden_state_layer_ids is None:
-        ctx.add("error", ctx.draft_cfg_path, "num_aux_hidden_states", k,
-                f"the draft sizes fc for {k} aux states but eagle_config lists {len(ids)} ids "
-                "(SGLang models/llama_eagle3.py takes num_aux_hidden_states first)",
-                f"set num_aux_hidden_states to {len(ids)} or remove it")  # fmt: skip
-    return list(ids)
 
 
 # ------------------------------------------------------------------- rule 3
