@@ -149,7 +149,7 @@ class SimulatedProbes:
     whenever a probe needs a server other than the probe's and the reference arm's (kept up, as interleaved pairing
     does); :meth:`hold` makes a configuration the reference arm."""
 
-    def __init__(self, seed: int = 0, slow: float = 0.5, budget: int | None = None) -> None:
+    def __init__(self, seed: int = 0, slow: float = 0.5, budget: int | None = None, spread: float = 0.03) -> None:
         self.launches = 0
         self.server_s = 0.0
         self.current: str | None = None
@@ -157,6 +157,7 @@ class SimulatedProbes:
         self.reference_key: str | None = None
         self.rng = random.Random(seed)
         self.slow = slow
+        self.spread = spread
         self.budget = budget
         self.asked: list[str] = []
 
@@ -186,7 +187,7 @@ class SimulatedProbes:
 
     def tok_s(self, config: Mapping[str, Any]) -> float:
         slow = self.slow if "SPECDEC_REF_FORWARD_DELAY_MS" in config["env"] else 1.0
-        return 100.0 * self.accept(config) / 2.333 * slow * self.rng.uniform(0.97, 1.03)
+        return 100.0 * self.accept(config) / 2.333 * slow * self.rng.uniform(1.0 - self.spread, 1.0 + self.spread)
 
     def exact(self, config: Mapping[str, Any], label: str, phases: int) -> dict[str, list[float]]:
         self.asked.append(f"exact {label} {phases}")
@@ -316,6 +317,44 @@ def test_throughput_only_regression_is_bisected_against_good() -> None:
     assert [(c.symptom, [result.diffs[i].key for i in c.culprits], c.versus) for c in result.causes] == [
         ("throughput", ["env CUDA_LAUNCH_BLOCKING"], "good")]
     assert probes.launches == 3  # good, bad, CUDA_LAUNCH_BLOCKING alone (named by CUDA's docs: probed first)
+
+
+def test_a_tok_s_remainder_too_small_for_the_spread_is_not_bisected_and_stays_suspected() -> None:
+    # The H200 case without CUDA graphs: the aux ids cause the exact symptom, a 10% slowdown sits on top of them,
+    # and one pair's log ratio spreads ~0.2. BAD's pairs alone cannot decide the remainder (measured no further
+    # than the 2nd look), and no probe could tell x0.9 from no change within 24 pairs: the search is not started.
+    diffs = differences(GOOD, INCIDENT)
+    probes = SimulatedProbes(seed=0, slow=0.9, spread=0.3)
+    result = bisection.bisect(GOOD, diffs, probes)
+    keys = [d.key for d in diffs]
+    assert [(c.symptom, [keys[i] for i in c.culprits]) for c in result.causes] == [
+        ("exact", ["speculative.aux_hidden_state_layer_ids"])]
+    assert result.launches == 3  # good, bad, the aux ids alone
+    measured = [a for a in probes.asked if a.startswith("pairs speculative")]
+    assert measured == ["pairs speculative.aux_hidden_state_layer_ids 3",
+                        "pairs speculative.aux_hidden_state_layer_ids 2"]  # to the 2nd look (5 pairs), not 24
+    lines = bisection.report_lines(result)
+    (unsplit,) = [line for line in lines if line.startswith("tok/s not bisected: ")]
+    need = int(unsplit.split("that takes about ")[1].split()[0])
+    assert need > 24 and f"--max-pairs {need}" in unsplit, unsplit
+    assert ("still suspected for the tok/s symptom: 4 differences, the culprits among them: env HF_HUB_OFFLINE: "
+            "(unset) -> 1; env SPECDEC_REF_FORWARD_DELAY_MS: (unset) -> 3.5") in "\n".join(lines)
+    assert not any(line.startswith("harmless:") for line in lines)  # the suspected are not called harmless
+
+
+def test_a_tok_s_search_whose_probe_cannot_decide_stops_instead_of_naming_noise() -> None:
+    # Here the first estimates looked splittable, the first probe stayed open after 24 pairs, and its pairs showed
+    # the spread: the search stops there. Without the check ddmin went on to 11 launches and named harmless
+    # differences as culprits.
+    diffs = differences(GOOD, INCIDENT)
+    probes = SimulatedProbes(seed=2, slow=0.9, spread=0.3)
+    result = bisection.bisect(GOOD, diffs, probes)
+    assert [c.symptom for c in result.causes] == ["exact"]
+    assert result.launches == 4
+    assert result.unsplit.startswith("tok/s not bisected: ")
+    lines = bisection.report_lines(result)
+    assert any(line.startswith("still suspected for the tok/s symptom: 4 differences") for line in lines)
+    assert any(line.startswith("unresolved: 1 probe") for line in lines)
 
 
 def test_bisect_stopped_at_the_launch_budget_reports_what_is_known() -> None:

@@ -94,12 +94,15 @@ def report_lines(result: BisectResult) -> list[str]:
         lines += _cause_lines(result, k, cause)
     if result.remainder and all(c.symptom != "throughput" for c in result.causes) and not result.stopped:
         lines.append(f"remainder: {result.remainder}")
+    if result.unsplit:
+        lines.append(result.unsplit)
     for symptom, left in result.open_searches:
         what = "exact symptom" if symptom == "exact" else "tok/s symptom"
         lines.append(f"still suspected for the {what}: {len(left)} difference{'s' if len(left) != 1 else ''}, the "
                      f"culprits among them: {'; '.join(result.diffs[i].line() for i in left)}")  # fmt: skip
     if s.regressed and not result.stopped:
-        harmless = [d.line() for i, d in enumerate(result.diffs) if i not in result.culprits]
+        suspected = {i for _, left in result.open_searches for i in left}
+        harmless = [d.line() for i, d in enumerate(result.diffs) if i not in result.culprits and i not in suspected]
         if harmless:
             lines.append(f"harmless: {'; '.join(harmless)}")
     if result.stopped and not s.regressed and not result.causes:

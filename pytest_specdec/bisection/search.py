@@ -21,6 +21,7 @@ Nothing here starts a server: a :class:`Probes` object (``probes.py``) measures 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -37,6 +38,8 @@ from pytest_specdec.bisection.symptoms import (
     geometric_mean,
     judge_exact,
     judge_throughput,
+    log_ratio_sd,
+    pairs_to_split,
     throughput_check,
     throughput_line,
 )
@@ -129,12 +132,19 @@ class BisectResult:
     open_searches: tuple[tuple[str, tuple[int, ...]], ...] = ()
     #: Whether BAD is slower than cause 1 alone (the throughput search's reason), as a line; "" when not asked.
     remainder: str = ""
+    #: Why the throughput search was not started (no probe could decide within the pairs budget at the measured
+    #: spread), with the pairs a probe would need; its candidates are in ``open_searches``. "" when it ran.
+    unsplit: str = ""
 
     def record(self, subset: Iterable[int], phase: str | None = None) -> ProbeRecord | None:
         """The last record of ``subset`` (of ``phase`` when given)."""
         wanted = tuple(sorted(subset))
         found = [r for r in self.records if r.subset == wanted and (phase is None or r.phase == phase)]
         return found[-1] if found else None
+
+
+class _Unsplit(Exception):
+    """The throughput search ends: no probe can decide within the pairs budget (``_Search.splittable``)."""
 
 
 class _Unmeasured(SpecdecError):
@@ -224,6 +234,7 @@ class _Search:
         self.causes: list[Cause] = []
         self.open: dict[str, tuple[int, ...]] = {}
         self.remainder = ""
+        self.unsplit = ""
         bad_cfg = apply(good, diffs)
         self.temperature = (bad_cfg.get("workload") or {}).get("temperature", 0.0)
 
@@ -345,8 +356,41 @@ class _Search:
             self.probes.hold(e_cfg, e_rec.label)
         assert level is not None
         left = tuple(i for i in everything if i not in base)
-        cause = self.search("throughput", left, base, level)
+        if not self.splittable(level, left, bad_rec, *(self.records_of_base(base))):
+            return
+        try:
+            cause = self.search("throughput", left, base, level)
+        except _Unsplit:
+            return
         self.causes.append(Cause("throughput", cause, "good + cause 1" if base else "good"))
+
+    def records_of_base(self, base: tuple[int, ...]) -> tuple[ProbeRecord, ...]:
+        """Cause 1's own record when the throughput search runs on top of it (its pairs tell the spread too)."""
+        if not base:
+            return ()
+        rec = self.records.get(("good", config_key(apply(self.good, [self.diffs[i] for i in base]))))
+        return (rec,) if rec is not None else ()
+
+    def splittable(self, level: float, left: tuple[int, ...], *measured: ProbeRecord) -> bool:
+        """Can a probe tell the throughput symptom (``level``) from no change within the pairs budget, at the spread
+        the pairs so far show? When not, the search is not started: every probe would launch a server, measure to
+        the budget and end unresolved. The candidates stay suspected, with the pairs a probe would need."""
+        sd = log_ratio_sd(*(r.ratios for r in measured))
+        if sd is None or len(left) == 0:
+            return True
+        need = pairs_to_split(level, sd, self.look)
+        most = self.look.points[-1]
+        if need <= most:
+            return True
+        self.open["throughput"] = left
+        self.unsplit = (
+            f"tok/s not bisected: a probe must tell x{level:.3f} from no change (midpoint x{math.sqrt(level):.3f}); at "
+            f"this spread (sd {sd:.3f} of a pair's log ratio) that takes about {need} pairs a probe, over "
+            f"--max-pairs {most}; to bisect it, --max-pairs {need} (~{need} paired phases a probe) or a steadier "
+            f"workload (more requests a phase; CUDA graphs on a GPU)"
+        )
+        self.note(self.unsplit)
+        return False
 
     def remains(self, e_rec: ProbeRecord, e_cfg: dict, bad_rec: ProbeRecord) -> float | None:
         """Is BAD slower than cause 1 alone? Cause 1's paired ratios against GOOD, measured until
@@ -358,7 +402,20 @@ class _Search:
             return sequential.decide_shift(e_rec.ratios, bad_rec.ratios, self.tolerance_rel, self.look,
                                            higher_is_better=True)  # fmt: skip
 
-        self.pairs_until_decided(e_rec, e_cfg, lambda: len(e_rec.ratios) >= 2 and decision().decided)
+        def futile() -> bool:
+            # BAD's pairs are all there will be (its server is gone): when their own interval alone reaches across
+            # the tolerance from today's estimate, more pairs of cause 1 cannot decide it (checked from the 2nd look).
+            if len(e_rec.ratios) < self.look.points[min(1, self.look.looks - 1)] or len(bad_rec.ratios) < 2:
+                return False
+            bad_side = sequential.decide_floor(bad_rec.ratios, 1.0, self.look)
+            if bad_side.low is None or bad_side.high is None:
+                return False
+            half = (math.log(bad_side.high) - math.log(bad_side.low)) / 2.0
+            estimate = math.log(decision().estimate)
+            return half >= abs(estimate - math.log(1.0 - self.tolerance_rel))
+
+        self.pairs_until_decided(e_rec, e_cfg,
+                                 lambda: len(e_rec.ratios) >= 2 and (decision().decided or futile()))  # fmt: skip
         if e_rec.error is not None or len(e_rec.ratios) < 2:
             self.remainder = f"cause 1 alone could not be measured paired ({e_rec.error or 'no pairs'})"
             return None
@@ -394,6 +451,11 @@ class _Search:
                 rec.verdict = self.judge(symptom, rec, config, level)
                 self.told(rec)
             assert rec.verdict.outcome is not None
+            if rec.verdict.outcome == "UNRESOLVED" and level is not None and rec.error is None:
+                # A probe open after the whole budget: with the spread its pairs show, can any probe decide? If
+                # not, ddmin would go on launching servers to collect "?" and call harmless differences culprits.
+                if not self.splittable(level, self.open.get(symptom, candidates), *(r for r in self.order if r.ratios)):
+                    raise _Unsplit
             return rec.verdict.outcome
 
         def arrange(cands: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
@@ -482,7 +544,8 @@ def bisect(
         diffs=tuple(diffs), symptoms=state.symptoms, culprits=culprits, causes=tuple(state.causes),
         records=tuple(state.order), launches=probes.launches, server_s=probes.server_s, wall_s=now() - started,
         fixed=tuple(fixed), temperature=state.temperature, stopped=stopped,
-        open_searches=tuple(state.open.items()) if stopped else (), remainder=state.remainder,
+        open_searches=tuple(state.open.items()) if stopped or state.unsplit else (), remainder=state.remainder,
+        unsplit=state.unsplit,
     )  # fmt: skip
 
 

@@ -11,15 +11,19 @@ The symptom (:func:`throughput_check`): ``FAILED`` when BAD is significantly slo
 estimate beyond the tolerance, ``passed`` when the interval's worse end is inside the tolerance, else
 ``undecided`` (more pairs, up to the budget). A probe (:func:`judge_throughput`): reproduces when its ratio is
 significantly below the midpoint between no change and BAD's level (``decide_floor`` ``below``), does not when
-significantly above, and stays open, then *unresolved* at the budget (ddmin's "?").
+significantly above, and stays open, then *unresolved* at the budget (ddmin's "?"). :func:`pairs_to_split` says
+whether a probe can decide at all within the budget, at the spread measured so far.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import scipy.stats as sps
 
 from pytest_specdec.bisection.delta import Outcome
 from pytest_specdec.core.metric_table import EXACT_FIELDS
@@ -37,6 +41,8 @@ __all__ = [
     "geometric_mean",
     "judge_exact",
     "judge_throughput",
+    "log_ratio_sd",
+    "pairs_to_split",
     "ratio_text",
     "throughput_check",
     "throughput_line",
@@ -200,6 +206,33 @@ def judge_throughput(
     if later:
         return ProbeVerdict(None, "paired", text, pairs=later[0] - n)
     return ProbeVerdict("UNRESOLVED", "paired", f"{text}: undecided after {n} pairs")
+
+
+def log_ratio_sd(*samples: Sequence[float]) -> float | None:
+    """The pooled standard deviation of one pair's log ratio over ``samples`` (each a probe's paired ratios, each
+    with its own mean); None with fewer than 2 ratios in every sample."""
+    logs = [[math.log(r) for r in sample if r > 0] for sample in samples]
+    logs = [x for x in logs if len(x) >= 2]
+    df = sum(len(x) - 1 for x in logs)
+    if not df:
+        return None
+    ss = sum(sum((v - sum(x) / len(x)) ** 2 for v in x) for x in logs)
+    return math.sqrt(ss / df)
+
+
+def pairs_to_split(level: float, sd: float, look: sequential.Design) -> int:
+    """About how many pairs a probe needs before :func:`judge_throughput` can tell a probe at BAD's ``level`` from one
+    at no change: the midpoint sqrt(level) lies |ln level| / 2 from either on the log scale, and a look's one-sided
+    interval is ``z(1 - alpha_per_look) * sd / sqrt(n)`` wide (the normal quantile: many pairs).
+
+    Example: level 0.90, sd 0.185 (a host-bound tiny model on one H200 without CUDA graphs), ``Design(3, 24)``:
+    z 2.39, distance 0.0527 -> 71 pairs. Level 0.48, sd 0.05: 1 pair.
+    """
+    distance = abs(math.log(level)) / 2.0
+    if distance <= 0.0:
+        return sys.maxsize
+    z = float(sps.norm.ppf(1.0 - look.alpha_per_look))
+    return max(1, math.ceil((z * sd / distance) ** 2))
 
 
 def geometric_mean(ratios: Sequence[float]) -> float | None:
