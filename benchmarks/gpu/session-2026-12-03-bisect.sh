@@ -12,6 +12,7 @@
 #   bash benchmarks/gpu/session-2026-12-03-bisect.sh            # without CUDA graphs, as the case was measured
 #   GRAPHS=1 bash benchmarks/gpu/session-2026-12-03-bisect.sh   # with graphs (needs deep_gemm: the bundle's
 #                                                               # sgl-deep-gemm, installed by the nightly script)
+# MAX_PAIRS (default 24): the bisect's --max-pairs (without graphs a 10% tok/s part needed ~70 pairs a probe).
 # Outputs under $OUT (default /tmp/out): bisect.txt (the CLI's whole output: the differences, the estimate, a line
 # per launch and per probe, the report), profile.yaml (the filled-in profile file), logs.tar.gz (the server logs),
 # leftovers.txt (SGLang processes after the bisect: must be empty). The bisect runs under `timeout` (SIGTERM 30 s
@@ -79,7 +80,7 @@ cp $W/specdec.yaml "$OUT/profile.yaml"
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
 echo "== bisect, $(left) s left"
 timeout -s TERM $(( $(left) - 30 )) $PY -m pytest_specdec bisect $W/specdec.yaml --good good --bad bad \
-  --log-dir $W/logs --max-launches 8 2>&1 | tee "$OUT/bisect.txt"
+  --log-dir $W/logs --max-launches 8 --max-pairs ${MAX_PAIRS:-24} 2>&1 | tee "$OUT/bisect.txt"
 echo "bisect exit ${PIPESTATUS[0]}"
 sleep 2
 ps -eo pid,stat,args | grep -E "sglang::|sglang.launch_server" | grep -v grep > "$OUT/leftovers.txt"
