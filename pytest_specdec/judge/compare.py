@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from pytest_specdec.core import hoststate, stats
 from pytest_specdec.core.errors import CompareError
-from pytest_specdec.core.metric_table import EXACT_FIELDS
+from pytest_specdec.core.metric_table import EXACT_FIELDS, PAIRED_FIELDS
 from pytest_specdec.core.table import Column, text_table
 from pytest_specdec.core.tolerances import Tolerance, field_specs, merge_tolerances
 from pytest_specdec.judge import sequential
@@ -338,8 +338,6 @@ def _category_rows(
     - otherwise a verdict only with :data:`MIN_CATEGORY_REQUESTS` successful requests of the category per repeat on
       both sides (``num_ok[CATEGORY]``), else ``n/a (3 requests < 8 per repeat)``.
     """
-    from pytest_specdec.measure.pairing import PAIRED_FIELDS
-
     specs = field_specs()
     rows = []
     for category in sorted(set(base.categories) & set(current.categories)):
@@ -512,8 +510,6 @@ def _paired_rows(
     Not every slowdown shows in the ratio: one that slows both arms alike (a lost NCCL setting) leaves it unchanged;
     the raw rows beside it say so.
     """
-    from pytest_specdec.measure.pairing import PAIRED_FIELDS
-
     vs = (base.paired or {}).get("vs")
     if not vs or vs != (current.paired or {}).get("vs"):
         return {}, None
