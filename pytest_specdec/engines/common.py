@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_specdec.core.auth import bearer_headers
 from pytest_specdec.core.errors import ProfileError
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BASE_ENV_KEYS",
+    "GpuEngine",
     "GENERATE_TIMEOUT_S",
     "HEALTH_TIMEOUT_S",
     "auth_headers",
@@ -185,3 +186,16 @@ def chain_speculative_at(
             "speculative: block to sweep one of them"
         )
     return spec.model_copy(update={"num_steps": steps, "eagle_topk": topk, "num_draft_tokens": tokens})
+
+
+class GpuEngine:
+    """What SGLang and vLLM share as engines (``engines.base.Engine``): the server runs on the interpreter of
+    ``profile.python`` (:func:`server_python`), and it takes the GPU(s) it is launched on, so a paired reference
+    arm is measured in brackets around it, never beside it."""
+
+    #: ``engines.base.PairingMode``.
+    default_pairing: Literal["interleaved", "bracketed"] = "bracketed"
+
+    def python(self, profile: Profile) -> str:
+        """:func:`server_python`: ``profile.python``, else the interpreter running pytest."""
+        return server_python(profile)

@@ -25,20 +25,19 @@ from pytest_specdec.engines.base import (
     EffectiveConfig,
     FlagIssue,
     LaunchSpec,
-    PairingMode,
     SpecCounters,
     post_profiler,
     post_reset,
 )
 from pytest_specdec.engines.common import (
     GENERATE_TIMEOUT_S,
+    GpuEngine,
     auth_headers,
     chain_speculative_at,
     clean_env,
     flag_name,
     probe_health_then_generate,
     resolve_api_key,
-    server_python,
 )
 from pytest_specdec.engines.prometheus import sum_samples
 from pytest_specdec.profiles.schema import Profile, SpeculativeConfig
@@ -304,7 +303,7 @@ def sglang_speculative_issues(profile: Profile, *, target_arch: str | None) -> l
     return []
 
 
-class SglangEngine:
+class SglangEngine(GpuEngine):
     """SGLang (``server: sglang``): implements ``engines.base.Engine``."""
 
     name = "sglang"
@@ -313,17 +312,11 @@ class SglangEngine:
     native_accept_length = "Σcompletion_tokens / Σspec_verify_ct"
     #: Explicit aux id i = output of layer i (``python/sglang/srt/models/llama.py::set_eagle3_layers_to_capture``).
     aux_id_convention: AuxIdConvention = "sglang"
-    #: A launched SGLang server takes the GPU(s): the target and the reference server are measured in brackets.
-    default_pairing: PairingMode = "bracketed"
     #: Stock SGLang crashes on id -1 at the first forward (measured on 0.5.17: ``tests/data/sglang/0.5.17/
     #: eagle3-aux-minus1.log``, residual None before layer 0 in ``models/llama.py``).
     crashes_on_embedding_capture = True
 
     # ----------------------------------------------------------------- launch
-    def python(self, profile: Profile) -> str:
-        """``common.server_python``: ``profile.python``, else the interpreter running pytest."""
-        return server_python(profile)
-
     def prepare(self, profile: Profile, *, work_dir: Path, draft_path: Path | None) -> Path | None:
         """Nothing to write: SGLang loads the draft directory as it is. :returns: ``draft_path``."""
         return draft_path

@@ -31,18 +31,17 @@ from pytest_specdec.engines.base import (
     EffectiveConfig,
     FlagIssue,
     LaunchSpec,
-    PairingMode,
     SpecCounters,
     post_reset,
 )
 from pytest_specdec.engines.common import (
     GENERATE_TIMEOUT_S,
+    GpuEngine,
     auth_headers,
     chain_speculative_at,
     clean_env,
     probe_health_then_generate,
     resolve_api_key,
-    server_python,
 )
 from pytest_specdec.engines.prometheus import per_position, sum_samples
 from pytest_specdec.profiles.schema import Profile, SpeculativeConfig
@@ -494,7 +493,7 @@ def _has_choices(data: Any) -> bool:
     return isinstance(data, dict) and isinstance(data.get("choices"), list) and len(data["choices"]) > 0
 
 
-class VllmEngine:
+class VllmEngine(GpuEngine):
     """vLLM (``server: vllm``): implements ``engines.base.Engine``."""
 
     #: vLLM's own accept length (``vllm/v1/spec_decode/metrics.py``), the same as the plugin's convention.
@@ -502,14 +501,8 @@ class VllmEngine:
     name = "vllm"
     #: Explicit aux id i = residual stream entering layer i (``vllm/model_executor/models/llama.py::forward``).
     aux_id_convention: AuxIdConvention = "vllm"
-    #: A launched vLLM server takes the GPU(s) (``gpu_memory_utilization`` 0.9): measured in brackets.
-    default_pairing: PairingMode = "bracketed"
     #: Id 0 is vLLM's embedding output and is captured like any other (``aux_id_convention``).
     crashes_on_embedding_capture = False
-
-    def python(self, profile: Profile) -> str:
-        """``common.server_python``: ``profile.python``, else the interpreter running pytest."""
-        return server_python(profile)
 
     def install(self, profile: Profile, env: Mapping[str, str] | None = None) -> VllmInstall:
         """``probe_vllm_install`` for this profile's interpreter and the server's ``PATH``."""
