@@ -396,7 +396,9 @@ class _Search:
         """Is BAD slower than cause 1 alone? Cause 1's paired ratios against GOOD, measured until
         ``decide_shift(cause 1's ratios, BAD's, tolerance)`` decides: ``worse`` -> the level of what remains
         (BAD's geometric mean over cause 1's); ``within`` -> None (cause 1 explains the slowdown too); open at the
-        budget -> that level when it is beyond the tolerance, else None."""
+        budget -> that level when it is beyond the tolerance, else None. From the 2nd look it stops early when BAD's
+        own pairs (no more will come: its server is gone) keep the interval across the tolerance whatever cause 1
+        measures."""
 
         def decision() -> sequential.Decision:
             return sequential.decide_shift(e_rec.ratios, bad_rec.ratios, self.tolerance_rel, self.look,
