@@ -27,7 +27,8 @@ __all__ = ["bisect_command"]
 def bisect_command(args: argparse.Namespace) -> int:
     """``bisect [PROFILE_FILE] --good A --bad B``: lists the differences, launches probes (a line per launch and per
     probe, an estimate once GOOD started) and prints the report (``bisection.report_lines``); returns ``EXIT_OK``
-    when culprits were named, ``EXIT_FINDINGS`` when the regression did not reproduce or nothing could be bisected,
+    when culprits were named for every symptom, ``EXIT_FINDINGS`` when the regression did not reproduce, nothing
+    could be bisected, or the tok/s symptom was not (``tok/s not bisected``: no probe could decide in --max-pairs),
     ``EXIT_STOPPED`` when ``--max-launches``, Ctrl-C or SIGTERM ended it first (the report says what is known; every
     server is stopped), ``EXIT_USAGE`` on bad input."""
     try:
@@ -99,7 +100,7 @@ def bisect_command(args: argparse.Namespace) -> int:
         print(line)
     if result.stopped:
         return EXIT_STOPPED
-    return EXIT_OK if result.culprits else EXIT_FINDINGS
+    return EXIT_OK if result.culprits and not result.unsplit else EXIT_FINDINGS
 
 
 class _Terminated(KeyboardInterrupt):
