@@ -15,6 +15,13 @@ that alone regresses; it misses culprits that act only together.
 
 ``--simulate`` replaces the servers by a formula (accept length 2.333 -> 2.032 with the other ids, tok/s x0.7 with
 the delay, 5 s per launch) to show how launches grow with ``--harmless`` at sizes too slow to run for real.
+
+``--noise-table`` replays the formula over seeds (``--runs``, default 40) for each tok/s spread (each phase's tok/s
+x uniform(1 - s, 1 + s); 0.3 gives one pair's log ratio an sd of ~0.25, as one H200 without CUDA graphs showed)
+and delay effect (x0.7, x0.9), and prints per cell: culprits named exactly / with extra (noise named) / with
+missed ones, the runs that reported ``tok/s not bisected``, and the median and largest launches.
+``--no-spread-check`` turns off the check that stops a tok/s search no probe can decide (``_Search.splittable``),
+to compare.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import statistics
 import tempfile
 import time
 from collections.abc import Mapping
@@ -61,8 +69,9 @@ def incident(harmless: int, *, requests: int, max_new_tokens: int, delay_ms: flo
 class Formula:
     """``bisection.Probes`` without servers: the reference server's behaviour on the incident as a formula."""
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, slow: float = 0.7, spread: float = 0.05) -> None:
         self.launches, self.server_s, self.rng = 0, 0.0, random.Random(seed)
+        self.slow, self.spread = slow, spread
         self.current: str | None = None
         self.reference: Mapping[str, Any] | None = None
         self.reference_key: str | None = None
@@ -87,8 +96,8 @@ class Formula:
         return 2.333 if config["speculative"].get("aux_hidden_state_layer_ids") is None else 2.032
 
     def _tok_s(self, config: Mapping[str, Any]) -> float:
-        slow = 0.7 if DELAY_ENV in config["env"] else 1.0
-        return 100.0 * self._accept(config) / 2.333 * slow * self.rng.uniform(0.95, 1.05)
+        slow = self.slow if DELAY_ENV in config["env"] else 1.0
+        return 100.0 * self._accept(config) / 2.333 * slow * self.rng.uniform(1.0 - self.spread, 1.0 + self.spread)
 
     def exact(self, config: Mapping[str, Any], label: str, phases: int) -> dict[str, list[float]]:
         self._serve(config)
@@ -154,6 +163,35 @@ def run(args: argparse.Namespace, harmless: int) -> list[list[str]]:
     return rows
 
 
+def noise_table(args: argparse.Namespace) -> None:
+    """The ``--noise-table`` replay (module docstring)."""
+    good, bad, _ = incident(3, requests=args.requests, max_new_tokens=args.max_new_tokens, delay_ms=args.delay_ms,
+                            ids=[0, 1, 2])  # fmt: skip
+    diffs = bisection.differences(good, bad)
+    truth = {"env " + DELAY_ENV, "speculative.aux_hidden_state_layer_ids"}
+    runs = args.runs if args.runs > 1 else 40
+    header = ["spread", "delay", "exact", "extra", "missed", "not bisected", "launches med", "max"]
+    rows = []
+    for spread in (0.05, 0.15, 0.3):
+        for slow in (0.7, 0.9):
+            exact = extra = missed = unsplit = 0
+            launches = []
+            for seed in range(runs):
+                probes = Formula(seed, slow=slow, spread=spread)
+                result = bisection.bisect(good, diffs, probes)
+                named = {diffs[i].key for i in result.culprits}
+                exact += named == truth
+                extra += bool(named - truth)
+                missed += bool(truth - named)
+                unsplit += bool(result.unsplit)
+                launches.append(probes.launches)
+            rows.append([f"{spread:.2f}", f"x{slow:.1f}", f"{exact}/{runs}", f"{extra}/{runs}", f"{missed}/{runs}",
+                         f"{unsplit}/{runs}", f"{statistics.median(launches):.0f}", str(max(launches))])  # fmt: skip
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--harmless", type=int, nargs="+", default=[3], help="harmless differences (one run each)")
@@ -165,7 +203,16 @@ def main() -> None:
     parser.add_argument("--no-one-at-a-time", action="store_true", help="bisect only")
     parser.add_argument("--report", action="store_true", help="print each bisect's report")
     parser.add_argument("--simulate", action="store_true", help="a formula instead of servers (launches only)")
+    parser.add_argument("--noise-table", action="store_true", help="replay the formula over seeds, spreads, delays")
+    parser.add_argument("--no-spread-check", action="store_true", help="never stop a tok/s search no probe can decide")
     args = parser.parse_args()
+    if args.no_spread_check:
+        from pytest_specdec.bisection import search
+
+        search._Search.splittable = lambda self, *a, **k: True  # type: ignore[method-assign]
+    if args.noise_table:
+        noise_table(args)
+        return
     header = ["diffs", "method", "launches", "server-s", "wall s", "load", "causes", "culprits vs truth"]
     rows = [row for n in args.harmless for _ in range(args.runs) for row in run(args, n)]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]

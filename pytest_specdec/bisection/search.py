@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import scipy.stats as sps
+
 from pytest_specdec.bisection import prior
 from pytest_specdec.bisection.delta import Outcome, ddmin
 from pytest_specdec.bisection.diffs import Difference, NotBisectable, apply, config_key, launch_key
@@ -143,6 +145,16 @@ class BisectResult:
         return found[-1] if found else None
 
 
+def _one_se_milder(level: float, decision: sequential.Decision | None) -> float:
+    """``level`` moved one standard error towards no change on the log scale, the error read off ``decision``'s
+    two-sided interval (half-width / its normal quantile); ``level`` itself without an interval."""
+    if decision is None or decision.low is None or decision.high is None or decision.low <= 0:
+        return level
+    z = float(sps.norm.ppf(0.5 + decision.confidence / 2.0))
+    se = (math.log(decision.high) - math.log(decision.low)) / (2.0 * z)
+    return math.exp(math.log(level) + se)
+
+
 class _Unsplit(Exception):
     """The throughput search ends: no probe can decide within the pairs budget (``_Search.splittable``)."""
 
@@ -235,6 +247,8 @@ class _Search:
         self.open: dict[str, tuple[int, ...]] = {}
         self.remainder = ""
         self.unsplit = ""
+        #: The tok/s level's estimate interval (the decision that set it), to judge whether probes can split it.
+        self.level_decision: sequential.Decision | None = None
         bad_cfg = apply(good, diffs)
         self.temperature = (bad_cfg.get("workload") or {}).get("temperature", 0.0)
 
@@ -322,6 +336,7 @@ class _Search:
             raise _Unmeasured(f"the bad configuration could not be measured: {bad_rec.error}")
         outcome, decision = check()
         level = geometric_mean(bad_rec.ratios)
+        self.level_decision = decision
         # Undecided at the budget with the estimate beyond the tolerance: suspected, bisected all the same (a noisy
         # runner; its probes may stay unresolved). Passed, or undecided inside the tolerance: no tok/s symptom.
         if outcome == "passed" or level is None or (outcome == "undecided" and level >= 1.0 - self.tolerance_rel):
@@ -378,17 +393,28 @@ class _Search:
         sd = log_ratio_sd(*(r.ratios for r in measured))
         if sd is None or len(left) == 0:
             return True
-        need = pairs_to_split(level, sd, self.look)
+        # The level is an estimate, and the midpoint follows it: a probe must tell apart a level one standard error
+        # milder than the estimate (a one-sided 84% bound), or a misplaced midpoint names noise as culprits.
+        mildest = max(level, _one_se_milder(level, self.level_decision))
+        need = pairs_to_split(mildest, sd, self.look) if mildest < 1.0 else None
         most = self.look.points[-1]
-        if need <= most:
+        if need is not None and need <= most:
             return True
         self.open["throughput"] = left
-        self.unsplit = (
-            f"tok/s not bisected: a probe must tell x{level:.3f} from no change (midpoint x{math.sqrt(level):.3f}); at "
-            f"this spread (sd {sd:.3f} of a pair's log ratio) that takes about {need} pairs a probe, over "
-            f"--max-pairs {most}; to bisect it, --max-pairs {need} (~{need} paired phases a probe) or a steadier "
-            f"workload (more requests a phase; CUDA graphs on a GPU)"
-        )
+        steadier = "or a steadier workload (more requests a phase; CUDA graphs on a GPU)"
+        if need is None:
+            self.unsplit = (
+                f"tok/s not bisected: what remains, x{level:.3f}, is not one standard error from no change (one "
+                f"milder: x{mildest:.3f}) at this spread (sd {sd:.3f} of a pair's log ratio): no probe could be judged "
+                f"against it; more pairs (--max-pairs) {steadier}"
+            )
+        else:
+            milder = f" (one standard error milder: x{mildest:.3f})" if mildest > level else ""
+            self.unsplit = (
+                f"tok/s not bisected: a probe must tell x{level:.3f}{milder} from no change; at this spread (sd "
+                f"{sd:.3f} of a pair's log ratio) that takes about {need} pairs a probe, over --max-pairs {most}; to "
+                f"bisect it, --max-pairs {need} (~{need} paired phases a probe) {steadier}"
+            )
         self.note(self.unsplit)
         return False
 
@@ -422,6 +448,7 @@ class _Search:
             self.remainder = f"cause 1 alone could not be measured paired ({e_rec.error or 'no pairs'})"
             return None
         d = decision()
+        self.level_decision = d
         e_mean, b_mean = geometric_mean(e_rec.ratios), geometric_mean(bad_rec.ratios)
         assert e_mean is not None and b_mean is not None
         level = b_mean / e_mean
