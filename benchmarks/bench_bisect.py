@@ -163,6 +163,12 @@ def run(args: argparse.Namespace, harmless: int) -> list[list[str]]:
     return rows
 
 
+def _print_table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
 def noise_table(args: argparse.Namespace) -> None:
     """The ``--noise-table`` replay (module docstring)."""
     good, bad, _ = incident(3, requests=args.requests, max_new_tokens=args.max_new_tokens, delay_ms=args.delay_ms,
@@ -187,9 +193,7 @@ def noise_table(args: argparse.Namespace) -> None:
                 launches.append(probes.launches)
             rows.append([f"{spread:.2f}", f"x{slow:.1f}", f"{exact}/{runs}", f"{extra}/{runs}", f"{missed}/{runs}",
                          f"{unsplit}/{runs}", f"{statistics.median(launches):.0f}", str(max(launches))])  # fmt: skip
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    _print_table(header, rows)
 
 
 def main() -> None:
@@ -215,9 +219,7 @@ def main() -> None:
         return
     header = ["diffs", "method", "launches", "server-s", "wall s", "load", "causes", "culprits vs truth"]
     rows = [row for n in args.harmless for _ in range(args.runs) for row in run(args, n)]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    _print_table(header, rows)
 
 
 if __name__ == "__main__":
