@@ -103,7 +103,10 @@ def report_lines(result: BisectResult) -> list[str]:
     if s.regressed and not result.stopped:
         suspected = {i for _, left in result.open_searches for i in left}
         harmless = [d.line() for i, d in enumerate(result.diffs) if i not in result.culprits and i not in suspected]
-        if harmless:
+        if harmless and s.level is None and s.throughput == "undecided":
+            # No tok/s verdict, so no tok/s search: these are cleared of the exact symptom only.
+            lines.append(f"not the exact symptom's cause (tok/s undecided, not bisected): {'; '.join(harmless)}")
+        elif harmless:
             lines.append(f"harmless: {'; '.join(harmless)}")
     if result.stopped and not s.regressed and not result.causes:
         lines.append(f"not bisected: {'; '.join(d.line() for d in result.diffs)}")
