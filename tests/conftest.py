@@ -8,6 +8,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+# httpx imports httpcore at its first client and maps httpcore's errors to its own through a table it fills at the
+# first error. Both done first inside an in-process run, the table keeps that run's httpcore classes, which the run
+# then drops: a later refused connection leaks as httpcore.ConnectError past `except httpx.TransportError`
+# (tests/test_inprocess_runs.py). Imported here, httpcore outlives every in-process run.
+import httpcore  # noqa: F401
 import pytest
 
 import pytest_specdec.engines.preflight  # noqa: F401
