@@ -19,10 +19,10 @@ from tests.helpers import free_port
 
 def test_a_refused_connection_after_an_in_process_run_is_still_httpx_s(pytester: pytest.Pytester) -> None:
     refused = f"http://127.0.0.1:{free_port()}/health"
-    pytester.makepyfile(test_client=f"""
+    pytester.makepyfile(test_inner_httpx_error_map=f"""
 import httpx, pytest
 
-def test_client():
+def test_inner():
     with pytest.raises(httpx.ConnectError):
         httpx.get("{refused}", timeout=5)
 """)
