@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.core.auth import bearer_headers
 from pytest_specdec.core.errors import ProfileError
@@ -17,6 +17,8 @@ from pytest_specdec.profiles.schema import Profile, SpeculativeConfig
 
 if TYPE_CHECKING:
     import httpx
+
+    from pytest_specdec.engines.base import PairingMode
 
 __all__ = [
     "BASE_ENV_KEYS",
@@ -193,8 +195,7 @@ class GpuEngine:
     ``profile.python`` (:func:`server_python`), and it takes the GPU(s) it is launched on, so a paired reference
     arm is measured in brackets around it, never beside it."""
 
-    #: ``engines.base.PairingMode``.
-    default_pairing: Literal["interleaved", "bracketed"] = "bracketed"
+    default_pairing: PairingMode = "bracketed"
 
     def python(self, profile: Profile) -> str:
         """:func:`server_python`: ``profile.python``, else the interpreter running pytest."""
