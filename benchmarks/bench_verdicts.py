@@ -176,6 +176,8 @@ def main() -> int:
     parser.add_argument("--false-alarm-runs", type=int, default=0,
                         help="only count false alarms: this many replayed unchanged runs per stream, fixed 3 and "
                              "sequential (docs/measurements/verdicts.md used 300 at seed 7)")  # fmt: skip
+    parser.add_argument("--cells", default="",
+                        help="only cells whose name starts with one of these, comma separated (e.g. 'h200,ref quiet')")
     args = parser.parse_args()
     if args.false_alarm_runs:
         _false_alarms(args)
@@ -196,6 +198,8 @@ def main() -> int:
             cells.append((f"ref {load} x{1 - pct / 100:.1f}", null, null, 1.0 - pct / 100))
     for pct in (0, 5, 10, 20):
         cells.append((f"h200 {pct}%", h200, h200, 1.0 - pct / 100))
+    if args.cells:
+        cells = [c for c in cells if c[0].startswith(tuple(args.cells.split(",")))]
     cell_loads = {k: v["load"] for k, v in json.loads((DATA / "ref-streams.json").read_text())["cells"].items()}
     loads = ", ".join(f"{k} {statistics.median(cell_loads[k]):.1f}" for k in sorted(ref))
     print(f"reference streams: {meta['workload']}, recorded {meta['date']} ({meta['machine']}); 'quiet' = no busy "

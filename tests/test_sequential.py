@@ -12,6 +12,7 @@ from pytest_specdec.judge.sequential import (
     ALPHA,
     Design,
     History,
+    baseline_runs_needed,
     decide_floor,
     decide_shift,
     repeats_needed,
@@ -235,3 +236,43 @@ def test_a_two_repeat_baseline_still_decides_a_threefold_slowdown() -> None:
     current = [47.1, 48.0, 46.5, 47.8, 12.0, 47.3, 46.9, 47.5, 46.0, 48.2, 47.0, 46.8]
     decision = decide_shift(base, current, 0.05, Design(2, 24), higher_is_better=True)
     assert decision.verdict == "worse" and "pooled-variance" in decision.method, decision
+
+
+def _runs_like(pattern: np.ndarray, center: float, runs: int) -> list[list[float]]:
+    """``runs`` stored runs with one mean and one within-run spread (no run effect): the same values each time."""
+    return [(center * np.exp(pattern)).tolist() for _ in range(runs)]
+
+
+def test_baseline_runs_needed_names_the_runs_at_which_the_interval_decides() -> None:
+    # H200-like: a per-repeat log sd of 0.20, 3 stored runs of 12, today 24 repeats 10% worse against 5%: open at
+    # the budget; the estimate is the number of stored runs at which today's interval, as judged, decides, and one
+    # fewer does not.
+    z = np.random.default_rng(11).standard_normal(12)
+    pattern = 0.20 * (z - z.mean()) / z.std(ddof=1)
+    today = (0.90 * 100.0 * np.exp(np.concatenate([pattern, pattern]))).tolist()
+    design = Design(3, 24)
+    history = History.from_runs(_runs_like(pattern, 100.0, 3))
+    assert history is not None and history.between == 0.0
+    base = (100.0 * np.exp(pattern)).tolist()
+    assert decide_shift(base, today, 0.05, design, higher_is_better=True, history=history).verdict == "open"
+    k = baseline_runs_needed(base, today, 0.05, design, higher_is_better=True, history=history)
+    assert k is not None and 3 < k <= 50
+
+    def verdict(runs: int) -> str:
+        pooled = History.from_runs(_runs_like(pattern, 100.0, runs))
+        return decide_shift(base, today, 0.05, design, higher_is_better=True, history=pooled).verdict
+
+    assert verdict(k) != "open" and verdict(k - 1) == "open"
+
+
+def test_baseline_runs_needed_is_none_when_the_run_to_run_spread_alone_keeps_it_open() -> None:
+    # Stored runs 10% apart run to run: today's run is one more instance, so no number of stored runs tells a 3%
+    # worse run from a 5% tolerance.
+    z = np.random.default_rng(5).standard_normal(12)
+    pattern = 0.05 * (z - z.mean()) / z.std(ddof=1)
+    runs = [(c * np.exp(pattern)).tolist() for c in (100.0, 112.0, 90.0, 104.0, 95.0)]
+    history = History.from_runs(runs)
+    assert history is not None and history.between > 0.0
+    today = (0.97 * 100.0 * np.exp(np.concatenate([pattern, pattern]))).tolist()
+    design = Design(3, 24)
+    assert baseline_runs_needed(runs[0], today, 0.05, design, higher_is_better=True, history=history) is None

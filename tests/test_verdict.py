@@ -3,6 +3,7 @@ steps, and the baseline compare with its confirming measurement (hand-made recor
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pytest_specdec.core.tolerances import layered_tolerances
@@ -170,7 +171,8 @@ def test_sequential_compare_stops_early_when_only_the_baseline_could_decide_it()
     assert judged.undecided is not None and judged.undecided.startswith(
         "compare against run R1 undecided after 8 repeats (16.0 server-s): output_tok_s x0.9"
     )
-    assert judged.undecided.endswith("the baseline's own spread is too wide: store more runs of it)")
+    assert judged.undecided.endswith("neither more repeats today nor more stored runs alone decide it at this budget; "
+                                     "both would (raise workload.max_repeats and save more unchanged runs))")
     assert judged.cost["verdict"] == "undecided"
 
 
@@ -243,3 +245,32 @@ def test_pytest_and_the_compare_command_print_the_same_verdict_on_the_same_store
             pytest_row = next(line for line in shown_rows if line.startswith("output_tok_s "))
             assert pytest_row == cli_row
         assert code == (1 if name == "regressed" else 0)
+
+
+def test_an_undecided_compare_says_how_many_stored_runs_would_decide_it() -> None:
+    # 2 stored runs of 3 repeats at a 10% spread know the baseline's mean too loosely for any number of today's
+    # repeats to tell an 8% slowdown from the 5% tolerance; the line says how many stored runs like them would.
+    import numpy as np
+
+    from pytest_specdec.judge import sequential
+
+    z = np.array([-1.0, 0.0, 1.0])
+    stored = [rec(output_tok_s=(100.0 * np.exp(0.10 * z)).tolist()) for _ in range(2)]
+    stream = (92.0 * np.exp(0.10 * np.tile(z, 8))).tolist()
+    shown = [3]
+
+    def more() -> ResultRecord | None:
+        shown[0] += 1
+        return rec(output_tok_s=stream[: shown[0]]) if shown[0] <= len(stream) else None
+
+    judged = judge_compare(
+        stored[0], rec(output_tok_s=stream[:3]), run_id="R1", test_id="t.py::test_x[eagle3]",
+        tolerances=layered_tolerances(), noise={}, force=False, more=more, design=sequential.Design(3, 24),
+        history=stored[1:], server_s=lambda: 2.0 * shown[0],
+    )  # fmt: skip
+    assert judged.failure is None and judged.undecided is not None
+    assert shown[0] == 8  # stopped at the third look: more of today's repeats could not decide it
+    found = re.search(r"more repeats would not decide it: the baseline's side keeps the interval open \(2 stored "
+                      r"runs, 6 repeats\); about (\d+) such runs in all would decide it at this budget",
+                      judged.undecided)  # fmt: skip
+    assert found and int(found.group(1)) > 2, judged.undecided

@@ -62,6 +62,7 @@ __all__ = [
     "Decision",
     "Design",
     "History",
+    "baseline_runs_needed",
     "decide_floor",
     "decide_shift",
     "detail",
@@ -565,6 +566,69 @@ def shift_repeats_needed(
         return _t_quantile(1.0 - _look_alpha(design, total), df) * math.sqrt(per / total + base_se2) < gap
 
     return _smallest(int(c.size), decides)
+
+
+#: Most stored runs a "what would decide it" estimate of the baseline's side looks for.
+_RUNS_CAP = 50
+
+
+def baseline_runs_needed(
+    baseline: Sequence[float | None],
+    current: Sequence[float | None],
+    limit_rel: float,
+    design: Design,
+    *,
+    higher_is_better: bool,
+    history: History | None = None,
+) -> int | None:
+    """What the baseline's side would need (asked when no number of today's repeats decides,
+    :func:`shift_repeats_needed` None): the smallest number of stored runs, each like the stored ones (their repeats
+    per run, within-run variance and run effect), at which today's run at ``design.max_repeats`` (today's mean and
+    spread as they are) would decide.
+
+    Example: 3 stored runs of 12 repeats at a per-repeat log sd of 0.20, no run effect, know the baseline's mean to a
+    standard error of 0.033; today 10% worse over 24 repeats against a 5% tolerance is open (today alone would need
+    69 repeats); 15 such runs would decide it at 24 (tests/test_sequential.py).
+
+    :returns: the number of stored runs in all (the baseline's included), or None when none up to 50 would (the
+        estimate sits on the tolerance or on no change; today's own spread alone keeps it open) or fewer than 2
+        current values.
+    """
+    b, c = _finite(baseline), _finite(current)
+    if c.size < 2 or not b.size or not _log_scale(np.concatenate([b, c])):
+        return None
+    spread = _spread(b, c, history)
+    if spread is None:
+        return None
+    var_c = float(np.log(c).var(ddof=1))
+    if history is not None:
+        var, between, per_run, runs = history.var, history.between, history.n / history.runs, history.runs
+    elif b.size >= 2:
+        var, between, per_run, runs = float(np.log(b).var(ddof=1)), 0.0, float(b.size), 1
+    else:
+        return None
+    sign = -1.0 if higher_is_better else 1.0
+    worse, bound = sign * spread.diff, _bound(limit_rel, higher_is_better)
+    gap = bound - worse if worse < bound else worse if worse > bound else 0.0
+    if gap <= 0.0 or var <= 0.0:
+        return None
+    total = max(design.max_repeats, int(c.size))
+    own = var_c > var * _f_quantile(int(c.size) - 1, max(int(runs * per_run - runs), 1))
+    cur = (var_c if own else var) / total
+    alpha = _look_alpha(design, total)
+
+    def decides(k: int) -> bool:
+        base_se2 = (between + var / per_run) / k
+        parts = [(cur, float(total - 1) if own else float(k * (per_run - 1))), (base_se2, float(k - 1) if between
+                                                                                 else 1e9)]  # fmt: skip
+        if between:
+            parts.append((between, float(k - 1)))  # today's run is one more instance
+        return _t_quantile(1.0 - alpha, _satterthwaite(parts)) * math.sqrt(sum(v for v, _ in parts)) < gap
+
+    for k in range(runs + 1, _RUNS_CAP + 1):
+        if decides(k):
+            return k
+    return None
 
 
 def _smallest(start: int, decides: Callable[[int], bool]) -> int | None:

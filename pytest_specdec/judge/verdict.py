@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -538,6 +539,33 @@ def judge_compare(
     return CompareVerdict(notes=notes, table=tuple(comparison.lines()), cost=cost)
 
 
+@dataclass(frozen=True, slots=True)
+class _RowData:
+    """A compare row's values as its verdict saw them: the baseline's and today's repeats, the pooled history of
+    the baseline's stored runs (None with fewer than 2) and the tolerance as a fraction of the baseline."""
+
+    baseline: list[float]
+    current: list[float]
+    history: sequential.History | None
+    limit: float
+
+
+def _row_data(
+    base: results.ResultRecord,
+    current: results.ResultRecord,
+    row: compare.CompareRow,
+    history: Sequence[results.ResultRecord],
+) -> _RowData | None:
+    """None for a row with an absolute tolerance (no estimate covers it) or without a baseline value."""
+    if row.tolerance.abs or row.baseline is None:
+        return None
+    key = f"{row.metric.partition(' / ')[0]} / " if " / " in row.metric else row.metric
+    runs = [v for v in (compare.row_values(r, key) for r in (base, *history)) if v]
+    pooled = sequential.History.from_runs(runs) if len(runs) >= 2 else None
+    limit = row.tolerance.allowed(row.baseline) / abs(row.baseline) if row.baseline else row.tolerance.rel
+    return _RowData(compare.row_values(base, key), compare.row_values(current, key), pooled, limit)
+
+
 def _repeats_needed(
     base: results.ResultRecord,
     current: results.ResultRecord,
@@ -548,16 +576,47 @@ def _repeats_needed(
     """``sequential.shift_repeats_needed`` for a compare row, at the design the row was judged with
     (``CompareRow.design``; ``design`` for a row without one). None: no number of repeats would decide it, or the
     row has an absolute tolerance, which the estimate does not cover."""
-    if row.tolerance.abs or row.baseline is None:
+    data = _row_data(base, current, row, history)
+    if data is None:
         return None
-    key = f"{row.metric.partition(' / ')[0]} / " if " / " in row.metric else row.metric
-    b_vals, c_vals = compare.row_values(base, key), compare.row_values(current, key)
-    runs = [v for v in (compare.row_values(r, key) for r in (base, *history)) if v]
-    pooled = sequential.History.from_runs(runs) if len(runs) >= 2 else None
-    limit = row.tolerance.allowed(row.baseline) / abs(row.baseline) if row.baseline else row.tolerance.rel
     return sequential.shift_repeats_needed(
-        b_vals, c_vals, limit, row.design or design, higher_is_better=row.higher_is_better, history=pooled
-    )
+        data.baseline, data.current, data.limit, row.design or design, higher_is_better=row.higher_is_better,
+        history=data.history,
+    )  # fmt: skip
+
+
+def _not_decidable_today(
+    base: results.ResultRecord,
+    current: results.ResultRecord,
+    row: compare.CompareRow,
+    design: sequential.Design,
+    history: Sequence[results.ResultRecord],
+) -> str:
+    """Why no number of today's repeats decides a row, and what would (``sequential.baseline_runs_needed``):
+    ``the baseline's side keeps the interval open (3 stored runs, 36 repeats); about 15 such runs in all would decide
+    it at this budget (save more unchanged runs of this fingerprint)``."""
+    data = _row_data(base, current, row, history)
+    d = row.decision
+    if data is None or d is None or d.low is None or d.high is None:
+        return "the estimate sits on the limit"
+    runs = sequential.baseline_runs_needed(
+        data.baseline, data.current, data.limit, row.design or design, higher_is_better=row.higher_is_better,
+        history=data.history,
+    )  # fmt: skip
+    h = data.history
+    run_sd = math.expm1(math.sqrt(h.between)) if h is not None and h.between else 0.0
+    known = f"{h.runs} stored runs, {h.n} repeats" if h is not None else f"1 stored run, {len(data.baseline)} repeats"
+    if run_sd:
+        known += f", run-to-run sd {run_sd:.1%}"
+    if runs is None:
+        if run_sd:
+            return (f"today's run is one more server instance and the stored runs spread run to run ({known}): the "
+                    "estimate sits too near the limit for that spread; a wider tolerance, or the paired ratio row, "
+                    "decides it")  # fmt: skip
+        return ("the estimate sits near the limit: neither more repeats today nor more stored runs alone decide it "
+                "at this budget; both would (raise workload.max_repeats and save more unchanged runs)")
+    return (f"the baseline's side keeps the interval open ({known}); about {runs} such runs in all would decide it "
+            "at this budget (save more unchanged runs of this fingerprint)")
 
 
 def _worth_measuring(
@@ -588,8 +647,8 @@ def _undecided_row(
     if row.tolerance.abs:
         return text + " (more repeats would narrow it: raise workload.max_repeats)"
     if needed is None:
-        return text + " (more repeats would not decide it: the estimate sits on the limit, or the baseline's own " \
-            "spread is too wide: store more runs of it)"
+        why = _not_decidable_today(base, current, row, design, history)
+        return f"{text} (more repeats would not decide it: {why})"
     return text + f"; about {needed} repeats in all would decide it (raise workload.max_repeats or max_server_s)"
 
 
