@@ -528,3 +528,25 @@ def test_a_stored_compare_failure_with_several_differences_prints_the_bisect_com
     ]
     one = rec(fp=fingerprint(env={"CUDA_VISIBLE_DEVICES": "0"}), accept_length=[2.22] * 3)
     assert judged(one, "R2")[1] == "fingerprint: 1 difference from baseline"
+
+
+def test_the_pair_spread_pools_probes_measured_against_different_reference_arms() -> None:
+    # After an unresolved probe, the split check pools every record's pairs: some measured against GOOD (ratios near
+    # 0.80), some against GOOD + cause 1 (near 1.0). Each sample is centred on its own mean, so the offset between
+    # the arms is not read as spread: the pooled sd is the within-sample one, and so are the pairs it asks for.
+    import math
+
+    from pytest_specdec.bisection.symptoms import log_ratio_sd, pairs_to_split
+    from pytest_specdec.judge.sequential import Design
+
+    wiggle = [math.exp(0.1 * z) for z in (-1.0, 0.0, 1.0, 0.5, -0.5)]
+    against_good = [0.80 * w for w in wiggle]
+    against_cause = [1.00 * w for w in wiggle]
+    alone = log_ratio_sd(against_good)
+    pooled = log_ratio_sd(against_good, against_cause)
+    assert alone is not None and pooled is not None and math.isclose(pooled, alone)
+    lumped = log_ratio_sd(against_good + against_cause)  # one sample: the arms' offset would count as spread
+    assert lumped is not None and lumped > 1.5 * pooled
+    look = Design(3, 24)
+    assert pairs_to_split(0.9, pooled, look) < pairs_to_split(0.9, lumped, look)
+    assert log_ratio_sd([0.9], [1.1]) is None  # one ratio a sample: no spread to pool
