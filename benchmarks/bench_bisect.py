@@ -184,7 +184,7 @@ def noise_table(args: argparse.Namespace) -> None:
             launches = []
             for seed in range(runs):
                 probes = Formula(seed, slow=slow, spread=spread)
-                result = bisection.bisect(good, diffs, probes)
+                result = bisection.bisect(good, diffs, probes, max_pairs=args.max_pairs)
                 named = {diffs[i].key for i in result.culprits}
                 exact += named == truth
                 extra += bool(named - truth)
@@ -208,6 +208,8 @@ def main() -> None:
     parser.add_argument("--report", action="store_true", help="print each bisect's report")
     parser.add_argument("--simulate", action="store_true", help="a formula instead of servers (launches only)")
     parser.add_argument("--noise-table", action="store_true", help="replay the formula over seeds, spreads, delays")
+    parser.add_argument("--max-pairs", type=int, default=bisection.MAX_PAIRS,
+                        help=f"the bisect's --max-pairs in the noise table (default {bisection.MAX_PAIRS})")
     parser.add_argument("--no-spread-check", action="store_true", help="never stop a tok/s search no probe can decide")
     args = parser.parse_args()
     if args.no_spread_check:
