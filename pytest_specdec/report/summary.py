@@ -448,7 +448,9 @@ def undecided_lines(records: Iterable[results.ResultRecord], policy: str) -> lis
     of the test. Counted once per profile and check (every test of a profile shares one verdict, ``Outcomes.once``).
 
     Example: ``specdec: 2 verdicts undecided at their budget (eagle3: min_speedup, compare): not failed
-    (--specdec-undecided=warn); more repeats would decide them (raise workload.max_repeats)``.
+    (--specdec-undecided=warn); each undecided line above says what would decide it``. (Not always more repeats: a
+    baseline known too loosely needs more stored runs; seen on an H200 night whose one line said "more repeats would
+    decide them" below a warning that said they would not.)
 
     :param records: the run's records (``ResultRecord.cost["verdicts"]``).
     :param policy: ``RunSettings.undecided``.
@@ -468,6 +470,6 @@ def undecided_lines(records: Iterable[results.ResultRecord], policy: str) -> lis
     what = "failed" if policy == "fail" else "not failed"
     text = (
         f"specdec: {n} verdict{'s' if n != 1 else ''} undecided at the budget ({names}): {what} "
-        f"(--specdec-undecided={policy}); more repeats would decide them (raise workload.max_repeats)"
+        f"(--specdec-undecided={policy}); each undecided line above says what would decide it"
     )
     return [Line(text, {"red" if policy == "fail" else "yellow": True, "bold": True})]
