@@ -253,7 +253,7 @@ def test_cli_compare_help_lists_its_options(capsys: pytest.CaptureFixture[str]) 
                    "--results-dir DIR"):  # fmt: skip
         assert f"  {option}" in out
     # the default tolerances, filled in when the help is shown
-    assert "stay: output_tok_s:5% accept_length:2%" in " ".join(out.split())
+    assert "else the defaults: output_tok_s:5% accept_length:2%" in " ".join(out.split())
 
 
 # -- issue 15: paired ratios, exact metrics, runner state -----------------------------------------------------------
@@ -422,3 +422,23 @@ def test_category_rows_of_a_paired_field_are_judged_on_their_paired_ratio() -> N
     old_cur = dataclasses.replace(cur, paired=paired(slowed, ref_slowed, None, None))
     row = {r.metric: r for r in compare_results(old_base, old_cur).rows}["itl_ms_p50[code]"]
     assert (row.verdict, row.note) == ("n/a", "top row paired; no paired values per category")
+
+
+def test_the_compare_command_uses_the_tolerances_each_record_was_judged_with() -> None:
+    from pytest_specdec.core.tolerances import Tolerance
+    from pytest_specdec.judge.compare import judged_tolerances
+
+    plain = rec(output_tok_s=[100.0, 101.0, 99.0])
+    assert judged_tolerances(plain)["output_tok_s"] == Tolerance(rel=0.05)  # the defaults
+    # A record stored before tolerances were stored: its profile's own (fingerprint.profile_def).
+    old = dataclasses.replace(plain, fingerprint={**plain.fingerprint, "profile_def": {"tolerances": [
+        "output_tok_s:15%", "itl_ms:20%+0.1"]}})  # fmt: skip
+    assert judged_tolerances(old)["output_tok_s"] == Tolerance(rel=0.15)
+    assert judged_tolerances(old)["itl_ms_p50"] == Tolerance(rel=0.20, abs=0.1)
+    assert judged_tolerances(old)["accept_length"] == Tolerance(rel=0.02)  # the defaults stay for the rest
+    # The merged layers stored with the record win over the profile's; -t on top of both, for its metric only.
+    new = dataclasses.replace(old, cost={"tolerances": "output_tok_s:8% accept_length:0.05"})
+    assert judged_tolerances(new)["output_tok_s"] == Tolerance(rel=0.08)
+    assert judged_tolerances(new)["itl_ms_p50"] == Tolerance(rel=0.10)  # not the profile's: the stored merge holds all
+    over = judged_tolerances(new, {"output_tok_s": Tolerance(rel=0.03)})
+    assert over["output_tok_s"] == Tolerance(rel=0.03) and over["accept_length"] == Tolerance(abs=0.05)

@@ -599,6 +599,9 @@ def test_sequential_verdicts_decide_clear_floors_at_the_first_look_and_record_th
     assert cost["verdicts"]["min_accept_length"]["verdict"] == "passed"
     assert cost["verdicts"]["min_accept_length"]["repeats"] == 1  # exact at temperature 0: its first repeat decides
     assert clear["checks"]["min_tok_s"] == "passed"
+    # The tolerances it would be compared with (the defaults here), for the compare command to read back.
+    assert cost["tolerances"].startswith("output_tok_s:5% ") and "accept_rate:0.02" in cost["tolerances"]
+    assert "tolerances" not in cost["verdicts"]
 
 
 def test_sequential_verdict_stops_at_the_server_seconds_budget_and_says_undecided_and_what_more_would_take(

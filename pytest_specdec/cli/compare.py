@@ -112,7 +112,8 @@ def compare_command(
 
     :param base_ref: the baseline: a run file, a run id (or unique prefix) in ``results_dir``, or ``latest``.
     :param current_ref: the current run, the same way.
-    :param tolerances: ``METRIC:TOL`` specs (:func:`parse_tolerances`), each replacing that metric's default.
+    :param tolerances: ``METRIC:TOL`` specs (:func:`parse_tolerances`), each replacing that metric's tolerance over
+        the ones each record was judged with (``compare.judged_tolerances``).
     :param force: compare even when the workloads differ.
     :param compare_profile: ``NAME`` or ``CUR=BASE[,...]`` (:func:`profile_mapper`); None: each test with itself.
     :param noise_path: a noise file written by ``calibrate`` (:func:`read_noise`).

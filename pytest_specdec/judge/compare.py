@@ -27,7 +27,7 @@ from pytest_specdec.core import hoststate, stats
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.core.metric_table import EXACT_FIELDS, PAIRED_FIELDS
 from pytest_specdec.core.table import Column, text_table
-from pytest_specdec.core.tolerances import Tolerance, field_specs, merge_tolerances
+from pytest_specdec.core.tolerances import Tolerance, field_specs, merge_tolerances, parse_tolerances
 from pytest_specdec.judge import sequential
 from pytest_specdec.judge.fingerprint import fingerprint_diff, workload_differences
 from pytest_specdec.judge.pair_ratios import paired_ratios
@@ -564,6 +564,8 @@ def compare_runs(
     Tests without a baseline go to ``missing``; workload mismatches (when not forced) go to ``refused`` with the
     :class:`CompareError` message instead of raising, so one changed test does not hide the others.
 
+    :param tolerances: the command line's ``-t`` layer, over the tolerances each record was judged with
+        (:func:`judged_tolerances`).
     :param baseline_id: the test id to look up in ``base`` for a current record (default: its own), e.g. from
         :func:`profile_mapper` to compare one profile with another.
     :param history: a baseline record -> its other stored runs of the same fingerprint (pooled variance).
@@ -578,13 +580,34 @@ def compare_runs(
         try:
             comparisons.append(
                 compare_results(
-                    old, record, tolerances, force=force, noise=noise, design=design_of(record),
+                    old, record, judged_tolerances(record, tolerances), force=force, noise=noise,
+                    design=design_of(record),
                     history=history(old) if history is not None else (),
                 )  # fmt: skip
             )
         except CompareError as exc:
             refused.append(str(exc))
     return RunComparison(tuple(comparisons), tuple(missing), tuple(refused))
+
+
+def judged_tolerances(record: ResultRecord, override: Mapping[str, Tolerance] | None = None) -> dict[str, Tolerance]:
+    """The tolerances pytest judged a stored record with, ``override`` (the ``compare`` command's ``-t``) on top:
+    ``cost["tolerances"]`` (the merged ini, profile and marker layers, stored with every record), else, for a
+    record stored without them, its profile's own ``tolerances`` (``fingerprint.profile_def``) over the defaults.
+    Seen on an H200 night: pytest judged tok/s at the profile's 15%, the command at the default 5%.
+
+    :raises ValueError: never for a stored spec the plugin wrote; a hand-edited one that does not parse is skipped.
+    """
+    layers: list[Mapping[str, Tolerance]] = []
+    stored = (record.cost or {}).get("tolerances")
+    profile = ((record.fingerprint or {}).get("profile_def") or {}).get("tolerances")
+    for spec in (stored, None if stored else profile):
+        if isinstance(spec, (str, list)) and spec:
+            try:
+                layers.append(parse_tolerances(spec))
+            except ValueError:
+                continue
+    return merge_tolerances(*layers, override)
 
 
 def design_of(record: ResultRecord) -> sequential.Design | None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.core.errors import CompareError
-from pytest_specdec.core.tolerances import Tolerance, merge_tolerances
+from pytest_specdec.core.tolerances import Tolerance, format_tolerances, merge_tolerances
 from pytest_specdec.judge import compare, sequential, speedup, sweep
 from pytest_specdec.judge.thresholds import Check, ThresholdChecks, evaluate
 from pytest_specdec.measure import results, runner
@@ -151,7 +151,10 @@ def judge_item(
     case = _Case(nodeid, record)
     vs = thresholds.min_speedup.vs if thresholds.min_speedup is not None else None
     design = design_for(profile, repeats)
-    costs: dict[str, dict[str, Any]] = {"design": {"start": design.start, "max_repeats": design.max_repeats}}
+    merged = tolerances if tolerances is not None else merge_tolerances()
+    # The design and the tolerances the record is judged with: the ``compare`` command reads both from the record.
+    costs: dict[str, dict[str, Any]] = {"design": {"start": design.start, "max_repeats": design.max_repeats},
+                                        "tolerances": {"specs": format_tolerances(merged)}}
     # Thresholds first: a clear one decides at the first look and costs that, before the speedup measures on.
     steps, configured = sweep_steps(profile, profiles)
     judged = {}
@@ -182,7 +185,6 @@ def judge_item(
         # From every repeat measured so far: min_speedup may have added pairs, and a compare that started from the
         # first measurement asked for one more past max_repeats (seen live: "FAILED after 25 repeats", max 24).
         _rebuild_record(case, measurements, profile.name, vs)
-        merged = tolerances if tolerances is not None else merge_tolerances()
         text = compare_item(case, measurements, outcomes, compare_setup, profile, merged, design, costs)
         if text:
             failures.append(text)
@@ -359,15 +361,18 @@ def record_cost(
     case: _Case, measurements: MeasureHandle, name: str, vs: str | None, costs: Mapping[str, Mapping[str, Any]]
 ) -> None:
     """Put what the test's verdicts cost into its record (``ResultRecord.cost``): the server-seconds and repeats
-    of the run it was judged on, the design it was judged with (``design``: start, max_repeats; the ``compare``
-    command reads it to decide as pytest did), and per verdict its outcome, repeats and server-seconds."""
+    of the run it was judged on, the design and tolerances it was judged with (``design``: start, max_repeats;
+    ``tolerances``: ``format_tolerances`` of the merged layers; the ``compare`` command reads both to decide as
+    pytest did), and per verdict its outcome, repeats and server-seconds."""
     cost: dict[str, Any] = {
         "server_s": round(measurements.spent_s(name, vs), 3),
         "repeats": len(measurements.run(name).measurements),
     }
     if "design" in costs:
         cost["design"] = dict(costs["design"])
-    verdicts = {k: dict(v) for k, v in costs.items() if k != "design"}
+    if "tolerances" in costs:
+        cost["tolerances"] = costs["tolerances"]["specs"]
+    verdicts = {k: dict(v) for k, v in costs.items() if k not in ("design", "tolerances")}
     if verdicts:
         cost["verdicts"] = verdicts
     case.replace(cost=cost)

@@ -1,0 +1,63 @@
+"""The GPU nightly as it ran on an H200 (real SGLang 0.5.17 with CUDA graphs, the workflow's commands): the stored
+runs of three nights, and the compare command deciding every row as pytest decided it on the machine.
+
+Data (``tests/data/sglang/0.5.17-graphs/nightly``, README there): night-1a -> night-4 (the draft's aux ids changed
+to [0, 1, 2]: pytest failed, exit 1) and night-1b -> night-2 (unchanged: pytest passed, exit 0), each night-1 saved
+with 8 repeats; ``night-N.pytest-rows.txt`` are the compare rows pytest printed that night (whitespace collapsed).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.cli.compare import compare_command
+
+DATA = Path(__file__).parent / "data" / "sglang" / "0.5.17-graphs" / "nightly"
+ROW = re.compile(r"^[a-z_0-9\[\]]+(?: / \w+)?\s+(?:higher|lower)\s+")
+
+
+def _rows(text: str) -> set[str]:
+    return {re.sub(r"\s+", " ", line.strip()) for line in text.splitlines() if ROW.match(line)}
+
+
+def _compare(tmp_path: Path, base: str, current: str) -> tuple[int, str]:
+    results = tmp_path / "results"
+    results.mkdir()
+    files = []
+    for name in (base, current):
+        path = results / f"{name}.json"
+        path.write_bytes(gzip.decompress((DATA / f"{name}.json.gz").read_bytes()))
+        files.append(str(path))
+    out, err = io.StringIO(), io.StringIO()
+    code = compare_command(files[0], files[1], results_dir=results, stdout=out, stderr=err)
+    assert not err.getvalue(), err.getvalue()
+    return code, out.getvalue()
+
+
+@pytest.mark.parametrize(("base", "current", "exit_code"), [("night-1a", "night-4", 1), ("night-1b", "night-2", 0)])
+def test_the_compare_command_decides_every_row_as_pytest_did_on_the_gpu(
+    tmp_path: Path, base: str, current: str, exit_code: int
+) -> None:
+    # Every row pytest printed, the command prints identically: the same tolerances (the profile's 15% for tok/s,
+    # not the default 5%), the same design (16 repeats at most), the same verdict and interval.
+    code, out = _compare(tmp_path, base, current)
+    assert code == exit_code, out
+    printed_by_pytest = _rows((DATA / f"{current}.pytest-rows.txt").read_text())
+    assert printed_by_pytest and printed_by_pytest <= _rows(out), sorted(printed_by_pytest - _rows(out))
+
+
+def test_the_aux_id_night_leads_with_the_one_difference_and_fails_on_the_exact_rows(tmp_path: Path) -> None:
+    code, out = _compare(tmp_path, "night-1a", "night-4")
+    assert code == 1
+    eagle3 = out[out.index("test_profile_thresholds[eagle3]"):]
+    lines = eagle3.splitlines()
+    assert lines[1] == "fingerprint: 1 difference from baseline"
+    assert lines[2].startswith("  draft aux ids: [1, 3, 5] -> [0, 1, 2] (with its draft config hash")
+    assert re.search(r"^accept_length +higher +2\.804 +2\.352 .* REGRESSED \(exact\)$", eagle3, re.M)
+    # tok/s fell 13% against a 15% tolerance, decided within it over 16 repeats: not what fails the night.
+    assert re.search(r"^output_tok_s +higher .* 15% \(σ 1\.4%\) +ok \(x0\.87, CI 0\.8534-0\.8873", eagle3, re.M)
