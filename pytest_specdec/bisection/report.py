@@ -115,8 +115,10 @@ def report_lines(result: BisectResult) -> list[str]:
     unresolved = [r for r in result.records if r.verdict is not None and r.verdict.outcome == "UNRESOLVED"]
     if unresolved:
         first = unresolved[0]
-        lines.append(f"unresolved: {len(unresolved)} probe{'s' if len(unresolved) != 1 else ''}, taken as not "
-                     f"reproducing (first: {first.label}: {first.verdict.line if first.verdict else ''})")  # fmt: skip
+        # ddmin took the unresolved probes as not reproducing, unless the search stopped at one (``unsplit``).
+        taken = "" if result.unsplit else ", taken as not reproducing"
+        lines.append(f"unresolved: {len(unresolved)} probe{'s' if len(unresolved) != 1 else ''}{taken} "
+                     f"(first: {first.label}: {first.verdict.line if first.verdict else ''})")  # fmt: skip
     return lines
 
 
