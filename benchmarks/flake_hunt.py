@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--busy", type=int, default=1, help="busy processes beside the suite (default 1)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the first run; run i uses seed + i")
     parser.add_argument("--no-shuffle", action="store_true", help="keep the suite's fixed order")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="keep each run's JUnit XML and console (seedN.xml, seedN.log) in DIR")  # fmt: skip
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
     args = parser.parse_args(argv)
     if not args.no_shuffle and importlib.util.find_spec("pytest_randomly") is None:
@@ -80,13 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     failures: dict[str, Failure] = defaultdict(lambda: Failure(""))
     try:
         with tempfile.TemporaryDirectory(prefix="flake-hunt-") as tmp:
+            where = args.keep or Path(tmp)
+            where.mkdir(parents=True, exist_ok=True)
             for i in range(args.runs):
                 seed = args.seed + i
-                junit = Path(tmp) / f"run{i}.xml"
+                junit = where / f"seed{seed}.xml"
                 order = [] if args.no_shuffle else ["-p", "randomly", f"--randomly-seed={seed}"]
                 cmd = [sys.executable, "-m", "pytest", "-q", *order, f"--junitxml={junit}", *args.pytest_args]
                 started = time.monotonic()
-                done = subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                with open(where / f"seed{seed}.log", "w") as console:
+                    done = subprocess.run(cmd, cwd=REPO, stdout=console, stderr=subprocess.STDOUT)
                 wall = time.monotonic() - started
                 try:
                     cases = failed_cases(junit)
