@@ -544,11 +544,12 @@ def test_slower_verify_shows_as_a_higher_cycle_cost_with_the_same_accept_length(
     extra = (
         "  eagle3-paired:\n    extends: eagle3\n    thresholds: {min_speedup: {vs: baseline, ratio: 0.01}}\n"
         "  eagle3-slow-verify:\n    extends: eagle3-paired\n"
-        '    extra_args: ["--ref-fault-verify-delay-ms", "60"]\n'
+        '    extra_args: ["--ref-fault-verify-delay-ms", "30"]\n'
     )
     project.makefile(".yaml", specdec=PROFILES.replace("@TAG@", _tag(project)) + extra)
     project.makepyfile(test_specdec="def test_run(specdec_run):\n    pass\n")
-    result = project.runpytest_subprocess("--server-profile=baseline,eagle3-paired,eagle3-slow-verify", timeout=900)
+    # Both paired profiles start their own baseline arm: the baseline profile itself is not measured (a 3rd launch).
+    result = project.runpytest_subprocess("--server-profile=eagle3-paired,eagle3-slow-verify", timeout=900)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     out = result.stdout.str()
     pattern = (
@@ -561,5 +562,5 @@ def test_slower_verify_shows_as_a_higher_cycle_cost_with_the_same_accept_length(
     fast, slow = found["eagle3-paired"], found["eagle3-slow-verify"]
     assert fast[1] == slow[1]  # same accept length (temperature 0, same draft)
     assert slow[0] > fast[0] * 1.2, out  # the cycle costs more plain decode steps
-    assert slow[3] - fast[3] > 30.0, out  # the verify took the delay (60 ms; the machine's load moves the rest)
+    assert slow[3] - fast[3] > 15.0, out  # the verify took the delay (30 ms; the machine's load moves the rest)
     assert not _our_servers(project)
