@@ -522,6 +522,30 @@ def detail(decision: Decision, *, unit: str, server_s: float, needed: int | None
     )
 
 
+def _open_gap(
+    baseline: Sequence[float | None],
+    current: Sequence[float | None],
+    limit_rel: float,
+    higher_is_better: bool,
+    history: History | None,
+) -> tuple[np.ndarray, np.ndarray, _Spread, float] | None:
+    """The start both "what would decide it" estimates share: the finite values (baseline, current), their
+    :func:`_spread`, and the gap an interval's half-width must come under (to the tolerance when the estimate is
+    inside it, to no change when beyond). None with fewer than 2 current values, values not on a log scale, or the
+    estimate on the tolerance."""
+    b, c = _finite(baseline), _finite(current)
+    if c.size < 2 or not b.size or not _log_scale(np.concatenate([b, c])):
+        return None
+    spread = _spread(b, c, history)
+    if spread is None:
+        return None
+    worse = (-1.0 if higher_is_better else 1.0) * spread.diff
+    bound = _bound(limit_rel, higher_is_better)
+    # Passing needs the worse end inside the tolerance; failing, the better end past no change.
+    gap = bound - worse if worse < bound else worse if worse > bound else 0.0
+    return (b, c, spread, gap) if gap > 0.0 else None
+
+
 def shift_repeats_needed(
     baseline: Sequence[float | None],
     current: Sequence[float | None],
@@ -538,23 +562,13 @@ def shift_repeats_needed(
         the baseline's spread alone keeps the interval across it (record the baseline with more repeats or runs),
         or fewer than 2 current values.
     """
-    b, c = _finite(baseline), _finite(current)
-    if c.size < 2 or not b.size or not _log_scale(np.concatenate([b, c])):
+    opened = _open_gap(baseline, current, limit_rel, higher_is_better, history)
+    if opened is None:
         return None
-    spread = _spread(b, c, history)
-    if spread is None:
-        return None
-    lc = np.log(c)
-    var_c = float(lc.var(ddof=1))
+    b, c, spread, gap = opened
+    var_c = float(np.log(c).var(ddof=1))
     base_se2 = spread.se2 - var_c / c.size if history is None else spread.se2 - (history.var / c.size)
     base_se2 = max(base_se2, 0.0)
-    sign = -1.0 if higher_is_better else 1.0
-    worse = sign * spread.diff
-    bound = _bound(limit_rel, higher_is_better)
-    # Passing needs the worse end inside the tolerance; failing, the better end past no change.
-    gap = bound - worse if worse < bound else worse if worse > bound else 0.0
-    if gap <= 0.0:
-        return None
     pooled = history is not None and var_c <= history.var
     per = history.var if history is not None and pooled else var_c
     base_df = float(max(history.runs - 1, 1)) if history is not None and history.between else (
@@ -594,12 +608,10 @@ def baseline_runs_needed(
         estimate sits on the tolerance or on no change; today's own spread alone keeps it open) or fewer than 2
         current values.
     """
-    b, c = _finite(baseline), _finite(current)
-    if c.size < 2 or not b.size or not _log_scale(np.concatenate([b, c])):
+    opened = _open_gap(baseline, current, limit_rel, higher_is_better, history)
+    if opened is None:
         return None
-    spread = _spread(b, c, history)
-    if spread is None:
-        return None
+    b, c, _, gap = opened
     var_c = float(np.log(c).var(ddof=1))
     if history is not None:
         var, between, per_run, runs = history.var, history.between, history.n / history.runs, history.runs
@@ -607,10 +619,7 @@ def baseline_runs_needed(
         var, between, per_run, runs = float(np.log(b).var(ddof=1)), 0.0, float(b.size), 1
     else:
         return None
-    sign = -1.0 if higher_is_better else 1.0
-    worse, bound = sign * spread.diff, _bound(limit_rel, higher_is_better)
-    gap = bound - worse if worse < bound else worse if worse > bound else 0.0
-    if gap <= 0.0 or var <= 0.0:
+    if var <= 0.0:
         return None
     total = max(design.max_repeats, int(c.size))
     own = var_c > var * _f_quantile(int(c.size) - 1, max(int(runs * per_run - runs), 1))

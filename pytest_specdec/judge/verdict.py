@@ -584,10 +584,14 @@ def _repeats_needed(
     data = _row_data(base, current, row, history)
     if data is None:
         return None
-    return sequential.shift_repeats_needed(
-        data.baseline, data.current, data.limit, row.design or design, higher_is_better=row.higher_is_better,
-        history=data.history,
-    )  # fmt: skip
+    return _ask(sequential.shift_repeats_needed, data, row, design)
+
+
+def _ask(estimate: Callable[..., int | None], data: _RowData, row: compare.CompareRow,
+         design: sequential.Design) -> int | None:  # fmt: skip
+    """``estimate`` (``sequential.shift_repeats_needed`` or ``baseline_runs_needed``) asked of a row's data."""
+    return estimate(data.baseline, data.current, data.limit, row.design or design,
+                    higher_is_better=row.higher_is_better, history=data.history)  # fmt: skip
 
 
 def _not_decidable_today(
@@ -604,10 +608,7 @@ def _not_decidable_today(
     d = row.decision
     if data is None or d is None or d.low is None or d.high is None:
         return "the estimate sits on the limit"
-    runs = sequential.baseline_runs_needed(
-        data.baseline, data.current, data.limit, row.design or design, higher_is_better=row.higher_is_better,
-        history=data.history,
-    )  # fmt: skip
+    runs = _ask(sequential.baseline_runs_needed, data, row, design)
     h = data.history
     run_sd = math.expm1(math.sqrt(h.between)) if h is not None and h.between else 0.0
     known = f"{h.runs} stored runs, {h.n} repeats" if h is not None else f"1 stored run, {len(data.baseline)} repeats"
