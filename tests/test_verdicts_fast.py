@@ -155,7 +155,9 @@ def test_wrong_layers_fail_accept_rate_tok_s_and_position_floors_with_margins(py
     result = _run(pytester, "--server-profile=eagle3-wrong-layers")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(failed=3)
-    context = "[[]profile eagle3-wrong-layers, 4 requests, median of 2 repeats[]]"
+    # The repeats are what min_tok_s needed to decide: 2 on a quiet machine, 3 when a busy one spread the first two
+    # (flake hunt seed 216: CI 74.96-3375 after 3); the exact floors are decided by the first either way.
+    context = "[[]profile eagle3-wrong-layers, 4 requests, median of [23] repeats[]]"
     result.stdout.fnmatch_lines(
         [
             f"accept_length 2.333 tok/verify < min 2.5 (margin -0.1667, -6.7%) [[]exact; *[]] {context}",
