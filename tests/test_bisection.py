@@ -408,7 +408,8 @@ def test_bisect_interrupted_after_the_first_cause_keeps_it_and_the_candidates_le
     assert [c.symptom for c in result.causes] == ["exact"]
     lines = bisection.report_lines(result)
     assert lines[0].endswith("known so far: 1 cause (1 of 5 differences)")
-    assert lines[-1].startswith("still suspected for the tok/s symptom: 4 differences, the culprits among them: ")
+    assert lines[-1].startswith("still suspected for the tok/s symptom: 4 differences (any culprit is among them; "
+                                "none is proven): ")
 
 
 def test_an_undecided_probe_is_unresolved_after_the_last_look() -> None:

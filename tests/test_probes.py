@@ -73,7 +73,7 @@ def test_bisect_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     (tmp_path / "specdec.yaml").write_text(INCIDENT)
     assert main(["bisect", str(tmp_path / "specdec.yaml"), "--good", "good", "--bad", "bda"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("ERROR: --server-profile=bda: no such profile in ") and "(available: bad, good)" in err
+    assert err.startswith("ERROR: --bad=bda: no such profile in ") and "(available: bad, good)" in err
     assert main(["bisect", "--good", "nope", "--bad", "bad", "--results-dir", str(tmp_path / "none")]) == 2
     assert capsys.readouterr().err.startswith("ERROR: no run 'nope'")
     assert main(["bisect", str(tmp_path / "specdec.yaml"), "--good", "good", "--bad", "good"]) == 1

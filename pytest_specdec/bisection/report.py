@@ -98,8 +98,9 @@ def report_lines(result: BisectResult) -> list[str]:
         lines.append(result.unsplit)
     for symptom, left in result.open_searches:
         what = "exact symptom" if symptom == "exact" else "tok/s symptom"
-        lines.append(f"still suspected for the {what}: {len(left)} difference{'s' if len(left) != 1 else ''}, the "
-                     f"culprits among them: {'; '.join(result.diffs[i].line() for i in left)}")  # fmt: skip
+        listed = "; ".join(result.diffs[i].line() for i in left)
+        lines.append(f"still suspected for the {what}: {len(left)} difference{'s' if len(left) != 1 else ''} (any "
+                     f"culprit is among them; none is proven): {listed}")  # fmt: skip
     if s.regressed and not result.stopped:
         suspected = {i for _, left in result.open_searches for i in left}
         harmless = [d.line() for i, d in enumerate(result.diffs) if i not in result.culprits and i not in suspected]

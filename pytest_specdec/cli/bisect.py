@@ -100,7 +100,12 @@ def bisect_command(args: argparse.Namespace) -> int:
         print(line)
     if result.stopped:
         return EXIT_STOPPED
-    return EXIT_OK if result.culprits and not result.unsplit else EXIT_FINDINGS
+    if result.culprits and not result.unsplit:
+        return EXIT_OK
+    # A CI script reads the status: say why it is 1 when culprits were named.
+    if result.culprits:
+        print("exit 1: culprits named, but a symptom was not bisected (the line above says what would bisect it)")
+    return EXIT_FINDINGS
 
 
 class _Terminated(KeyboardInterrupt):
@@ -119,7 +124,7 @@ def _bisect_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, 
     """
     if args.profile_file:
         profiles = load_profiles(args.profile_file)
-        good, bad = profiles.get(args.good), profiles.get(args.bad)
+        good, bad = profiles.get(args.good, flag="--good"), profiles.get(args.bad, flag="--bad")
         return profile_mapping(good), profile_mapping(bad), good.name, good.source, [], list(good.tolerances)
     store = ResultStore(Path(args.results_dir))
     good_run, bad_run = store.load(args.good), store.load(args.bad)

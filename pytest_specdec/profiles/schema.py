@@ -531,14 +531,14 @@ class ProfileSet(BaseModel):
                     return line, link
         return None, profile
 
-    def get(self, name: str) -> Profile:
-        """:raises ProfileError: naming the file and the available profiles."""
+    def get(self, name: str, flag: str = "--server-profile") -> Profile:
+        """:raises ProfileError: naming ``flag``, the file and the available profiles."""
         try:
             return self.profiles[name]
         except KeyError:
             available = ", ".join(sorted(self.profiles)) or "none"
             raise ProfileError(
-                f"--server-profile={name}: no such profile in {self.path}{did_you_mean(name, list(self.profiles))} "
+                f"{flag}={name}: no such profile in {self.path}{did_you_mean(name, list(self.profiles))} "
                 f"(available: {available})",
                 path=self.path,
             ) from None
