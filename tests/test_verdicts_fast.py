@@ -580,8 +580,8 @@ def test_sequential_verdicts_decide_clear_floors_at_the_first_look_and_record_th
     result.stdout.re_match_lines(
         [
             r"output_tok_s [\d.]+ tok/s < min 1e\+09 \(margin -[\d.e+]+, -100\.0%\) \[geometric mean; decided after \d "
-            r"repeats, CI [\d.e+]+-[\d.e+]+ \([\d.]+%\), [\d.]+ server-s\] \[profile eagle3, 2 requests, median of \d "
-            r"repeats\]",
+            r"repeats, CI [\d.e+-]+-[\d.e+-]+ \([\d.]+%\), [\d.]+ server-s\] \[profile eagle3, 2 requests, median of "
+            r"\d repeats\]",
         ]
     )
     # The inner run's order is random (pytest-randomly), and a loaded runner's first 2 repeats can differ by 40 %:
@@ -631,7 +631,7 @@ def test_on_the_floor(request, specdec_run):
     result.stdout.re_match_lines(
         [
             r".*SpecdecWarning: output_tok_s [\d.]+ tok/s: undecided vs min [\d.]+ \[undecided after 2 repeats, CI "
-            r"[\d.e+]+-[\d.e+]+ \([\d.]+%\) contains the limit, [\d.]+ server-s; (about \d+ repeats in all would "
+            r"[\d.e+-]+-[\d.e+-]+ \([\d.]+%\) contains the limit, [\d.]+ server-s; (about \d+ repeats in all would "
             r"decide it at this spread \(~\d+ more server-s: raise workload.max_repeats or max_server_s\)|more "
             r"repeats would not decide it .*)\]: not failed \(--specdec-undecided=warn\)",
             r"specdec server time: test_on_the_floor\[eagle3\]: [\d.]+ server-s, 2 repeats; min_tok_s undecided "
