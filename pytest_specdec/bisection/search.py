@@ -400,7 +400,21 @@ class _Search:
             return True
         se = math.log(_one_se_milder(level, decision) / level)  # one standard error of BAD's log level
         remainder = math.exp(math.log(level) / 2.0 + math.sqrt(2.0) * se)
-        return remainder < 1.0 and pairs_to_split(remainder, sd, self.look) <= self.look.points[-1]
+        return self.within_budget(remainder, sd)
+
+    def mildest(self, level: float) -> float:
+        """The tok/s level one standard error milder than ``level`` (by the remainder's decision; the midpoint
+        follows the estimate, and a probe must tell this one from no change too)."""
+        return max(level, _one_se_milder(level, self.level_decision))
+
+    def pairs_needed(self, level: float, sd: float) -> int | None:
+        """:func:`pairs_to_split` at this search's looks; None when ``level`` is no slowdown (>= 1)."""
+        return pairs_to_split(level, sd, self.look) if level < 1.0 else None
+
+    def within_budget(self, level: float, sd: float) -> bool:
+        """Could a probe tell ``level`` from no change within ``--max-pairs``?"""
+        need = self.pairs_needed(level, sd)
+        return need is not None and need <= self.look.points[-1]
 
     def records_of_base(self, base: tuple[int, ...]) -> tuple[ProbeRecord, ...]:
         """Cause 1's own record when the throughput search runs on top of it (its pairs tell the spread too)."""
@@ -418,8 +432,8 @@ class _Search:
             return True
         # The level is an estimate, and the midpoint follows it: a probe must tell apart a level one standard error
         # milder than the estimate (a one-sided 84% bound), or a misplaced midpoint names noise as culprits.
-        mildest = max(level, _one_se_milder(level, self.level_decision))
-        need = pairs_to_split(mildest, sd, self.look) if mildest < 1.0 else None
+        mildest = self.mildest(level)
+        need = self.pairs_needed(mildest, sd)
         most = self.look.points[-1]
         if need is not None and need <= most:
             return True
@@ -449,8 +463,7 @@ class _Search:
         self.open["throughput"] = left
         most = self.look.points[-1]
         sd = log_ratio_sd(*(r.ratios for r in self.order if r.ratios))
-        mildest = max(level, _one_se_milder(level, self.level_decision))
-        need = pairs_to_split(mildest, sd, self.look) if sd and mildest < 1.0 else None
+        need = self.pairs_needed(self.mildest(level), sd) if sd else None
         more = max(need or 0, 2 * most)
         self.unsplit = (
             f"tok/s not bisected: probe {rec.label} stayed undecided after {len(rec.ratios)} pairs (--max-pairs "
@@ -491,7 +504,7 @@ class _Search:
                 return d.decided
             sd = log_ratio_sd(e_rec.ratios, bad_rec.ratios)
             milder = _one_se_milder(d.estimate, d)
-            return sd is None or (milder < 1.0 and pairs_to_split(milder, sd, self.look) <= self.look.points[-1])
+            return sd is None or self.within_budget(milder, sd)
 
         self.pairs_until_decided(e_rec, e_cfg,
                                  lambda: len(e_rec.ratios) >= 2 and (known() or futile()))  # fmt: skip

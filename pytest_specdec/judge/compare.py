@@ -598,16 +598,15 @@ def judged_tolerances(record: ResultRecord, override: Mapping[str, Tolerance] | 
 
     :raises ValueError: never for a stored spec the plugin wrote; a hand-edited one that does not parse is skipped.
     """
-    layers: list[Mapping[str, Tolerance]] = []
-    stored = (record.cost or {}).get("tolerances")
-    profile = ((record.fingerprint or {}).get("profile_def") or {}).get("tolerances")
-    for spec in (stored, None if stored else profile):
-        if isinstance(spec, (str, list)) and spec:
-            try:
-                layers.append(parse_tolerances(spec))
-            except ValueError:
-                continue
-    return merge_tolerances(*layers, override)
+    spec = (record.cost or {}).get("tolerances") or ((record.fingerprint or {}).get("profile_def") or {}).get(
+        "tolerances")  # fmt: skip
+    judged: Mapping[str, Tolerance] | None = None
+    if isinstance(spec, (str, list)) and spec:
+        try:
+            judged = parse_tolerances(spec)
+        except ValueError:
+            judged = None
+    return merge_tolerances(judged, override)
 
 
 def design_of(record: ResultRecord) -> sequential.Design | None:

@@ -594,17 +594,10 @@ def _ask(estimate: Callable[..., int | None], data: _RowData, row: compare.Compa
                     higher_is_better=row.higher_is_better, history=data.history)  # fmt: skip
 
 
-def _not_decidable_today(
-    base: results.ResultRecord,
-    current: results.ResultRecord,
-    row: compare.CompareRow,
-    design: sequential.Design,
-    history: Sequence[results.ResultRecord],
-) -> str:
-    """Why no number of today's repeats decides a row, and what would (``sequential.baseline_runs_needed``):
-    ``the baseline's side keeps the interval open (3 stored runs, 36 repeats); about 15 such runs in all would decide
-    it at this budget (save more unchanged runs of this fingerprint)``."""
-    data = _row_data(base, current, row, history)
+def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design: sequential.Design) -> str:
+    """Why no number of today's repeats decides a row (its :func:`_row_data`), and what would
+    (``sequential.baseline_runs_needed``): ``the baseline's side keeps the interval open (3 stored runs, 36 repeats);
+    about 15 such runs in all would decide it at this budget (save more unchanged runs of this fingerprint)``."""
     d = row.decision
     if data is None or d is None or d.low is None or d.high is None:
         return "the estimate sits on the limit"
@@ -648,13 +641,13 @@ def _undecided_row(
     decide it`` (or why no number of repeats would)."""
     d = row.decision
     shown = f"{row.metric} x{d.estimate:.3g}, {d.interval()}" if d is not None else row.metric
-    needed = _repeats_needed(base, current, row, design, history)
+    data = _row_data(base, current, row, history)  # read once: both estimates below ask of it
+    needed = _ask(sequential.shift_repeats_needed, data, row, design) if data is not None else None
     text = f"{shown} holds the tolerance {row.tolerance}"
     if row.tolerance.abs:
         return text + " (more repeats would narrow it: raise workload.max_repeats)"
     if needed is None:
-        why = _not_decidable_today(base, current, row, design, history)
-        return f"{text} (more repeats would not decide it: {why})"
+        return f"{text} (more repeats would not decide it: {_not_decidable_today(data, row, design)})"
     return text + f"; about {needed} repeats in all would decide it (raise workload.max_repeats or max_server_s)"
 
 
