@@ -442,3 +442,23 @@ def test_the_compare_command_uses_the_tolerances_each_record_was_judged_with() -
     assert judged_tolerances(new)["itl_ms_p50"] == Tolerance(rel=0.10)  # not the profile's: the stored merge holds all
     over = judged_tolerances(new, {"output_tok_s": Tolerance(rel=0.03)})
     assert over["output_tok_s"] == Tolerance(rel=0.03) and over["accept_length"] == Tolerance(abs=0.05)
+
+
+def test_a_tail_percentile_of_too_few_samples_gets_no_verdict() -> None:
+    """Flake hunt seed 217: an unchanged compare of 2 requests x 8 tokens a repeat read itl_ms_p99 x14.3, REGRESSED:
+    p99 of 14 ITLs is their largest, and one stall of a busy runner in each repeat moved it. Below 1 / (1 - q)
+    samples per repeat a tail percentile is shown, not judged; with enough the same shift regresses."""
+    stalled = [96.8, 97.0, 96.9]
+
+    def run(p99: list[float], requests: int, tokens: int) -> ResultRecord:
+        return rec(itl_ms_p99=p99, ttft_ms_p99=p99, num_ok=[float(requests)] * 3,
+                   output_tokens=[float(requests * tokens)] * 3)  # fmt: skip
+
+    tol = parse_tolerances("itl_ms_p99:900% ttft_ms_p99:900%")
+    rows = {r.metric: r for r in compare_results(run([6.6, 6.7, 6.6], 2, 8), run(stalled, 2, 8), tol).rows}
+    assert (rows["itl_ms_p99"].verdict, rows["itl_ms_p99"].note) == ("n/a", "14 samples < 100 per repeat for p99")
+    assert (rows["ttft_ms_p99"].verdict, rows["ttft_ms_p99"].note) == ("n/a", "2 samples < 100 per repeat for p99")
+    # 8 requests x 16 tokens: 120 ITLs a repeat judge p99, 8 TTFTs still do not.
+    rows = {r.metric: r for r in compare_results(run([6.6, 6.7, 6.6], 8, 16), run(stalled, 8, 16), tol).rows}
+    assert rows["itl_ms_p99"].regressed
+    assert rows["ttft_ms_p99"].note == "8 samples < 100 per repeat for p99"

@@ -37,6 +37,7 @@ __all__ = [
     "CATEGORY_COMPARE_FIELDS",
     "EXACT_FIELDS",
     "MIN_CATEGORY_REQUESTS",
+    "TAIL_PERCENTILES",
     "CompareRow",
     "Comparison",
     "RunComparison",
@@ -46,6 +47,7 @@ __all__ = [
     "row_values",
     "single_look",
     "swap_profile_id",
+    "tail_samples_needed",
 ]
 
 
@@ -56,7 +58,8 @@ class CompareRow:
     ``verdict``: ``REGRESSED`` (significantly worse than no change and beyond the tolerance), ``undecided`` (the
     interval holds the tolerance: more repeats would decide), ``ok`` (the interval's worse end inside the
     tolerance), ``improved`` (ok, and significantly better beyond the tolerance), ``changed`` (an exact metric moved
-    within its tolerance), or ``n/a`` (missing on a side). ``decision`` is the interval behind a statistical verdict
+    within its tolerance), or ``n/a`` (missing on a side; a tail percentile or category with too few samples per
+    repeat, :data:`TAIL_PERCENTILES`, :data:`MIN_CATEGORY_REQUESTS`). ``decision`` is the interval behind a statistical verdict
     (``sequential.decide_shift``); ``noise`` the per-repeat sigma in the metric's unit, shown beside the tolerance.
     ``basis``: ``exact`` when the row was judged equal-or-not (temperature 0, identical repeats: no statistics);
     ``raw`` for a throughput/latency row that also has a ``metric / vs`` ratio row (paired arms): the raw row sees a
@@ -240,7 +243,9 @@ def compare_results(
     (Welch). When both records carry the same paired reference arm, throughput and latency
     are judged on their ratio to it (:func:`_paired_rows`). Accept length/rate at temperature 0 with identical
     repeats are compared equal-or-not (``EXACT_FIELDS``). Runner-state changes are listed first. Prompt categories
-    both records have get rows of their own (``accept_length[code]``, ``CATEGORY_COMPARE_FIELDS``).
+    both records have get rows of their own (``accept_length[code]``, ``CATEGORY_COMPARE_FIELDS``). A tail percentile
+    (p90, p95, p99) with fewer than 1 / (1 - q) samples in a repeat is shown as ``n/a`` with the count
+    (:data:`TAIL_PERCENTILES`): there it is the repeat's largest sample.
 
     For each metric field with a tolerance (``tolerances`` keys are metric names or fields, merged over
     :data:`DEFAULT_TOLERANCES` by :func:`merge_tolerances`, so naming one metric never drops the others): medians
@@ -281,6 +286,10 @@ def compare_results(
             rows.append(ratio_rows[fname])
             continue
         is_exact = exact and fname in EXACT_FIELDS and _constant(b_vals) and _constant(c_vals)
+        short = _tail_too_few(fname, base, current)
+        if short:
+            rows.append(_no_verdict(fname, higher, tol, b_vals, c_vals, short))
+            continue
         rows.append(_judge(fname, higher, tol, b_vals, c_vals, judging, key=fname, exact=is_exact))
     rows.extend(
         _category_rows(base, current, merged, exact, judging, paired=vs if ratio_rows else None)
@@ -368,6 +377,41 @@ def _category_rows(
                 continue
             rows.append(_judge(name, higher, tol, b_vals, c_vals, judging, key=name, exact=is_exact))
     return rows
+
+
+#: Tail percentiles (``ttft_ms_p90`` ... ``itl_ms_p99``) get a verdict only when every repeat of both runs has at least
+#: 1 / (1 - q) samples (p90: 10, p95: 20, p99: 100): with fewer, the percentile is the repeat's largest sample, and
+#: one stall of a busy runner in each repeat "regresses" it (an unchanged compare of 2 requests x 8 tokens once read
+#: itl_ms_p99 x14.3, CI 7.61-26.9). What they hold: ITL pools each request's tokens after its first
+#: (``output_tokens - num_ok``), TTFT/TPOT/e2e one sample per ok request (``num_ok``).
+TAIL_PERCENTILES = {"p90": 0.90, "p95": 0.95, "p99": 0.99}
+
+
+def tail_samples_needed(fname: str) -> int | None:
+    """Samples per repeat a tail percentile field needs for a verdict (``itl_ms_p99`` -> 100), None for the rest."""
+    q = TAIL_PERCENTILES.get(fname.rpartition("_")[2])
+    return None if q is None else round(1.0 / (1.0 - q))
+
+
+def _tail_samples(record: ResultRecord, fname: str) -> list[int]:
+    """Per-repeat sample counts behind a latency percentile of ``record`` (:data:`TAIL_PERCENTILES`)."""
+    ok = record.values("num_ok")
+    if fname.startswith("itl_ms"):
+        return [int(t - n) for t, n in zip(record.values("output_tokens"), ok, strict=False)]
+    return [int(n) for n in ok]
+
+
+def _tail_too_few(fname: str, base: ResultRecord, current: ResultRecord) -> str:
+    """Why a tail percentile row gets no verdict (``14 samples < 100 per repeat for p99``), or "" when it may."""
+    needed = tail_samples_needed(fname)
+    if needed is None:
+        return ""
+    counts = _tail_samples(base, fname) + _tail_samples(current, fname)
+    if not counts or min(counts) >= needed:
+        return ""  # records without the counts (hand-made, old) keep their verdict
+    fewest = min(counts)
+    stat = fname.rpartition("_")[2]
+    return f"{fewest} sample{'s' if fewest != 1 else ''} < {needed} per repeat for {stat}"
 
 
 def _few(fewest: int | None) -> str:
