@@ -213,6 +213,15 @@ def test_cycle_cost_worked_example_and_line() -> None:
         "[server: draft 3.10 ms + verify 9.80 ms per cycle]"
     ]
     assert cycle_lines([dataclasses.replace(rec, paired={})]) == []
+    # A traced profile adds the split its engine timed, paired or not.
+    from pytest_specdec.measure.trace_split import CycleSplit
+
+    split = CycleSplit(1.3, 0.9, 3.0, 40, "GPU", "SGLang profiler spans in e.trace.json.gz")
+    (line,) = cycle_lines([rec], {"eagle3": split})
+    assert line.endswith("per cycle] [trace: verify 0.90 ms + draft 1.30 ms per cycle: verify 41% (cycle period "
+                         "3.00 ms; 40 cycles, GPU time of SGLang profiler spans in e.trace.json.gz)]")
+    assert cycle_lines([dataclasses.replace(rec, paired={})], {"eagle3": split}) == [
+        f"specdec eagle3: where the cycle goes [trace: {split.text()}]"]
 
 
 def test_scheduler_cross_check_says_not_available_after_a_short_phase() -> None:

@@ -32,9 +32,14 @@ def test_trace_phase_writes_draft_and_verify_spans_outside_the_measurement(tmp_p
     finally:
         server.stop()
     assert result.trace is None
-    assert trace == f"trace: {tmp_path / 'traces'} (1 new files)"
-    (trace,) = (tmp_path / "traces").glob("eagle3-*.trace.json")
-    spans = json.loads(trace.read_text())["traceEvents"]
+    assert trace.line == f"trace: {tmp_path / 'traces'} (1 new files)"
+    # The engine's own split of the cycle: every traced cycle has one draft and one verify span.
+    split = trace.split
+    assert split is not None and split.clock == "CPU" and split.source.startswith("the server's draft/verify spans")
+    assert split.cycles >= 2 * 15 // 4 and split.draft_ms > 0 and split.verify_ms > 0 and split.period_ms
+    assert 0 < split.verify_share < 1
+    (path,) = (tmp_path / "traces").glob("eagle3-*.trace.json")
+    spans = json.loads(path.read_text())["traceEvents"]
     names = {span["name"] for span in spans}
     assert names == {"draft", "verify"}
     assert all(span["dur"] > 0 for span in spans)

@@ -22,7 +22,7 @@ from pytest_specdec.core.auth import tls_context
 from pytest_specdec.core.errors import ClientOverloadError
 from pytest_specdec.core.records import RequestRecord, RunMetrics, median_metrics
 from pytest_specdec.engines.base import SpecCounters
-from pytest_specdec.measure import client, metrics, workload
+from pytest_specdec.measure import client, metrics, trace_split, workload
 from pytest_specdec.profiles.schema import Profile
 from pytest_specdec.serve.startup import (
     ProgressCallback,
@@ -37,6 +37,7 @@ __all__ = [
     "Measurement",
     "ProgressCallback",
     "RunResult",
+    "TracePhase",
     "RunningServer",
     "attach",
     "client_load_of",
@@ -241,6 +242,8 @@ def _reset_cache(server: RunningServer) -> str:
 
 #: The scheduler check runs only when its figure misses at most 1/N of the phase's decode iterations.
 SCHEDULER_MIN_WINDOWS = 20
+#: How long :func:`trace_phase` waits for the engine to write its trace after ``/stop_profile`` (s).
+TRACE_WRITE_WAIT_S = 60.0
 
 
 def _scheduler_covers(server: RunningServer, records: tuple[RequestRecord, ...] | list[RequestRecord]) -> bool:
@@ -285,6 +288,8 @@ class RunResult:
     log_warnings: tuple[str, ...] = ()
     #: With ``trace:``, what the traced phase left: ``"trace: <dir> (<n> files)"`` or ``"not traced: <why>"``.
     trace: str | None = None
+    #: With ``trace:`` on a speculative server, where the cycle's time went by the engine's own spans.
+    cycle_split: trace_split.CycleSplit | None = None
 
     @property
     def cross_checks(self) -> tuple[str, ...]:
@@ -351,15 +356,24 @@ def trace_dir(profile: Profile) -> Path:
     return (Path(profile.source or ".").parent / profile.trace.dir).resolve()
 
 
+@dataclass(frozen=True, slots=True)
+class TracePhase:
+    """What :func:`trace_phase` left: ``line`` (``"trace: <dir> (<n> new files)"`` or ``"not traced: <why>"``) and,
+    on a speculative server, the cycle's split read from the new files (``trace_split.cycle_split``)."""
+
+    line: str
+    split: trace_split.CycleSplit | None = None
+
+
 def trace_phase(
     server: RunningServer, *, base_dir: Path | None = None, prompts: Sequence[workload.Prompt] | None = None
-) -> str:
+) -> TracePhase:
     """One unmeasured phase of ``trace.requests`` requests under the engine's profiler (``Engine.start_trace`` /
     ``stop_trace``), after the measured repeats (the plugin runs it for a profile with ``trace:``, and keeps the
-    line in ``RunResult.trace``); a failure to trace is recorded, never fatal.
+    line in ``RunResult.trace``, the split in ``RunResult.cycle_split``); a failure to trace is recorded, never
+    fatal.
 
     :param prompts: the prompt set the repeats used (:func:`profile_prompts`; loaded here when None).
-    :returns: ``"trace: <dir> (<n> new files)"`` or ``"not traced: <why>"``.
     :raises ServerError: the server died or stalled during the traced phase (as in :func:`measure`).
     """
     profile = server.profile
@@ -375,19 +389,30 @@ def trace_phase(
     with httpx.Client(base_url=server.base_url, timeout=60.0, verify=tls_context()) as http:
         why = server.engine.start_trace(http, profile, out_dir)
         if why is not None:
-            return f"not traced: {why}"
+            return TracePhase(f"not traced: {why}")
         try:
             client.run_phase(server.base_url, requests, _phase_options(server))
         finally:
             why = server.engine.stop_trace(http, profile)
     if why is not None:
-        return f"not traced: {why}"
+        return TracePhase(f"not traced: {why}")
     # SGLang writes its trace after /stop_profile returns ("This will take some time"): wait for it briefly.
-    deadline = time.monotonic() + 30.0
+    deadline = time.monotonic() + TRACE_WRITE_WAIT_S
     new: list[Path] = []
     while time.monotonic() < deadline:
         new = [p for p in out_dir.rglob("*") if p.is_file() and p not in before]
         if new:
             break
         time.sleep(0.5)
-    return f"trace: {out_dir} ({len(new)} new files)" if new else f"not traced: no file appeared in {out_dir} in 30 s"
+    if not new:
+        return TracePhase(f"not traced: no file appeared in {out_dir} in {TRACE_WRITE_WAIT_S:.0f} s")
+    # A file that just appeared may still be being written (a GPU trace is exported, then gzipped): read it once its
+    # size held for a second.
+    sizes: dict[Path, int] = {}
+    while time.monotonic() < deadline:
+        now = {p: p.stat().st_size for p in new if p.exists()}
+        if now == sizes:
+            break
+        sizes = now
+        time.sleep(1.0)
+    return TracePhase(f"trace: {out_dir} ({len(new)} new files)", trace_split.cycle_split(new))

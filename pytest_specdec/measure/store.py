@@ -183,7 +183,8 @@ class MeasurementStore:
         from pytest_specdec.measure import results, runner
 
         if server.profile.trace is not None:
-            run = dataclasses.replace(run, trace=runner.trace_phase(server, prompts=prompts))
+            traced = runner.trace_phase(server, prompts=prompts)
+            run = dataclasses.replace(run, trace=traced.line, cycle_split=traced.split)
         self._runs[server.profile.name] = run
         fingerprint = results.build_fingerprint(server, run.prompt_hash)
         fingerprint["runner"] = hoststate.runner_entry(before, hoststate.snapshot())

@@ -17,6 +17,7 @@ from pathlib import Path
 from pytest_specdec.judge.baseline import shown
 from pytest_specdec.judge.outcomes import Outcomes
 from pytest_specdec.measure import results
+from pytest_specdec.measure.trace_split import CycleSplit
 from pytest_specdec.profiles.schema import Profile
 from pytest_specdec.report import markdown, plots
 from pytest_specdec.report import terminal as report
@@ -346,6 +347,7 @@ def summary_report(
     shared_leftovers: Sequence[str] = (),
     preflight_notes: Sequence[str] = (),
     traces: Iterable[tuple[str, str | None]] = (),
+    splits: Mapping[str, CycleSplit] | None = None,
     benchmark_table: bool = False,
     verbose: bool = False,
 ) -> SummaryReport:
@@ -356,6 +358,7 @@ def summary_report(
     :param checked: ``--specdec-check``'s (profile, finding lines), one section each; empty otherwise.
     :param shared_leftovers: shared servers the xdist workers left (``sharing.sweep_shared``), one red line each.
     :param traces: (profile, ``RunResult.trace``) of the profiles measured in this process.
+    :param splits: profile -> ``RunResult.cycle_split`` (a traced speculative profile), for the cycle lines.
     :param benchmark_table: pytest-benchmark's table follows (:data:`BENCHMARK_OPS_NOTE` explains its OPS).
     :param verbose: ``-v``: every latency percentile, the throughputs and goodput in a table of their own
         (``terminal.serving_lines``).
@@ -378,7 +381,7 @@ def summary_report(
         *report.summary_lines(rows),
         *speedup_lines(records),
         *cost_lines(records),
-        *report.cycle_lines(records),
+        *report.cycle_lines(records, splits),
         *report.definition_lines(records),
         *([BENCHMARK_OPS_NOTE] if benchmark_table else []),
     ]

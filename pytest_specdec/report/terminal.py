@@ -5,11 +5,12 @@ position."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pytest_specdec.core.table import Column, format_value, text_table
 from pytest_specdec.measure.results import ResultRecord
+from pytest_specdec.measure.trace_split import CycleSplit
 
 __all__ = [
     "POSITION_LEGEND",
@@ -181,19 +182,29 @@ def cycle_cost(record: ResultRecord) -> tuple[float, int] | None:
     return (float(statistics.median(costs)), len(costs)) if costs else None
 
 
-def cycle_lines(records: Sequence[ResultRecord]) -> list[str]:
+def cycle_lines(records: Sequence[ResultRecord], splits: Mapping[str, CycleSplit] | None = None) -> list[str]:
     """One line per profile with paired arms: what a speculative cycle costs (:func:`cycle_cost`) and, when the
-    server reports it (reference server), where the cycle's time goes.
+    server reports it (reference server), where the cycle's time goes; a profile with ``trace:`` adds the split its
+    engine's profiler timed (``splits``, ``measure.trace_split``), with or without paired arms.
 
     Example: ``specdec eagle3: a speculative cycle costs 1.93 plain decode steps (accept_len 2.60 x baseline
     tok/s / eagle3 tok/s, median of 2 pairs at concurrency 1); speculation pays while the accept length exceeds
-    1.93 [server: draft 3.10 ms + verify 9.80 ms per cycle]``.
+    1.93 [server: draft 3.10 ms + verify 9.80 ms per cycle] [trace: verify 0.90 ms + draft 1.70 ms per cycle:
+    verify 35% (cycle period 2.60 ms; 180 cycles, GPU time of SGLang profiler spans in eagle3-...trace.json.gz)]``.
+
+    :param splits: profile -> the cycle split of its traced phase.
     """
     out = []
     seen: set[str] = set()
+    splits = splits or {}
     for record in records:
         found = cycle_cost(record)
-        if found is None or record.profile in seen:
+        if record.profile in seen:
+            continue
+        if found is None:
+            if record.profile in splits:
+                seen.add(record.profile)
+                out.append(f"specdec {record.profile}: where the cycle goes [trace: {splits[record.profile].text()}]")
             continue
         seen.add(record.profile)
         cost, pairs = found
@@ -207,6 +218,8 @@ def cycle_lines(records: Sequence[ResultRecord]) -> list[str]:
         draft, verify = record.metrics.get("draft_ms_per_cycle"), record.metrics.get("verify_ms_per_cycle")
         if isinstance(draft, int | float) and isinstance(verify, int | float):
             line += f" [server: draft {draft:.2f} ms + verify {verify:.2f} ms per cycle]"
+        if record.profile in splits:
+            line += f" [trace: {splits[record.profile].text()}]"
         out.append(line)
     return out
 

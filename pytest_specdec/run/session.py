@@ -245,10 +245,11 @@ class SpecdecSession:
 
         benchmark_table = bool(self.outcomes.records) and benchmark.enabled(self.config)
         traces = [(run.profile, run.trace) for run in self.store.runs.values()]
+        splits = {run.profile: run.cycle_split for run in self.store.runs.values() if run.cycle_split is not None}
         return summary.summary_report(
             self.outcomes, self.outputs or summary.Outputs(), checked=sel.checked, check_failed=sel.check_failed,
             profile_path=self.settings.profile_path, shared_leftovers=self.shared_leftovers,
-            preflight_notes=sel.preflight_notes, traces=traces, benchmark_table=benchmark_table,
+            preflight_notes=sel.preflight_notes, traces=traces, splits=splits, benchmark_table=benchmark_table,
             verbose=self.config.get_verbosity() > 0,
         )  # fmt: skip
 
