@@ -23,6 +23,9 @@
 #             bench_serving on one EAGLE-3 server with graphs, identical prompts and arrivals, 2 passes (AB, BA).
 #             tails.tar.gz.
 #   tests2    tests/gpu part 2 (crash + sweep) with SPECDEC_SGLANG_GRAPHS=1. tests2.tar.gz.
+#   trace     (2026-12-04) the nightly profiles with `trace:` on both and eagle3 paired with baseline (min_speedup):
+#             the cycle-cost line with the split SGLang's own profiler spans timed. trace.tar.gz (traces, pytest.txt).
+# NPARTS (default 5): the bundle's parts, each staged by its stage.sh before this command; the last carries sgenv.sh.
 # Each step stops starting work when too little of the command's LIMIT (default 570 s) is left.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -40,11 +43,12 @@ install_bundle() {  # session-2026-12-02-graphs.sh's install and CUDA_HOME shim;
   # 2026-12-04): the marker names this bundle's wheels.
   MARK=/tmp/site/.installed-$(ls /tmp/wh/*.whl 2>/dev/null | xargs -n1 basename | sha256sum | cut -c1-12)
   if [ ! -e "$MARK" ] || [ ! -d /tmp/site/xgrammar ]; then
-    for n in 01 02 03 04; do [ -e /tmp/wh/.got-part-$n ] || { echo "MISSING part-$n (machine went cold?)"; exit 3; }; done
+    for n in $(seq -w 1 "${NPARTS:-5}"); do
+      [ -e /tmp/wh/.got-part-$n ] || { echo "MISSING part-$n (machine went cold?)"; exit 3; }; done
     rm -rf /tmp/site /tmp/cccl
     $SYSPY -m pip install -q --no-index --no-deps --target /tmp/cccl /tmp/wh/nvidia_cuda_cccl-*.whl || exit 4
     $SYSPY -m pip install -q --no-index --no-deps --target /tmp/site $(ls /tmp/wh/*.whl | grep -v nvidia_cuda_cccl) || exit 4
-    cp .gpu-sglang/part-04/sgenv.sh /tmp/sgenv.sh
+    cp "$(ls .gpu-sglang/part-*/sgenv.sh | tail -1)" /tmp/sgenv.sh  # the last part carries fetch.sh's scripts
     touch "$MARK"
     echo "installed after $((SECONDS - T0)) s"
   fi
@@ -161,6 +165,30 @@ tails() {
   tar czf "$OUT/tails.tar.gz" -C /tmp/tails .
 }
 
+trace() {  # the verify share measured (issue 47.4): eagle3 paired with baseline, both traced by SGLang's profiler
+  local D=/tmp/trace; rm -rf $D; mkdir -p $D/traces
+  REPO=$PWD SGLANG_PYTHON=$PY CUDA_HOME=${CUDA_HOME:-} NVCC_APPEND_FLAGS=${NVCC_APPEND_FLAGS:-} \
+    FLAGS="$BASE_FLAGS --mem-fraction-static 0.3 --cuda-graph-max-bs-decode 8" AUX_IDS="" $PY - $D <<'PY'
+import json, os, shlex, sys
+from pathlib import Path
+import yaml
+os.environ["SERVER_FLAGS"] = ", ".join(json.dumps(w) for w in shlex.split(os.environ["FLAGS"]))
+d = Path(sys.argv[1])
+doc = yaml.safe_load(os.path.expandvars(Path("benchmarks/gpu/nightly-h200.yaml").read_text()))
+for name, prof in doc["profiles"].items():
+    prof["trace"] = {"dir": str(d / "traces" / name), "requests": 4, "activities": ["CPU", "GPU"]}
+doc["profiles"]["baseline"]["workload"]["max_repeats"] = 8
+doc["profiles"]["eagle3"]["thresholds"]["min_speedup"] = {"vs": "baseline", "ratio": 0.5}
+(d / "profiles.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+PY
+  cp examples/test_specdec.py $D/
+  (cd $D && timeout $(( $(left) - 15 )) $PY -m pytest -p pytest_specdec.plugin -p no:cacheprovider test_specdec.py \
+    --specdec-profiles=profiles.yaml --server-profile=baseline,eagle3 -k test_profile_thresholds -rA 2>&1 |
+    tee pytest.txt | grep -E "passed|failed|cycle|trace|speedup|tok/s|accept_len" | cut -c1-400)
+  ls -la $D/traces/* | head; echo "SGLang left: $(leftovers | wc -l)"
+  tar czf "$OUT/trace.tar.gz" -C $D .
+}
+
 tests2() {
   export SPECDEC_SGLANG_PYTHON=$PY SPECDEC_SGLANG_GRAPHS=1 SPECDEC_GPU_OUT=/tmp/gpuout-tests2
   mkdir -p $SPECDEC_GPU_OUT
@@ -186,7 +214,7 @@ while :; do
     [ "$task" = night ] && [ $nights_blocked = 1 ] && continue
     if [ "$est" -lt "$(left)" ]; then
       echo "######## $task $arg (estimate $est s), $(left) s left"; t=$SECONDS
-      if [ "$task" = tests2 ]; then tests2 < /dev/null; else $task "$arg" < /dev/null; fi
+      case $task in tests2|trace) $task < /dev/null ;; *) $task "$arg" < /dev/null ;; esac
       d=$((SECONDS - t)); echo "######## $task $arg took $d s; SGLang processes left: $(leftovers | wc -l)"
       grep -v "^$task $arg " $Q > $Q.new; mv $Q.new $Q
       [ "$task" = night ] && sed -i "s/^night \([0-9]\) [0-9]*/night \1 $((d + 15))/" $Q
