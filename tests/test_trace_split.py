@@ -56,3 +56,19 @@ def test_a_trace_without_speculation_or_unreadable_gives_no_split(tmp_path: Path
     (tmp_path / "baseline.trace.json").write_text(json.dumps({"traceEvents": [span("step[DECODE bs=1]", 0, 1.0)]}))
     (tmp_path / "broken.trace.json.gz").write_bytes(b"\x1f\x8b not gzip")
     assert cycle_split(tmp_path.iterdir()) is None
+
+
+RECORDED = Path(__file__).parent / "data" / "sglang" / "0.5.17-graphs" / "trace"
+
+
+def test_the_split_of_a_real_sglang_trace() -> None:
+    """SGLang 0.5.17 on an H200 with CUDA graphs (the bundled tiny pair, 4 traced requests of 64 tokens; the files
+    keep the trace's user_annotation and gpu_user_annotation spans, README in benchmarks/gpu/results-2026-12-04-c).
+    The run printed ``[trace: verify 0.63 ms + draft 3.29 ms per cycle: verify 16% (cycle period 9.94 ms; 97
+    cycles, GPU time of SGLang profiler spans ...)]``; the baseline's trace has decode steps and no verify."""
+    (eagle3,) = RECORDED.glob("eagle3-*.spans.trace.json.gz")
+    split = cycle_split([eagle3])
+    assert split is not None and (split.clock, split.cycles) == ("GPU", 97)
+    assert (round(split.verify_ms, 2), round(split.draft_ms, 2), round(split.period_ms or 0, 2)) == (0.63, 3.29, 9.94)
+    assert f"{split.verify_share:.0%}" == "16%"
+    assert cycle_split(RECORDED.glob("baseline-*.spans.trace.json.gz")) is None

@@ -43,7 +43,7 @@ install_bundle() {  # session-2026-12-02-graphs.sh's install and CUDA_HOME shim;
   # 2026-12-04): the marker names this bundle's wheels.
   MARK=/tmp/site/.installed-$(ls /tmp/wh/*.whl 2>/dev/null | xargs -n1 basename | sha256sum | cut -c1-12)
   if [ ! -e "$MARK" ] || [ ! -d /tmp/site/xgrammar ]; then
-    for n in $(seq -w 1 "${NPARTS:-5}"); do
+    for n in $(seq -f %02g 1 "${NPARTS:-5}"); do
       [ -e /tmp/wh/.got-part-$n ] || { echo "MISSING part-$n (machine went cold?)"; exit 3; }; done
     rm -rf /tmp/site /tmp/cccl
     $SYSPY -m pip install -q --no-index --no-deps --target /tmp/cccl /tmp/wh/nvidia_cuda_cccl-*.whl || exit 4
