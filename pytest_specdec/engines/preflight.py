@@ -23,7 +23,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytest_specdec.core.metric_table import METRICS
 from pytest_specdec.core.order_stats import TAIL_CONFIDENCE, min_samples
+from pytest_specdec.core.tolerances import field_specs
 from pytest_specdec.engines.rules import BUNDLED_ASSETS
 from pytest_specdec.profiles.schema import TAIL_KEYS, Profile, ProfileSet
 from pytest_specdec.profiles.weights import read_safetensors_header
@@ -179,6 +181,7 @@ def _run(profile: Profile, engine: Engine | None) -> list[Finding]:
         _rule_env(ctx)
     _rule_engine(ctx)
     _rule_tails(ctx)
+    _rule_tolerances(ctx)
     return ctx.findings
 
 
@@ -527,6 +530,40 @@ def _rule_tails(ctx: _Ctx) -> None:
             "be FAILED or undecided",
             f"raise workload.num_requests (or repeats) to {need} requests in all{gate}",
         )  # fmt: skip
+
+
+#: A compare row of a tail percentile needs 1 / (1 - q) samples per repeat for a verdict (``judge.compare``).
+_TAIL_SAMPLES = {"p90": 10, "p95": 20, "p99": 100}
+
+
+def _rule_tolerances(ctx: _Ctx) -> None:
+    """Tolerances that do not do what they seem to: a bare number on a throughput (tok/s, req/s) is absolute
+    (``output_tok_s:5`` is 5 tok/s: a 0.5% gate at 1000 tok/s, where 5% was meant: seen in a fresh-user trial); a
+    tail percentile field (``ttft_ms_p99:20%``) on fewer samples per repeat than its compare row needs
+    (``judge.compare.TAIL_PERCENTILES``: 100 for p99) only ever reads n/a."""
+    specs = {**METRICS, **field_specs()}
+    wl = ctx.profile.workload
+    written = {t.partition(":")[0]: t for part in ctx.profile.tolerances for t in re.split(r"[,\s]+", part) if t}
+    for key, tol in ctx.profile.tolerance_layer.items():
+        spec = specs.get(key)
+        if spec is None:
+            continue
+        if spec.unit in ("tok/s", "req/s") and "%" not in written.get(key, "%") and tol.abs > 0:
+            ctx.at_profile("warning", "tolerances", written[key],
+                           f"a bare number is absolute: {key} may fall by {tol.abs:g} {spec.unit}, however large it is",
+                           f"write {key}:{tol.abs:g}% for {tol.abs:g} percent, or {key}:0%+{tol.abs:g} to keep it "
+                           "absolute")  # fmt: skip
+        needed = _TAIL_SAMPLES.get(key.rpartition("_")[2]) if key != spec.name else None
+        if needed is None:
+            continue
+        per_token = key.startswith("itl_ms")
+        samples = wl.num_requests * max(wl.max_new_tokens - 1, 1) if per_token else wl.num_requests
+        if samples < needed:
+            what = "inter-token intervals" if per_token else "requests"
+            ctx.at_profile("warning", "tolerances", key,
+                           f"about {samples} {what} a repeat (workload.num_requests {wl.num_requests}): a compare "
+                           f"row of {key} needs {needed} per repeat for a verdict and will read n/a",
+                           f"raise workload.num_requests to {needed}, or use a lower percentile")  # fmt: skip
 
 
 def _rule_sizes(ctx: _Ctx) -> None:
