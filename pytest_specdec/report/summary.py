@@ -318,6 +318,11 @@ def note_lines(
     return lines
 
 
+def _count(n: object, unit: str) -> str:
+    """``1 repeat``, ``3 repeats``, ``? repeats`` (a record without the count)."""
+    return f"{n} {unit}" if n == 1 else f"{n if n is not None else '?'} {unit}s"
+
+
 def cost_lines(records: Iterable[results.ResultRecord]) -> list[str]:
     """What each test's verdicts cost (``ResultRecord.cost``), one line per test that has it:
     ``specdec server time: test_run[eagle3]: 12.3 server-s, 4 repeats; min_tok_s passed after 2 repeats (6.1 s);
@@ -328,11 +333,11 @@ def cost_lines(records: Iterable[results.ResultRecord]) -> list[str]:
         if not cost or not isinstance(cost.get("server_s"), int | float):
             continue
         test = r.test_id.split("::", 1)[-1]
-        parts = [f"{test}: {cost['server_s']:.1f} server-s, {cost.get('repeats', '?')} repeats"]
+        parts = [f"{test}: {cost['server_s']:.1f} server-s, {_count(cost.get('repeats'), 'repeat')}"]
         for key, v in (cost.get("verdicts") or {}).items():
-            unit = "pairs" if key == "min_speedup" else "repeats"
+            unit = "pair" if key == "min_speedup" else "repeat"
             spent = float(v.get("server_s", 0.0))
-            parts.append(f"{key} {v.get('verdict')} after {v.get('repeats')} {unit} ({spent:.1f} s)")
+            parts.append(f"{key} {v.get('verdict')} after {_count(v.get('repeats'), unit)} ({spent:.1f} s)")
         lines.append("specdec server time: " + "; ".join(parts))
     return lines
 
