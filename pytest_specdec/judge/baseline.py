@@ -221,6 +221,34 @@ def _baseline_repeats_needed(
     return high
 
 
+#: A baseline of more than this many times the compare's budget is not proposed alone: the wider tolerance the
+#: spread supports is proposed first.
+_PRACTICAL_BASELINE_FACTOR = 2
+#: The widest relative tolerance :func:`_tolerance_that_passes` proposes.
+_WIDEST_PROPOSED = 1.0
+
+
+@functools.lru_cache(maxsize=256)
+def _tolerance_that_passes(
+    values: tuple[float, ...], limit: float, design: sequential.Design, higher: bool
+) -> float | None:
+    """The smallest relative tolerance (whole percent, above ``limit``) at which an unchanged run of this spread
+    passes against this baseline within ``design``'s budget (``sequential.shift_repeats_needed``, both sides
+    ``values``); None when even :data:`_WIDEST_PROPOSED` does not."""
+
+    def passes(tol: float) -> bool:
+        needed = sequential.shift_repeats_needed(values, values, tol, design, higher_is_better=higher)
+        return needed is not None and needed <= design.max_repeats
+
+    low, high = max(int(limit * 100), 0), int(_WIDEST_PROPOSED * 100)
+    if not passes(high / 100):
+        return None
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if passes(mid / 100) else (mid, high)
+    return high / 100
+
+
 @functools.lru_cache(maxsize=256)
 def _needed(
     values: tuple[float, ...], limit: float, design: sequential.Design, higher: bool
@@ -294,8 +322,19 @@ def baseline_notes(
             continue
         if more is None and found is not None:
             more = _baseline_repeats_needed(values, limit, design, higher)
-        if more is not None:
+        spread = needed is None or needed > design.max_repeats
+        wider = _tolerance_that_passes(tuple(values), limit, design, higher) if spread else None
+        widen = (
+            f"widen the tolerance to {fname}:{wider * 100:.0f}% (an unchanged run of this spread passes that within "
+            f"{design.max_repeats} repeats)" if wider is not None else ""
+        )  # fmt: skip
+        if more is not None and more <= _PRACTICAL_BASELINE_FACTOR * design.max_repeats:
             fix = f"store the baseline with more repeats (about {more}: --specdec-repeats {more})"
+            fix += f", or {widen}" if widen else ""
+        elif widen:
+            # A baseline of hundreds of repeats is not a fix anyone runs: say what tolerance this spread supports.
+            costly = f" (a baseline of about {more} repeats would also do)" if more is not None else ""
+            fix = f"{widen}, or measure it again on a quieter runner{costly}"
         else:
             fix = (
                 "no number of baseline repeats would do at this spread: measure it again on a quiet runner, "
