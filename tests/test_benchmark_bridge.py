@@ -51,8 +51,8 @@ def test_tok_s(request, profile):
 
 
 def test_same_profile_again(request):
-    # A second test of the same profile shares its measurement: no second entry.
-    toks = [float(x) for x in os.environ["SPECDEC_TOKS"].split(",")]
+    # A second test of the same profile shares its measurement: no second entry (it may have measured more).
+    toks = [float(x) for x in (os.environ["SPECDEC_TOKS"] + os.environ.get("SPECDEC_MORE", "")).split(",")]
     assert bridge.record(request, [make(t) for t in toks], {"engine": "reference"}) is False
 """
 
@@ -88,6 +88,24 @@ def test_json_entry_is_seconds_per_token_with_extra_info(
     assert specdec["metrics"]["output_tok_s"] == 90.0  # the median of the repeats, not the first (100)
     assert specdec["fingerprint"] == {"engine": "reference"}
     assert "gpus" in data["machine_info"] and "pytest_specdec" in data["machine_info"]
+
+
+def test_repeats_a_later_test_measured_join_the_entry(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh-user trial read pytest-benchmark's "Rounds 3" beside the summary's "5 repeats" of one profile: the
+    second test had measured two more (``MeasureHandle.more``). The entry holds every repeat."""
+    monkeypatch.setenv("SPECDEC_TOKS", "100,80,90")
+    monkeypatch.setenv("SPECDEC_MORE", ",70,60")
+    result = project.runpytest_subprocess("--benchmark-json=out.json", "-p", "no:cacheprovider", "-p", "no:randomly",
+                                          timeout=120)  # fmt: skip
+    result.assert_outcomes(passed=2)
+    (entry,) = json.loads((project.path / "out.json").read_text())["benchmarks"]
+    assert entry["stats"]["rounds"] == 5
+    assert entry["stats"]["data"] == [2.0 / 200, 2.0 / 160, 2.0 / 180, 2.0 / 140, 2.0 / 120]
+    specdec = entry["extra_info"]["specdec"]
+    assert specdec["per_repeat"]["output_tok_s"] == [100.0, 80.0, 90.0, 70.0, 60.0]
+    assert specdec["metrics"]["output_tok_s"] == 80.0
 
 
 @pytest.mark.slow
