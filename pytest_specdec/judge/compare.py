@@ -60,7 +60,8 @@ class CompareRow:
     tolerance), ``improved`` (ok, and significantly better beyond the tolerance), ``changed`` (an exact metric moved
     within its tolerance), or ``n/a`` (missing on a side; a tail percentile or category with too few samples per
     repeat, :data:`TAIL_PERCENTILES`, :data:`MIN_CATEGORY_REQUESTS`). ``decision`` is the interval behind a
-    statistical verdict (``sequential.decide_shift``); ``noise`` the per-repeat sigma in the metric's unit, shown beside the tolerance.
+    statistical verdict (``sequential.decide_shift``); ``noise`` the per-repeat sigma in the metric's unit, shown
+    beside the tolerance.
     ``basis``: ``exact`` when the row was judged equal-or-not (temperature 0, identical repeats: no statistics);
     ``raw`` for a throughput/latency row that also has a ``metric / vs`` ratio row (paired arms): the raw row sees a
     slowdown of both arms alike, the ratio row the target alone.
