@@ -358,6 +358,17 @@ def test_a_tok_s_search_whose_probe_cannot_decide_stops_instead_of_naming_noise(
     assert any(line.startswith("unresolved: 1 probe") for line in lines)
 
 
+def test_a_remainder_far_beyond_the_pairs_budget_asks_for_a_steadier_workload_first() -> None:
+    # A fresh-user trial was told "--max-pairs 326": past 4x the budget, more pairs is not the fix to lead with.
+    far = bisection.bisect(GOOD, differences(GOOD, INCIDENT), SimulatedProbes(seed=0, slow=0.8, spread=0.3))
+    assert far.unsplit.endswith("that takes about 258 pairs a probe, over --max-pairs 24; to bisect it, a steadier "
+                                "workload first (more requests a phase; CUDA graphs on a GPU): --max-pairs 258 would "
+                                "measure ~258 paired phases a probe, 11x the budget"), far.unsplit
+    near = bisection.bisect(GOOD, differences(GOOD, INCIDENT), SimulatedProbes(seed=1, slow=0.6, spread=0.5))
+    assert near.unsplit.endswith("to bisect it, --max-pairs 37 (~37 paired phases a probe) or a steadier workload "
+                                 "(more requests a phase; CUDA graphs on a GPU)"), near.unsplit
+
+
 class _NoSlowdown(SimulatedProbes):
     """Every configuration serves the same tok/s, give or take the spread: no tok/s cause anywhere."""
 

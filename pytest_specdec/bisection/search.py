@@ -84,6 +84,11 @@ class Probes(Protocol):
         ...
 
 
+#: A --max-pairs suggestion over this many times the budget leads with a steadier workload instead: hundreds of paired
+#: phases a probe is hours on a GPU runner.
+_PRACTICAL_PAIRS = 4
+
+
 @dataclass
 class ProbeRecord:
     """Everything measured for one configuration in one phase of the search."""
@@ -447,10 +452,16 @@ class _Search:
             )
         else:
             milder = f" (one standard error milder: x{mildest:.3f})" if mildest > level else ""
+            # Far over the budget (a fresh-user trial was told --max-pairs 326) more pairs is not the fix to lead with.
+            fix = (
+                f"--max-pairs {need} (~{need} paired phases a probe) {steadier}" if need <= _PRACTICAL_PAIRS * most
+                else f"a steadier workload first (more requests a phase; CUDA graphs on a GPU): --max-pairs {need} "
+                f"would measure ~{need} paired phases a probe, {need / most:.0f}x the budget"
+            )  # fmt: skip
             self.unsplit = (
                 f"tok/s not bisected: a probe must tell x{level:.3f}{milder} from no change; at this spread (sd "
                 f"{sd:.3f} of a pair's log ratio) that takes about {need} pairs a probe, over --max-pairs {most}; to "
-                f"bisect it, --max-pairs {need} (~{need} paired phases a probe) {steadier}"
+                f"bisect it, {fix}"
             )
         self.note(self.unsplit)
         return False
@@ -465,10 +476,14 @@ class _Search:
         sd = log_ratio_sd(*(r.ratios for r in self.order if r.ratios))
         need = self.pairs_needed(self.mildest(level), sd) if sd else None
         more = max(need or 0, 2 * most)
+        fix = (
+            f"--max-pairs {more} or a steadier workload" if more <= _PRACTICAL_PAIRS * most
+            else f"a steadier workload first (more requests a phase; CUDA graphs on a GPU), or --max-pairs {more}"
+        )  # fmt: skip
         self.unsplit = (
             f"tok/s not bisected: probe {rec.label} stayed undecided after {len(rec.ratios)} pairs (--max-pairs "
             f"{most}) against x{level:.3f}; a probe needs about {need or 'more than ' + str(most)} pairs at the spread "
-            f"seen (sd {sd or 0.0:.3f} of a pair's log ratio): to bisect it, --max-pairs {more} or a steadier workload"
+            f"seen (sd {sd or 0.0:.3f} of a pair's log ratio): to bisect it, {fix}"
         )
         self.note(self.unsplit)
 
