@@ -274,3 +274,35 @@ def test_an_undecided_compare_says_how_many_stored_runs_would_decide_it() -> Non
                       r"runs, 6 repeats\); about (\d+) such runs in all would decide it at this budget",
                       judged.undecided)  # fmt: skip
     assert found and int(found.group(1)) > 2, judged.undecided
+
+
+def test_every_test_of_a_profile_stores_the_paired_arms_as_they_are_at_its_judging() -> None:
+    """A fresh-user trial: test_profile_thresholds[eagle3]'s record held 6 pairs, test_latency_reported[eagle3]'s 3
+    (a copy from fixture time): a later min_speedup had extended the arms without changing the repeat count the
+    record was checked by, and the compare command then judged the two tests differently."""
+    from pytest_specdec.judge import verdict
+    from pytest_specdec.measure import pairing, runner
+
+    def phase(profile: str, tok_s: float) -> runner.Measurement:
+        return runner.Measurement(profile, run_metrics(output_tok_s=tok_s), (), "h", None, None, None)
+
+    def arms(n: int) -> pairing.PairedArms:
+        return pairing.PairedArms("eagle3", "baseline", "interleaved",
+                                  tuple((phase("eagle3", 120.0 + i),) for i in range(n)),
+                                  tuple(phase("baseline", 100.0 + i) for i in range(n)), first=3)  # fmt: skip
+
+    measured = tuple(phase("eagle3", 120.0 + i) for i in range(6))
+
+    class Handle:
+        def run(self, profile: str) -> runner.RunResult:
+            return runner.RunResult(profile, measured, run_metrics(), "h")
+
+        def arms(self, profile: str, vs: str) -> pairing.PairedArms:
+            return arms(6)
+
+    stale = ResultRecord.from_measurements("t.py::test_latency_reported[eagle3]", measured, {},
+                                           paired=arms(3).to_dict())  # fmt: skip
+    case = verdict._Case(stale.test_id, stale)
+    verdict._rebuild_record(case, Handle(), "eagle3", "baseline")  # type: ignore[arg-type]
+    assert case.record.paired["pairs"] == 6
+    assert case.record.paired["target"]["output_tok_s"] == [120.0 + i for i in range(6)]
