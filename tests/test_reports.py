@@ -218,8 +218,8 @@ def test_cycle_cost_worked_example_and_line() -> None:
 
     split = CycleSplit(1.3, 0.9, 3.0, 40, "GPU", "SGLang profiler spans in e.trace.json.gz")
     (line,) = cycle_lines([rec], {"eagle3": split})
-    assert line.endswith("per cycle] [trace: verify 0.90 ms + draft 1.30 ms per cycle: verify 41% (cycle period "
-                         "3.00 ms; 40 cycles, GPU time of SGLang profiler spans in e.trace.json.gz)]")
+    assert line.endswith("per cycle] [trace: verify 0.90 ms + draft 1.30 ms a cycle (medians of 40 cycles): verify "
+                         "41% of the two; cycle period 3.00 ms (GPU time of SGLang profiler spans in e.trace.json.gz)]")
     assert cycle_lines([dataclasses.replace(rec, paired={})], {"eagle3": split}) == [
         f"specdec eagle3: where the cycle goes [trace: {split.text()}]"]
 

@@ -48,8 +48,9 @@ def test_gpu_extents_win_over_the_cpu_spans_and_one_rank_is_read(tmp_path: Path)
     assert split is not None and split.clock == "GPU" and split.cycles == 40
     assert (split.draft_ms, split.verify_ms, split.period_ms) == pytest.approx((1.3, 0.9, 3.0))
     assert split.source == "SGLang profiler spans in eagle3-1700000000-TP-0.trace.json.gz"
-    assert split.text() == ("verify 0.90 ms + draft 1.30 ms per cycle: verify 41% (cycle period 3.00 ms; 40 cycles, "
-                            "GPU time of SGLang profiler spans in eagle3-1700000000-TP-0.trace.json.gz)")
+    assert split.text() == ("verify 0.90 ms + draft 1.30 ms a cycle (medians of 40 cycles): verify 41% of the two; "
+                            "cycle period 3.00 ms (GPU time of SGLang profiler spans in "
+                            "eagle3-1700000000-TP-0.trace.json.gz)")
 
 
 def test_a_trace_without_speculation_or_unreadable_gives_no_split(tmp_path: Path) -> None:
@@ -64,11 +65,12 @@ RECORDED = Path(__file__).parent / "data" / "sglang" / "0.5.17-graphs" / "trace"
 def test_the_split_of_a_real_sglang_trace() -> None:
     """SGLang 0.5.17 on an H200 with CUDA graphs (the bundled tiny pair, 4 traced requests of 64 tokens; the files
     keep the trace's user_annotation and gpu_user_annotation spans, README in benchmarks/gpu/results-2026-12-04-c).
-    The run printed ``[trace: verify 0.63 ms + draft 3.29 ms per cycle: verify 16% (cycle period 9.94 ms; 97
-    cycles, GPU time of SGLang profiler spans ...)]``; the baseline's trace has decode steps and no verify."""
+    The run printed means then (``verify 0.63 ms + draft 3.29 ms per cycle``); the medians read 0.59 ms (the
+    ``step[TARGET_VERIFY bs=1]`` spans) and 2.94 ms (``draft`` 1.18 + ``draft_extend`` 1.76). The baseline's trace
+    has decode steps and no verify."""
     (eagle3,) = RECORDED.glob("eagle3-*.spans.trace.json.gz")
     split = cycle_split([eagle3])
     assert split is not None and (split.clock, split.cycles) == ("GPU", 97)
-    assert (round(split.verify_ms, 2), round(split.draft_ms, 2), round(split.period_ms or 0, 2)) == (0.63, 3.29, 9.94)
-    assert f"{split.verify_share:.0%}" == "16%"
+    assert (round(split.verify_ms, 2), round(split.draft_ms, 2), round(split.period_ms or 0, 2)) == (0.59, 2.94, 9.94)
+    assert f"{split.verify_share:.0%}" == "17%"
     assert cycle_split(RECORDED.glob("baseline-*.spans.trace.json.gz")) is None

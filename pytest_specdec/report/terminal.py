@@ -189,8 +189,8 @@ def cycle_lines(records: Sequence[ResultRecord], splits: Mapping[str, CycleSplit
 
     Example: ``specdec eagle3: a speculative cycle costs 1.93 plain decode steps (accept_len 2.60 x baseline
     tok/s / eagle3 tok/s, median of 2 pairs at concurrency 1); speculation pays while the accept length exceeds
-    1.93 [server: draft 3.10 ms + verify 9.80 ms per cycle] [trace: verify 0.90 ms + draft 1.70 ms per cycle:
-    verify 35% (cycle period 2.60 ms; 180 cycles, GPU time of SGLang profiler spans in eagle3-...trace.json.gz)]``.
+    1.93 [server: draft 3.10 ms + verify 9.80 ms per cycle] [trace: verify 0.90 ms + draft 1.70 ms a cycle (medians
+    of 180 cycles): verify 35% of the two; cycle period 2.60 ms (GPU time of SGLang profiler spans in F)]``.
 
     :param splits: profile -> the cycle split of its traced phase.
     """
