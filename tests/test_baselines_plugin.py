@@ -125,6 +125,18 @@ def test_a_test_without_baseline_fails_and_a_run_that_compared_nothing_is_not_gr
                                  "stored run (each one's line says why); *"])  # fmt: skip
 
 
+def test_compare_options_without_a_compare_are_a_usage_error(pytester: pytest.Pytester) -> None:
+    # A fresh-user trial measured 60 s with --specdec-compare-profile (of a profile that does not exist) and no
+    # --specdec-compare, and read "2 passed": the option had done nothing.
+    _project(pytester)
+    for args in (["--specdec-compare-profile=eagle4"], ["--specdec-compare-force"]):
+        refused = _run(pytester, "--server-profile=eagle3", *args)
+        assert refused.ret == pytest.ExitCode.USAGE_ERROR
+        refused.stderr.fnmatch_lines([f"ERROR: {args[0]} only shapes a compare and none was asked for: add "
+                                      "--specdec-compare (each test's newest clean stored run) or "
+                                      "--specdec-compare=NAME"])  # fmt: skip
+
+
 @pytest.mark.slow
 def test_compare_profile_maps_profiles_of_its_kind_and_refuses_a_kind_none_has(pytester: pytest.Pytester) -> None:
     _project(pytester)

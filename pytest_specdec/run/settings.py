@@ -105,7 +105,8 @@ class RunSettings:
         """Read our options and ini keys from ``config``.
 
         :raises pytest.UsageError: ``--specdec-dir DIR`` in two words that moved the rootdir, an ini tolerance that
-            does not parse, ``--specdec-sweep`` without a selected profile (outside ``--specdec-check``).
+            does not parse, ``--specdec-sweep`` without a selected profile (outside ``--specdec-check``),
+            ``--specdec-compare-profile`` or ``--specdec-compare-force`` without ``--specdec-compare``.
         """
         option = config.option
         ancestor = discovery.args_ancestor(config.args, config.invocation_params.dir)
@@ -126,6 +127,15 @@ class RunSettings:
         selected = tuple(n.strip() for n in (option.server_profile or "").split(",") if n.strip())
         if not option.specdec_check and not selected and option.specdec_sweep:
             raise pytest.UsageError("--specdec-sweep: no profile selected; add --server-profile=NAME (e.g. eagle3)")
+        # Options that only shape a compare do nothing without one: say so rather than measure for nothing.
+        alone = [f"--specdec-compare-profile={option.specdec_compare_profile}"] if option.specdec_compare_profile else []
+        alone += ["--specdec-compare-force"] if option.specdec_compare_force else []
+        if alone and option.specdec_compare is None:
+            raise pytest.UsageError(
+                f"{' and '.join(alone)} only shape{'s' if len(alone) == 1 else ''} a compare and none was asked for: "
+                "add --specdec-compare (each "
+                "test's newest clean stored run) or --specdec-compare=NAME"
+            )
         return cls(
             selected=selected,
             profile_path=profile_path,
