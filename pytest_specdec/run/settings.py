@@ -128,7 +128,8 @@ class RunSettings:
         if not option.specdec_check and not selected and option.specdec_sweep:
             raise pytest.UsageError("--specdec-sweep: no profile selected; add --server-profile=NAME (e.g. eagle3)")
         # Options that only shape a compare do nothing without one: say so rather than measure for nothing.
-        alone = [f"--specdec-compare-profile={option.specdec_compare_profile}"] if option.specdec_compare_profile else []
+        mapped = option.specdec_compare_profile
+        alone = [f"--specdec-compare-profile={mapped}"] if mapped else []
         alone += ["--specdec-compare-force"] if option.specdec_compare_force else []
         if alone and option.specdec_compare is None:
             raise pytest.UsageError(
