@@ -83,6 +83,8 @@ def test_an_undecided_compare_says_what_would_decide_it() -> None:
     assert judged.undecided.startswith("compare against run R1 undecided after 3 repeats (0.0 server-s): output_tok_s")
     assert "holds the tolerance 5%; about " in judged.undecided
     assert judged.cost["verdict"] == "undecided"
+    # Its table is kept for the summary (a fresh-user trial saw only the warning line: no n/a or exact rows).
+    assert judged.table and any(line.startswith("output_tok_s ") and " undecided (" in line for line in judged.table)
 
 
 def test_note_lines() -> None:

@@ -37,7 +37,7 @@ class Outcomes:
         self._overrides: dict[str, tuple[str, list[str]]] = {}
         self._compared: dict[str, list[str]] = {}
         self._chosen: dict[str, tuple[str, dict[str, None], dict[str, None]]] = {}
-        self._compare_tables: dict[str, list[str]] = {}
+        self._compare_tables: dict[str, tuple[str, list[str]]] = {}
         self._compare_notes: dict[str, None] = {}
         #: (profile, threshold verdict) -> the first test that failed with it; later tests refer to it.
         self._first_failures: dict[tuple[str, str], str] = {}
@@ -75,8 +75,9 @@ class Outcomes:
         return MappingProxyType(self._chosen)
 
     @property
-    def compare_tables(self) -> Mapping[str, list[str]]:
-        """node id -> the passing compare's table (``compare.Comparison.lines``), shown under the summary."""
+    def compare_tables(self) -> Mapping[str, tuple[str, list[str]]]:
+        """node id -> (outcome, table) of a compare that did not fail (``passed`` or ``undecided``;
+        ``compare.Comparison.lines``), shown under the summary: a failed one prints its table with the failure."""
         return MappingProxyType(self._compare_tables)
 
     @property
@@ -123,10 +124,12 @@ class Outcomes:
         return self._noise[profile]
 
     def add_compare(
-        self, run_id: str, test_id: str, notes: Sequence[str], table: Sequence[str], baseline: Baseline | None = None
+        self, run_id: str, test_id: str, notes: Sequence[str], table: Sequence[str], baseline: Baseline | None = None,
+        outcome: str = "passed",
     ) -> None:
         """A test compared with stored run ``run_id``: how it was judged (``notes``, per profile), when it did not
-        regress its table, and the ``baseline`` found (why that run, the newer runs passed over)."""
+        regress its table and ``outcome`` (``passed`` or ``undecided``), and the ``baseline`` found (why that run,
+        the newer runs passed over)."""
         self._compared.setdefault(run_id, []).append(test_id)
         if baseline is not None:
             why, skipped, stored = self._chosen.setdefault(run_id, (baseline.why, {}, {}))
@@ -134,4 +137,4 @@ class Outcomes:
             stored.update(dict.fromkeys(f"{baseline.record.profile}: {n}" for n in baseline.record.baseline_notes))
         self._compare_notes.update(dict.fromkeys(notes))
         if table:
-            self._compare_tables[test_id] = list(table)
+            self._compare_tables[test_id] = (outcome, list(table))

@@ -469,7 +469,7 @@ class CompareVerdict:
     undecided: str | None = None
     #: How the compare was judged (``exact: ...``, ``throughput and latency judged ...``), for the summary.
     notes: tuple[str, ...] = ()
-    #: A passing compare's table (``compare.Comparison.lines``): the deltas are shown under the summary too.
+    #: A passing or undecided compare's table (``compare.Comparison.lines``), shown under the summary.
     table: tuple[str, ...] = ()
     #: ``passed``, ``FAILED`` or ``undecided`` (``compare.Comparison.outcome``), with its repeats and server-s.
     cost: Mapping[str, Any] = field(default_factory=dict)
@@ -543,7 +543,7 @@ def judge_compare(
     if comparison.undecided:
         rows = "; ".join(_undecided_row(base, current, r, design, history) for r in comparison.undecided)
         text = f"compare against run {run_id} undecided after {n} repeats ({cost['server_s']:.1f} server-s): {rows}"
-        return CompareVerdict(undecided=text, notes=notes, cost=cost)
+        return CompareVerdict(undecided=text, notes=notes, table=tuple(comparison.lines()), cost=cost)
     return CompareVerdict(notes=notes, table=tuple(comparison.lines()), cost=cost)
 
 
@@ -705,7 +705,7 @@ def compare_item(
         judged = dataclasses.replace(judged, failure="\n".join([head.replace(f"({judged_for}):", f"({test_id}):"),
                                                                rest]))  # fmt: skip
     outcomes.add_compare(run.run_id, record.test_id, [f"{profile.name}: {n}" for n in judged.notes], judged.table,
-                         baseline=found)  # fmt: skip
+                         baseline=found, outcome=str(judged.cost.get("verdict", "passed")))  # fmt: skip
     if judged.cost:
         costs["compare"] = dict(judged.cost)
     if judged.undecided is not None:

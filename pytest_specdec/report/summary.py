@@ -266,9 +266,11 @@ def compare_lines(outcomes: Outcomes) -> list[Line]:
         out.append(Line(text))
         out.extend(Line(f"specdec compare: run {run_id} was stored with a warning: {note}", {"yellow": True})
                    for note in stored)  # fmt: skip
-    # A failed compare prints its table with the failure; a passing one shows its deltas here.
-    for test_id, table in outcomes.compare_tables.items():
-        out.append(Line(f"specdec compare: {test_id.split('::', 1)[-1]} (no regression)", sep="-"))
+    # A failed compare prints its table with the failure; a passing or undecided one shows its rows here (an
+    # undecided one also warns, in one line: the table shows which rows were decided and which read n/a).
+    for test_id, (outcome, table) in outcomes.compare_tables.items():
+        label = "undecided, not failed" if outcome == "undecided" else "no regression"
+        out.append(Line(f"specdec compare: {test_id.split('::', 1)[-1]} ({label})", sep="-"))
         out.extend(Line(line) for line in table)
     return out
 
