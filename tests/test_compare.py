@@ -10,7 +10,7 @@ import pytest
 
 from pytest_specdec.cli.main import main
 from pytest_specdec.core.errors import CompareError
-from pytest_specdec.core.tolerances import parse_tolerances
+from pytest_specdec.core.tolerances import Tolerance, parse_tolerances
 from pytest_specdec.judge.compare import compare_results
 from pytest_specdec.judge.fingerprint import fingerprint_diff
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
@@ -462,3 +462,15 @@ def test_a_tail_percentile_of_too_few_samples_gets_no_verdict() -> None:
     rows = {r.metric: r for r in compare_results(run([6.6, 6.7, 6.6], 8, 16), run(stalled, 8, 16), tol).rows}
     assert rows["itl_ms_p99"].regressed
     assert rows["ttft_ms_p99"].note == "8 samples < 100 per repeat for p99"
+
+
+def test_the_tolerance_column_gives_an_absolute_part_its_unit_and_a_derived_percent_three_digits() -> None:
+    # A fresh-user trial read "5 (σ 7.9%)" on a raw tok/s row and "5.12754%" on its ratio row.
+    tol = parse_tolerances("output_tok_s:5 ttft_ms:10%+5")
+    base = rec(output_tok_s=[97.5, 98.0, 97.0], ttft_ms_p50=[50.0, 50.5, 49.5])
+    rows = {r.metric: r for r in compare_results(base, base, tol).rows}
+    assert rows["output_tok_s"].limit_text().startswith("5 tok/s")
+    assert rows["ttft_ms_p50"].limit_text().startswith("10%+5 ms")
+    derived = dataclasses.replace(rows["output_tok_s"], metric="output_tok_s / baseline",
+                                  tolerance=Tolerance(rel=5 / 97.5))  # fmt: skip
+    assert derived.limit_text().startswith("5.13% (σ")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from pathlib import Path
@@ -425,13 +426,17 @@ def test_a_sweep_with_one_repeat_per_point_recommends_nothing(pytester: pytest.P
     _project(pytester, RUN_TEST, script={"draft_ms": 5}, workload=ONE_REPEAT)
     result = _run(pytester, "--server-profile=eagle3", "--specdec-sweep=num_steps=1,3", "--specdec-sweep-max-gap=5")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    result.stdout.fnmatch_lines(
-        ["undecided: 1 repeat per point; * repeats per point would separate the *% gap between eagle3@num_steps=1 "
-         "and eagle3@num_steps=3 at this spread (σ *% across points, an upper bound); no best point named",
-         "configured point eagle3@num_steps=3 is *% below the highest eagle3@num_steps=1: undecided: 1 repeat per "
-         "point; * repeats per point * a gap beyond the allowed 5%* (σ *% across points, an upper bound); not failed"]
-    )  # fmt: skip
-    assert "FAIL" not in result.stdout.str() and "<- best" not in result.stdout.str()
+    out = result.stdout.str()
+    # Which point is higher, and whether the spread asks for N or "more than 100" repeats, is the runner's to say
+    # (1 repeat a point, load 5 beside a flake hunt): the verdict is what is fixed, undecided and no best point.
+    assert re.search(r"^undecided: 1 repeat per point; (\d+|more than \d+) repeats per point would (be needed to )?"
+                     r"separate the [\d.]+% gap between eagle3@num_steps=[13] and eagle3@num_steps=[13]( at this "
+                     r"spread)? \(σ [\d.]+% across points, an upper bound\); no best point named$", out, re.M), out
+    if "configured point" in out:  # when the configured point (num_steps 3) measured below the other
+        assert re.search(r"^configured point eagle3@num_steps=3 is [\d.]+% below the highest eagle3@num_steps=1: "
+                         r"undecided: 1 repeat per point; .* a gap beyond the allowed 5%.*; not failed$", out,
+                         re.M), out
+    assert "FAIL" not in out and "<- best" not in out
 
 
 @pytest.mark.slow

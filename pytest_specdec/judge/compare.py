@@ -101,8 +101,13 @@ class CompareRow:
         return worse > self.tolerance.allowed(self.baseline)
 
     def limit_text(self) -> str:
-        """The tolerance, with the per-repeat noise beside it when known: ``5%`` or ``5% (σ 7.2%)``."""
-        text = str(self.tolerance)
+        """The tolerance, with the per-repeat noise beside it when known: ``5%`` or ``5% (σ 7.2%)``; an absolute
+        part with its unit (``10%+5 ms``), a relative one derived from it (a ratio row) to 3 digits (``5.13%``)."""
+        tol = self.tolerance
+        rel = f"{tol.rel * 100:.3g}%" if tol.rel else ""
+        spec = field_specs().get(self.metric.partition(" / ")[0].partition("[")[0])
+        unit = f" {spec.unit}" if spec is not None and spec.unit in ("ms", "tok/s", "req/s") and tol.abs else ""
+        text = f"{rel}+{tol.abs:g}{unit}" if rel and tol.abs else rel or f"{tol.abs:g}{unit}"
         if self.noise and self.baseline:
             text += f" (σ {self.noise / abs(self.baseline) * 100:.1f}%)"
         return text
