@@ -427,7 +427,7 @@ def test_rule8_tolerances_that_do_not_do_what_they_seem(tmp_path: Path) -> None:
     assert bare.why == "a bare number is absolute: output_tok_s may fall by 5 tok/s, however large it is"
     assert bare.fix == "write output_tok_s:5% for 5 percent, or output_tok_s:0%+5 to keep it absolute"
     assert (tail.severity, tail.value) == ("warning", "tpot_ms_p99")
-    assert tail.why.startswith("about 16 requests a repeat (workload.num_requests 16): a compare row of tpot_ms_p99 "
+    assert tail.why.startswith("16 requests a repeat (workload.num_requests 16): a compare row of tpot_ms_p99 "
                                "needs 100 per repeat")  # fmt: skip
     # 16 requests x 63 intervals: enough for the ITL p99; "0%+1" says absolute on purpose.
     assert run_preflight(profile(target, draft, tolerances=["output_tok_s:5%"])) == []

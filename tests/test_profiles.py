@@ -326,7 +326,16 @@ def test_min_accept_rate_at_bad_position_and_rate(in_tmp: Path) -> None:
 def test_a_bounded_number_and_an_empty_file_are_said_in_words(in_tmp: Path) -> None:
     write(in_tmp, "profiles:\n  a:\n    server: reference\n    thresholds: {min_accept_rate: 1.5}\n")
     assert load_error("specdec.yaml") == (
-        "specdec.yaml:4: profiles.a.thresholds.min_accept_rate: expected a number between 0 and 1, got 1.5"
+        "specdec.yaml:4: profiles.a.thresholds.min_accept_rate: expected a number between 0 and 1, got 1.5 (a "
+        "fraction: 1.5% is 0.015; an accept length is min_accept_length)"
+    )
+    # A fresh-user trial: 47 meant 47%; a bare ratio for min_speedup meant {vs, ratio}.
+    write(in_tmp, "profiles:\n  a:\n    server: reference\n    thresholds: {min_accept_rate: 47}\n")
+    assert load_error("specdec.yaml").endswith("got 47 (a fraction: 47% is 0.47)")
+    write(in_tmp, "profiles:\n  a:\n    server: reference\n    thresholds: {min_speedup: 1.05}\n")
+    assert load_error("specdec.yaml").endswith(
+        "min_speedup: expected a mapping of keys, got 1.05; write min_speedup: {vs: baseline, ratio: 1.05} (the "
+        "profile it is paired with)"
     )
     write(in_tmp, "")
     assert load_error("specdec.yaml") == (

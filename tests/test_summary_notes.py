@@ -63,7 +63,7 @@ def test_progress_warning_override_and_shared_verdict(pytester: pytest.Pytester)
             "test_loosened[[]eagle3[]] *passed",
             f"specdec preflight: {warning}",  # again under the table
             "specdec: test_loosened[[]eagle3[]]: marker overrides profile eagle3: min_accept_length 1 (profile: 3.9)",
-            f"specdec eagle3: trace: {pytester.path / 'traces'} (1 new files)",  # the session ran trace: once
+            f"specdec eagle3: trace: {pytester.path / 'traces'} (1 new file)",  # the session ran trace: once
         ]
     )
     # Printed once in full; pytest's short summary repeats it untruncated when CI is set, so skip those lines.

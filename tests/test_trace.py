@@ -32,7 +32,7 @@ def test_trace_phase_writes_draft_and_verify_spans_outside_the_measurement(tmp_p
     finally:
         server.stop()
     assert result.trace is None
-    assert trace.line == f"trace: {tmp_path / 'traces'} (1 new files)"
+    assert trace.line == f"trace: {tmp_path / 'traces'} (1 new file)"
     # The engine's own split of the cycle: every traced cycle has one draft and one verify span.
     split = trace.split
     assert split is not None and split.clock == "CPU" and split.source.startswith("the server's draft/verify spans")

@@ -561,7 +561,8 @@ def _rule_tolerances(ctx: _Ctx) -> None:
         if samples < needed:
             what = "inter-token intervals" if per_token else "requests"
             ctx.at_profile("warning", "tolerances", key,
-                           f"about {samples} {what} a repeat (workload.num_requests {wl.num_requests}): a compare "
+                           f"{'about ' if per_token else ''}{samples} {what} a repeat (workload.num_requests "
+                           f"{wl.num_requests}): a compare "
                            f"row of {key} needs {needed} per repeat for a verdict and will read n/a",
                            f"raise workload.num_requests to {needed}, or use a lower percentile")  # fmt: skip
 

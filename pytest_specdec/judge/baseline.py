@@ -336,10 +336,7 @@ def baseline_notes(
             costly = f" (a baseline of about {more} repeats would also do)" if more is not None else ""
             fix = f"{widen}, or measure it again on a quieter runner{costly}"
         else:
-            fix = (
-                "no number of baseline repeats would do at this spread: measure it again on a quiet runner, "
-                "or widen the tolerance or raise workload.max_repeats"
-            )
+            fix = "no number of baseline repeats would do at this spread: measure it again on a quiet runner"
         shown_values = ", ".join(f"{v:.4g}" for v in values)
         what = "paired ratios" if paired else "repeats"
         notes.append(f"{label}: {what} {shown_values}{' ' + unit if unit else ''}: {'; '.join(problems)}: {fix}")

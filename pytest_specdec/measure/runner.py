@@ -415,4 +415,5 @@ def trace_phase(
             break
         sizes = now
         time.sleep(1.0)
-    return TracePhase(f"trace: {out_dir} ({len(new)} new files)", trace_split.cycle_split(new))
+    files = f"{len(new)} new file{'s' if len(new) != 1 else ''}"
+    return TracePhase(f"trace: {out_dir} ({files})", trace_split.cycle_split(new))

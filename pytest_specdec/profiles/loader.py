@@ -478,8 +478,16 @@ def _describe_error(shown: str, name: str, err: Any) -> str:
     ):
         if kind in ("list_type", "dict_type", "model_type", "model_attributes_type"):
             what = {"list_type": "a list", "dict_type": "a mapping"}.get(kind, "a mapping of keys")
-            return f"{where}: expected {what}, got {value!r}"
-        return f"{where}: expected {_expected(info, element)}, got {value!r}"
+            fix = ""
+            if loc[-1:] == ("min_speedup",) and isinstance(value, int | float) and not isinstance(value, bool):
+                fix = f"; write min_speedup: {{vs: baseline, ratio: {value:g}}} (the profile it is paired with)"
+            return f"{where}: expected {what}, got {value!r}{fix}"
+        fix = ""
+        if str(loc[-1]).startswith("min_accept_rate") and kind == "less_than_equal" and isinstance(value, int | float):
+            # 47 meant 47%; 2.5 is likely an accept length.
+            fix = f" (a fraction: {value:g}% is {value / 100:g}" if value > 1 else ""
+            fix += "; an accept length is min_accept_length)" if value <= 10 else ")"
+        return f"{where}: expected {_expected(info, element)}, got {value!r}{fix}"
     return f"{where}: {err['msg']}, got {value!r}"
 
 
