@@ -553,8 +553,8 @@ def test_slower_verify_shows_as_a_higher_cycle_cost_with_the_same_accept_length(
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     out = result.stdout.str()
     pattern = (
-        r"specdec (\S+): a speculative cycle costs ([\d.]+) plain decode steps \(accept_len ([\d.]+) x baseline "
-        r"tok/s / \S+ tok/s, median of \d+ pairs at concurrency 1\); speculation pays while the accept length "
+        r"specdec (\S+): a speculative cycle costs ([\d.]+) plain decode steps \(accept_len ([\d.]+) / the paired "
+        r"speedup over baseline, \d+ pairs at concurrency 1\); speculation pays while the accept length "
         r"exceeds [\d.]+ \[server: draft ([\d.]+) ms \+ verify ([\d.]+) ms per cycle\]"
     )
     found = {m[0]: tuple(float(x) for x in m[1:]) for m in re.findall(pattern, out)}

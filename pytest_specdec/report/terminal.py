@@ -4,6 +4,7 @@ position."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -162,13 +163,15 @@ def _scheduler_check(name: str, record: ResultRecord) -> str | None:
 def cycle_cost(record: ResultRecord) -> tuple[float, int] | None:
     """The cost of one speculative cycle in plain decode steps, from the paired baseline arm measured with it.
 
-    Per pair i: ``accept_length x reference tok/s_i / target tok/s_i``; returns (median, pairs). Why: a plain
-    decode step makes 1 token, a cycle makes ``accept_length`` (bonus included), so tok/s = 1 / step_ms and
-    accept_length / cycle_ms at equal concurrency, hence cycle_ms / step_ms = accept_length x baseline tok/s / spec
-    tok/s. Speculation pays when the accept length exceeds this cost. Prefill and queueing are in both arms' tok/s,
-    so it is an upper estimate for long prompts.
+    ``accept_length / speedup``, the speedup being the geometric mean of the per-pair ratios target tok/s /
+    reference tok/s (the ``min_speedup`` line's estimate, so the two lines agree: the cost is below the accept
+    length exactly when the speedup is above 1); returns (cost, pairs). Why: a plain decode step makes 1 token, a
+    cycle makes ``accept_length`` (bonus included), so tok/s = 1 / step_ms and accept_length / cycle_ms at equal
+    concurrency, hence cycle_ms / step_ms = accept_length x baseline tok/s / spec tok/s. Prefill and queueing are in
+    both arms' tok/s, so it is an upper estimate for long prompts.
 
-    Worked example: accept length 2.6, pairs (baseline 100, spec 140) and (100, 130) -> 1.857 and 2.0 -> 1.93.
+    Worked example: accept length 2.6, pairs (baseline 100, spec 140) and (100, 130) -> speedup sqrt(1.4 x 1.3) =
+    1.349 -> 1.93.
 
     :returns: None without paired arms or an accept length.
     """
@@ -178,8 +181,8 @@ def cycle_cost(record: ResultRecord) -> tuple[float, int] | None:
     reference = (paired.get("reference") or {}).get("output_tok_s") or []
     if not isinstance(length, int | float) or not target:
         return None
-    costs = [length * r / t for t, r in zip(target, reference, strict=False) if t and r]
-    return (float(statistics.median(costs)), len(costs)) if costs else None
+    logs = [math.log(t / r) for t, r in zip(target, reference, strict=False) if t and r and t > 0 and r > 0]
+    return (length / math.exp(statistics.fmean(logs)), len(logs)) if logs else None
 
 
 def cycle_lines(records: Sequence[ResultRecord], splits: Mapping[str, CycleSplit] | None = None) -> list[str]:
@@ -187,10 +190,10 @@ def cycle_lines(records: Sequence[ResultRecord], splits: Mapping[str, CycleSplit
     server reports it (reference server), where the cycle's time goes; a profile with ``trace:`` adds the split its
     engine's profiler timed (``splits``, ``measure.trace_split``), with or without paired arms.
 
-    Example: ``specdec eagle3: a speculative cycle costs 1.93 plain decode steps (accept_len 2.60 x baseline
-    tok/s / eagle3 tok/s, median of 2 pairs at concurrency 1); speculation pays while the accept length exceeds
-    1.93 [server: draft 3.10 ms + verify 9.80 ms per cycle] [trace: verify 0.90 ms + draft 1.70 ms a cycle (medians
-    of 180 cycles): verify 35% of the two; cycle period 2.60 ms (GPU time of SGLang profiler spans in F)]``.
+    Example: ``specdec eagle3: a speculative cycle costs 1.93 plain decode steps (accept_len 2.60 / the paired
+    speedup over baseline, 2 pairs at concurrency 1); speculation pays while the accept length exceeds 1.93
+    [server: draft 3.10 ms + verify 9.80 ms per cycle] [trace: verify 0.90 ms + draft 1.70 ms a cycle (medians of
+    180 cycles): verify 35% of the two; cycle period 2.60 ms (GPU time of SGLang profiler spans in F)]``.
 
     :param splits: profile -> the cycle split of its traced phase.
     """
@@ -211,9 +214,9 @@ def cycle_lines(records: Sequence[ResultRecord], splits: Mapping[str, CycleSplit
         vs = (record.paired or {}).get("vs", "baseline")
         line = (
             f"specdec {record.profile}: a speculative cycle costs {cost:.2f} plain decode steps (accept_len "
-            f"{record.metrics['accept_length']:.2f} x {vs} tok/s / {record.profile} tok/s, median of {pairs} pairs at "
-            f"concurrency {record.workload.get('concurrency', '?')}); speculation pays while the accept length "
-            f"exceeds {cost:.2f}"
+            f"{record.metrics['accept_length']:.2f} / the paired speedup over {vs}, {pairs} pairs at concurrency "
+            f"{record.workload.get('concurrency', '?')}); speculation pays while the accept length exceeds "
+            f"{cost:.2f}"
         )
         draft, verify = record.metrics.get("draft_ms_per_cycle"), record.metrics.get("verify_ms_per_cycle")
         if isinstance(draft, int | float) and isinstance(verify, int | float):
