@@ -125,3 +125,23 @@ def test_a_pair_that_cannot_be_measured_again_says_why(phases: _Phases) -> None:
     # What a verdict that stopped there says instead of "more repeats would decide it".
     assert store.more_error("eagle3") == "measuring eagle3 paired with baseline again failed: baseline stalled"
     assert len(store.run("eagle3").measurements) == 2
+
+
+def test_more_pools_the_tails_of_every_repeat_as_the_first_measurement_did(
+    phases: _Phases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fresh-user trial: after min_tok_s added a repeat, the p99 ceiling and goodput read "4 of 4 requests" of 3
+    # repeats of 4: more() took per-field medians, which keep one repeat's tails, not runner.pooled_metrics.
+    pooled: list[int] = []
+
+    def spy(measurements: Any) -> RunMetrics:
+        pooled.append(len(measurements))
+        return median_metrics([m.metrics for m in measurements])
+
+    monkeypatch.setattr(runner, "pooled_metrics", spy)
+    store = _store()
+    server = _server("eagle3")
+    store.attach(server)
+    store.measure_once(server, None)
+    assert store.more("eagle3", None) is True
+    assert pooled == [3]

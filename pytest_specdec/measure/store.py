@@ -246,7 +246,6 @@ class MeasurementStore:
 
     def more(self, profile: str, vs: str | None) -> bool:
         from pytest_specdec.core.errors import ServerError, ServerStartError
-        from pytest_specdec.core.records import median_metrics
         from pytest_specdec.measure import runner
 
         server = self._servers.get(profile)
@@ -273,8 +272,10 @@ class MeasurementStore:
                 self._more_errors.setdefault(profile, f"measuring {profile}{with_vs} again failed: {exc}")
                 return False
         measurements = run.measurements + tuple(added)
+        # Pooled as the first measurement was (``runner.pooled_metrics``): tail and goodput verdicts weigh every
+        # repeat's requests (a fresh-user trial saw "4 of 4 requests" from 3 repeats of 4: one repeat's tails).
         self._runs[profile] = dataclasses.replace(
-            run, measurements=measurements, metrics=median_metrics([m.metrics for m in measurements])
+            run, measurements=measurements, metrics=runner.pooled_metrics(measurements)
         )
         return True
 
