@@ -187,6 +187,7 @@ def test_cli_plot_a_directory_and_no_threshold(tmp_path: Path, capsys: pytest.Ca
     ("args", "message"),
     [
         (["--metric", "tok_s"], "ERROR: --metric=tok_s: not a metric field (available: num_requests, num_ok, "),
+        (["--metric", "tails"], "ERROR: --metric=tails: not a metric field (available: "),  # a mapping, not a number
         (
             ["--threshold", "output_tok_s"],
             "ERROR: --threshold=output_tok_s: expected FIELD=NUMBER with FIELD a metric "

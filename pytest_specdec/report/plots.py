@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -41,8 +42,11 @@ DEFAULT_TREND_METRICS = ("output_tok_s", "accept_length")
 
 def trend_fields() -> list[str]:
     """The ``RunMetrics`` fields a trend may draw (``--metric`` of ``plot`` and ``merge --trend``), in field order:
-    every one but ``accept_length_source`` (a name, not a number)."""
-    return [f.name for f in dataclasses.fields(RunMetrics) if f.name != "accept_length_source"]
+    the numbers (int or float, possibly None); names, per-position tuples and per-category or tail mappings are not
+    one number a run (a fresh-user trial drew ``--metric tails``: an empty plot, exit 0)."""
+    hints = typing.get_type_hints(RunMetrics)
+    numbers = {int, float, int | None, float | None}
+    return [f.name for f in dataclasses.fields(RunMetrics) if hints[f.name] in numbers]
 
 
 _AXIS_LABELS = {
