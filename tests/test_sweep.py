@@ -501,3 +501,11 @@ def test_rate_sweep_points_names_and_baselines_per_rate(profiles: dict) -> None:
         sweep_spec.parse_sweep("request_rate=0,1")
     with pytest.raises(ValueError, match="cannot read values '1.5'"):
         sweep_spec.parse_sweep("concurrency=1.5")
+
+
+def test_the_repeats_a_sweep_asks_for_are_more_than_it_ran() -> None:
+    # A fresh-user trial: "2 repeats per point would separate a gap beyond the allowed 5%" right after 2 repeats per
+    # point had not (the power estimate pools the spread; the test is Welch's on each point's own).
+    assert sweep.would_note(2, "a gap beyond the allowed 5%", 2) == (
+        "more than the 2 repeats per point run would separate a gap beyond the allowed 5%")
+    assert sweep.would_note(7, "the points", 2) == "7 repeats per point would separate the points at this spread"

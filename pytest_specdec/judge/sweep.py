@@ -289,10 +289,15 @@ def spread_note(group: RankedGroup) -> str:
     return text + ", an upper bound" if r.sigma_source == "across points" else text
 
 
-def would_note(need: int | None, what: str) -> str:
-    """``7 repeats per point would separate <what> at this spread`` (or more than the cap)."""
+def would_note(need: int | None, what: str, ran: int = 1) -> str:
+    """``7 repeats per point would separate <what> at this spread`` (or more than the cap). ``ran``: the repeats per
+    point this run measured, which did not decide it: a power estimate on the pooled spread can ask for no more than
+    that (the test is Welch's, on each point's own spread, with fewer degrees of freedom), and "2 repeats would
+    separate" after 2 that did not reads as a contradiction (a fresh-user trial)."""
     if need is None:
         return f"more than {ranking.MAX_REPEATS} repeats per point would be needed to separate {what}"
+    if need <= ran:
+        return f"more than the {ran} repeats per point run would separate {what}"
     return f"{need} repeats per point would separate {what} at this spread"
 
 
@@ -392,7 +397,8 @@ def configured_point_lines(
                     f"configured point {name} is {judged.gap:.1%} below the highest {leader.profile}: "
                     f"undecided: {repeats_note(group)}"
                 )
-            line = f"{head}; {would_note(judged.need, beyond)} ({spread_note(group)}); not failed"
+            ran = group.ranking.min_values
+            line = f"{head}; {would_note(judged.need, beyond, ran)} ({spread_note(group)}); not failed"
             undecided.append(line)
         lines.append(line)
     return lines, failing, undecided

@@ -68,7 +68,7 @@ def _closing_line(group: RankedGroup, baselines: Sequence[ResultRecord], at: str
             f"the {second.gap:.1%} gap between {r.leader} and {second.other}" if second is not None else "the points"
         )
         need = r.need(second.gap) if second is not None else None
-        would = would_note(need, what)
+        would = would_note(need, what, r.min_values)
         return f"undecided{at}: {repeats_note(group)}; {would} ({spread_note(group)}); no best point named"
     up = speedup(best, baselines)
     tok_s = format_value("{:.1f}", best.metrics.get("output_tok_s"))
