@@ -396,12 +396,14 @@ def test_bisect_stopped_at_the_launch_budget_reports_what_is_known() -> None:
     probes = SimulatedProbes(budget=4)
     result = bisection.bisect(GOOD, diffs, probes)
     assert result.stopped == "--max-launches 4 spent" and probes.launches == 4
-    assert result.causes == () and [s for s, _ in result.open_searches] == ["exact"]
+    # Stopped in the exact search: the tok/s symptom, not searched yet, keeps every difference suspected too.
+    assert result.causes == () and [s for s, _ in result.open_searches] == ["exact", "throughput"]
     lines = bisection.report_lines(result)
     assert lines[0].startswith("bisect stopped (--max-launches 4 spent) after 4 launches, 20 server-s")
     assert lines[0].endswith("known so far: no cause yet")
     assert lines[1].startswith("symptoms: accept_length 2.333 -> 2.032 (exact); tok/s x0.")
     assert lines[2].startswith("still suspected for the exact symptom: ")
+    assert lines[3].startswith("still suspected for the tok/s symptom: ")
     assert "harmless" not in "\n".join(lines)
 
 
@@ -561,3 +563,20 @@ def test_the_pair_spread_pools_probes_measured_against_different_reference_arms(
     look = Design(3, 24)
     assert pairs_to_split(0.9, pooled, look) < pairs_to_split(0.9, lumped, look)
     assert log_ratio_sd([0.9], [1.1]) is None  # one ratio a sample: no spread to pool
+
+
+def test_bisect_interrupted_during_the_exact_search_lists_the_tok_s_suspects_too() -> None:
+    # A fresh-user trial's Ctrl-C while the aux ids were launched listed the exact symptom's suspects only.
+    diffs = differences(GOOD, INCIDENT)
+
+    class Interrupted(SimulatedProbes):
+        def exact(self, config: Mapping[str, Any], label: str, phases: int) -> dict[str, list[float]]:
+            if label not in ("good", "bad"):
+                raise KeyboardInterrupt("SIGTERM")
+            return super().exact(config, label, phases)
+
+    result = bisection.bisect(GOOD, diffs, Interrupted(slow=0.7))
+    assert result.stopped == "SIGTERM" and result.causes == ()
+    lines = bisection.report_lines(result)
+    assert any(line.startswith("still suspected for the exact symptom: 5 differences") for line in lines), lines
+    assert any(line.startswith("still suspected for the tok/s symptom: 5 differences") for line in lines), lines

@@ -43,7 +43,8 @@ class Prober:
     :param log_dir: the server logs, ``<log_prefix>-<launch number>`` (``logfiles``: one file per launch, the newest
         kept); servers are recorded in ``log_dir.parent / "servers"`` as ``runner.start_server`` does, for ``reap``.
     :param max_launches: launches allowed in all; the one beyond raises ``BudgetSpent`` before anything starts.
-    :param on_launch: called after each launch with (launch number, label, seconds to ready or None when it failed).
+    :param on_launch: called after each launch with (launch number, label, seconds to ready or None, and when None
+        why: ``did not start`` or ``interrupted while starting`` (Ctrl-C or SIGTERM during the startup)).
     :raises ProfileError: the good profile does not validate or pairs bracketed.
     """
 
@@ -57,7 +58,7 @@ class Prober:
         startup_timeout_s: float | None = None,
         log_prefix: str = "probe",
         max_launches: int | None = None,
-        on_launch: Callable[[int, str, float | None], None] | None = None,
+        on_launch: Callable[[int, str, float | None, str], None] | None = None,
     ) -> None:
         self.name = name
         self.log_prefix = log_prefix
@@ -110,17 +111,18 @@ class Prober:
         try:
             server = runner.start_server(profile, log_dir=self.log_dir, startup_timeout_s=self.startup_timeout_s,
                                          log_name=f"{self.log_prefix}-{self.launches:02d}")  # fmt: skip
-        except BaseException:
+        except BaseException as exc:
             self.server_s += clock.now() - started
             if self.on_launch is not None:
-                self.on_launch(self.launches, label, None)
+                why = "interrupted while starting" if isinstance(exc, KeyboardInterrupt) else "did not start"
+                self.on_launch(self.launches, label, None, why)
             raise
         ready = clock.now() - started
         if self.start_s is None:
             self.start_s = ready
         self._started[server.base_url] = started
         if self.on_launch is not None:
-            self.on_launch(self.launches, label, ready)
+            self.on_launch(self.launches, label, ready, "")
         return server
 
     def _stop(self, server: runner.RunningServer) -> None:

@@ -652,6 +652,14 @@ def bisect(
     except KeyboardInterrupt as exc:
         stopped = str(exc) or "interrupted (Ctrl-C)"
     culprits = tuple(sorted({i for c in state.causes for i in c.culprits}))
+    slow_unsearched = state.symptoms.level is not None and "throughput" not in state.open and not any(
+        c.symptom == "throughput" for c in state.causes
+    )
+    explained = state.remainder.endswith("cause 1 explains the tok/s symptom too")
+    if stopped and slow_unsearched and not explained:
+        # Stopped before the tok/s search began (a fresh-user trial's Ctrl-C listed the exact symptom's suspects
+        # only): every difference no cause took is still suspected for it.
+        state.open["throughput"] = tuple(i for i in range(len(diffs)) if i not in culprits)
     return BisectResult(
         diffs=tuple(diffs), symptoms=state.symptoms, culprits=culprits, causes=tuple(state.causes),
         records=tuple(state.order), launches=probes.launches, server_s=probes.server_s, wall_s=now() - started,

@@ -48,8 +48,8 @@ def bisect_command(args: argparse.Namespace) -> int:
         print(f"  {d.line()}")
     started = clock.now()
 
-    def launched(number: int, label: str, ready_s: float | None) -> None:
-        state = f"ready in {ready_s:.0f} s" if ready_s is not None else "did not start"
+    def launched(number: int, label: str, ready_s: float | None, why: str) -> None:
+        state = f"ready in {ready_s:.0f} s" if ready_s is not None else why
         limit = f"/{args.max_launches}" if args.max_launches else ""
         print(f"launch {number}{limit}: {label}: {state} ({(clock.now() - started) / 60:.1f} min so far)",
               flush=True)  # fmt: skip
