@@ -474,3 +474,9 @@ def test_the_tolerance_column_gives_an_absolute_part_its_unit_and_a_derived_perc
     derived = dataclasses.replace(rows["output_tok_s"], metric="output_tok_s / baseline",
                                   tolerance=Tolerance(rel=5 / 97.5))  # fmt: skip
     assert derived.limit_text().startswith("5.13% (σ")
+
+
+def test_a_mistyped_run_reference_gets_a_suggestion(tmp_path: Path) -> None:
+    # A fresh-user trial: `save lastest night-1` said "no run 'lastest'" without suggesting 'latest'.
+    with pytest.raises(CompareError, match=r"^no run 'lastest' \(did you mean 'latest'\?\): "):
+        ResultStore(tmp_path).resolve("lastest")

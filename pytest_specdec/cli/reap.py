@@ -16,6 +16,10 @@ def reap_command(args: argparse.Namespace) -> int:
     (``registry.reap``), one line each, then a count; returns ``EXIT_OK``."""
 
     where = Path(args.specdec_dir) / "servers"
+    if not Path(args.specdec_dir).is_dir():  # a mistyped --specdec-dir reaps nothing: say so, not "0 stopped"
+        print(f"reap: no directory {args.specdec_dir} (pytest's --specdec-dir; default .specdec): nothing recorded "
+              "there")  # fmt: skip
+        return EXIT_OK
     lines = reap(where)
     for line in lines:
         print(line)

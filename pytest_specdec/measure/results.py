@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import hashlib
 import importlib.metadata
 import json
@@ -755,7 +756,9 @@ class ResultStore:
             raise CompareError(f"run {ref!r} is ambiguous in {self.root}: {names}")
         given = sorted(self.names())
         known = f"; nor a name: {', '.join(given[:5])}{', ...' if len(given) > 5 else ''}" if given else ""
-        raise CompareError(f"no run {ref!r}: not a file and no run id in {self.root} ({len(files)} runs "
+        close = difflib.get_close_matches(ref, ["latest", *given], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise CompareError(f"no run {ref!r}{hint}: not a file and no run id in {self.root} ({len(files)} runs "
                            f"stored{known})")  # fmt: skip
 
 
