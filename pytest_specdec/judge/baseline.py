@@ -313,7 +313,9 @@ def baseline_notes(
             if needed is not None:
                 would = f"would need about {needed} repeats to pass within {tol}"
             else:
-                would = f"could not pass within {tol} in any number of repeats"
+                # "its own repeats": the fix that follows is the baseline's (a fresh-user trial read "in any number
+                # of repeats ... store the baseline with about 7" as a contradiction).
+                would = f"could not pass within {tol} against it, however many repeats of its own it measured"
             problems.append(
                 f"at this spread (sd {sd * 100:.1f}%) an unchanged run {would} (budget {design.max_repeats} "
                 "repeats, workload.max_repeats)"
