@@ -188,7 +188,8 @@ def test_a_noisy_baseline_says_so_when_stored_with_the_fix() -> None:
     noisy = with_repeats(record("baseline", 215.0, None), [236.0, 215.0, 117.0])
     (note,) = baseline_notes(noisy, {}, design)
     assert note.startswith("output_tok_s: repeats 236, 215, 117 tok/s: 117 is an outlier (-46% from the median); ")
-    assert "could not pass within 5% against it, however many repeats of its own it measured (budget 24 repeats, workload.max_repeats)" in note
+    assert ("could not pass within 5% against it, however many repeats of its own it measured (budget 24 repeats, "
+            "workload.max_repeats)") in note
     tight = with_repeats(record("baseline", 100.0, None), [100.0, 101.0, 99.0])
     assert baseline_notes(tight, {}, design) == []
     wide = with_repeats(record("baseline", 100.0, None), [100.0, 108.0, 93.0])
