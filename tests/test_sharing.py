@@ -310,3 +310,14 @@ def test_xdist_one_server_for_four_workers(
     grandchild = int((out / "gc.pid").read_text())
     assert gone(server_pid) and gone(grandchild)
     assert (out / "sweep.txt").read_text() == ""  # the last live worker tore it down, not the controller
+
+
+def test_a_server_gone_before_its_state_is_written_is_recorded_as_not_running() -> None:
+    # Flake hunt seed 224: a fake server crashing at 0 s was gone when the shared state read its start time, and
+    # psutil.NoSuchProcess escaped instead of the start error the wait reports.
+    from pytest_specdec.serve import sharing
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert sharing._created(dead.pid) == 0.0
+    assert sharing._created(os.getpid()) > 0.0

@@ -140,12 +140,22 @@ def _record_stop(state: dict[str, Any], report: StopReport, by: str) -> None:
     state["procs"] = [list(p) for p in state.get("procs", []) if running(*p)]
 
 
+def _created(pid: int) -> float:
+    """The process's start time (psutil's epoch s); 0.0 when it is already gone: a server that dies at once (seen
+    in a flake hunt: ``--crash-at 0`` raised psutil.NoSuchProcess here instead of the start error) is then recorded
+    as not running, and the wait for it reports why it stopped."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        return 0.0
+
+
 def _running_state(key: str, proc: ServerHandle, starts: int) -> dict[str, Any]:
     return {
         "key": key,
         "status": "running",
         "pid": proc.pid,
-        "create_time": psutil.Process(proc.pid).create_time(),
+        "create_time": _created(proc.pid),
         "base_url": proc.base_url,
         "host": proc.spec.host,
         "port": proc.spec.port,
