@@ -16,7 +16,9 @@ __all__ = [
     "EXACT_FIELDS",
     "METRICS",
     "PAIRED_FIELDS",
+    "TAIL_PERCENTILES",
     "MetricSpec",
+    "tail_samples_needed",
 ]
 
 #: The accept length every engine is reported in (named in the summary and in each results file).
@@ -174,3 +176,18 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
 EXACT_FIELDS: tuple[str, ...] = tuple(spec.name for spec in METRICS.values() if spec.exact)
 #: Fields measured on both arms of a pairing and judged on their per-pair ratio (``measure.pairing``).
 PAIRED_FIELDS: tuple[str, ...] = tuple(f for spec in METRICS.values() for f in spec.paired)
+
+
+#: Tail percentiles (``ttft_ms_p90`` ... ``itl_ms_p99``) get a compare verdict only when every repeat of both runs
+#: has at least 1 / (1 - q) samples (p90: 10, p95: 20, p99: 100): with fewer, the percentile is the repeat's largest
+#: sample, and one stall of a busy runner in each repeat "regresses" it (an unchanged compare of 2 requests x 8 tokens
+#: once read itl_ms_p99 x14.3, CI 7.61-26.9). ITL pools each request's tokens after its first, TTFT/TPOT/e2e hold one
+#: sample per ok request. Read by the compare (``judge.compare``) and the preflight's tolerance rule.
+TAIL_PERCENTILES: Mapping[str, float] = MappingProxyType({"p90": 0.90, "p95": 0.95, "p99": 0.99})
+
+
+def tail_samples_needed(fname: str) -> int | None:
+    """Samples per repeat a tail percentile field needs for a compare verdict (``itl_ms_p99`` -> 100), None for the
+    rest (``ttft_ms_p50``, ``ttft_ms``, ``output_tok_s``)."""
+    q = TAIL_PERCENTILES.get(fname.rpartition("_")[2])
+    return None if q is None else round(1.0 / (1.0 - q))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_specdec.core.metric_table import METRICS
+from pytest_specdec.core.metric_table import METRICS, tail_samples_needed
 from pytest_specdec.core.order_stats import TAIL_CONFIDENCE, min_samples
 from pytest_specdec.core.tolerances import field_specs
 from pytest_specdec.engines.rules import BUNDLED_ASSETS
@@ -532,15 +532,11 @@ def _rule_tails(ctx: _Ctx) -> None:
         )  # fmt: skip
 
 
-#: A compare row of a tail percentile needs 1 / (1 - q) samples per repeat for a verdict (``judge.compare``).
-_TAIL_SAMPLES = {"p90": 10, "p95": 20, "p99": 100}
-
-
 def _rule_tolerances(ctx: _Ctx) -> None:
     """Tolerances that do not do what they seem to: a bare number on a throughput (tok/s, req/s) is absolute
     (``output_tok_s:5`` is 5 tok/s: a 0.5% gate at 1000 tok/s, where 5% was meant: seen in a fresh-user trial); a
     tail percentile field (``ttft_ms_p99:20%``) on fewer samples per repeat than its compare row needs
-    (``judge.compare.TAIL_PERCENTILES``: 100 for p99) only ever reads n/a."""
+    (``metric_table.tail_samples_needed``: 100 for p99) only ever reads n/a."""
     specs = {**METRICS, **field_specs()}
     wl = ctx.profile.workload
     written = {t.partition(":")[0]: t for part in ctx.profile.tolerances for t in re.split(r"[,\s]+", part) if t}
@@ -553,7 +549,7 @@ def _rule_tolerances(ctx: _Ctx) -> None:
                            f"a bare number is absolute: {key} may fall by {tol.abs:g} {spec.unit}, however large it is",
                            f"write {key}:{tol.abs:g}% for {tol.abs:g} percent, or {key}:0%+{tol.abs:g} to keep it "
                            "absolute")  # fmt: skip
-        needed = _TAIL_SAMPLES.get(key.rpartition("_")[2]) if key != spec.name else None
+        needed = tail_samples_needed(key) if key != spec.name else None
         if needed is None:
             continue
         per_token = key.startswith("itl_ms")

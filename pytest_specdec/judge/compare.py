@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from pytest_specdec.core import hoststate, stats
 from pytest_specdec.core.errors import CompareError
-from pytest_specdec.core.metric_table import EXACT_FIELDS, PAIRED_FIELDS
+from pytest_specdec.core.metric_table import EXACT_FIELDS, PAIRED_FIELDS, TAIL_PERCENTILES, tail_samples_needed
 from pytest_specdec.core.table import Column, text_table
 from pytest_specdec.core.tolerances import Tolerance, field_specs, merge_tolerances, parse_tolerances
 from pytest_specdec.judge import sequential
@@ -383,20 +383,6 @@ def _category_rows(
                 continue
             rows.append(_judge(name, higher, tol, b_vals, c_vals, judging, key=name, exact=is_exact))
     return rows
-
-
-#: Tail percentiles (``ttft_ms_p90`` ... ``itl_ms_p99``) get a verdict only when every repeat of both runs has at least
-#: 1 / (1 - q) samples (p90: 10, p95: 20, p99: 100): with fewer, the percentile is the repeat's largest sample, and
-#: one stall of a busy runner in each repeat "regresses" it (an unchanged compare of 2 requests x 8 tokens once read
-#: itl_ms_p99 x14.3, CI 7.61-26.9). What they hold: ITL pools each request's tokens after its first
-#: (``output_tokens - num_ok``), TTFT/TPOT/e2e one sample per ok request (``num_ok``).
-TAIL_PERCENTILES = {"p90": 0.90, "p95": 0.95, "p99": 0.99}
-
-
-def tail_samples_needed(fname: str) -> int | None:
-    """Samples per repeat a tail percentile field needs for a verdict (``itl_ms_p99`` -> 100), None for the rest."""
-    q = TAIL_PERCENTILES.get(fname.rpartition("_")[2])
-    return None if q is None else round(1.0 / (1.0 - q))
 
 
 def _tail_samples(record: ResultRecord, fname: str) -> list[int]:
