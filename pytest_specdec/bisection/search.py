@@ -251,6 +251,8 @@ class _Search:
         self.causes: list[Cause] = []
         self.open: dict[str, tuple[int, ...]] = {}
         self.remainder = ""
+        #: Cause 1 was measured to explain the tok/s symptom too (nothing is left suspected for it).
+        self.explained = False
         self.unsplit = ""
         #: The tok/s level's estimate interval (the decision that set it), to judge whether probes can split it.
         self.level_decision: sequential.Decision | None = None
@@ -539,6 +541,7 @@ class _Search:
             self.note(f"remainder: {self.remainder}")
             return level
         if d.verdict == "within":
+            self.explained = True
             self.remainder = f"{shown}: within {self.tolerance_rel:.0%}; cause 1 explains the tok/s symptom too"
         else:
             self.remainder = f"{shown}: undecided, estimate within {self.tolerance_rel:.0%}"
@@ -655,8 +658,7 @@ def bisect(
     slow_unsearched = state.symptoms.level is not None and "throughput" not in state.open and not any(
         c.symptom == "throughput" for c in state.causes
     )
-    explained = state.remainder.endswith("cause 1 explains the tok/s symptom too")
-    if stopped and slow_unsearched and not explained:
+    if stopped and slow_unsearched and not state.explained:
         # Stopped before the tok/s search began (a fresh-user trial's Ctrl-C listed the exact symptom's suspects
         # only): every difference no cause took is still suspected for it.
         state.open["throughput"] = tuple(i for i in range(len(diffs)) if i not in culprits)
