@@ -23,6 +23,11 @@
 #             bench_serving on one EAGLE-3 server with graphs, identical prompts and arrivals, 2 passes (AB, BA).
 #             tails.tar.gz.
 #   tests2    tests/gpu part 2 (crash + sweep) with SPECDEC_SGLANG_GRAPHS=1. tests2.tar.gz.
+#   gate      (2026-12-05, issue 43's live check) GATE_N = 1..4: the nightly workflow (nightly_night.sh) on eagle3
+#             alone, its own cache in /tmp/gate: gate-1 stores g-base (8 repeats), gate-2 and gate-3 compare the
+#             unchanged profile with g-base (must pass), gate-4 compares the same profile with CUDA_LAUNCH_BLOCKING=1
+#             in its env (a real env of about -20% tok/s on graphs, accept length unchanged: must fail on tok/s).
+#             gate-N.tar.gz, gate-N.console.txt.
 #   trace     (2026-12-04) the nightly profiles with `trace:` on both and eagle3 paired with baseline (min_speedup):
 #             the cycle-cost line with the split SGLang's own profiler spans timed. trace.tar.gz (traces, pytest.txt).
 # NPARTS (default 5): the bundle's parts, each staged by its stage.sh before this command; the last carries sgenv.sh.
@@ -116,6 +121,27 @@ PY
   done
 }
 
+gate() {  # N: issue 43's live check (see the header)
+  local n=$1 G=/tmp/gate; night_setup; mkdir -p $G
+  [ -e $ST/profiles-clb.yaml ] || $PY - $ST/profiles.yaml $ST/profiles-clb.yaml <<'PY'
+import sys
+from pathlib import Path
+import yaml
+doc = yaml.safe_load(Path(sys.argv[1]).read_text())
+eagle3 = doc["profiles"]["eagle3"]
+eagle3["env"] = {**doc["profiles"]["baseline"]["env"], "CUDA_LAUNCH_BLOCKING": "1"}
+Path(sys.argv[2]).write_text(yaml.safe_dump(doc, sort_keys=False))
+PY
+  case $n in
+    1) SAVE_AS=g-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh gate-1 $ST/profiles.yaml ;;
+    4) BASELINE=g-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh gate-4 $ST/profiles-clb.yaml ;;
+    *) BASELINE=g-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh gate-$n $ST/profiles.yaml ;;
+  esac > $G/gate-$n.console.txt 2>&1
+  grep -E "^(=====|preflight exit|gate-[0-9] )|specdec compare|output_tok_s|accept_length|  draft|REGRESSED|undecided|FAILED|passed in|failed in|specdec server time|saved as|CUDA_LAUNCH" \
+    $G/gate-$n.console.txt | cut -c1-260
+  cp $G/gate-$n.console.txt "$OUT/"; tar czf "$OUT/gate-$n.tar.gz" -C $G gate-$n 2>/dev/null
+}
+
 night() {  # N: one night (nightly_night.sh), its console kept in /tmp/nightly/night-N.console.txt
   local n=$1; night_setup
   case $n in
@@ -140,11 +166,12 @@ parity() {  # ARM (eagle3|baseline)
     curl -s http://127.0.0.1:30000/server_info > /tmp/par-$arm.server_info.json
     # 256 prompts at c64 last 3-5 s a pass on graphs (2026-12-04): start and drain dominated; 1024 last ~17 s.
     D=/tmp/par-$arm; loads="64:1024"; [ "$(left)" -gt 330 ] && loads="64:1024 256:1024"
+    loads=${LOADS:-$loads}  # e.g. LOADS="256:1024" PASSES=8 (2026-12-05)
     echo "loads: $loads"
     URL=http://127.0.0.1:30000 SPEC=$spec ORDER=abba FLUSH_PAUSE_S=1 PY=$PY \
-      bash benchmarks/gpu/client_vs_bench_serving.sh $D "$loads" 4
+      bash benchmarks/gpu/client_vs_bench_serving.sh $D "$loads" "${PASSES:-4}"
     cp /tmp/par-$arm.server_info.json $D/
-    if [ $arm = baseline ] && [ "$(left)" -gt 60 ]; then
+    if [ $arm = baseline ] && [ -z "${LOADS:-}" ] && [ "$(left)" -gt 60 ]; then
       for w in 1 2 4; do
         FLUSH_PAUSE_S=1 $PY benchmarks/gpu/pause_after_flush.py --base-url http://127.0.0.1:30000 --concurrency 64 \
           --num-prompts 1024 --input-len 128 --output-len 256 --range-ratio 1 --seed 42 --warmup-requests 1 \
@@ -211,7 +238,7 @@ while :; do
   ran=0; nights_blocked=0; mapfile -t lines < $Q
   for line in "${lines[@]}"; do
     read -r task arg est <<< "$line"
-    [ "$task" = night ] && [ $nights_blocked = 1 ] && continue
+    case $task in night|gate) [ $nights_blocked = 1 ] && continue ;; esac
     if [ "$est" -lt "$(left)" ]; then
       echo "######## $task $arg (estimate $est s), $(left) s left"; t=$SECONDS
       case $task in tests2|trace) $task < /dev/null ;; *) $task "$arg" < /dev/null ;; esac
@@ -220,7 +247,7 @@ while :; do
       [ "$task" = night ] && sed -i "s/^night \([0-9]\) [0-9]*/night \1 $((d + 15))/" $Q
       ran=1; break
     fi
-    [ "$task" = night ] && nights_blocked=1
+    case $task in night|gate) nights_blocked=1 ;; esac
   done
   [ $ran = 1 ] || break
 done
