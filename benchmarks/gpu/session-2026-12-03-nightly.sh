@@ -23,7 +23,7 @@
 #             bench_serving on one EAGLE-3 server with graphs, identical prompts and arrivals, 2 passes (AB, BA).
 #             tails.tar.gz.
 #   tests2    tests/gpu part 2 (crash + sweep) with SPECDEC_SGLANG_GRAPHS=1. tests2.tar.gz.
-#   gate      (2026-12-05, issue 43's live check) GATE_N = 1..4: the nightly workflow (nightly_night.sh) on eagle3
+#   gate      (2026-12-04, issue 43's live check) GATE_N = 1..4: the nightly workflow (nightly_night.sh) on eagle3
 #             alone, its own cache in /tmp/gate: gate-1 stores g-base (8 repeats), gate-2 and gate-3 compare the
 #             unchanged profile with g-base (must pass), gate-4 compares the same profile with CUDA_LAUNCH_BLOCKING=1
 #             in its env (a real env of about -20% tok/s on graphs, accept length unchanged: must fail on tok/s).
@@ -166,7 +166,7 @@ parity() {  # ARM (eagle3|baseline)
     curl -s http://127.0.0.1:30000/server_info > /tmp/par-$arm.server_info.json
     # 256 prompts at c64 last 3-5 s a pass on graphs (2026-12-04): start and drain dominated; 1024 last ~17 s.
     D=/tmp/par-$arm; loads="64:1024"; [ "$(left)" -gt 330 ] && loads="64:1024 256:1024"
-    loads=${LOADS:-$loads}  # e.g. LOADS="256:1024" PASSES=8 (2026-12-05)
+    loads=${LOADS:-$loads}  # e.g. LOADS="256:1024" PASSES=8 (2026-12-04)
     echo "loads: $loads"
     URL=http://127.0.0.1:30000 SPEC=$spec ORDER=abba FLUSH_PAUSE_S=1 PY=$PY \
       bash benchmarks/gpu/client_vs_bench_serving.sh $D "$loads" "${PASSES:-4}"
@@ -181,6 +181,32 @@ parity() {  # ARM (eagle3|baseline)
     fi
     stop p-$arm; gzip -c /tmp/p-$arm.log > $D/server.log.gz
     tar czf "$OUT/parity_$arm.tar.gz" -C $D .
+}
+
+workers() {  # CONC (2026-12-04): on one baseline server, bench_serving beside the plugin's client at 8, 1 and 2
+  # workers, alternated (B 8 1 2 B 2 1 8 B): is the plugin's c256 shortfall on the baseline (0.85 of bench_serving's
+  # tok/s, TTFT p50 0.38x, ITL p50 1.5x) the split over worker processes?
+  local c=$1 D=/tmp/workers-$1; rm -rf $D; mkdir -p $D
+  launch w-base 30000 "$BASE_FLAGS --mem-fraction-static 0.3 --cuda-graph-max-bs 256" || { stop w-base; return; }
+  local i=0
+  for arm in bench 8 1 2 bench 2 1 8 bench; do
+    i=$((i + 1)); [ "$(left)" -lt 40 ] && break
+    if [ $arm = bench ]; then
+      $PY -m sglang.bench_serving --backend sglang --base-url http://127.0.0.1:30000 --dataset-name random-ids \
+        --tokenize-prompt --random-input-len 128 --random-output-len 256 --random-range-ratio 1 --num-prompts 1024 \
+        --seed 42 --max-concurrency $c --warmup-requests 1 --flush-cache --disable-tqdm --tokenizer "$A/target" \
+        --model "$A/target" > $D/$i-bench.txt 2>&1
+      f=$D/$i-bench.txt
+    else
+      FLUSH_PAUSE_S=1 $PY benchmarks/gpu/pause_after_flush.py --base-url http://127.0.0.1:30000 --concurrency $c \
+        --num-prompts 1024 --input-len 128 --output-len 256 --range-ratio 1 --seed 42 --warmup-requests 1 \
+        --flush-cache --workers $arm > $D/$i-w$arm.txt 2>&1
+      f=$D/$i-w$arm.txt
+    fi
+    echo "$i $arm: $(grep -E '^(Output token throughput|Median TTFT|Median ITL|Client CPU|Client event-loop lag p99)' $f | tr -s ' ' | tr '\n' ' ')"
+  done
+  stop w-base; gzip -c /tmp/w-base.log > $D/server.log.gz
+  tar czf "$OUT/workers_c$c.tar.gz" -C $D .
 }
 
 bisect() {

@@ -53,7 +53,9 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class CompareRow:
-    """One metric field: baseline and current medians over repeats, the change, and the verdict.
+    """One metric field: the baseline and current figures, the change, and the verdict. A statistical row shows what
+    its verdict compares (geometric means over repeats, arithmetic with an absolute tolerance part: ``_compared``),
+    so its delta % is the verdict's ``x`` estimate; exact and ``n/a`` rows show medians.
 
     ``verdict``: ``REGRESSED`` (significantly worse than no change and beyond the tolerance), ``undecided`` (the
     interval holds the tolerance: more repeats would decide), ``ok`` (the interval's worse end inside the
@@ -495,7 +497,7 @@ def _judge(
     key: str,
     exact: bool = False,
 ) -> CompareRow:
-    """One row: medians, delta, and the verdict.
+    """One row: the compared figures (``_compared``; medians for exact rows), delta, and the verdict.
 
     Exact rows: worse beyond the tolerance -> ``REGRESSED``, any other difference ``changed``/``improved``, no test.
     Other rows: ``sequential.decide_shift`` on the per-repeat values at the tolerance (relative at the baseline
@@ -531,8 +533,35 @@ def _judge(
         if better_end > 1.0 + limit:
             verdict = "improved"
     sigma = math.sqrt(history.var) if history is not None else stats.pooled_sigma(b_vals, c_vals) / abs(base_median)
-    return CompareRow(fname, higher, *change, tol, verdict, decision, noise=sigma * abs(base_median) or None,
+    shown = _compared(b_vals, c_vals, history, linear=bool(tol.abs)) or change
+    scale = abs(shown.baseline) if shown.baseline is not None else abs(base_median)
+    return CompareRow(fname, higher, *shown, tol, verdict, decision, noise=sigma * scale or None,
                       design=judging.design)
+
+
+def _compared(
+    b_vals: Sequence[float], c_vals: Sequence[float], history: sequential.History | None, *, linear: bool
+) -> _Change | None:
+    """The figures a statistical verdict compares, so that a row's delta % and its ``x`` estimate agree: geometric
+    means over repeats (the baseline's from its stored runs when ``history`` pooled them), arithmetic means for a
+    tolerance with an absolute part (``sequential.decide_shift``). None when a side has no positive value.
+
+    Why not the medians: a run whose last two of 16 repeats stalled (296 and 307 tok/s beside ~480; H200, 2026-12-04)
+    read -9.1% by medians beside a verdict of x0.81, REGRESSED at a 15% tolerance.
+    """
+    b = [float(v) for v in b_vals if v is not None and math.isfinite(v)]
+    c = [float(v) for v in c_vals if v is not None and math.isfinite(v)]
+    if not b or not c:
+        return None
+    if linear:
+        base, cur = sum(b) / len(b), sum(c) / len(c)
+    else:
+        if min(b + c) <= 0:
+            return None
+        base = math.exp(history.mean) if history is not None else math.exp(sum(map(math.log, b)) / len(b))
+        cur = math.exp(sum(map(math.log, c)) / len(c))
+    delta = cur - base
+    return _Change(base, cur, delta, delta / abs(base) * 100.0 if base else None)
 
 
 def _paired_rows(
