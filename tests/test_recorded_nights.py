@@ -18,6 +18,7 @@ import pytest
 from pytest_specdec.cli.compare import compare_command
 
 DATA = Path(__file__).parent / "data" / "sglang" / "0.5.17-graphs" / "nightly"
+GATE = DATA.parent / "gate"
 ROW = re.compile(r"^[a-z_0-9\[\]]+(?: / \w+)?\s+(?:higher|lower)\s+")
 
 
@@ -33,13 +34,13 @@ def _verdict(row: str) -> str:
     return " ".join(words[:2] + words[6:])
 
 
-def _compare(tmp_path: Path, base: str, current: str) -> tuple[int, str]:
+def _compare(tmp_path: Path, base: str, current: str, data: Path = DATA) -> tuple[int, str]:
     results = tmp_path / "results"
     results.mkdir()
     files = []
     for name in (base, current):
         path = results / f"{name}.json"
-        path.write_bytes(gzip.decompress((DATA / f"{name}.json.gz").read_bytes()))
+        path.write_bytes(gzip.decompress((data / f"{name}.json.gz").read_bytes()))
         files.append(str(path))
     out, err = io.StringIO(), io.StringIO()
     code = compare_command(files[0], files[1], results_dir=results, stdout=out, stderr=err)
@@ -47,17 +48,28 @@ def _compare(tmp_path: Path, base: str, current: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
-@pytest.mark.parametrize(("base", "current", "exit_code"), [("night-1a", "night-4", 1), ("night-1b", "night-2", 0)])
+@pytest.mark.parametrize(
+    ("data", "base", "current", "exit_code"),
+    [
+        (DATA, "night-1a", "night-4", 1),
+        (DATA, "night-1b", "night-2", 0),
+        # Issue 43's live check: the unchanged profile twice, then CUDA_LAUNCH_BLOCKING=1 (tok/s x0.81).
+        (GATE, "gate-1", "gate-2", 0),
+        (GATE, "gate-1", "gate-3", 0),
+        (GATE, "gate-1", "gate-4", 1),
+    ],
+    ids=["night-4", "night-2", "gate-2", "gate-3", "gate-4"],
+)
 def test_the_compare_command_decides_every_row_as_pytest_did_on_the_gpu(
-    tmp_path: Path, base: str, current: str, exit_code: int
+    tmp_path: Path, data: Path, base: str, current: str, exit_code: int
 ) -> None:
     # Every row pytest printed, the command prints identically: the same tolerances (the profile's 15% for tok/s,
     # not the default 5%), the same design (16 repeats at most), the same verdict and interval.
     # Since these nights ran, a tail percentile of fewer than 1 / (1 - q) samples per repeat (TTFT/TPOT p95 and
     # p99 of 16 requests) is shown without a verdict, by pytest and the command alike: those rows read n/a now.
-    code, out = _compare(tmp_path, base, current)
+    code, out = _compare(tmp_path, base, current, data)
     assert code == exit_code, out
-    printed_by_pytest = _rows((DATA / f"{current}.pytest-rows.txt").read_text())
+    printed_by_pytest = _rows((data / f"{current}.pytest-rows.txt").read_text())
     too_few = re.compile(r"^(?:ttft|tpot|e2e)_ms_p9[59] ")
     tails_now = {row for row in _rows(out) if too_few.match(row)}
     assert tails_now and all(re.search(r" n/a \(16 samples < (20|100) per repeat for p9[59]\)$", r) for r in tails_now)
@@ -78,3 +90,17 @@ def test_the_aux_id_night_leads_with_the_one_difference_and_fails_on_the_exact_r
     assert re.search(r"^accept_length +higher +2\.804 +2\.352 .* REGRESSED \(exact\)$", eagle3, re.M)
     # tok/s fell 13% against a 15% tolerance, decided within it over 16 repeats: not what fails the night.
     assert re.search(r"^output_tok_s +higher .* 15% \(σ 1\.4%\) +ok \(x0\.87, CI 0\.8534-0\.8873", eagle3, re.M)
+
+
+def test_the_gate_fails_a_launch_flag_of_minus_19_percent_on_tok_s_its_figures_agreeing(tmp_path: Path) -> None:
+    # H200, 2026-12-04: g-base stored with 8 repeats, then the same profile with CUDA_LAUNCH_BLOCKING=1 measured to
+    # 16 repeats: accept length unchanged (exact), tok/s REGRESSED at the nightly's 15%. The delta % is the verdict's
+    # estimate (geometric means): by medians the row read -9.1% (two stalled repeats of 16 at ~300 tok/s).
+    code, out = _compare(tmp_path, "gate-1", "gate-4", GATE)
+    assert code == 1
+    eagle3 = out[out.index("test_profile_thresholds[eagle3]"):]
+    lines = eagle3.splitlines()
+    assert lines[1:3] == ["fingerprint: 1 difference from baseline", "  env CUDA_LAUNCH_BLOCKING: (unset) -> 1"]
+    assert re.search(r"^accept_length +higher +2\.804 +2\.804 .* ok$", eagle3, re.M)
+    tok_s = r"^output_tok_s +higher +550\.8 +446\.1 +-104\.7 +-19\.0% +15% .* REGRESSED \(x0\.81, "
+    assert re.search(tok_s, eagle3, re.M), eagle3
