@@ -432,10 +432,10 @@ def test_a_sweep_with_one_repeat_per_point_recommends_nothing(pytester: pytest.P
     assert re.search(r"^undecided: 1 repeat per point; (\d+|more than \d+) repeats per point would (be needed to )?"
                      r"separate the [\d.]+% gap between eagle3@num_steps=[13] and eagle3@num_steps=[13]( at this "
                      r"spread)? \(σ [\d.]+% across points, an upper bound\); no best point named$", out, re.M), out
-    if "configured point" in out:  # when the configured point (num_steps 3) measured below the other
-        assert re.search(r"^configured point eagle3@num_steps=3 is [\d.]+% below the highest eagle3@num_steps=1: "
-                         r"undecided: 1 repeat per point; .* a gap beyond the allowed 5%.*; not failed$", out,
-                         re.M), out
+    if "configured point" in out:  # below the other point, or (seen at load 5) measured the highest of the two
+        assert re.search(r"^configured point eagle3@num_steps=3 (is [\d.]+% below the highest eagle3@num_steps=1: "
+                         r"undecided: 1 repeat per point; .* a gap beyond the allowed 5%.*; not failed|has the "
+                         r"highest tok/s; undecided: 1 repeat per point)$", out, re.M), out
     assert "FAIL" not in out and "<- best" not in out
 
 
