@@ -127,7 +127,12 @@ def _bisect_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, 
         good, bad = profiles.get(args.good, flag="--good"), profiles.get(args.bad, flag="--bad")
         return profile_mapping(good), profile_mapping(bad), good.name, good.source, [], list(good.tolerances)
     store = ResultStore(Path(args.results_dir))
-    good_run, bad_run = store.load(args.good), store.load(args.bad)
+    try:
+        good_run, bad_run = store.load(args.good), store.load(args.bad)
+    except CompareError as exc:
+        # A fresh user meant two profiles and left out the file: say which argument reads them as runs.
+        raise CompareError(f"{exc}; without PROFILE_FILE, --good and --bad name stored runs: to bisect two profiles, "
+                           f"give their file first (bisect specdec.yaml --good {args.good} --bad {args.bad})") from exc
     test = args.test
     if test is None:
         ids = [r.test_id for r in bad_run.results]

@@ -758,8 +758,8 @@ class ResultStore:
         known = f"; nor a name: {', '.join(given[:5])}{', ...' if len(given) > 5 else ''}" if given else ""
         close = difflib.get_close_matches(ref, ["latest", *given], n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise CompareError(f"no run {ref!r}{hint}: not a file and no run id in {self.root} ({len(files)} runs "
-                           f"stored{known})")  # fmt: skip
+        raise CompareError(f"no run {ref!r}{hint}: not a file and no run id in {self.root} ({len(files)} "
+                           f"run{'s' if len(files) != 1 else ''} stored{known})")  # fmt: skip
 
 
 def read_run_file(path: Path) -> RunFile:
