@@ -48,13 +48,14 @@ def calibrate_command(args: argparse.Namespace) -> int:
                   file=sys.stderr)  # fmt: skip
             return EXIT_USAGE
         try:
-            profile = load_profiles(args.profile_file).get(args.profile)
+            profile = load_profiles(args.profile_file).get(args.profile, flag="--profile")
         except ProfileError as exc:
             print(f"ERROR: {exc}", file=sys.stderr)
             return EXIT_BAD_PROFILE
         vs = profile.thresholds.min_speedup.vs if profile.thresholds.min_speedup is not None else None
         try:
-            reference = load_profiles(args.profile_file).get(vs) if vs else None
+            where = f"{args.profile}'s min_speedup.vs"
+            reference = load_profiles(args.profile_file).get(vs, flag=where) if vs else None
         except ProfileError as exc:
             print(f"ERROR: {exc}", file=sys.stderr)
             return EXIT_BAD_PROFILE
