@@ -63,7 +63,9 @@ class Finding:
     def __str__(self) -> str:
         """``SEVERITY: FILE:LINE: profiles.PROFILE.KEY: why (got VALUE); fix: FIX`` for a profile key (the shape of
         the profile loader's errors), ``SEVERITY: FILE: KEY: ... [profile P]; fix: ...`` for a model file's."""
-        got = f" (got {self.value!r})" if self.value is not None else ""
+        # A float as written (800, not the 800.0 pydantic made of it); anything else as its repr.
+        shown = f"{self.value:g}" if isinstance(self.value, float) else repr(self.value)
+        got = f" (got {shown})" if self.value is not None else ""
         where = f"{self.file}:{self.line}" if self.line is not None else self.file
         if self.file.endswith((".yaml", ".yml")) or self.file == "<profile>":
             via = f" (set in profiles.{self.via}, through extends:)" if self.via else ""
