@@ -431,3 +431,20 @@ def test_rule8_tolerances_that_do_not_do_what_they_seem(tmp_path: Path) -> None:
                                "needs 100 per repeat")  # fmt: skip
     # 16 requests x 63 intervals: enough for the ITL p99; "0%+1" says absolute on purpose.
     assert run_preflight(profile(target, draft, tolerances=["output_tok_s:5%"])) == []
+
+
+def test_min_goodput_above_the_request_rate_can_only_fail(tmp_path: Path) -> None:
+    """A fresh-user trial: min_goodput 8 at request_rate 4 measured to a verdict that could only be FAILED."""
+    target, draft = make_models(tmp_path)
+    slo = {"ttft_ms": 500}
+    over = only(run_preflight(profile(target, draft, workload={"request_rate": 4, "slo": slo},
+                                      thresholds={"min_goodput": 8})), "thresholds.min_goodput")  # fmt: skip
+    assert (over.severity, over.value) == ("warning", 8)
+    assert str(over).endswith(
+        "above workload.request_rate 4: goodput counts the requests that met the SLO per second, and this open loop "
+        "sends 4 requests/s, so the floor can only fail (got 8); fix: set min_goodput below 4 (e.g. 3.6, 90% of the "
+        "requests within the SLO) or raise request_rate"
+    )
+    # Below the rate, and a closed loop (no request_rate: its rate is what the server serves): nothing to say.
+    for workload in ({"request_rate": 4, "slo": slo}, {"slo": slo}):
+        assert run_preflight(profile(target, draft, workload=workload, thresholds={"min_goodput": 3})) == []

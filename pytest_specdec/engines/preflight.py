@@ -183,6 +183,7 @@ def _run(profile: Profile, engine: Engine | None) -> list[Finding]:
         _rule_env(ctx)
     _rule_engine(ctx)
     _rule_tails(ctx)
+    _rule_goodput(ctx)
     _rule_tolerances(ctx)
     return ctx.findings
 
@@ -532,6 +533,20 @@ def _rule_tails(ctx: _Ctx) -> None:
             "be FAILED or undecided",
             f"raise workload.num_requests (or repeats) to {need} requests in all{gate}",
         )  # fmt: skip
+
+
+def _rule_goodput(ctx: _Ctx) -> None:
+    """``min_goodput`` (good requests per second, ``measure/metrics.py``) above an open loop's ``request_rate``: the
+    phase sends requests at that mean rate, so goodput stays below it but for a short phase's lucky arrivals (a
+    fresh user set 8 at request_rate 4 and waited for a verdict that could only fail)."""
+    rate, floor = ctx.profile.workload.request_rate, ctx.profile.thresholds.min_goodput
+    if rate is None or floor is None or not math.isfinite(rate) or floor <= rate:
+        return
+    ctx.at_profile("warning", "thresholds.min_goodput", floor,
+                   f"above workload.request_rate {rate:g}: goodput counts the requests that met the SLO per second, "
+                   f"and this open loop sends {rate:g} requests/s, so the floor can only fail",
+                   f"set min_goodput below {rate:g} (e.g. {rate * 0.9:g}, 90% of the requests within the SLO) or "
+                   "raise request_rate")  # fmt: skip
 
 
 def _rule_tolerances(ctx: _Ctx) -> None:
