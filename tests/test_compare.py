@@ -480,3 +480,13 @@ def test_a_mistyped_run_reference_gets_a_suggestion(tmp_path: Path) -> None:
     # A fresh-user trial: `save lastest night-1` said "no run 'lastest'" without suggesting 'latest'.
     with pytest.raises(CompareError, match=r"^no run 'lastest' \(did you mean 'latest'\?\): "):
         ResultStore(tmp_path).resolve("lastest")
+
+
+def test_a_baseline_median_of_zero_is_compared_not_crashed() -> None:
+    # Flake hunt seed 227 (load 4.4): a fast night's ITL p50 read 0.0 ms (its events arrived together) and the next
+    # night's compare raised ZeroDivisionError computing the row's noise.
+    base = rec(output_tok_s=[350.0], itl_ms_p50=[0.0])
+    current = rec(output_tok_s=[35.6], itl_ms_p50=[20.4])
+    row = {r.metric: r for r in compare_results(base, current, parse_tolerances(["itl_ms_p50:900%"])).rows}
+    itl = row["itl_ms_p50"]
+    assert (itl.baseline, itl.current, itl.verdict) == (0.0, 20.4, "undecided")

@@ -75,7 +75,10 @@ def test_open_loop_tails_pass_fail_and_undecided(pytester: pytest.Pytester) -> N
     arrivals = [r["arrival_s"] for r in rows]
     assert arrivals == sorted(arrivals) and arrivals[0] == 0.0
     assert arrivals[-1] > 5.0  # 47 Poisson gaps of mean 0.25 s (the seed-42 schedule ends near 11 s)
-    # Every per-token ITL of the export is one value of the failed ceiling's evidence.
-    assert all(0 < len(r["itl_ms"]) <= r["output_tokens"] - 1 for r in rows)
+    # Every per-token ITL of the export is one value of the failed ceiling's evidence. A request may have none: when
+    # the event loop falls behind the engine, only its latest output is streamed (as SGLang's tokenizer manager
+    # does), and at load 4.4 all 12 tokens of one request came in one event (flake hunt seed 227).
+    assert all(len(r["itl_ms"]) <= r["output_tokens"] - 1 for r in rows)
+    assert sum(1 for r in rows if r["itl_ms"]) >= len(rows) // 2
     pooled = sum(len(r["itl_ms"]) for r in rows)
     result.stdout.fnmatch_lines([f"*bounds of p99 from {pooled} values:*"])

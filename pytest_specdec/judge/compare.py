@@ -532,11 +532,15 @@ def _judge(
         better_end = decision.low if higher else 1.0 / decision.high
         if better_end > 1.0 + limit:
             verdict = "improved"
-    sigma = math.sqrt(history.var) if history is not None else stats.pooled_sigma(b_vals, c_vals) / abs(base_median)
     shown = _compared(b_vals, c_vals, history, linear=bool(tol.abs)) or change
     scale = abs(shown.baseline) if shown.baseline is not None else abs(base_median)
-    return CompareRow(fname, higher, *shown, tol, verdict, decision, noise=sigma * scale or None,
-                      design=judging.design)
+    if history is not None:
+        noise = math.sqrt(history.var) * scale  # a relative sigma, at the baseline shown
+    elif base_median:
+        noise = stats.pooled_sigma(b_vals, c_vals) / abs(base_median) * scale
+    else:  # a baseline median of 0 (ITL p50 of events that arrived together, seen at load 4.4): in metric units
+        noise = stats.pooled_sigma(b_vals, c_vals)
+    return CompareRow(fname, higher, *shown, tol, verdict, decision, noise=noise or None, design=judging.design)
 
 
 def _compared(
