@@ -308,28 +308,3 @@ def test_every_test_of_a_profile_stores_the_paired_arms_as_they_are_at_its_judgi
     verdict._rebuild_record(case, Handle(), "eagle3", "baseline")  # type: ignore[arg-type]
     assert case.record.paired["pairs"] == 6
     assert case.record.paired["target"]["output_tok_s"] == [120.0 + i for i in range(6)]
-
-
-def test_a_compare_that_failed_on_an_exact_row_measures_no_more_for_its_open_rows() -> None:
-    # The aux-id night: accept length fell (exact, decided by the first repeats) while tok/s is still open; measuring
-    # on would only decide rows of a night already red (minutes a repeat on a large GPU model).
-    from pytest_specdec.judge import sequential
-
-    calls: list[int] = []
-    base = rec(output_tok_s=[100.0, 101.0, 99.0], accept_length=[2.8, 2.8, 2.8])
-    current = rec(output_tok_s=[90.0, 115.0, 95.0], accept_length=[2.3, 2.3, 2.3])
-
-    def more() -> ResultRecord | None:
-        calls.append(1)
-        return None
-
-    judged = judge_compare(
-        base, current, run_id="R1", test_id=current.test_id, tolerances=layered_tolerances(), noise={},
-        force=False, more=more, design=sequential.Design(3, 12),
-    )  # fmt: skip
-    assert calls == [] and judged.failure is not None
-    assert re.search(r"^accept_length +higher .* REGRESSED \(exact\)$", judged.failure, re.M)
-    assert re.search(r"^output_tok_s +higher .* undecided \(", judged.failure, re.M)
-    assert judged.failure.splitlines()[-1] == (
-        "measuring stopped after 3 repeats at the first regressed row: 1 undecided row not measured further"
-    )

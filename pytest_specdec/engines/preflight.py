@@ -536,9 +536,9 @@ def _rule_tails(ctx: _Ctx) -> None:
 
 
 def _rule_goodput(ctx: _Ctx) -> None:
-    """``min_goodput`` (good requests per second, ``measure/metrics.py``) above an open loop's ``request_rate``: the
-    phase sends requests at that mean rate, so goodput stays below it but for a short phase's lucky arrivals (a
-    fresh user set 8 at request_rate 4 and waited for a verdict that could only fail)."""
+    """``min_goodput`` (good requests per second, ``pytest_specdec.measure.metrics``) above an open loop's
+    ``request_rate``: the phase sends requests at that mean rate, so goodput stays below it but for a short phase's
+    lucky arrivals (a fresh user set 8 at request_rate 4 and waited for a verdict that could only fail)."""
     rate, floor = ctx.profile.workload.request_rate, ctx.profile.thresholds.min_goodput
     if rate is None or floor is None or not math.isfinite(rate) or floor <= rate:
         return

@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from pytest_specdec.judge.handle import MeasureHandle
     from pytest_specdec.judge.history import StoredHistory
     from pytest_specdec.judge.outcomes import Outcomes
-    from pytest_specdec.measure.pairing import PairedArms
 
 __all__ = [
     "SEQUENTIAL_KEYS",
@@ -161,11 +160,6 @@ def judge_item(
     judged = {}
     if steps is None:
         judged = sequential_checks(case, measurements, outcomes, profile, thresholds, vs, design, costs)
-    # A threshold that failed decides the test: the verdicts after it judge what is measured and measure no more
-    # (on a GPU the rest would cost minutes for a test already red; a fresh user saw 200 server-s spent so).
-    halt = _halt_reason(profile.name, judged)
-    if halt is not None:
-        measurements = _Halted(measurements, halt)
     check = None
     if thresholds.min_speedup is not None:
         check = speedup_check(case, measurements, outcomes, profile.name, thresholds.min_speedup, design, costs)
@@ -197,11 +191,7 @@ def judge_item(
     _rebuild_record(case, measurements, profile.name, vs)
     record_cost(case, measurements, profile.name, vs, costs)
     stopped = measurements.more_error(profile.name)
-    if case.undecided and halt is not None:
-        # Not "undecided at the budget": measuring stopped at a failure, so they neither count nor fail twice.
-        case.warnings.extend(f"{line}: not measured further ({halt})" for line in case.undecided)
-        case.undecided.clear()
-    elif case.undecided and stopped:
+    if case.undecided and stopped:
         # The budget was not what stopped them: say what did (it is not "more repeats would decide it").
         case.warnings.append(f"{profile.name}: {stopped}; the undecided verdicts stopped measuring there")
     if case.undecided:
@@ -300,67 +290,13 @@ def sequential_checks(
         return _floor_check(key, keys[key], float(getattr(thresholds, key)), found, measurements, profile.name, vs,
                             design)  # fmt: skip
 
-    def judge_halted(key: str, reason: str) -> tuple[Check, dict[str, Any]] | None:
-        found = decision(key)
-        if found is None:
-            return None
-        return _floor_check(key, keys[key], float(getattr(thresholds, key)), found, _Halted(measurements, reason),
-                            profile.name, vs, design)  # fmt: skip
-
-    # Exact metrics first (one repeat decides them): a floor they fail stops the measuring of the others.
-    order = sorted(keys, key=lambda k: not (zero and keys[k][0] in EXACT_FIELDS))
-    judged_now: dict[str, tuple[Check, dict[str, Any]]] = {}
-    halt: str | None = None
-    for key in order:
-        memo: tuple[Any, ...] = ("check", profile.name, key, repr(getattr(thresholds, key)))
-        if halt is None:
-            judged = outcomes.once(memo, functools.partial(judge, key))
-        else:
-            judged = outcomes.once((*memo, halt), functools.partial(judge_halted, key, halt))
-        if judged is not None:
-            judged_now[key] = judged
-            if halt is None:
-                halt = _halt_reason(profile.name, {key: judged[0]})
     out: dict[str, Check] = {}
-    for key in keys:  # the profile's order, for the cost line
-        if key in judged_now:
-            out[key], costs[key] = judged_now[key]
+    for key in keys:
+        memo = ("check", profile.name, key, repr(getattr(thresholds, key)))
+        judged = outcomes.once(memo, functools.partial(judge, key))
+        if judged is not None:
+            out[key], costs[key] = judged
     return out
-
-
-def _halt_reason(profile: str, checks: Mapping[str, Check]) -> str | None:
-    """Why the verdicts after ``checks`` measure no more: the first that failed, or None."""
-    failed = [c for c in checks.values() if c.passed is False]
-    return f"{profile} had already failed {failed[0].key}" if failed else None
-
-
-@dataclass(frozen=True, slots=True)
-class _Halted:
-    """A :class:`MeasureHandle` that reads the measurements so far and measures no more, saying why."""
-
-    inner: MeasureHandle
-    reason: str
-
-    def run(self, profile: str) -> runner.RunResult:
-        return self.inner.run(profile)
-
-    def arms(self, profile: str, vs: str) -> PairedArms | None:
-        return self.inner.arms(profile, vs)
-
-    def pair_error(self, profile: str, vs: str) -> str | None:
-        return self.inner.pair_error(profile, vs)
-
-    def more_error(self, profile: str) -> str | None:
-        return self.reason
-
-    def can_measure(self, profile: str) -> bool:
-        return False
-
-    def more(self, profile: str, vs: str | None) -> bool:
-        return False
-
-    def spent_s(self, profile: str, vs: str | None) -> float:
-        return self.inner.spent_s(profile, vs)
 
 
 def _decided(decision: sequential.Decision | None) -> bool:
@@ -516,8 +452,7 @@ def speedup_check(
         cost = {"verdict": judged.verdict, "repeats": arms.pairs, "server_s": round(spent, 3)}
         return judged.check(), cost, {**arms.to_dict(), "speedup": judged.line(), "verdict": judged.verdict}
 
-    halt = measurements.reason if isinstance(measurements, _Halted) else None
-    check, cost, paired = outcomes.once(("speedup", name, ms.vs, ms.ratio, halt), judge)
+    check, cost, paired = outcomes.once(("speedup", name, ms.vs, ms.ratio), judge)
     costs["min_speedup"] = cost
     case.replace(paired=paired)
     return check
@@ -585,9 +520,7 @@ def judge_compare(
                 comparison, compared = comparison_of(current), current
             # Until the third look a few repeats' estimate may still swing into either verdict: measure on.
             settled = n >= design.points[min(2, design.looks - 1)]
-            # A regressed row is final at its look (exact, or its interval spent at this look's alpha): the compare
-            # has failed, and the rows still open would cost repeats for a night already red.
-            if not comparison.undecided or comparison.failed or settled and not any(
+            if not comparison.undecided or settled and not any(
                 _worth_measuring(base, current, r, design, history) for r in comparison.undecided
             ):
                 break
@@ -606,12 +539,7 @@ def judge_compare(
     hint = bisect_hint(comparison.diff, run_id, current_run, record.test_id, test_id) if bisect_hint else ""
     head = "\n".join(filter(None, [head, hint]))
     if comparison.failed:
-        lines = comparison.lines()
-        if comparison.undecided:
-            open_rows = len(comparison.undecided)
-            lines.append(f"measuring stopped after {n} repeats at the first regressed row: {open_rows} undecided "
-                         f"row{'s' if open_rows != 1 else ''} not measured further")
-        return CompareVerdict("\n".join([head, *lines]), notes=notes, cost=cost)
+        return CompareVerdict("\n".join([head, *comparison.lines()]), notes=notes, cost=cost)
     if comparison.undecided:
         rows = "; ".join(_undecided_row(base, current, r, design, history) for r in comparison.undecided)
         text = f"compare against run {run_id} undecided after {n} repeats ({cost['server_s']:.1f} server-s): {rows}"
@@ -769,8 +697,7 @@ def compare_item(
             bisect_hint=setup.bisect_hint,
         )  # fmt: skip
 
-    halt = measurements.reason if isinstance(measurements, _Halted) else None
-    key = ("compare", profile.name, run.run_id, repr(sorted(tolerances.items())), halt)
+    key = ("compare", profile.name, run.run_id, repr(sorted(tolerances.items())))
     judged_for, judged = outcomes.once(key, lambda: (test_id, judge()))
     if judged.failure is not None and judged_for != test_id:
         # The same verdict, headed by this test's own baseline (one measurement, one verdict).
