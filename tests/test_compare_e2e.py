@@ -11,6 +11,11 @@ import pytest
 pytestmark = pytest.mark.slow
 
 WORKLOAD = "workload: {max_new_tokens: 32, num_requests: 8, warmup_requests: 1, repeats: 2}"
+#: The shifted layers regress on accept length, exact at temperature 0: half the tokens keep its drop (8 built-in
+#: prompts, 2026-12-04: 2.45 -> 2.17 at 32 tokens, 2.42 -> 2.14 at 16; tolerance 2%), and the repeats it was saved
+#: with decide it; without max_repeats the compare went on to 12 repeats for the tok/s and latency rows, which this
+#: test does not read.
+SHORT_WORKLOAD = "workload: {max_new_tokens: 16, num_requests: 8, warmup_requests: 1, repeats: 2, max_repeats: 2}"
 
 TEST = """
 import pytest
@@ -21,13 +26,13 @@ def test_eagle3(specdec_run):
 """
 
 
-def _profiles(eagle3_env: str, extra: str = "") -> str:
+def _profiles(eagle3_env: str, extra: str = "", workload: str = WORKLOAD) -> str:
     return f"""
 profiles:
   eagle3:
     server: reference
     env: {eagle3_env}
-    {WORKLOAD}
+    {workload}
     speculative: {{algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}}
   eagle3-shifted-layers:
     extends: eagle3
@@ -37,7 +42,7 @@ profiles:
 
 
 def test_shifted_layers_regress_against_the_eagle3_baseline_with_aux_id_diff(pytester: pytest.Pytester) -> None:
-    pytester.makefile(".yaml", specdec=_profiles("{}"))
+    pytester.makefile(".yaml", specdec=_profiles("{}", workload=SHORT_WORKLOAD))
     # A second parametrization: the profile id is only part of the node id ("[eagle3-1]").
     pytester.makepyfile(
         test_specdec=TEST + "\n\n@pytest.mark.parametrize('n', [1])\ndef test_param(specdec_run, n):\n    pass\n"
