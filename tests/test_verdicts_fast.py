@@ -156,14 +156,19 @@ def test_wrong_layers_fail_accept_rate_tok_s_and_position_floors_with_margins(py
     result = _run(pytester, "--server-profile=eagle3-wrong-layers")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(failed=3)
-    # The repeats are what min_tok_s needed to decide: 2 on a quiet machine, 3 when a busy one spread the first two
-    # (flake hunt seed 216: CI 74.96-3375 after 3); the exact floors are decided by the first either way.
-    context = "[[]profile eagle3-wrong-layers, 4 requests, median of [23] repeats[]]"
+    # The exact floors fail on the first 2 repeats, and the test measures no more: min_tok_s is judged on those 2
+    # (decided on a quiet machine; on a busy one, whose first two spread, not measured further: flake hunt seed 216
+    # once needed 3 for CI 74.96-3375).
+    context = "[[]profile eagle3-wrong-layers, 4 requests, median of 2 repeats[]]"
+    out = result.stdout.str()
+    tok_s = re.search(r"^output_tok_s [\d.]+ tok/s (< min 1e\+06 \(margin -[\d.e+]+, -[\d.]+%\) \[geometric mean; "
+                     r"decided after 2 repeats.*\] \[profile eagle3-wrong-layers|: not measured further vs min 1e\+06 "
+                     r"\(2 repeats measured; eagle3-wrong-layers had already failed min_accept_length\))", out, re.M)
+    assert tok_s, out
     result.stdout.fnmatch_lines(
         [
             f"accept_length 2.333 tok/verify < min 2.5 (margin -0.1667, -6.7%) [[]exact; *[]] {context}",
             f"accept_rate 0.4444 < min 0.5 (margin -0.05556, -11.1%) [[]exact; *[]] {context}",
-            f"output_tok_s * tok/s < min 1e+06 (margin -*, -*%) [[]geometric mean; decided after *[]] {context}",
             f"accept_rate_at[[]3[]] 0.1667 < min 0.5 (margin -0.3333, -66.7%) {context}",
             "accept_rate_at[[]4[]]: min 0.1 cannot be checked: the server drafts 3 position(s) per verify step; lower "
             f"the position or raise speculative num_steps/num_draft_tokens {context}",

@@ -110,6 +110,9 @@ class Check:
     #: A sequential verdict that spent its budget without deciding (``sequential.py``): passes, reported as
     #: ``undecided``.
     undecided: bool = False
+    #: Why measuring stopped before this check was decided (the test had already failed decisively,
+    #: ``verdict.judge_item``): passes, reported as ``not measured``, and is not counted as undecided.
+    stopped: str = ""
 
     def line(self) -> str:
         """``accept_length 1.94 < min 2.20 (margin -0.26, -11.8%)`` style, one line."""
@@ -138,8 +141,8 @@ class ThresholdChecks:
         return tuple(c for c in self.checks if c.passed is False)
 
     def outcomes(self) -> dict[str, str]:
-        """Threshold key -> ``"passed"``, ``"FAILED: <line>"``, ``"undecided: <line>"`` or ``"n/a: <why>"``, for the
-        result record (``ResultRecord.checks``) and the sweep table/plot."""
+        """Threshold key -> ``"passed"``, ``"FAILED: <line>"``, ``"undecided: <line>"``, ``"not measured: <line>"``
+        or ``"n/a: <why>"``, for the result record (``ResultRecord.checks``) and the sweep table/plot."""
         out = {}
         for c in self.checks:
             # One entry per position / category: "min_accept_rate_at[2]", "min_accept_length[code]".
@@ -148,6 +151,8 @@ class ThresholdChecks:
                 out[key] = f"n/a: {c.note}"
             elif c.undecided:
                 out[key] = f"undecided: {c.line()}"
+            elif c.stopped:
+                out[key] = f"not measured: {c.line()}"
             else:
                 out[key] = "passed" if c.passed else f"FAILED: {c.line()}"
         return out

@@ -30,10 +30,11 @@ from pytest_specdec.measure import results, runner
 from pytest_specdec.profiles.schema import MinSpeedup, Profile, Thresholds
 
 if TYPE_CHECKING:
-    from pytest_specdec.judge.baseline import Baselines
+    from pytest_specdec.judge.baseline import Baseline, Baselines
     from pytest_specdec.judge.handle import MeasureHandle
     from pytest_specdec.judge.history import StoredHistory
     from pytest_specdec.judge.outcomes import Outcomes
+    from pytest_specdec.measure.pairing import PairedArms
 
 __all__ = [
     "SEQUENTIAL_KEYS",
@@ -157,6 +158,13 @@ def judge_item(
                                         "tolerances": {"specs": format_tolerances(merged)}}
     # Thresholds first: a clear one decides at the first look and costs that, before the speedup measures on.
     steps, configured = sweep_steps(profile, profiles)
+    # A failure the first repeats decide exactly (temperature 0) decides the test: the other verdicts judge what was
+    # measured and measure no more (on a GPU each repeat of a night already red costs minutes).
+    halt = None
+    if steps is None:
+        halt = exact_failure(case, measurements, profile, thresholds, compare_setup, merged, outcomes)
+    if halt is not None:
+        measurements = _Halted(measurements, halt)
     judged = {}
     if steps is None:
         judged = sequential_checks(case, measurements, outcomes, profile, thresholds, vs, design, costs)
@@ -174,6 +182,7 @@ def judge_item(
         judged=judged,
     )
     case.undecided.extend(c.line() for c in verdict.checks if c.undecided)
+    case.warnings.extend(c.line() for c in verdict.checks if c.stopped)
     failures = []
     if verdict.failed:
         message = failure_message(verdict, profile.name, run.metrics.num_ok, len(run.measurements))
@@ -190,7 +199,7 @@ def judge_item(
             failures.append(text)
     _rebuild_record(case, measurements, profile.name, vs)
     record_cost(case, measurements, profile.name, vs, costs)
-    stopped = measurements.more_error(profile.name)
+    stopped = None if halt is not None else measurements.more_error(profile.name)
     if case.undecided and stopped:
         # The budget was not what stopped them: say what did (it is not "more repeats would decide it").
         case.warnings.append(f"{profile.name}: {stopped}; the undecided verdicts stopped measuring there")
@@ -292,7 +301,7 @@ def sequential_checks(
 
     out: dict[str, Check] = {}
     for key in keys:
-        memo = ("check", profile.name, key, repr(getattr(thresholds, key)))
+        memo = ("check", profile.name, key, repr(getattr(thresholds, key)), _halt_of(measurements))
         judged = outcomes.once(memo, functools.partial(judge, key))
         if judged is not None:
             out[key], costs[key] = judged
@@ -339,7 +348,105 @@ def _floor_check(
         text = f"{shown} {sym} {kind} {threshold:g} (margin {margin:+.4g}{rel}) [{mean}; {bracket}]"
     check = Check(key, label, op, threshold, decision.estimate, unit, verdict != "FAILED", text=text,
                   undecided=verdict == "undecided")  # fmt: skip
+    halt = _halt_of(measurements)
+    if check.undecided and halt:
+        check = _not_measured(check, halt, f"{decision.n} repeat{'s' if decision.n != 1 else ''}")
+        verdict = NOT_MEASURED
     return check, {"verdict": verdict, "repeats": repeats, "server_s": round(at, 3)}
+
+
+#: A verdict that stopped measuring before it decided because the test had already failed decisively: neither passed
+#: nor undecided at the budget (``report.summary.undecided_lines`` does not count it; it never fails a test).
+NOT_MEASURED = "not measured"
+
+
+def _not_measured(check: Check, halt: str, measured: str) -> Check:
+    """``check`` (undecided) as a verdict not measured further: ``output_tok_s 95.1 tok/s: not measured further vs
+    min 100 (3 repeats measured; eagle3 had already failed min_accept_length)``."""
+    kind = "min" if check.op == ">=" else "max"
+    x = "x" if check.unit == "x" else ""
+    unit = x or (f" {check.unit}" if check.unit else "")
+    shown = f"{check.label} {check.measured:.4g}{unit}" if check.measured is not None else check.label
+    text = f"{shown}: not measured further vs {kind} {check.threshold:g}{x} ({measured} measured; {halt})"
+    return dataclasses.replace(check, passed=True, undecided=False, stopped=halt, text=text)
+
+
+def exact_failure(
+    case: _Case,
+    measurements: MeasureHandle,
+    profile: Profile,
+    thresholds: Thresholds,
+    compare_setup: CompareSetup | None,
+    tolerances: Mapping[str, Tolerance],
+    outcomes: Outcomes,
+) -> str | None:
+    """Why the test has already failed decisively, or None: at temperature 0, a speculative profile whose repeats
+    agree exactly (every repeat's accept length and rate identical) and that misses an accept-length/rate floor,
+    a per-position floor (``min_accept_rate_at``), a per-category floor, or whose compare has an exact row that
+    REGRESSED (``compare.CompareRow.basis`` ``exact``). These are decided by the first repeats whatever more are
+    measured, so :func:`judge_item` measures no more for the test's other verdicts.
+
+    :returns: ``eagle3 had already failed min_accept_length`` or ``eagle3's compare had already regressed
+        accept_length (exact)``.
+    """
+    from pytest_specdec.core.metric_table import EXACT_FIELDS
+
+    if profile.workload.temperature != 0 or not profile.is_speculative:
+        return None
+    run = measurements.run(profile.name)
+    if any(len(set(_per_repeat(run, f))) > 1 for f in EXACT_FIELDS):
+        return None  # repeats that differ at temperature 0 (a batch-variant engine): judged statistically
+    checks = evaluate(thresholds, run.metrics, speculative=True)
+    exact_keys = {k for k, spec in SEQUENTIAL_KEYS.items() if spec[0] in EXACT_FIELDS} | {"min_accept_rate_at"}
+    failed = [c for c in checks.failed if c.key in exact_keys]
+    if failed:
+        return f"{profile.name} had already failed {failed[0].key}"
+    if compare_setup is None:
+        return None
+    found = _baseline_of(case.record, compare_setup, profile)[1]
+    if found is None:
+        return None
+    try:
+        comparison = compare.compare_results(found.record, case.record, tolerances, force=compare_setup.force,
+                                             noise=outcomes.noise(profile.name))  # fmt: skip
+    except CompareError:
+        return None
+    rows = [r.metric for r in comparison.regressions if r.basis == "exact"]
+    return f"{profile.name}'s compare had already regressed {rows[0]} (exact)" if rows else None
+
+
+def _halt_of(measurements: MeasureHandle) -> str:
+    """The reason a :class:`_Halted` handle gives; "" for one that may measure on."""
+    return measurements.reason if isinstance(measurements, _Halted) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Halted:
+    """A :class:`MeasureHandle` that reads the measurements so far and measures no more, saying why."""
+
+    inner: MeasureHandle
+    reason: str
+
+    def run(self, profile: str) -> runner.RunResult:
+        return self.inner.run(profile)
+
+    def arms(self, profile: str, vs: str) -> PairedArms | None:
+        return self.inner.arms(profile, vs)
+
+    def pair_error(self, profile: str, vs: str) -> str | None:
+        return self.inner.pair_error(profile, vs)
+
+    def more_error(self, profile: str) -> str | None:
+        return self.reason
+
+    def can_measure(self, profile: str) -> bool:
+        return False
+
+    def more(self, profile: str, vs: str | None) -> bool:
+        return False
+
+    def spent_s(self, profile: str, vs: str | None) -> float:
+        return self.inner.spent_s(profile, vs)
 
 
 def _rebuild_record(case: _Case, measurements: MeasureHandle, name: str, vs: str | None) -> None:
@@ -450,9 +557,14 @@ def speedup_check(
             detail=lambda d: sequential.detail(d, unit="pairs", server_s=spent, needed=needed, exhausted=True),
         )  # fmt: skip
         cost = {"verdict": judged.verdict, "repeats": arms.pairs, "server_s": round(spent, 3)}
-        return judged.check(), cost, {**arms.to_dict(), "speedup": judged.line(), "verdict": judged.verdict}
+        check = judged.check()
+        if check.undecided and halt:
+            check = _not_measured(check, halt, f"{arms.pairs} pair{'s' if arms.pairs != 1 else ''}")
+            cost["verdict"] = NOT_MEASURED
+        return check, cost, {**arms.to_dict(), "speedup": check.line(), "verdict": cost["verdict"]}
 
-    check, cost, paired = outcomes.once(("speedup", name, ms.vs, ms.ratio), judge)
+    halt = _halt_of(measurements)
+    check, cost, paired = outcomes.once(("speedup", name, ms.vs, ms.ratio, halt), judge)
     costs["min_speedup"] = cost
     case.replace(paired=paired)
     return check
@@ -513,6 +625,7 @@ def judge_compare(
         comparison, compared = comparison_of(current), current
     except CompareError as exc:
         return CompareVerdict(f"not compared with run {run_id}: {exc} (--specdec-compare-force compares anyway)")
+    stopped_at_failure = False
     while True:
         n = len(current.values("output_tok_s"))
         if design.is_look(n):
@@ -523,6 +636,11 @@ def judge_compare(
             if not comparison.undecided or settled and not any(
                 _worth_measuring(base, current, r, design, history) for r in comparison.undecided
             ):
+                break
+            if comparison.failed:
+                # A regressed row is final at its look (exact, or its interval spent at this look's alpha): the
+                # compare has failed, and its open rows would cost repeats of a night already red.
+                stopped_at_failure = design.may_continue(n, server_s())
                 break
         if not design.may_continue(n, server_s()):
             break
@@ -539,7 +657,12 @@ def judge_compare(
     hint = bisect_hint(comparison.diff, run_id, current_run, record.test_id, test_id) if bisect_hint else ""
     head = "\n".join(filter(None, [head, hint]))
     if comparison.failed:
-        return CompareVerdict("\n".join([head, *comparison.lines()]), notes=notes, cost=cost)
+        lines = comparison.lines()
+        if stopped_at_failure:
+            k = len(comparison.undecided)
+            lines.append(f"{k} undecided row{'s' if k != 1 else ''} not measured further: the compare had regressed "
+                         f"at {n} repeats")  # fmt: skip
+        return CompareVerdict("\n".join([head, *lines]), notes=notes, cost=cost)
     if comparison.undecided:
         rows = "; ".join(_undecided_row(base, current, r, design, history) for r in comparison.undecided)
         text = f"compare against run {run_id} undecided after {n} repeats ({cost['server_s']:.1f} server-s): {rows}"
@@ -667,12 +790,7 @@ def compare_item(
     """The baseline-compare failure text for one test, or None when it did not regress (``judge_compare`` on the
     baseline ``setup.baselines`` picks; no baseline warns). Judged once per profile and baseline run."""
     record = case.record
-    test_id = record.test_id
-    if setup.profile and profile.is_speculative == setup.profile_speculative:
-        # Swap only the profile's part of the parametrization id ("[eagle3-shifted-layers-1]" -> "[eagle3-1]");
-        # profiles of the other kind keep their own baseline.
-        test_id = compare.swap_profile_id(test_id, profile.name, setup.profile)
-    found = setup.baselines.find(test_id)
+    test_id, found = _baseline_of(record, setup, profile)
     if found is None:
         text = f"{setup.baselines.missing(test_id)}; not compared"
         if setup.missing == "fail":
@@ -697,8 +815,9 @@ def compare_item(
             bisect_hint=setup.bisect_hint,
         )  # fmt: skip
 
-    key = ("compare", profile.name, run.run_id, repr(sorted(tolerances.items())))
-    judged_for, judged = outcomes.once(key, lambda: (test_id, judge()))
+    halt = _halt_of(measurements)
+    key = ("compare", profile.name, run.run_id, repr(sorted(tolerances.items())), halt)
+    judged_for, judged = outcomes.once(key, lambda: (test_id, _halted_compare(judge(), halt)))
     if judged.failure is not None and judged_for != test_id:
         # The same verdict, headed by this test's own baseline (one measurement, one verdict).
         head, _, rest = judged.failure.partition("\n")
@@ -709,5 +828,27 @@ def compare_item(
     if judged.cost:
         costs["compare"] = dict(judged.cost)
     if judged.undecided is not None:
-        case.undecided.append(judged.undecided)
+        (case.warnings if halt else case.undecided).append(judged.undecided)
     return judged.failure
+
+
+def _halted_compare(judged: CompareVerdict, halt: str) -> CompareVerdict:
+    """A compare that stopped measuring because the test had already failed (``halt``): its undecided rows are not
+    measured further, neither undecided at the budget (``report.summary.undecided_lines``) nor failed."""
+    if not halt or judged.undecided is None:
+        return judged
+    head, _, rows = judged.undecided.partition(": ")
+    text = f"{head.replace(' undecided after ', ' not measured further after ')} ({halt}): open rows: {rows}"
+    return dataclasses.replace(judged, undecided=text, cost={**judged.cost, "verdict": NOT_MEASURED})
+
+
+def _baseline_of(
+    record: results.ResultRecord, setup: CompareSetup, profile: Profile
+) -> tuple[str, Baseline | None]:
+    """The test id a test's baseline is stored under (``--specdec-compare-profile`` swaps the profile's part of the
+    parametrization id: ``[eagle3-shifted-layers-1]`` -> ``[eagle3-1]``; profiles of the other kind keep their own)
+    and the baseline found there (``Baselines.find``), None when there is none."""
+    test_id = record.test_id
+    if setup.profile and profile.is_speculative == setup.profile_speculative:
+        test_id = compare.swap_profile_id(test_id, profile.name, setup.profile)
+    return test_id, setup.baselines.find(test_id)
