@@ -48,6 +48,10 @@ def test_tok_s(request, profile):
     toks = [float(x) for x in os.environ["SPECDEC_TOKS"].split(",")]
     added = bridge.record(request, [make(t) for t in toks], {"engine": "reference"})
     assert added is (os.environ.get("SPECDEC_EXPECT", "1") == "1")
+    if os.environ.get("SPECDEC_VERDICTS_MEASURED"):  # the test's own verdicts measured more (session.judge)
+        more = [float(x) for x in os.environ["SPECDEC_VERDICTS_MEASURED"].split(",")]
+        assert bridge.extend(request.config, [make(t) for t in toks + more]) is True
+        assert bridge.extend(request.config, [make(t) for t in toks + more]) is False  # nothing new
 
 
 def test_same_profile_again(request):
@@ -106,6 +110,25 @@ def test_repeats_a_later_test_measured_join_the_entry(
     specdec = entry["extra_info"]["specdec"]
     assert specdec["per_repeat"]["output_tok_s"] == [100.0, 80.0, 90.0, 70.0, 60.0]
     assert specdec["metrics"]["output_tok_s"] == 80.0
+
+
+def test_repeats_the_tests_own_verdicts_measured_join_the_entry(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh-user trial read "Rounds 3" and the first 3 repeats' median where the compare of the same test had
+    measured to 8: the entry is recorded by the fixture, before the verdicts measure on. ``extend`` adds them."""
+    monkeypatch.setenv("SPECDEC_TOKS", "100,80,90")
+    monkeypatch.setenv("SPECDEC_VERDICTS_MEASURED", "70,60")
+    monkeypatch.setenv("SPECDEC_MORE", ",70,60")
+    result = project.runpytest_subprocess("--benchmark-json=out.json", "-p", "no:cacheprovider", "-p", "no:randomly",
+                                          timeout=120)  # fmt: skip
+    result.assert_outcomes(passed=2)
+    (entry,) = json.loads((project.path / "out.json").read_text())["benchmarks"]
+    assert entry["stats"]["rounds"] == 5 and entry["stats"]["median"] == 2.0 / 160
+    specdec = entry["extra_info"]["specdec"]
+    assert specdec["per_repeat"]["output_tok_s"] == [100.0, 80.0, 90.0, 70.0, 60.0]
+    assert specdec["metrics"]["output_tok_s"] == 80.0
+    assert specdec["tests"] == ["test_specdec.py::test_tok_s[eagle3]", "test_specdec.py::test_same_profile_again"]
 
 
 @pytest.mark.slow

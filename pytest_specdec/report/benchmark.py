@@ -50,6 +50,7 @@ __all__ = [
     "XDIST_WARNING",
     "available",
     "enabled",
+    "extend",
     "record",
     "seconds_per_token",
 ]
@@ -191,18 +192,11 @@ def record(
         for key, value in m.metrics.as_dict().items():
             per_repeat.setdefault(key, []).append(value)
     summary = dict(metrics) if metrics is not None else median_metrics([m.metrics for m in measurements]).as_dict()
-    for entry in bs.benchmarks:
-        if getattr(entry, "fullname", None) == name and isinstance(getattr(entry, "extra_info", None), dict):
-            info = entry.extra_info.setdefault("specdec", {})
-            info.setdefault("tests", []).append(node.nodeid)
-            # A later test of the profile may have measured more repeats (``MeasureHandle.more``): the entry holds
-            # every repeat, so its Rounds match the summary's repeats.
-            recorded = len(info.get("per_repeat", {}).get("duration_s", []))
-            if len(measurements) > recorded:
-                for value in seconds_per_token(measurements[recorded:]):
-                    entry.update(value)
-                info.update(metrics=summary, per_repeat=per_repeat)
-            return False
+    entry = _entry_of(bs, name)
+    if entry is not None:
+        entry.extra_info.setdefault("specdec", {}).setdefault("tests", []).append(node.nodeid)
+        _extend(entry, measurements, summary, per_repeat)
+        return False
     marker = node.get_closest_marker("benchmark")
     group = marker.kwargs.get("group") if marker is not None else None
     shape = _FixtureShape(
@@ -224,6 +218,50 @@ def record(
     )
     bs.benchmarks.append(_entry(shape, samples))
     return True
+
+
+def _entry_of(bs: Any, name: str) -> Any | None:
+    """The entry named ``name`` (``specdec[<profile>]``) in pytest-benchmark's session, or None."""
+    for entry in bs.benchmarks:
+        if getattr(entry, "fullname", None) == name and isinstance(getattr(entry, "extra_info", None), dict):
+            return entry
+    return None
+
+
+def _extend(entry: Any, measurements: Sequence[Measurement], summary: Mapping[str, Any],
+            per_repeat: Mapping[str, list[Any]]) -> None:  # fmt: skip
+    """Add the repeats measured since the entry was recorded, so its Rounds and Median match the summary's."""
+    info = entry.extra_info.setdefault("specdec", {})
+    recorded = len(info.get("per_repeat", {}).get("duration_s", []))
+    if len(measurements) > recorded:
+        for value in seconds_per_token(measurements[recorded:]):
+            entry.update(value)
+        info.update(metrics=dict(summary), per_repeat=dict(per_repeat))
+
+
+def extend(config: pytest.Config, measurements: Sequence[Measurement]) -> bool:
+    """After a test's verdicts: add the repeats they measured (``MeasureHandle.more``: the compare, ``min_speedup``
+    and the sequential thresholds measure after the ``specdec_run`` fixture recorded the entry) to the profile's
+    entry, so its Rounds and Median match the summary's repeats and tok/s.
+
+    :param measurements: the profile's repeats now (``runner.RunResult.measurements``).
+    :returns: True when repeats were added; False when pytest-benchmark is disabled or the profile has no entry.
+    """
+    from pytest_specdec.core.records import median_metrics
+
+    if not enabled(config) or not measurements:
+        return False
+    bs = _session(config)
+    entry = _entry_of(bs, f"specdec[{measurements[0].profile}]") if bs is not None else None
+    if entry is None:
+        return False
+    before = len(entry.extra_info.get("specdec", {}).get("per_repeat", {}).get("duration_s", []))
+    per_repeat: dict[str, list[Any]] = {}
+    for m in measurements:
+        for key, value in m.metrics.as_dict().items():
+            per_repeat.setdefault(key, []).append(value)
+    _extend(entry, measurements, median_metrics([m.metrics for m in measurements]).as_dict(), per_repeat)
+    return len(measurements) > before
 
 
 class BenchmarkBridge:
