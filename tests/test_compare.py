@@ -281,6 +281,12 @@ def test_paired_throughput_is_judged_raw_and_on_its_ratio_to_the_reference_arm()
     comp = compare_results(base, slower, parse_tolerances("output_tok_s:5%"))
     assert [r.metric for r in comp.regressions] == ["output_tok_s", "output_tok_s / baseline"]
     assert not comp.notes[-1].startswith("output_tok_s: both arms")
+    # Both arms slower, the ratio spread too wide to tell: not "held" (it may be the target alone).
+    wide = _paired(rec(output_tok_s=[101.0, 99.0, 102.0]), [101.0, 99.0, 102.0], [60.0, 90.0, 75.0])
+    comp = compare_results(base, wide, parse_tolerances("output_tok_s:5%"))
+    assert {r.metric: r.verdict for r in comp.rows}["output_tok_s / baseline"] == "undecided"
+    assert comp.notes[-1] == ("output_tok_s: raw REGRESSED, the ratio to 'baseline' undecided: both arms slower, or "
+                              "the target alone; more pairs would tell which")
     # Both unchanged: both rows pass.
     same = _paired(rec(output_tok_s=[139.0, 141.0, 140.0]), [139.0, 141.0, 140.0], [100.0, 101.0, 100.0])
     assert compare_results(base, same, parse_tolerances("output_tok_s:5%")).outcome == "passed"
@@ -329,9 +335,24 @@ def test_a_changed_runner_state_is_said_first() -> None:
     cur = rec(fp=fingerprint(runner=busy), output_tok_s=[70.0, 71.0, 69.0])
     lines = compare_results(base, cur, parse_tolerances("output_tok_s:5%")).lines()
     assert lines[0] == (
-        "runner state changed since the baseline: load average per CPU 0.3 -> 2.3 (2 CPUs); CPU steal 0% -> 9%"
+        "runner state changed since the baseline: load average per CPU 0.3 -> 2.3 (2 CPUs): a process's CPU share "
+        "~100% -> ~43%; CPU steal 0% -> 9%"
     )
     assert lines[1] == "fingerprint: same as baseline"
+
+
+def test_a_busy_runner_busier_still_is_a_changed_state() -> None:
+    # Fresh-user trial: load 4.9 -> 5.8 on 2 CPUs (per CPU +0.45, under LOAD_CHANGE) beside a raw tok/s x0.635.
+    from pytest_specdec.core.hoststate import state_changes
+
+    def runner(load1: float) -> dict[str, float]:
+        return {"load1_before": load1, "load1_after": load1, "cpus": 2}
+
+    assert state_changes(runner(4.9), runner(5.8)) == [
+        "load average per CPU 2.5 -> 2.9 (2 CPUs): a process's CPU share ~41% -> ~34%"
+    ]
+    assert state_changes(runner(4.9), runner(5.2)) == []  # share 41% -> 38%
+    assert state_changes(runner(0.4), runner(1.2)) == []  # under 1 per CPU: each process still has its CPU
 
 
 def test_gpu_state_changes_name_other_processes_limits_and_throttling() -> None:

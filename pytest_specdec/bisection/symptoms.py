@@ -27,6 +27,7 @@ import scipy.stats as sps
 
 from pytest_specdec.bisection.delta import Outcome
 from pytest_specdec.core.metric_table import EXACT_FIELDS
+from pytest_specdec.core.stats import geometric_mean
 from pytest_specdec.judge import sequential
 
 __all__ = [
@@ -233,9 +234,3 @@ def pairs_to_split(level: float, sd: float, look: sequential.Design) -> int:
         return sys.maxsize
     z = float(sps.norm.ppf(1.0 - look.alpha_per_look))
     return max(1, math.ceil((z * sd / distance) ** 2))
-
-
-def geometric_mean(ratios: Sequence[float]) -> float | None:
-    """The geometric mean of positive ratios (None without one)."""
-    s = [r for r in ratios if r > 0]
-    return math.exp(sum(math.log(r) for r in s) / len(s)) if s else None

@@ -16,10 +16,15 @@ from typing import Any
 
 import psutil
 
-__all__ = ["LOAD_CHANGE", "STEAL_CHANGE_PCT", "CLOCK_CHANGE", "snapshot", "state_changes", "runner_entry"]
+__all__ = ["LOAD_CHANGE", "SHARE_CHANGE", "STEAL_CHANGE_PCT", "CLOCK_CHANGE", "snapshot", "state_changes",
+           "runner_entry"]
 
 #: A change of the 1-minute load average per CPU by more than this is a changed runner state (e.g. 2 CPUs, 1 -> 3).
 LOAD_CHANGE = 0.5
+#: On an oversubscribed runner (load per CPU above 1) a process gets about 1 / (load per CPU) of a CPU: a change of
+#: that share by more than this fraction is a changed state too (2 CPUs, load 4.9 -> 5.8: share 41% -> 34%, -16%;
+#: seen beside a raw tok/s x0.635 that no runner line explained).
+SHARE_CHANGE = 0.15
 #: A change of the CPU steal share by more than this many percentage points is a changed state.
 STEAL_CHANGE_PCT = 5.0
 #: A relative change of a GPU's application clock or power limit by more than this is a changed state. (The current
@@ -132,14 +137,20 @@ def state_changes(base: Mapping[str, Any] | None, current: Mapping[str, Any] | N
     """What changed in the runner's state between two measurements (``fingerprint["runner"]``), one line each:
     ``load average per CPU 0.4 -> 2.3 (2 CPUs)``, ``CPU steal 0% -> 12%``, ``other GPU processes: none -> 4242
     python 20000 MiB``, ``GPU 0 power limit 700 -> 500 W``, ``GPU 0 throttled: HW thermal``. Empty when either side
-    has no record (older runs) or nothing moved beyond :data:`LOAD_CHANGE`, :data:`STEAL_CHANGE_PCT`,
-    :data:`CLOCK_CHANGE`."""
+    has no record (older runs) or nothing moved beyond :data:`LOAD_CHANGE` (or :data:`SHARE_CHANGE` on an
+    oversubscribed runner), :data:`STEAL_CHANGE_PCT`, :data:`CLOCK_CHANGE`."""
     if not base or not current:
         return []
     lines = []
     lb, lc = _load_per_cpu(base), _load_per_cpu(current)
-    if lb is not None and lc is not None and abs(lc - lb) > LOAD_CHANGE:
-        lines.append(f"load average per CPU {lb:.2g} -> {lc:.2g} ({current.get('cpus')} CPUs)")
+    if lb is not None and lc is not None:
+        share_b, share_c = 1 / max(lb, 1.0), 1 / max(lc, 1.0)
+        moved = abs(share_c - share_b) / max(share_b, share_c) > SHARE_CHANGE
+        if abs(lc - lb) > LOAD_CHANGE or moved:
+            line = f"load average per CPU {lb:.2g} -> {lc:.2g} ({current.get('cpus')} CPUs)"
+            if moved:
+                line += f": a process's CPU share ~{share_b:.0%} -> ~{share_c:.0%}"
+            lines.append(line)
     sb, sc = base.get("steal_pct"), current.get("steal_pct")
     if isinstance(sb, int | float) and isinstance(sc, int | float) and abs(sc - sb) > STEAL_CHANGE_PCT:
         lines.append(f"CPU steal {sb:g}% -> {sc:g}%")

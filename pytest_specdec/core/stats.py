@@ -36,6 +36,7 @@ __all__ = [
     "EXACT_LIMIT",
     "Summary",
     "WorseTest",
+    "geometric_mean",
     "mad_sigma",
     "repeat_summary",
     "worse_test",
@@ -261,3 +262,10 @@ def pooled_sigma(*groups: Sequence[float | None]) -> float:
     if len(devs) < 2:
         return 0.0
     return float(MAD_TO_SIGMA * np.median(np.abs(np.asarray(devs))))
+
+
+def geometric_mean(values: Sequence[float]) -> float | None:
+    """exp(mean(log v)) over the positive ``values`` (None without one): how ratios (speedups, a compare row's ``x``
+    estimate) and throughputs average, on the log scale their verdicts are judged on (``judge.sequential``)."""
+    s = [v for v in values if v > 0]
+    return math.exp(sum(math.log(v) for v in s) / len(s)) if s else None

@@ -307,11 +307,19 @@ def compare_results(
             f"throughput and latency judged twice: raw (a slowdown of both arms alike: runner load, a lost NCCL env, "
             f"a driver) and as the ratio to the paired {vs!r} arm measured with them (the target alone)"
         )
-        both = [r.metric for r in rows if r.basis == "raw" and r.regressed and not ratio_rows[r.metric].regressed]
+        raw_regressed = [r for r in rows if r.basis == "raw" and r.regressed]
+        # "Held" only where the ratio row was decided ok: an undecided ratio may still be the target alone.
+        both = [r.metric for r in raw_regressed if ratio_rows[r.metric].verdict in ("ok", "improved")]
         if both:
             notes.append(
                 f"{', '.join(both)}: both arms slower alike (raw REGRESSED, the ratio to {vs!r} held): a change of the "
                 "runner or of something both servers share; see the runner state and fingerprint lines"
+            )
+        open_ratio = [r.metric for r in raw_regressed if ratio_rows[r.metric].undecided]
+        if open_ratio:
+            notes.append(
+                f"{', '.join(open_ratio)}: raw REGRESSED, the ratio to {vs!r} undecided: both arms slower, or the "
+                "target alone; more pairs would tell which"
             )
     if any(r.basis == "exact" for r in rows):
         notes.append(
@@ -562,8 +570,9 @@ def _compared(
     else:
         if min(b + c) <= 0:
             return None
-        base = math.exp(history.mean) if history is not None else math.exp(sum(map(math.log, b)) / len(b))
-        cur = math.exp(sum(map(math.log, c)) / len(c))
+        g_base, g_cur = stats.geometric_mean(b), stats.geometric_mean(c)
+        assert g_base is not None and g_cur is not None  # every value positive
+        base, cur = (math.exp(history.mean) if history is not None else g_base), g_cur
     delta = cur - base
     return _Change(base, cur, delta, delta / abs(base) * 100.0 if base else None)
 
