@@ -66,9 +66,16 @@ def _profiles_run(root: Path, run_id: str, rows: list[tuple[str, bool, float]]) 
 def test_compare_across_profiles_like_the_plugin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = _profiles_run(tmp_path, "base", [("baseline", False, 1.0), ("eagle3", True, 2.63)])
     shifted = _profiles_run(tmp_path, "cur", [("baseline", False, 1.0), ("eagle3-shifted-layers", True, 2.49)])
-    # Without the mapping the shifted profile has no baseline.
+    # Without the mapping the shifted profile has no baseline, and the output says why and names the option.
     assert main(["compare", str(base), str(shifted)]) == 0
-    assert "no baseline for t.py::test_x[eagle3-shifted-layers]" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "no baseline for t.py::test_x[eagle3-shifted-layers]\n" in out
+    assert (
+        "profiles differ: baseline run base holds baseline, eagle3; current run cur holds baseline, "
+        "eagle3-shifted-layers. A test is compared with the same test of the same profile; to compare "
+        "eagle3-shifted-layers with another profile, add --compare-profile <name> (e.g. --compare-profile eagle3, or "
+        "--compare-profile eagle3-shifted-layers=eagle3)\n"
+    ) in out
     for mapping in ("eagle3", "eagle3-shifted-layers=eagle3"):
         assert main(["compare", str(base), str(shifted), "--compare-profile", mapping]) == 1, mapping
         out = capsys.readouterr().out
@@ -76,6 +83,20 @@ def test_compare_across_profiles_like_the_plugin(tmp_path: Path, capsys: pytest.
         assert "== t.py::test_x[baseline] (profile baseline)" in out  # no speculation: its own baseline
         summary = "specdec compare: 2 compared, 1 regressed, 0 undecided"
         assert summary in out
+
+
+def test_compare_names_no_profile_option_when_the_profiles_match(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A test new in the current run, of a profile the baseline has: no baseline, and no --compare-profile hint."""
+    base = _profiles_run(tmp_path, "base", [("eagle3", True, 2.63)])
+    cur = _profiles_run(tmp_path, "cur", [("eagle3", True, 2.63)])
+    record = ResultStore(tmp_path).load("cur").results[0]
+    extra = ResultRecord("t.py::test_y[eagle3]", "eagle3", record.metrics, record.repeats, record.fingerprint)
+    cur = ResultStore(tmp_path).save(RunFile(run_id="cur", started=0.0, results=(record, extra)))
+    assert main(["compare", str(base), str(cur)]) == 0
+    out = capsys.readouterr().out
+    assert "no baseline for t.py::test_y[eagle3]" in out and "--compare-profile" not in out
 
 
 @pytest.mark.parametrize(

@@ -94,6 +94,29 @@ def profile_mapper(spec: str, base: RunFile, current: RunFile) -> Callable[[Resu
     return baseline_id
 
 
+def _profile_hint(base: RunFile, current: RunFile, missing: Sequence[str]) -> str:
+    """Why tests of ``current`` found no baseline when their profiles are absent from ``base``, naming the option
+    that compares across profiles; ``""`` when every missing test's profile is in ``base``. Example: ``profiles
+    differ: baseline run b holds eagle3; current run c holds eagle3-shifted-layers. A test is compared with the same
+    test of the same profile; to compare eagle3-shifted-layers with another profile, add --compare-profile <name>
+    (e.g. --compare-profile eagle3, or --compare-profile eagle3-shifted-layers=eagle3)``."""
+    have = sorted({r.profile for r in base.results})
+    records = [r for r in (current.find(t) for t in missing) if r is not None and r.profile not in have]
+    if not records or not have:
+        return ""
+    absent = sorted({r.profile for r in records})
+    # The likeliest NAME: a baseline profile of the same kind (speculative or not) as the first unmatched one.
+    first = next(r for r in records if r.profile == absent[0])
+    kind = bool(first.fingerprint.get("speculative"))
+    same = [r.profile for r in base.results if bool(r.fingerprint.get("speculative")) == kind]
+    name = same[0] if same else have[0]
+    shown = ", ".join(absent)
+    return (f"profiles differ: baseline run {base.run_id} holds {', '.join(have)}; current run {current.run_id} holds "
+            f"{', '.join(sorted({r.profile for r in current.results}))}. A test is compared with the same test of the "
+            f"same profile; to compare {shown} with another profile, add --compare-profile <name> (e.g. "
+            f"--compare-profile {name}, or --compare-profile {absent[0]}={name})")  # fmt: skip
+
+
 def compare_command(
     base_ref: str,
     current_ref: str,
@@ -160,6 +183,9 @@ def compare_command(
                   "stored runs of the baseline) would decide it", file=out)  # fmt: skip
     for test_id in result.missing:
         print(f"no baseline for {test_id}", file=out)
+    hint = _profile_hint(base, current, result.missing) if compare_profile is None else ""
+    if hint:
+        print(hint, file=out)
     for message in result.refused:
         print(f"error: {message}", file=err)
     # Decided as pytest decides (verdict.judge_compare): the same rows, the same design, the same history.
