@@ -80,6 +80,32 @@ def test_bisect_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert capsys.readouterr().out == "bisect: good and good have no difference a profile can apply\n"
 
 
+def test_runs_of_different_test_ids_name_the_good_test_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The good run holds its test under another profile's id: the error names --good-test (the option that
+    applies), with the good run's only test as the example; a wrong --good-test is named as such."""
+    (tmp_path / "specdec.yaml").write_text(INCIDENT)
+    profiles = load_profiles(tmp_path / "specdec.yaml")
+    for run_id, name in (("r-good", "good"), ("r-bad", "bad")):
+        record = ResultRecord(f"t.py::test_x[{name}]", name, {}, {}, {"profile_def": profile_definition(
+            profiles.get(name))})  # fmt: skip
+        ResultStore(tmp_path / "results").save(RunFile(run_id, 0.0, results=(record,)))
+    args = ["bisect", "--good", "r-good", "--bad", "r-bad", "--results-dir", str(tmp_path / "results")]
+    assert main(args) == 2
+    assert capsys.readouterr().err == (
+        "ERROR: no test t.py::test_x[bad] in good run r-good (tests: t.py::test_x[good]); --test names the bad run's "
+        "test: when the good run's has another id, add --good-test 't.py::test_x[good]'\n"
+    )
+    assert main([*args, "--good-test", "t.py::test_x[goood]"]) == 2
+    assert capsys.readouterr().err == (
+        "ERROR: --good-test=t.py::test_x[goood]: no such test in good run r-good (tests: t.py::test_x[good])\n"
+    )
+    good, bad, name, *_ = _bisect_inputs(_args(results_dir=str(tmp_path / "results"), good="r-good", bad="r-bad",
+                                               good_test="t.py::test_x[good]", profiles_dir=str(tmp_path)))  # fmt: skip
+    assert name == "good" and bad["speculative"]["aux_hidden_state_layer_ids"] == [0, 1, 2]
+
+
 @pytest.mark.slow
 def test_bisect_names_the_two_causes_of_the_incident_on_the_reference_server(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -142,11 +143,19 @@ def _bisect_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, 
         test = ids[0]
     bad_rec = bad_run.find(test)
     good_rec = good_run.find(args.good_test or test)
-    for run, rec, wanted in ((bad_run, bad_rec, test), (good_run, good_rec, args.good_test or test)):
-        if rec is None:
-            raise CompareError(f"--test={wanted}: no such test in run {run.run_id} (tests: "
-                               f"{', '.join(r.test_id for r in run.results) or 'none'})")  # fmt: skip
-    assert good_rec is not None and bad_rec is not None
+    if bad_rec is None:
+        raise CompareError(f"--test={test}: no such test in bad run {bad_run.run_id} (tests: "
+                           f"{', '.join(r.test_id for r in bad_run.results) or 'none'})")  # fmt: skip
+    if good_rec is None:
+        tests = ", ".join(r.test_id for r in good_run.results) or "none"
+        if args.good_test:
+            raise CompareError(f"--good-test={args.good_test}: no such test in good run {good_run.run_id} (tests: "
+                               f"{tests})")  # fmt: skip
+        # The bad run's test is not in the good run under its id (another profile's test): --good-test names it.
+        ids = [r.test_id for r in good_run.results]
+        example = f" {shlex.quote(ids[0])}" if len(ids) == 1 else " ID"
+        raise CompareError(f"no test {test} in good run {good_run.run_id} (tests: {tests}); --test names the bad "
+                           f"run's test: when the good run's has another id, add --good-test{example}")  # fmt: skip
     fixed = bisection.not_bisectable(good_rec.fingerprint, bad_rec.fingerprint)
     maps = []
     for run, rec in ((good_run, good_rec), (bad_run, bad_rec)):
