@@ -459,6 +459,16 @@ def test_estimate_spans_where_the_single_culprit_of_each_symptom_sits(
     assert bisection.estimate(count, exact=exact, throughput=True) == expected
 
 
+def test_report_counts_one_in_the_singular() -> None:
+    """A fresh-user trial read "1 differences": one of anything is singular (launch, difference, paired ratio)."""
+    diffs = differences(GOOD, {**GOOD, "env": {"SPECDEC_REF_FORWARD_DELAY_MS": "20"}})
+    result = bisection.bisect(GOOD, diffs, SimulatedProbes())
+    assert bisection.report_lines(result)[0].startswith("bisect: 1 cause (1 of 1 difference) in 2 launches, ")
+    stopped = bisection.bisect(GOOD, diffs, SimulatedProbes(budget=1))
+    assert bisection.report_lines(stopped)[0].startswith("bisect stopped (--max-launches 1 spent) after 1 launch, ")
+    assert "[geometric mean of 1 paired ratio, " in bisection.ratio_text([0.9])
+
+
 def test_bisect_beats_one_at_a_time_which_misses_the_joint_cause() -> None:
     diffs = differences(GOOD, BAD)
     single = bisection.one_at_a_time(GOOD, diffs, SimulatedProbes())

@@ -169,7 +169,7 @@ def test_merge_trend(shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture
     pytest.importorskip("matplotlib")
     png = tmp_path / "trend.png"
     assert main(["merge", str(shards), "--results-dir", str(tmp_path / "store"), "--trend", str(png)]) == 0
-    assert f"wrote {png} (1 runs)" in capsys.readouterr().out
+    assert f"wrote {png} (1 run)" in capsys.readouterr().out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

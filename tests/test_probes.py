@@ -106,6 +106,20 @@ def test_runs_of_different_test_ids_name_the_good_test_option(
     assert name == "good" and bad["speculative"]["aux_hidden_state_layer_ids"] == [0, 1, 2]
 
 
+def test_one_difference_is_singular_and_no_launch_stops_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one = INCIDENT.split("  bad:")[0] + '  bad:\n    extends: good\n    env: {SPECDEC_REF_FORWARD_DELAY_MS: "60"}\n'
+    (tmp_path / "specdec.yaml").write_text(one)
+    rc = main(["bisect", str(tmp_path / "specdec.yaml"), "--good", "good", "--bad", "bad", "--max-launches", "0",
+               "--log-dir", str(tmp_path / "logs")])  # fmt: skip
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 3
+    assert out[:2] == ["bisect: 1 difference between good (good) and bad (bad):",
+                       "  env SPECDEC_REF_FORWARD_DELAY_MS: (unset) -> 60"]  # fmt: skip
+    assert out[2].startswith("bisect stopped (--max-launches 0 spent) after 0 launches, ")
+
+
 @pytest.mark.slow
 def test_bisect_names_the_two_causes_of_the_incident_on_the_reference_server(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -73,11 +73,13 @@ def report_lines(result: BisectResult) -> list[str]:
     s = result.symptoms
     symptom_parts = [f"{name} {g:.4g} -> {b:.4g} (exact)" for name, (g, b) in s.exact.items()]
     symptom_parts.append(s.throughput_line)
-    cost = (f"{result.launches} launches, {result.server_s:.0f} server-s, "
+    cost = (f"{result.launches} launch{'es' if result.launches != 1 else ''}, {result.server_s:.0f} server-s, "
             f"{result.wall_s / 60:.1f} min")  # fmt: skip
     lines = []
     n = len(result.causes)
-    found = f"{n} cause{'s' if n != 1 else ''} ({len(result.culprits)} of {len(result.diffs)} differences)"
+    total = len(result.diffs)
+    of = f"{len(result.culprits)} of {total} difference{'s' if total != 1 else ''}"
+    found = f"{n} cause{'s' if n != 1 else ''} ({of})"
     known = found if n else "no cause yet"
     if result.stopped:
         lines.append(f"bisect stopped ({result.stopped}) after {cost}; known so far: {known}")

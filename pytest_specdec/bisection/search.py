@@ -483,7 +483,8 @@ class _Search:
             else f"a steadier workload first (more requests a phase; CUDA graphs on a GPU), or --max-pairs {more}"
         )  # fmt: skip
         self.unsplit = (
-            f"tok/s not bisected: probe {rec.label} stayed undecided after {len(rec.ratios)} pairs (--max-pairs "
+            f"tok/s not bisected: probe {rec.label} stayed undecided after {len(rec.ratios)} "
+            f"pair{'s' if len(rec.ratios) != 1 else ''} (--max-pairs "
             f"{most}) against x{level:.3f}; a probe needs about {need or 'more than ' + str(most)} pairs at the spread "
             f"seen (sd {sd or 0.0:.3f} of a pair's log ratio): to bisect it, {fix}"
         )

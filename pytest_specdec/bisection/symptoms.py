@@ -86,7 +86,9 @@ def ratio_text(ratios: Sequence[float], versus: str = "good") -> str:
     decision = sequential.decide_floor(list(ratios), 1.0, design(max(len(ratios), MIN_PAIRS)))
     if decision.n == 0:
         return "not measured"
-    return f"x{decision.estimate:.3f} of {versus} [geometric mean of {decision.n} paired ratios, {decision.interval()}]"
+    n = decision.n
+    return f"x{decision.estimate:.3f} of {versus} [geometric mean of {n} paired ratio{'s' if n != 1 else ''}, " \
+        f"{decision.interval()}]"  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +144,8 @@ def throughput_line(outcome: str, decision: sequential.Decision, tolerance_rel: 
         return "tok/s not measured"
     if outcome == "undecided" and decision.estimate < 1.0 - tolerance_rel:
         words["undecided"] += ", the estimate beyond it: bisected as suspected"
-    shown = f"x{decision.estimate:.3f} of {versus} [geometric mean of {decision.n} paired ratios, " \
+    n = decision.n
+    shown = f"x{decision.estimate:.3f} of {versus} [geometric mean of {n} paired ratio{'s' if n != 1 else ''}, " \
         f"{decision.interval()}]"  # fmt: skip
     return f"tok/s {shown}: {words[outcome]}"
 
@@ -197,7 +200,8 @@ def judge_throughput(
     if n < points[0]:
         return ProbeVerdict(None, "paired", "", pairs=points[0] - n)
     decision = sequential.decide_floor(list(ratios), midpoint, look)
-    text = (f"tok/s x{decision.estimate:.3f} of {versus} [geometric mean of {n} paired ratios, {decision.interval()}]"
+    text = (f"tok/s x{decision.estimate:.3f} of {versus} [geometric mean of {n} paired ratio{'s' if n != 1 else ''}, "
+            f"{decision.interval()}]"
             f" vs bad x{level:.3f}, midpoint x{midpoint:.3f}")  # fmt: skip
     if decision.verdict == "below":
         return ProbeVerdict("FAIL", "paired", f"{text}: below")
@@ -206,7 +210,7 @@ def judge_throughput(
     later = [p for p in points if p > n]
     if later:
         return ProbeVerdict(None, "paired", text, pairs=later[0] - n)
-    return ProbeVerdict("UNRESOLVED", "paired", f"{text}: undecided after {n} pairs")
+    return ProbeVerdict("UNRESOLVED", "paired", f"{text}: undecided after {n} pair{'s' if n != 1 else ''}")
 
 
 def log_ratio_sd(*samples: Sequence[float]) -> float | None:

@@ -44,7 +44,8 @@ def bisect_command(args: argparse.Namespace) -> int:
         for item in fixed:
             print(f"not bisectable here: {item.line()}")
         return EXIT_FINDINGS
-    print(f"bisect: {len(diffs)} differences between {args.good} (good) and {args.bad} (bad):")
+    print(f"bisect: {len(diffs)} difference{'s' if len(diffs) != 1 else ''} between {args.good} (good) and "
+          f"{args.bad} (bad):")  # fmt: skip
     for d in diffs:
         print(f"  {d.line()}")
     started = clock.now()
@@ -67,11 +68,13 @@ def bisect_command(args: argparse.Namespace) -> int:
         if verdict is not None:
             words = {"FAIL": "reproduces", "PASS": "does not reproduce", "UNRESOLVED": "unresolved"}
             shown = words[verdict.outcome or "UNRESOLVED"]
-            print(f"probe {rec.label}: {shown} [{verdict.basis}: {verdict.line}] ({prober.launches} launches)",
+            n = prober.launches
+            print(f"probe {rec.label}: {shown} [{verdict.basis}: {verdict.line}] ({n} launch{'es' if n != 1 else ''})",
                   flush=True)  # fmt: skip
         elif rec.ratios:
-            print(f"probe {rec.label}: tok/s {bisection.ratio_text(rec.ratios, rec.versus)} ({prober.launches} "
-                  "launches)", flush=True)  # fmt: skip
+            n = prober.launches
+            print(f"probe {rec.label}: tok/s {bisection.ratio_text(rec.ratios, rec.versus)} ({n} "
+                  f"launch{'es' if n != 1 else ''})", flush=True)  # fmt: skip
 
     def estimated(low: int, high: int, why: str) -> None:
         per = (clock.now() - started) / max(prober.launches, 1)

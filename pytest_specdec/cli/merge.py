@@ -68,7 +68,7 @@ def merge_command(
         return EXIT_USAGE
     problems = merge_problems(shards)
     if problems and not force:
-        print(f"ERROR: cannot merge {len(shards)} runs:", file=sys.stderr)
+        print(f"ERROR: cannot merge {len(shards)} run{'s' if len(shards) != 1 else ''}:", file=sys.stderr)
         for problem in problems:
             print(problem, file=sys.stderr)
         return EXIT_REFUSED
@@ -78,7 +78,8 @@ def merge_command(
         print(f"skipped {len(skipped)} JSON file(s) that are not run files, e.g. {skipped[0]}")
     for problem in problems:
         print(f"WARNING (--force): {problem}")
-    print(f"merged {len(shards)} runs ({len(run.results)} results) into {saved}")
+    runs, results = len(shards), len(run.results)
+    print(f"merged {runs} run{'s' if runs != 1 else ''} ({results} result{'s' if results != 1 else ''}) into {saved}")
     for line in summary_lines((r.test_id, r.profile, r.metrics, r.outcome) for r in run.results):
         print(line)
     for path, append in markdown_targets(None if markdown is None else str(markdown), os.environ):
@@ -91,5 +92,5 @@ def merge_command(
         except (ValueError, ImportError) as exc:
             print(f"ERROR: --trend: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        print(f"wrote {out} ({len(drawn)} runs)")
+        print(f"wrote {out} ({len(drawn)} run{'s' if len(drawn) != 1 else ''})")
     return EXIT_OK

@@ -68,5 +68,5 @@ def plot_command(args: argparse.Namespace) -> int:
         print(f"ERROR: {exc}", file=sys.stderr)
         return EXIT_USAGE
     shown = [run for run in unique.values() if any(not args.profile or r.profile in args.profile for r in run.results)]
-    print(f"wrote {out} ({len(shown)} runs)")
+    print(f"wrote {out} ({len(shown)} run{'s' if len(shown) != 1 else ''})")
     return EXIT_OK
