@@ -178,6 +178,24 @@ def test_a_slow_night_that_ended_undecided_is_not_the_next_baseline(pytester: py
                                   f"runs passed over: {_run_id(undecided)} (undecided: compare)"])  # fmt: skip
 
 
+def test_an_unknown_baseline_name_lists_the_saved_names(pytester: pytest.Pytester) -> None:
+    # A fresh-user trial: `--specdec-compare=night-1` where night-2 and release-1 were saved. Nothing is launched.
+    from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
+
+    _project(pytester)
+    store = ResultStore(pytester.path / ".specdec" / "results")
+    record = ResultRecord("t.py::t[baseline]", "baseline", {}, {}, {})
+    store.save(RunFile("20260101T000000Z-aaaaaa", 0.0, results=(record,)))
+    for name in ("release-1", "night-2"):
+        store.save_name(name, "20260101T000000Z-aaaaaa")
+    result = _run(pytester, "--server-profile=baseline", "--specdec-compare=night-1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: --specdec-compare=night-1: no run 'night-1' (did you mean 'night-2'?): not a file and no run id in * "
+        "(1 run stored; saved names: night-2, release-1)"
+    ])  # fmt: skip
+
+
 @pytest.mark.slow
 def test_a_test_path_taken_as_the_baseline_name_gets_the_fix(pytester: pytest.Pytester) -> None:
     # `--specdec-compare test_base.py`: the option's value is optional (as --benchmark-compare's), so argparse gives

@@ -172,7 +172,8 @@ def test_unrecognized_arguments_show_the_subcommand_usage(capsys: pytest.Capture
 
 def test_compare_names_every_missing_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stored = _run(tmp_path, "20260101T000000Z-aaaaaa", [100.0], [2.6])
-    where = f"not a file and no run id in {tmp_path} (1 run stored)"
+    where = (f"not a file and no run id in {tmp_path} (1 run stored; no names saved (pytest --specdec-save NAME, or "
+             "python -m pytest_specdec save RUN NAME))")  # fmt: skip
     assert main(["compare", "v1", "v2", "--results-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"error: BASE: no run 'v1': {where}; CURRENT: no run 'v2': {where}\n"
     # One missing: named alone, whichever it is.
@@ -188,8 +189,9 @@ def test_bisect_without_its_profile_file_says_the_names_were_read_as_runs(
     # A fresh user ran `bisect --good good --bad bad` meaning two profiles: "no run 'good'" alone did not say why.
     assert main(["bisect", "--good", "good", "--bad", "bad", "--results-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (
-        f"ERROR: no run 'good': not a file and no run id in {tmp_path} (0 runs stored); without PROFILE_FILE, --good "
-        "and --bad name stored runs: to bisect two profiles, give their file first (bisect specdec.yaml --good good "
+        f"ERROR: no run 'good': not a file and no run id in {tmp_path} (0 runs stored; no names saved (pytest "
+        "--specdec-save NAME, or python -m pytest_specdec save RUN NAME)); without PROFILE_FILE, --good and --bad name "
+        "stored runs: to bisect two profiles, give their file first (bisect specdec.yaml --good good "
         "--bad bad)\n"
     )
 

@@ -230,7 +230,10 @@ def test_cli_unusable_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["compare", str(base), str(base), "-t", "tok_s:5%"]) == 2
     assert capsys.readouterr().err.startswith("error: bad tolerance 'tok_s:5%': unknown metric 'tok_s'")
     assert main(["compare", "nope", str(base), "--results-dir", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == f"error: no run 'nope': not a file and no run id in {tmp_path} (2 runs stored)\n"
+    assert capsys.readouterr().err == (
+        f"error: no run 'nope': not a file and no run id in {tmp_path} (2 runs stored; no names saved (pytest "
+        "--specdec-save NAME, or python -m pytest_specdec save RUN NAME))\n"
+    )
     assert main(["compare", str(base), str(other)]) == 2
     assert "workload differs from the baseline" in capsys.readouterr().err
     assert main(["compare", str(base), str(other), "--force"]) == 0
@@ -501,6 +504,26 @@ def test_a_mistyped_run_reference_gets_a_suggestion(tmp_path: Path) -> None:
     # A fresh-user trial: `save lastest night-1` said "no run 'lastest'" without suggesting 'latest'.
     with pytest.raises(CompareError, match=r"^no run 'lastest' \(did you mean 'latest'\?\): "):
         ResultStore(tmp_path).resolve("lastest")
+
+
+def test_an_unknown_run_lists_the_saved_names(tmp_path: Path) -> None:
+    """A fresh-user trial gave --specdec-compare=night-1: the message lists the names there are (ten at most, then the
+    count), or says how a run gets one."""
+    store = ResultStore(tmp_path)
+    store.save(RunFile("20260101T000000Z-aaaaaa", 0.0, results=(rec(output_tok_s=[100.0]),)))
+    with pytest.raises(CompareError) as none:
+        store.resolve("night-1")
+    assert str(none.value).endswith("(1 run stored; no names saved (pytest --specdec-save NAME, or python -m "
+                                    "pytest_specdec save RUN NAME))")  # fmt: skip
+    for name in ["night-2", *(f"release-{k:02d}" for k in range(11))]:
+        store.save_name(name, "20260101T000000Z-aaaaaa")
+    with pytest.raises(CompareError) as named:
+        store.resolve("night-1")
+    assert str(named.value) == (
+        f"no run 'night-1' (did you mean 'night-2'?): not a file and no run id in {tmp_path} (1 run stored; saved "
+        "names: night-2, release-00, release-01, release-02, release-03, release-04, release-05, release-06, "
+        "release-07, release-08, ... (12 in all))"
+    )
 
 
 def test_a_baseline_median_of_zero_is_compared_not_crashed() -> None:

@@ -612,6 +612,10 @@ def new_run_id(now: float | None = None) -> str:
 _NAME_FORBIDDEN = set("\\/:*?<>|")
 
 
+#: Saved names an unknown run's message lists, at most.
+_NAMES_SHOWN = 10
+
+
 def check_name(name: str) -> str:
     """A baseline name as given to ``--specdec-save`` or ``save``: returned unchanged when usable.
 
@@ -755,7 +759,12 @@ class ResultStore:
             names = ", ".join(p.stem for p in prefixed[:5])
             raise CompareError(f"run {ref!r} is ambiguous in {self.root}: {names}")
         given = sorted(self.names())
-        known = f"; nor a name: {', '.join(given[:5])}{', ...' if len(given) > 5 else ''}" if given else ""
+        # A fresh user gave --specdec-compare=night-1: the names that exist are what to pick from (or how to make one).
+        if given:
+            more = f", ... ({len(given)} in all)" if len(given) > _NAMES_SHOWN else ""
+            known = f"; saved names: {', '.join(given[:_NAMES_SHOWN])}{more}"
+        else:
+            known = "; no names saved (pytest --specdec-save NAME, or python -m pytest_specdec save RUN NAME)"
         close = difflib.get_close_matches(ref, ["latest", *given], n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise CompareError(f"no run {ref!r}{hint}: not a file and no run id in {self.root} ({len(files)} "
