@@ -372,6 +372,18 @@ def test_cli_bad_profile_file_and_unknown_profile(tmp_path: Path, capsys: pytest
     assert capsys.readouterr().err == f"error: --profile=nope: no such profile in {ok} (available: e3)\n"
 
 
+def test_cli_check_reports_a_broken_extends_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A fresh-user trial: the same `extends` error once per profile inheriting from the broken one (3 lines here).
+    path = tmp_path / "specdec.yaml"
+    path.write_text("profiles:\n  base:\n    server: reference\n    extends: basee\n  eagle3:\n    extends: base\n"
+                    "  eagle3-more:\n    extends: eagle3\n")  # fmt: skip
+    assert main(["check", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {path}:4: profiles.base.extends: no profile 'basee' in this file (did you mean 'base'?) (available: "
+        "base, eagle3, eagle3-more) (inherited through extends: eagle3 -> base; eagle3-more -> eagle3 -> base)\n"
+    )
+
+
 def test_cli_runs_as_a_module(tmp_path: Path) -> None:
     ok = write_profile_file(tmp_path, "num_steps: 3, eagle_topk: 1, num_draft_tokens: 4")
     repo = str(Path(__file__).resolve().parents[1])

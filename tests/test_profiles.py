@@ -109,10 +109,22 @@ def test_model_validator_message_is_unwrapped(in_tmp: Path) -> None:
 
 
 def test_extends_cycle_is_an_error(in_tmp: Path) -> None:
-    write(in_tmp, "profiles:\n  a: {extends: b}\n  b: {extends: a}\n  c: {}\n")
+    # One cycle, one line (from its member first in the file), whichever profile of it or above it was resolved.
+    write(in_tmp, "profiles:\n  a: {extends: b}\n  b: {extends: a}\n  c: {}\n  d: {extends: b}\n")
     assert load_error("specdec.yaml").splitlines() == [
-        "specdec.yaml:2: profiles.a.extends: cycle a -> b -> a; remove one of these 'extends:'",
-        "specdec.yaml:3: profiles.b.extends: cycle b -> a -> b; remove one of these 'extends:'",
+        "specdec.yaml:2: profiles.a.extends: cycle a -> b -> a; remove one of these 'extends:' (inherited through "
+        "extends: d -> b)",
+    ]
+
+
+def test_a_broken_extends_is_reported_once_under_its_profile(in_tmp: Path) -> None:
+    # A fresh-user trial: `check` printed base's unknown parent three times, once per profile inheriting from base.
+    write(in_tmp, "profiles:\n  base: {extends: basee}\n  e: {extends: base}\n  f: {extends: e}\n"
+                  "  g: {extends: [e]}\n  h: {extends: g}\n")  # fmt: skip
+    assert load_error("specdec.yaml").splitlines() == [
+        "specdec.yaml:2: profiles.base.extends: no profile 'basee' in this file (did you mean 'base'?) (available: "
+        "base, e, f, g, h) (inherited through extends: e -> base; f -> e -> base)",
+        "specdec.yaml:5: profiles.g.extends: expected a profile name, got ['e'] (inherited through extends: h -> g)",
     ]
 
 

@@ -70,8 +70,8 @@ def read_profiles(path: str | Path, rules: ProfileRules) -> ProfileSet:
         ``did you mean`` suggestion only for a close match, else the allowed keys), invalid value, ``extends`` to an
         unknown profile or in a cycle. The message has one line per problem, in file order:
         ``FILE:LINE: profiles.NAME.KEY.PATH: what was expected, got VALUE``, LINE being the offending key's (or its
-        block's) line; a problem in a parent profile is reported once, under the parent, with
-        ``(inherited through extends: CHILD -> PARENT)``.
+        block's) line; a problem in a parent profile (a broken ``extends:`` too) is reported once, under the parent,
+        with ``(inherited through extends: CHILD -> PARENT)``; a cycle once, from its member first in the file.
     """
     file = Path(path)
     shown = str(path)
@@ -103,7 +103,17 @@ def read_profiles(path: str | Path, rules: ProfileRules) -> ProfileSet:
         try:
             merged = _resolve_extends(str(name), raw, at)
         except ProfileError as exc:
-            problems.append(str(exc))
+            # Reported once, under the profile whose `extends:` is wrong (exc.profile), as a schema error is: a profile
+            # that inherits it is named in the "inherited through" note, not given the same line again.
+            heirs = schema.setdefault(str(exc), [])
+            chain = chains[str(name)]
+            last = raw.get(chain[-1])
+            back = last.get("extends") if isinstance(last, dict) else None
+            reached = chain.index(back) if isinstance(back, str) and back in chain else None  # a cycle: where it starts
+            if reached is None and exc.profile in chain[1:]:
+                reached = chain.index(exc.profile)
+            if reached:  # not for the profile itself, nor for a member of the cycle
+                heirs.append(" -> ".join(chain[: reached + 1]))
             continue
         merged = _resolve_relative(merged, file.resolve().parent)
         merged["name"] = str(name)
@@ -301,6 +311,10 @@ def _yaml_error(shown: str, text: str, exc: yaml.MarkedYAMLError) -> str:
 def _resolve_extends(name: str, raw: dict[str, Any], at: Callable[..., str]) -> dict[str, Any]:
     """The profile's mapping with its ``extends:`` chain merged in (base first), ``extends`` removed.
 
+    :raises ProfileError: an ``extends:`` that is not a name, names no profile, or closes a cycle; its ``profile`` is
+        the profile whose ``extends:`` it is (for a cycle, the loop's member first in the file), so that every profile
+        above it reports the same message.
+
     :param at: key path from the file's root -> ``FILE:LINE`` (``load_profiles``).
     """
     chain = [name]
@@ -310,20 +324,25 @@ def _resolve_extends(name: str, raw: dict[str, Any], at: Callable[..., str]) -> 
         where = at("profiles", chain[-1], "extends")
         if not isinstance(parent, str):
             raise ProfileError(
-                f"{where}: profiles.{chain[-1]}.extends: expected a profile name, got {parent!r}", profile=name
+                f"{where}: profiles.{chain[-1]}.extends: expected a profile name, got {parent!r}", profile=chain[-1]
             )
         if parent in chain:
-            cycle = " -> ".join([*chain, parent])
-            where = at("profiles", name, "extends")
+            # The loop alone, from its member first in the file: every profile in or above it reports the same one.
+            loop = chain[chain.index(parent) :]
+            order = list(map(str, raw))
+            first = min(loop, key=order.index)
+            loop = loop[loop.index(first) :] + loop[: loop.index(first)]
+            cycle = " -> ".join([*loop, first])
+            where = at("profiles", first, "extends")
             raise ProfileError(
-                f"{where}: profiles.{name}.extends: cycle {cycle}; remove one of these 'extends:'", profile=name
+                f"{where}: profiles.{first}.extends: cycle {cycle}; remove one of these 'extends:'", profile=first
             )
         if parent not in raw or not isinstance(raw[parent], dict):
             available = ", ".join(sorted(map(str, raw)))
             raise ProfileError(
                 f"{where}: profiles.{chain[-1]}.extends: no profile {parent!r} in this file"
                 f"{did_you_mean(parent, list(map(str, raw)))} (available: {available})",
-                profile=name,
+                profile=chain[-1],
             )
         chain.append(parent)
         body = raw[parent]
