@@ -120,6 +120,49 @@ def test_one_difference_is_singular_and_no_launch_stops_at_once(
     assert out[2].startswith("bisect stopped (--max-launches 0 spent) after 0 launches, ")
 
 
+def test_the_estimate_counts_server_starts_and_the_paired_phases(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh-user trial read "2-2 launches ... ~1.4 min" (GOOD's start and 2 phases, times 2) for a bisect that
+    took 5.5 min: BAD's paired tok/s phases, up to --max-pairs of them, were in no figure. GOOD here: 25 s to start,
+    then 2 phases of 8 s (41 s in all)."""
+    from pytest_specdec import bisection
+    from pytest_specdec.cli import bisect as cli_bisect
+    from pytest_specdec.core import clock
+    from pytest_specdec.core.errors import SpecdecError
+
+    now = [1000.0]
+    monkeypatch.setattr(clock, "now", lambda: now[0])
+
+    class GoodMeasured:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            self.launches, self.server_s, self.start_s, self.phase_s = 0, 0.0, None, None
+
+        def close(self) -> None:
+            pass
+
+    def bisect(good: object, diffs: object, prober: GoodMeasured, **kwargs: object) -> None:
+        prober.launches, prober.start_s, prober.phase_s = 1, 25.0, 8.0
+        now[0] += 41.0
+        on_estimate = kwargs["on_estimate"]
+        assert callable(on_estimate)
+        on_estimate(2, 2, "if each symptom has one cause (before the symptoms are known)")
+        raise SpecdecError("stopped here by the test")
+
+    monkeypatch.setattr(cli_bisect, "Prober", GoodMeasured)
+    monkeypatch.setattr(bisection, "bisect", bisect)
+    one = INCIDENT.split("  bad:")[0] + '  bad:\n    extends: good\n    env: {SPECDEC_REF_FORWARD_DELAY_MS: "60"}\n'
+    (tmp_path / "specdec.yaml").write_text(one)
+    assert main(["bisect", str(tmp_path / "specdec.yaml"), "--good", "good", "--bad", "bad"]) == 1
+    estimate = [line for line in capsys.readouterr().out.splitlines() if line.startswith("estimate:")]
+    # 41 s + BAD (25 s start, 2 phases) + 3..24 pairs of two 8 s phases: 130..466 s.
+    assert estimate == [
+        "estimate: 2 launches if each symptom has one cause (before the symptoms are known): ~2.2-7.8 min from the "
+        "start at the pace so far (25 s to start GOOD, 8 s a phase; BAD's tok/s: 3-24 pairs of ~16 s); each probe "
+        "measured for tok/s adds 3-24 pairs (~0.8-6.4 min)"
+    ]
+
+
 @pytest.mark.slow
 def test_bisect_names_the_two_causes_of_the_incident_on_the_reference_server(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -132,8 +175,10 @@ def test_bisect_names_the_two_causes_of_the_incident_on_the_reference_server(
     assert rc == 0, out
     # A progress line per launch, the estimate once GOOD was measured.
     assert re.search(r"^launch 1: good: ready in \d+ s \([\d.]+ min so far\)$", out, re.M), out
-    assert re.search(r"^estimate: 4-12 launches if each symptom has one cause \(before the symptoms are known\), "
-                     r"~[\d.]+-[\d.]+ min at \d+ s a launch", out, re.M), out  # fmt: skip
+    assert re.search(r"^estimate: 4-12 launches if each symptom has one cause \(before the symptoms are known\): "
+                     r"~[\d.]+-[\d.]+ min from the start at the pace so far \(\d+ s to start GOOD, \d+ s a phase; "
+                     r"BAD's tok/s: 3-24 pairs of ~\d+ s\); each probe measured for tok/s adds 3-24 pairs", out,
+                     re.M), out  # fmt: skip
     # The exact symptom first, the aux ids probed alone first (one measured phase decides), then tok/s with the aux
     # ids on both sides: good, bad, 2 probes.
     head = re.fullmatch(r"bisect: 2 causes \(2 of 5 differences\) in 4 launches, (\d+) server-s, [\d.]+ min", report[0])

@@ -71,6 +71,9 @@ class Prober:
         self.server_s = 0.0
         #: Seconds the first (GOOD's) server took to be ready: the estimate's start time.
         self.start_s: float | None = None
+        #: Seconds and count of the phases measured so far (a pair is two), for :attr:`phase_s`.
+        self._phase_time = 0.0
+        self._phase_count = 0
         self.good_key = launch_key(good)
         self.good_profile = self.profile(good, "good")
         if pairing.pairing_mode(self.good_profile) != "interleaved":
@@ -154,6 +157,15 @@ class Prober:
         # Same process, the probe's workload (a workload-only difference needs no launch).
         return server if server.profile == profile else dataclasses.replace(server, profile=profile)
 
+    @property
+    def phase_s(self) -> float | None:
+        """Mean seconds of one measured phase so far (exact phases and either arm of a pair), None before any."""
+        return self._phase_time / self._phase_count if self._phase_count else None
+
+    def _phases_took(self, since: float, count: int) -> None:
+        self._phase_time += clock.now() - since
+        self._phase_count += count
+
     def running(self) -> str | None:
         """The launch key of the probe server running now (None: only the good one)."""
         return self._probe[0] if self._probe is not None else None
@@ -166,7 +178,9 @@ class Prober:
         """
         server = self._server(config, label)
         prompts = runner.profile_prompts(server.profile)
+        since = clock.now()
         measured = [runner.measure(server, prompts=prompts) for _ in range(max(phases, 1))]
+        self._phases_took(since, len(measured))
         out: dict[str, list[float]] = {}
         for name in EXACT_FIELDS:
             values = [getattr(m.metrics, name) for m in measured]
@@ -182,7 +196,10 @@ class Prober:
         """
         server = self._server(config, label)
         offset = self._pairs.get(label, 0)
-        arms = pairing.measure_interleaved(server, self._good_server(), count, offset=offset)
+        reference = self._good_server()
+        since = clock.now()
+        arms = pairing.measure_interleaved(server, reference, count, offset=offset)
+        self._phases_took(since, 2 * count)
         self._pairs[label] = offset + count
         return arms.ratios("output_tok_s")
 

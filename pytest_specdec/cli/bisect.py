@@ -14,6 +14,7 @@ from typing import Any
 
 from pytest_specdec import bisection
 from pytest_specdec.bisection.probes import Prober, profile_mapping
+from pytest_specdec.bisection.symptoms import design
 from pytest_specdec.cli.exits import EXIT_FINDINGS, EXIT_OK, EXIT_STOPPED, EXIT_USAGE
 from pytest_specdec.core import clock
 from pytest_specdec.core.errors import CompareError, ProfileError, SpecdecError
@@ -76,11 +77,15 @@ def bisect_command(args: argparse.Namespace) -> int:
             print(f"probe {rec.label}: tok/s {bisection.ratio_text(rec.ratios, rec.versus)} ({n} "
                   f"launch{'es' if n != 1 else ''})", flush=True)  # fmt: skip
 
+    looks = design(args.max_pairs).points
+    estimates = 0
+
     def estimated(low: int, high: int, why: str) -> None:
-        per = (clock.now() - started) / max(prober.launches, 1)
-        start = f"{prober.start_s:.0f} s" if prober.start_s is not None else "?"
-        line = (f"estimate: {low}-{high} launches {why}, ~{low * per / 60:.1f}-{high * per / 60:.1f} min at "
-                f"{per:.0f} s a launch (good's: {start} to start, then its measuring)")  # fmt: skip
+        nonlocal estimates
+        estimates += 1
+        line = _estimate_line(low, high, why, elapsed=clock.now() - started, launched=prober.launches,
+                              start_s=prober.start_s, phase_s=prober.phase_s, pairs=(looks[0], looks[-1]),
+                              bad_next=estimates == 1)  # fmt: skip
         if args.max_launches:
             line += f"; --max-launches {args.max_launches} stops it at {args.max_launches}"
         print(line, flush=True)
@@ -110,6 +115,49 @@ def bisect_command(args: argparse.Namespace) -> int:
     if result.culprits:
         print("exit 1: culprits named, but a symptom was not bisected (the line above says what would bisect it)")
     return EXIT_FINDINGS
+
+
+def _estimate_line(
+    low: int,
+    high: int,
+    why: str,
+    *,
+    elapsed: float,
+    launched: int,
+    start_s: float | None,
+    phase_s: float | None,
+    pairs: tuple[int, int],
+    bad_next: bool,
+) -> str:
+    """The estimate line: ``low``-``high`` launches in all (``bisection.estimate``), and the minutes they take at the
+    pace measured so far: ``elapsed`` seconds for the ``launched`` servers, then for each launch left GOOD's start
+    (``start_s``) and a phase (``phase_s``, the mean measured phase); with ``bad_next`` (the first estimate, BAD not
+    measured yet) BAD's second phase and its paired tok/s phases, ``pairs`` (first look, --max-pairs) pairs of two
+    phases. A probe measured for tok/s adds pairs too; how many probes are, the symptoms decide, so the line says
+    what one adds. Example: ``estimate: 2 launches if each symptom has one cause (before the symptoms are known):
+    ~2.2-7.8 min from the start at the pace so far (25 s to start GOOD, 8 s a phase; BAD's tok/s: 3-24 pairs of
+    ~16 s); each probe measured for tok/s adds 3-24 pairs (~0.8-6.4 min)``."""
+    count = f"{low} launch{'es' if low != 1 else ''}" if low == high else f"{low}-{high} launches"
+    line = f"estimate: {count} {why}"
+    if start_s is None or phase_s is None:
+        return line
+    each, pair = start_s + phase_s, 2 * phase_s
+    fewest = elapsed + max(low - launched, 0) * each
+    most = elapsed + max(high - launched, 0) * each
+    bad = ""
+    if bad_next:
+        fewest += phase_s + pairs[0] * pair
+        most += phase_s + pairs[1] * pair
+        bad = f"; BAD's tok/s: {pairs[0]}-{pairs[1]} pairs of ~{pair:.0f} s"
+    return (f"{line}: ~{_minutes(fewest, most)} from the start at the pace so far ({start_s:.0f} s to start GOOD, "
+            f"{phase_s:.0f} s a phase{bad}); each probe measured for tok/s adds {pairs[0]}-{pairs[1]} pairs "
+            f"(~{_minutes(pairs[0] * pair, pairs[1] * pair)})")  # fmt: skip
+
+
+def _minutes(low_s: float, high_s: float) -> str:
+    """``1.3-6.8 min``, or ``1.3 min`` when both round alike."""
+    low, high = f"{low_s / 60:.1f}", f"{high_s / 60:.1f}"
+    return f"{low} min" if low == high else f"{low}-{high} min"
 
 
 class _Terminated(KeyboardInterrupt):
