@@ -19,6 +19,7 @@ from pytest_specdec.cli.compare import compare_command
 
 DATA = Path(__file__).parent / "data" / "sglang" / "0.5.17-graphs" / "nightly"
 GATE = DATA.parent / "gate"
+HALT = DATA.parent / "halt"
 ROW = re.compile(r"^[a-z_0-9\[\]]+(?: / \w+)?\s+(?:higher|lower)\s+")
 
 
@@ -57,8 +58,11 @@ def _compare(tmp_path: Path, base: str, current: str, data: Path = DATA) -> tupl
         (GATE, "gate-1", "gate-2", 0),
         (GATE, "gate-1", "gate-3", 0),
         (GATE, "gate-1", "gate-4", 1),
+        # The aux-id night again, with the halt: its compare stopped at the first look (3 repeats, not 16).
+        (HALT, "night-1c", "night-4c", 1),
+        (HALT, "night-1c", "night-2c", 0),
     ],
-    ids=["night-4", "night-2", "gate-2", "gate-3", "gate-4"],
+    ids=["night-4", "night-2", "gate-2", "gate-3", "gate-4", "night-4-halted", "night-2-after-halt"],
 )
 def test_the_compare_command_decides_every_row_as_pytest_did_on_the_gpu(
     tmp_path: Path, data: Path, base: str, current: str, exit_code: int
@@ -104,3 +108,15 @@ def test_the_gate_fails_a_launch_flag_of_minus_19_percent_on_tok_s_its_figures_a
     assert re.search(r"^accept_length +higher +2\.804 +2\.804 .* ok$", eagle3, re.M)
     tok_s = r"^output_tok_s +higher +550\.8 +446\.1 +-104\.7 +-19\.0% +15% .* REGRESSED \(x0\.81, "
     assert re.search(tok_s, eagle3, re.M), eagle3
+
+
+def test_the_halted_aux_id_night_is_judged_by_the_command_at_the_repeats_pytest_stopped_at(tmp_path: Path) -> None:
+    # H200, 2026-12-04 (fifth): the exact rows regressed at the first look, so pytest measured eagle3 no further
+    # (3 repeats, 6.8 server-s; the same night measured 16 repeats, 27.0 server-s, before the halt). The command
+    # reads those 3 repeats at the stored design: the same rows, tok/s left undecided, exit 1 on the exact rows.
+    code, out = _compare(tmp_path, "night-1c", "night-4c", HALT)
+    assert code == 1
+    eagle3 = out[out.index("test_profile_thresholds[eagle3]"):]
+    assert re.search(r"^accept_length +higher +2\.804 +2\.352 .* REGRESSED \(exact\)$", eagle3, re.M), eagle3
+    assert re.search(r"^output_tok_s +higher .* undecided \(x0\.988, CI 0\.8218-1\.187 \(98\.0%\), n=3\)$", eagle3,
+                     re.M), eagle3  # fmt: skip
