@@ -637,10 +637,10 @@ def judge_compare(
                 _worth_measuring(base, current, r, design, history) for r in comparison.undecided
             ):
                 break
-            if comparison.failed and (settled or any(r.basis == "exact" for r in comparison.regressions)):
+            if comparison.failed:
                 # A regressed row is final at its look (exact, or its interval spent at this look's alpha): the
-                # compare has failed, and its open rows would cost repeats of a night already red. Before the third
-                # look a statistical regression measures on: 2 repeats left a -87% tok/s row undecided beside it.
+                # compare has failed, and its open rows would cost repeats of a night already red (replayed: a 20%
+                # regression decided after 3 pairs, not 5; the open rows, even a -87% tok/s at 2 repeats, say so).
                 stopped_at_failure = design.may_continue(n, server_s())
                 break
         if not design.may_continue(n, server_s()):
