@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import importlib.metadata
 import json
+import re
 import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -211,3 +212,16 @@ def plugin_args() -> list[str]:
         return []
     except importlib.metadata.PackageNotFoundError:
         return ["-p", "pytest_specdec.plugin"]
+
+
+def assert_tok_s_regressed_or_left_open(out: str) -> None:
+    """A failed compare's ``output_tok_s`` row (tolerance 5%) is REGRESSED on its interval, or left open with its
+    interval under the ``not measured further`` line: the compare stops at the look at which a row regressed, and a
+    latency row may regress first (flake hunt seeds 241, 250)."""
+    tok_s = re.search(r"^output_tok_s +higher .* -\d+\.\d% +5% .*(REGRESSED|undecided) \(x0\.\d+, CI .*, n=\d+\)$", out,
+                      re.M)  # fmt: skip
+    assert tok_s, out
+    if tok_s.group(1) == "undecided":
+        assert re.search(r"^\d+ undecided rows? not measured further: the compare had regressed at \d+ repeats$", out,
+                         re.M), out  # fmt: skip
+

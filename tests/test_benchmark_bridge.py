@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,11 +95,8 @@ def test_json_entry_is_seconds_per_token_with_extra_info(
     assert "gpus" in data["machine_info"] and "pytest_specdec" in data["machine_info"]
 
 
-def test_repeats_a_later_test_measured_join_the_entry(
-    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A fresh-user trial read pytest-benchmark's "Rounds 3" beside the summary's "5 repeats" of one profile: the
-    second test had measured two more (``MeasureHandle.more``). The entry holds every repeat."""
+def _five_repeats_entry(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The entry after a first measurement of 3 repeats (100, 80, 90 tok/s) and 2 more (70, 60): every repeat in it."""
     monkeypatch.setenv("SPECDEC_TOKS", "100,80,90")
     monkeypatch.setenv("SPECDEC_MORE", ",70,60")
     result = project.runpytest_subprocess("--benchmark-json=out.json", "-p", "no:cacheprovider", "-p", "no:randomly",
@@ -106,10 +104,19 @@ def test_repeats_a_later_test_measured_join_the_entry(
     result.assert_outcomes(passed=2)
     (entry,) = json.loads((project.path / "out.json").read_text())["benchmarks"]
     assert entry["stats"]["rounds"] == 5
-    assert entry["stats"]["data"] == [2.0 / 200, 2.0 / 160, 2.0 / 180, 2.0 / 140, 2.0 / 120]
     specdec = entry["extra_info"]["specdec"]
     assert specdec["per_repeat"]["output_tok_s"] == [100.0, 80.0, 90.0, 70.0, 60.0]
     assert specdec["metrics"]["output_tok_s"] == 80.0
+    return dict(entry)
+
+
+def test_repeats_a_later_test_measured_join_the_entry(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh-user trial read pytest-benchmark's "Rounds 3" beside the summary's "5 repeats" of one profile: the
+    second test had measured two more (``MeasureHandle.more``). The entry holds every repeat."""
+    entry = _five_repeats_entry(project, monkeypatch)
+    assert entry["stats"]["data"] == [2.0 / 200, 2.0 / 160, 2.0 / 180, 2.0 / 140, 2.0 / 120]
 
 
 def test_repeats_the_tests_own_verdicts_measured_join_the_entry(
@@ -117,18 +124,11 @@ def test_repeats_the_tests_own_verdicts_measured_join_the_entry(
 ) -> None:
     """A fresh-user trial read "Rounds 3" and the first 3 repeats' median where the compare of the same test had
     measured to 8: the entry is recorded by the fixture, before the verdicts measure on. ``extend`` adds them."""
-    monkeypatch.setenv("SPECDEC_TOKS", "100,80,90")
     monkeypatch.setenv("SPECDEC_VERDICTS_MEASURED", "70,60")
-    monkeypatch.setenv("SPECDEC_MORE", ",70,60")
-    result = project.runpytest_subprocess("--benchmark-json=out.json", "-p", "no:cacheprovider", "-p", "no:randomly",
-                                          timeout=120)  # fmt: skip
-    result.assert_outcomes(passed=2)
-    (entry,) = json.loads((project.path / "out.json").read_text())["benchmarks"]
-    assert entry["stats"]["rounds"] == 5 and entry["stats"]["median"] == 2.0 / 160
-    specdec = entry["extra_info"]["specdec"]
-    assert specdec["per_repeat"]["output_tok_s"] == [100.0, 80.0, 90.0, 70.0, 60.0]
-    assert specdec["metrics"]["output_tok_s"] == 80.0
-    assert specdec["tests"] == ["test_specdec.py::test_tok_s[eagle3]", "test_specdec.py::test_same_profile_again"]
+    entry = _five_repeats_entry(project, monkeypatch)
+    assert entry["stats"]["median"] == 2.0 / 160
+    tests = entry["extra_info"]["specdec"]["tests"]
+    assert tests == ["test_specdec.py::test_tok_s[eagle3]", "test_specdec.py::test_same_profile_again"]
 
 
 @pytest.mark.slow
