@@ -157,6 +157,19 @@ def test_merge_help_lists_its_options(capsys: pytest.CaptureFixture[str]) -> Non
         assert f"  {option}" in out
 
 
+@pytest.mark.parametrize(("value", "message"), [("0", "0: at least 2 (one pair has no spread to judge)"),
+                                                ("abc", "invalid int value: 'abc'")])  # fmt: skip
+def test_bisect_refuses_a_pair_budget_that_cannot_decide(
+    value: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A fresh-user trial's --max-pairs 0 launched servers for a minute before being killed: refused before any launch.
+    with pytest.raises(SystemExit) as info:
+        main(["bisect", "specdec.yaml", "--good", "a", "--bad", "b", "--max-pairs", value])
+    assert info.value.code == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last == f"python -m pytest_specdec bisect: error: argument --max-pairs: {message}"
+
+
 def test_unrecognized_arguments_show_the_subcommand_usage(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["merge", "x", "--bogus"])

@@ -336,6 +336,39 @@ def test_server_url_must_be_http_and_a_dead_url_fails_fast(project: pytest.Pytes
     result.stdout.fnmatch_lines(["*cannot connect for 1 s (ConnectError: *is the server running and is the URL*"])
 
 
+def test_a_url_whose_health_is_no_route_fails_fast_naming_the_status(project: pytest.Pytester) -> None:
+    """A wrong port that lands on another web service (a fresh-user trial: /health answered 404 and pytest waited out
+    the 900 s startup budget in silence): after the grace, an error that names the status and the server software."""
+    import http.server
+    import threading
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        server_version = "keryx"
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            self.send_error(404)
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.send_error(404)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    grace = "import pytest_specdec.serve.startup\npytest_specdec.serve.startup.REFUSED_GRACE_S = 1.0\n"
+    try:
+        project.makeconftest(grace)
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        result = project.runpytest_subprocess("--server-profile=eagle3", f"--server-url={url}", timeout=120)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*GET /health answered 404 Not Found for 1 s (Server: keryx*): no health route there, "
+                                 "so not an SGLang or vLLM server *; is the URL's port right?*"])  # fmt: skip
+
+
 def test_missing_prompt_file_and_api_key_env_stop_before_launch(pytester: pytest.Pytester) -> None:
     pytester.makefile(
         ".yaml",

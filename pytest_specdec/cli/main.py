@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from pytest_specdec.cli.exits import EXIT_USAGE
@@ -291,12 +291,27 @@ def _build_parser() -> argparse.ArgumentParser:
                         "<profiles> in the recorded profile stands for (default: the working directory)")  # fmt: skip
     bisect.add_argument("--log-dir", metavar="DIR", default=".specdec/logs", help="server logs, bisect-<launch>.log "
                         "(default: .specdec/logs; servers are recorded for reap in its parent)")  # fmt: skip
-    bisect.add_argument("--max-pairs", metavar="N", type=int, default=24, help="pairs of phases after which an open "
-                        "throughput verdict is undecided, a probe unresolved (default: 24)")  # fmt: skip
+    bisect.add_argument("--max-pairs", metavar="N", type=_at_least(2, "one pair has no spread to judge"), default=24,
+                        help="pairs of phases after which an open throughput verdict is undecided, a probe "
+                        "unresolved (default: 24; at least 2)")  # fmt: skip
     bisect.add_argument("--max-launches", metavar="N", type=int, default=None, help="launch at most N servers, "
                         "then stop and report what is known (default: no limit)")  # fmt: skip
     bisect.set_defaults(func=_cmd_bisect)
     return parser
+
+
+def _at_least(low: int, why: str) -> Callable[[str], int]:
+    """An argparse ``type``: an int of at least ``low``; below it, argparse's usage error with ``why`` (a fresh-user
+    trial gave ``bisect --max-pairs 0`` and it launched servers that could never decide)."""
+
+    def parse(text: str) -> int:
+        value = int(text)  # not an int: argparse says "invalid parse value"
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value}: at least {low} ({why})")
+        return value
+
+    parse.__name__ = "int"  # argparse names the type in "invalid int value: 'abc'"
+    return parse
 
 
 # One function per subcommand: each imports its module only when that command runs, so ``--help`` stays fast.

@@ -161,16 +161,16 @@ class Comparison:
 
     def lines(self) -> list[str]:
         """Fixed-width text: the fingerprint diff (``fingerprint: N differences from baseline`` then one indented
-        line each, or ``fingerprint: same as baseline``), notes, then one table row per metric, its verdict with the
+        line each, then the runner-state line; or the runner-state line, then ``fingerprint: same as baseline``),
+        notes, then one table row per metric, its verdict with the
         interval behind it (``REGRESSED (x0.871, CI 0.84-0.90 (99.2%))``)."""
-        out = []
-        if self.runner:
-            out.append(f"runner state changed since the baseline: {'; '.join(self.runner)}")
+        # What changed in the configuration is the likely cause: it comes first, then the runner's state.
+        runner = [f"runner state changed since the baseline: {'; '.join(self.runner)}"] if self.runner else []
         if self.diff:
-            out.append(f"fingerprint: {len(self.diff)} difference{'s' if len(self.diff) != 1 else ''} from baseline")
-            out += [f"  {line}" for line in self.diff]
+            out = [f"fingerprint: {len(self.diff)} difference{'s' if len(self.diff) != 1 else ''} from baseline"]
+            out += [f"  {line}" for line in self.diff] + runner
         else:
-            out.append("fingerprint: same as baseline")
+            out = [*runner, "fingerprint: same as baseline"]
         out += list(self.notes)
         columns = [
             Column("metric"),

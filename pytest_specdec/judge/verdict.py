@@ -196,7 +196,8 @@ def judge_item(
         _rebuild_record(case, measurements, profile.name, vs)
         text = compare_item(case, measurements, outcomes, compare_setup, profile, merged, design, costs)
         if text:
-            failures.append(text)
+            # The compare leads: its fingerprint diff names the likely cause, the thresholds show the symptoms.
+            failures.insert(0, text)
     _rebuild_record(case, measurements, profile.name, vs)
     record_cost(case, measurements, profile.name, vs, costs)
     stopped = None if halt is not None else measurements.more_error(profile.name)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from pytest_specdec.serve.server import ServerHandle
 
 __all__ = [
+    "NOT_A_HEALTH_ROUTE",
     "REFUSED_GRACE_S",
     "ProgressCallback",
     "RunningServer",
@@ -241,11 +242,19 @@ def running_server(
 REFUSED_GRACE_S = 10.0
 
 
+#: ``/health`` answered with these: no such route, so not an inference server's health endpoint (a wrong port that
+#: lands on another web service answered 404 for 15 minutes in a fresh-user trial). SGLang and vLLM answer 200 when
+#: ready and 503 while starting or unhealthy.
+NOT_A_HEALTH_ROUTE = (404, 405)
+
+
 def _wait_url(server: RunningServer, budget_s: float) -> None:
     """Wait for a server we did not start. Fails after ``REFUSED_GRACE_S`` of refused or timed-out connections
-    (nothing listens, a wrong or firewalled host, a dead server) instead of using the whole startup budget."""
+    (nothing listens, a wrong or firewalled host, a dead server), or of a ``/health`` that is no route there
+    (:data:`NOT_A_HEALTH_ROUTE`: another web service), instead of using the whole startup budget."""
     deadline = time.monotonic() + budget_s
     refused_since: float | None = None
+    foreign_since: float | None = None
     where = f"server {server.base_url} (profile {server.profile.name!r}, --server-url/url:)"
     with httpx.Client(
         base_url=server.base_url, headers=bearer_headers(server.api_key), timeout=10.0, verify=tls_context()
@@ -254,8 +263,20 @@ def _wait_url(server: RunningServer, budget_s: float) -> None:
             if server.engine.probe_ready(http, server.profile):
                 return
             try:
-                http.get("/health", timeout=5.0)
+                health = http.get("/health", timeout=5.0)
                 refused_since = None
+                now = time.monotonic()
+                foreign_since = (foreign_since or now) if health.status_code in NOT_A_HEALTH_ROUTE else None
+                if foreign_since is not None and now - foreign_since >= REFUSED_GRACE_S:
+                    software = health.headers.get("server")
+                    raise ServerStartError(
+                        f"{where}: GET /health answered {health.status_code} {health.reason_phrase} for "
+                        f"{REFUSED_GRACE_S:g} s{f' (Server: {software})' if software else ''}: no health route there, "
+                        "so not an SGLang or vLLM server (they answer 200, or 503 while starting); is the URL's port "
+                        "right?",
+                        profile=server.profile.name,
+                        cause="unreachable",
+                    )
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 now = time.monotonic()
                 refused_since = refused_since or now
