@@ -179,6 +179,17 @@ def test_rule2_num_aux_hidden_states_disagrees(tmp_path: Path) -> None:
     assert f.severity == "error" and f.fix == "set num_aux_hidden_states to 3 or remove it"
 
 
+def test_rule2_an_override_of_the_trained_ids_is_named_up_front(tmp_path: Path) -> None:
+    # Shown in pytest's header and by `check` before any server starts (the failure itself names only the symptom).
+    target, draft = make_models(tmp_path)
+    f = only(run_preflight(profile(target, draft, spec={"aux_hidden_state_layer_ids": [0, 1, 2]})),
+             "speculative.aux_hidden_state_layer_ids")  # fmt: skip
+    assert (f.severity, f.value) == ("note", [0, 1, 2])
+    assert f.why == (f"differs from the ids the draft was trained on ([1, 3, 5], {draft / 'config.json'}); a drafter "
+                     "fed other layers accepts fewer drafts (a reported case: 47% -> 19% per draft token)")
+    assert run_preflight(profile(target, draft, spec={"aux_hidden_state_layer_ids": [1, 3, 5]})) == []
+
+
 # ---------------------------------------------------------------- rule 3
 def test_rule3_fc_width_from_the_safetensors_header(tmp_path: Path) -> None:
     target, draft = make_models(tmp_path)

@@ -279,7 +279,8 @@ def compare_lines(outcomes: Outcomes) -> list[Line]:
 #: Under the summary when pytest-benchmark's table follows: why its OPS differs from the summary's tok/s.
 BENCHMARK_OPS_NOTE = (
     "tok/s is the median repeat's; pytest-benchmark's OPS (below) is 1 / the mean seconds per output token over the "
-    "repeats, so the two differ when the repeats spread (its Median column matches tok/s)"
+    "repeats, so the two differ when the repeats spread (its Median column is tok/s's median repeat, inverted; with an "
+    "even number of repeats the two middle ones are averaged in s/token there, in tok/s here)"
 )
 
 
