@@ -228,6 +228,11 @@ def test_top_level_must_be_profiles_mapping(in_tmp: Path) -> None:
     assert load_error("specdec.yaml") == (
         "specdec.yaml: expected a top-level mapping 'profiles:' of name -> profile, got list"
     )
+    # The key right, its value not a mapping (a fresh user read "got keys ['profiles']" and saw nothing wrong).
+    write(in_tmp, "profiles: [1, 2]\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml: expected a top-level mapping 'profiles:' of name -> profile, got 'profiles:' holding a list"
+    )
 
 
 def test_relative_paths_resolve_against_the_yaml_directory(tmp_path: Path) -> None:

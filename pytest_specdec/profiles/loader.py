@@ -172,6 +172,9 @@ def _read_profile_yaml(file: Path, shown: str) -> tuple[dict[str, Any], dict[tup
     if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
         got = type(data).__name__ if not isinstance(data, dict) else f"keys {sorted(map(str, data))}"
         got = "an empty file" if data is None else got
+        if isinstance(data, dict) and "profiles" in data:  # the key is right, its value is not a mapping
+            value = data["profiles"]
+            got = "an empty 'profiles:'" if value is None else f"'profiles:' holding a {type(value).__name__}"
         raise ProfileError(
             f"{shown}: expected a top-level mapping 'profiles:' of name -> profile, got {got}", path=file
         )
