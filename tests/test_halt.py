@@ -111,7 +111,7 @@ def test_an_exact_failure_stops_the_others_measuring(
     assert reason.removeprefix("min_") in verdict.failure
     # Neither undecided at the budget (the summary's line, --specdec-undecided=fail) nor passed: not measured.
     assert verdict.undecided == () and undecided_lines([verdict.record], policy) == []
-    line = f"not measured further vs min 120 (2 repeats measured; eagle3 had already failed {reason})"
+    line = f"not measured further vs min 120 (geometric mean of 2 repeats; eagle3 had already failed {reason})"
     assert any(w.startswith("output_tok_s ") and w.endswith(line) for w in verdict.warnings), verdict.warnings
     assert verdict.checks["min_tok_s"].startswith("not measured: output_tok_s")
     assert verdict.record.cost["verdicts"]["min_tok_s"]["verdict"] == "not measured further"
@@ -135,7 +135,7 @@ def test_an_exact_compare_row_that_regressed_stops_the_thresholds_measuring(tmp_
     assert verdict.failure is not None
     assert re.search(r"^accept_length +higher .* REGRESSED \(exact\)$", verdict.failure, re.M), verdict.failure
     reason = "eagle3's compare had already regressed accept_length (exact)"
-    assert any(w.endswith(f"(2 repeats measured; {reason})") for w in verdict.warnings), verdict.warnings
+    assert any(w.endswith(f"(geometric mean of 2 repeats; {reason})") for w in verdict.warnings), verdict.warnings
     assert verdict.undecided == () and undecided_lines([verdict.record], "fail") == []
 
 

@@ -164,7 +164,7 @@ def test_wrong_layers_fail_accept_rate_tok_s_and_position_floors_with_margins(py
     out = result.stdout.str()
     tok_s = re.search(r"(^|SpecdecWarning: )output_tok_s [\d.]+ tok/s( < min 1e\+06 \(margin -[\d.e+]+, -[\d.]+%\) "
                       r"\[geometric mean; decided after 2 repeats.*\] \[profile eagle3-wrong-layers|: not measured "
-                      r"further vs min 1e\+06 \(2 repeats measured; eagle3-wrong-layers had already failed "
+                      r"further vs min 1e\+06 \(geometric mean of 2 repeats; eagle3-wrong-layers had already failed "
                       r"min_accept_length\))", out, re.M)
     assert tok_s, out
     result.stdout.fnmatch_lines(

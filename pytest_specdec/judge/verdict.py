@@ -363,12 +363,13 @@ NOT_MEASURED = "not measured further"
 
 def _not_measured(check: Check, halt: str, measured: str) -> Check:
     """``check`` (undecided) as a verdict not measured further: ``output_tok_s 95.1 tok/s: not measured further vs
-    min 100 (3 repeats measured; eagle3 had already failed min_accept_length)``."""
+    min 100 (geometric mean of 3 repeats; eagle3 had already failed min_accept_length)``: the figure is the
+    check's estimate, not the summary's median repeat."""
     kind = "min" if check.op == ">=" else "max"
     x = "x" if check.unit == "x" else ""
     unit = x or (f" {check.unit}" if check.unit else "")
     shown = f"{check.label} {check.measured:.4g}{unit}" if check.measured is not None else check.label
-    text = f"{shown}: not measured further vs {kind} {check.threshold:g}{x} ({measured} measured; {halt})"
+    text = f"{shown}: not measured further vs {kind} {check.threshold:g}{x} (geometric mean of {measured}; {halt})"
     return dataclasses.replace(check, passed=True, undecided=False, stopped=halt, text=text)
 
 
