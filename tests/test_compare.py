@@ -221,6 +221,13 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     worse = _write(tmp_path / "exact", "20260104T000000Z-dddddd", rec(fp=exact, accept_length=[2.4, 2.4, 2.4]))
     assert main(["compare", str(base), str(worse)]) == 1  # exact: decided on the first repeat
     assert "specdec compare: 1 compared, 1 regressed, 0 undecided" in capsys.readouterr().out
+    # A regressed test's open rows are counted beside it, not among the undecided tests.
+    worse_open = _write(tmp_path / "exact", "20260106T000000Z-ffffff",
+                        rec(fp=exact, accept_length=[2.4, 2.4, 2.4], output_tok_s=[70.0, 110.0, 85.0]))  # fmt: skip
+    base_open = _write(tmp_path / "exact", "20260107T000000Z-abcabc",
+                       rec(fp=exact, accept_length=[2.6, 2.6, 2.6], output_tok_s=[100.0, 101.0, 99.0]))  # fmt: skip
+    assert main(["compare", str(base_open), str(worse_open), "-t", "output_tok_s:5%"]) == 1
+    assert "specdec compare: 1 compared, 1 regressed (1 undecided row in them), 0 undecided" in capsys.readouterr().out
 
 
 def test_cli_unusable_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

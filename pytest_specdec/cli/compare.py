@@ -193,8 +193,12 @@ def compare_command(
     undecided = [c.test_id for c in result.comparisons if c.undecided and not c.failed]
     suspected = [c.test_id for c in result.comparisons if c.suspected and not c.failed]
     print("", file=out)
+    # Counted per test; a regressed test's open rows are said beside it (a fresh user read "0 undecided" above
+    # tables that each had 3 undecided rows).
+    open_rows = sum(len(c.undecided) for c in result.comparisons if c.failed)
+    in_regressed = f" ({open_rows} undecided row{'s' if open_rows != 1 else ''} in them)" if open_rows else ""
     print(
-        f"specdec compare: {len(result.comparisons)} compared, {len(regressed)} regressed, "
+        f"specdec compare: {len(result.comparisons)} compared, {len(regressed)} regressed{in_regressed}, "
         f"{len(undecided)} undecided ({len(suspected)} suspected: estimate beyond the tolerance), "
         f"{len(result.missing)} without baseline, {len(result.refused)} refused",
         file=out,
