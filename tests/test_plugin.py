@@ -235,8 +235,10 @@ def test_per_position_and_category_floors_fail_and_summary_shows_both(project: p
     context = "[[]profile eagle3-cats, 6 requests, median of 3 repeats[]]"
     result.stdout.fnmatch_lines(
         [
-            f"*accept_rate_at[[]3[]] 0.* < min 0.99 (margin -0.*) {context}",
-            f"*accept_length[[]prose[]] * tok/verify < min 99 (margin -*) {context}",
+            f"*accept_rate_at[[]3[]] 0.* < min 0.99 (margin -0.*) [[]exact; temperature 0, 3 identical repeats[]] "
+            f"{context}",
+            f"*accept_length[[]prose[]] * tok/verify < min 99 (margin -*) [[]exact; temperature 0, 3 identical "
+            f"repeats[]] {context}",
             "*- specdec accept length by prompt category (requests) -*",
             "test * profile * code * prose",
             "test_positions[[]eagle3-cats[]] * eagle3-cats * *.** (4) * *.** (2)",

@@ -181,6 +181,7 @@ def judge_item(
         configured_steps=configured,
         judged=judged,
     )
+    verdict = _labelled_exact(verdict, profile, run)
     case.undecided.extend(c.line() for c in verdict.checks if c.undecided)
     case.warnings.extend(c.line() for c in verdict.checks if c.stopped)
     failures = []
@@ -393,11 +394,9 @@ def exact_failure(
     """
     from pytest_specdec.core.metric_table import EXACT_FIELDS
 
-    if profile.workload.temperature != 0 or not profile.is_speculative:
-        return None
     run = measurements.run(profile.name)
-    if any(len(set(_per_repeat(run, f))) > 1 for f in EXACT_FIELDS):
-        return None  # repeats that differ at temperature 0 (a batch-variant engine): judged statistically
+    if not _exact_run(profile, run):
+        return None
     checks = evaluate(thresholds, run.metrics, speculative=True)
     exact_keys = {k for k, spec in SEQUENTIAL_KEYS.items() if spec[0] in EXACT_FIELDS} | {"min_accept_rate_at"}
     failed = [c for c in checks.failed if c.key in exact_keys]
@@ -415,6 +414,34 @@ def exact_failure(
         return None
     rows = [r.metric for r in comparison.regressions if r.basis == "exact"]
     return f"{profile.name}'s compare had already regressed {rows[0]} (exact)" if rows else None
+
+
+def _exact_run(profile: Profile, run: runner.RunResult) -> bool:
+    """A speculative profile at temperature 0 whose repeats agree exactly on accept length and rate: its accept
+    figures (per position and category too) are decided by the first repeat. Repeats that differ (a batch-variant
+    engine) are judged statistically."""
+    from pytest_specdec.core.metric_table import EXACT_FIELDS
+
+    if profile.workload.temperature != 0 or not profile.is_speculative or not run.measurements:
+        return False
+    return all(len(set(_per_repeat(run, f))) <= 1 for f in EXACT_FIELDS)
+
+
+def _labelled_exact(verdict: ThresholdChecks, profile: Profile, run: runner.RunResult) -> ThresholdChecks:
+    """Per-position and per-category accept floors of an exact run (:func:`_exact_run`) say so on their line, as
+    the overall floors do (a fresh user read ``accept_rate_at[1] 0.7377 < min 0.78 [..., median of 3 repeats]`` and
+    took it for a statistical verdict)."""
+    if not _exact_run(profile, run):
+        return verdict
+    n = len(run.measurements)
+    suffix = f" [exact; temperature 0, {n} identical repeat{'s' if n != 1 else ''}]"
+    checks = tuple(
+        dataclasses.replace(c, text=c.line() + suffix)
+        if "[" in c.label and c.key.startswith("min_accept") and c.measured is not None and c.passed is not None
+        and not c.text else c
+        for c in verdict.checks
+    )  # fmt: skip
+    return ThresholdChecks(checks)
 
 
 def _halt_of(measurements: MeasureHandle) -> str:
