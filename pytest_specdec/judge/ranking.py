@@ -242,7 +242,7 @@ class GapVerdict:
 
     #: "best" (it is the leader), "tied" (not separated), "within" (separated or not, the gap is within the
     #: allowance), "unproven" (separated, but not shown to exceed the allowance), "recommend" (shown to exceed it),
-    #: "undecided" (no spread: fewer than 2 values on a side).
+    #: "undecided" (no spread: fewer than 2 values on a side, whatever the gap).
     verdict: str
     gap: float = 0.0
     #: The test of "gap > allowed" (:func:`separation` with ``allowed``); None for "best".
@@ -280,7 +280,8 @@ def judge_gap(ranking: Ranking, configured: Sample | str, *, max_gap: float) -> 
     # What a recommendation must show is the excess over the allowance, so that is what the repeats must separate.
     need = ranking.need(1.0 - (1.0 - gap) / (1.0 - max_gap)) if gap > max_gap else None
     if test.p_value is None or not ranking.decided:
-        return GapVerdict("within" if gap <= max_gap else "undecided", gap, test, need)
+        # No spread (1 repeat per point): a gap inside the allowance is no more shown than one beyond it.
+        return GapVerdict("undecided", gap, test, need)
     if gap <= max_gap:
         return GapVerdict("within", gap, test)
     if not tie.separated(ranking.alpha):

@@ -398,7 +398,10 @@ def configured_point_lines(
                     f"undecided: {repeats_note(group)}"
                 )
             ran = group.ranking.min_values
-            line = f"{head}; {would_note(judged.need, beyond, ran)} ({spread_note(group)}); not failed"
+            would = would_note(judged.need, beyond, ran)
+            if judged.verdict == "undecided" and judged.gap <= max_gap:
+                would = f"2 or more repeats per point would test it for {beyond}"
+            line = f"{head}; {would} ({spread_note(group)}); not failed"
             undecided.append(line)
         lines.append(line)
     return lines, failing, undecided
