@@ -52,6 +52,7 @@ def bisect_command(args: argparse.Namespace) -> int:
     started = clock.now()
 
     def launched(number: int, label: str, ready_s: float | None, why: str) -> None:
+        _raise_if_terminated()
         state = f"ready in {ready_s:.0f} s" if ready_s is not None else why
         limit = f"/{args.max_launches}" if args.max_launches else ""
         print(f"launch {number}{limit}: {label}: {state} ({(clock.now() - started) / 60:.1f} min so far)",
@@ -65,6 +66,7 @@ def bisect_command(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
     def progress(rec: bisection.ProbeRecord) -> None:
+        _raise_if_terminated()
         verdict = rec.verdict
         if verdict is not None:
             words = {"FAIL": "reproduces", "PASS": "does not reproduce", "UNRESOLVED": "unresolved"}
@@ -81,6 +83,7 @@ def bisect_command(args: argparse.Namespace) -> int:
     estimates = 0
 
     def estimated(low: int, high: int, why: str) -> None:
+        _raise_if_terminated()
         nonlocal estimates
         estimates += 1
         line = _estimate_line(low, high, why, elapsed=clock.now() - started, launched=prober.launches,
@@ -91,6 +94,7 @@ def bisect_command(args: argparse.Namespace) -> int:
         print(line, flush=True)
 
     previous = signal.getsignal(signal.SIGTERM)
+    _TERMINATED.clear()
     signal.signal(signal.SIGTERM, _terminated)
     try:
         result = bisection.bisect(good, diffs, prober, tolerance_rel=tolerance, max_pairs=args.max_pairs,
@@ -164,8 +168,21 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the bisect is (as Ctrl-C is): it stops with a report and no server left."""
 
 
+#: Signals received during the bisect: the handler's exception is lost when the signal lands in code that swallows
+#: exceptions (seen on CI: inside an import lock's weakref callback, "Exception ignored in: ..._get_module_lock"; the
+#: bisect then ran to its end), so the progress callbacks raise it again.
+_TERMINATED: list[str] = []
+
+
 def _terminated(signum: int, frame: object) -> None:
+    _TERMINATED.append("SIGTERM")
     raise _Terminated("SIGTERM")
+
+
+def _raise_if_terminated() -> None:
+    """Raise :class:`_Terminated` when a SIGTERM arrived and its exception was swallowed where it landed."""
+    if _TERMINATED:
+        raise _Terminated(_TERMINATED[0])
 
 
 def _bisect_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], str, str, list[Any], list[str]]:
