@@ -6,7 +6,7 @@ run files and the plots. Standard library only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -18,6 +18,7 @@ __all__ = [
     "PAIRED_FIELDS",
     "TAIL_PERCENTILES",
     "MetricSpec",
+    "is_exact",
     "tail_samples_needed",
 ]
 
@@ -176,6 +177,19 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
 EXACT_FIELDS: tuple[str, ...] = tuple(spec.name for spec in METRICS.values() if spec.exact)
 #: Fields measured on both arms of a pairing and judged on their per-pair ratio (``measure.pairing``).
 PAIRED_FIELDS: tuple[str, ...] = tuple(f for spec in METRICS.values() for f in spec.paired)
+
+
+def is_exact(field: str, *runs: Sequence[float], temperature: float | None) -> bool:
+    """Whether ``field`` is decided equal-or-not, without statistics: an exact field (:data:`EXACT_FIELDS`) at
+    ``temperature`` 0 whose every run (one sequence of per-repeat values each) was measured and agrees with itself.
+    The one rule of the floors (``judge.verdict``), the halt (``judge.verdict.exact_failure``) and the compare.
+
+    >>> is_exact("accept_length", [2.5, 2.5], [2.1], temperature=0)
+    True
+    >>> is_exact("accept_length", [2.5, 2.4], temperature=0), is_exact("output_tok_s", [90.0], temperature=0)
+    (False, False)
+    """
+    return temperature == 0 and field in EXACT_FIELDS and all(len(r) > 0 and max(r) == min(r) for r in runs)
 
 
 #: Tail percentiles (``ttft_ms_p90`` ... ``itl_ms_p99``) get a compare verdict only when every repeat of both runs

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from pytest_specdec.core import hoststate, stats
+from pytest_specdec.core import hoststate, metric_table, stats
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.core.metric_table import EXACT_FIELDS, PAIRED_FIELDS, TAIL_PERCENTILES, tail_samples_needed
 from pytest_specdec.core.table import Column, text_table
@@ -281,7 +281,7 @@ def compare_results(
     # (Bonferroni), so that an unchanged run fails a field at most alpha, not twice that (benchmarks/bench_verdicts.py).
     halved = dataclasses.replace(judging, design=dataclasses.replace(judging.design, alpha=judging.design.alpha / 2))
     ratio_rows, vs = _paired_rows(base, current, merged, halved)
-    exact = _temperature_zero(base) and _temperature_zero(current)
+    temperature = _shared_temperature(base, current)
     for fname, tol in merged.items():
         higher = specs[fname].higher_is_better
         b_vals, c_vals = base.values(fname), current.values(fname)
@@ -293,14 +293,14 @@ def compare_results(
                                             basis="raw"))  # fmt: skip
             rows.append(ratio_rows[fname])
             continue
-        is_exact = exact and fname in EXACT_FIELDS and _constant(b_vals) and _constant(c_vals)
+        is_exact = metric_table.is_exact(fname, b_vals, c_vals, temperature=temperature)
         short = _tail_too_few(fname, base, current)
         if short:
             rows.append(_no_verdict(fname, higher, tol, b_vals, c_vals, short))
             continue
         rows.append(_judge(fname, higher, tol, b_vals, c_vals, judging, key=fname, exact=is_exact))
     rows.extend(
-        _category_rows(base, current, merged, exact, judging, paired=vs if ratio_rows else None)
+        _category_rows(base, current, merged, temperature, judging, paired=vs if ratio_rows else None)
     )
     if ratio_rows:
         notes.append(
@@ -348,7 +348,7 @@ def _category_rows(
     base: ResultRecord,
     current: ResultRecord,
     tolerances: Mapping[str, Tolerance],
-    exact: bool,
+    temperature: float | None,
     judging: _Judging,
     *,
     paired: str | None = None,
@@ -359,7 +359,8 @@ def _category_rows(
     - the field's top row judged on its ratio to the paired arm ``paired`` (:func:`_paired_rows`): the category's
       row on the per-pair ratio of the category's values (``itl_ms_p50[code] / baseline``), or ``n/a`` with the
       reason when the records carry no per-category paired values (runs stored before they were recorded);
-    - exact (temperature 0, identical repeats): equal-or-not, whatever the number of requests;
+    - exact (``metric_table.is_exact`` at the runs' shared ``temperature``): equal-or-not, whatever the number of
+      requests;
     - otherwise a verdict only with :data:`MIN_CATEGORY_REQUESTS` successful requests of the category per repeat on
       both sides (``num_ok[CATEGORY]``), else ``n/a (3 requests < 8 per repeat)``.
     """
@@ -377,7 +378,7 @@ def _category_rows(
             b_vals, c_vals = base.values(name), current.values(name)
             if not b_vals and not c_vals:
                 continue
-            is_exact = exact and fname in EXACT_FIELDS and _constant(b_vals) and _constant(c_vals)
+            is_exact = metric_table.is_exact(fname, b_vals, c_vals, temperature=temperature)
             few = not is_exact and fewest is not None and fewest < MIN_CATEGORY_REQUESTS
             if paired is not None and fname in PAIRED_FIELDS:
                 b_ratios, c_ratios = paired_ratios(base, name), paired_ratios(current, name)
@@ -447,12 +448,10 @@ def _no_verdict(
 
 
 
-def _temperature_zero(record: ResultRecord) -> bool:
-    return record.workload.get("temperature") in (0, 0.0)
-
-
-def _constant(values: Sequence[float]) -> bool:
-    return bool(values) and max(values) == min(values)
+def _shared_temperature(base: ResultRecord, current: ResultRecord) -> float | None:
+    """The sampling temperature both runs were measured at, None when they differ or either is not recorded."""
+    b, c = base.workload.get("temperature"), current.workload.get("temperature")
+    return float(b) if isinstance(b, (int, float)) and b == c else None
 
 
 @dataclass(frozen=True, slots=True)

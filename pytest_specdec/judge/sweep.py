@@ -289,11 +289,15 @@ def spread_note(group: RankedGroup) -> str:
     return text + ", an upper bound" if r.sigma_source == "across points" else text
 
 
-def would_note(need: int | None, what: str, ran: int = 1) -> str:
+def would_note(need: int | None, what: str, ran: int = 1, *, inside_allowance: bool = False) -> str:
     """``7 repeats per point would separate <what> at this spread`` (or more than the cap). ``ran``: the repeats per
     point this run measured, which did not decide it: a power estimate on the pooled spread can ask for no more than
     that (the test is Welch's, on each point's own spread, with fewer degrees of freedom), and "2 repeats would
-    separate" after 2 that did not reads as a contradiction (a fresh-user trial)."""
+    separate" after 2 that did not reads as a contradiction (a fresh-user trial). ``inside_allowance``: the gap
+    measured (on 1 repeat per point, no spread) is inside the allowance, so no repeat count is estimated: ``2 or
+    more repeats per point would test it for <what>``."""
+    if inside_allowance:
+        return f"2 or more repeats per point would test it for {what}"
     if need is None:
         return f"more than {ranking.MAX_REPEATS} repeats per point would be needed to separate {what}"
     if need <= ran:
@@ -398,9 +402,7 @@ def configured_point_lines(
                     f"undecided: {repeats_note(group)}"
                 )
             ran = group.ranking.min_values
-            would = would_note(judged.need, beyond, ran)
-            if judged.verdict == "undecided" and judged.gap <= max_gap:
-                would = f"2 or more repeats per point would test it for {beyond}"
+            would = would_note(judged.need, beyond, ran, inside_allowance=judged.gap <= max_gap)
             line = f"{head}; {would} ({spread_note(group)}); not failed"
             undecided.append(line)
         lines.append(line)

@@ -276,21 +276,20 @@ def sequential_checks(
 
     :returns: threshold key -> its check, for ``thresholds.evaluate(judged=...)``.
     """
-    from pytest_specdec.core.metric_table import EXACT_FIELDS
+    from pytest_specdec.core.metric_table import is_exact
 
     keys = {
         key: spec
         for key, spec in SEQUENTIAL_KEYS.items()
         if getattr(thresholds, key) is not None and (profile.is_speculative or not spec[2])
     }
-    zero = profile.workload.temperature == 0
 
     def decision(key: str) -> sequential.Decision | None:
         field_name = keys[key][0]
         values = _per_repeat(measurements.run(profile.name), field_name)
         if not values:  # "not reported": evaluate's median rule says so
             return None
-        exact = zero and field_name in EXACT_FIELDS and max(values) == min(values)
+        exact = is_exact(field_name, values, temperature=profile.workload.temperature)
         return sequential.decide_floor(values, float(getattr(thresholds, key)), design, exact=exact)
 
     def judge(key: str) -> tuple[Check, dict[str, Any]] | None:
@@ -420,11 +419,12 @@ def _exact_run(profile: Profile, run: runner.RunResult) -> bool:
     """A speculative profile at temperature 0 whose repeats agree exactly on accept length and rate: its accept
     figures (per position and category too) are decided by the first repeat. Repeats that differ (a batch-variant
     engine) are judged statistically."""
-    from pytest_specdec.core.metric_table import EXACT_FIELDS
+    from pytest_specdec.core.metric_table import EXACT_FIELDS, is_exact
 
     if profile.workload.temperature != 0 or not profile.is_speculative or not run.measurements:
         return False
-    return all(len(set(_per_repeat(run, f))) <= 1 for f in EXACT_FIELDS)
+    reported = {f: values for f in EXACT_FIELDS if (values := _per_repeat(run, f))}  # a field not reported: no vote
+    return all(is_exact(f, values, temperature=0) for f, values in reported.items())
 
 
 def _labelled_exact(verdict: ThresholdChecks, profile: Profile, run: runner.RunResult) -> ThresholdChecks:
