@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +35,9 @@ class Selection:
     selected: tuple[str, ...] = ()
     #: Preflight warnings, ``"<profile>: <finding>"`` (the header and the summary show them).
     preflight_notes: tuple[str, ...] = ()
+    #: The same findings by profile, without the count line: a failed test of the profile repeats them under its
+    #: failure (a wrong aux-id list is named where the accept floor failed, not only in the header).
+    findings_of: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     #: ``--specdec-check``: (profile, finding lines) per profile checked, and whether any blocks a launch.
     checked: tuple[tuple[str, tuple[str, ...]], ...] = ()
     check_failed: bool = False
@@ -57,6 +60,7 @@ def select(settings: RunSettings) -> Selection:
     profile_set, selected = _expand_sweep(settings, profile_set)
     errors: list[str] = []
     notes: list[str] = []
+    findings_of: dict[str, tuple[str, ...]] = {}
     from pytest_specdec.engines.preflight import blocking, format_findings, locate, run_preflight
 
     for name in selected:
@@ -68,9 +72,10 @@ def select(settings: RunSettings) -> Selection:
         rest = [f for f in findings if f not in bad]
         if rest:
             notes.extend(f"{name}: {line}" for line in format_findings(rest))
+            findings_of[name] = tuple(str(f) for f in rest)
     if errors:
         raise pytest.UsageError("specdec preflight failed (nothing was launched):\n" + "\n".join(errors))
-    return Selection(profile_set, tuple(selected), tuple(notes))
+    return Selection(profile_set, tuple(selected), tuple(notes), findings_of)
 
 
 def check_only(settings: RunSettings) -> Selection:

@@ -143,7 +143,10 @@ class SpecdecSession:
         for text in judged.warnings:
             item.warn(SpecdecWarning(text))
         if judged.failure is not None:
-            pytest.fail(judged.failure, pytrace=False)
+            # What preflight said of the profile is likely the cause (a "fixed" aux-id list): name it in the failure.
+            found = self.selection.findings_of.get(profile.name, ())
+            said = ["preflight said before the launch:", *(f"  {line}" for line in found)] if found else []
+            pytest.fail("\n".join([judged.failure, *said]), pytrace=False)
 
     def _baseline_notes(
         self, record: ResultRecord, profile: Profile, tolerances: Mapping[str, Tolerance]
