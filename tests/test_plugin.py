@@ -204,8 +204,9 @@ def test_wrong_layers_fail_on_accept_length_naming_value_and_threshold(project: 
             "by the first, * server-s[]] [[]profile eagle3-wrong-layers, 6 requests, median of 3 repeats[]]",
             # The likely cause, in the failure itself (not only in the header): the ids the draft was trained on.
             "preflight said before the launch:",
-            "  note: *specdec.yaml:*: profiles.eagle3-wrong-layers.speculative.aux_hidden_state_layer_ids: differs from "
-            "the ids the draft was trained on ([[]1, 3, 5[]], *(got [[]0, 1, 2[]]); fix: remove the override to use *",
+            "  note: *specdec.yaml:*: profiles.eagle3-wrong-layers.speculative.aux_hidden_state_layer_ids: differs "
+            "from the ids the draft was trained on ([[]1, 3, 5[]], *(got [[]0, 1, 2[]]); "
+            "fix: remove the override to use *",
         ]
     )
     assert not _our_servers(project)

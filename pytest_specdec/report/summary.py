@@ -26,6 +26,7 @@ from pytest_specdec.report.sweep_table import sweep_summary
 
 __all__ = [
     "BENCHMARK_OPS_NOTE",
+    "REPEATS_NOTE",
     "Line",
     "OutputOptions",
     "Outputs",
@@ -277,6 +278,11 @@ def compare_lines(outcomes: Outcomes) -> list[Line]:
 
 
 #: Under the summary when pytest-benchmark's table follows: why its OPS differs from the summary's tok/s.
+#: Under the summary when any test measured more than one repeat: the table's tok/s and a verdict's figure differ.
+REPEATS_NOTE = (
+    "tok/s in the table is the median repeat's; a verdict's figure (min_tok_s, speedup, compare) is the geometric "
+    "mean of the repeats that verdict measured, so the two differ when the repeats spread"
+)
 BENCHMARK_OPS_NOTE = (
     "tok/s is the median repeat's; pytest-benchmark's OPS (below) is 1 / the mean seconds per output token over the "
     "repeats, so the two differ when the repeats spread (its Median column is tok/s's median repeat, inverted; with an "
@@ -392,6 +398,7 @@ def summary_report(
         *cost_lines(records),
         *report.cycle_lines(records, splits),
         *report.definition_lines(records),
+        *([REPEATS_NOTE] if any(len(r.values("output_tok_s")) > 1 for r in records) else []),
         *([BENCHMARK_OPS_NOTE] if benchmark_table else []),
     ]
     out.extend(Line(line) for line in plain)
