@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from pytest_specdec.core.errors import ServerError
-from pytest_specdec.core.metric_table import METRICS
+from pytest_specdec.core.metric_table import METRICS, is_exact
 from pytest_specdec.core.records import RequestRecord, RunMetrics
 from pytest_specdec.engines.base import SpecCounters
 from pytest_specdec.measure.metrics import (
@@ -404,3 +404,20 @@ def test_serving_throughputs_and_p95_as_bench_serving() -> None:
     assert run.ttft_ms_p95 == pytest.approx(185.5)
     assert run.goodput_per_s is None and set(run.tails) >= {"ttft_ms_p99", "itl_ms_p90", "e2e_ms_p95"}
     assert run.tails["ttft_ms_p90"]["n"] == 10 and run.tails["itl_ms_p90"]["n"] == 30
+
+
+@pytest.mark.parametrize(
+    ("field", "runs", "temperature", "expected"),
+    [
+        ("accept_length", ([2.5, 2.5], [2.1]), 0, True),  # each run agrees with itself; the runs may differ
+        ("accept_rate", ([0.5],), 0.0, True),
+        ("accept_length", ([2.5, 2.4],), 0, False),  # a batch-variant engine: judged statistically
+        ("accept_length", ([2.5], []), 0, False),  # a run without the field decides nothing exactly
+        ("accept_length", ([2.5, 2.5],), 0.7, False),  # sampling: equal repeats are luck, not exactness
+        ("output_tok_s", ([90.0, 90.0],), 0, False),  # timing is never exact
+    ],
+)
+def test_is_exact_is_one_rule_for_floors_halt_and_compare(
+    field: str, runs: tuple[list[float], ...], temperature: float, expected: bool
+) -> None:
+    assert is_exact(field, *runs, temperature=temperature) is expected
