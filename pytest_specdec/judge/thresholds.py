@@ -190,7 +190,8 @@ def evaluate(
     ``speedup_check`` is the ``min_speedup`` check already judged on paired arms (``speedup.Speedup.check``; the
     plugin always gives it); else ``speedup`` is this profile's output tok/s over the ``min_speedup.vs`` profile's,
     or None when that profile was not measured. ``judged`` holds checks already decided by a sequential verdict
-    (``verdict.sequential_checks``), keyed by threshold key; they replace the median rule for their key. The
+    (``verdict.sequential_checks``), keyed by threshold key (``min_tok_s``) or, for per-position and per-category
+    floors, by label (``accept_rate_at[1]``, ``accept_length[code]``); they replace the median rule there. The
     percentile ceilings and ``min_goodput`` are judged on their evidence (``tails.tail_checks``): passed, FAILED or
     undecided.
     """
@@ -224,10 +225,10 @@ def evaluate(
             continue
         passed = measured >= threshold if op == ">=" else measured <= threshold
         checks.append(Check(key, label, op, threshold, float(measured), unit, passed))
-    checks.extend(
-        _position_checks(thresholds.min_accept_rate_at, metrics.accept_rate_at, speculative, sweep_steps=sweep_steps)
-    )
-    checks.extend(_category_checks(thresholds, metrics, speculative))
+    judged = judged or {}
+    checks.extend(_position_checks(thresholds.min_accept_rate_at, metrics.accept_rate_at, speculative,
+                                   sweep_steps=sweep_steps, judged=judged))  # fmt: skip
+    checks.extend(_category_checks(thresholds, metrics, speculative, judged))
     checks.extend(Check(t.key, t.label, t.op, t.threshold, t.measured, t.unit, t.passed, t.note, t.text, t.undecided)
                   for t in tail_checks(thresholds, metrics))  # fmt: skip
     if thresholds.min_speedup is not None and speedup_check is not None:
@@ -250,6 +251,7 @@ def _position_checks(
     suffix: str = "",
     *,
     sweep_steps: int | None = None,
+    judged: Mapping[str, Check] | None = None,
 ) -> list[Check]:
     """One check per ``min_accept_rate_at`` entry against the unconditional per-position rate; at a sweep point a
     position beyond its ``num_steps`` is not applicable (never drafted there)."""
@@ -272,13 +274,17 @@ def _position_checks(
                 "speculative num_steps/num_draft_tokens"
             )
             checks.append(Check(key, label, ">=", floor, None, "", False, note))
+        elif judged and label in judged:
+            checks.append(judged[label])
         else:
             measured = float(rates[position - 1])
             checks.append(Check(key, label, ">=", floor, measured, "", measured >= floor))
     return checks
 
 
-def _category_checks(thresholds: Thresholds, metrics: RunMetrics, speculative: bool) -> list[Check]:
+def _category_checks(
+    thresholds: Thresholds, metrics: RunMetrics, speculative: bool, judged: Mapping[str, Check]
+) -> list[Check]:
     """The ``categories:`` thresholds against ``metrics.by_category``; labels carry the category
     (``accept_length[code]``). A category with no request in the run fails, naming the categories it has."""
     checks: list[Check] = []
@@ -304,10 +310,11 @@ def _category_checks(thresholds: Thresholds, metrics: RunMetrics, speculative: b
                 checks.append(Check(key, name, op, threshold, None, unit, None, "profile runs no speculative decoding"))
             elif measured is None:
                 checks.append(Check(key, name, op, threshold, None, unit, None, "not reported by the server"))
+            elif name in judged:
+                checks.append(judged[name])
             else:
                 passed = measured >= threshold if op == ">=" else measured <= threshold
                 checks.append(Check(key, name, op, threshold, float(measured), unit, passed))
-        checks.extend(
-            _position_checks(limits.min_accept_rate_at, entry.get("accept_rate_at"), speculative, f"[{category}]")
-        )
+        checks.extend(_position_checks(limits.min_accept_rate_at, entry.get("accept_rate_at"), speculative,
+                                       f"[{category}]", judged=judged))  # fmt: skip
     return checks

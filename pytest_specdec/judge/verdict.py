@@ -30,6 +30,7 @@ from pytest_specdec.measure import results, runner
 from pytest_specdec.profiles.schema import MinSpeedup, Profile, Thresholds
 
 if TYPE_CHECKING:
+    from pytest_specdec.core.records import RunMetrics
     from pytest_specdec.judge.baseline import Baseline, Baselines
     from pytest_specdec.judge.handle import MeasureHandle
     from pytest_specdec.judge.history import StoredHistory
@@ -181,7 +182,6 @@ def judge_item(
         configured_steps=configured,
         judged=judged,
     )
-    verdict = _labelled_exact(verdict, profile, run)
     case.undecided.extend(c.line() for c in verdict.checks if c.undecided)
     case.warnings.extend(c.line() for c in verdict.checks if c.stopped)
     failures = []
@@ -221,8 +221,8 @@ def _undecided_failure(lines: Sequence[str]) -> str:
 
 
 #: Threshold keys judged sequentially (``sequential.decide_floor``): key -> (``RunMetrics`` field, op, speculative
-#: only, label, unit), as ``thresholds.evaluate`` labels them. Per-position and per-category floors keep the
-#: median rule (at temperature 0 they are exact).
+#: only, label, unit), as ``thresholds.evaluate`` labels them. Per-position and per-category floors are decided the
+#: same way (``_floors``).
 SEQUENTIAL_KEYS = {
     "min_tok_s": ("output_tok_s", ">=", False, "output_tok_s", "tok/s"),
     "min_accept_length": ("accept_length", ">=", True, "accept_length", "tok/verify"),
@@ -259,6 +259,72 @@ def _count(measurements: MeasureHandle, name: str, vs: str | None) -> int:
     return arms.pairs if arms is not None else len(measurements.run(name).measurements)
 
 
+@dataclass(frozen=True, slots=True)
+class _Floor:
+    """One floor or ceiling decided on per-repeat values: a :data:`SEQUENTIAL_KEYS` threshold, a per-position floor
+    (``min_accept_rate_at``) or a per-category one (``categories:``)."""
+
+    #: The threshold key (``Check.key``): ``min_accept_rate_at``, ``min_accept_length``, ...
+    key: str
+    #: Where its cost is recorded: the key, or ``min_accept_rate_at[1]``, ``min_accept_length[code]``.
+    cost_key: str
+    #: ``Check.label``: ``output_tok_s``, ``accept_rate_at[1]``, ``accept_length[code]``.
+    label: str
+    op: str
+    threshold: float
+    unit: str
+    #: The field whose exactness rule applies (``metric_table.is_exact``; per-position rates are accept rates).
+    exact_field: str
+    #: The figure of one repeat, None when that repeat did not report it.
+    value: Callable[[RunMetrics], float | None]
+
+
+def _floors(profile: Profile, thresholds: Thresholds) -> list[_Floor]:
+    """Every floor and ceiling of ``thresholds`` that per-repeat values decide (``thresholds.evaluate``'s labels)."""
+    floors = []
+    for key, (field_name, op, spec_only, label, unit) in SEQUENTIAL_KEYS.items():
+        threshold = getattr(thresholds, key)
+        if threshold is not None and (profile.is_speculative or not spec_only):
+            floors.append(_Floor(key, key, label, op, float(threshold), unit, field_name,
+                                 functools.partial(_figure, field_name)))  # fmt: skip
+    if not profile.is_speculative:
+        return floors  # the accept floors are not applicable; the category ceilings stay on the median rule
+    for position, floor in sorted((thresholds.min_accept_rate_at or {}).items()):
+        floors.append(_Floor("min_accept_rate_at", f"min_accept_rate_at[{position}]", f"accept_rate_at[{position}]",
+                             ">=", floor, "", "accept_rate", functools.partial(_position, position, None)))  # fmt: skip
+    for category, limits in sorted((thresholds.categories or {}).items()):
+        for key, threshold in limits.model_dump(exclude_none=True).items():
+            if key == "min_accept_rate_at":
+                for position, floor in sorted(threshold.items()):
+                    floors.append(_Floor(key, f"{key}[{position}][{category}]",
+                                         f"accept_rate_at[{position}][{category}]", ">=", floor, "", "accept_rate",
+                                         functools.partial(_position, position, category)))  # fmt: skip
+                continue
+            field_name, op, _, label, unit = SEQUENTIAL_KEYS[key]
+            floors.append(_Floor(key, f"{key}[{category}]", f"{label}[{category}]", op, float(threshold), unit,
+                                 field_name, functools.partial(_category_figure, category, field_name)))  # fmt: skip
+    return floors
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _figure(field_name: str, metrics: RunMetrics) -> float | None:
+    return _number(getattr(metrics, field_name, None))
+
+
+def _category_figure(category: str, field_name: str, metrics: RunMetrics) -> float | None:
+    return _number((metrics.by_category or {}).get(category, {}).get(field_name))
+
+
+def _position(position: int, category: str | None, metrics: RunMetrics) -> float | None:
+    rates = metrics.accept_rate_at if category is None else (metrics.by_category or {}).get(category, {}).get(
+        "accept_rate_at")
+    rates = tuple(rates or ())
+    return _number(rates[position - 1]) if len(rates) >= position else None
+
+
 def sequential_checks(
     case: _Case,
     measurements: MeasureHandle,
@@ -269,43 +335,43 @@ def sequential_checks(
     design: sequential.Design,
     costs: dict[str, dict[str, Any]],
 ) -> dict[str, Check]:
-    """The :data:`SEQUENTIAL_KEYS` thresholds, each decided on the per-repeat values (``sequential.decide_floor``):
-    more repeats (or pairs, with ``vs``) are measured while any is undecided and the budget allows. Exact metrics
-    (accept length/rate at temperature 0, identical repeats) decide at once and cost one repeat. Each check is
-    judged once per profile and threshold (``outcomes.once``); its repeats and server-seconds go to ``costs``.
+    """The floors and ceilings per-repeat values decide (the :data:`SEQUENTIAL_KEYS` thresholds, per-position and
+    per-category floors), each on its per-repeat values (``sequential.decide_floor``): more repeats (or pairs, with
+    ``vs``) are measured while any is undecided and the budget allows, so a floor is never passed on a median whose
+    interval holds it. Exact figures (accept length/rate/per-position rate at temperature 0, identical repeats:
+    ``metric_table.is_exact``) decide at once and cost one repeat. Each check is judged once per profile and
+    threshold (``outcomes.once``); its repeats and server-seconds go to ``costs`` (``min_tok_s``,
+    ``min_accept_rate_at[1]``, ``min_accept_length[code]``).
 
-    :returns: threshold key -> its check, for ``thresholds.evaluate(judged=...)``.
+    :returns: threshold key (the :data:`SEQUENTIAL_KEYS`) or check label (``accept_rate_at[1]``,
+        ``accept_length[code]``) -> its check, for ``thresholds.evaluate(judged=...)``.
     """
     from pytest_specdec.core.metric_table import is_exact
 
-    keys = {
-        key: spec
-        for key, spec in SEQUENTIAL_KEYS.items()
-        if getattr(thresholds, key) is not None and (profile.is_speculative or not spec[2])
-    }
+    def values_of(floor: _Floor) -> list[float]:
+        found = (floor.value(m.metrics) for m in measurements.run(profile.name).measurements)
+        return [v for v in found if v is not None]
 
-    def decision(key: str) -> sequential.Decision | None:
-        field_name = keys[key][0]
-        values = _per_repeat(measurements.run(profile.name), field_name)
+    def decision(floor: _Floor) -> sequential.Decision | None:
+        values = values_of(floor)
         if not values:  # "not reported": evaluate's median rule says so
             return None
-        exact = is_exact(field_name, values, temperature=profile.workload.temperature)
-        return sequential.decide_floor(values, float(getattr(thresholds, key)), design, exact=exact)
+        exact = is_exact(floor.exact_field, values, temperature=profile.workload.temperature)
+        return sequential.decide_floor(values, floor.threshold, design, exact=exact)
 
-    def judge(key: str) -> tuple[Check, dict[str, Any]] | None:
-        _measure_until(measurements, profile.name, vs, design, lambda: _decided(decision(key)))
-        found = decision(key)
+    def judge(floor: _Floor) -> tuple[Check, dict[str, Any]] | None:
+        _measure_until(measurements, profile.name, vs, design, lambda: _decided(decision(floor)))
+        found = decision(floor)
         if found is None:
             return None
-        return _floor_check(key, keys[key], float(getattr(thresholds, key)), found, measurements, profile.name, vs,
-                            design)  # fmt: skip
+        return _floor_check(floor, found, values_of(floor), measurements, profile.name, vs, design)
 
     out: dict[str, Check] = {}
-    for key in keys:
-        memo = ("check", profile.name, key, repr(getattr(thresholds, key)), _halt_of(measurements))
-        judged = outcomes.once(memo, functools.partial(judge, key))
+    for floor in _floors(profile, thresholds):
+        memo = ("check", profile.name, floor.cost_key, repr(floor.threshold), _halt_of(measurements))
+        judged = outcomes.once(memo, functools.partial(judge, floor))
         if judged is not None:
-            out[key], costs[key] = judged
+            out[floor.key if floor.key == floor.cost_key else floor.label], costs[floor.cost_key] = judged
     return out
 
 
@@ -314,19 +380,17 @@ def _decided(decision: sequential.Decision | None) -> bool:
 
 
 def _floor_check(
-    key: str,
-    spec: tuple[str, str, bool, str, str],
-    threshold: float,
+    floor: _Floor,
     decision: sequential.Decision,
+    values: Sequence[float],
     measurements: MeasureHandle,
     name: str,
     vs: str | None,
     design: sequential.Design,
 ) -> tuple[Check, dict[str, Any]]:
     """One threshold's check and cost from its last decision (a floor: above passes; a ceiling: below passes)."""
-    field_name, op, _, label, unit = spec
+    op, unit, threshold = floor.op, floor.unit, floor.threshold
     spent = measurements.spent_s(name, vs)
-    values = _per_repeat(measurements.run(name), field_name)
     exact = decision.method.startswith("exact")
     good, bad = ("above", "below") if op == ">=" else ("below", "above")
     verdict = "passed" if decision.verdict == good else "FAILED" if decision.verdict == bad else "undecided"
@@ -338,7 +402,7 @@ def _floor_check(
     if exact:
         bracket = f"temperature 0, {decision.n} identical repeats: decided by the first, {at:.1f} server-s"
     kind = "min" if op == ">=" else "max"
-    shown = f"{label} {decision.estimate:.4g}{' ' + unit if unit else ''}"
+    shown = f"{floor.label} {decision.estimate:.4g}{' ' + unit if unit else ''}"
     if verdict == "undecided":
         text = f"{shown}: undecided vs {kind} {threshold:g} [{bracket}]"
     else:
@@ -347,7 +411,7 @@ def _floor_check(
         rel = f", {margin / threshold * 100:+.1f}%" if threshold else ""
         mean = "exact" if exact else "geometric mean"  # exact: "[exact; temperature 0, ...]"
         text = f"{shown} {sym} {kind} {threshold:g} (margin {margin:+.4g}{rel}) [{mean}; {bracket}]"
-    check = Check(key, label, op, threshold, decision.estimate, unit, verdict != "FAILED", text=text,
+    check = Check(floor.key, floor.label, op, threshold, decision.estimate, unit, verdict != "FAILED", text=text,
                   undecided=verdict == "undecided")  # fmt: skip
     halt = _halt_of(measurements)
     if check.undecided and halt:
@@ -425,23 +489,6 @@ def _exact_run(profile: Profile, run: runner.RunResult) -> bool:
         return False
     reported = {f: values for f in EXACT_FIELDS if (values := _per_repeat(run, f))}  # a field not reported: no vote
     return all(is_exact(f, values, temperature=0) for f, values in reported.items())
-
-
-def _labelled_exact(verdict: ThresholdChecks, profile: Profile, run: runner.RunResult) -> ThresholdChecks:
-    """Per-position and per-category accept floors of an exact run (:func:`_exact_run`) say so on their line, as
-    the overall floors do (a fresh user read ``accept_rate_at[1] 0.7377 < min 0.78 [..., median of 3 repeats]`` and
-    took it for a statistical verdict)."""
-    if not _exact_run(profile, run):
-        return verdict
-    n = len(run.measurements)
-    suffix = f" [exact; temperature 0, {n} identical repeat{'s' if n != 1 else ''}]"
-    checks = tuple(
-        dataclasses.replace(c, text=c.line() + suffix)
-        if "[" in c.label and c.key.startswith("min_accept") and c.measured is not None and c.passed is not None
-        and not c.text else c
-        for c in verdict.checks
-    )  # fmt: skip
-    return ThresholdChecks(checks)
 
 
 def _halt_of(measurements: MeasureHandle) -> str:

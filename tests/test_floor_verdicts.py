@@ -1,0 +1,127 @@
+"""Per-position and per-category floors get the three verdicts of the overall ones (``judge/verdict.py``,
+``sequential_checks``): where repeats differ (temperature above 0, a batch-variant engine) a floor inside the
+interval is measured on and ends undecided at the budget, never passed on its median; a scripted handle, no server."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_specdec.core.records import RunMetrics, median_metrics
+from pytest_specdec.judge.outcomes import Outcomes
+from pytest_specdec.judge.verdict import ItemVerdict, judge_item
+from pytest_specdec.measure import results, runner
+from pytest_specdec.profiles.schema import Profile, Thresholds
+from tests.helpers import fingerprint
+
+TEST_ID = "t.py::test_x[eagle3]"
+MAX_REPEATS = 12
+
+
+def _metrics(rate_1: float, code_length: float) -> RunMetrics:
+    fields: dict[str, Any] = {f.name: None for f in dataclasses.fields(RunMetrics)}
+    fields.update(num_requests=4, num_ok=4, num_errors=0, duration_s=1.0, output_tokens=100, output_tok_s=100.0,
+                  accept_length=2.0, accept_rate=1 / 3, accept_rate_at=(rate_1, 0.3, 0.1),
+                  by_category={"code": {"num_ok": 4, "accept_length": code_length,
+                                        "accept_rate_at": [rate_1, 0.3, 0.1]}})  # fmt: skip
+    return RunMetrics(**fields)
+
+
+class _Scripted:
+    """A MeasureHandle whose repeats cycle through ``script`` ((position-1 rate, code accept length) per repeat);
+    ``more()`` appends the next repeat (1 s of server each) up to :data:`MAX_REPEATS`."""
+
+    def __init__(self, script: list[tuple[float, float]]) -> None:
+        self.script = itertools.cycle(script)
+        self.measured = [self._next(), self._next()]
+        self.asked = 0
+
+    def _next(self) -> runner.Measurement:
+        return runner.Measurement("eagle3", _metrics(*next(self.script)), (), "h", None, None, None, server_s=1.0)
+
+    def run(self, profile: str) -> runner.RunResult:
+        return runner.RunResult(profile, tuple(self.measured), median_metrics([m.metrics for m in self.measured]), "h")
+
+    def arms(self, profile: str, vs: str) -> None:
+        return None
+
+    def pair_error(self, profile: str, vs: str) -> None:
+        return None
+
+    def more_error(self, profile: str) -> None:
+        return None
+
+    def can_measure(self, profile: str) -> bool:
+        return len(self.measured) < MAX_REPEATS
+
+    def more(self, profile: str, vs: str | None) -> bool:
+        self.asked += 1
+        self.measured.append(self._next())
+        return True
+
+    def spent_s(self, profile: str, vs: str | None) -> float:
+        return float(len(self.measured))
+
+
+def _judge(thresholds: Thresholds, script: list[tuple[float, float]], tmp_path: Path,
+           temperature: float = 0.7) -> tuple[ItemVerdict, _Scripted]:  # fmt: skip
+    profile = Profile.model_validate({"name": "eagle3", "server": "reference",
+                                      "speculative": {"algorithm": "EAGLE3", "num_steps": 3},
+                                      "workload": {"temperature": temperature, "repeats": 2,
+                                                   "max_repeats": MAX_REPEATS}})  # fmt: skip
+    handle = _Scripted(script)
+    record = results.ResultRecord.from_measurements(TEST_ID, handle.measured, fingerprint())
+    verdict = judge_item(record, nodeid=TEST_ID, profile=profile, thresholds=thresholds,
+                         profiles={"eagle3": profile}, repeats=2, measurements=handle,
+                         outcomes=Outcomes(tmp_path / "noise"))  # fmt: skip
+    return verdict, handle
+
+
+SWINGING = [(0.55, 2.0), (0.75, 2.6)]  # medians 0.65 and 2.3: above floors of 0.6 and 2.2, inside their intervals
+
+
+@pytest.mark.parametrize(
+    ("thresholds", "label", "cost_key"),
+    [
+        (Thresholds(min_accept_rate_at={1: 0.6}), "accept_rate_at[1]", "min_accept_rate_at[1]"),
+        (Thresholds(categories={"code": {"min_accept_length": 2.2}}), "accept_length[code]",
+         "min_accept_length[code]"),
+        (Thresholds(categories={"code": {"min_accept_rate_at": {1: 0.6}}}), "accept_rate_at[1][code]",
+         "min_accept_rate_at[1][code]"),
+    ],
+    ids=["position", "category", "category-position"],
+)
+def test_a_floor_inside_the_interval_is_undecided_at_the_budget_not_passed_on_its_median(
+    thresholds: Thresholds, label: str, cost_key: str, tmp_path: Path
+) -> None:
+    verdict, handle = _judge(thresholds, SWINGING, tmp_path)
+    assert handle.asked == MAX_REPEATS - 2  # measured on to the budget
+    assert verdict.failure is None
+    (line,) = verdict.undecided
+    assert line.startswith(f"{label} ") and ": undecided vs min " in line, line
+    assert verdict.record.cost["verdicts"][cost_key]["verdict"] == "undecided"
+
+
+def test_clear_floors_pass_after_the_first_look_and_a_clear_miss_fails(tmp_path: Path) -> None:
+    thresholds = Thresholds(min_accept_rate_at={1: 0.3}, categories={"code": {"min_accept_length": 3.0}})
+    verdict, handle = _judge(thresholds, [(0.80, 2.00), (0.82, 2.02)], tmp_path)
+    assert handle.asked == 0  # decided at the design's first look, the 2 repeats measured
+    assert verdict.undecided == ()
+    assert verdict.failure is not None
+    assert verdict.failure.startswith("accept_length[code] 2.0")
+    assert "< min 3 (margin" in verdict.failure and "[geometric mean; " in verdict.failure
+    costs = verdict.record.cost["verdicts"]
+    assert costs["min_accept_rate_at[1]"]["verdict"] == "passed"
+    assert costs["min_accept_length[code]"]["verdict"] == "FAILED"
+
+
+def test_at_temperature_zero_identical_repeats_decide_by_the_first(tmp_path: Path) -> None:
+    verdict, handle = _judge(Thresholds(min_accept_rate_at={1: 0.9}), [(0.8, 2.0)], tmp_path, temperature=0)
+    assert handle.asked == 0
+    assert verdict.failure is not None
+    assert "[exact; temperature 0, 2 identical repeats: decided by the first, " in verdict.failure
+    assert verdict.record.cost["verdicts"]["min_accept_rate_at[1]"]["repeats"] == 1
