@@ -109,8 +109,9 @@ def test_sweep_without_a_passing_point_fails_the_run(project: pytest.Pytester, m
     step = project.path / "step_summary.md"
     step.write_text("earlier\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+    # 2 repeats: a sweep point's tok/s floor is judged on their interval (1 repeat has none: undecided).
     result = project.runpytest_subprocess("-m", "specdec", "--server-profile=eagle3", "--specdec-sweep=num_steps=1",
-                                          timeout=600)  # fmt: skip
+                                          "--specdec-repeats=2", timeout=600)  # fmt: skip
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(

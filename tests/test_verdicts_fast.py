@@ -392,9 +392,11 @@ def test_sweep_over_num_steps_prints_the_table_and_writes_outputs(pytester: pyte
 def test_sweep_without_a_passing_point_fails_the_run_and_the_step_summary_says_why(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # min_accept_length 9 cannot apply at num_steps 1 (accept length <= 2): not applicable; min_tok_s fails.
+    # min_accept_length 9 cannot apply at num_steps 1 (accept length <= 2): not applicable; min_tok_s fails on the
+    # interval of the point's 2 repeats (1 repeat has none: tests/test_verdicts_fast.py's one-repeat sweep test).
     _project(pytester, "import pytest\n\n@pytest.mark.specdec(min_accept_length=9.0, min_tok_s=99999999)\n"
-                       "def test_run(specdec_run):\n    pass\n", workload=ONE_REPEAT)  # fmt: skip
+                       "def test_run(specdec_run):\n    pass\n",
+             workload=ONE_REPEAT.replace("repeats: 1", "repeats: 2"))  # fmt: skip
     step = pytester.path / "step_summary.md"
     step.write_text("earlier\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
@@ -408,6 +410,26 @@ def test_sweep_without_a_passing_point_fails_the_run_and_the_step_summary_says_w
     assert text.startswith("earlier\n\n## specdec summary\n")
     assert "### Failed" in text and "< min 1e+08 (margin" in text
     assert "accept_length" not in text.split("### Failed", 1)[1]
+
+
+def test_a_sweep_point_of_one_repeat_leaves_a_statistical_floor_undecided_not_passed(pytester: pytest.Pytester) -> None:
+    """A sweep point is judged on the sweep's repeats, at one look: one repeat has no interval, so a tok/s floor far
+    below the measured figure is undecided (not passed on a point estimate), while an exact accept-rate floor
+    (temperature 0) is decided by the value."""
+    _project(pytester, "import pytest\n\n@pytest.mark.specdec(min_accept_rate=0.5, min_tok_s=1)\n"
+                       "def test_run(specdec_run):\n    pass\n", workload=ONE_REPEAT)  # fmt: skip
+    result = _run(pytester, "--server-profile=eagle3", "--specdec-sweep=num_steps=1")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "*eagle3@num_steps=1: a sweep point is judged on the sweep's 1 repeat (--specdec-repeats or workload.repeats "
+        "set them); the undecided verdicts stopped measuring there*",
+        "*output_tok_s * tok/s: undecided vs min 1 [[]undecided after 1 repeat: no spread to test the limit against, "
+        "* server-s; 2 or more repeats would test it[]]*",
+        "*; min_tok_s undecided after 1 repeat (*); min_accept_rate passed after 1 repeat (*)",
+        "eagle3@num_steps=1 * ok (min_tok_s undecided)  <- best",
+        "specdec: 1 verdict undecided at the budget (eagle3@num_steps=1: min_tok_s): not failed *",
+    ])  # fmt: skip
 
 
 @pytest.mark.slow

@@ -512,6 +512,9 @@ def detail(decision: Decision, *, unit: str, server_s: float, needed: int | None
     n = decision.n
     if decision.decided or not exhausted:
         return f"decided after {n} {unit}, {decision.interval()}, {server_s:.1f} server-s"
+    if n < 2:  # one value has no spread: no interval, and no estimate of how many more would give one
+        return (f"undecided after {n} {unit.removesuffix('s') if n == 1 else unit}: no spread to test the limit "
+                f"against, {server_s:.1f} server-s; 2 or more {unit} would test it")  # fmt: skip
     head = f"undecided after {n} {unit}, {decision.interval()} contains the limit, {server_s:.1f} server-s"
     if needed is None or n == 0:
         return f"{head}; more {unit} would not decide it at this spread (the estimate sits on the limit)"

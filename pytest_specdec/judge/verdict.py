@@ -166,9 +166,18 @@ def judge_item(
         halt = exact_failure(case, measurements, profile, thresholds, compare_setup, merged, outcomes)
     if halt is not None:
         measurements = _Halted(measurements, halt)
-    judged = {}
+    fixed = None
     if steps is None:
         judged = sequential_checks(case, measurements, outcomes, profile, thresholds, vs, design, costs)
+    else:
+        # A sweep point is measured with the sweep's repeats: its floors are judged on them, at one look (passed
+        # only when their interval clears the limit; one repeat has none, so only an exact figure decides there).
+        n = len(measurements.run(profile.name).measurements)
+        fixed = (f"a sweep point is judged on the sweep's {n} repeat{'s' if n != 1 else ''} (--specdec-repeats or "
+                 "workload.repeats set them)")  # fmt: skip
+        one_look = sequential.Design(max(n, 1), max(n, 1))
+        judged = sequential_checks(case, _Fixed(measurements, fixed), outcomes, profile, thresholds, vs, one_look,
+                                   costs, sweep=(steps, configured))  # fmt: skip
     check = None
     if thresholds.min_speedup is not None:
         check = speedup_check(case, measurements, outcomes, profile.name, thresholds.min_speedup, design, costs)
@@ -201,7 +210,7 @@ def judge_item(
             failures.insert(0, text)
     _rebuild_record(case, measurements, profile.name, vs)
     record_cost(case, measurements, profile.name, vs, costs)
-    stopped = None if halt is not None else measurements.more_error(profile.name)
+    stopped = None if halt is not None else fixed or measurements.more_error(profile.name)
     if case.undecided and stopped:
         # The budget was not what stopped them: say what did (it is not "more repeats would decide it").
         case.warnings.append(f"{profile.name}: {stopped}; the undecided verdicts stopped measuring there")
@@ -279,11 +288,18 @@ class _Floor:
     value: Callable[[RunMetrics], float | None]
 
 
-def _floors(profile: Profile, thresholds: Thresholds) -> list[_Floor]:
-    """Every floor and ceiling of ``thresholds`` that per-repeat values decide (``thresholds.evaluate``'s labels)."""
+def _floors(
+    profile: Profile, thresholds: Thresholds, steps: int | None = None, configured: int | None = None
+) -> list[_Floor]:
+    """Every floor and ceiling of ``thresholds`` that per-repeat values decide (``thresholds.evaluate``'s labels),
+    less a ``min_accept_length`` a sweep point at ``steps`` cannot reach or that was set for more steps."""
     floors = []
     for key, (field_name, op, spec_only, label, unit) in SEQUENTIAL_KEYS.items():
         threshold = getattr(thresholds, key)
+        if key == "min_accept_length" and steps is not None and threshold is not None and (
+            threshold > steps + 1 or configured is not None and steps < configured
+        ):
+            continue
         if threshold is not None and (profile.is_speculative or not spec_only):
             floors.append(_Floor(key, key, label, op, float(threshold), unit, field_name,
                                  functools.partial(_figure, field_name)))  # fmt: skip
@@ -334,6 +350,8 @@ def sequential_checks(
     vs: str | None,
     design: sequential.Design,
     costs: dict[str, dict[str, Any]],
+    *,
+    sweep: tuple[int | None, int | None] = (None, None),
 ) -> dict[str, Check]:
     """The floors and ceilings per-repeat values decide (the :data:`SEQUENTIAL_KEYS` thresholds, per-position and
     per-category floors), each on its per-repeat values (``sequential.decide_floor``): more repeats (or pairs, with
@@ -343,6 +361,8 @@ def sequential_checks(
     threshold (``outcomes.once``); its repeats and server-seconds go to ``costs`` (``min_tok_s``,
     ``min_accept_rate_at[1]``, ``min_accept_length[code]``).
 
+    :param sweep: a sweep point's (num_steps, the profile's own num_steps) (``sweep_steps``): a ``min_accept_length``
+        not applicable there (``thresholds.evaluate``) is not judged.
     :returns: threshold key (the :data:`SEQUENTIAL_KEYS`) or check label (``accept_rate_at[1]``,
         ``accept_length[code]``) -> its check, for ``thresholds.evaluate(judged=...)``.
     """
@@ -367,7 +387,7 @@ def sequential_checks(
         return _floor_check(floor, found, values_of(floor), measurements, profile.name, vs, design)
 
     out: dict[str, Check] = {}
-    for floor in _floors(profile, thresholds):
+    for floor in _floors(profile, thresholds, *sweep):
         memo = ("check", profile.name, floor.cost_key, repr(floor.threshold), _halt_of(measurements))
         judged = outcomes.once(memo, functools.partial(judge, floor))
         if judged is not None:
@@ -497,8 +517,9 @@ def _halt_of(measurements: MeasureHandle) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class _Halted:
-    """A :class:`MeasureHandle` that reads the measurements so far and measures no more, saying why."""
+class _Fixed:
+    """A :class:`MeasureHandle` that reads the measurements so far and measures no more, saying why (a sweep point:
+    its verdicts left open are undecided)."""
 
     inner: MeasureHandle
     reason: str
@@ -523,6 +544,12 @@ class _Halted:
 
     def spent_s(self, profile: str, vs: str | None) -> float:
         return self.inner.spent_s(profile, vs)
+
+
+@dataclass(frozen=True, slots=True)
+class _Halted(_Fixed):
+    """A :class:`_Fixed` handle of a test that has already failed decisively: its verdicts left open are *not
+    measured further* (:data:`NOT_MEASURED`), not undecided."""
 
 
 def _rebuild_record(case: _Case, measurements: MeasureHandle, name: str, vs: str | None) -> None:

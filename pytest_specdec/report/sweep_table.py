@@ -40,12 +40,14 @@ __all__ = ["SweepSummary", "check_cell", "crossover_lines", "sweep_summary", "sw
 def check_cell(record: ResultRecord, ok: bool) -> str:
     """The thresholds cell of a point: ``ok``, ``FAILED accept_length`` (the thresholds it missed, from
     ``ResultRecord.checks``), ``FAILED`` (a failure without a threshold miss: compare, error), and
-    ``ok (min_accept_length n/a)`` when a threshold could not apply at the point (``thresholds.evaluate``)."""
+    ``ok (min_accept_length n/a)`` when a threshold could not apply at the point (``thresholds.evaluate``), ``ok
+    (min_tok_s undecided)`` when one was not decided on the point's repeats (not failed, not shown to hold)."""
     failed = [key.removeprefix("min_") for key, v in record.checks.items() if v.startswith("FAILED")]
-    na = [key for key, v in record.checks.items() if v.startswith("n/a")]
     if not ok:
         return "FAILED " + ", ".join(failed) if failed else "FAILED"
-    return f"ok ({', '.join(na)} n/a)" if na else "ok"
+    notes = [f"{', '.join(keys)} {what}" for what in ("undecided", "n/a")
+             if (keys := [key for key, v in record.checks.items() if v.startswith(what)])]  # fmt: skip
+    return f"ok ({'; '.join(notes)})" if notes else "ok"
 
 
 #: (header, metrics key, format) of the sweep table.
