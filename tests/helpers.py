@@ -12,13 +12,14 @@ import importlib.metadata
 import json
 import re
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from pytest_specdec.core.records import RunMetrics
+from pytest_specdec.core.records import RunMetrics, median_metrics
 from pytest_specdec.judge.sweep import split_name
+from pytest_specdec.measure import runner
 from pytest_specdec.measure.results import (
     ResultRecord,
 )
@@ -225,3 +226,41 @@ def assert_tok_s_regressed_or_left_open(out: str) -> None:
         assert re.search(r"^\d+ undecided rows? not measured further: the compare had regressed at \d+ repeats$", out,
                          re.M), out  # fmt: skip
 
+
+
+class ScriptedHandle:
+    """A ``MeasureHandle`` (``judge.handle``) over scripted repeats of one profile: ``metrics`` (one ``RunMetrics``
+    per repeat, in order), the first ``first`` measured; ``more()`` appends the next (1 s of server each) until the
+    script ends. ``asked`` counts the ``more()`` calls. No server, no pairing."""
+
+    def __init__(self, metrics: Sequence[RunMetrics], first: int) -> None:
+        self.script = list(metrics)
+        self.measured = [self._measure(m) for m in self.script[:first]]
+        self.asked = 0
+
+    @staticmethod
+    def _measure(metrics: RunMetrics) -> runner.Measurement:
+        return runner.Measurement("eagle3", metrics, (), "h", None, None, None, server_s=1.0)
+
+    def run(self, profile: str) -> runner.RunResult:
+        return runner.RunResult(profile, tuple(self.measured), median_metrics([m.metrics for m in self.measured]), "h")
+
+    def arms(self, profile: str, vs: str) -> None:
+        return None
+
+    def pair_error(self, profile: str, vs: str) -> None:
+        return None
+
+    def more_error(self, profile: str) -> None:
+        return None
+
+    def can_measure(self, profile: str) -> bool:
+        return len(self.measured) < len(self.script)
+
+    def more(self, profile: str, vs: str | None) -> bool:
+        self.asked += 1
+        self.measured.append(self._measure(self.script[len(self.measured)]))
+        return True
+
+    def spent_s(self, profile: str, vs: str | None) -> float:
+        return float(len(self.measured))

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.core.records import RunMetrics, median_metrics
+from pytest_specdec.core.records import RunMetrics
 from pytest_specdec.judge.outcomes import Outcomes
 from pytest_specdec.judge.verdict import ItemVerdict, judge_item
-from pytest_specdec.measure import results, runner
+from pytest_specdec.measure import results
 from pytest_specdec.profiles.schema import Profile, Thresholds
-from tests.helpers import fingerprint
+from tests.helpers import ScriptedHandle, fingerprint
 
 TEST_ID = "t.py::test_x[eagle3]"
 MAX_REPEATS = 12
@@ -31,49 +31,14 @@ def _metrics(rate_1: float, code_length: float) -> RunMetrics:
     return RunMetrics(**fields)
 
 
-class _Scripted:
-    """A MeasureHandle whose repeats cycle through ``script`` ((position-1 rate, code accept length) per repeat);
-    ``more()`` appends the next repeat (1 s of server each) up to :data:`MAX_REPEATS`."""
-
-    def __init__(self, script: list[tuple[float, float]]) -> None:
-        self.script = itertools.cycle(script)
-        self.measured = [self._next(), self._next()]
-        self.asked = 0
-
-    def _next(self) -> runner.Measurement:
-        return runner.Measurement("eagle3", _metrics(*next(self.script)), (), "h", None, None, None, server_s=1.0)
-
-    def run(self, profile: str) -> runner.RunResult:
-        return runner.RunResult(profile, tuple(self.measured), median_metrics([m.metrics for m in self.measured]), "h")
-
-    def arms(self, profile: str, vs: str) -> None:
-        return None
-
-    def pair_error(self, profile: str, vs: str) -> None:
-        return None
-
-    def more_error(self, profile: str) -> None:
-        return None
-
-    def can_measure(self, profile: str) -> bool:
-        return len(self.measured) < MAX_REPEATS
-
-    def more(self, profile: str, vs: str | None) -> bool:
-        self.asked += 1
-        self.measured.append(self._next())
-        return True
-
-    def spent_s(self, profile: str, vs: str | None) -> float:
-        return float(len(self.measured))
-
-
 def _judge(thresholds: Thresholds, script: list[tuple[float, float]], tmp_path: Path,
-           temperature: float = 0.7) -> tuple[ItemVerdict, _Scripted]:  # fmt: skip
+           temperature: float = 0.7) -> tuple[ItemVerdict, ScriptedHandle]:  # fmt: skip
     profile = Profile.model_validate({"name": "eagle3", "server": "reference",
                                       "speculative": {"algorithm": "EAGLE3", "num_steps": 3},
                                       "workload": {"temperature": temperature, "repeats": 2,
                                                    "max_repeats": MAX_REPEATS}})  # fmt: skip
-    handle = _Scripted(script)
+    repeats = itertools.islice(itertools.cycle(script), MAX_REPEATS)
+    handle = ScriptedHandle([_metrics(*repeat) for repeat in repeats], first=2)
     record = results.ResultRecord.from_measurements(TEST_ID, handle.measured, fingerprint())
     verdict = judge_item(record, nodeid=TEST_ID, profile=profile, thresholds=thresholds,
                          profiles={"eagle3": profile}, repeats=2, measurements=handle,

@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.core.records import RunMetrics, median_metrics
+from pytest_specdec.core.records import RunMetrics
 from pytest_specdec.core.tolerances import layered_tolerances
 from pytest_specdec.judge import sequential
 from pytest_specdec.judge.baseline import Baselines
 from pytest_specdec.judge.outcomes import Outcomes
 from pytest_specdec.judge.verdict import CompareSetup, ItemVerdict, judge_compare, judge_item
-from pytest_specdec.measure import results, runner
+from pytest_specdec.measure import results
 from pytest_specdec.profiles.schema import Profile, Thresholds
 from pytest_specdec.report.summary import undecided_lines
-from tests.helpers import fingerprint, rec
+from tests.helpers import ScriptedHandle, fingerprint, rec
 
 SWINGING = [100.0, 140.0] * 8  # tok/s: a floor of 120 stays inside the interval for 16 repeats
 TEST_ID = "t.py::test_x[eagle3]"
@@ -34,50 +34,15 @@ def _metrics(tok_s: float, accept_length: float, at: tuple[float, ...]) -> RunMe
     return RunMetrics(**fields)
 
 
-class _Scripted:
-    """A MeasureHandle over a list of per-repeat tok/s; ``more()`` appends the next (1 s of server each)."""
-
-    def __init__(self, first: int, accept_length: float, at: tuple[float, ...]) -> None:
-        self.accept = (accept_length, at)
-        self.measured = [self._measure(v) for v in SWINGING[:first]]
-        self.asked = 0
-
-    def _measure(self, tok_s: float) -> runner.Measurement:
-        return runner.Measurement("eagle3", _metrics(tok_s, *self.accept), (), "h", None, None, None, server_s=1.0)
-
-    def run(self, profile: str) -> runner.RunResult:
-        return runner.RunResult(profile, tuple(self.measured), median_metrics([m.metrics for m in self.measured]), "h")
-
-    def arms(self, profile: str, vs: str) -> None:
-        return None
-
-    def pair_error(self, profile: str, vs: str) -> None:
-        return None
-
-    def more_error(self, profile: str) -> None:
-        return None
-
-    def can_measure(self, profile: str) -> bool:
-        return len(self.measured) < len(SWINGING)
-
-    def more(self, profile: str, vs: str | None) -> bool:
-        self.asked += 1
-        self.measured.append(self._measure(SWINGING[len(self.measured)]))
-        return True
-
-    def spent_s(self, profile: str, vs: str | None) -> float:
-        return float(len(self.measured))
-
-
 def _judge(
     thresholds: Thresholds, tmp_path: Path, *, accept_length: float = 2.0, at: tuple[float, ...] = (0.6, 0.3),
     temperature: float = 0, compare_setup: CompareSetup | None = None, undecided: str = "warn",
-) -> tuple[ItemVerdict, _Scripted]:  # fmt: skip
+) -> tuple[ItemVerdict, ScriptedHandle]:  # fmt: skip
     profile = Profile.model_validate({"name": "eagle3", "server": "reference",
                                       "speculative": {"algorithm": "EAGLE3", "num_steps": 3},
                                       "workload": {"temperature": temperature, "repeats": 2,
                                                    "max_repeats": 16}})  # fmt: skip
-    handle = _Scripted(2, accept_length, at)
+    handle = ScriptedHandle([_metrics(v, accept_length, at) for v in SWINGING], first=2)
     record = results.ResultRecord.from_measurements(TEST_ID, handle.measured, fingerprint())
     verdict = judge_item(record, nodeid=TEST_ID, profile=profile, thresholds=thresholds,
                          profiles={"eagle3": profile}, repeats=2, measurements=handle,
