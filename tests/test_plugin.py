@@ -201,7 +201,7 @@ def test_wrong_layers_fail_on_accept_length_naming_value_and_threshold(project: 
     result.stdout.fnmatch_lines(
         [
             "*accept_length * tok/verify < min 99 (margin -*%) [[]exact; temperature 0, 3 identical repeats: decided "
-            "by the first, * server-s[]] [[]profile eagle3-wrong-layers, 6 requests, median of 3 repeats[]]",
+            "by the first, * server-s[]] [[]profile eagle3-wrong-layers, 6 requests x 3 repeats[]]",
             # The likely cause, in the failure itself (not only in the header): the ids the draft was trained on.
             "preflight said before the launch:",
             "  note: *specdec.yaml:*: profiles.eagle3-wrong-layers.speculative.aux_hidden_state_layer_ids: differs "
@@ -237,7 +237,7 @@ def test_per_position_and_category_floors_fail_and_summary_shows_both(project: p
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(failed=1)
-    context = "[[]profile eagle3-cats, 6 requests, median of 3 repeats[]]"
+    context = "[[]profile eagle3-cats, 6 requests x 3 repeats[]]"
     result.stdout.fnmatch_lines(
         [
             f"*accept_rate_at[[]3[]] 0.* < min 0.99 (margin -0.*) [[]exact; temperature 0, 3 identical repeats: "

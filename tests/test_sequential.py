@@ -179,6 +179,11 @@ def test_exact_metrics_decide_on_the_first_repeat() -> None:
     assert decide_floor([2.63], 2.5, design, exact=True).verdict == "above"
     assert decide_floor([2.35], 2.5, design, exact=True).verdict == "below"
     assert decide_floor([2.35, 2.35], 2.5, design).verdict == "below"  # identical repeats: no spread to test
+    # A floor copied from the results file holds: the value itself is compared, not exp(mean(log)) (a fresh user's
+    # "2.638 < min 2.63836 (margin -4.441e-16)").
+    for value in (2.638356164383562, 0.3333333333333333, 0.1):
+        held = decide_floor([value] * 3, value, design, exact=True)
+        assert (held.verdict, held.estimate) == ("above", value)
 
 
 def test_decide_shift_on_hand_made_values() -> None:

@@ -27,7 +27,7 @@ SLOW = run_metrics(output_tok_s=100.0, accept_length=2.0)
 def test_failure_message_names_profile_requests_and_repeats() -> None:
     verdict = evaluate(Thresholds(min_accept_length=2.5), SLOW, speculative=True)
     assert failure_message(verdict, "eagle3", 16, 3) == (
-        "accept_length 2 tok/verify < min 2.5 (margin -0.5, -20.0%) [profile eagle3, 16 requests, median of 3 repeats]"
+        "accept_length 2 tok/verify < min 2.5 (margin -0.5, -20.0%) [profile eagle3, 16 requests x 3 repeats]"
     )
     assert failure_message(verdict, "eagle3", 16, 1).endswith("[profile eagle3, 16 requests]")
 

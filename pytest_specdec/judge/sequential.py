@@ -272,8 +272,11 @@ def decide_floor(values: Sequence[float | None], floor: float, design: Design, *
     if n == 1 or float(np.ptp(x)) == 0.0:
         if not (exact or n >= 2):
             return Decision("open", n, back(mean), None, None, conf, "t-test (needs 2 repeats)")
-        verdict = "above" if mean >= ref else "below"
-        return Decision(verdict, n, back(mean), back(mean), back(mean), 1.0, "exact (identical repeats)")
+        # The value itself, not exp(mean(log)): a floor set to the measured figure must hold (a round trip through
+        # the log once read "2.638 < min 2.63836 (margin -4.441e-16)" for a floor copied from the results file).
+        value = float(arr[0])
+        verdict = "above" if value >= floor else "below"
+        return Decision(verdict, n, value, value, value, 1.0, "exact (identical repeats)")
     sd = float(x.std(ddof=1))
     half = _t_quantile(1.0 - design.alpha_per_look, n - 1) * sd / math.sqrt(n)
     low, high = mean - half, mean + half

@@ -607,12 +607,13 @@ def sweep_steps(profile: Profile, profiles: Mapping[str, Profile]) -> tuple[int 
 def failure_message(verdict: ThresholdChecks, profile: str, num_ok: int, repeats: int) -> str:
     """The threshold verdict's text: one line per missed threshold, with its context.
 
-    Example: ``accept_length 2.352 tok/verify < min 2.5 [profile eagle3, 64 requests, median of 3 repeats]``.
+    Example: ``accept_length 2.352 tok/verify < min 2.5 [..., decided after 3 repeats ...] [profile eagle3, 64
+    requests x 3 repeats]`` (each line's own bracket says how its figure was decided: exact, geometric mean).
 
     :param num_ok: requests that succeeded in the measured phase (``RunMetrics.num_ok``).
     :param repeats: measured phases (the metrics are their medians).
     """
-    context = f"profile {profile}, {num_ok} requests" + (f", median of {repeats} repeats" if repeats > 1 else "")
+    context = f"profile {profile}, {num_ok} requests" + (f" x {repeats} repeats" if repeats > 1 else "")
     return verdict.message(context)
 
 

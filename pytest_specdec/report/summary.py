@@ -280,8 +280,9 @@ def compare_lines(outcomes: Outcomes) -> list[Line]:
 #: Under the summary when pytest-benchmark's table follows: why its OPS differs from the summary's tok/s.
 #: Under the summary when any test measured more than one repeat: the table's tok/s and a verdict's figure differ.
 REPEATS_NOTE = (
-    "tok/s in the table is the median repeat's; a verdict's figure (min_tok_s, speedup, compare) is the geometric "
-    "mean of the repeats that verdict measured, so the two differ when the repeats spread"
+    "each figure in the tables (tok/s, accept length and rate, per position, per category) is its median repeat's; "
+    "a verdict's figure (a floor, speedup, compare) is the geometric mean of the repeats that verdict measured, so "
+    "the two differ when the repeats spread"
 )
 BENCHMARK_OPS_NOTE = (
     "tok/s is the median repeat's; pytest-benchmark's OPS (below) is 1 / the mean seconds per output token over the "

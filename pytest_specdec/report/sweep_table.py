@@ -40,14 +40,17 @@ __all__ = ["SweepSummary", "check_cell", "crossover_lines", "sweep_summary", "sw
 def check_cell(record: ResultRecord, ok: bool) -> str:
     """The thresholds cell of a point: ``ok``, ``FAILED accept_length`` (the thresholds it missed, from
     ``ResultRecord.checks``), ``FAILED`` (a failure without a threshold miss: compare, error), and
-    ``ok (min_accept_length n/a)`` when a threshold could not apply at the point (``thresholds.evaluate``), ``ok
-    (min_tok_s undecided)`` when one was not decided on the point's repeats (not failed, not shown to hold)."""
+    ``ok (min_accept_length n/a)`` when a threshold could not apply at the point (``thresholds.evaluate``), ``undecided
+    (min_tok_s)`` when one was not decided on the point's repeats (not failed, not shown to hold)."""
     failed = [key.removeprefix("min_") for key, v in record.checks.items() if v.startswith("FAILED")]
     if not ok:
         return "FAILED " + ", ".join(failed) if failed else "FAILED"
-    notes = [f"{', '.join(keys)} {what}" for what in ("undecided", "n/a")
-             if (keys := [key for key, v in record.checks.items() if v.startswith(what)])]  # fmt: skip
-    return f"ok ({'; '.join(notes)})" if notes else "ok"
+    undecided = [key for key, v in record.checks.items() if v.startswith("undecided")]
+    na = [key for key, v in record.checks.items() if v.startswith("n/a")]
+    notes = "; ".join(filter(None, [", ".join(undecided), f"{', '.join(na)} n/a" if na else ""]))
+    # Not "ok" while a threshold is open: the point is ranked (it failed nothing), but nothing showed it holds.
+    head = "undecided" if undecided else "ok"
+    return f"{head} ({notes})" if notes else head
 
 
 #: (header, metrics key, format) of the sweep table.
