@@ -13,7 +13,7 @@ from pytest_specdec.core.records import RunMetrics
 from pytest_specdec.judge.tails import tail_checks
 from pytest_specdec.profiles.schema import MinSpeedup, Thresholds
 
-__all__ = ["Check", "ThresholdChecks", "evaluate", "merge_marker", "overrides"]
+__all__ = ["Check", "ThresholdChecks", "evaluate", "merge_marker", "overrides", "sweep_not_applicable"]
 
 #: threshold key -> (RunMetrics field, comparison, label, unit, speculative-only)
 _RULES: dict[str, tuple[str, str, str, str, bool]] = {
@@ -204,17 +204,8 @@ def evaluate(
         if spec_only and not speculative:
             checks.append(Check(key, label, op, threshold, None, unit, None, "profile runs no speculative decoding"))
             continue
-        if key == "min_accept_length" and sweep_steps is not None and threshold > sweep_steps + 1:
-            note = f"at num_steps {sweep_steps} accept length is at most {sweep_steps + 1}"
-            checks.append(Check(key, label, op, threshold, measured, unit, None, note))
-            continue
-        if (
-            key == "min_accept_length"
-            and sweep_steps is not None
-            and configured_steps is not None
-            and sweep_steps < configured_steps
-        ):
-            note = f"the floor is set for num_steps {configured_steps}; accept length grows with steps"
+        note = sweep_not_applicable(key, threshold, sweep_steps, configured_steps)
+        if note:
             checks.append(Check(key, label, op, threshold, measured, unit, None, note))
             continue
         if judged and key in judged:
@@ -242,6 +233,18 @@ def evaluate(
         else:
             checks.append(Check("min_speedup", label, ">=", ms.ratio, speedup, "x", speedup >= ms.ratio))
     return ThresholdChecks(tuple(checks))
+
+
+def sweep_not_applicable(key: str, threshold: float, sweep_steps: int | None, configured_steps: int | None) -> str:
+    """Why ``key`` does not apply at a sweep point of ``sweep_steps`` (``""`` when it does): a ``min_accept_length``
+    above num_steps + 1, or set for more steps than the point's (see :func:`evaluate`)."""
+    if key != "min_accept_length" or sweep_steps is None:
+        return ""
+    if threshold > sweep_steps + 1:
+        return f"at num_steps {sweep_steps} accept length is at most {sweep_steps + 1}"
+    if configured_steps is not None and sweep_steps < configured_steps:
+        return f"the floor is set for num_steps {configured_steps}; accept length grows with steps"
+    return ""
 
 
 def _position_checks(

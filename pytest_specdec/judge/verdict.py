@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.core.tolerances import Tolerance, format_tolerances, merge_tolerances
 from pytest_specdec.judge import compare, sequential, speedup, sweep
-from pytest_specdec.judge.thresholds import Check, ThresholdChecks, evaluate
+from pytest_specdec.judge.thresholds import Check, ThresholdChecks, evaluate, sweep_not_applicable
 from pytest_specdec.measure import results, runner
 from pytest_specdec.profiles.schema import MinSpeedup, Profile, Thresholds
 
@@ -243,8 +243,7 @@ SEQUENTIAL_KEYS = {
 
 
 def _per_repeat(run: runner.RunResult, field_name: str) -> list[float]:
-    vals = (getattr(m.metrics, field_name) for m in run.measurements)
-    return [float(v) for v in vals if isinstance(v, int | float) and not isinstance(v, bool)]
+    return [v for v in (_figure(field_name, m.metrics) for m in run.measurements) if v is not None]
 
 
 def _measure_until(
@@ -296,9 +295,7 @@ def _floors(
     floors = []
     for key, (field_name, op, spec_only, label, unit) in SEQUENTIAL_KEYS.items():
         threshold = getattr(thresholds, key)
-        if key == "min_accept_length" and steps is not None and threshold is not None and (
-            threshold > steps + 1 or configured is not None and steps < configured
-        ):
+        if threshold is not None and sweep_not_applicable(key, threshold, steps, configured):
             continue
         if threshold is not None and (profile.is_speculative or not spec_only):
             floors.append(_Floor(key, key, label, op, float(threshold), unit, field_name,
