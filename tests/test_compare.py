@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -331,11 +332,31 @@ def test_exact_accept_length_at_temperature_zero_needs_no_statistics() -> None:
     assert (row.verdict, row.basis, row.decision) == ("REGRESSED", "exact", None)
     assert any(line.endswith("REGRESSED (exact)") for line in comp.lines())
     assert "exact: accept length/rate at temperature 0 with identical repeats" in comp.notes[-1]
-    small = compare_results(rec(accept_length=[2.63]), rec(accept_length=[2.62]), tol)
+    small = compare_results(rec(accept_length=[2.63, 2.63]), rec(accept_length=[2.62, 2.62]), tol)
     assert [r.verdict for r in small.rows] == ["changed"]
+    # One repeat a side shows no agreement, and a category agreeing by coincidence in a run that varies is no exact
+    # run either: statistics (here undecided), not an equal-or-not verdict.
+    single = compare_results(rec(accept_length=[2.63]), rec(accept_length=[2.49]), tol)
+    assert [(r.verdict, r.basis) for r in single.rows] == [("undecided", "")]
     # Repeats that differ (not deterministic): statistics as for any metric.
     noisy = compare_results(rec(accept_length=[2.63, 2.60, 2.66]), rec(accept_length=[2.5, 2.52, 2.48]), tol)
     assert noisy.rows[0].basis == ""
+
+
+def test_an_accept_figure_gone_from_the_run_is_a_regression_not_n_a() -> None:
+    """A server that stopped speculating reports no accept length (SGLang sends spec_verify_ct only with speculative
+    decoding on): against a baseline that had one, the row regresses, saying why."""
+    tol = parse_tolerances("accept_length:2%")
+    comp = compare_results(rec(accept_length=[2.63, 2.63], output_tok_s=[100, 101]),
+                           rec(output_tok_s=[100, 101]), tol)  # fmt: skip
+    (row,) = [r for r in comp.rows if r.metric == "accept_length"]
+    assert (row.verdict, row.current) == ("REGRESSED", None)
+    assert comp.outcome == "FAILED"
+    # Accept length still there, accept rate not (no num_steps to divide by): still speculating, not a loss.
+    rate_only = compare_results(rec(accept_length=[2.6, 2.6], accept_rate=[0.53, 0.53]), rec(accept_length=[2.6, 2.6]),
+                                parse_tolerances("accept_rate:0.02"))  # fmt: skip
+    assert not rate_only.failed
+    assert any(line.endswith("REGRESSED (not reported by this run; the baseline had it)") for line in comp.lines())
 
 
 def test_a_changed_runner_state_is_said_first() -> None:
@@ -541,3 +562,37 @@ def test_a_baseline_median_of_zero_is_compared_not_crashed() -> None:
     row = {r.metric: r for r in compare_results(base, current, parse_tolerances(["itl_ms_p50:900%"])).rows}
     itl = row["itl_ms_p50"]
     assert (itl.baseline, itl.current, itl.verdict) == (0.0, 20.4, "undecided")
+
+
+def test_cli_reads_each_profiles_calibrated_noise_as_pytest_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results_dir = tmp_path / "results"
+    _write(results_dir, "20260101T000000Z-aaaaaa", rec(output_tok_s=[100.0, 101.0, 99.0]))
+    _write(results_dir, "20260102T000000Z-bbbbbb", rec(output_tok_s=[99.0, 100.0, 98.0]))
+    args = ["compare", "20260101", "20260102", "--results-dir", str(results_dir)]
+    main(args)
+    alone = capsys.readouterr().out
+    noise_file = tmp_path / "noise" / "eagle3.json"
+    noise_file.parent.mkdir()
+    noise_file.write_text(json.dumps({"profile": "eagle3", "runs": 5, "sigma_rel": {"output_tok_s": 0.07}}))
+    main(args)  # the calibrated spread stands in for the single stored run's, as --specdec-compare reads it
+    read = capsys.readouterr().out
+    main([*args, "--noise", str(noise_file)])
+    assert read != alone and read == capsys.readouterr().out
+
+
+def test_cli_latest_names_the_run_pytest_would_have_compared_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """night-2 regressed; BASE ``latest`` for night-3 is night-2, but pytest's latest is the newest clean run."""
+    _write(tmp_path, "20260101T000000Z-aaaaaa", rec(output_tok_s=[100.0, 101.0, 99.0]))
+    red = dataclasses.replace(rec(output_tok_s=[80.0, 81.0, 79.0]), outcome="failed")
+    _write(tmp_path, "20260102T000000Z-bbbbbb", red)
+    _write(tmp_path, "20260103T000000Z-cccccc", rec(output_tok_s=[80.0, 81.0, 79.0]))
+    main(["compare", "latest", "20260103", "--results-dir", str(tmp_path)])
+    assert (
+        "note: t.py::test_x[eagle3]: BASE latest (20260102T000000Z-bbbbbb) is not clean for it (failed); pytest's "
+        "--specdec-compare would compare it with run 20260101T000000Z-aaaaaa: name that run as BASE to decide as "
+        "pytest did"
+    ) in capsys.readouterr().out.splitlines()

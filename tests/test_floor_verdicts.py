@@ -13,35 +13,36 @@ import pytest
 
 from pytest_specdec.core.records import RunMetrics
 from pytest_specdec.judge.outcomes import Outcomes
+from pytest_specdec.judge.thresholds import FLOOR_RULES
 from pytest_specdec.judge.verdict import ItemVerdict, judge_item
 from pytest_specdec.measure import results
-from pytest_specdec.profiles.schema import Profile, Thresholds
+from pytest_specdec.profiles.schema import CategoryThresholds, Profile, Thresholds
 from tests.helpers import ScriptedHandle, fingerprint
 
 TEST_ID = "t.py::test_x[eagle3]"
 MAX_REPEATS = 12
 
 
-def _metrics(rate_1: float, code_length: float) -> RunMetrics:
+def _metrics(rate_1: float, code_length: float, code_ttft_ms: float = 40.0, length: float = 2.0) -> RunMetrics:
     fields: dict[str, Any] = {f.name: None for f in dataclasses.fields(RunMetrics)}
     fields.update(num_requests=4, num_ok=4, num_errors=0, duration_s=1.0, output_tokens=100, output_tok_s=100.0,
-                  accept_length=2.0, accept_rate=1 / 3, accept_rate_at=(rate_1, 0.3, 0.1),
-                  by_category={"code": {"num_ok": 4, "accept_length": code_length,
+                  accept_length=length, accept_rate=(length - 1) / 3, accept_rate_at=(rate_1, 0.3, 0.1),
+                  by_category={"code": {"num_ok": 4, "accept_length": code_length, "ttft_ms_p50": code_ttft_ms,
                                         "accept_rate_at": [rate_1, 0.3, 0.1]}})  # fmt: skip
     return RunMetrics(**fields)
 
 
-def _judge(thresholds: Thresholds, script: list[tuple[float, float]], tmp_path: Path,
-           temperature: float = 0.7) -> tuple[ItemVerdict, ScriptedHandle]:  # fmt: skip
-    profile = Profile.model_validate({"name": "eagle3", "server": "reference",
-                                      "speculative": {"algorithm": "EAGLE3", "num_steps": 3},
-                                      "workload": {"temperature": temperature, "repeats": 2,
+def _judge(thresholds: Thresholds, script: list[tuple[float, ...]], tmp_path: Path, temperature: float = 0.7,
+           speculative: bool = True, first: int = 2) -> tuple[ItemVerdict, ScriptedHandle]:  # fmt: skip
+    spec = {"speculative": {"algorithm": "EAGLE3", "num_steps": 3}} if speculative else {}
+    profile = Profile.model_validate({"name": "eagle3", "server": "reference", **spec,
+                                      "workload": {"temperature": temperature, "repeats": first,
                                                    "max_repeats": MAX_REPEATS}})  # fmt: skip
     repeats = itertools.islice(itertools.cycle(script), MAX_REPEATS)
-    handle = ScriptedHandle([_metrics(*repeat) for repeat in repeats], first=2)
+    handle = ScriptedHandle([_metrics(*repeat) for repeat in repeats], first=first)
     record = results.ResultRecord.from_measurements(TEST_ID, handle.measured, fingerprint())
     verdict = judge_item(record, nodeid=TEST_ID, profile=profile, thresholds=thresholds,
-                         profiles={"eagle3": profile}, repeats=2, measurements=handle,
+                         profiles={"eagle3": profile}, repeats=first, measurements=handle,
                          outcomes=Outcomes(tmp_path / "noise"))  # fmt: skip
     return verdict, handle
 
@@ -90,3 +91,44 @@ def test_at_temperature_zero_identical_repeats_decide_by_the_first(tmp_path: Pat
     assert verdict.failure is not None
     assert "[exact; temperature 0, 2 identical repeats: decided by the first, " in verdict.failure
     assert verdict.record.cost["verdicts"]["min_accept_rate_at[1]"]["repeats"] == 1
+
+
+def test_a_baseline_profiles_category_ceiling_is_not_passed_on_its_median(tmp_path: Path) -> None:
+    # Medians 45 ms under a 50 ms ceiling, inside its interval: a profile without speculative decoding has no
+    # accept floors, but its latency ceilings are decided on their interval all the same.
+    thresholds = Thresholds(categories={"code": {"max_ttft_ms": 50.0, "min_accept_length": 2.0}})
+    verdict, handle = _judge(thresholds, [(0.5, 2.0, 35.0), (0.5, 2.0, 55.0)], tmp_path, speculative=False)
+    assert handle.asked == MAX_REPEATS - 2
+    (line,) = verdict.undecided
+    assert line.startswith("ttft_ms p50[code] ") and ": undecided vs max " in line, line
+    assert set(verdict.record.cost["verdicts"]) == {"max_ttft_ms[code]"}  # the accept floor is not applicable
+
+
+def test_every_scalar_threshold_key_has_a_floor_rule() -> None:
+    # A key without a rule would raise KeyError at judging time, after the servers ran.
+    scalar = {name for name, field in Thresholds.model_fields.items() if field.annotation == (float | None)}
+    per_category = set(CategoryThresholds.model_fields) - {"min_accept_rate_at"}
+    assert per_category <= set(FLOOR_RULES)
+    assert set(FLOOR_RULES) <= scalar
+
+
+def test_a_category_agreeing_by_coincidence_in_a_varying_run_is_not_exact(tmp_path: Path) -> None:
+    # temperature 0, but the run's accept length differs across repeats (a batch-variant engine): the category's
+    # identical 2.4s are not taken as exact; with no spread they have no interval, so they are measured on (here
+    # the script keeps them identical to the budget: undecided, never passed on the value).
+    script = [(0.8, 2.4, 40.0, 2.50), (0.8, 2.4, 40.0, 2.45), (0.8, 2.4, 40.0, 2.55)]
+    verdict, handle = _judge(Thresholds(categories={"code": {"min_accept_length": 2.38}}), script, tmp_path,
+                             temperature=0)  # fmt: skip
+    cost = verdict.record.cost["verdicts"]["min_accept_length[code]"]
+    assert (cost["verdict"], handle.asked) == ("undecided", MAX_REPEATS - 2)
+    # The same category spreading a little is decided on its interval after the first look.
+    spread = [(0.8, 2.41, 40.0, 2.50), (0.8, 2.40, 40.0, 2.45), (0.8, 2.42, 40.0, 2.55)]
+    verdict, _ = _judge(Thresholds(categories={"code": {"min_accept_length": 2.38}}), spread, tmp_path / "b",
+                        temperature=0)  # fmt: skip
+    assert verdict.record.cost["verdicts"]["min_accept_length[code]"]["verdict"] == "passed"
+
+
+def test_one_repeat_at_temperature_zero_measures_a_second_before_calling_a_floor_exact(tmp_path: Path) -> None:
+    verdict, handle = _judge(Thresholds(min_accept_rate_at={1: 0.9}), [(0.8, 2.0)], tmp_path, temperature=0, first=1)
+    assert handle.asked == 1  # the second repeat agrees: exact from there
+    assert verdict.failure is not None and "[exact; temperature 0, 2 identical repeats: " in verdict.failure

@@ -150,3 +150,29 @@ def test_a_statistical_regression_stops_the_compare_at_its_look() -> None:
     assert re.search(r"^itl_ms_p50 +lower .* undecided \(x", judged.failure, re.M), judged.failure
     assert judged.failure.splitlines()[-1] == "1 undecided row not measured further: the compare had regressed at 3 " \
                                               "repeats"
+
+
+def test_a_later_test_whose_floor_measured_more_is_compared_on_its_own_repeats(tmp_path: Path) -> None:
+    """One measurement, two tests: test_a's compare is decided on the first repeats; test_b's floor then measures on
+    (the server slowed down). test_b's stored record holds every repeat, so its compare is judged on them, as the
+    ``compare`` command reading that record judges it (before: test_a's cached verdict, on 3 of 12 repeats)."""
+    profile = Profile.model_validate({"name": "eagle3", "server": "reference",
+                                      "speculative": {"algorithm": "EAGLE3", "num_steps": 3},
+                                      "workload": {"temperature": 0.7, "repeats": 3, "max_repeats": 12}})  # fmt: skip
+    handle = ScriptedHandle([_metrics(v, 2.0, (0.6, 0.3)) for v in [100.0, 100.6, 99.4] + [90.0, 90.4, 89.6] * 3],
+                            first=3)  # fmt: skip
+    base = [rec(test_id, fingerprint(), output_tok_s=[100.0, 101.0, 99.0], accept_length=[2.0] * 3)
+            for test_id in ("t.py::test_a[eagle3]", TEST_ID)]  # fmt: skip
+    setup = CompareSetup(Baselines(tmp_path, run=results.RunFile("night-1", 0.0, results=tuple(base)),
+                                   label="named night-1"), run_id="night-2")  # fmt: skip
+    outcomes = Outcomes(tmp_path / "noise")
+    records = []
+    for test_id, thresholds in [("t.py::test_a[eagle3]", Thresholds()), (TEST_ID, Thresholds(min_tok_s=99.5))]:
+        record = results.ResultRecord.from_measurements(test_id, handle.measured, fingerprint())
+        verdict = judge_item(record, nodeid=test_id, profile=profile, thresholds=thresholds,
+                             profiles={"eagle3": profile}, repeats=3, measurements=handle, outcomes=outcomes,
+                             compare_setup=setup)  # fmt: skip
+        records.append(verdict.record)
+    later = records[1]
+    assert len(later.repeats["output_tok_s"]) > 3
+    assert later.cost["verdicts"]["compare"]["repeats"] == len(later.repeats["output_tok_s"]), later.cost

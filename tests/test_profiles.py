@@ -44,10 +44,14 @@ def test_extends_chain_deep_merges_base_first(in_tmp: Path) -> None:
             extends: base
             workload: {num_requests: 4}
             speculative: {algorithm: eagle3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}
+            extra_args: [--a]
+            thresholds: {min_accept_rate_at: {1: 0.6, 2: 0.4}}
           top:
             extends: mid
             speculative: {num_steps: 5, num_draft_tokens: 6}
             env: {B: "2"}
+            extra_args: [--b]
+            thresholds: {min_accept_rate_at: {1: 0.7}}
         """,
     )
     top = load_profiles("specdec.yaml").get("top")
@@ -57,6 +61,9 @@ def test_extends_chain_deep_merges_base_first(in_tmp: Path) -> None:
     assert (top.speculative.algorithm, top.speculative.num_steps, top.speculative.eagle_topk) == ("EAGLE3", 5, 1)
     assert top.speculative.num_draft_tokens == 6
     assert top.env == {"A": "1", "B": "2"}
+    # As docs/profiles.md says: mappings merge key by key (position 2's floor is inherited), lists are replaced.
+    assert top.thresholds.min_accept_rate_at == {1: 0.7, 2: 0.4}
+    assert top.extra_args == ["--b"]
     assert top.source == str((in_tmp / "specdec.yaml").resolve())
 
 

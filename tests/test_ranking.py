@@ -79,6 +79,24 @@ def test_judge_gap_branches() -> None:
     assert judge_gap(ranking, "unproven", max_gap=0.0).verdict == "recommend"
 
 
+def test_a_gap_inside_the_allowance_passes_only_when_shown_within_it() -> None:
+    """Three verdicts for the sweep gap: 'within' is the interval's worse end inside the allowance, not the
+    estimate; the leader is 'best' only when no other point may be the allowance or more above it."""
+    close = Sample("close", (99.0, 100.0, 98.0))  # 1 % below, tight: shown within 5 %
+    wide = Sample("wide", (90.0, 100.0, 108.0))  # 1.6 % below on the estimate; the spread reaches past 5 %
+    shown = judge_gap(rank([LEADER, close]), "close", max_gap=0.05)
+    assert shown.verdict == "within" and shown.test is not None and shown.test.p_value is not None
+    assert shown.test.p_value < 0.05
+    near = judge_gap(rank([LEADER, wide]), "wide", max_gap=0.05)
+    assert (near.verdict, near.rival) == ("near", "")
+    assert near.test is not None and near.test.p_value is not None and near.test.p_value > 0.05
+    assert near.need is not None and near.need > 3
+    # The same pair seen from the leader: 'wide' may be more than 5 % above it, so not 'best'.
+    assert judge_gap(rank([LEADER, close]), "L", max_gap=0.05).verdict == "best"
+    leader_near = judge_gap(rank([LEADER, wide]), "L", max_gap=0.05)
+    assert (leader_near.verdict, leader_near.rival) == ("near", "wide")
+
+
 def test_judge_gap_of_a_point_outside_the_ranking_and_errors() -> None:
     ranking = rank([LEADER, Sample("b", (99.0, 100.0, 98.0))])
     failed = Sample("failed-its-thresholds", (60.0, 61.0, 59.0))

@@ -178,7 +178,9 @@ def test_exact_metrics_decide_on_the_first_repeat() -> None:
     design = Design(1, 10)
     assert decide_floor([2.63], 2.5, design, exact=True).verdict == "above"
     assert decide_floor([2.35], 2.5, design, exact=True).verdict == "below"
-    assert decide_floor([2.35, 2.35], 2.5, design).verdict == "below"  # identical repeats: no spread to test
+    # Identical values of a figure not known to be exact (a category agreeing by coincidence while the run
+    # varies) have no interval: open until more repeats show their spread.
+    assert decide_floor([2.35, 2.35], 2.5, design).verdict == "open"
     # A floor copied from the results file holds: the value itself is compared, not exp(mean(log)) (a fresh user's
     # "2.638 < min 2.63836 (margin -4.441e-16)").
     for value in (2.638356164383562, 0.3333333333333333, 0.1):
@@ -281,3 +283,13 @@ def test_baseline_runs_needed_is_none_when_the_run_to_run_spread_alone_keeps_it_
     today = (0.97 * 100.0 * np.exp(np.concatenate([pattern, pattern]))).tolist()
     design = Design(3, 24)
     assert baseline_runs_needed(runs[0], today, 0.05, design, higher_is_better=True, history=history) is None
+
+
+def test_a_step_of_several_pairs_is_counted_before_it_is_asked_for() -> None:
+    """A bracketed pairing measures its first block's pairs at once (repeats: 5 -> 5 pairs a step): the budget
+    counts the whole step, so neither max_repeats nor max_server_s is overrun (before: 5 -> ... -> 25 of 24, and
+    90 s + 3 pairs of 30 s past a 130 s budget)."""
+    design = Design(5, 24)
+    assert design.may_continue(15, 150.0, step=5) and not design.may_continue(20, 200.0, step=5)
+    timed = Design(3, 24, max_server_s=130.0)
+    assert timed.may_continue(3, 90.0) and not timed.may_continue(3, 90.0, step=3)

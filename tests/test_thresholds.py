@@ -36,10 +36,40 @@ def test_position_beyond_the_drafted_ones_fails_saying_how_many() -> None:
 def test_position_floors_not_applicable_without_speculation_or_data() -> None:
     plain = evaluate(Thresholds(min_accept_rate_at={1: 0.7}), SPEC, speculative=False)
     assert plain.checks[0].passed is None and not plain.failed
-    missing = evaluate(Thresholds(min_accept_rate_at={1: 0.7}), run_metrics(output_tok_s=1.0), speculative=True)
+    # An engine that reports accept length but not per position (no histogram, no per-position counter).
+    no_positions = run_metrics(output_tok_s=1.0, accept_length=2.5)
+    missing = evaluate(Thresholds(min_accept_rate_at={1: 0.7}), no_positions, speculative=True)
     assert missing.checks[0].line() == (
         "accept_rate_at[1]: min 0.7 not applicable (per-position acceptance not reported by the server)"
     )
+
+
+def test_a_speculative_run_without_any_accept_figure_fails_every_accept_floor() -> None:
+    """A server that stopped speculating (SGLang sends no spec_verify_ct then) reports no accept figure at all: its
+    floors fail naming why, never pass as "not reported"; a latency ceiling beside them is judged as usual."""
+    limits = Thresholds(min_accept_length=2.0, min_accept_rate=0.4, min_accept_rate_at={1: 0.7}, max_ttft_ms=50,
+                        categories={"code": {"min_accept_length": 2.0}})  # fmt: skip
+    silent = run_metrics(output_tok_s=1.0, ttft_ms_p50=10.0, by_category={"code": {"num_ok": 1}})
+    verdict = evaluate(limits, silent, speculative=True)
+    assert [(c.label, c.passed) for c in verdict.checks] == [
+        ("accept_length", False), ("accept_rate", False), ("ttft_ms p50", True), ("accept_rate_at[1]", False),
+        ("accept_length[code]", False)]  # fmt: skip
+    assert verdict.message("p").startswith(
+        "accept_length: min 2 cannot be checked: no request reported a verify step (meta_info.spec_verify_ct) and no "
+        "accept counter was read: the server ran without speculative decoding (check the --speculative-* flags in "
+        "its log) or does not report it"
+    )
+    # accept_length reported, accept_rate not (no num_steps to divide by): not applicable, as before.
+    partial = evaluate(Thresholds(min_accept_rate=0.4), run_metrics(accept_length=2.5), speculative=True)
+    assert partial.checks[0].passed is None
+
+
+def test_a_sweep_point_exempts_per_category_floors_as_the_overall_ones() -> None:
+    limits = Thresholds(categories={"code": {"min_accept_length": 2.5, "min_accept_rate_at": {2: 0.4}}})
+    verdict = evaluate(limits, CATEGORIZED, speculative=True, sweep_steps=1, configured_steps=3)
+    assert [c.passed for c in verdict.checks] == [None, None]
+    assert [c.note for c in verdict.checks] == [
+        "at num_steps 1 accept length is at most 2", "at num_steps 1 only 1 position(s) are drafted"]
 
 
 def test_marker_positions_override_and_string_keys_are_accepted() -> None:

@@ -6,8 +6,9 @@ tests onto another profile's (:func:`profile_mapper`) and prints.
 
 from __future__ import annotations
 
+import functools
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -19,6 +20,37 @@ from pytest_specdec.judge.noise import read_noise
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
 
 __all__ = ["compare_command", "load_pair", "profile_mapper"]
+
+
+def _profile_noise(noise_dir: Path, cache: dict[str, Mapping[str, float]], record: ResultRecord) -> Mapping[str, float]:
+    if record.profile not in cache:
+        cache[record.profile] = read_noise(noise_dir / f"{record.profile}.json")
+    return cache[record.profile]
+
+
+def _latest_notes(
+    store: ResultStore, base: RunFile, current: RunFile, mapper: Callable[[ResultRecord], str] | None = None
+) -> list[str]:
+    """BASE ``latest`` is the newest run other than CURRENT, whatever its state; pytest's ``--specdec-compare`` (latest)
+    takes, per test, the newest run in which the test was clean (``judge.baseline.Baselines.find``). Where the two
+    differ, say which run pytest would have compared with, so that naming it reproduces pytest's verdict."""
+    from pytest_specdec.judge.baseline import Baselines
+
+    older = [p for p in reversed(store.list()) if p.stem < current.run_id]
+    baselines = Baselines(store.root, paths=older)
+    notes = []
+    for record in current.results:
+        wanted = mapper(record) if mapper is not None else record.test_id  # --compare-profile: the id compared with
+        stored = base.find(wanted)
+        problem = stored.baseline_problem() if stored is not None else ""
+        if not problem:
+            continue
+        found = baselines.find(wanted)
+        instead = f"run {found.run.run_id}" if found is not None else "no run (none is clean for it)"
+        notes.append(f"note: {record.test_id}: BASE latest ({base.run_id}) is not clean for it ({problem}); pytest's "
+                     f"--specdec-compare would compare it with {instead}: name that run as BASE to decide as pytest "
+                     "did")  # fmt: skip
+    return notes
 
 
 def load_pair(store: ResultStore, base_ref: str, current_ref: str) -> tuple[RunFile, RunFile]:
@@ -139,7 +171,8 @@ def compare_command(
         the ones each record was judged with (``compare.judged_tolerances``).
     :param force: compare even when the workloads differ.
     :param compare_profile: ``NAME`` or ``CUR=BASE[,...]`` (:func:`profile_mapper`); None: each test with itself.
-    :param noise_path: a noise file written by ``calibrate`` (:func:`read_noise`).
+    :param noise_path: a noise file written by ``calibrate`` (:func:`read_noise`) for every test; None: each
+        profile's own ``noise/<profile>.json`` beside ``results_dir``, as pytest reads it.
     :param fail_on_suspected: exit 1 on an undecided row whose estimate is beyond its tolerance as well.
     :returns: the exit code, documented as pytest-benchmark documents ``--benchmark-compare-fail``'s: 1 when a row
         REGRESSED (decided as pytest decided: the current run's stored repeats, confirming pairs included, at the
@@ -157,12 +190,16 @@ def compare_command(
     except (ValueError, CompareError) as exc:
         print(f"error: {exc}", file=err)
         return 2
-    noise = None
+    noise: Mapping[str, float] | Callable[[ResultRecord], Mapping[str, float]]
     if noise_path:
         noise = read_noise(Path(noise_path))
         if not noise:
             print(f"error: --noise={noise_path}: not a noise file written by calibrate", file=err)
             return 2
+    else:
+        # As pytest reads it (judge.outcomes.Outcomes.noise): each profile's calibrate file beside the results.
+        noise_dir = Path(results_dir).parent / "noise"
+        noise = functools.partial(_profile_noise, noise_dir, {})
     stored = StoredHistory(Path(results_dir))
     result = compare_runs(
         base, current, parsed, force=force, baseline_id=mapper, noise=noise,
@@ -181,6 +218,9 @@ def compare_command(
             names = ", ".join(r.metric for r in comp.undecided)
             print(f"undecided: {names}: the interval holds the tolerance; more repeats of the current run (or more "
                   "stored runs of the baseline) would decide it", file=out)  # fmt: skip
+    if base_ref == "latest":
+        for line in _latest_notes(store, base, current, mapper):
+            print(line, file=out)
     for test_id in result.missing:
         print(f"no baseline for {test_id}", file=out)
     hint = _profile_hint(base, current, result.missing) if compare_profile is None else ""

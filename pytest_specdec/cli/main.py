@@ -162,9 +162,10 @@ def _build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--noise",
         metavar="FILE",
-        help="Calibrated noise (written by 'calibrate', e.g. .specdec/noise/eagle3.json): its sigma is the "
-        "baseline's per-repeat spread when fewer than 2 stored runs of the baseline exist (default: the stored "
-        "runs of the same fingerprint, else both runs' own repeats)",
+        help="Calibrated noise for every test (written by 'calibrate', e.g. .specdec/noise/eagle3.json): its sigma "
+        "is the baseline's per-repeat spread when fewer than 2 stored runs of the baseline exist (default: each "
+        "profile's own noise/<profile>.json beside --results-dir when there is one, as pytest reads it; else the "
+        "stored runs of the same fingerprint, else both runs' own repeats)",
     )
     compare.add_argument(
         "--fail-on-suspected",

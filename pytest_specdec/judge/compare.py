@@ -51,6 +51,9 @@ __all__ = [
 ]
 
 
+#: Beside a row whose figure the baseline had and this run does not.
+_LOST_NOTE = "not reported by this run; the baseline had it"
+
 @dataclass(frozen=True, slots=True)
 class CompareRow:
     """One metric field: the baseline and current figures, the change, and the verdict. A statistical row shows what
@@ -281,7 +284,10 @@ def compare_results(
     # (Bonferroni), so that an unchanged run fails a field at most alpha, not twice that (benchmarks/bench_verdicts.py).
     halved = dataclasses.replace(judging, design=dataclasses.replace(judging.design, alpha=judging.design.alpha / 2))
     ratio_rows, vs = _paired_rows(base, current, merged, halved)
-    temperature = _shared_temperature(base, current)
+    # Exact rows only between exact runs (2 or more repeats each, agreeing on every accept figure), the floors' rule
+    # (``verdict._exact_run``): one repeat shows no agreement, and a category can agree by coincidence in a run
+    # that varies.
+    temperature = _shared_temperature(base, current) if _exact_record(base) and _exact_record(current) else None
     for fname, tol in merged.items():
         higher = specs[fname].higher_is_better
         b_vals, c_vals = base.values(fname), current.values(fname)
@@ -448,6 +454,12 @@ def _no_verdict(
 
 
 
+def _exact_record(record: ResultRecord) -> bool:
+    """Every accept figure the record reports agrees across its 2 or more repeats."""
+    found = [values for fname in EXACT_FIELDS if (values := record.values(fname))]
+    return bool(found) and all(len(values) >= 2 and max(values) == min(values) for values in found)
+
+
 def _shared_temperature(base: ResultRecord, current: ResultRecord) -> float | None:
     """The sampling temperature both runs were measured at, None when they differ or either is not recorded."""
     b, c = base.workload.get("temperature"), current.workload.get("temperature")
@@ -513,6 +525,10 @@ def _judge(
     """
     change = _change(b_vals, c_vals)
     base_median, delta = change.baseline, change.delta
+    if base_median is not None and change.current is None and fname == "accept_length":
+        # The baseline had the figure and this run has none: an accept length gone is a server that stopped
+        # speculating (SGLang sends spec_verify_ct only with speculative decoding on), never a pass.
+        return CompareRow(fname, higher, *change, tol, "REGRESSED", note=_LOST_NOTE)
     if base_median is None or delta is None:
         return CompareRow(fname, higher, *change, tol, "n/a")
     worse = _worse_by(delta, higher)
@@ -632,7 +648,7 @@ def compare_runs(
     *,
     force: bool = False,
     baseline_id: Callable[[ResultRecord], str] | None = None,
-    noise: Mapping[str, float] | None = None,
+    noise: Mapping[str, float] | Callable[[ResultRecord], Mapping[str, float]] | None = None,
     history: Callable[[ResultRecord], Sequence[ResultRecord]] | None = None,
 ) -> RunComparison:
     """Compare every test of ``current`` with the same test id in ``base``, each at the design its record was
@@ -646,6 +662,8 @@ def compare_runs(
     :param baseline_id: the test id to look up in ``base`` for a current record (default: its own), e.g. from
         :func:`profile_mapper` to compare one profile with another.
     :param history: a baseline record -> its other stored runs of the same fingerprint (pooled variance).
+    :param noise: calibrated relative noise, one mapping for every record or a current record -> its profile's
+        (as pytest reads ``noise/<profile>.json``).
     """
     comparisons, missing, refused = [], [], []
     for record in current.results:
@@ -657,8 +675,8 @@ def compare_runs(
         try:
             comparisons.append(
                 compare_results(
-                    old, record, judged_tolerances(record, tolerances), force=force, noise=noise,
-                    design=design_of(record),
+                    old, record, judged_tolerances(record, tolerances), force=force,
+                    noise=noise(record) if callable(noise) else noise, design=design_of(record),
                     history=history(old) if history is not None else (),
                 )  # fmt: skip
             )

@@ -46,6 +46,7 @@ __all__ = [
     "rank",
     "repeats_needed",
     "separation",
+    "within",
 ]
 
 #: Family-wise significance level of a ranking (one-sided).
@@ -154,23 +155,41 @@ def separation(leader: Sample, other: Sample, *, allowed: float = 0.0, compariso
     :param comparisons: the Bonferroni factor (how many points the leader was compared with), >= 1.
     :raises ValueError: ``allowed`` outside [0, 1) or ``comparisons`` < 1.
     """
+    return _welch(leader, other, allowed, comparisons, within=False)
+
+
+def within(leader: Sample, other: Sample, *, allowed: float, comparisons: int = 1) -> Separation:
+    """Is ``other`` shown to be *less* than ``allowed`` below ``leader``? The reverse of :func:`separation`: the
+    null "gap >= allowed", the one-sided Welch t-test of the other's log values shifted up by ``-log(1 - allowed)``
+    above the leader's; Bonferroni-adjusted as there. A gap inside the allowance passes only on this test: a point
+    estimate inside it, with an interval that reaches beyond, is not shown within.
+
+    Example: leader (100, 101, 99), other (99, 100, 98), allowed 5%: gap 1.0 %, p ~ 0.004.
+
+    :raises ValueError: ``allowed`` outside [0, 1) or ``comparisons`` < 1.
+    """
+    return _welch(leader, other, allowed, comparisons, within=True)
+
+
+def _welch(leader: Sample, other: Sample, allowed: float, comparisons: int, *, within: bool) -> Separation:
     if not 0.0 <= allowed < 1.0:
         raise ValueError(f"allowed gap {allowed!r}: expected a fraction in [0, 1)")
     if comparisons < 1:
         raise ValueError(f"comparisons {comparisons!r}: expected >= 1")
-    a, b = leader.logs, other.logs
     ca, cb = leader.center, other.center
     gap = 1.0 - cb / ca if ca and cb else 0.0
-    if len(a) < 2 or len(b) < 2:
+    if len(leader.logs) < 2 or len(other.logs) < 2:
         return Separation(other.name, gap, None, allowed, comparisons)
     shift = math.log(1.0 - allowed)
-    shifted = [x + shift for x in a]
-    if _sd(a) == 0.0 and _sd(b) == 0.0:
-        p = 0.0 if sum(shifted) / len(shifted) > sum(b) / len(b) else 1.0
+    # separation: leader + log(1 - allowed) above other; within: other - log(1 - allowed) above leader.
+    high, low = ([x - shift for x in other.logs], leader.logs) if within else ([x + shift for x in leader.logs],
+                                                                               other.logs)  # fmt: skip
+    if _sd(high) == 0.0 and _sd(low) == 0.0:
+        p = 0.0 if sum(high) / len(high) > sum(low) / len(low) else 1.0
     else:
         from scipy import stats as sps
 
-        p = float(sps.ttest_ind(shifted, b, equal_var=False, alternative="greater").pvalue)
+        p = float(sps.ttest_ind(high, low, equal_var=False, alternative="greater").pvalue)
     return Separation(other.name, gap, min(p * comparisons, 1.0), allowed, comparisons)
 
 
@@ -240,16 +259,28 @@ def repeats_needed(
 class GapVerdict:
     """:func:`judge_gap`: the configured point against the leader."""
 
-    #: "best" (it is the leader), "tied" (not separated), "within" (separated or not, the gap is within the
-    #: allowance), "unproven" (separated, but not shown to exceed the allowance), "recommend" (shown to exceed it),
-    #: "undecided" (no spread: fewer than 2 values on a side, whatever the gap).
+    #: "best" (it is the leader, and no other point is above it by the allowance or more: :func:`within`),
+    #: "within" (shown less than the allowance below the leader: :func:`within`), "near" (inside the allowance on
+    #: its estimate, or the leader with another point not shown within it: not shown, undecided), "tied" (beyond
+    #: the allowance, not separated), "unproven" (separated, but not shown to exceed the allowance), "recommend"
+    #: (shown to exceed it), "undecided" (no spread: fewer than 2 values on a side, whatever the gap).
     verdict: str
     gap: float = 0.0
     #: The test of "gap > allowed" (:func:`separation` with ``allowed``); None for "best".
     test: Separation | None = None
     #: Repeats per point that would separate the gap at the ranking's spread (:func:`repeats_needed`), for the
-    #: verdicts that could not decide ("tied", "unproven", "undecided"); None otherwise or when not computable.
+    #: verdicts that could not decide ("near", "tied", "unproven", "undecided"); None otherwise or when not
+    #: computable.
     need: int | None = None
+    #: "near" for the leader: the point not shown to be less than the allowance above it.
+    rival: str = ""
+
+
+def _within_need(ranking: Ranking, gap: float, max_gap: float) -> int | None:
+    """Repeats per point that would show a ``gap`` inside ``max_gap`` to be within it: what must be separated is the
+    distance to the allowance, ``1 - (1 - max_gap) / (1 - gap)`` as a fraction."""
+    distance = 1.0 - (1.0 - max_gap) / (1.0 - gap)
+    return ranking.need(distance) if distance > 0 else None
 
 
 def judge_gap(ranking: Ranking, configured: Sample | str, *, max_gap: float) -> GapVerdict:
@@ -267,8 +298,18 @@ def judge_gap(ranking: Ranking, configured: Sample | str, *, max_gap: float) -> 
     sample = ranking.sample(configured) if isinstance(configured, str) else configured
     if sample is None:
         raise ValueError(f"judge_gap: {configured!r} is not a ranked point")
+    m = max(len(ranking.samples) - 1, 1)
     if sample.name == ranking.leader:
-        return GapVerdict("best")
+        if not ranking.decided:
+            return GapVerdict("best")  # its line says undecided: 1 repeat per point
+        # The leader on its estimate: best only when no other point may be the allowance or more above it.
+        rivals = [other for other in ranking.samples if other.name != sample.name]
+        others = [within(other, sample, allowed=max_gap, comparisons=m) for other in rivals]
+        worst = max(others, key=lambda t: (t.p_value if t.p_value is not None else 2.0), default=None)
+        if worst is None or worst.separated(ranking.alpha):
+            return GapVerdict("best")
+        rival = next(o.name for o, t in zip(rivals, others, strict=True) if t is worst)
+        return GapVerdict("near", 0.0, worst, _within_need(ranking, worst.gap, max_gap), rival)
     leader = ranking.sample(ranking.leader)
     assert leader is not None
     # A point outside the ranking (it failed its thresholds) is one comparison more.
@@ -283,7 +324,10 @@ def judge_gap(ranking: Ranking, configured: Sample | str, *, max_gap: float) -> 
         # No spread (1 repeat per point): a gap inside the allowance is no more shown than one beyond it.
         return GapVerdict("undecided", gap, test, need)
     if gap <= max_gap:
-        return GapVerdict("within", gap, test)
+        shown = within(leader, sample, allowed=max_gap, comparisons=m)
+        if shown.separated(ranking.alpha):
+            return GapVerdict("within", gap, shown)
+        return GapVerdict("near", gap, shown, _within_need(ranking, gap, max_gap))
     if not tie.separated(ranking.alpha):
         return GapVerdict("tied", gap, tie, need)
     if test.separated(ranking.alpha):

@@ -133,17 +133,18 @@ class Design:
         """Whether a decision is taken at ``n`` repeats (a scheduled look, or past the last)."""
         return n in self.points or n >= self.max_repeats
 
-    def may_continue(self, n: int, server_s: float, next_s: float | None = None) -> bool:
-        """Whether another repeat fits the budget after ``n`` repeats that took ``server_s`` server-seconds.
+    def may_continue(self, n: int, server_s: float, next_s: float | None = None, step: int = 1) -> bool:
+        """Whether another measuring step fits the budget after ``n`` repeats that took ``server_s`` server-seconds.
 
-        :param next_s: what the next repeat is expected to cost at most (the largest repeat so far); default the
-            mean. A budget is never overrun by a repeat of that cost.
+        :param next_s: what the next step is expected to cost at most; default ``step`` times the mean repeat. A
+            budget is never overrun by a step of that cost.
+        :param step: repeats the next step adds (a bracketed pairing measures its first block's pairs at once).
         """
-        if n >= self.max_repeats:
+        if n + max(step, 1) > self.max_repeats:
             return False
         if self.max_server_s is None or n == 0:
             return True
-        return server_s + (next_s if next_s is not None else server_s / n) <= self.max_server_s
+        return server_s + (next_s if next_s is not None else max(step, 1) * server_s / n) <= self.max_server_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,8 +250,8 @@ def decide_floor(values: Sequence[float | None], floor: float, design: Design, *
 
     ``below`` when the one-sided t-test at ``design.alpha_per_look`` finds the log mean below ``log(floor)``,
     ``above`` when it finds it above, else ``open``. On the log scale when every value and the floor are positive,
-    else on the values themselves. Zero spread (identical repeats) decides by the value; with ``exact`` (an exact
-    metric at temperature 0) a single value does too.
+    else on the values themselves. With ``exact`` (an exact metric at temperature 0, identical repeats) the value
+    itself decides; without it, identical values (or one) have no interval and stay ``open``.
 
     Example: [131, 129, 133] tok/s vs floor 100, ``Design(3, 24)``: log mean 4.875, sd 0.0153, t(2, 0.9917) =
     7.65 -> interval 122.4-140.1 tok/s, ``above`` at the first look.
@@ -270,8 +271,11 @@ def decide_floor(values: Sequence[float | None], floor: float, design: Design, *
     mean = float(x.mean())
     back = math.exp if log else float
     if n == 1 or float(np.ptp(x)) == 0.0:
-        if not (exact or n >= 2):
-            return Decision("open", n, back(mean), None, None, conf, "t-test (needs 2 repeats)")
+        if not exact:
+            # Identical values of a figure that is not exact (a category agreeing by coincidence in a run that
+            # varies) have no interval yet: more repeats show their spread.
+            why = "t-test (needs 2 repeats)" if n == 1 else "t-test (no spread in the repeats yet)"
+            return Decision("open", n, back(mean), None, None, conf, why)
         # The value itself, not exp(mean(log)): a floor set to the measured figure must hold (a round trip through
         # the log once read "2.638 < min 2.63836 (margin -4.441e-16)" for a floor copied from the results file).
         value = float(arr[0])
@@ -497,7 +501,7 @@ def repeats_needed(values: Sequence[float | None], floor: float, design: Design)
     if gap == 0.0:
         return None
     if sd == 0.0:
-        return int(arr.size)
+        return None  # no spread to estimate from
     for total in range(max(int(arr.size), 2), _NEEDED_CAP + 1):
         if _t_quantile(1.0 - _look_alpha(design, total), total - 1) * sd / math.sqrt(total) < gap:
             return total

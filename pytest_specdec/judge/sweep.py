@@ -289,20 +289,22 @@ def spread_note(group: RankedGroup) -> str:
     return text + ", an upper bound" if r.sigma_source == "across points" else text
 
 
-def would_note(need: int | None, what: str, ran: int = 1, *, inside_allowance: bool = False) -> str:
+def would_note(
+    need: int | None, what: str, ran: int = 1, *, inside_allowance: bool = False, verb: str = "separate"
+) -> str:
     """``7 repeats per point would separate <what> at this spread`` (or more than the cap). ``ran``: the repeats per
     point this run measured, which did not decide it: a power estimate on the pooled spread can ask for no more than
     that (the test is Welch's, on each point's own spread, with fewer degrees of freedom), and "2 repeats would
     separate" after 2 that did not reads as a contradiction (a fresh-user trial). ``inside_allowance``: the gap
     measured (on 1 repeat per point, no spread) is inside the allowance, so no repeat count is estimated: ``2 or
-    more repeats per point would test it for <what>``."""
+    more repeats per point would test it for <what>``. ``verb``: ``show`` for a gap to be shown inside the allowance."""
     if inside_allowance:
         return f"2 or more repeats per point would test it for {what}"
     if need is None:
-        return f"more than {ranking.MAX_REPEATS} repeats per point would be needed to separate {what}"
+        return f"more than {ranking.MAX_REPEATS} repeats per point would be needed to {verb} {what}"
     if need <= ran:
-        return f"more than the {ran} repeats per point run would separate {what}"
-    return f"{need} repeats per point would separate {what} at this spread"
+        return f"more than the {ran} repeats per point run would {verb} {what}"
+    return f"{need} repeats per point would {verb} {what} at this spread"
 
 
 def repeats_note(group: RankedGroup) -> str:
@@ -360,7 +362,8 @@ def configured_point_lines(
             lines.append(f"configured point {name} was not swept; not compared with the best {leader.profile}")
             continue
         decided = group.ranking.decided or len(group.ranked) == 1
-        best = "the sweep's best" if decided else "the highest"
+        # "best" only for a leader separated from every other point; one tied with others is "the highest".
+        best = "the sweep's best" if decided and not group.ranking.tied else "the highest"
         sample = group.ranking.sample(name) or sample_of(conf, group.basis)
         judged = ranking.judge_gap(group.ranking, sample, max_gap=max_gap)
         test = judged.test
@@ -370,30 +373,45 @@ def configured_point_lines(
                 f"configured point {name} has the highest {group.basis}; undecided: {repeats_note(group)}"
             )
         elif judged.verdict == "within":
-            line = f"configured point {name} is {judged.gap:.1%} below {best} {leader.profile} (allowed {max_gap:.0%})"
+            assert test is not None
+            line = (
+                f"configured point {name} is {judged.gap:.1%} below {best} {leader.profile}, within {allowed} "
+                f"({test.describe()}, {method_note(group, test.comparisons)})"
+            )
         elif judged.verdict == "recommend":
             assert test is not None
             better = ", ".join(f"{k}: {v}" for k, v in point.items() if configured.get(k) != v)
             b, c = leader.metrics.get("output_tok_s"), conf.metrics.get("output_tok_s")
             line = (
-                f"configured point {name} ({format_value('{:.1f}', c)} tok/s) is {judged.gap:.1%} below the sweep's "
-                f"best {leader.profile} ({format_value('{:.1f}', b)} tok/s), more than {allowed} "
+                f"configured point {name} ({format_value('{:.1f}', c)} tok/s) is {judged.gap:.1%} below {best} "
+                f"{leader.profile} ({format_value('{:.1f}', b)} tok/s), more than {allowed} "
                 f"(--specdec-sweep-max-gap); set {better} in profile {base} "
                 f"[{test.describe()}: {method_note(group, test.comparisons)}]"
             )
             failing.append(line)
         else:
             beyond = f"a gap beyond {allowed}"
-            if judged.verdict == "tied":
+            ran = group.ranking.min_values
+            would = would_note(judged.need, beyond, ran, inside_allowance=judged.gap <= max_gap)
+            if judged.verdict == "near":
+                # Inside the allowance on its estimate only: the repeats that would show it within.
+                assert test is not None
+                where = (
+                    f"has the highest {group.basis}, not shown within {allowed} of {judged.rival}" if judged.rival
+                    else f"is {judged.gap:.1%} below {best} {leader.profile}, not shown within {allowed}"
+                )  # fmt: skip
+                head = f"configured point {name} {where} ({test.describe()}, {method_note(group, test.comparisons)})"
+                would = would_note(judged.need, f"it within {allowed}", ran, verb="show")
+            elif judged.verdict == "tied":
                 assert test is not None
                 head = (
-                    f"configured point {name} is tied with the sweep's best {leader.profile} ({judged.gap:.1%} "
+                    f"configured point {name} is tied with {best} {leader.profile} ({judged.gap:.1%} "
                     f"below, not separated: {test.describe()}, {method_note(group, test.comparisons)})"
                 )
             elif judged.verdict == "unproven":
                 assert test is not None
                 head = (
-                    f"configured point {name} is {judged.gap:.1%} below the sweep's best {leader.profile}, not shown "
+                    f"configured point {name} is {judged.gap:.1%} below {best} {leader.profile}, not shown "
                     f"to be more than {allowed} ({test.describe()}, {method_note(group, test.comparisons)})"
                 )
             else:
@@ -401,8 +419,6 @@ def configured_point_lines(
                     f"configured point {name} is {judged.gap:.1%} below the highest {leader.profile}: "
                     f"undecided: {repeats_note(group)}"
                 )
-            ran = group.ranking.min_values
-            would = would_note(judged.need, beyond, ran, inside_allowance=judged.gap <= max_gap)
             line = f"{head}; {would} ({spread_note(group)}); not failed"
             undecided.append(line)
         lines.append(line)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -13,18 +13,46 @@ from pytest_specdec.core.records import RunMetrics
 from pytest_specdec.judge.tails import tail_checks
 from pytest_specdec.profiles.schema import MinSpeedup, Thresholds
 
-__all__ = ["Check", "ThresholdChecks", "evaluate", "merge_marker", "overrides", "sweep_not_applicable"]
+__all__ = [
+    "FLOOR_RULES",
+    "Check",
+    "FloorRule",
+    "ThresholdChecks",
+    "evaluate",
+    "merge_marker",
+    "overrides",
+    "sweep_not_applicable",
+]
 
-#: threshold key -> (RunMetrics field, comparison, label, unit, speculative-only)
-_RULES: dict[str, tuple[str, str, str, str, bool]] = {
-    "min_accept_length": ("accept_length", ">=", "accept_length", "tok/verify", True),
-    "min_accept_rate": ("accept_rate", ">=", "accept_rate", "", True),
-    "min_tok_s": ("output_tok_s", ">=", "output_tok_s", "tok/s", False),
-    "max_ttft_ms": ("ttft_ms_p50", "<=", "ttft_ms p50", "ms", False),
-    "max_itl_ms": ("itl_ms_p50", "<=", "itl_ms p50", "ms", False),
-    "max_tpot_ms": ("tpot_ms_p50", "<=", "tpot_ms p50", "ms", False),
+class FloorRule(NamedTuple):
+    """How one scalar floor or ceiling reads its figure: ``RunMetrics`` field (or ``by_category`` entry key),
+    comparison, check label, unit, and whether only a speculative profile has it."""
+
+    field: str
+    op: str
+    label: str
+    unit: str
+    spec_only: bool
+
+
+#: threshold key -> its rule; the keys ``Thresholds`` and ``CategoryThresholds`` share, decided on per-repeat
+#: values by ``verdict.sequential_checks`` and on the median here where those judged nothing.
+FLOOR_RULES: dict[str, FloorRule] = {
+    "min_accept_length": FloorRule("accept_length", ">=", "accept_length", "tok/verify", True),
+    "min_accept_rate": FloorRule("accept_rate", ">=", "accept_rate", "", True),
+    "min_tok_s": FloorRule("output_tok_s", ">=", "output_tok_s", "tok/s", False),
+    "max_ttft_ms": FloorRule("ttft_ms_p50", "<=", "ttft_ms p50", "ms", False),
+    "max_itl_ms": FloorRule("itl_ms_p50", "<=", "itl_ms p50", "ms", False),
+    "max_tpot_ms": FloorRule("tpot_ms_p50", "<=", "tpot_ms p50", "ms", False),
 }
 
+
+#: Why a speculative profile's accept floor fails when the run has no accept figure at all: SGLang sends
+#: ``meta_info.spec_verify_ct`` only with speculative decoding on, so its absence is a server that did not speculate.
+NOT_SPECULATING = (
+    "no request reported a verify step (meta_info.spec_verify_ct) and no accept counter was read: the server ran "
+    "without speculative decoding (check the --speculative-* flags in its log) or does not report it"
+)
 
 def merge_marker(profile_thresholds: Thresholds, marker_kwargs: dict[str, Any]) -> Thresholds:
     """Overlay marker keyword arguments on the profile's thresholds, key by key (the marker wins).
@@ -193,10 +221,14 @@ def evaluate(
     (``verdict.sequential_checks``), keyed by threshold key (``min_tok_s``) or, for per-position and per-category
     floors, by label (``accept_rate_at[1]``, ``accept_length[code]``); they replace the median rule there. The
     percentile ceilings and ``min_goodput`` are judged on their evidence (``tails.tail_checks``): passed, FAILED or
-    undecided.
+    undecided. A speculative profile whose run has no accept length at all (``silent``: no verify step reported, no
+    accept counter read) fails every accept floor it sets (:data:`NOT_SPECULATING`), overall, per position and per
+    category: a server that stopped speculating must not pass them as "not reported". The sweep-point exemptions
+    hold for the per-category floors too.
     """
+    silent = speculative and metrics.accept_length is None
     checks: list[Check] = []
-    for key, (field, op, label, unit, spec_only) in _RULES.items():
+    for key, (field, op, label, unit, spec_only) in FLOOR_RULES.items():
         threshold = getattr(thresholds, key)
         if threshold is None:
             continue
@@ -211,6 +243,9 @@ def evaluate(
         if judged and key in judged:
             checks.append(judged[key])
             continue
+        if measured is None and spec_only and silent:
+            checks.append(Check(key, label, op, threshold, None, unit, False, NOT_SPECULATING))
+            continue
         if measured is None:
             checks.append(Check(key, label, op, threshold, None, unit, None, "not reported by the server"))
             continue
@@ -218,8 +253,9 @@ def evaluate(
         checks.append(Check(key, label, op, threshold, float(measured), unit, passed))
     judged = judged or {}
     checks.extend(_position_checks(thresholds.min_accept_rate_at, metrics.accept_rate_at, speculative,
-                                   sweep_steps=sweep_steps, judged=judged))  # fmt: skip
-    checks.extend(_category_checks(thresholds, metrics, speculative, judged))
+                                   sweep_steps=sweep_steps, judged=judged, silent=silent))  # fmt: skip
+    checks.extend(_category_checks(thresholds, metrics, speculative, judged, silent=silent, sweep_steps=sweep_steps,
+                                   configured_steps=configured_steps))  # fmt: skip
     checks.extend(Check(t.key, t.label, t.op, t.threshold, t.measured, t.unit, t.passed, t.note, t.text, t.undecided)
                   for t in tail_checks(thresholds, metrics))  # fmt: skip
     if thresholds.min_speedup is not None and speedup_check is not None:
@@ -255,6 +291,7 @@ def _position_checks(
     *,
     sweep_steps: int | None = None,
     judged: Mapping[str, Check] | None = None,
+    silent: bool = False,
 ) -> list[Check]:
     """One check per ``min_accept_rate_at`` entry against the unconditional per-position rate; at a sweep point a
     position beyond its ``num_steps`` is not applicable (never drafted there)."""
@@ -268,6 +305,8 @@ def _position_checks(
         elif sweep_steps is not None and position > sweep_steps:
             note = f"at num_steps {sweep_steps} only {sweep_steps} position(s) are drafted"
             checks.append(Check(key, label, ">=", floor, None, "", None, note))
+        elif not rates and silent:
+            checks.append(Check(key, label, ">=", floor, None, "", False, NOT_SPECULATING))
         elif not rates:
             note = "per-position acceptance not reported by the server"
             checks.append(Check(key, label, ">=", floor, None, "", None, note))
@@ -286,7 +325,14 @@ def _position_checks(
 
 
 def _category_checks(
-    thresholds: Thresholds, metrics: RunMetrics, speculative: bool, judged: Mapping[str, Check]
+    thresholds: Thresholds,
+    metrics: RunMetrics,
+    speculative: bool,
+    judged: Mapping[str, Check],
+    *,
+    silent: bool = False,
+    sweep_steps: int | None = None,
+    configured_steps: int | None = None,
 ) -> list[Check]:
     """The ``categories:`` thresholds against ``metrics.by_category``; labels carry the category
     (``accept_length[code]``). A category with no request in the run fails, naming the categories it has."""
@@ -299,18 +345,23 @@ def _category_checks(
             have = ", ".join(sorted(by)) or "none: no prompt of the workload has a category"
             note = f"no request of category {category!r} in this run (categories: {have})"
             for key, threshold in set_keys.items():
-                _, op, label, unit, _ = _RULES[key]
+                _, op, label, unit, _ = FLOOR_RULES[key]
                 checks.append(Check(key, f"{label}[{category}]", op, threshold, None, unit, False, note))
             if limits.min_accept_rate_at:
                 checks.append(Check("min_accept_rate_at", f"accept_rate_at[{category}]", ">=",
                                     min(limits.min_accept_rate_at.values()), None, "", False, note))  # fmt: skip
             continue
         for key, threshold in set_keys.items():
-            field, op, label, unit, spec_only = _RULES[key]
+            field, op, label, unit, spec_only = FLOOR_RULES[key]
             name = f"{label}[{category}]"
             measured = entry.get(field)
+            not_here = sweep_not_applicable(key, threshold, sweep_steps, configured_steps)
             if spec_only and not speculative:
                 checks.append(Check(key, name, op, threshold, None, unit, None, "profile runs no speculative decoding"))
+            elif not_here:
+                checks.append(Check(key, name, op, threshold, measured, unit, None, not_here))
+            elif measured is None and spec_only and silent:
+                checks.append(Check(key, name, op, threshold, None, unit, False, NOT_SPECULATING))
             elif measured is None:
                 checks.append(Check(key, name, op, threshold, None, unit, None, "not reported by the server"))
             elif name in judged:
@@ -319,5 +370,6 @@ def _category_checks(
                 passed = measured >= threshold if op == ">=" else measured <= threshold
                 checks.append(Check(key, name, op, threshold, float(measured), unit, passed))
         checks.extend(_position_checks(limits.min_accept_rate_at, entry.get("accept_rate_at"), speculative,
-                                       f"[{category}]", judged=judged))  # fmt: skip
+                                       f"[{category}]", sweep_steps=sweep_steps, judged=judged,
+                                       silent=silent))  # fmt: skip
     return checks

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.core.tolerances import Tolerance, format_tolerances, merge_tolerances
 from pytest_specdec.judge import compare, sequential, speedup, sweep
-from pytest_specdec.judge.thresholds import Check, ThresholdChecks, evaluate, sweep_not_applicable
+from pytest_specdec.judge.thresholds import FLOOR_RULES, Check, ThresholdChecks, evaluate, sweep_not_applicable
 from pytest_specdec.measure import results, runner
 from pytest_specdec.profiles.schema import MinSpeedup, Profile, Thresholds
 
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from pytest_specdec.measure.pairing import PairedArms
 
 __all__ = [
-    "SEQUENTIAL_KEYS",
     "UNDECIDED_POLICIES",
     "BisectHint",
     "CompareSetup",
@@ -166,7 +165,7 @@ def judge_item(
         halt = exact_failure(case, measurements, profile, thresholds, compare_setup, merged, outcomes)
     if halt is not None:
         measurements = _Halted(measurements, halt)
-    fixed = None
+    fixed, one_look = None, design
     if steps is None:
         judged = sequential_checks(case, measurements, outcomes, profile, thresholds, vs, design, costs)
     else:
@@ -178,9 +177,14 @@ def judge_item(
         one_look = sequential.Design(max(n, 1), max(n, 1))
         judged = sequential_checks(case, _Fixed(measurements, fixed), outcomes, profile, thresholds, vs, one_look,
                                    costs, sweep=(steps, configured))  # fmt: skip
+    # A sweep point measures no more: its speedup and compare, too, are judged at one look on what the sweep measured
+    # (no point of a sweep gets more pairs than another).
+    judging = measurements if fixed is None else _Fixed(measurements, fixed)
     check = None
     if thresholds.min_speedup is not None:
-        check = speedup_check(case, measurements, outcomes, profile.name, thresholds.min_speedup, design, costs)
+        speedup_design = design if fixed is None else _one_look(measurements.arms(profile.name,
+                                                                                  thresholds.min_speedup.vs))
+        check = speedup_check(case, judging, outcomes, profile.name, thresholds.min_speedup, speedup_design, costs)
     run = measurements.run(profile.name)
     verdict = evaluate(
         thresholds,
@@ -204,7 +208,8 @@ def judge_item(
         # From every repeat measured so far: min_speedup may have added pairs, and a compare that started from the
         # first measurement asked for one more past max_repeats (seen live: "FAILED after 25 repeats", max 24).
         _rebuild_record(case, measurements, profile.name, vs)
-        text = compare_item(case, measurements, outcomes, compare_setup, profile, merged, design, costs)
+        compare_design = design if fixed is None else one_look
+        text = compare_item(case, judging, outcomes, compare_setup, profile, merged, compare_design, costs)
         if text:
             # The compare leads: its fingerprint diff names the likely cause, the thresholds show the symptoms.
             failures.insert(0, text)
@@ -229,19 +234,6 @@ def _undecided_failure(lines: Sequence[str]) -> str:
     return "\n".join([head, *(f"  {line}" for line in lines)])
 
 
-#: Threshold keys judged sequentially (``sequential.decide_floor``): key -> (``RunMetrics`` field, op, speculative
-#: only, label, unit), as ``thresholds.evaluate`` labels them. Per-position and per-category floors are decided the
-#: same way (``_floors``).
-SEQUENTIAL_KEYS = {
-    "min_tok_s": ("output_tok_s", ">=", False, "output_tok_s", "tok/s"),
-    "min_accept_length": ("accept_length", ">=", True, "accept_length", "tok/verify"),
-    "min_accept_rate": ("accept_rate", ">=", True, "accept_rate", ""),
-    "max_ttft_ms": ("ttft_ms_p50", "<=", False, "ttft_ms p50", "ms"),
-    "max_itl_ms": ("itl_ms_p50", "<=", False, "itl_ms p50", "ms"),
-    "max_tpot_ms": ("tpot_ms_p50", "<=", False, "tpot_ms p50", "ms"),
-}
-
-
 def _per_repeat(run: runner.RunResult, field_name: str) -> list[float]:
     return [v for v in (_figure(field_name, m.metrics) for m in run.measurements) if v is not None]
 
@@ -256,10 +248,22 @@ def _measure_until(
         n = _count(measurements, name, vs)
         if design.is_look(n) and decided():
             return
-        if not design.may_continue(n, measurements.spent_s(name, vs)) or not measurements.can_measure(name):
+        step = _next_step(measurements, name, vs)[0]
+        if not design.may_continue(n, measurements.spent_s(name, vs), step=step) or not measurements.can_measure(name):
             return
         if not measurements.more(name, vs):
             return
+
+
+def _next_step(measurements: MeasureHandle, name: str, vs: str | None) -> tuple[int, int]:
+    """What one ``more()`` adds: (pairs, or repeats without ``vs``; target phases). An interleaved pairing adds one
+    pair of one target phase; a bracketed one its first block's pairs at once, each with its target phases around
+    the reference (``pairing.PairedArms``), which the budget must count before asking (``store.more``)."""
+    arms = measurements.arms(name, vs) if vs else None
+    if arms is None or arms.mode == "interleaved":
+        return 1, 1
+    per_pair = max((len(group) for group in arms.target), default=1)
+    return arms.first, arms.first * per_pair
 
 
 def _count(measurements: MeasureHandle, name: str, vs: str | None) -> int:
@@ -269,7 +273,7 @@ def _count(measurements: MeasureHandle, name: str, vs: str | None) -> int:
 
 @dataclass(frozen=True, slots=True)
 class _Floor:
-    """One floor or ceiling decided on per-repeat values: a :data:`SEQUENTIAL_KEYS` threshold, a per-position floor
+    """One floor or ceiling decided on per-repeat values: a ``thresholds.FLOOR_RULES`` threshold, a per-position floor
     (``min_accept_rate_at``) or a per-category one (``categories:``)."""
 
     #: The threshold key (``Check.key``): ``min_accept_rate_at``, ``min_accept_length``, ...
@@ -293,27 +297,31 @@ def _floors(
     """Every floor and ceiling of ``thresholds`` that per-repeat values decide (``thresholds.evaluate``'s labels),
     less a ``min_accept_length`` a sweep point at ``steps`` cannot reach or that was set for more steps."""
     floors = []
-    for key, (field_name, op, spec_only, label, unit) in SEQUENTIAL_KEYS.items():
+    # Throughput first: it is the floor that most often measures on, and the cost line has always led with it.
+    for key in sorted(FLOOR_RULES, key=lambda k: k != "min_tok_s"):
+        field_name, op, label, unit, spec_only = FLOOR_RULES[key]
         threshold = getattr(thresholds, key)
         if threshold is not None and sweep_not_applicable(key, threshold, steps, configured):
             continue
         if threshold is not None and (profile.is_speculative or not spec_only):
             floors.append(_Floor(key, key, label, op, float(threshold), unit, field_name,
                                  functools.partial(_figure, field_name)))  # fmt: skip
-    if not profile.is_speculative:
-        return floors  # the accept floors are not applicable; the category ceilings stay on the median rule
-    for position, floor in sorted((thresholds.min_accept_rate_at or {}).items()):
+    speculative = profile.is_speculative
+    for position, floor in sorted((thresholds.min_accept_rate_at or {}).items() if speculative else ()):
         floors.append(_Floor("min_accept_rate_at", f"min_accept_rate_at[{position}]", f"accept_rate_at[{position}]",
                              ">=", floor, "", "accept_rate", functools.partial(_position, position, None)))  # fmt: skip
     for category, limits in sorted((thresholds.categories or {}).items()):
         for key, threshold in limits.model_dump(exclude_none=True).items():
             if key == "min_accept_rate_at":
-                for position, floor in sorted(threshold.items()):
+                drafted = threshold.items() if speculative else ()
+                for position, floor in sorted((p, f) for p, f in drafted if steps is None or p <= steps):
                     floors.append(_Floor(key, f"{key}[{position}][{category}]",
                                          f"accept_rate_at[{position}][{category}]", ">=", floor, "", "accept_rate",
                                          functools.partial(_position, position, category)))  # fmt: skip
                 continue
-            field_name, op, _, label, unit = SEQUENTIAL_KEYS[key]
+            field_name, op, label, unit, spec_only = FLOOR_RULES[key]
+            if spec_only and not speculative or sweep_not_applicable(key, threshold, steps, configured):
+                continue  # evaluate says why: no speculative decoding, or a sweep point's floor not applicable
             floors.append(_Floor(key, f"{key}[{category}]", f"{label}[{category}]", op, float(threshold), unit,
                                  field_name, functools.partial(_category_figure, category, field_name)))  # fmt: skip
     return floors
@@ -350,7 +358,7 @@ def sequential_checks(
     *,
     sweep: tuple[int | None, int | None] = (None, None),
 ) -> dict[str, Check]:
-    """The floors and ceilings per-repeat values decide (the :data:`SEQUENTIAL_KEYS` thresholds, per-position and
+    """The floors and ceilings per-repeat values decide (the ``thresholds.FLOOR_RULES`` thresholds, per-position and
     per-category floors), each on its per-repeat values (``sequential.decide_floor``): more repeats (or pairs, with
     ``vs``) are measured while any is undecided and the budget allows, so a floor is never passed on a median whose
     interval holds it. Exact figures (accept length/rate/per-position rate at temperature 0, identical repeats:
@@ -360,7 +368,7 @@ def sequential_checks(
 
     :param sweep: a sweep point's (num_steps, the profile's own num_steps) (``sweep_steps``): a ``min_accept_length``
         not applicable there (``thresholds.evaluate``) is not judged.
-    :returns: threshold key (the :data:`SEQUENTIAL_KEYS`) or check label (``accept_rate_at[1]``,
+    :returns: threshold key (the ``thresholds.FLOOR_RULES``) or check label (``accept_rate_at[1]``,
         ``accept_length[code]``) -> its check, for ``thresholds.evaluate(judged=...)``.
     """
     from pytest_specdec.core.metric_table import is_exact
@@ -373,7 +381,10 @@ def sequential_checks(
         values = values_of(floor)
         if not values:  # "not reported": evaluate's median rule says so
             return None
-        exact = is_exact(floor.exact_field, values, temperature=profile.workload.temperature)
+        # Exact only as part of an exact run (every accept figure agrees across its repeats, not this one alone by
+        # coincidence) and, where more can be measured, on 2 repeats or more: one repeat shows no agreement.
+        exact = is_exact(floor.exact_field, values, temperature=profile.workload.temperature) and (
+            design.max_repeats <= 1 or _exact_run(profile, measurements.run(profile.name)))
         return sequential.decide_floor(values, floor.threshold, design, exact=exact)
 
     def judge(floor: _Floor) -> tuple[Check, dict[str, Any]] | None:
@@ -478,7 +489,7 @@ def exact_failure(
     if not _exact_run(profile, run):
         return None
     checks = evaluate(thresholds, run.metrics, speculative=True)
-    exact_keys = {k for k, spec in SEQUENTIAL_KEYS.items() if spec[0] in EXACT_FIELDS} | {"min_accept_rate_at"}
+    exact_keys = {k for k, rule in FLOOR_RULES.items() if rule.field in EXACT_FIELDS} | {"min_accept_rate_at"}
     failed = [c for c in checks.failed if c.key in exact_keys]
     if failed:
         return f"{profile.name} had already failed {failed[0].key}"
@@ -496,16 +507,22 @@ def exact_failure(
     return f"{profile.name}'s compare had already regressed {rows[0]} (exact)" if rows else None
 
 
+def _one_look(arms: PairedArms | None) -> sequential.Design:
+    """A single look at the pairs measured (a sweep point's ``min_speedup``)."""
+    pairs = max(arms.pairs if arms is not None else 1, 1)
+    return sequential.Design(pairs, pairs)
+
+
 def _exact_run(profile: Profile, run: runner.RunResult) -> bool:
-    """A speculative profile at temperature 0 whose repeats agree exactly on accept length and rate: its accept
-    figures (per position and category too) are decided by the first repeat. Repeats that differ (a batch-variant
-    engine) are judged statistically."""
+    """A speculative profile at temperature 0 whose 2 or more repeats agree exactly on accept length and rate: its
+    accept figures (per position and category too) are decided by the first repeat. Repeats that differ (a
+    batch-variant engine) are judged statistically; one repeat alone shows no agreement."""
     from pytest_specdec.core.metric_table import EXACT_FIELDS, is_exact
 
-    if profile.workload.temperature != 0 or not profile.is_speculative or not run.measurements:
-        return False
+    if profile.workload.temperature != 0 or not profile.is_speculative or len(run.measurements) < 2:
+        return False  # one repeat shows no agreement
     reported = {f: values for f in EXACT_FIELDS if (values := _per_repeat(run, f))}  # a field not reported: no vote
-    return all(is_exact(f, values, temperature=0) for f, values in reported.items())
+    return bool(reported) and all(is_exact(f, values, temperature=0) for f, values in reported.items())
 
 
 def _halt_of(measurements: MeasureHandle) -> str:
@@ -703,6 +720,7 @@ def judge_compare(
     server_s: Callable[[], float] = lambda: 0.0,
     current_run: str = "",
     bisect_hint: BisectHint | None = None,
+    step: Callable[[], int] = lambda: 1,
 ) -> CompareVerdict:
     """Compare ``record`` with the stored ``base`` (of run ``run_id``, found under ``test_id``), every statistical
     row decided on its interval (``compare.compare_results`` at the look's alpha). While a row is undecided at a
@@ -713,6 +731,7 @@ def judge_compare(
     :param force: compare although the workloads differ (``--specdec-compare-force``).
     :param history: the baseline's other stored runs of the same fingerprint (``history.StoredHistory.of``).
     :param server_s: seconds the current record's phases held servers (the cost line and the budget).
+    :param step: the repeats (target phases) the next ``more()`` adds: the budget counts them before asking.
     :param current_run: this session's run id: with more than one fingerprint difference, the head is followed by
         the ``bisect`` command over the two runs (``bisect_hint``, i.e. ``bisection.bisect_hint``; none without).
     """
@@ -742,9 +761,9 @@ def judge_compare(
                 # A regressed row is final at its look (exact, or its interval spent at this look's alpha): the
                 # compare has failed, and its open rows would cost repeats of a night already red (replayed: a 20%
                 # regression decided after 3 pairs, not 5; the open rows, even a -87% tok/s at 2 repeats, say so).
-                stopped_at_failure = design.may_continue(n, server_s())
+                stopped_at_failure = design.may_continue(n, server_s(), step=step())
                 break
-        if not design.may_continue(n, server_s()):
+        if not design.may_continue(n, server_s(), step=step()):
             break
         nxt = more()
         if nxt is None:
@@ -914,11 +933,14 @@ def compare_item(
             noise=outcomes.noise(profile.name), force=setup.force, more=more, design=design,
             history=setup.history.of(run.run_id, base) if setup.history is not None else (),
             server_s=lambda: measurements.spent_s(profile.name, vs), current_run=setup.run_id,
-            bisect_hint=setup.bisect_hint,
+            bisect_hint=setup.bisect_hint, step=lambda: _next_step(measurements, profile.name, vs)[1],
         )  # fmt: skip
 
     halt = _halt_of(measurements)
-    key = ("compare", profile.name, run.run_id, repr(sorted(tolerances.items())), halt)
+    # Keyed by the repeats the record holds: a later test whose floors measured more is judged on them, so the
+    # ``compare`` command reading its stored record decides as pytest did.
+    repeats = len(record.repeats.get("output_tok_s", []))
+    key = ("compare", profile.name, run.run_id, repr(sorted(tolerances.items())), halt, repeats)
     judged_for, judged = outcomes.once(key, lambda: (test_id, _halted_compare(judge(), halt)))
     if judged.failure is not None and judged_for != test_id:
         # The same verdict, headed by this test's own baseline (one measurement, one verdict).

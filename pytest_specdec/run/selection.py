@@ -19,6 +19,7 @@ from pytest_specdec.profiles import discovery
 from pytest_specdec.run.settings import RunSettings
 
 if TYPE_CHECKING:
+    from pytest_specdec.engines.preflight import Finding
     from pytest_specdec.judge.baseline import Baselines
     from pytest_specdec.judge.verdict import CompareSetup
     from pytest_specdec.profiles.schema import Profile, ProfileSet
@@ -33,14 +34,22 @@ class Selection:
     profile_set: ProfileSet | None = None
     #: The profiles to measure: ``--server-profile``, each swept profile replaced by its points.
     selected: tuple[str, ...] = ()
-    #: Preflight warnings, ``"<profile>: <finding>"`` (the header and the summary show them).
-    preflight_notes: tuple[str, ...] = ()
-    #: The same findings by profile, without the count line: a failed test of the profile repeats them under its
-    #: failure (a wrong aux-id list is named where the accept floor failed, not only in the header).
-    findings_of: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Preflight's non-blocking findings by profile: the header and the summary show them
+    #: (:attr:`preflight_notes`), and a failed test of the profile repeats them under its failure (a wrong aux-id
+    #: list is named where the accept floor failed, not only in the header).
+    findings_of: Mapping[str, tuple[Finding, ...]] = field(default_factory=dict)
     #: ``--specdec-check``: (profile, finding lines) per profile checked, and whether any blocks a launch.
     checked: tuple[tuple[str, tuple[str, ...]], ...] = ()
     check_failed: bool = False
+
+    @property
+    def preflight_notes(self) -> tuple[str, ...]:
+        """``"<profile>: <finding>"`` lines, a count line per profile (``preflight.format_findings``)."""
+        if not self.findings_of:
+            return ()  # a run without specdec tests imports no profile machinery (tests/test_plugin_import.py)
+        from pytest_specdec.engines.preflight import format_findings
+
+        return tuple(f"{name}: {line}" for name, found in self.findings_of.items() for line in format_findings(found))
 
     @property
     def profiles(self) -> dict[str, Profile] | None:
@@ -59,8 +68,7 @@ def select(settings: RunSettings) -> Selection:
     profile_set = _load(settings)
     profile_set, selected = _expand_sweep(settings, profile_set)
     errors: list[str] = []
-    notes: list[str] = []
-    findings_of: dict[str, tuple[str, ...]] = {}
+    findings_of: dict[str, tuple[Finding, ...]] = {}
     from pytest_specdec.engines.preflight import blocking, format_findings, locate, run_preflight
 
     for name in selected:
@@ -71,11 +79,10 @@ def select(settings: RunSettings) -> Selection:
             errors.extend(format_findings(bad))
         rest = [f for f in findings if f not in bad]
         if rest:
-            notes.extend(f"{name}: {line}" for line in format_findings(rest))
-            findings_of[name] = tuple(str(f) for f in rest)
+            findings_of[name] = tuple(rest)
     if errors:
         raise pytest.UsageError("specdec preflight failed (nothing was launched):\n" + "\n".join(errors))
-    return Selection(profile_set, tuple(selected), tuple(notes), findings_of)
+    return Selection(profile_set, tuple(selected), findings_of)
 
 
 def check_only(settings: RunSettings) -> Selection:

@@ -145,7 +145,7 @@ class SpecdecSession:
         if judged.failure is not None:
             # What preflight said of the profile is likely the cause (a "fixed" aux-id list): name it in the failure.
             found = self.selection.findings_of.get(profile.name, ())
-            said = ["preflight said before the launch:", *(f"  {line}" for line in found)] if found else []
+            said = ["preflight said before the launch:", *(f"  {finding}" for finding in found)] if found else []
             pytest.fail("\n".join([judged.failure, *said]), pytrace=False)
 
     def _baseline_notes(
