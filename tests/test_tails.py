@@ -63,15 +63,37 @@ def test_goodput_counts_requests_meeting_every_slo_as_vllm_does() -> None:
     assert (run.goodput_per_s, run.slo_attainment) == (0.5, 1 / 3)
 
 
+def metrics_of_phases(phases: list[tuple[list[RequestRecord], float]], **slo: float) -> object:
+    return dataclasses.replace(run_metrics(), tails=tail_evidence(phases, slo_ms=slo or None))
+
+
 def test_goodput_floor_three_outcomes() -> None:
-    records = [request(0.1) for _ in range(100)]
-    run = metrics_of(records, duration_s=10.0, ttft_ms=200)  # 100 good in 10 s: 10 req/s, bounds 9.55-10
-    assert evaluate(Thresholds(min_goodput=9), run, speculative=False).checks[0].passed is True
+    # 3 repeats of 100 good requests in 9.9, 10 and 10.1 s: 10 req/s, bounds 9.46-10.4 (share x rate).
+    phases = [([request(0.1) for _ in range(100)], d) for d in (9.9, 10.0, 10.1)]
+    run = metrics_of_phases(phases, ttft_ms=200)
+    check = evaluate(Thresholds(min_goodput=9), run, speculative=False).checks[0]
+    assert check.passed is True and not check.undecided
+    assert "300 of 300 requests met the SLO in 30.0 s over 3 repeats; 99% Clopper-Pearson bounds of the share x " \
+           "t-bounds of the request rate: 9" in check.line()  # fmt: skip
     check = evaluate(Thresholds(min_goodput=9.9), run, speculative=False).checks[0]
-    assert check.undecided
-    late = metrics_of([request(0.3) for _ in range(100)], duration_s=10.0, ttft_ms=200)  # none good
+    assert check.undecided and check.line().endswith("more requests or repeats would narrow them]")
+    late = metrics_of_phases([([request(0.3) for _ in range(100)], d) for d in (9.9, 10.0, 10.1)], ttft_ms=200)
     (failed,) = evaluate(Thresholds(min_goodput=1), late, speculative=False).failed
-    assert failed.line().startswith("goodput 0 req/s < min 1 ") and "FAILED min_goodput: 0 of 100" in failed.line()
+    assert failed.line().startswith("goodput 0 req/s < min 1 ") and "FAILED min_goodput: 0 of 300" in failed.line()
+
+
+def test_goodput_request_rate_is_an_interval_not_taken_as_measured() -> None:
+    # An audit finding: goodput's bounds took the request rate as exact, so one fast phase passed a floor the server
+    # misses. Repeats at 12, 10 and 8 req/s (all good): 10 req/s, but the rate's 99% t-bounds are wide.
+    phases = [([request(0.1) for _ in range(60)], d) for d in (5.0, 6.0, 7.5)]
+    run = metrics_of_phases(phases, ttft_ms=200)
+    check = evaluate(Thresholds(min_goodput=8), run, speculative=False).checks[0]
+    assert check.undecided, check.line()
+    # One repeat: its rate has no interval, whatever its share says.
+    one = metrics_of([request(0.1) for _ in range(100)], duration_s=10.0, ttft_ms=200)
+    check = evaluate(Thresholds(min_goodput=1), one, speculative=False).checks[0]
+    assert check.undecided and check.line().endswith("one repeat's request rate has no interval: 2 repeats would "
+                                                     "bound it]")  # fmt: skip
 
 
 def test_no_evidence_is_not_applicable() -> None:

@@ -7,8 +7,9 @@ p-quantile passes when the interval's upper bound is at or under C (at most ``n 
 shown to be under C), fails when its lower bound is over C (shown to be over), and is undecided otherwise: so p99 of
 48 requests never passes (459 are needed with none over C, the count MLPerf LoadGen's early stopping asks,
 ``loadgen/early_stopping.cc``), but fails when enough of them are over. Goodput: the Clopper-Pearson bounds of the
-share of requests that met every SLO, times the measured request throughput; passes when the lower bound is at or
-over the floor, fails when the upper bound is under it. The median rule of the other thresholds (``thresholds.py``)
+share of requests that met every SLO, times the t-bounds of the request rate over the repeats
+(``measure.metrics.tail_evidence``); passes when the lower bound is at or over the floor, fails when the upper bound is
+under it, and one repeat (no rate interval) is undecided. The median rule of the other thresholds (``thresholds.py``)
 would call p99 of 16 requests a verdict; these do not.
 
 Usage (``thresholds.evaluate`` adds these to its checks)::
@@ -93,23 +94,35 @@ def _goodput_check(floor: float, evidence: Mapping[str, Any] | None) -> TailChec
     if not evidence or not evidence.get("n"):
         note = "no goodput measured: set workload.slo (the SLOs a request must meet to count)"
         return TailCheck(key, label, ">=", floor, None, unit, None, note)
-    n, good = int(evidence["n"]), int(evidence["good"])
-    estimate, low, high = float(evidence["estimate"]), float(evidence["low"]), float(evidence["high"])
+    n, good, estimate = int(evidence["n"]), int(evidence["good"]), float(evidence["estimate"])
+    low, high = evidence.get("low"), evidence.get("high")
     conf = float(evidence.get("confidence", TAIL_CONFIDENCE))
+    phases = evidence.get("phases")
     diff = estimate - floor
     margin = f" (margin {diff:+.4g}, {diff / floor * 100:+.1f}%)"
-    interval = (
-        f"{good} of {n} requests met the SLO in {float(evidence['duration_s']):.1f} s; {conf:.0%} Clopper-Pearson "
-        f"bounds {low:.3g} to {high:.3g} req/s"
-    )
+    over = f" over {phases} repeats" if phases else ""
     shown = f"{label} {estimate:.4g} req/s"
+    if low is None or high is None:
+        text = (
+            f"{shown}: undecided vs min {floor:g} [{key}: {good} of {n} requests met the SLO in "
+            f"{float(evidence['duration_s']):.1f} s; one repeat's request rate has no interval: 2 repeats would "
+            "bound it]"
+        )
+        return TailCheck(key, label, ">=", floor, estimate, unit, True, text=text, undecided=True)
+    low, high = float(low), float(high)
+    # Records stored before the request rate had an interval carry no "phases": their bounds took it as exact.
+    rate = "t-bounds of the request rate" if phases else "the request rate as measured"
+    interval = (
+        f"{good} of {n} requests met the SLO in {float(evidence['duration_s']):.1f} s{over}; {conf:.0%} "
+        f"Clopper-Pearson bounds of the share x {rate}: {low:.3g} to {high:.3g} req/s"
+    )
     if low >= floor:
         return TailCheck(key, label, ">=", floor, estimate, unit, True, text=f"{shown} >= min {floor:g}{margin} "
                          f"[passed: {interval}]")  # fmt: skip
     if high < floor:
         return TailCheck(key, label, ">=", floor, estimate, unit, False, text=f"{shown} < min {floor:g}{margin} "
                          f"[FAILED {key}: {interval}; the upper bound is under the floor]")  # fmt: skip
-    text = f"{shown}: undecided vs min {floor:g} [{key}: {interval}; more requests would narrow them]"
+    text = f"{shown}: undecided vs min {floor:g} [{key}: {interval}; more requests or repeats would narrow them]"
     return TailCheck(key, label, ">=", floor, estimate, unit, True, text=text, undecided=True)
 
 
