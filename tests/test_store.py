@@ -114,6 +114,21 @@ def test_more_adds_one_interleaved_pair_in_the_order_the_pairs_left_off(phases: 
     assert store.spent_s("eagle3", "baseline") == 3 * 2.0 + 3 * 1.0
 
 
+def test_a_pairing_after_a_solo_measurement_counts_its_target_phases(phases: _Phases) -> None:
+    # An audit finding: a test without min_speedup measured eagle3 alone (2 x 2 s), then min_speedup paired it
+    # (2 x 2 s target, 2 x 1 s reference): the pair's target phases are not the run's, and the cost line left them out.
+    store = _store()
+    server = _server("eagle3")
+    store.attach(server)
+    store.measure_once(server, None)
+    store.measure_once(server, "baseline")
+    assert len(store.run("eagle3").measurements) == 2
+    assert store.spent_s("eagle3", None) == 4.0
+    assert store.spent_s("eagle3", "baseline") == 4.0 + 2 * 2.0 + 2 * 1.0
+    assert store.more("eagle3", "baseline") is True  # its target phase joins the run: counted once, not twice
+    assert store.spent_s("eagle3", "baseline") == 4.0 + 3 * 2.0 + 3 * 1.0
+
+
 def test_a_pair_that_cannot_be_measured_again_says_why(phases: _Phases) -> None:
     store = _store()
     server = _server("eagle3")
