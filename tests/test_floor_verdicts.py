@@ -13,7 +13,7 @@ import pytest
 
 from pytest_specdec.core.records import RunMetrics
 from pytest_specdec.judge.outcomes import Outcomes
-from pytest_specdec.judge.thresholds import FLOOR_RULES
+from pytest_specdec.judge.thresholds import FLOOR_RULES, evaluate
 from pytest_specdec.judge.verdict import ItemVerdict, judge_item
 from pytest_specdec.measure import results
 from pytest_specdec.profiles.schema import CategoryThresholds, Profile, Thresholds
@@ -132,3 +132,35 @@ def test_one_repeat_at_temperature_zero_measures_a_second_before_calling_a_floor
     verdict, handle = _judge(Thresholds(min_accept_rate_at={1: 0.9}), [(0.8, 2.0)], tmp_path, temperature=0, first=1)
     assert handle.asked == 1  # the second repeat agrees: exact from there
     assert verdict.failure is not None and "[exact; temperature 0, 2 identical repeats: " in verdict.failure
+
+
+class _TailsGrowWithRepeats(ScriptedHandle):
+    """The run's p90 TTFT evidence as the repeats grow: 2 repeats cannot bound it from above, 4 can (under 500 ms)."""
+
+    def run(self, profile: str) -> Any:
+        run = super().run(profile)
+        high = None if len(self.measured) < 4 else 120.0
+        tails = {"ttft_ms_p90": {"n": 24 * len(self.measured), "estimate": 100.0, "low": 90.0, "high": high}}
+        return dataclasses.replace(run, metrics=dataclasses.replace(run.metrics, tails=tails))
+
+
+def test_a_profile_tail_ceiling_is_judged_once_though_a_later_test_measured_more(tmp_path: Path) -> None:
+    # An audit finding: the tail ceilings were judged per test, so a second test of the profile, after its own marker
+    # measured more repeats, could pass the p90 ceiling the first test of the same profile left undecided.
+    profile = Profile.model_validate({"name": "eagle3", "server": "reference", "workload": {"repeats": 2}})
+    handle = _TailsGrowWithRepeats([_metrics(0.6, 2.0)] * 4, first=2)
+    outcomes = Outcomes(tmp_path / "noise")
+
+    def judge(test_id: str) -> ItemVerdict:
+        record = results.ResultRecord.from_measurements(test_id, handle.measured, fingerprint())
+        return judge_item(record, nodeid=test_id, profile=profile, thresholds=Thresholds(max_ttft_ms_p90=500),
+                          profiles={"eagle3": profile}, repeats=2, measurements=handle, outcomes=outcomes)
+
+    first = judge("t.py::test_a[eagle3]")
+    handle.more("eagle3", None)
+    handle.more("eagle3", None)  # what test_b's own marker would have measured before its verdict
+    assert "passed" in evaluate(Thresholds(max_ttft_ms_p90=500), handle.run("eagle3").metrics,
+                                speculative=True).outcomes()["max_ttft_ms_p90"]  # fmt: skip
+    second = judge("t.py::test_b[eagle3]")
+    assert first.checks["max_ttft_ms_p90"].startswith("undecided: ttft_ms p90 100 ms: undecided vs max 500")
+    assert second.checks == first.checks and second.undecided == first.undecided

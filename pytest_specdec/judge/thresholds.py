@@ -22,6 +22,7 @@ __all__ = [
     "merge_marker",
     "overrides",
     "sweep_not_applicable",
+    "tail_verdicts",
 ]
 
 class FloorRule(NamedTuple):
@@ -220,11 +221,12 @@ def evaluate(
     or None when that profile was not measured. ``judged`` holds checks already decided by a sequential verdict
     (``verdict.sequential_checks``), keyed by threshold key (``min_tok_s``) or, for per-position and per-category
     floors, by label (``accept_rate_at[1]``, ``accept_length[code]``); they replace the median rule there. The
-    percentile ceilings and ``min_goodput`` are judged on their evidence (``tails.tail_checks``): passed, FAILED or
-    undecided. A speculative profile whose run has no accept length at all (``silent``: no verify step reported, no
-    accept counter read) fails every accept floor it sets (:data:`NOT_SPECULATING`), overall, per position and per
-    category: a server that stopped speculating must not pass them as "not reported". The sweep-point exemptions
-    hold for the per-category floors too.
+    percentile ceilings and ``min_goodput`` are judged on their evidence (:func:`tail_verdicts`): passed, FAILED or
+    undecided (``judged`` holds them too, keyed by threshold key, where a verdict judged them already). A
+    speculative profile whose run has no accept length at all (``silent``: no verify step reported, no accept counter
+    read) fails every accept floor it sets (:data:`NOT_SPECULATING`), overall, per position and per category: a
+    server that stopped speculating must not pass them as "not reported". The sweep-point exemptions hold for the
+    per-category floors too.
     """
     silent = speculative and metrics.accept_length is None
     checks: list[Check] = []
@@ -256,8 +258,7 @@ def evaluate(
                                    sweep_steps=sweep_steps, judged=judged, silent=silent))  # fmt: skip
     checks.extend(_category_checks(thresholds, metrics, speculative, judged, silent=silent, sweep_steps=sweep_steps,
                                    configured_steps=configured_steps))  # fmt: skip
-    checks.extend(Check(t.key, t.label, t.op, t.threshold, t.measured, t.unit, t.passed, t.note, t.text, t.undecided)
-                  for t in tail_checks(thresholds, metrics))  # fmt: skip
+    checks.extend(judged.get(key, check) for key, check in tail_verdicts(thresholds, metrics).items())
     if thresholds.min_speedup is not None and speedup_check is not None:
         checks.append(speedup_check)
     elif thresholds.min_speedup is not None:
@@ -269,6 +270,13 @@ def evaluate(
         else:
             checks.append(Check("min_speedup", label, ">=", ms.ratio, speedup, "x", speedup >= ms.ratio))
     return ThresholdChecks(tuple(checks))
+
+
+def tail_verdicts(thresholds: Thresholds, metrics: RunMetrics) -> dict[str, Check]:
+    """The percentile ceilings and ``min_goodput`` as checks, keyed by threshold key (``max_ttft_ms_p99``), judged
+    on ``metrics.tails`` (``tails.tail_checks``); ``verdict`` judges them once per profile through ``judged``."""
+    return {t.key: Check(t.key, t.label, t.op, t.threshold, t.measured, t.unit, t.passed, t.note, t.text, t.undecided)
+            for t in tail_checks(thresholds, metrics)}  # fmt: skip
 
 
 def sweep_not_applicable(key: str, threshold: float, sweep_steps: int | None, configured_steps: int | None) -> str:

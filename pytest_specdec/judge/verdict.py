@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.core.tolerances import Tolerance, format_tolerances, merge_tolerances
 from pytest_specdec.judge import compare, sequential, speedup, sweep
-from pytest_specdec.judge.thresholds import FLOOR_RULES, Check, ThresholdChecks, evaluate, sweep_not_applicable
+from pytest_specdec.judge.thresholds import (
+    FLOOR_RULES,
+    Check,
+    ThresholdChecks,
+    evaluate,
+    sweep_not_applicable,
+    tail_verdicts,
+)
 from pytest_specdec.measure import results, runner
 from pytest_specdec.profiles.schema import MinSpeedup, Profile, Thresholds
 
@@ -186,6 +193,10 @@ def judge_item(
                                                                                   thresholds.min_speedup.vs))
         check = speedup_check(case, judging, outcomes, profile.name, thresholds.min_speedup, speedup_design, costs)
     run = measurements.run(profile.name)
+    # Once per profile and ceiling, as the floors: a later test whose marker measured more repeats would otherwise
+    # judge the profile's p99 ceiling on more requests than the first test did, and the two could disagree.
+    for key, tail in tail_verdicts(thresholds, run.metrics).items():
+        judged[key] = outcomes.once(("tail", profile.name, key, repr(tail.threshold)), functools.partial(_itself, tail))
     verdict = evaluate(
         thresholds,
         run.metrics,
@@ -401,6 +412,10 @@ def sequential_checks(
         if judged is not None:
             out[floor.key if floor.key == floor.cost_key else floor.label], costs[floor.cost_key] = judged
     return out
+
+
+def _itself(check: Check) -> Check:
+    return check
 
 
 def _decided(decision: sequential.Decision | None) -> bool:
