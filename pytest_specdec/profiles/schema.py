@@ -22,9 +22,10 @@ import difflib
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from pytest_specdec.core.errors import ProfileError
 from pytest_specdec.core.tolerances import Tolerance, parse_tolerances
@@ -50,8 +51,22 @@ __all__ = [
 ]
 
 
+def _takes_bool(annotation: Any) -> bool:
+    return annotation is bool or annotation is Any or any(_takes_bool(a) for a in get_args(annotation))
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic reads a bool as 1 or 0 for int and float fields: `min_accept_length: true` in YAML, or
+        # `@pytest.mark.specdec(min_accept_length=True)`, would be a floor of 1 that every server passes.
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and not _takes_bool(field.annotation):
+            raise PydanticCustomError("bool_type", "expected a number, got a bool")
+        return value
 
 
 class SpeculativeConfig(_Strict):
