@@ -74,7 +74,6 @@ def test_invalid_value_names_file_profile_key_and_value(in_tmp: Path) -> None:
     )
 
 
-
 def test_a_bool_for_a_number_is_an_error_not_a_floor_of_one(in_tmp: Path) -> None:
     """pydantic reads true as 1: `min_accept_length: true` was a floor every server passes (a fresh-user trial)."""
     write(in_tmp, "profiles:\n  p:\n    server: reference\n    workload: {repeats: yes}\n"
@@ -83,6 +82,7 @@ def test_a_bool_for_a_number_is_an_error_not_a_floor_of_one(in_tmp: Path) -> Non
         "specdec.yaml:4: profiles.p.workload.repeats: expected an integer >= 1, got True",
         "specdec.yaml:5: profiles.p.thresholds.min_accept_length: expected a number >= 1, got True",
     ]
+
 
 def test_one_line_per_problem_with_bounds_literals_and_lists(in_tmp: Path) -> None:
     write(

@@ -96,11 +96,11 @@ def test_bad_marker_positions_name_key_value_and_shape(value: object, message: s
     assert str(info.value) == message
 
 
-
 def test_a_bool_in_a_marker_is_an_error_not_a_floor_of_one() -> None:
     with pytest.raises(ValueError, match=r"^min_accept_length=True: expected a number, got a bool$"):
         merge_marker(Thresholds(), {"min_accept_length": True})
     assert merge_marker(Thresholds(), {"min_accept_length": 2}).min_accept_length == 2.0
+
 
 CATEGORIZED = dataclasses.replace(
     SPEC,
