@@ -48,6 +48,17 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
     monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:randomly")
     return pytester
 
+
+@pytest.fixture
+def same_instances(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compares judged as if server instances never differed (``judge.sequential.ASSUMED_INSTANCE_SD`` and the
+    ratio's at 0): tests of the within-run arithmetic on hand-made records of one stored run."""
+    from pytest_specdec.judge import sequential
+
+    monkeypatch.setattr(sequential, "ASSUMED_INSTANCE_SD", 0.0)
+    monkeypatch.setattr(sequential, "ASSUMED_RATIO_INSTANCE_SD", 0.0)
+
+
 # --- the real streaming path (aiohttp over sockets) against benchmarks/sse_server.py
 
 SSE_SERVER = Path(__file__).resolve().parents[1] / "benchmarks" / "sse_server.py"

@@ -81,7 +81,19 @@ def test_the_compare_command_decides_every_row_as_pytest_did_on_the_gpu(
     # medians): its metric, tolerance and verdict with the interval are what must match.
     judged = {_verdict(row) for row in printed_by_pytest if not too_few.match(row)}
     now = {_verdict(row) for row in _rows(out)}
-    assert judged and judged <= now, sorted(judged - now)
+    # And a relative timing row against one stored run now assumes a run-to-run spread (these H200 nights' unchanged
+    # runs read x0.87 to x1.5): its interval only widened, so its verdict may only have opened (to undecided, or
+    # improved to ok), never turned; every other row matches as it was.
+    assert "run-to-run: too few stored runs" in out
+    widened = {row for row in judged - now if row.startswith("output_tok_s ")}
+    assert judged and judged - widened <= now, sorted(judged - widened - now)
+    opened = {"ok": ("ok", "undecided"), "REGRESSED": ("REGRESSED", "undecided"), "improved": ("improved", "ok"),
+              "undecided": ("undecided",)}  # fmt: skip
+    word = re.compile(r" (ok|undecided|REGRESSED|improved)(?: |$)")
+    verdicts_now = [m.group(1) for row in now if row.startswith("output_tok_s ") and (m := word.search(row))]
+    for row in widened:
+        then = word.search(row)
+        assert then and any(v in opened[then.group(1)] for v in verdicts_now), (row, verdicts_now)
 
 
 def test_the_aux_id_night_leads_with_the_one_difference_and_fails_on_the_exact_rows(tmp_path: Path) -> None:
@@ -92,22 +104,27 @@ def test_the_aux_id_night_leads_with_the_one_difference_and_fails_on_the_exact_r
     assert lines[1] == "fingerprint: 1 difference from baseline"
     assert lines[2].startswith("  draft aux ids: [1, 3, 5] -> [0, 1, 2] (with its draft config hash")
     assert re.search(r"^accept_length +higher +2\.804 +2\.352 .* REGRESSED \(exact\)$", eagle3, re.M)
-    # tok/s fell 13% against a 15% tolerance, decided within it over 16 repeats: not what fails the night.
-    assert re.search(r"^output_tok_s +higher .* 15% \(σ 1\.4%\) +ok \(x0\.87, CI 0\.8534-0\.8873", eagle3, re.M)
+    # tok/s fell 13% against a 15% tolerance: within it over 16 repeats by this run's spread alone (CI 0.853-0.887),
+    # but against one stored run of an H200 whose unchanged nights read x0.87 to x1.5, undecided; not what fails.
+    assert re.search(r"^output_tok_s +higher .* 15% \(σ 1\.4%\) +undecided \(x0\.87, CI 0\.696-1\.088", eagle3, re.M)
 
 
-def test_the_gate_fails_a_launch_flag_of_minus_19_percent_on_tok_s_its_figures_agreeing(tmp_path: Path) -> None:
+def test_the_gate_fails_a_launch_flag_of_minus_19_percent_on_itl_and_leaves_tok_s_open(tmp_path: Path) -> None:
     # H200, 2026-12-04: g-base stored with 8 repeats, then the same profile with CUDA_LAUNCH_BLOCKING=1 measured to
-    # 16 repeats: accept length unchanged (exact), tok/s REGRESSED at the nightly's 15%. The delta % is the verdict's
-    # estimate (geometric means): by medians the row read -9.1% (two stalled repeats of 16 at ~300 tok/s).
+    # 16 repeats: accept length unchanged (exact). pytest read tok/s REGRESSED at the nightly's 15% (x0.81, CI
+    # 0.69-0.95) on the two runs' repeats alone; the same night's unchanged profile read x1.05 and x1.30 against the
+    # same stored run: one stored run cannot tell -19% from another server instance, and tok/s is undecided now. The
+    # ITL p95 row (+34%, an absolute tolerance part, judged on the repeats) still fails the night. The delta % is the
+    # verdict's estimate (geometric means): by medians the row read -9.1% (two stalled repeats of 16 at ~300 tok/s).
     code, out = _compare(tmp_path, "gate-1", "gate-4", GATE)
     assert code == 1
     eagle3 = out[out.index("test_profile_thresholds[eagle3]"):]
     lines = eagle3.splitlines()
     assert lines[1:3] == ["fingerprint: 1 difference from baseline", "  env CUDA_LAUNCH_BLOCKING: (unset) -> 1"]
     assert re.search(r"^accept_length +higher +2\.804 +2\.804 .* ok$", eagle3, re.M)
-    tok_s = r"^output_tok_s +higher +550\.8 +446\.1 +-104\.7 +-19\.0% +15% .* REGRESSED \(x0\.81, "
+    tok_s = r"^output_tok_s +higher +550\.8 +446\.1 +-104\.7 +-19\.0% +15% .* undecided \(x0\.81, "
     assert re.search(tok_s, eagle3, re.M), eagle3
+    assert re.search(r"^itl_ms_p95 +lower .* REGRESSED \(x1\.34, ", eagle3, re.M), eagle3
 
 
 def test_the_halted_aux_id_night_is_judged_by_the_command_at_the_repeats_pytest_stopped_at(tmp_path: Path) -> None:
@@ -118,5 +135,5 @@ def test_the_halted_aux_id_night_is_judged_by_the_command_at_the_repeats_pytest_
     assert code == 1
     eagle3 = out[out.index("test_profile_thresholds[eagle3]"):]
     assert re.search(r"^accept_length +higher +2\.804 +2\.352 .* REGRESSED \(exact\)$", eagle3, re.M), eagle3
-    assert re.search(r"^output_tok_s +higher .* undecided \(x0\.988, CI 0\.8218-1\.187 \(98\.0%\), n=3\)$", eagle3,
+    assert re.search(r"^output_tok_s +higher .* undecided \(x0\.988, CI 0\.7509-1\.299 \(98\.0%\), n=3\)$", eagle3,
                      re.M), eagle3  # fmt: skip

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
+
 from pytest_specdec.core.tolerances import layered_tolerances
 from pytest_specdec.judge import compare
 from pytest_specdec.judge.thresholds import evaluate
@@ -63,6 +65,7 @@ BASE = rec(output_tok_s=[100.0, 101.0, 99.0])
 SLOWER = rec(output_tok_s=[70.0, 71.0, 69.0])
 
 
+@pytest.mark.usefixtures("same_instances")  # the within-run arithmetic (tests/conftest.py)
 def test_a_decided_compare_is_not_measured_again() -> None:
     calls: list[int] = []
     judged = _judge(BASE, rec(output_tok_s=[100.0, 100.5, 99.5]), None, calls)
@@ -76,6 +79,7 @@ def test_a_decided_compare_is_not_measured_again() -> None:
     assert any(line.startswith("output_tok_s") and "REGRESSED (x0.7" in line for line in lines)
 
 
+@pytest.mark.usefixtures("same_instances")  # the within-run arithmetic (tests/conftest.py)
 def test_an_undecided_compare_says_what_would_decide_it() -> None:
     # One look (no design given): the noisy run cannot be measured further; undecided, with the repeats it needs.
     judged = _judge(BASE, rec(output_tok_s=[90.0, 99.0, 95.0]), None, [])
@@ -140,6 +144,7 @@ def _sequential(base: ResultRecord, stream: list[float], first: int) -> tuple[Co
     return judged, shown[0]
 
 
+@pytest.mark.usefixtures("same_instances")  # the within-run arithmetic (tests/conftest.py)
 def test_sequential_compare_catches_a_shift_the_first_look_cannot_decide() -> None:
     # 12 % slower, beyond the 5 % tolerance; one fast repeat among the first 3 keeps the first look open.
     base = rec(output_tok_s=[100.0, 99.0, 101.0, 99.5, 100.5])
@@ -152,6 +157,7 @@ def test_sequential_compare_catches_a_shift_the_first_look_cannot_decide() -> No
     assert judged.cost == {"verdict": "FAILED", "repeats": measured, "server_s": 2.0 * measured}
 
 
+@pytest.mark.usefixtures("same_instances")  # the within-run arithmetic (tests/conftest.py)
 def test_sequential_compare_clears_a_slow_start_and_passes() -> None:
     base = rec(output_tok_s=[100.0, 99.0, 101.0, 100.5, 99.5])
     stream = [96.0, 101.0, 99.0, 99.5, 99.2, 99.6, 99.1, 99.4, 99.3, 99.5, 99.4, 99.2]  # 0.7 % off, noisy start
@@ -162,6 +168,7 @@ def test_sequential_compare_clears_a_slow_start_and_passes() -> None:
     assert any(line.startswith("output_tok_s ") and " ok (x0.986, CI " in line for line in judged.table)
 
 
+@pytest.mark.usefixtures("same_instances")  # the within-run arithmetic (tests/conftest.py)
 def test_sequential_compare_stops_early_when_only_the_baseline_could_decide_it() -> None:
     # 3 % slower at a 5 % tolerance, 3 % noise, a 5-repeat baseline: not beyond the tolerance (not failed), and the
     # baseline's own spread keeps the interval's worse end beyond it whatever today measures: undecided at the third
@@ -201,6 +208,7 @@ def test_sequential_compare_with_a_long_history_measures_on() -> None:
     assert judged.cost["verdict"] == "passed" or "repeats in all would decide it" in (judged.undecided or "")
 
 
+@pytest.mark.usefixtures("same_instances")  # the within-run arithmetic (tests/conftest.py)
 def test_pytest_and_the_compare_command_print_the_same_verdict_on_the_same_stored_runs(
     tmp_path: Any, capsys: Any
 ) -> None:
@@ -249,6 +257,7 @@ def test_pytest_and_the_compare_command_print_the_same_verdict_on_the_same_store
         assert code == (1 if name == "regressed" else 0)
 
 
+@pytest.mark.usefixtures("same_instances")  # the within-run arithmetic (tests/conftest.py)
 def test_an_undecided_compare_says_how_many_stored_runs_would_decide_it() -> None:
     # 2 stored runs of 3 repeats at a 10% spread know the baseline's mean too loosely for any number of today's
     # repeats to tell an 8% slowdown from the 5% tolerance; the line says how many stored runs like them would.

@@ -41,6 +41,7 @@ __all__ = [
     "CompareRow",
     "Comparison",
     "RunComparison",
+    "assumed_instance_sd",
     "compare_results",
     "compare_runs",
     "design_of",
@@ -88,6 +89,9 @@ class CompareRow:
     #: The design a statistical row was judged with: a paired field's raw and ratio rows share the field's alpha
     #: (half each), so what "more repeats would decide it" estimates must use this one, not the run's.
     design: sequential.Design | None = None
+    #: The run-to-run sd the row's interval assumed (fewer than 2 stored runs and no calibrated noise, or 2-3 runs
+    #: that show none: :func:`assumed_instance_sd`), 0 otherwise; what "more would decide it" estimates assume too.
+    instance_sd: float = 0.0
 
     @property
     def regressed(self) -> bool:
@@ -251,7 +255,8 @@ def compare_results(
     baseline's spread comes from ``history`` (its stored runs of the same fingerprint, pooled with ``base``:
     ``sequential.History``) when they hold more than one run, else from a calibrated ``noise`` (a relative sigma per
     field, or ``field/vs`` for a paired ratio, written by ``calibrate``), else from the two records' own repeats
-    (Welch). When both records carry the same paired reference arm, throughput and latency
+    (Welch), with the run-to-run spread of server instances assumed (:func:`assumed_instance_sd`) where fewer than
+    4 stored runs show none. When both records carry the same paired reference arm, throughput and latency
     are judged on their ratio to it (:func:`_paired_rows`). Accept length/rate at temperature 0 with identical
     repeats are compared equal-or-not (``EXACT_FIELDS``). Runner-state changes are listed first. Prompt categories
     both records have get rows of their own (``accept_length[code]``, ``CATEGORY_COMPARE_FIELDS``). A tail percentile
@@ -327,6 +332,14 @@ def compare_results(
                 f"{', '.join(open_ratio)}: raw REGRESSED, the ratio to {vs!r} undecided: both arms slower, or the "
                 "target alone; more pairs would tell which"
             )
+    assumed = {r.instance_sd: "ratio" if " / " in r.metric else "raw" for r in rows
+               if r.instance_sd and r.decision is not None and r.decision.low is not None}  # fmt: skip
+    if assumed:
+        sds = ", ".join(f"{sd:.0%} ({kind})" for sd, kind in sorted(assumed.items(), reverse=True))
+        notes.append(
+            f"run-to-run: too few stored runs to show how server instances differ; timing rows assume a run-to-run "
+            f"sd of {sds} until more unchanged runs of this fingerprint are stored"
+        )
     if any(r.basis == "exact" for r in rows):
         notes.append(
             "exact: accept length/rate at temperature 0 with identical repeats are compared equal-or-not, "
@@ -482,7 +495,7 @@ class _Judging:
         runs = [row_values(r, key) for r in self.history]
         runs = [v for v in runs if v]
         if len(runs) >= 2:
-            return sequential.History.from_runs(runs)
+            return sequential.History.from_runs(runs, assumed_instance_sd(key))
         fname, sep, _ = key.partition(" / ")
         vs = (self.history[0].paired or {}).get("vs") if self.history else None
         sigma = self.noise.get(f"{fname}/{vs}" if sep else fname)
@@ -491,6 +504,18 @@ class _Judging:
             return None
         # A calibrated sigma pools the spread of several runs: taken as known (many degrees of freedom).
         return sequential.History(sum(logs) / len(logs), math.log1p(sigma) ** 2, 1000, 0.0, 1, len(logs))
+
+
+def assumed_instance_sd(key: str) -> float:
+    """The run-to-run sd a row judged without a history (fewer than 2 stored runs, no calibrated noise) assumes
+    for each server instance: ``sequential.ASSUMED_INSTANCE_SD`` for a timing row (throughput, latency),
+    ``ASSUMED_RATIO_INSTANCE_SD`` for its ratio to a paired arm (``field / `` keys), 0 for accept length and rate (a
+    property of the models and prompts, not of a server instance)."""
+    fname, sep, _ = key.partition(" / ")
+    spec = field_specs().get(fname.partition("[")[0])
+    if spec is None or spec.exact:
+        return 0.0
+    return sequential.ASSUMED_RATIO_INSTANCE_SD if sep else sequential.ASSUMED_INSTANCE_SD
 
 
 def row_values(record: ResultRecord, key: str) -> list[float]:
@@ -546,9 +571,12 @@ def _judge(
     limit = allowed / abs(base_median) if base_median else tol.rel
     # An absolute part (``10%+5`` ms) is decided on the difference: near-zero latencies have no useful log scale.
     history = judging.pooled(key, b_vals) if not tol.abs else None
+    # One stored run shows no run-to-run spread, and 2-3 rarely show it; each run is one server instance, and
+    # instances differ: the interval assumes a spread (``sequential.ASSUMED_INSTANCE_SD``) until runs measure one.
+    instance_sd = assumed_instance_sd(key) if (history is None or history.assumed) and not tol.abs else 0.0
     decision = sequential.decide_shift(
         b_vals, c_vals, limit, judging.design, higher_is_better=higher, history=history,
-        allowed=allowed if tol.abs else None,
+        allowed=allowed if tol.abs else None, instance_sd=instance_sd,
     )  # fmt: skip
     verdict = {"within": "ok", "worse": "REGRESSED"}.get(decision.verdict, "undecided")
     if verdict == "ok" and decision.low is not None and decision.high is not None:
@@ -563,7 +591,8 @@ def _judge(
         noise = stats.pooled_sigma(b_vals, c_vals) / abs(base_median) * scale
     else:  # a baseline median of 0 (ITL p50 of events that arrived together, seen at load 4.4): in metric units
         noise = stats.pooled_sigma(b_vals, c_vals)
-    return CompareRow(fname, higher, *shown, tol, verdict, decision, noise=noise or None, design=judging.design)
+    return CompareRow(fname, higher, *shown, tol, verdict, decision, noise=noise or None, design=judging.design,
+                      instance_sd=instance_sd)  # fmt: skip
 
 
 def _compared(

@@ -58,6 +58,8 @@ from scipy import stats as sps
 
 __all__ = [
     "ALPHA",
+    "ASSUMED_INSTANCE_SD",
+    "ASSUMED_RATIO_INSTANCE_SD",
     "DEFAULT_MAX_REPEATS",
     "Decision",
     "Design",
@@ -76,6 +78,18 @@ ALPHA = 0.05
 #: spread measured on real SGLang with CUDA graphs (H200, c1: sd of the per-pair log speedup 0.08-0.19;
 #: ``benchmarks/bench_verdicts.py``).
 DEFAULT_MAX_REPEATS = 24
+#: The relative sd between server instances of one config that a compare assumes for a timing row (throughput,
+#: latency) until stored runs measure it: each run starts its own servers, and one run's repeats cannot show how
+#: instances differ. Measured (one-way random-effects ANOVA of the log, method of moments): real SGLang 0.5.17 on an
+#: H200 with CUDA graphs 5-11 % (5 servers, ``benchmarks/data/h200-graphs-c1-pairs.json``); the reference server on
+#: 2 cores 7 % at load 0.7-1.3 (10 runs, docs/measurements/verdicts.md) and 2.3-3.1 % quiet (16 instances,
+#: ``benchmarks/data/ref-instances.json``).
+ASSUMED_INSTANCE_SD = 0.07
+#: The same for a row judged on its ratio to a paired arm measured alongside (``output_tok_s / baseline``): what
+#: both arms share cancels. Measured: H200 0-1.6 %, reference server 1.9 % (the same recordings).
+ASSUMED_RATIO_INSTANCE_SD = 0.02
+#: Histories of up to this many stored runs that show no run effect take the assumed one (``History.from_runs``).
+_ASSUMED_UP_TO_RUNS = 3
 #: Largest total a "what more would take" estimate looks for.
 _NEEDED_CAP = 1000
 #: Growth of the look schedule: each look at about this many times the repeats of the last.
@@ -202,10 +216,22 @@ class History:
     between: float
     runs: int
     n: int
+    #: ``between`` is the assumed run effect (too few runs to test for one), taken as known: no degrees of freedom.
+    assumed: bool = False
+
+    @property
+    def between_df(self) -> float:
+        """Degrees of freedom of :attr:`between`: ``runs - 1`` when estimated, many when assumed."""
+        return 1e9 if self.assumed else float(max(self.runs - 1, 1))
 
     @classmethod
-    def from_runs(cls, runs: Sequence[Sequence[float | None]]) -> History | None:
-        """Pool ``runs`` (each a list of per-repeat values > 0). None when no run has 2 values (no spread)."""
+    def from_runs(cls, runs: Sequence[Sequence[float | None]], assumed_sd: float = 0.0) -> History | None:
+        """Pool ``runs`` (each a list of per-repeat values > 0). None when no run has 2 values (no spread).
+
+        :param assumed_sd: the relative run-to-run sd to assume (:data:`ASSUMED_INSTANCE_SD`) where at most
+            :data:`_ASSUMED_UP_TO_RUNS` runs show no run effect: their F-test has 1-2 degrees of freedom and misses
+            a real one most of the time (an unchanged run then read REGRESSED up to 8% of the time, by seeded
+            simulation; tests/test_sequential.py)."""
         logs = [np.log(a) for a in (_finite(r) for r in runs) if a.size and bool(np.all(a > 0))]
         n = sum(int(a.size) for a in logs)
         df = n - len(logs)
@@ -223,7 +249,9 @@ class History:
                                    for a in logs)) / (k - 1)  # fmt: skip
             if var > 0 and ms_between / var > float(sps.f.ppf(1.0 - _BETWEEN_LEVEL, k - 1, df)):
                 between = max(0.0, (ms_between - var) / n0)
-        return cls(float(means.mean()), var, df, between, len(logs), n)
+        if not between and k <= _ASSUMED_UP_TO_RUNS and assumed_sd > 0.0:
+            return cls(float(means.mean()), var, df, math.log1p(assumed_sd) ** 2, k, n, assumed=True)
+        return cls(float(means.mean()), var, df, between, k, n)
 
     def mean_var(self) -> float:
         """The variance of :attr:`mean` (runs' means averaged: their own repeats plus the between-run part)."""
@@ -311,10 +339,11 @@ def _satterthwaite(parts: Sequence[tuple[float, float]]) -> float:
     return total * total / denom if denom > 0 else 1e9
 
 
-def _spread(b: np.ndarray, c: np.ndarray, history: History | None) -> _Spread | None:
+def _spread(b: np.ndarray, c: np.ndarray, history: History | None, instance_var: float = 0.0) -> _Spread | None:
     """The log difference current - baseline and its standard error. Without ``history``: both runs' own repeats,
     pooled (Student's t) unless a two-sided F-test finds their variances differ or the smaller run spreads more
-    (then Welch's t). With ``history``:
+    (then Welch's t), plus ``2 * instance_var`` (the baseline and today are one server instance each; an assumed
+    run effect, taken as known). With ``history``:
     its pooled variance and mean (today's own variance when an F-test finds it larger)."""
     lc = np.log(c)
     n_c = int(c.size)
@@ -327,9 +356,9 @@ def _spread(b: np.ndarray, c: np.ndarray, history: History | None) -> _Spread | 
             cur, cur_df, method = var_c / n_c, float(n_c - 1), "welch t-test on log values, today's variance"
         else:
             cur, cur_df, method = history.var / n_c, float(history.df), "pooled-variance t-test on log values"
-        parts = [(cur, cur_df), (history.mean_var(), float(max(history.runs - 1, 1)) if history.between else 1e9)]
+        parts = [(cur, cur_df), (history.mean_var(), history.between_df if history.between else 1e9)]
         if history.between:
-            parts.append((history.between, float(max(history.runs - 1, 1))))  # today's run has its own run effect
+            parts.append((history.between, history.between_df))  # today's run has its own run effect
         method += f" ({history.runs} stored run{'s' if history.runs != 1 else ''}, {history.n} repeats)"
         return _Spread(diff, sum(v for v, _ in parts), _satterthwaite(parts), method)
     lb = np.log(b)
@@ -341,9 +370,15 @@ def _spread(b: np.ndarray, c: np.ndarray, history: History | None) -> _Spread | 
         var = var_c if var_c is not None else var_b
         assert var is not None
         df = float((n_c if var_c is not None else b.size) - 1)
-        return _Spread(diff, var * (1.0 / n_c + 1.0 / b.size), df, "t-test on log values, one side's variance")
-    se2, df, method = _two_sample(var_b, int(b.size), var_c, n_c)
-    return _Spread(diff, se2, df, f"{method} on log values")
+        se2, method = var * (1.0 / n_c + 1.0 / b.size), "t-test on log values, one side's variance"
+    else:
+        se2, df, method = _two_sample(var_b, int(b.size), var_c, n_c)
+        method += " on log values"
+    if instance_var > 0.0:
+        parts = [(se2, df), (2.0 * instance_var, 1e9)]
+        method += f", assumed run-to-run sd {math.expm1(math.sqrt(instance_var)):.0%} (one stored run)"
+        return _Spread(diff, se2 + 2.0 * instance_var, _satterthwaite(parts), method)
+    return _Spread(diff, se2, df, method)
 
 
 def _two_sample(var_b: float, n_b: int, var_c: float, n_c: int) -> tuple[float, float, str]:
@@ -390,6 +425,7 @@ def decide_shift(
     higher_is_better: bool,
     history: History | None = None,
     allowed: float | None = None,
+    instance_sd: float = 0.0,
 ) -> Decision:
     """Is the current run within ``limit_rel`` of the baseline, or significantly worse and beyond it?
 
@@ -405,6 +441,8 @@ def decide_shift(
     :param allowed: an absolute tolerance (``10%+5`` ms: the allowed worsening in the metric's unit at the baseline):
         decided on the difference of the means instead of the log ratio (a latency near 0 ms has no useful log
         scale); ``history`` is not used then. The estimate and interval are still shown as ratios to the baseline.
+    :param instance_sd: without ``history``, an assumed relative sd between server instances (0.07: 7 %), added
+        for the baseline's instance and today's (:data:`ASSUMED_INSTANCE_SD`); the two runs' repeats cannot show it.
     """
     b, c = _finite(baseline), _finite(current)
     n_c = int(c.size)
@@ -415,7 +453,7 @@ def decide_shift(
         return Decision("open", n_c, math.nan, None, None, conf, "no value")
     sign = -1.0 if higher_is_better else 1.0
     bound = _bound(limit_rel, higher_is_better)
-    spread = _spread(b, c, history)
+    spread = _spread(b, c, history, _instance_var(instance_sd, history))
     if spread is None:
         diff = float(np.log(c).mean() - np.log(b).mean())
         return Decision("open", n_c, math.exp(diff), None, None, conf, "t-test (needs 2 repeats)")
@@ -538,6 +576,7 @@ def _open_gap(
     limit_rel: float,
     higher_is_better: bool,
     history: History | None,
+    instance_var: float,
 ) -> tuple[np.ndarray, np.ndarray, _Spread, float] | None:
     """The start both "what would decide it" estimates share: the finite values (baseline, current), their
     :func:`_spread`, and the gap an interval's half-width must come under (to the tolerance when the estimate is
@@ -546,7 +585,7 @@ def _open_gap(
     b, c = _finite(baseline), _finite(current)
     if c.size < 2 or not b.size or not _log_scale(np.concatenate([b, c])):
         return None
-    spread = _spread(b, c, history)
+    spread = _spread(b, c, history, instance_var)
     if spread is None:
         return None
     worse = (-1.0 if higher_is_better else 1.0) * spread.diff
@@ -564,6 +603,7 @@ def shift_repeats_needed(
     *,
     higher_is_better: bool,
     history: History | None = None,
+    instance_sd: float = 0.0,
 ) -> int | None:
     """:func:`repeats_needed` for :func:`decide_shift`: the smallest number of current repeats at which the
     current ratio and spreads would decide (within, or worse), the baseline's side staying as it is.
@@ -572,7 +612,8 @@ def shift_repeats_needed(
         the baseline's spread alone keeps the interval across it (record the baseline with more repeats or runs),
         or fewer than 2 current values.
     """
-    opened = _open_gap(baseline, current, limit_rel, higher_is_better, history)
+    instance_var = _instance_var(instance_sd, history)
+    opened = _open_gap(baseline, current, limit_rel, higher_is_better, history, instance_var)
     if opened is None:
         return None
     b, c, spread, gap = opened
@@ -581,8 +622,10 @@ def shift_repeats_needed(
     base_se2 = max(base_se2, 0.0)
     pooled = history is not None and var_c <= history.var
     per = history.var if history is not None and pooled else var_c
-    base_df = float(max(history.runs - 1, 1)) if history is not None and history.between else (
+    base_df = history.between_df if history is not None and history.between else (
         1e9 if history is not None else float(max(b.size - 1, 1)))  # fmt: skip
+    if instance_var:  # the assumed run effect is known: it lends the baseline's side its degrees of freedom
+        base_df = _satterthwaite([(max(base_se2 - 2.0 * instance_var, 0.0), base_df), (2.0 * instance_var, 1e9)])
 
     def decides(total: int) -> bool:
         cur_df = float(history.df) if history is not None and pooled else float(total - 1)
@@ -604,6 +647,7 @@ def baseline_runs_needed(
     *,
     higher_is_better: bool,
     history: History | None = None,
+    instance_sd: float = 0.0,
 ) -> int | None:
     """What the baseline's side would need (asked when no number of today's repeats decides,
     :func:`shift_repeats_needed` None): the smallest number of stored runs, each like the stored ones (their repeats
@@ -618,7 +662,8 @@ def baseline_runs_needed(
         estimate sits on the tolerance or on no change; today's own spread alone keeps it open) or fewer than 2
         current values.
     """
-    opened = _open_gap(baseline, current, limit_rel, higher_is_better, history)
+    instance_var = _instance_var(instance_sd, history)
+    opened = _open_gap(baseline, current, limit_rel, higher_is_better, history, instance_var)
     if opened is None:
         return None
     b, c, _, gap = opened
@@ -626,7 +671,8 @@ def baseline_runs_needed(
     if history is not None:
         var, between, per_run, runs = history.var, history.between, history.n / history.runs, history.runs
     elif b.size >= 2:
-        var, between, per_run, runs = float(np.log(b).var(ddof=1)), 0.0, float(b.size), 1
+        # One stored run: the run effect is the assumed one; more runs would estimate it (k - 1 df below).
+        var, between, per_run, runs = float(np.log(b).var(ddof=1)), instance_var, float(b.size), 1
     else:
         return None
     if var <= 0.0:
@@ -648,6 +694,11 @@ def baseline_runs_needed(
         if decides(k):
             return k
     return None
+
+
+def _instance_var(instance_sd: float, history: History | None) -> float:
+    """The assumed run effect as a variance of the log (``log(1 + sd)^2``); 0 with a history (it has its own)."""
+    return math.log1p(instance_sd) ** 2 if instance_sd > 0.0 and history is None else 0.0
 
 
 def _smallest(start: int, decides: Callable[[int], bool]) -> int | None:

@@ -788,7 +788,7 @@ def judge_compare(
         comparison = comparison_of(current)
     n = len(current.values("output_tok_s"))
     cost = {"verdict": comparison.outcome, "repeats": n, "server_s": round(server_s(), 3)}
-    notes = tuple(n for n in comparison.notes if n.startswith(("exact:", "throughput and latency judged")))
+    notes = tuple(n for n in comparison.notes if n.startswith(("exact:", "throughput and latency judged", "run-to-run:")))
     head = f"regression against run {run_id} ({test_id}):"
     hint = bisect_hint(comparison.diff, run_id, current_run, record.test_id, test_id) if bisect_hint else ""
     head = "\n".join(filter(None, [head, hint]))
@@ -809,12 +809,14 @@ def judge_compare(
 @dataclass(frozen=True, slots=True)
 class _RowData:
     """A compare row's values as its verdict saw them: the baseline's and today's repeats, the pooled history of
-    the baseline's stored runs (None with fewer than 2) and the tolerance as a fraction of the baseline."""
+    the baseline's stored runs (None with fewer than 2), the tolerance as a fraction of the baseline and the
+    run-to-run sd the row assumed without a history (``CompareRow.instance_sd``)."""
 
     baseline: list[float]
     current: list[float]
     history: sequential.History | None
     limit: float
+    instance_sd: float = 0.0
 
 
 def _row_data(
@@ -828,9 +830,10 @@ def _row_data(
         return None
     key = f"{row.metric.partition(' / ')[0]} / " if " / " in row.metric else row.metric
     runs = [v for v in (compare.row_values(r, key) for r in (base, *history)) if v]
-    pooled = sequential.History.from_runs(runs) if len(runs) >= 2 else None
+    pooled = sequential.History.from_runs(runs, row.instance_sd) if len(runs) >= 2 else None
     limit = row.tolerance.allowed(row.baseline) / abs(row.baseline) if row.baseline else row.tolerance.rel
-    return _RowData(compare.row_values(base, key), compare.row_values(current, key), pooled, limit)
+    return _RowData(compare.row_values(base, key), compare.row_values(current, key), pooled, limit,
+                    row.instance_sd)  # fmt: skip
 
 
 def _repeats_needed(
@@ -853,7 +856,8 @@ def _ask(estimate: Callable[..., int | None], data: _RowData, row: compare.Compa
          design: sequential.Design) -> int | None:  # fmt: skip
     """``estimate`` (``sequential.shift_repeats_needed`` or ``baseline_runs_needed``) asked of a row's data."""
     return estimate(data.baseline, data.current, data.limit, row.design or design,
-                    higher_is_better=row.higher_is_better, history=data.history)  # fmt: skip
+                    higher_is_better=row.higher_is_better, history=data.history,
+                    instance_sd=data.instance_sd)  # fmt: skip
 
 
 def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design: sequential.Design) -> str:
@@ -865,11 +869,20 @@ def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design:
         return "the estimate sits on the limit"
     runs = _ask(sequential.baseline_runs_needed, data, row, design)
     h = data.history
-    run_sd = math.expm1(math.sqrt(h.between)) if h is not None and h.between else 0.0
+    run_sd = math.expm1(math.sqrt(h.between)) if h is not None and h.between and not h.assumed else 0.0
     known = f"{h.runs} stored runs, {h.n} repeats" if h is not None else f"1 stored run, {len(data.baseline)} repeats"
     if run_sd:
         known += f", run-to-run sd {run_sd:.1%}"
+    elif data.instance_sd:
+        # A run or three cannot show how server instances differ: the interval assumed a spread; more stored runs
+        # measure it (a first night is then undecided, not a false alarm).
+        known += f", run-to-run sd assumed {data.instance_sd:.0%} until stored runs measure it"
     if runs is None:
+        if data.instance_sd and not run_sd:
+            return (f"today's run is one more server instance, and instances are assumed to spread "
+                    f"{data.instance_sd:.0%} run to run ({known}): no number of repeats or runs decides this "
+                    "tolerance at that spread; stored unchanged runs that spread less will show it, else a wider "
+                    "tolerance or the paired ratio row decides it")  # fmt: skip
         if run_sd:
             return (f"today's run is one more server instance and the stored runs spread run to run ({known}): the "
                     "estimate sits too near the limit for that spread; a wider tolerance, or the paired ratio row, "
