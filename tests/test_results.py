@@ -208,6 +208,40 @@ def test_build_fingerprint(tmp_path: Path) -> None:
     assert fp["profile_def"]["workload"]["num_requests"] == 8
 
 
+def test_a_server_given_by_url_is_fingerprinted_with_the_draft_it_reports(tmp_path: Path) -> None:
+    # A fresh-user trial: a URL server restarted with another draft's aux ids read "fingerprint: same as baseline",
+    # the profile's draft standing in for the server's. The draft is what /server_info reports, read from its path.
+    from pytest_specdec.judge.fingerprint import fingerprint_diff
+
+    def url_server(draft: Path) -> RunningServer:
+        profile = Profile(name="eagle3", server="sglang", model_path="/models/llama",
+                          speculative=SpeculativeConfig(algorithm="EAGLE3", draft_model_path="/profile/draft",
+                                                        num_steps=3, eagle_topk=1, num_draft_tokens=4))  # fmt: skip
+        raw = {"speculative_draft_model_path": str(draft)}
+        effective = EffectiveConfig("0.5.23", "EAGLE3", 3, 1, 4, 48, raw=raw)
+        return RunningServer(profile=profile, engine=FakeEngine(), base_url="http://127.0.0.1:30000", api_key=None,
+                             launch=None, effective=effective)  # fmt: skip
+
+    drafts = {}
+    for name, ids in (("trained", [1, 3, 5]), ("shifted", [0, 1, 2])):
+        drafts[name] = tmp_path / name
+        drafts[name].mkdir()
+        config = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}}
+        (drafts[name] / "config.json").write_text(json.dumps(config))
+    base, cur = (build_fingerprint(url_server(drafts[n]), "cd" * 32) for n in ("trained", "shifted"))
+    assert base["draft"]["aux_ids"] == [1, 3, 5] and base["draft"]["path"] == str(drafts["trained"])
+    assert fingerprint_diff(base, cur)[0] == "draft aux ids: [1, 3, 5] -> [0, 1, 2] (with its draft config hash)"
+    # Against a launched run: one line for what a URL server cannot report, not a line per launch flag or package.
+    launched = {**base, "argv": ["python", "-m", "sglang.launch_server", "--tp-size", "1", "--port", "30000"],
+                "packages": {"torch": "2.13.0"}}  # fmt: skip
+    launched.pop("url")
+    diff = fingerprint_diff(launched, cur)
+    assert diff[0] == ("server: launched -> given by URL (launch argv and packages not compared: a server given by "
+                       "URL does not report them)")  # fmt: skip
+    assert not any(line.startswith(("argv ", "torch")) for line in diff)
+    assert "draft aux ids: [1, 3, 5] -> [0, 1, 2] (with its draft config hash)" in diff
+
+
 def run_file(run_id: str, started: float, test_id: str = "t") -> RunFile:
     record = ResultRecord.from_measurements(test_id, [measurement(100.0, 2.0)], {"prompt_hash": "x"})
     return RunFile(run_id, started, {"host": "h"}, (record,))

@@ -84,15 +84,25 @@ def fingerprint_diff(base: Mapping[str, Any], current: Mapping[str, Any]) -> lis
     difference: ``draft aux ids: [1, 3, 5] -> [0, 1, 2] (with its draft config hash, draft path (an aux-id
     overlay), argv --speculative-draft-model-path)``.
 
+    A server given by URL has no launch argv or package list of its own: against a launched one those are not
+    compared (one line says so, not a line per flag); its draft is what it reports it runs.
+
     :param base: ``ResultRecord.fingerprint`` of the baseline (``results.build_fingerprint``).
     :param current: the current one.
     """
     lines: list[str] = []
+    by_url = ("url" in base, "url" in current)
+    unknown = by_url[0] != by_url[1]  # launched on one side, given by URL on the other
     if base.get("plugin_version") != current.get("plugin_version"):
         lines.append(f"pytest-specdec: {_show(base.get('plugin_version'))} -> {_show(current.get('plugin_version'))}")
     if base.get("engine") != current.get("engine"):
         lines.append(f"engine: {_show(base.get('engine'))} -> {_show(current.get('engine'))}")
-    lines += _dict_lines("", base.get("packages"), current.get("packages"), skip=("error",))
+    if unknown:
+        shown = ["given by URL" if side else "launched" for side in by_url]
+        lines.append(f"server: {shown[0]} -> {shown[1]} (launch argv and packages not compared: a server given by URL "
+                     "does not report them)")  # fmt: skip
+    else:
+        lines += _dict_lines("", base.get("packages"), current.get("packages"), skip=("error",))
     lines += _dict_lines("effective ", base.get("effective"), current.get("effective"))
     lines += _dict_lines(
         "speculative ",
@@ -115,7 +125,7 @@ def fingerprint_diff(base: Mapping[str, Any], current: Mapping[str, Any]) -> lis
             derived.append("draft path (an aux-id overlay)")
         else:
             draft_lines.append(f"draft path: {_show(bd.get('path'))} -> {_show(cd.get('path'))}")
-    argv = _dict_lines("argv ", _argv_flags(base.get("argv")), _argv_flags(current.get("argv")))
+    argv = [] if unknown else _dict_lines("argv ", _argv_flags(base.get("argv")), _argv_flags(current.get("argv")))
     if overlay:
         paths = {str(bd.get("path")), str(cd.get("path"))}
         derived += [line.partition(":")[0] for line in argv

@@ -788,7 +788,8 @@ def judge_compare(
         comparison = comparison_of(current)
     n = len(current.values("output_tok_s"))
     cost = {"verdict": comparison.outcome, "repeats": n, "server_s": round(server_s(), 3)}
-    notes = tuple(n for n in comparison.notes if n.startswith(("exact:", "throughput and latency judged", "run-to-run:")))
+    kept = ("exact:", "throughput and latency judged", "run-to-run:")
+    notes = tuple(n for n in comparison.notes if n.startswith(kept))
     head = f"regression against run {run_id} ({test_id}):"
     hint = bisect_hint(comparison.diff, run_id, current_run, record.test_id, test_id) if bisect_hint else ""
     head = "\n".join(filter(None, [head, hint]))

@@ -253,24 +253,36 @@ def profile_definition(profile: Any) -> dict[str, Any]:
 
 
 def _draft_facts(server: RunningServer) -> dict[str, Any]:
-    """Draft path, sha256 of the draft's config.json (first 16 hex) and aux layer ids; empty without a draft."""
+    """Draft path, sha256 of the draft's config.json (first 16 hex) and aux layer ids; empty without a draft.
+
+    A launched server runs the draft it was given (an aux-id overlay included); a server given by URL runs what it
+    reports (``speculative_draft_model_path`` of SGLang's ``/server_info``), read from that path when it is on this
+    machine; the profile's own draft and aux ids say nothing of it (a fresh-user trial's URL server changed its aux
+    ids and read "fingerprint: same as baseline")."""
     spec = server.profile.speculative
     if spec is None:
         return {}
     launch = server.launch
+    reported = server.effective.raw.get("speculative_draft_model_path") if server.effective is not None else None
+    if launch is None and isinstance(reported, str) and reported:
+        return _draft_config({"path": reported, "config_hash": None, "aux_ids": None}, reported, None)
     path = launch.draft_path if launch is not None and launch.draft_path is not None else spec.draft_model_path
     facts: dict[str, Any] = {"path": str(path) if path else None, "config_hash": None, "aux_ids": None}
+    return _draft_config(facts, path, spec.aux_hidden_state_layer_ids)
+
+
+def _draft_config(facts: dict[str, Any], path: str | Path | None, aux: Sequence[int] | None) -> dict[str, Any]:
+    """``facts`` with the config hash and aux ids of the draft at ``path`` (``aux`` when given: what the launch
+    passed); left None when its config.json cannot be read (a URL server's draft on another machine)."""
     config: dict[str, Any] = {}
     if path:
-        cfg = Path(path) / "config.json"
         try:
-            raw = cfg.read_bytes()
+            raw = (Path(path) / "config.json").read_bytes()
             facts["config_hash"] = hashlib.sha256(raw).hexdigest()[:16]
             loaded = json.loads(raw)
             config = loaded if isinstance(loaded, dict) else {}
         except (OSError, ValueError):
             pass
-    aux = spec.aux_hidden_state_layer_ids
     if aux is None:
         eagle = config.get("eagle_config")
         aux = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
