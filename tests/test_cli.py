@@ -38,6 +38,8 @@ def test_compare_decides_a_stored_throughput_loss_as_pytest_would(
     assert "REGRESSED (x0.8" in row
     assert "specdec compare: 1 compared, 1 regressed, 0 undecided" in out
     assert main(["compare", str(base), str(base)]) == 0
+    same = "note: BASE and CURRENT are the same run (base): each test is compared with itself"
+    assert same in capsys.readouterr().out
 
 
 def test_compare_exits_1_on_an_exact_regression(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -87,6 +87,20 @@ def test_empty_server_profile_is_a_usage_error_not_a_green_run(project: pytest.P
     ])  # fmt: skip
 
 
+def test_a_profile_named_twice_is_a_usage_error() -> None:
+    """`--server-profile=eagle3,eagle3` ran each test twice as [eagle3_0]/[eagle3_1], ids no stored run matches
+    (found by a fresh user)."""
+    from pytest_specdec.run.options import profile_names
+
+    assert profile_names("baseline,eagle3") == "baseline,eagle3"
+    with pytest.raises(pytest.UsageError) as info:
+        profile_names("eagle3,baseline, eagle3")
+    assert str(info.value) == (
+        "--server-profile=eagle3,baseline, eagle3: eagle3 named more than once; name each profile once "
+        "(--server-profile=eagle3,baseline); to measure more, raise --specdec-repeats"
+    )
+
+
 def test_unknown_profile_is_a_usage_error(project: pytest.Pytester) -> None:
     result = project.runpytest_subprocess("--server-profile=eagle")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

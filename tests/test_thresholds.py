@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from pytest_specdec.judge.thresholds import evaluate, merge_marker
+from pytest_specdec.judge.thresholds import Check, evaluate, merge_marker
 from pytest_specdec.profiles.schema import Thresholds
 from tests.helpers import run_metrics
 
@@ -100,6 +100,31 @@ def test_a_bool_in_a_marker_is_an_error_not_a_floor_of_one() -> None:
     with pytest.raises(ValueError, match=r"^min_accept_length=True: expected a number, got a bool$"):
         merge_marker(Thresholds(), {"min_accept_length": True})
     assert merge_marker(Thresholds(), {"min_accept_length": 2}).min_accept_length == 2.0
+
+
+def test_a_failing_figure_never_reads_as_its_threshold() -> None:
+    # A fresh-user trial: "accept_length 2.286 tok/verify < min 2.286 (margin -0.0002857, -0.0%)" (16/7 against 2.286).
+    check = Check("min_accept_length", "accept_length", ">=", 2.286, 16 / 7, "tok/verify", False)
+    assert check.line() == "accept_length 2.2857 tok/verify < min 2.286 (margin -0.0002857, -0.012%)"
+    passed = Check("min_accept_length", "accept_length", ">=", 2.4, 2.6321, "tok/verify", True)
+    assert passed.line() == "accept_length 2.632 tok/verify >= min 2.4 (margin +0.2321, +9.7%)"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"min_accept_length": "x"}, "min_accept_length='x': expected a number >= 1"),
+        ({"min_accept_length": 0.5}, "min_accept_length=0.5: expected a number >= 1"),
+        ({"min_accept_rate": 47}, "min_accept_rate=47: expected a number between 0 and 1"),
+        ({"max_ttft_ms": -1}, "max_ttft_ms=-1: expected a number > 0"),
+    ],
+)
+def test_a_bad_marker_value_says_what_is_expected_as_the_profile_loader_does(kwargs: dict, message: str) -> None:
+    # A fresh-user trial: the marker showed pydantic's "Input should be a valid number, unable to parse string as a
+    # number" where the profile file's loader says "expected a number >= 1, got 'x'".
+    with pytest.raises(ValueError) as info:
+        merge_marker(Thresholds(), kwargs)
+    assert str(info.value) == message
 
 
 CATEGORIZED = dataclasses.replace(

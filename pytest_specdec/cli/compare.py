@@ -206,6 +206,8 @@ def compare_command(
         history=lambda record: stored.of(base.run_id, record),
     )  # fmt: skip
     print(f"specdec compare: baseline {base.run_id} -> current {current.run_id}", file=out)
+    if base.run_id == current.run_id:  # "compare latest latest", or one file twice: say so, not a silent pass
+        print(f"note: BASE and CURRENT are the same run ({base.run_id}): each test is compared with itself", file=out)
     for comp in result.comparisons:
         print("", file=out)
         record = current.find(comp.test_id)

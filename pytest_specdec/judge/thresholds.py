@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from pytest_specdec.core.records import RunMetrics
 from pytest_specdec.judge.tails import tail_checks
+from pytest_specdec.profiles.loader import expected_value
 from pytest_specdec.profiles.schema import MinSpeedup, Thresholds
 
 __all__ = [
@@ -21,9 +22,22 @@ __all__ = [
     "evaluate",
     "merge_marker",
     "overrides",
+    "shown_against",
     "sweep_not_applicable",
     "tail_verdicts",
 ]
+
+def shown_against(measured: float, threshold: float) -> tuple[str, str]:
+    """``(measured, margin %)`` as a threshold line prints them: 4 significant digits, more when those would read as
+    the threshold itself (``accept_length 2.286 < min 2.286`` for 2.2857 against 2.286 read as equal figures
+    failing; now ``2.2857 < min 2.286 (margin -0.0002857, -0.012%)``)."""
+    digits = 4
+    while digits < 12 and measured != threshold and float(f"{measured:.{digits}g}") == float(f"{threshold:g}"):
+        digits += 1
+    rel = (measured - threshold) / threshold * 100 if threshold else None
+    pct = "" if rel is None else f", {rel:+.1f}%" if abs(rel) >= 0.1 or rel == 0 else f", {rel:+.2g}%"
+    return f"{measured:.{digits}g}", pct
+
 
 class FloorRule(NamedTuple):
     """How one scalar floor or ceiling reads its figure: ``RunMetrics`` field (or ``by_category`` entry key),
@@ -98,6 +112,12 @@ def merge_marker(profile_thresholds: Thresholds, marker_kwargs: dict[str, Any]) 
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
         msg = str(err["msg"]).removeprefix("Value error, ")
+        field = Thresholds.model_fields.get(str(err["loc"][0])) if len(err["loc"]) == 1 else None
+        kind = str(err["type"])
+        typed = kind.endswith(("_type", "_parsing", "_from_float", "than", "equal")) and kind != "bool_type"
+        if field is not None and typed:
+            # The words the profile loader uses ("expected a number >= 1"), not pydantic's ("Input should be ...").
+            msg = f"expected {expected_value(field)}"
         raise ValueError(f"{key}={err.get('input')!r}: {msg}") from None
 
 
@@ -153,10 +173,10 @@ class Check:
         if self.measured is None:
             return f"{self.label}: {kind} {self.threshold:g} cannot be checked: {self.note}"
         margin = self.measured - self.threshold
-        rel = f", {margin / self.threshold * 100:+.1f}%" if self.threshold else ""
+        shown, rel = shown_against(self.measured, self.threshold)
         sym = ("<" if self.op == ">=" else ">") if not self.passed else self.op
         unit = f" {self.unit}" if self.unit else ""
-        return f"{self.label} {self.measured:.4g}{unit} {sym} {kind} {self.threshold:g} (margin {margin:+.4g}{rel})"
+        return f"{self.label} {shown}{unit} {sym} {kind} {self.threshold:g} (margin {margin:+.4g}{rel})"
 
 
 @dataclass(frozen=True, slots=True)

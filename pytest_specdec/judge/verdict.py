@@ -30,6 +30,7 @@ from pytest_specdec.judge.thresholds import (
     Check,
     ThresholdChecks,
     evaluate,
+    shown_against,
     sweep_not_applicable,
     tail_verdicts,
 )
@@ -445,13 +446,13 @@ def _floor_check(
     if exact:
         bracket = f"temperature 0, {decision.n} identical repeats: decided by the first, {at:.1f} server-s"
     kind = "min" if op == ">=" else "max"
-    shown = f"{floor.label} {decision.estimate:.4g}{' ' + unit if unit else ''}"
+    figure, rel = shown_against(decision.estimate, threshold)
+    shown = f"{floor.label} {figure}{' ' + unit if unit else ''}"
     if verdict == "undecided":
         text = f"{shown}: undecided vs {kind} {threshold:g} [{bracket}]"
     else:
         sym = op if verdict == "passed" else ("<" if op == ">=" else ">")
         margin = decision.estimate - threshold
-        rel = f", {margin / threshold * 100:+.1f}%" if threshold else ""
         mean = "exact" if exact else "geometric mean"  # exact: "[exact; temperature 0, ...]"
         text = f"{shown} {sym} {kind} {threshold:g} (margin {margin:+.4g}{rel}) [{mean}; {bracket}]"
     check = Check(floor.key, floor.label, op, threshold, decision.estimate, unit, verdict != "FAILED", text=text,

@@ -31,7 +31,7 @@ from pytest_specdec.profiles.schema import (
     did_you_mean,
 )
 
-__all__ = ["ProfileRules", "read_profiles"]
+__all__ = ["ProfileRules", "expected_value", "read_profiles"]
 
 
 class ProfileRules(Protocol):
@@ -430,8 +430,10 @@ def _is_model(obj: Any) -> bool:
     return isinstance(obj, type) and issubclass(obj, BaseModel)
 
 
-def _expected(info: Any, element: bool) -> str:
-    """'an integer >= 1', 'a number > 0', ... from a field's annotation and ``Field`` bounds."""
+def expected_value(info: Any, element: bool = False) -> str:
+    """'an integer >= 1', 'a number > 0', ... from a field's annotation and ``Field`` bounds (a pydantic
+    ``FieldInfo``; ``element``: of the list or mapping it holds). The profile loader's and the marker's errors use
+    it."""
     annotation = info.annotation if info is not None else None
     args = [a for a in get_args(annotation) if a is not type(None)] or [annotation]
     if element:
@@ -509,7 +511,7 @@ def _describe_error(shown: str, name: str, err: Any) -> str:
             # 47 meant 47%; 2.5 is likely an accept length.
             fix = f" (a fraction: {value:g}% is {value / 100:g}" if value > 1 else ""
             fix += "; an accept length is min_accept_length)" if value <= 10 else ")"
-        return f"{where}: expected {_expected(info, element)}, got {value!r}{fix}"
+        return f"{where}: expected {expected_value(info, element)}, got {value!r}{fix}"
     return f"{where}: {err['msg']}, got {value!r}"
 
 

@@ -15,11 +15,20 @@ __all__ = ["percent", "positive_float", "positive_int", "profile_names", "regist
 
 def profile_names(value: str) -> str:
     """``--server-profile``: one or more comma-separated names (kept as given; an empty value is an error, since
-    ``--server-profile=$PROFILE`` with PROFILE unset would otherwise skip every specdec test and pass)."""
-    if not [name for name in value.split(",") if name.strip()]:
+    ``--server-profile=$PROFILE`` with PROFILE unset would otherwise skip every specdec test and pass; a name given
+    twice too: pytest would run each test twice as ``[eagle3_0]``/``[eagle3_1]``, ids no stored run matches)."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if not names:
         raise pytest.UsageError(
             f"--server-profile={value}: no profile named; give NAME[,NAME...], e.g. --server-profile=eagle3 "
             "(leave the option out to skip specdec tests)"
+        )
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        once = ",".join(dict.fromkeys(names))
+        raise pytest.UsageError(
+            f"--server-profile={value}: {', '.join(twice)} named more than once; name each profile once "
+            f"(--server-profile={once}); to measure more, raise --specdec-repeats"
         )
     return value
 
