@@ -89,3 +89,13 @@ def test_one_speedup_line_per_profile_the_confirmed_one() -> None:
         "specdec eagle3: speedup vs baseline 1.08x >= min 1.05x [median of 6 paired ratios, ...]",
         "specdec eagle3-b: speedup vs baseline 1.2x >= min 1.05x [median of 3 paired ratios, ...]",
     ]
+    # A marker's floor on one test (min_speedup 1.3) beside the profile's (1.05) on the same pairs: two lines, each
+    # with its own limit (a fresh-user trial saw the marker's line stand for the profile's undecided verdict).
+    marked = dataclasses.replace(record("eagle3", 100.0, 2.6), paired={
+        "speedup": "speedup vs baseline 1.08x < min 1.3x [...]", "limit": 1.3})  # fmt: skip
+    profile = dataclasses.replace(record("eagle3", 100.0, 2.6), paired={
+        "speedup": "speedup vs baseline 1.08x: undecided vs min 1.05x [...]", "limit": 1.05})  # fmt: skip
+    assert speedup_lines([profile, marked]) == [
+        "specdec eagle3: speedup vs baseline 1.08x: undecided vs min 1.05x [...]",
+        "specdec eagle3: speedup vs baseline 1.08x < min 1.3x [...]",
+    ]

@@ -695,7 +695,7 @@ def speedup_check(
         if check.undecided and halt:
             check = _not_measured(check, halt, f"{arms.pairs} pair{'s' if arms.pairs != 1 else ''}")
             cost["verdict"] = NOT_MEASURED
-        return check, cost, {**arms.to_dict(), "speedup": check.line(), "verdict": cost["verdict"]}
+        return check, cost, {**arms.to_dict(), "speedup": check.line(), "verdict": cost["verdict"], "limit": ms.ratio}
 
     halt = _halt_of(measurements)
     check, cost, paired = outcomes.once(("speedup", name, ms.vs, ms.ratio, halt), judge)

@@ -292,10 +292,11 @@ BENCHMARK_OPS_NOTE = (
 
 
 def speedup_lines(records: Sequence[results.ResultRecord]) -> list[str]:
-    """One ``specdec PROFILE: speedup vs ...`` line per profile: its last test's verdict, which after a
-    confirmation covers every pair (the profile's first tests recorded the first 3 pairs only)."""
-    speedups = {r.profile: r.paired["speedup"] for r in records if r.paired.get("speedup")}
-    return [f"specdec {profile}: {speedup}" for profile, speedup in speedups.items()]
+    """One ``specdec PROFILE: speedup vs ...`` line per profile and ``min_speedup`` floor: the last test's verdict,
+    which after a confirmation covers every pair (the profile's first tests recorded the first 3 pairs only). A
+    marker's own floor on one test is a line of its own beside the profile's (``paired["limit"]``), not in its place."""
+    speedups = {(r.profile, r.paired.get("limit")): r.paired["speedup"] for r in records if r.paired.get("speedup")}
+    return [f"specdec {profile}: {speedup}" for (profile, _), speedup in speedups.items()]
 
 
 def check_lines(checked: Sequence[tuple[str, Sequence[str]]], failed: bool, profile_path: Path) -> list[Line]:
