@@ -30,10 +30,10 @@ def test_k10_fails_on_tok_s_only_with_both_deltas() -> None:
         "fingerprint: same as baseline",
         "metric        better  baseline  current  delta  delta %  tolerance    verdict",
     ]
-    row = "output_tok_s  higher       100       90    -10   -10.0%  5% (σ 1.5%)  "
+    row = "output_tok_s  higher       100       90    -10   -10.0%  5% (σ 1.1%)  "
     assert lines[2].startswith(row + "REGRESSED (x0.9, CI ")
     assert lines[2].endswith(" (90.0%), n=3)")
-    assert lines[3].startswith("ttft_ms_p50   lower         50       45     -5   -10.0%  5% (σ 1.5%)  improved (x0.9")
+    assert lines[3].startswith("ttft_ms_p50   lower         50       45     -5   -10.0%  5% (σ 1.1%)  improved (x0.9")
 
 
 def test_one_value_a_side_is_undecided_never_ok() -> None:

@@ -207,7 +207,9 @@ def compare_command(
     )  # fmt: skip
     print(f"specdec compare: baseline {base.run_id} -> current {current.run_id}", file=out)
     if base.run_id == current.run_id:  # "compare latest latest", or one file twice: say so, not a silent pass
-        print(f"note: BASE and CURRENT are the same run ({base.run_id}): each test is compared with itself", file=out)
+        print(f"note: BASE and CURRENT are the same run ({base.run_id}): each test is compared with itself (the "
+              "baseline column pools the stored runs of its fingerprint up to it, so a delta need not be 0)",
+              file=out)  # fmt: skip
     for comp in result.comparisons:
         print("", file=out)
         record = current.find(comp.test_id)

@@ -332,13 +332,18 @@ def compare_results(
                 f"{', '.join(open_ratio)}: raw REGRESSED, the ratio to {vs!r} undecided: both arms slower, or the "
                 "target alone; more pairs would tell which"
             )
-    assumed = {r.instance_sd: "ratio" if " / " in r.metric else "raw" for r in rows
-               if r.instance_sd and r.decision is not None and r.decision.low is not None}  # fmt: skip
-    if assumed:
-        sds = ", ".join(f"{sd:.0%} ({kind})" for sd, kind in sorted(assumed.items(), reverse=True))
+    taken: dict[str, list[float]] = {}
+    for r in rows:
+        if r.instance_sd and r.decision is not None and r.decision.low is not None:
+            taken.setdefault("ratio" if " / " in r.metric else "raw", []).append(r.instance_sd)
+    if taken:
+        kinds = sorted(taken.items(), key=lambda kv: kv[0] != "raw")
+        sds = ", ".join(f"{_percent_range(values)} {kind}" for kind, values in kinds)
         notes.append(
-            f"run-to-run: too few stored runs to show how server instances differ; timing rows assume a run-to-run "
-            f"sd of {sds} until more unchanged runs of this fingerprint are stored"
+            f"run-to-run: too few stored runs to measure how server instances differ; timing rows take a run-to-run "
+            f"sd of {sds} (assumed {sequential.ASSUMED_INSTANCE_SD:.0%} raw and "
+            f"{sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio, or 2-3 stored runs' own estimate where larger) until "
+            "4 or more unchanged runs of this fingerprint are stored"
         )
     if any(r.basis == "exact" for r in rows):
         notes.append(
@@ -506,6 +511,12 @@ class _Judging:
         return sequential.History(sum(logs) / len(logs), math.log1p(sigma) ** 2, 1000, 0.0, 1, len(logs))
 
 
+def _percent_range(values: Sequence[float]) -> str:
+    """``7%`` or ``4.9-7%``: the run-to-run sds a comparison's rows took."""
+    low, high = f"{min(values) * 100:.2g}", f"{max(values) * 100:.2g}"
+    return f"{high}%" if low == high else f"{low}-{high}%"
+
+
 def assumed_instance_sd(key: str) -> float:
     """The run-to-run sd a row judged without a history (fewer than 2 stored runs, no calibrated noise) assumes
     for each server instance: ``sequential.ASSUMED_INSTANCE_SD`` for a timing row (throughput, latency),
@@ -571,9 +582,13 @@ def _judge(
     limit = allowed / abs(base_median) if base_median else tol.rel
     # An absolute part (``10%+5`` ms) is decided on the difference: near-zero latencies have no useful log scale.
     history = judging.pooled(key, b_vals) if not tol.abs else None
-    # One stored run shows no run-to-run spread, and 2-3 rarely show it; each run is one server instance, and
+    # One stored run shows no run-to-run spread, and 2-3 cannot size it; each run is one server instance, and
     # instances differ: the interval assumes a spread (``sequential.ASSUMED_INSTANCE_SD``) until runs measure one.
-    instance_sd = assumed_instance_sd(key) if (history is None or history.assumed) and not tol.abs else 0.0
+    instance_sd = 0.0
+    if history is not None and history.assumed:
+        instance_sd = math.expm1(math.sqrt(history.between))  # the assumed one, or 2-3 runs' estimate if larger
+    elif history is None and not tol.abs:
+        instance_sd = assumed_instance_sd(key)
     decision = sequential.decide_shift(
         b_vals, c_vals, limit, judging.design, higher_is_better=higher, history=history,
         allowed=allowed if tol.abs else None, instance_sd=instance_sd,
@@ -587,10 +602,10 @@ def _judge(
     scale = abs(shown.baseline) if shown.baseline is not None else abs(base_median)
     if history is not None:
         noise = math.sqrt(history.var) * scale  # a relative sigma, at the baseline shown
-    elif base_median:
-        noise = stats.pooled_sigma(b_vals, c_vals) / abs(base_median) * scale
-    else:  # a baseline median of 0 (ITL p50 of events that arrived together, seen at load 4.4): in metric units
-        noise = stats.pooled_sigma(b_vals, c_vals)
+    elif base_median and not tol.abs:  # the relative spread the test used (sd of the logs), at the baseline shown
+        noise = stats.pooled_sd(b_vals, c_vals, log=True) * scale
+    else:  # an absolute tolerance part, or a baseline median of 0 (ITL p50 of events that arrived together): units
+        noise = stats.pooled_sd(b_vals, c_vals)
     return CompareRow(fname, higher, *shown, tol, verdict, decision, noise=noise or None, design=judging.design,
                       instance_sd=instance_sd)  # fmt: skip
 

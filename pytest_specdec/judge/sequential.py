@@ -228,10 +228,10 @@ class History:
     def from_runs(cls, runs: Sequence[Sequence[float | None]], assumed_sd: float = 0.0) -> History | None:
         """Pool ``runs`` (each a list of per-repeat values > 0). None when no run has 2 values (no spread).
 
-        :param assumed_sd: the relative run-to-run sd to assume (:data:`ASSUMED_INSTANCE_SD`) where at most
-            :data:`_ASSUMED_UP_TO_RUNS` runs show no run effect: their F-test has 1-2 degrees of freedom and misses
-            a real one most of the time (an unchanged run then read REGRESSED up to 8% of the time, by seeded
-            simulation; tests/test_sequential.py)."""
+        :param assumed_sd: the relative run-to-run sd to assume (:data:`ASSUMED_INSTANCE_SD`) with at most
+            :data:`_ASSUMED_UP_TO_RUNS` runs, or their own estimate when larger, taken as known (:attr:`assumed`):
+            their F-test has 1-2 degrees of freedom and misses a real run effect most of the time (an unchanged run
+            then read REGRESSED up to 8% of the time, by seeded simulation; tests/test_sequential.py)."""
         logs = [np.log(a) for a in (_finite(r) for r in runs) if a.size and bool(np.all(a > 0))]
         n = sum(int(a.size) for a in logs)
         df = n - len(logs)
@@ -239,7 +239,7 @@ class History:
             return None
         var = float(sum(float(((a - a.mean()) ** 2).sum()) for a in logs)) / df
         means = np.array([float(a.mean()) for a in logs])
-        between = 0.0
+        between = estimate = 0.0
         k = len(logs)
         if k >= 2:
             # The runs' means spread more than their repeats explain (one-way ANOVA F-test, level _BETWEEN_LEVEL):
@@ -247,10 +247,15 @@ class History:
             n0 = (n - sum(int(a.size) ** 2 for a in logs) / n) / (k - 1)
             ms_between = float(sum(a.size * (float(a.mean()) - float(np.concatenate(logs).mean())) ** 2
                                    for a in logs)) / (k - 1)  # fmt: skip
+            estimate = max(0.0, (ms_between - var) / n0)
             if var > 0 and ms_between / var > float(sps.f.ppf(1.0 - _BETWEEN_LEVEL, k - 1, df)):
-                between = max(0.0, (ms_between - var) / n0)
-        if not between and k <= _ASSUMED_UP_TO_RUNS and assumed_sd > 0.0:
-            return cls(float(means.mean()), var, df, math.log1p(assumed_sd) ** 2, k, n, assumed=True)
+                between = estimate
+        if k <= _ASSUMED_UP_TO_RUNS and assumed_sd > 0.0:
+            # 1-2 degrees of freedom neither find a run effect nor size it: the larger of the assumed one and the
+            # estimate, taken as known (as estimated, with t at 1 df, 2 runs read CI 0.51-1.90 where 1 read
+            # 0.91-1.10: a second stored run made a compare far less decidable, in a fresh-user trial).
+            between = max(estimate, math.log1p(assumed_sd) ** 2)
+            return cls(float(means.mean()), var, df, between, k, n, assumed=True)
         return cls(float(means.mean()), var, df, between, k, n)
 
     def mean_var(self) -> float:

@@ -876,19 +876,20 @@ def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design:
     if run_sd:
         known += f", run-to-run sd {run_sd:.1%}"
     elif data.instance_sd:
-        # A run or three cannot show how server instances differ: the interval assumed a spread; more stored runs
-        # measure it (a first night is then undecided, not a false alarm).
-        known += f", run-to-run sd assumed {data.instance_sd:.0%} until stored runs measure it"
+        # A run or three cannot size how server instances differ: the interval took a spread (assumed, or 2-3 runs'
+        # estimate where larger); more stored runs measure it (a first night is then undecided, not a false alarm).
+        known += f", run-to-run sd taken as {data.instance_sd * 100:.2g}% until 4 stored runs measure it"
+    # The ratio row is the fix only for a raw row: a ratio row is already judged on its paired arm.
+    other = "a wider tolerance" if " / " in row.metric else "a wider tolerance or the paired ratio row"
     if runs is None:
         if data.instance_sd and not run_sd:
-            return (f"today's run is one more server instance, and instances are assumed to spread "
-                    f"{data.instance_sd:.0%} run to run ({known}): no number of repeats or runs decides this "
-                    "tolerance at that spread; stored unchanged runs that spread less will show it, else a wider "
-                    "tolerance or the paired ratio row decides it")  # fmt: skip
-        if run_sd:
-            return (f"today's run is one more server instance and the stored runs spread run to run ({known}): the "
-                    "estimate sits too near the limit for that spread; a wider tolerance, or the paired ratio row, "
+            return (f"today's run is one more server instance, and instances are taken to spread "
+                    f"{data.instance_sd * 100:.2g}% run to run ({known}): at that spread no number of repeats or runs "
+                    f"decides this tolerance; stored unchanged runs that spread less will show it, else {other} "
                     "decides it")  # fmt: skip
+        if run_sd:
+            return (f"today's run is one more server instance and the stored runs spread run to run ({known}): at "
+                    f"that spread no number of repeats or runs decides this tolerance; {other} decides it")  # fmt: skip
         return ("the estimate sits near the limit: neither more repeats today nor more stored runs alone decide it "
                 "at this budget; both would (raise workload.max_repeats and save more unchanged runs)")
     return (f"the baseline's side keeps the interval open ({known}); about {runs} such runs in all would decide it "

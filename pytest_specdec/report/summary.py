@@ -270,7 +270,9 @@ def compare_lines(outcomes: Outcomes) -> list[Line]:
     # A failed compare prints its table with the failure; a passing or undecided one shows its rows here (an
     # undecided one also warns, in one line: the table shows which rows were decided and which read n/a).
     for test_id, (outcome, table) in outcomes.compare_tables.items():
-        label = {"undecided": "undecided, not failed", "not measured further": "not measured further, not failed"}.get(
+        # "undecided" alone: whether it failed the test is --specdec-undecided's (a fresh-user trial read "not failed"
+        # above a test that policy had failed); the count line at the end says which.
+        label = {"undecided": "undecided", "not measured further": "not measured further, not failed"}.get(
             outcome, "no regression")
         out.append(Line(f"specdec compare: {test_id.split('::', 1)[-1]} ({label})", sep="-"))
         out.extend(Line(line) for line in table)
