@@ -260,6 +260,9 @@ def test_store_save_load_latest(tmp_path: Path) -> None:
     assert store.list() == paths
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [p.name for p in paths]  # no temp file left
     assert store.load("latest").run_id == "20260102T000000Z-bbbbbb"  # the newest other than the current run
+    # Never a later run: `compare latest RUN` once took a run stored after RUN as its BASE (a fresh-user trial).
+    earlier = ResultStore(tmp_path / "results", current="20260102T000000Z-bbbbbb")
+    assert earlier.load("latest").run_id == "20260101T000000Z-aaaaaa"
     assert store.load("20260101").run_id == "20260101T000000Z-aaaaaa"
     assert store.load(str(paths[2])) == run_file("20260103T000000Z-cccccc", 3.0)
     with pytest.raises(CompareError) as info:
@@ -274,7 +277,7 @@ def test_store_errors_and_lenient_files(tmp_path: Path) -> None:
     store = ResultStore(tmp_path)
     with pytest.raises(CompareError) as info:
         store.load("latest")
-    assert str(info.value) == f"no baseline run in {tmp_path} (besides the current run); run once to create one"
+    assert str(info.value) == f"no baseline run in {tmp_path} (none before the current run); run once to create one"
     broken = tmp_path / "broken.json"
     broken.write_text("{")
     with pytest.raises(CompareError) as info:

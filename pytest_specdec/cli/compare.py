@@ -31,7 +31,7 @@ def _profile_noise(noise_dir: Path, cache: dict[str, Mapping[str, float]], recor
 def _latest_notes(
     store: ResultStore, base: RunFile, current: RunFile, mapper: Callable[[ResultRecord], str] | None = None
 ) -> list[str]:
-    """BASE ``latest`` is the newest run other than CURRENT, whatever its state; pytest's ``--specdec-compare`` (latest)
+    """BASE ``latest`` is the newest run before CURRENT, whatever its state; pytest's ``--specdec-compare`` (latest)
     takes, per test, the newest run in which the test was clean (``judge.baseline.Baselines.find``). Where the two
     differ, say which run pytest would have compared with, so that naming it reproduces pytest's verdict."""
     from pytest_specdec.judge.baseline import Baselines
@@ -55,7 +55,7 @@ def _latest_notes(
 
 def load_pair(store: ResultStore, base_ref: str, current_ref: str) -> tuple[RunFile, RunFile]:
     """The two runs of a compare, ``(base, current)``, each a path, run id, unique prefix or ``latest``
-    (``ResultStore.load``); ``latest`` for BASE is the newest run other than CURRENT (``store.current`` is set).
+    (``ResultStore.load``); ``latest`` for BASE is the newest run before CURRENT (``store.current`` is set).
 
     :raises CompareError: both refs are ``latest``; or a run cannot be loaded: the message names every one that
         cannot, e.g. ``BASE: no run 'v1': not a file and no run id in .specdec/results (3 runs stored); CURRENT: no

@@ -736,7 +736,8 @@ class ResultStore:
 
     def load(self, ref: str) -> RunFile:
         """Load a run by ``ref``: a name given with ``--specdec-save``/``save`` (names resolve first), a path to a
-        file, a run id (file stem) or a unique stem prefix, or ``latest`` (the newest run other than ``current``).
+        file, a run id (file stem) or a unique stem prefix, or ``latest`` (the newest run older than ``current``: run
+        ids sort by their UTC start, so a later run is never the baseline of an earlier one).
 
         :raises CompareError: nothing matches, the prefix is ambiguous, or the file is not a readable run file.
         """
@@ -757,9 +758,12 @@ class ResultStore:
             return direct
         files = self.list()
         if ref == "latest":
-            others = [p for p in files if p.stem != self.current]
+            # Older than the current run only: `compare latest RUN` once took a run stored after RUN as its BASE.
+            others = [p for p in files if self.current is None or p.stem < self.current]
             if not others:
-                raise CompareError(f"no baseline run in {self.root} (besides the current run); run once to create one")
+                raise CompareError(
+                    f"no baseline run in {self.root} (none before the current run); run once to create one"
+                )
             return others[-1]
         exact = [p for p in files if p.stem == ref]
         if exact:
