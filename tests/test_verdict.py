@@ -254,6 +254,8 @@ def test_pytest_and_the_compare_command_print_the_same_verdict_on_the_same_store
         if shown_rows:
             pytest_row = next(line for line in shown_rows if line.startswith("output_tok_s "))
             assert pytest_row == cli_row
+        if judged.undecided:  # why it is open and what would decide it: the same words (a fresh-user trial: generic)
+            assert f"undecided: {judged.undecided.split('): ', 1)[1]}" in out.splitlines(), out
         assert code == (1 if name == "regressed" else 0)
 
 

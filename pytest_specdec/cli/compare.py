@@ -14,9 +14,10 @@ from typing import TextIO
 
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.core.tolerances import parse_tolerances
-from pytest_specdec.judge.compare import compare_runs, swap_profile_id
+from pytest_specdec.judge.compare import compare_runs, design_of, single_look, swap_profile_id
 from pytest_specdec.judge.history import StoredHistory
 from pytest_specdec.judge.noise import read_noise
+from pytest_specdec.judge.verdict import undecided_reason
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
 
 __all__ = ["compare_command", "load_pair", "profile_mapper"]
@@ -218,10 +219,12 @@ def compare_command(
         print(f"== {comp.test_id} (profile {comp.profile}{against})", file=out)
         for line in comp.lines():
             print(line, file=out)
-        if comp.undecided:
-            names = ", ".join(r.metric for r in comp.undecided)
-            print(f"undecided: {names}: the interval holds the tolerance; more repeats of the current run (or more "
-                  "stored runs of the baseline) would decide it", file=out)  # fmt: skip
+        old = base.find(wanted)
+        if comp.undecided and record is not None and old is not None:
+            # What pytest said of the same rows (verdict.judge_compare): why each is open and what would decide it.
+            design = design_of(record) or single_look(record)
+            reasons = [undecided_reason(old, record, r, design, stored.of(base.run_id, old)) for r in comp.undecided]
+            print(f"undecided: {'; '.join(reasons)}", file=out)
     if base_ref == "latest":
         for line in _latest_notes(store, base, current, mapper):
             print(line, file=out)

@@ -61,6 +61,7 @@ __all__ = [
     "shared_verdict_message",
     "speedup_check",
     "sweep_steps",
+    "undecided_reason",
 ]
 
 #: ``bisection.bisect_hint``'s shape: (fingerprint diff, good run, bad run, test id, good test id) -> the line.
@@ -802,7 +803,7 @@ def judge_compare(
                          f"at {n} repeats")  # fmt: skip
         return CompareVerdict("\n".join([head, *lines]), notes=notes, cost=cost)
     if comparison.undecided:
-        rows = "; ".join(_undecided_row(base, current, r, design, history) for r in comparison.undecided)
+        rows = "; ".join(undecided_reason(base, current, r, design, history) for r in comparison.undecided)
         text = f"compare against run {run_id} undecided after {n} repeats ({cost['server_s']:.1f} server-s): {rows}"
         return CompareVerdict(undecided=text, notes=notes, table=tuple(comparison.lines()), cost=cost)
     return CompareVerdict(notes=notes, table=tuple(comparison.lines()), cost=cost)
@@ -908,7 +909,7 @@ def _worth_measuring(
     return bool(row.tolerance.abs) or _repeats_needed(base, current, row, design, history) is not None
 
 
-def _undecided_row(
+def undecided_reason(
     base: results.ResultRecord,
     current: results.ResultRecord,
     row: compare.CompareRow,
@@ -916,7 +917,10 @@ def _undecided_row(
     history: Sequence[results.ResultRecord],
 ) -> str:
     """``output_tok_s / baseline x0.93, CI 0.85-1.01 (99.2%) holds the tolerance 5%; about 40 repeats in all would
-    decide it`` (or why no number of repeats would)."""
+    decide it`` (or why no number of repeats would): what pytest and the ``compare`` command say of an undecided row.
+
+    :param design: the design the run was judged with (``compare.design_of``); :param history: the baseline's other
+        stored runs of the same fingerprint (``history.StoredHistory.of``)."""
     d = row.decision
     shown = f"{row.metric} x{d.estimate:.3g}, {d.interval()}" if d is not None else row.metric
     data = _row_data(base, current, row, history)  # read once: both estimates below ask of it
