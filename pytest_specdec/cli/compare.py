@@ -219,11 +219,11 @@ def compare_command(
         print(f"== {comp.test_id} (profile {comp.profile}{against})", file=out)
         for line in comp.lines():
             print(line, file=out)
-        old = base.find(wanted)
-        if comp.undecided and record is not None and old is not None:
+        old = base.find(wanted) if comp.undecided else None
+        if old is not None and record is not None:
             # What pytest said of the same rows (verdict.judge_compare): why each is open and what would decide it.
-            design = design_of(record) or single_look(record)
-            reasons = [undecided_reason(old, record, r, design, stored.of(base.run_id, old)) for r in comp.undecided]
+            design, others = design_of(record) or single_look(record), stored.of(base.run_id, old)
+            reasons = [undecided_reason(old, record, r, design, others) for r in comp.undecided]
             print(f"undecided: {'; '.join(reasons)}", file=out)
     if base_ref == "latest":
         for line in _latest_notes(store, base, current, mapper):

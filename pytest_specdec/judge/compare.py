@@ -89,8 +89,9 @@ class CompareRow:
     #: The design a statistical row was judged with: a paired field's raw and ratio rows share the field's alpha
     #: (half each), so what "more repeats would decide it" estimates must use this one, not the run's.
     design: sequential.Design | None = None
-    #: The run-to-run sd the row's interval assumed (fewer than 2 stored runs and no calibrated noise, or 2-3 runs
-    #: that show none: :func:`assumed_instance_sd`), 0 otherwise; what "more would decide it" estimates assume too.
+    #: The run-to-run sd the row's interval took: :func:`assumed_instance_sd` with fewer than 2 stored runs and no
+    #: calibrated noise, the larger of it and 2-3 runs' own estimate, 0 otherwise; the "more would decide it"
+    #: estimates take it too.
     instance_sd: float = 0.0
 
     @property
@@ -256,9 +257,9 @@ def compare_results(
     ``sequential.History``) when they hold more than one run, else from a calibrated ``noise`` (a relative sigma per
     field, or ``field/vs`` for a paired ratio, written by ``calibrate``), else from the two records' own repeats
     (Welch), with the run-to-run spread of server instances assumed (:func:`assumed_instance_sd`) where fewer than
-    4 stored runs show none. When both records carry the same paired reference arm, throughput and latency
-    are judged on their ratio to it (:func:`_paired_rows`). Accept length/rate at temperature 0 with identical
-    repeats are compared equal-or-not (``EXACT_FIELDS``). Runner-state changes are listed first. Prompt categories
+    4 stored runs cannot measure it (with 2-3, their own estimate where larger). When both records carry the same
+    paired reference arm, throughput and latency are judged on their ratio to it (:func:`_paired_rows`). Accept
+    length/rate at temperature 0 with identical repeats are compared equal-or-not (``EXACT_FIELDS``). Runner-state changes are listed first. Prompt categories
     both records have get rows of their own (``accept_length[code]``, ``CATEGORY_COMPARE_FIELDS``). A tail percentile
     (p90, p95, p99) with fewer than 1 / (1 - q) samples in a repeat is shown as ``n/a`` with the count
     (:data:`TAIL_PERCENTILES`): there it is the repeat's largest sample.

@@ -88,7 +88,8 @@ ASSUMED_INSTANCE_SD = 0.07
 #: The same for a row judged on its ratio to a paired arm measured alongside (``output_tok_s / baseline``): what
 #: both arms share cancels. Measured: H200 0-1.6 %, reference server 1.9 % (the same recordings).
 ASSUMED_RATIO_INSTANCE_SD = 0.02
-#: Histories of up to this many stored runs that show no run effect take the assumed one (``History.from_runs``).
+#: Histories of up to this many stored runs take the larger of the assumed run effect and their own estimate, as
+#: known (``History.from_runs``).
 _ASSUMED_UP_TO_RUNS = 3
 #: Largest total a "what more would take" estimate looks for.
 _NEEDED_CAP = 1000
