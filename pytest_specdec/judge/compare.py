@@ -259,9 +259,9 @@ def compare_results(
     (Welch), with the run-to-run spread of server instances assumed (:func:`assumed_instance_sd`) where fewer than
     4 stored runs cannot measure it (with 2-3, their own estimate where larger). When both records carry the same
     paired reference arm, throughput and latency are judged on their ratio to it (:func:`_paired_rows`). Accept
-    length/rate at temperature 0 with identical repeats are compared equal-or-not (``EXACT_FIELDS``). Runner-state changes are listed first. Prompt categories
-    both records have get rows of their own (``accept_length[code]``, ``CATEGORY_COMPARE_FIELDS``). A tail percentile
-    (p90, p95, p99) with fewer than 1 / (1 - q) samples in a repeat is shown as ``n/a`` with the count
+    length/rate at temperature 0 with identical repeats are compared equal-or-not (``EXACT_FIELDS``). Runner-state
+    changes are listed first. Prompt categories both records have get rows of their own (``accept_length[code]``,
+    ``CATEGORY_COMPARE_FIELDS``). A tail percentile (p90, p95, p99) with fewer than 1 / (1 - q) samples in a repeat is shown as ``n/a`` with the count
     (:data:`TAIL_PERCENTILES`): there it is the repeat's largest sample.
 
     For each metric field with a tolerance (``tolerances`` keys are metric names or fields, merged over
