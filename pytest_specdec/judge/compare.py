@@ -261,8 +261,8 @@ def compare_results(
     paired reference arm, throughput and latency are judged on their ratio to it (:func:`_paired_rows`). Accept
     length/rate at temperature 0 with identical repeats are compared equal-or-not (``EXACT_FIELDS``). Runner-state
     changes are listed first. Prompt categories both records have get rows of their own (``accept_length[code]``,
-    ``CATEGORY_COMPARE_FIELDS``). A tail percentile (p90, p95, p99) with fewer than 1 / (1 - q) samples in a repeat is shown as ``n/a`` with the count
-    (:data:`TAIL_PERCENTILES`): there it is the repeat's largest sample.
+    ``CATEGORY_COMPARE_FIELDS``). A tail percentile (p90, p95, p99) with fewer than 1 / (1 - q) samples in a repeat
+    is shown as ``n/a`` with the count (:data:`TAIL_PERCENTILES`): there it is the repeat's largest sample.
 
     For each metric field with a tolerance (``tolerances`` keys are metric names or fields, merged over
     :data:`DEFAULT_TOLERANCES` by :func:`merge_tolerances`, so naming one metric never drops the others): medians
