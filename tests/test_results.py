@@ -240,6 +240,12 @@ def test_a_server_given_by_url_is_fingerprinted_with_the_draft_it_reports(tmp_pa
                        "URL does not report them)")  # fmt: skip
     assert not any(line.startswith(("argv ", "torch")) for line in diff)
     assert "draft aux ids: [1, 3, 5] -> [0, 1, 2] (with its draft config hash)" in diff
+    # The field as real SGLang 0.5.17 reports it (its /server_info, recorded on the H200 with CUDA graphs).
+    recorded = Path(__file__).parent / "data" / "sglang" / "0.5.17-graphs" / "eagle3-graphs.server_info.json"
+    raw = json.loads(recorded.read_text())
+    server = url_server(drafts["trained"])
+    server = dataclasses.replace(server, effective=dataclasses.replace(server.effective, raw=raw))
+    assert build_fingerprint(server, "cd" * 32)["draft"]["path"] == raw["speculative_draft_model_path"]
 
 
 def run_file(run_id: str, started: float, test_id: str = "t") -> RunFile:
