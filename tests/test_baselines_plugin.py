@@ -178,6 +178,50 @@ def test_a_slow_night_that_ended_undecided_is_not_the_next_baseline(pytester: py
                                   f"runs passed over: {_run_id(undecided)} (undecided: compare)"])  # fmt: skip
 
 
+#: Two test functions of one profile: both read its one measurement (pytest lists their warnings apart).
+TWO = RUN + "\n\ndef test_again(specdec_run):\n    pass\n"
+
+
+def _slow_night(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, pytest.RunResult]:
+    """A clean night, then a night 10x slower (NCCL_PROTO lost) whose compare stays undecided at one repeat a side
+    (no spread to decide on): the two runs of ``TWO``, the second with ``--specdec-compare`` and ``args``."""
+    script = json.dumps({"env_slowdown": {"NCCL_PROTO": 10}})
+    fast = json.dumps({"PYTHONPATH": str(FAKE), "SPECDEC_FAKE_SGLANG": script, "NCCL_PROTO": "LL"})
+    slow = json.dumps({"PYTHONPATH": str(FAKE), "SPECDEC_FAKE_SGLANG": script})
+    one = "{repeats: 1, max_repeats: 1}"
+    _project(pytester, TWO, workload=one)
+    pytester.makefile(".yaml", specdec=_profiles(workload=one).replace(ENV, fast))
+    clean = _run(pytester, "--server-profile=baseline")
+    clean.assert_outcomes(passed=2)
+    pytester.makefile(".yaml", specdec=_profiles(workload=one).replace(ENV, slow))
+    return clean, _run(pytester, "--server-profile=baseline", "--specdec-compare", *args)
+
+
+@pytest.mark.slow
+def test_an_undecided_compare_warns_once_per_profile_a_head_and_a_line_per_open_row(
+    pytester: pytest.Pytester,
+) -> None:
+    # A fresh-user trial: the warning was one ~2.5 kB line (every open row's reason joined by "; "), and it was
+    # repeated under each test of the profile, all of which read the same measurement and share its verdict.
+    _, undecided = _slow_night(pytester)
+    undecided.assert_outcomes(passed=2)
+    out = undecided.stdout.str()
+    assert out.count("compare against run ") == 1, out
+    undecided.stdout.fnmatch_lines(
+        [
+            "test_base.py::test_run[[]baseline[]]",
+            "  test_base.py:1: SpecdecWarning: profile baseline: compare against run * undecided after 1 repeat "
+            "(* server-s), * rows open: not failed (--specdec-undecided=warn)",
+            "    output_tok_s x0.*, no interval (1 repeat) holds the tolerance 90% (more repeats would not decide *)",
+            "    ttft_ms_mean x*, no interval (1 repeat) holds the tolerance 900% (*)",
+        ]
+    )
+    assert "test_base.py::test_again[baseline]\n" not in out.partition("warnings summary")[2], out
+    # No line of the warnings summary is a run of rows: each open row is a line of its own.
+    warnings = out.partition("warnings summary")[2].partition("-- Docs:")[0]
+    assert max(map(len, warnings.splitlines())) < 300, warnings
+
+
 def test_an_unknown_baseline_name_lists_the_saved_names(pytester: pytest.Pytester) -> None:
     # A fresh-user trial: `--specdec-compare=night-1` where night-2 and release-1 were saved. Nothing is launched.
     from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile

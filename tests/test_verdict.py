@@ -84,8 +84,11 @@ def test_an_undecided_compare_says_what_would_decide_it() -> None:
     # One look (no design given): the noisy run cannot be measured further; undecided, with the repeats it needs.
     judged = _judge(BASE, rec(output_tok_s=[90.0, 99.0, 95.0]), None, [])
     assert judged.failure is None and judged.undecided is not None
-    assert judged.undecided.startswith("compare against run R1 undecided after 3 repeats (0.0 server-s): output_tok_s")
-    assert "holds the tolerance 5%; about " in judged.undecided
+    # A head, then one line per open row (a fresh-user trial read nine rows' reasons as one 2.5 kB line).
+    head, *rows = judged.undecided.splitlines()
+    assert head == "compare against run R1 undecided after 3 repeats (0.0 server-s), 1 row open"
+    assert len(rows) == 1 and rows[0].startswith("  output_tok_s x0.")
+    assert "holds the tolerance 5%; about " in rows[0]
     assert judged.cost["verdict"] == "undecided"
     # Its table is kept for the summary (a fresh-user trial saw only the warning line: no n/a or exact rows).
     assert judged.table and any(line.startswith("output_tok_s ") and " undecided (" in line for line in judged.table)
@@ -178,7 +181,7 @@ def test_sequential_compare_stops_early_when_only_the_baseline_could_decide_it()
     judged, measured = _sequential(base, stream, 3)
     assert judged.failure is None and measured == 8
     assert judged.undecided is not None and judged.undecided.startswith(
-        "compare against run R1 undecided after 8 repeats (16.0 server-s): output_tok_s x0.9"
+        "compare against run R1 undecided after 8 repeats (16.0 server-s), 1 row open\n  output_tok_s x0.9"
     )
     assert judged.undecided.endswith("neither more repeats today nor more stored runs alone decide it at this budget; "
                                      "both would (raise workload.max_repeats and save more unchanged runs))")
@@ -255,7 +258,8 @@ def test_pytest_and_the_compare_command_print_the_same_verdict_on_the_same_store
             pytest_row = next(line for line in shown_rows if line.startswith("output_tok_s "))
             assert pytest_row == cli_row
         if judged.undecided:  # why it is open and what would decide it: the same words (a fresh-user trial: generic)
-            assert f"undecided: {judged.undecided.split('): ', 1)[1]}" in out.splitlines(), out
+            rows = judged.undecided.split("\n", 1)[1]
+            assert f"undecided: {len(rows.splitlines())} row open\n{rows}\n" in out, out
         assert code == (1 if name == "regressed" else 0)
 
 

@@ -17,7 +17,7 @@ from pytest_specdec.core.tolerances import parse_tolerances
 from pytest_specdec.judge.compare import compare_runs, design_of, single_look, swap_profile_id
 from pytest_specdec.judge.history import StoredHistory
 from pytest_specdec.judge.noise import read_noise
-from pytest_specdec.judge.verdict import undecided_reason
+from pytest_specdec.judge.verdict import undecided_block, undecided_reason
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
 
 __all__ = ["compare_command", "load_pair", "profile_mapper"]
@@ -224,7 +224,8 @@ def compare_command(
             # What pytest said of the same rows (verdict.judge_compare): why each is open and what would decide it.
             design, others = design_of(record) or single_look(record), stored.of(base.run_id, old)
             reasons = [undecided_reason(old, record, r, design, others) for r in comp.undecided]
-            print(f"undecided: {'; '.join(reasons)}", file=out)
+            k = len(reasons)
+            print(undecided_block(f"undecided: {k} row{'s' if k != 1 else ''} open", reasons), file=out)
     if base_ref == "latest":
         for line in _latest_notes(store, base, current, mapper):
             print(line, file=out)

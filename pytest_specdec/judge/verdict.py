@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,7 @@ __all__ = [
     "shared_verdict_message",
     "speedup_check",
     "sweep_steps",
+    "undecided_block",
     "undecided_reason",
 ]
 
@@ -236,7 +238,8 @@ def judge_item(
         if undecided == "fail":
             failures.append(_undecided_failure(case.undecided))
         else:
-            case.warnings.extend(f"{line}: not failed (--specdec-undecided=warn)" for line in case.undecided)
+            not_failed = ": not failed (--specdec-undecided=warn)"
+            case.warnings.extend(_after_head(line, not_failed) for line in case.undecided)
     return ItemVerdict(
         case.record, verdict.outcomes(), tuple(case.warnings), "\n".join(failures) or None, tuple(case.undecided)
     )
@@ -244,7 +247,26 @@ def judge_item(
 
 def _undecided_failure(lines: Sequence[str]) -> str:
     head = f"{len(lines)} verdict{'s' if len(lines) != 1 else ''} undecided at the budget (--specdec-undecided=fail):"
-    return "\n".join([head, *(f"  {line}" for line in lines)])
+    # A compare's line is a head and its open rows (undecided_block): each indented under the count as a whole.
+    return "\n".join([head, *(textwrap.indent(line, "  ") for line in lines)])
+
+
+def _after_head(text: str, suffix: str) -> str:
+    """``suffix`` at the end of ``text``'s first line: an undecided compare's rows stay below its head."""
+    head, newline, rows = text.partition("\n")
+    return f"{head}{suffix}{newline}{rows}"
+
+
+def undecided_block(head: str, reasons: Sequence[str]) -> str:
+    """An undecided compare as pytest's warning and the ``compare`` command print it: ``head`` on a line of its own,
+    then one indented line per open row (:func:`undecided_reason`), so a compare with many open rows is read row by
+    row (a fresh-user trial read nine rows' reasons as one 2.5 kB line, once per test).
+
+    Example: ``undecided_block("compare against run R1 undecided after 8 repeats (16.0 server-s), 1 row open",
+    ["output_tok_s x0.93, CI 0.85-1.01 (98.3%) holds the tolerance 5%; about 40 repeats in all would decide it
+    ..."])`` -> the head, a newline, two spaces and the row.
+    """
+    return "\n".join([head, *(f"  {reason}" for reason in reasons)])
 
 
 def _per_repeat(run: runner.RunResult, field_name: str) -> list[float]:
@@ -711,8 +733,8 @@ class CompareVerdict:
 
     #: The failure text (head line, then the compare table); None when the test did not regress.
     failure: str | None = None
-    #: Undecided rows at the budget, one line (``metric: x0.93, CI ... holds the tolerance 5%; about N repeats
-    #: would decide it``), None when every row was decided.
+    #: Undecided rows at the budget (:func:`undecided_block`: a head line, then one line per open row, ``metric
+    #: x0.93, CI ... holds the tolerance 5%; about N repeats would decide it``), None when every row was decided.
     undecided: str | None = None
     #: How the compare was judged (``exact: ...``, ``throughput and latency judged ...``), for the summary.
     notes: tuple[str, ...] = ()
@@ -803,9 +825,12 @@ def judge_compare(
                          f"at {n} repeats")  # fmt: skip
         return CompareVerdict("\n".join([head, *lines]), notes=notes, cost=cost)
     if comparison.undecided:
-        rows = "; ".join(undecided_reason(base, current, r, design, history) for r in comparison.undecided)
-        text = f"compare against run {run_id} undecided after {n} repeats ({cost['server_s']:.1f} server-s): {rows}"
-        return CompareVerdict(undecided=text, notes=notes, table=tuple(comparison.lines()), cost=cost)
+        reasons = [undecided_reason(base, current, r, design, history) for r in comparison.undecided]
+        k = len(reasons)
+        head = (f"compare against run {run_id} undecided after {n} repeat{'s' if n != 1 else ''} "
+                f"({cost['server_s']:.1f} server-s), {k} row{'s' if k != 1 else ''} open")  # fmt: skip
+        return CompareVerdict(undecided=undecided_block(head, reasons), notes=notes, table=tuple(comparison.lines()),
+                              cost=cost)  # fmt: skip
     return CompareVerdict(notes=notes, table=tuple(comparison.lines()), cost=cost)
 
 
@@ -987,7 +1012,8 @@ def compare_item(
     if judged.cost:
         costs["compare"] = dict(judged.cost)
     if judged.undecided is not None:
-        (case.warnings if halt else case.undecided).append(judged.undecided)
+        # Named by profile, not test: every test of the profile shares this verdict (run.session warns it once).
+        (case.warnings if halt else case.undecided).append(f"profile {profile.name}: {judged.undecided}")
     return judged.failure
 
 
@@ -996,8 +1022,8 @@ def _halted_compare(judged: CompareVerdict, halt: str) -> CompareVerdict:
     measured further, neither undecided at the budget (``report.summary.undecided_lines``) nor failed."""
     if not halt or judged.undecided is None:
         return judged
-    head, _, rows = judged.undecided.partition(": ")
-    text = f"{head.replace(' undecided after ', ' not measured further after ')} ({halt}): open rows: {rows}"
+    head, _, rows = judged.undecided.partition("\n")
+    text = f"{head.replace(' undecided after ', ' not measured further after ')} ({halt})\n{rows}"
     return dataclasses.replace(judged, undecided=text, cost={**judged.cost, "verdict": NOT_MEASURED})
 
 

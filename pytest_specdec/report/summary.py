@@ -268,7 +268,8 @@ def compare_lines(outcomes: Outcomes) -> list[Line]:
         out.extend(Line(f"specdec compare: run {run_id} was stored with a warning: {note}", {"yellow": True})
                    for note in stored)  # fmt: skip
     # A failed compare prints its table with the failure; a passing or undecided one shows its rows here (an
-    # undecided one also warns, in one line: the table shows which rows were decided and which read n/a).
+    # undecided one also warns, once per profile, a line per open row: the table shows which rows were decided and
+    # which read n/a).
     for test_id, (outcome, table) in outcomes.compare_tables.items():
         # "undecided" alone: whether it failed the test is --specdec-undecided's (a fresh-user trial read "not failed"
         # above a test that policy had failed); the count line at the end says which.

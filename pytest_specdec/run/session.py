@@ -87,6 +87,8 @@ class SpecdecSession:
         self.outputs: Outputs | None = None
         #: Stops a profile's server after its last test (``plugin.py``'s fixture-setup and teardown hooks).
         self.server_stop = fixtures.ServerStop()
+        #: (profile, text) of the verdict warnings already given: each is given to the first test that reads it.
+        self.warned: set[tuple[str, str]] = set()
 
     @property
     def selected(self) -> tuple[str, ...]:
@@ -141,7 +143,12 @@ class SpecdecSession:
         item.user_properties[:] = [(k, value if k == RECORD_PROPERTY else v) for k, v in item.user_properties]
         item.user_properties.append((CHECKS_PROPERTY, json.dumps(judged.checks)))
         for text in judged.warnings:
-            item.warn(SpecdecWarning(text))
+            # Once per profile and text: every test of a profile reads one measurement and shares its verdicts, and
+            # pytest lists a warning of each test function apart (a fresh-user trial read an undecided compare's
+            # rows once per test).
+            if (profile.name, text) not in self.warned:
+                self.warned.add((profile.name, text))
+                item.warn(SpecdecWarning(text))
         if judged.failure is not None:
             # What preflight said of the profile is likely the cause (a "fixed" aux-id list): name it in the failure.
             found = self.selection.findings_of.get(profile.name, ())
