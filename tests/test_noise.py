@@ -10,7 +10,7 @@ import pytest
 
 from pytest_specdec.cli.main import main
 from pytest_specdec.core.tolerances import Tolerance
-from pytest_specdec.judge.noise import calibrate_proposal, measurements, paired_arm
+from pytest_specdec.judge.noise import calibrate_noise, calibrate_proposal, measurements, paired_arm, read_noise
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
 from tests.helpers import rec
 
@@ -43,10 +43,12 @@ def test_calibrate_counts_measurements_not_tests(
     out = capsys.readouterr().out.splitlines()
     assert out[0] == (
         "# noise from 2 measurement(s) (4 tests: the tests of a profile in one run share its measurement) -> "
-        ".specdec/noise/eagle3.json (--specdec-compare reads it: a shift must exceed 3 sigma)"
+        ".specdec/noise/eagle3.json (--specdec-compare reads it until 4 stored runs of the profile measure their own)"
     )
     assert json.loads((tmp_path / ".specdec/noise/eagle3.json").read_text())["runs"] == 2
-    assert "#   output_tok_s: sigma 0.74%" in out
+    # Each record is one server start: the sd of one repeat within a run (pooled, of the log) and how much the
+    # runs' means differ beyond it (one-way random-effects ANOVA; here hardly at all).
+    assert "#   output_tok_s: sd 1.64% within a run, 0.04% run to run" in out
 
 
 def test_calibrate_proposes_paired_fields_from_the_paired_ratios(capsys: pytest.CaptureFixture[str]) -> None:
@@ -61,3 +63,20 @@ def test_calibrate_proposes_paired_fields_from_the_paired_ratios(capsys: pytest.
     assert calibrate_proposal([dataclasses.replace(r, paired={}) for r in runs], ["output_tok_s"]) == {
         "output_tok_s": Tolerance(rel=0.655)
     }
+
+
+def test_calibrate_noise_splits_the_spread_within_a_run_from_the_spread_between_server_starts() -> None:
+    # Two server starts 10% apart, each tight: the within-run sd stays small, the run-to-run sd carries the gap (a
+    # one-stored-run compare adds it for the baseline's instance and today's).
+    noise = calibrate_noise([rec(output_tok_s=[98.0, 100.0, 102.0]), rec(output_tok_s=[108.0, 110.0, 112.0])],
+                            ["output_tok_s"])  # fmt: skip
+    assert noise == {"output_tok_s": pytest.approx(0.0193, abs=1e-4)} and noise.runs == 2
+    assert noise.run_to_run == {"output_tok_s": pytest.approx(0.0688, abs=1e-4)}
+
+
+def test_a_noise_file_written_before_the_run_to_run_part_reads_without_it(tmp_path: Path) -> None:
+    path = tmp_path / "eagle3.json"
+    path.write_text(json.dumps({"profile": "eagle3", "runs": 5, "sigma_rel": {"output_tok_s": 0.07}}))
+    noise = read_noise(path)
+    assert (dict(noise), noise.run_to_run, noise.runs) == ({"output_tok_s": 0.07}, {}, 5)
+    assert read_noise(tmp_path / "absent.json") == {}

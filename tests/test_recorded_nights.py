@@ -59,7 +59,7 @@ def _compare(tmp_path: Path, base: str, current: str, data: Path = DATA) -> tupl
         # Issue 43's live check: the unchanged profile twice, then CUDA_LAUNCH_BLOCKING=1 (tok/s x0.81).
         (GATE, "gate-1", "gate-2", 0),
         (GATE, "gate-1", "gate-3", 0),
-        (GATE, "gate-1", "gate-4", 1),
+        (GATE, "gate-1", "gate-4", 0),
         # The aux-id night again, with the halt: its compare stopped at the first look (3 repeats, not 16).
         (HALT, "night-1c", "night-4c", 1),
         (HALT, "night-1c", "night-2c", 0),
@@ -83,19 +83,24 @@ def test_the_compare_command_decides_every_row_as_pytest_did_on_the_gpu(
     # medians): its metric, tolerance and verdict with the interval are what must match.
     judged = {_verdict(row) for row in printed_by_pytest if not too_few.match(row)}
     now = {_verdict(row) for row in _rows(out)}
-    # And a relative timing row against one stored run now assumes a run-to-run spread (these H200 nights' unchanged
-    # runs read x0.87 to x1.5): its interval only widened, so its verdict may only have opened (to undecided, or
-    # improved to ok), never turned; every other row matches as it was.
+    # And a timing row against one stored run now takes a run-to-run spread (these H200 nights' unchanged runs read
+    # x0.87 to x1.5; their ITL and TPOT spread as much): its interval only widened, so its verdict may only have
+    # opened (to undecided, or improved to ok), never turned; every other row (accept length, rate) matches as it was.
     assert "run-to-run: too few stored runs" in out
-    widened = {row for row in judged - now if row.startswith("output_tok_s ")}
+    timing = re.compile(r"^(?:output_tok_s|ttft_ms|itl_ms|tpot_ms|e2e_ms)")
+    widened = {row for row in judged - now if timing.match(row)}
     assert judged and judged - widened <= now, sorted(judged - widened - now)
     opened = {"ok": ("ok", "undecided"), "REGRESSED": ("REGRESSED", "undecided"), "improved": ("improved", "ok"),
               "undecided": ("undecided",)}  # fmt: skip
     word = re.compile(r" (ok|undecided|REGRESSED|improved)(?: |$)")
-    verdicts_now = [m.group(1) for row in now if row.startswith("output_tok_s ") and (m := word.search(row))]
+    metric = re.compile(r"^\S+ (?:higher|lower) ")  # a row of _verdict: metric, direction, tolerance, verdict
+    verdicts_now: dict[str, set[str]] = {}  # a metric's verdicts now, over the night's profiles
+    for row in now:
+        if (m := metric.match(row)) and (w := word.search(row)):
+            verdicts_now.setdefault(m.group(0), set()).add(w.group(1))
     for row in widened:
-        then = word.search(row)
-        assert then and any(v in opened[then.group(1)] for v in verdicts_now), (row, verdicts_now)
+        then, m = word.search(row), metric.match(row)
+        assert then and m and verdicts_now.get(m.group(0), set()) & set(opened[then.group(1)]), row
 
 
 def test_the_aux_id_night_leads_with_the_one_difference_and_fails_on_the_exact_rows(tmp_path: Path) -> None:
@@ -111,31 +116,36 @@ def test_the_aux_id_night_leads_with_the_one_difference_and_fails_on_the_exact_r
     assert re.search(r"^output_tok_s +higher .* 15% \(σ 1\.8%\) +undecided \(x0\.87, CI 0\.696-1\.088", eagle3, re.M)
 
 
-def test_the_gate_fails_a_launch_flag_of_minus_19_percent_on_itl_and_leaves_tok_s_open(tmp_path: Path) -> None:
+def test_a_launch_flag_of_minus_19_percent_is_undecided_against_one_stored_run_of_this_h200(tmp_path: Path) -> None:
     # H200, 2026-12-04: g-base stored with 8 repeats, then the same profile with CUDA_LAUNCH_BLOCKING=1 measured to
-    # 16 repeats: accept length unchanged (exact). pytest read tok/s REGRESSED at the nightly's 15% (x0.81, CI
-    # 0.69-0.95) on the two runs' repeats alone; the same night's unchanged profile read x1.05 and x1.30 against the
-    # same stored run: one stored run cannot tell -19% from another server instance, and tok/s is undecided now. The
-    # ITL p95 row (+34%, an absolute tolerance part, judged on the repeats) still fails the night. The delta % is the
-    # verdict's estimate (geometric means): by medians the row read -9.1% (two stalled repeats of 16 at ~300 tok/s).
+    # 16 repeats: accept length unchanged (exact). pytest read tok/s REGRESSED at the nightly's 15% (x0.81) and ITL p95
+    # REGRESSED (x1.34, an absolute tolerance part) on the two runs' repeats alone; the same night's unchanged
+    # profile read x1.05 and x1.30 against the same stored run, and the 8 unchanged instances of these recordings
+    # differ run to run by 13-15% in tok/s, ITL and TPOT alike (benchmarks/bench_stored_pairs.py --h200: judged on
+    # the repeats alone, ITL p95 read REGRESSED in 9 of 56 unchanged pairs). One stored run cannot tell this change
+    # from another server instance: every timing row is undecided, with the run-to-run sd it took, and the night
+    # exits 0 (pytest's --specdec-undecided=fail would fail it). The env diff still leads.
     code, out = _compare(tmp_path, "gate-1", "gate-4", GATE)
-    assert code == 1
+    assert code == 0
     eagle3 = out[out.index("test_profile_thresholds[eagle3]"):]
     lines = eagle3.splitlines()
     assert lines[1:3] == ["fingerprint: 1 difference from baseline", "  env CUDA_LAUNCH_BLOCKING: (unset) -> 1"]
+    assert re.search(r"timing rows take a run-to-run sd of 1\d-\d\d% raw", lines[3]), lines[3]
     assert re.search(r"^accept_length +higher +2\.804 +2\.804 .* ok$", eagle3, re.M)
     tok_s = r"^output_tok_s +higher +550\.8 +446\.1 +-104\.7 +-19\.0% +15% .* undecided \(x0\.81, "
     assert re.search(tok_s, eagle3, re.M), eagle3
-    assert re.search(r"^itl_ms_p95 +lower .* REGRESSED \(x1\.34, ", eagle3, re.M), eagle3
+    assert re.search(r"^itl_ms_p95 +lower .* undecided \(x1\.34, ", eagle3, re.M), eagle3
+    assert not re.search(r"REGRESSED", eagle3)
 
 
 def test_the_halted_aux_id_night_is_judged_by_the_command_at_the_repeats_pytest_stopped_at(tmp_path: Path) -> None:
     # H200, 2026-12-04 (fifth): the exact rows regressed at the first look, so pytest measured eagle3 no further
     # (3 repeats, 6.8 server-s; the same night measured 16 repeats, 27.0 server-s, before the halt). The command
-    # reads those 3 repeats at the stored design: the same rows, tok/s left undecided, exit 1 on the exact rows.
+    # reads those 3 repeats at the stored design: the same rows, tok/s left undecided (the within-run sd of 9.6% taken
+    # as the run-to-run sd too: above the assumed 7%), exit 1 on the exact rows.
     code, out = _compare(tmp_path, "night-1c", "night-4c", HALT)
     assert code == 1
     eagle3 = out[out.index("test_profile_thresholds[eagle3]"):]
     assert re.search(r"^accept_length +higher +2\.804 +2\.352 .* REGRESSED \(exact\)$", eagle3, re.M), eagle3
-    assert re.search(r"^output_tok_s +higher .* undecided \(x0\.988, CI 0\.7509-1\.299 \(98\.0%\), n=3\)$", eagle3,
+    assert re.search(r"^output_tok_s +higher .* undecided \(x0\.988, CI 0\.6937-1\.407 \(98\.0%\), n=3\)$", eagle3,
                      re.M), eagle3  # fmt: skip

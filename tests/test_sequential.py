@@ -12,6 +12,7 @@ from pytest_specdec.judge.sequential import (
     ALPHA,
     Design,
     History,
+    RunEffect,
     baseline_runs_needed,
     decide_floor,
     decide_shift,
@@ -330,3 +331,14 @@ def test_a_step_of_several_pairs_is_counted_before_it_is_asked_for() -> None:
     assert design.may_continue(15, 150.0, step=5) and not design.may_continue(20, 200.0, step=5)
     timed = Design(3, 24, max_server_s=130.0)
     assert timed.may_continue(3, 90.0) and not timed.may_continue(3, 90.0, step=3)
+
+
+def test_run_effect_separates_the_spread_within_runs_from_the_spread_between_them() -> None:
+    # The docstring's example: two tight runs 10% apart.
+    effect = RunEffect.of([[100.0, 102.0, 98.0], [110.0, 112.0, 108.0]])
+    assert effect is not None and (effect.runs, effect.n, effect.df) == (2, 6, 4)
+    assert math.sqrt(effect.var) == pytest.approx(0.0191, abs=1e-4)
+    assert math.sqrt(effect.between) == pytest.approx(0.0665, abs=1e-4) and effect.significant(0.05)
+    alike = RunEffect.of([[100.0, 102.0, 98.0], [101.0, 99.0, 100.0]])
+    assert alike is not None and alike.between == 0.0 and not alike.significant(0.25)
+    assert RunEffect.of([[100.0], [101.0]]) is None  # no run with 2 values: no within-run spread

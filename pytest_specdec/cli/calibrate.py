@@ -80,13 +80,20 @@ def calibrate_command(args: argparse.Namespace) -> int:
     name = args.profile or (records[0].profile if records else "profile")
     out = Path(args.noise_out or Path(".specdec/noise") / f"{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"profile": name, "runs": len(records), "sigma_rel": noise}, indent=1) + "\n")
+    out.write_text(json.dumps({"profile": name, "runs": noise.runs, "sigma_rel": dict(noise),
+                               "run_to_run_rel": noise.run_to_run}, indent=1) + "\n")  # fmt: skip
     counted = f"{len(records)} measurement(s)"
     if tests > len(records):
         counted += f" ({tests} tests: the tests of a profile in one run share its measurement)"
-    print(f"# noise from {counted} -> {out} (--specdec-compare reads it: a shift must exceed 3 sigma)")
+    print(f"# noise from {counted} -> {out} (--specdec-compare reads it until 4 stored runs of the profile measure "
+          "their own)")
     for key, sigma in noise.items():
-        print(f"#   {key}: sigma {sigma * 100:.2f}%")
+        run = noise.run_to_run.get(key)
+        print(f"#   {key}: sd {sigma * 100:.2f}% within a run" + (f", {run * 100:.2f}% run to run" if run is not None
+                                                                   else ""))  # fmt: skip
+    if len(records) <= 3:
+        print(f"# run to run from {len(records)} server starts is a rough estimate: the compare takes the larger of it "
+              "and its assumed one (7% raw, 2% ratio); 4 or more starts are taken as measured")
     vs = paired_arm(records)
     print(f"# proposed from {len(records)} measurement(s); paste into pytest's ini (or a profile's tolerances:)")
     if vs:

@@ -340,11 +340,17 @@ def compare_results(
     if taken:
         kinds = sorted(taken.items(), key=lambda kv: kv[0] != "raw")
         sds = ", ".join(f"{_percent_range(values)} {kind}" for kind, values in kinds)
+        starts = judging.calibrated_run_to_run()
+        if starts:
+            source = (f"measured by calibrate over {starts} server starts"
+                      + ("" if starts > sequential.ASSUMED_UP_TO_RUNS else ", or the assumed one where larger"))
+        else:
+            source = (f"assumed: {sequential.ASSUMED_INSTANCE_SD:.0%} raw or the row's within-run sd where larger, "
+                      f"{sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio; `calibrate` measures it")
         notes.append(
             f"run-to-run: too few stored runs to measure how server instances differ; timing rows take a run-to-run "
-            f"sd of {sds} (assumed {sequential.ASSUMED_INSTANCE_SD:.0%} raw and "
-            f"{sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio, or 2-3 stored runs' own estimate where larger) until "
-            "4 or more unchanged runs of this fingerprint are stored"
+            f"sd of {sds} ({source}; 2-3 stored runs' own estimate where larger) until 4 or more unchanged runs of "
+            "this fingerprint are stored"
         )
     if any(r.basis == "exact" for r in rows):
         notes.append(
@@ -488,28 +494,60 @@ def _shared_temperature(base: ResultRecord, current: ResultRecord) -> float | No
 @dataclass(frozen=True, slots=True)
 class _Judging:
     """How the statistical rows of one comparison are decided: the look's design, the baseline's stored runs
-    (``base`` first) and the calibrated relative noise."""
+    (``base`` first) and the calibrated noise (``noise.read_noise``: a plain mapping of per-repeat sds, or a
+    ``CalibratedNoise`` that also carries the run-to-run sds)."""
 
     design: sequential.Design
     history: tuple[ResultRecord, ...]
     noise: Mapping[str, float]
 
+    def _noise_key(self, key: str) -> str:
+        fname, sep, _ = key.partition(" / ")
+        vs = (self.history[0].paired or {}).get("vs") if self.history else None
+        return f"{fname}/{vs}" if sep else fname
+
+    def assumed_sd(self, key: str, runs: Sequence[Sequence[float]] = ()) -> float:
+        """The run-to-run sd a row takes for each server instance while its stored runs cannot measure one (fewer
+        than 4): what ``calibrate`` measured over 4 or more server starts; with fewer, the larger of that and the
+        default; without a calibration, the default: :func:`assumed_instance_sd` (0 for accept rows), for a raw
+        timing row at least the within-run sd of one repeat in ``runs`` (the baseline's and today's values).
+
+        Why the within-run floor: in every recording the run-to-run sd of raw tok/s was 0.3-1.5x the within-run sd
+        (reference server 0.023 / 0.031 and 0.07 / 0.10; H200 with CUDA graphs 0.05-0.11 / 0.15 and 0.14 / 0.12 over
+        8 instances), and a runner whose repeats spread 12 % is not one whose instances agree to 7 %: on those 8
+        H200 instances the 7 % alone read REGRESSED in 7 of 56 unchanged pairs (``benchmarks/bench_stored_pairs.py``).
+        Not for a ratio row: pairing cancels what instances share (run to run 0-2 % beside 5-20 % within)."""
+        default = assumed_instance_sd(key)
+        measured = getattr(self.noise, "run_to_run", {}).get(self._noise_key(key))
+        if measured is None and default and " / " not in key and runs:
+            default = max(default, math.expm1(stats.pooled_sd(*runs, log=True)))
+        if measured is None or default == 0.0:
+            return default
+        starts = int(getattr(self.noise, "runs", 0))
+        return float(measured) if starts > sequential.ASSUMED_UP_TO_RUNS else max(default, float(measured))
+
     def pooled(self, key: str, b_vals: Sequence[float]) -> sequential.History | None:
         """The baseline's :class:`~sequential.History` for a row: its stored runs' values of ``key`` (``field`` or
         ``field / `` for a paired ratio) when more than one run has them; else the calibrated noise as a pooled
-        per-repeat sigma (``noise`` key ``field`` or ``field/vs``) around the baseline's own values; else None."""
+        per-repeat sigma (``noise`` key ``field`` or ``field/vs``) around the baseline's own values, with the
+        run-to-run part of :meth:`assumed_sd` taken as known; else None."""
         runs = [row_values(r, key) for r in self.history]
         runs = [v for v in runs if v]
         if len(runs) >= 2:
-            return sequential.History.from_runs(runs, assumed_instance_sd(key))
-        fname, sep, _ = key.partition(" / ")
-        vs = (self.history[0].paired or {}).get("vs") if self.history else None
-        sigma = self.noise.get(f"{fname}/{vs}" if sep else fname)
+            return sequential.History.from_runs(runs, self.assumed_sd(key, runs))
+        sigma = self.noise.get(self._noise_key(key))
         logs = [math.log(v) for v in b_vals if v > 0]
         if not sigma or not logs:
             return None
-        # A calibrated sigma pools the spread of several runs: taken as known (many degrees of freedom).
-        return sequential.History(sum(logs) / len(logs), math.log1p(sigma) ** 2, 1000, 0.0, 1, len(logs))
+        # A calibrated sigma pools the spread of several runs: taken as known (many degrees of freedom), and so is
+        # the run-to-run sd (calibrate's, or the assumed one): one stored run cannot show how instances differ.
+        between = math.log1p(self.assumed_sd(key, (b_vals,))) ** 2
+        return sequential.History(sum(logs) / len(logs), math.log1p(sigma) ** 2, 1000, between, 1, len(logs),
+                                  assumed=between > 0.0)  # fmt: skip
+
+    def calibrated_run_to_run(self) -> int:
+        """Server starts behind the calibrated run-to-run sds (0: none measured)."""
+        return int(getattr(self.noise, "runs", 0)) if getattr(self.noise, "run_to_run", None) else 0
 
 
 def _percent_range(values: Sequence[float]) -> str:
@@ -581,19 +619,22 @@ def _judge(
             verdict = "improved" if worse < 0 else "changed"
         return CompareRow(fname, higher, *change, tol, verdict, basis="exact")
     limit = allowed / abs(base_median) if base_median else tol.rel
-    # An absolute part (``10%+5`` ms) is decided on the difference: near-zero latencies have no useful log scale.
-    history = judging.pooled(key, b_vals) if not tol.abs else None
+    history = judging.pooled(key, b_vals)
     # One stored run shows no run-to-run spread, and 2-3 cannot size it; each run is one server instance, and
-    # instances differ: the interval assumes a spread (``sequential.ASSUMED_INSTANCE_SD``) until runs measure one.
-    instance_sd = 0.0
+    # instances differ: the interval takes a spread (``_Judging.assumed_sd``) until 4 stored runs measure one.
+    instance_sd = judging.assumed_sd(key, (b_vals, c_vals)) if history is None else 0.0
     if history is not None and history.assumed:
         instance_sd = math.expm1(math.sqrt(history.between))  # the assumed one, or 2-3 runs' estimate if larger
-    elif history is None and not tol.abs:
-        instance_sd = assumed_instance_sd(key)
-    decision = sequential.decide_shift(
-        b_vals, c_vals, limit, judging.design, higher_is_better=higher, history=history,
-        allowed=allowed if tol.abs else None, instance_sd=instance_sd,
-    )  # fmt: skip
+    if tol.abs:
+        # An absolute part (``10%+5`` ms) is decided on the two runs' difference (near-zero latencies have no useful
+        # log scale), with the run-to-run part the history measured or the one assumed.
+        run_sd = math.expm1(math.sqrt(history.between)) if history is not None else instance_sd
+        decision = sequential.decide_shift(b_vals, c_vals, limit, judging.design, higher_is_better=higher,
+                                           allowed=allowed, instance_sd=run_sd)  # fmt: skip
+        history = None  # the figures shown are the two runs' means
+    else:
+        decision = sequential.decide_shift(b_vals, c_vals, limit, judging.design, higher_is_better=higher,
+                                           history=history, instance_sd=instance_sd)  # fmt: skip
     verdict = {"within": "ok", "worse": "REGRESSED"}.get(decision.verdict, "undecided")
     if verdict == "ok" and decision.low is not None and decision.high is not None:
         better_end = decision.low if higher else 1.0 / decision.high

@@ -1,22 +1,21 @@
-"""Measured noise: the spread of repeated runs, as a proposal of tolerances (``calibrate``) and as the noise limit
-a compare applies (a shift must exceed ``NOISE_K`` sigma as well as its tolerance)."""
+"""Measured noise: the spread of repeated runs (separate server starts), as a proposal of tolerances
+(``calibrate``) and as what a compare knows of a profile's spread before its stored runs can measure it: the
+within-run sd of one repeat and the run-to-run sd of a server instance (``compare._Judging``)."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pytest_specdec.core import stats
 from pytest_specdec.core.tolerances import DEFAULT_TOLERANCES, Tolerance
 from pytest_specdec.judge.pair_ratios import paired_ratios
+from pytest_specdec.judge.sequential import RunEffect
 from pytest_specdec.measure.results import ResultRecord
 
-__all__ = ["NOISE_K", "calibrate_noise", "calibrate_proposal", "measurements", "paired_arm", "read_noise"]
-
-#: A shift must exceed ``NOISE_K`` times the measured noise (sigma), as well as the tolerance, to regress.
-NOISE_K = 3.0
+__all__ = ["CalibratedNoise", "calibrate_noise", "calibrate_proposal", "measurements", "paired_arm", "read_noise"]
 
 
 def measurements(records: Sequence[tuple[str, ResultRecord]]) -> list[ResultRecord]:
@@ -81,43 +80,72 @@ def calibrate_proposal(
     return out
 
 
-def calibrate_noise(records: Sequence[ResultRecord], fields: Sequence[str] | None = None) -> dict[str, float]:
-    """Relative noise (sigma / |median|) per field from repeated runs, for ``compare.compare_results``'s ``noise``.
-
-    Per field: the per-repeat values of all ``records`` pooled (so the spread between separate runs counts, not
-    only the repeats within one), sigma = 1.4826 x MAD (``stats.mad_sigma``). Records with a paired reference arm
-    add ``field/vs`` keys from their per-pair ratios (:func:`paired_ratios`).
-
-    Example: tok/s 98, 100, 101, 103, 100 -> median 100, sigma 1.48 -> 0.0148.
-
-    :returns: key -> relative sigma, for keys with at least 2 values and a non-zero median.
+class CalibratedNoise(dict[str, float]):
+    """What ``calibrate`` measured for one profile, as every compare reads it: key (``field``, or ``field/vs`` for
+    the per-pair ratio to a paired arm ``vs``) -> the relative sd of one repeat within a run (a dict of those), plus
+    :attr:`run_to_run` (key -> the relative sd of a server instance's mean beyond its repeats) and :attr:`runs` (the
+    server starts they come from). A noise file written before the run-to-run part was measured reads with
+    ``run_to_run`` empty: the compare then assumes one (``sequential.ASSUMED_INSTANCE_SD``).
     """
-    pools: dict[str, list[float]] = {}
+
+    def __init__(self, sigma: Mapping[str, float] | None = None, run_to_run: Mapping[str, float] | None = None,
+                 runs: int = 0) -> None:  # fmt: skip
+        super().__init__(sigma or {})
+        self.run_to_run: dict[str, float] = dict(run_to_run or {})
+        self.runs = runs
+
+
+def calibrate_noise(records: Sequence[ResultRecord], fields: Sequence[str] | None = None) -> CalibratedNoise:
+    """The noise of repeated runs (each record one server start), for ``compare.compare_results``'s ``noise``.
+
+    Per key (each field; ``field/vs`` from the per-pair ratios of records with a paired arm ``vs``): the one-way
+    random-effects ANOVA of the log values (``sequential.RunEffect``): the within-run sd of one repeat
+    (``expm1`` of the pooled sd of the log) and the run-to-run sd (``expm1`` of the run effect's sd, 0 when the
+    runs' means spread no more than their repeats explain). Each run is one server instance: a compare against one
+    stored run adds the run-to-run part for the baseline's instance and today's.
+
+    Example: tok/s runs [98, 100, 102] and [108, 110, 112] -> within 1.9 %, run-to-run 6.9 %.
+
+    :returns: the sds with the number of runs; keys with at least 2 values in one run and every value > 0.
+    """
+    pools: dict[str, list[list[float]]] = {}
     for r in records:
         for fname in fields or list(DEFAULT_TOLERANCES):
-            pools.setdefault(fname, []).extend(r.values(fname))
+            pools.setdefault(fname, []).append(r.values(fname))
         vs = (r.paired or {}).get("vs")
         if vs:
             from pytest_specdec.measure.pairing import PAIRED_FIELDS
 
             for fname in PAIRED_FIELDS:
-                pools.setdefault(f"{fname}/{vs}", []).extend(paired_ratios(r, fname))
-    out: dict[str, float] = {}
-    for key, values in pools.items():
-        summary = stats.repeat_summary(values) if len(values) >= 2 else None
-        if summary is not None and summary.median != 0:
-            out[key] = round(summary.sigma / abs(summary.median), 5)
-    return out
+                pools.setdefault(f"{fname}/{vs}", []).append(paired_ratios(r, fname))
+    sigma: dict[str, float] = {}
+    run_to_run: dict[str, float] = {}
+    for key, runs in pools.items():
+        anova = RunEffect.of(runs)
+        if anova is None:
+            continue
+        sigma[key] = round(math.expm1(math.sqrt(anova.var)), 5)
+        if anova.runs >= 2:
+            run_to_run[key] = round(math.expm1(math.sqrt(anova.between)), 5)
+    return CalibratedNoise(sigma, run_to_run, len(records))
 
 
-def read_noise(path: Path) -> dict[str, float]:
-    """The ``sigma_rel`` mapping of a noise file written by ``calibrate`` (``{"profile": ..., "runs": N,
-    "sigma_rel": {field: x}}``); empty when the file is absent or unreadable."""
+def read_noise(path: Path) -> CalibratedNoise:
+    """A noise file written by ``calibrate`` (``{"profile": ..., "runs": N, "sigma_rel": {key: x},
+    "run_to_run_rel": {key: x}}``); empty when the file is absent or unreadable (a file without
+    ``run_to_run_rel``, written before it was measured, reads with it empty)."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {}
-    sigma = data.get("sigma_rel") if isinstance(data, dict) else None
-    if not isinstance(sigma, dict):
-        return {}
-    return {str(k): float(v) for k, v in sigma.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        return CalibratedNoise()
+    if not isinstance(data, dict) or not isinstance(data.get("sigma_rel"), dict):
+        return CalibratedNoise()
+
+    def numbers(value: object) -> dict[str, float]:
+        if not isinstance(value, dict):
+            return {}
+        return {str(k): float(v) for k, v in value.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+    runs = data.get("runs")
+    return CalibratedNoise(numbers(data["sigma_rel"]), numbers(data.get("run_to_run_rel")),
+                           runs if isinstance(runs, int) and not isinstance(runs, bool) else 0)  # fmt: skip

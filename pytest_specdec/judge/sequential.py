@@ -60,10 +60,12 @@ __all__ = [
     "ALPHA",
     "ASSUMED_INSTANCE_SD",
     "ASSUMED_RATIO_INSTANCE_SD",
+    "ASSUMED_UP_TO_RUNS",
     "DEFAULT_MAX_REPEATS",
     "Decision",
     "Design",
     "History",
+    "RunEffect",
     "baseline_runs_needed",
     "decide_floor",
     "decide_shift",
@@ -90,7 +92,7 @@ ASSUMED_INSTANCE_SD = 0.07
 ASSUMED_RATIO_INSTANCE_SD = 0.02
 #: Histories of up to this many stored runs take the larger of the assumed run effect and their own estimate, as
 #: known (``History.from_runs``).
-_ASSUMED_UP_TO_RUNS = 3
+ASSUMED_UP_TO_RUNS = 3
 #: Largest total a "what more would take" estimate looks for.
 _NEEDED_CAP = 1000
 #: Growth of the look schedule: each look at about this many times the repeats of the last.
@@ -200,6 +202,55 @@ class Decision:
 
 
 @dataclass(frozen=True, slots=True)
+class RunEffect:
+    """One-way random-effects ANOVA of runs' per-repeat values on the log scale: how much a run's (a server
+    instance's) mean differs beyond its repeats (method of moments; Searle, Casella & McCulloch 1992, *Variance
+    Components*, §3.5, with ``n0`` for unequal run sizes).
+
+    ``var``: the pooled within-run variance of one repeat (``df`` = repeats - runs); ``between``: the run effect's
+    variance, ``max(0, (MS_between - var) / n0)``; ``ms_between``; ``means``: each run's log mean.
+
+    Example: runs [100, 102, 98], [110, 112, 108] tok/s: within sd 0.019, between sd 0.067 (of the log).
+    """
+
+    var: float
+    df: int
+    between: float
+    ms_between: float
+    means: np.ndarray
+    n: int
+
+    @property
+    def runs(self) -> int:
+        return int(self.means.size)
+
+    @classmethod
+    def of(cls, runs: Sequence[Sequence[float | None]]) -> RunEffect | None:
+        """The ANOVA of ``runs`` (each a list of per-repeat values > 0; others skipped). None when no run has 2
+        values (no within-run spread)."""
+        logs = [np.log(a) for a in (_finite(r) for r in runs) if a.size and bool(np.all(a > 0))]
+        n = sum(int(a.size) for a in logs)
+        df = n - len(logs)
+        if not logs or df < 1:
+            return None
+        var = float(sum(float(((a - a.mean()) ** 2).sum()) for a in logs)) / df
+        means = np.array([float(a.mean()) for a in logs])
+        k = len(logs)
+        if k < 2:
+            return cls(var, df, 0.0, 0.0, means, n)
+        n0 = (n - sum(int(a.size) ** 2 for a in logs) / n) / (k - 1)
+        grand = float(np.concatenate(logs).mean())
+        ms_between = float(sum(a.size * (float(a.mean()) - grand) ** 2 for a in logs)) / (k - 1)
+        return cls(var, df, max(0.0, (ms_between - var) / n0), ms_between, means, n)
+
+    def significant(self, level: float) -> bool:
+        """The ANOVA F-test at ``level``: the runs' means spread more than their repeats explain."""
+        if self.runs < 2 or self.var <= 0.0:
+            return False
+        return self.ms_between / self.var > float(sps.f.ppf(1.0 - level, self.runs - 1, self.df))
+
+
+@dataclass(frozen=True, slots=True)
 class History:
     """The stored runs of a baseline (same test, same fingerprint), pooled on the log scale.
 
@@ -230,28 +281,18 @@ class History:
         """Pool ``runs`` (each a list of per-repeat values > 0). None when no run has 2 values (no spread).
 
         :param assumed_sd: the relative run-to-run sd to assume (:data:`ASSUMED_INSTANCE_SD`) with at most
-            :data:`_ASSUMED_UP_TO_RUNS` runs, or their own estimate when larger, taken as known (:attr:`assumed`):
+            :data:`ASSUMED_UP_TO_RUNS` runs, or their own estimate when larger, taken as known (:attr:`assumed`):
             their F-test has 1-2 degrees of freedom and misses a real run effect most of the time (an unchanged run
             then read REGRESSED up to 8% of the time, by seeded simulation; tests/test_sequential.py)."""
-        logs = [np.log(a) for a in (_finite(r) for r in runs) if a.size and bool(np.all(a > 0))]
-        n = sum(int(a.size) for a in logs)
-        df = n - len(logs)
-        if not logs or df < 1:
+        anova = RunEffect.of(runs)
+        if anova is None:
             return None
-        var = float(sum(float(((a - a.mean()) ** 2).sum()) for a in logs)) / df
-        means = np.array([float(a.mean()) for a in logs])
-        between = estimate = 0.0
-        k = len(logs)
-        if k >= 2:
-            # The runs' means spread more than their repeats explain (one-way ANOVA F-test, level _BETWEEN_LEVEL):
-            # a run effect, estimated by the method of moments; else none (pooling it in would only widen by noise).
-            n0 = (n - sum(int(a.size) ** 2 for a in logs) / n) / (k - 1)
-            ms_between = float(sum(a.size * (float(a.mean()) - float(np.concatenate(logs).mean())) ** 2
-                                   for a in logs)) / (k - 1)  # fmt: skip
-            estimate = max(0.0, (ms_between - var) / n0)
-            if var > 0 and ms_between / var > float(sps.f.ppf(1.0 - _BETWEEN_LEVEL, k - 1, df)):
-                between = estimate
-        if k <= _ASSUMED_UP_TO_RUNS and assumed_sd > 0.0:
+        var, df, k, n, estimate = anova.var, anova.df, anova.runs, anova.n, anova.between
+        means = anova.means
+        # The runs' means spread more than their repeats explain (one-way ANOVA F-test, level _BETWEEN_LEVEL): a run
+        # effect, estimated by the method of moments; else none (pooling it in would only widen by noise).
+        between = estimate if anova.significant(_BETWEEN_LEVEL) else 0.0
+        if k <= ASSUMED_UP_TO_RUNS and assumed_sd > 0.0:
             # 1-2 degrees of freedom neither find a run effect nor size it: the larger of the assumed one and the
             # estimate, taken as known (as estimated, with t at 1 df, 2 runs read CI 0.51-1.90 where 1 read
             # 0.91-1.10: a second stored run made a compare far less decidable, in a fresh-user trial).
@@ -447,14 +488,16 @@ def decide_shift(
     :param allowed: an absolute tolerance (``10%+5`` ms: the allowed worsening in the metric's unit at the baseline):
         decided on the difference of the means instead of the log ratio (a latency near 0 ms has no useful log
         scale); ``history`` is not used then. The estimate and interval are still shown as ratios to the baseline.
-    :param instance_sd: without ``history``, an assumed relative sd between server instances (0.07: 7 %), added
-        for the baseline's instance and today's (:data:`ASSUMED_INSTANCE_SD`); the two runs' repeats cannot show it.
+    :param instance_sd: without ``history`` (or with ``allowed``, which does not use it), the relative sd between
+        server instances (0.07: 7 %), added for the baseline's instance and today's (:data:`ASSUMED_INSTANCE_SD`, or
+        what the stored runs or ``calibrate`` measured); the two runs' repeats cannot show it. With ``allowed`` it is
+        taken at each run's mean, in the metric's unit.
     """
     b, c = _finite(baseline), _finite(current)
     n_c = int(c.size)
     conf = 1.0 - 2.0 * design.alpha_per_look
     if allowed is not None:
-        return _decide_difference(b, c, allowed, design, higher_is_better=higher_is_better)
+        return _decide_difference(b, c, allowed, design, higher_is_better=higher_is_better, instance_sd=instance_sd)
     if not b.size or not n_c or not _log_scale(np.concatenate([b, c])):
         return Decision("open", n_c, math.nan, None, None, conf, "no value")
     sign = -1.0 if higher_is_better else 1.0
@@ -482,10 +525,16 @@ def decide_shift(
 
 
 def _decide_difference(
-    b: np.ndarray, c: np.ndarray, allowed: float, design: Design, *, higher_is_better: bool
+    b: np.ndarray, c: np.ndarray, allowed: float, design: Design, *, higher_is_better: bool, instance_sd: float = 0.0
 ) -> Decision:
-    """:func:`decide_shift` on the linear scale: Welch's interval of mean(current) - mean(baseline) against
-    ``allowed`` (metric units), the same three outcomes."""
+    """:func:`decide_shift` on the linear scale: the two-sample interval of mean(current) - mean(baseline) against
+    ``allowed`` (metric units), the same three outcomes; ``instance_sd`` (relative) adds ``sd^2 (mean(baseline)^2 +
+    mean(current)^2)`` to its squared standard error, taken as known (each run is one server instance, its effect
+    relative to its own level, as on the log scale).
+
+    Why the run-to-run part here too: 8 unchanged H200 instances of one profile (SGLang 0.5.17, CUDA graphs) spread
+    13-15 % run to run in ITL p50/p95 and TPOT, as much as in tok/s; judged on the two runs' repeats alone, the
+    ``20%+0.1`` ms ITL p95 row read REGRESSED in 9 of their 56 ordered pairs."""
     n_c = int(c.size)
     conf = 1.0 - 2.0 * design.alpha_per_look
     if not b.size or not n_c:
@@ -508,6 +557,12 @@ def _decide_difference(
         assert var is not None
         se2, method = var * (1.0 / b.size + 1.0 / n_c), "t-test (one side's variance)"
         df = float((b.size if var_b is not None else n_c) - 1)
+    if instance_sd > 0.0 and base:
+        # Each run's instance effect at its own level (a relative spread): the baseline's and today's.
+        run_var = instance_sd**2 * (base**2 + float(c.mean()) ** 2)
+        df = _satterthwaite([(se2, df), (run_var, 1e9)])
+        se2 += run_var
+        method += f", run-to-run sd {instance_sd:.0%}"
     if se2 == 0.0:
         verdict = "worse" if sign * diff > allowed else "within"
         return Decision(verdict, n_c, ratio(diff), ratio(diff), ratio(diff), 1.0, "exact (identical repeats)")

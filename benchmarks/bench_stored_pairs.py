@@ -1,0 +1,99 @@
+"""False alarms on real recordings: every ordered pair of stored, unchanged runs compared as a night compares them.
+
+    python benchmarks/bench_stored_pairs.py RUN.json[.gz] RUN.json[.gz] ...      # 2 or more stored runs
+    python benchmarks/bench_stored_pairs.py --h200                              # the H200 nights in tests/data
+
+Each stored run is one server instance per profile (its measurement: the record with the most repeats). For each
+profile, every ordered pair (baseline, current) of runs is judged by ``compare.compare_results`` with one stored run
+as the baseline (no history), at the tolerances and design the current record was judged with in pytest
+(``compare.judged_tolerances``, ``compare.design_of``). The runs are of one unchanged config, so every REGRESSED is
+a false alarm. The table gives, per profile and row, the verdict counts over the pairs; ``--instance-sd`` replaces
+the assumed run-to-run sd of raw timing rows (``sequential.ASSUMED_INSTANCE_SD``) to show what it buys.
+
+The pairs share runs, so they are not independent: read the counts as what these recordings would have said, not
+as a rate with a binomial interval. Nothing is timed; it runs in seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pytest_specdec.judge import compare, sequential  # noqa: E402
+from pytest_specdec.measure.results import ResultRecord, read_run_file  # noqa: E402
+
+H200 = ROOT / "tests" / "data" / "sglang" / "0.5.17-graphs"
+#: The unchanged runs among the stored H200 nights (SGLang 0.5.17, CUDA graphs, the nightly profile; READMEs there):
+#: the changed ones (aux ids [0, 1, 2], CUDA_LAUNCH_BLOCKING=1) are left out, and so is night-4's eagle3 only.
+H200_RUNS = ["gate/gate-1", "gate/gate-2", "gate/gate-3", "nightly/night-1a", "nightly/night-1b", "nightly/night-2",
+             "halt/night-1c", "halt/night-2c"]  # fmt: skip
+
+
+def _read(path: Path, scratch: Path) -> dict[str, ResultRecord]:
+    """profile -> its measurement in the run file (the record with the most repeats)."""
+    if path.suffix == ".gz":
+        plain = scratch / path.name.removesuffix(".gz")
+        plain.write_bytes(gzip.decompress(path.read_bytes()))
+        path = plain
+    kept: dict[str, ResultRecord] = {}
+    for record in read_run_file(path).results:
+        old = kept.get(record.profile)
+        if old is None or len(record.values("output_tok_s")) > len(old.values("output_tok_s")):
+            kept[record.profile] = record
+    return kept
+
+
+def count(runs: list[dict[str, ResultRecord]]) -> dict[str, dict[str, Counter[str]]]:
+    """profile -> row metric -> verdict counts over every ordered pair of runs that both have the profile."""
+    out: dict[str, dict[str, Counter[str]]] = {}
+    for a, b in itertools.permutations(runs, 2):
+        for profile in sorted(set(a) & set(b)):
+            base, current = a[profile], b[profile]
+            rows = compare.compare_results(
+                base, current, compare.judged_tolerances(current), force=True, design=compare.design_of(current)
+            ).rows
+            for row in rows:
+                out.setdefault(profile, {}).setdefault(row.metric, Counter())[row.verdict] += 1
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="*", type=Path, help="stored run files (.json or .json.gz) of one config")
+    parser.add_argument("--h200", action="store_true", help="the unchanged H200 nights stored in tests/data")
+    parser.add_argument("--instance-sd", type=float, default=None, help="assumed run-to-run sd of raw timing rows")
+    parser.add_argument("--rows", default="output_tok_s,ttft_ms_p50,itl_ms_p50,itl_ms_p95,tpot_ms_p50",
+                        help="rows to show (comma separated; 'all' for every row)")  # fmt: skip
+    args = parser.parse_args(argv)
+    paths = [H200 / f"{name}.json.gz" for name in H200_RUNS] if args.h200 else list(args.runs)
+    if len(paths) < 2:
+        parser.error("give 2 or more stored runs (or --h200)")
+    if args.instance_sd is not None:
+        sequential.ASSUMED_INSTANCE_SD = args.instance_sd
+    with tempfile.TemporaryDirectory() as scratch:
+        runs = [_read(p, Path(scratch)) for p in paths]
+    counts = count(runs)
+    wanted = None if args.rows == "all" else set(args.rows.split(","))
+    print(f"{len(paths)} stored runs, assumed run-to-run sd {sequential.ASSUMED_INSTANCE_SD:.0%} raw "
+          f"({sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio); every REGRESSED is a false alarm")  # fmt: skip
+    print(f"{'profile':<10} {'row':<28} {'pairs':>5} {'REGRESSED':>9} {'undecided':>9} {'ok':>4} {'improved':>8}")
+    for profile, rows in counts.items():
+        for metric, verdicts in rows.items():
+            if wanted is not None and metric not in wanted:
+                continue
+            total = sum(verdicts.values())
+            print(f"{profile:<10} {metric:<28} {total:>5} {verdicts['REGRESSED']:>9} {verdicts['undecided']:>9} "
+                  f"{verdicts['ok']:>4} {verdicts['improved']:>8}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
