@@ -170,7 +170,7 @@ def test_a_slow_night_that_ended_undecided_is_not_the_next_baseline(pytester: py
     pytester.makefile(".yaml", specdec=_profiles(workload=one).replace(ENV, slow))
     undecided = _run(pytester, "--server-profile=baseline", "--specdec-compare")
     undecided.assert_outcomes(passed=1)  # warnings not counted: a busy machine adds its own
-    undecided.stdout.fnmatch_lines(["specdec: 1 verdict undecided at the budget (baseline: compare)*"])
+    undecided.stdout.fnmatch_lines(["specdec: 1 test undecided (1 profile: baseline on compare) at the budget: *"])
     pytester.makefile(".yaml", specdec=_profiles(workload=one).replace(ENV, fast))
     nightly = _run(pytester, "--server-profile=baseline", "--specdec-compare")
     nightly.assert_outcomes(passed=1)
@@ -220,6 +220,28 @@ def test_an_undecided_compare_warns_once_per_profile_a_head_and_a_line_per_open_
     # No line of the warnings summary is a run of rows: each open row is a line of its own.
     warnings = out.partition("warnings summary")[2].partition("-- Docs:")[0]
     assert max(map(len, warnings.splitlines())) < 300, warnings
+
+
+@pytest.mark.slow
+def test_pytest_and_the_compare_command_count_undecided_tests_alike(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A fresh-user trial: pytest said "1 verdict undecided" (per profile and check) and the command "2 undecided"
+    # (per test) of the same two tests of one profile. Both count tests now, and say of which profiles.
+    from pytest_specdec.cli.main import main
+
+    clean, undecided = _slow_night(pytester)
+    undecided.assert_outcomes(passed=2)
+    undecided.stdout.fnmatch_lines(["specdec: 2 tests undecided (1 profile: baseline on compare) at the budget: not "
+                                    "failed (--specdec-undecided=warn); each undecided line above says what would "
+                                    "decide it"])  # fmt: skip
+    results = pytester.path / ".specdec" / "results"
+    capsys.readouterr()
+    assert main(["compare", _run_id(clean), _run_id(undecided), "--results-dir", str(results)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "specdec compare: 2 tests compared, 0 regressed, 2 tests undecided (1 profile: baseline; 0 suspected: "
+        "estimate beyond the tolerance), 0 without baseline, 0 refused"
+    )
 
 
 def test_an_unknown_baseline_name_lists_the_saved_names(pytester: pytest.Pytester) -> None:

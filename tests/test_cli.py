@@ -36,7 +36,7 @@ def test_compare_decides_a_stored_throughput_loss_as_pytest_would(
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("output_tok_s "))
     assert "REGRESSED (x0.8" in row
-    assert "specdec compare: 1 compared, 1 regressed, 0 undecided" in out
+    assert "specdec compare: 1 test compared, 1 regressed, 0 undecided" in out
     assert main(["compare", str(base), str(base)]) == 0
     same = "note: BASE and CURRENT are the same run (base): each test is compared with itself"
     assert same in capsys.readouterr().out
@@ -50,7 +50,7 @@ def test_compare_exits_1_on_an_exact_regression(tmp_path: Path, capsys: pytest.C
     out = capsys.readouterr().out
     assert "REGRESSED (exact)" in out
     # tok/s against one stored run: undecided (the run-to-run spread is assumed), counted inside the regressed test.
-    assert "specdec compare: 1 compared, 1 regressed (1 undecided row in them), 0 undecided" in out
+    assert "specdec compare: 1 test compared, 1 regressed (1 undecided row in them), 0 undecided" in out
 
 
 def _profiles_run(root: Path, run_id: str, rows: list[tuple[str, bool, float]]) -> Path:
@@ -85,7 +85,8 @@ def test_compare_across_profiles_like_the_plugin(tmp_path: Path, capsys: pytest.
         assert "== t.py::test_x[eagle3-shifted-layers] (profile eagle3-shifted-layers, against test_x[eagle3])" in out
         assert "== t.py::test_x[baseline] (profile baseline)" in out  # no speculation: its own baseline
         # The baseline test's tok/s against one stored run is undecided (an assumed run-to-run spread).
-        summary = "specdec compare: 2 compared, 1 regressed (1 undecided row in them), 1 undecided"
+        summary = ("specdec compare: 2 tests compared, 1 regressed (1 undecided row in them), 1 test undecided (1 "
+                   "profile: baseline; 0 suspected: estimate beyond the tolerance), 0 without baseline, 0 refused")
         assert summary in out
 
 

@@ -214,8 +214,7 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         "== t.py::test_x[eagle3] (profile eagle3)",
     ]
     assert out[-1] == (
-        "specdec compare: 1 compared, 1 regressed, 0 undecided (0 suspected: estimate beyond the tolerance), "
-        "0 without baseline, 0 refused"
+        "specdec compare: 1 test compared, 1 regressed, 0 undecided, 0 without baseline, 0 refused"
     )
     # run ids and "latest" resolve in --results-dir; a 65 % tolerance passes
     assert main(["compare", "20260101", "latest", "--results-dir", str(tmp_path), "-t", "output_tok_s:65%"]) == 0
@@ -223,20 +222,21 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     # Too noisy to tell: undecided, exit 0; with --fail-on-suspected (the estimate is beyond 5 %) exit 1.
     noisy = _write(tmp_path / "noisy", "20260105T000000Z-eeeeee", rec(output_tok_s=[70.0, 110.0, 85.0]))
     assert main(["compare", str(base), str(noisy), "-t", "output_tok_s:5%"]) == 0
-    assert "1 undecided (1 suspected" in capsys.readouterr().out
+    assert "1 test undecided (1 profile: eagle3; 1 suspected: estimate beyond the tolerance)" in capsys.readouterr().out
     assert main(["compare", str(base), str(noisy), "-t", "output_tok_s:5%", "--fail-on-suspected"]) == 1
     exact = fingerprint(workload={**WORKLOAD, "temperature": 0.0})
     base = _write(tmp_path / "exact", "20260103T000000Z-cccccc", rec(fp=exact, accept_length=[2.6, 2.6, 2.6]))
     worse = _write(tmp_path / "exact", "20260104T000000Z-dddddd", rec(fp=exact, accept_length=[2.4, 2.4, 2.4]))
     assert main(["compare", str(base), str(worse)]) == 1  # exact: decided on the first repeat
-    assert "specdec compare: 1 compared, 1 regressed, 0 undecided" in capsys.readouterr().out
+    assert "specdec compare: 1 test compared, 1 regressed, 0 undecided" in capsys.readouterr().out
     # A regressed test's open rows are counted beside it, not among the undecided tests.
     worse_open = _write(tmp_path / "exact", "20260106T000000Z-ffffff",
                         rec(fp=exact, accept_length=[2.4, 2.4, 2.4], output_tok_s=[70.0, 110.0, 85.0]))  # fmt: skip
     base_open = _write(tmp_path / "exact", "20260107T000000Z-abcabc",
                        rec(fp=exact, accept_length=[2.6, 2.6, 2.6], output_tok_s=[100.0, 101.0, 99.0]))  # fmt: skip
     assert main(["compare", str(base_open), str(worse_open), "-t", "output_tok_s:5%"]) == 1
-    assert "specdec compare: 1 compared, 1 regressed (1 undecided row in them), 0 undecided" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "specdec compare: 1 test compared, 1 regressed (1 undecided row in them), 0 undecided" in out
 
 
 def test_cli_unusable_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

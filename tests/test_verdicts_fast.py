@@ -428,7 +428,7 @@ def test_a_sweep_point_of_one_repeat_leaves_a_statistical_floor_undecided_not_pa
         "* server-s; 2 or more repeats would test it[]]*",
         "*; min_tok_s undecided after 1 repeat (*); min_accept_rate passed after 1 repeat (*)",
         "eagle3@num_steps=1 * undecided (min_tok_s)  <- best",
-        "specdec: 1 verdict undecided at the budget (eagle3@num_steps=1: min_tok_s): not failed *",
+        "specdec: 1 test undecided (1 profile: eagle3@num_steps=1 on min_tok_s) at the budget: not failed *",
     ])  # fmt: skip
 
 

@@ -19,6 +19,7 @@ from pytest_specdec.judge.history import StoredHistory
 from pytest_specdec.judge.noise import read_noise
 from pytest_specdec.judge.verdict import undecided_block, undecided_reason
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
+from pytest_specdec.report.terminal import undecided_count
 
 __all__ = ["compare_command", "load_pair", "profile_mapper"]
 
@@ -241,14 +242,18 @@ def compare_command(
     undecided = [c.test_id for c in result.comparisons if c.undecided and not c.failed]
     suspected = [c.test_id for c in result.comparisons if c.suspected and not c.failed]
     print("", file=out)
-    # Counted per test; a regressed test's open rows are said beside it (a fresh user read "0 undecided" above
-    # tables that each had 3 undecided rows).
+    # Counted in tests, as pytest's summary counts them (report.terminal.undecided_count: a fresh-user trial read
+    # "1 verdict undecided" from pytest and "2 undecided" here on the same two tests of one profile); a regressed
+    # test's open rows are said beside it (a fresh user read "0 undecided" above tables that each had 3 undecided rows).
+    n = len(result.comparisons)
     open_rows = sum(len(c.undecided) for c in result.comparisons if c.failed)
     in_regressed = f" ({open_rows} undecided row{'s' if open_rows != 1 else ''} in them)" if open_rows else ""
+    profiles = list(dict.fromkeys(c.profile for c in result.comparisons if c.undecided and not c.failed))
+    still_open = (undecided_count(len(undecided), profiles, f"{len(suspected)} suspected: estimate beyond the "
+                                  "tolerance") if undecided else "0 undecided")  # fmt: skip
     print(
-        f"specdec compare: {len(result.comparisons)} compared, {len(regressed)} regressed{in_regressed}, "
-        f"{len(undecided)} undecided ({len(suspected)} suspected: estimate beyond the tolerance), "
-        f"{len(result.missing)} without baseline, {len(result.refused)} refused",
+        f"specdec compare: {n} test{'s' if n != 1 else ''} compared, {len(regressed)} regressed{in_regressed}, "
+        f"{still_open}, {len(result.missing)} without baseline, {len(result.refused)} refused",
         file=out,
     )
     if fail_on_suspected and suspected:

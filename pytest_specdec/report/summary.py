@@ -467,11 +467,14 @@ def fail_lines(red: Sequence[str]) -> list[Line]:
 
 
 def undecided_lines(records: Iterable[results.ResultRecord], policy: str) -> list[Line]:
-    """One line counting the verdicts that stayed undecided at their budget, for the very end of the summary (right
-    above pytest's final line, as :func:`fail_lines`): an undecided verdict is not "ok", whatever the policy made
-    of the test. Counted once per profile and check (every test of a profile shares one verdict, ``Outcomes.once``).
+    """One line counting the tests with a verdict that stayed undecided at its budget, for the very end of the summary
+    (right above pytest's final line, as :func:`fail_lines`): an undecided verdict is not "ok", whatever the policy
+    made of the test. Counted in tests, as pytest counts outcomes and as the ``compare`` command counts its
+    undecided tests (``terminal.undecided_count``), then the profiles and the verdicts open in each (every test of a
+    profile shares its verdicts, ``Outcomes.once``; a fresh-user trial read "1 verdict undecided" here and "2
+    undecided" from the command on the same two tests).
 
-    Example: ``specdec: 2 verdicts undecided at their budget (eagle3: min_speedup, compare): not failed
+    Example: ``specdec: 2 tests undecided (1 profile: eagle3 on min_speedup, compare) at the budget: not failed
     (--specdec-undecided=warn); each undecided line above says what would decide it``. (Not always more repeats: a
     baseline known too loosely needs more stored runs; seen on an H200 night whose one line said "more repeats would
     decide them" below a warning that said they would not.)
@@ -479,21 +482,20 @@ def undecided_lines(records: Iterable[results.ResultRecord], policy: str) -> lis
     :param records: the run's records (``ResultRecord.cost["verdicts"]``).
     :param policy: ``RunSettings.undecided``.
     """
-    found: dict[tuple[str, str], None] = {}
+    tests: dict[str, None] = {}
+    by_profile: dict[str, dict[str, None]] = {}
     for record in records:
         for key, cost in ((record.cost or {}).get("verdicts") or {}).items():
             if isinstance(cost, Mapping) and cost.get("verdict") == "undecided":
-                found[(record.profile, str(key))] = None
-    if not found:
+                tests[record.test_id] = None
+                by_profile.setdefault(record.profile, {})[str(key)] = None
+    if not tests:
         return []
-    by_profile: dict[str, list[str]] = {}
-    for profile, key in found:
-        by_profile.setdefault(profile, []).append(key)
-    names = "; ".join(f"{p}: {', '.join(keys)}" for p, keys in by_profile.items())
-    n = len(found)
+    named = [f"{p} on {', '.join(keys)}" for p, keys in by_profile.items()]
     what = "failed" if policy == "fail" else "not failed"
     text = (
-        f"specdec: {n} verdict{'s' if n != 1 else ''} undecided at the budget ({names}): {what} "
+        f"specdec: {report.undecided_count(len(tests), named)} at the budget: {what} "
         f"(--specdec-undecided={policy}); each undecided line above says what would decide it"
     )
     return [Line(text, {"red" if policy == "fail" else "yellow": True, "bold": True})]
+

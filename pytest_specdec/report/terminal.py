@@ -23,6 +23,7 @@ __all__ = [
     "position_lines",
     "serving_lines",
     "summary_lines",
+    "undecided_count",
 ]
 
 #: (RunMetrics field, header, format) of the summary table, in order.
@@ -292,3 +293,19 @@ def position_lines(rows: Iterable[tuple[str, str, dict[str, Any], str]]) -> list
     columns = [Column("test"), Column("profile"), *positions, Column("source")]
     grid = [[test, profile, *cells, *([""] * (n - len(cells))), source] for test, profile, cells, source in table]
     return text_table(columns, grid)
+
+
+def undecided_count(tests: int, profiles: Sequence[str], also: str = "") -> str:
+    """How pytest's summary and the ``compare`` command count undecided verdicts: in tests (as pytest counts passed
+    and failed; every test of a profile reads one measurement, so its tests share the profile's verdicts), then the
+    profiles they belong to, each as the caller names it.
+
+    Example: ``undecided_count(2, ["eagle3 on compare"])`` -> ``2 tests undecided (1 profile: eagle3 on compare)``.
+
+    :param tests: the tests with a verdict undecided at its budget.
+    :param profiles: one entry per profile of those tests (a name, or a name and its open verdicts).
+    :param also: said after the profiles, inside the parentheses (``1 suspected: ...``).
+    """
+    k = len(profiles)
+    inside = "; ".join([f"{k} profile{'s' if k != 1 else ''}: {', '.join(profiles)}", *filter(None, [also])])
+    return f"{tests} test{'s' if tests != 1 else ''} undecided ({inside})"
