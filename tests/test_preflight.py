@@ -371,6 +371,24 @@ def test_cli_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert capsys.readouterr().err.splitlines()[-1] == "preflight: 3 errors, 0 warnings, 0 notes"
 
 
+def test_cli_check_prints_the_ok_line_of_a_profile_with_a_note_and_the_note_below_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A fresh-user trial: a profile whose only finding was a note got no "ok" line, as if it had failed.
+    path = write_profile_file(tmp_path, "num_steps: 3, eagle_topk: 1, num_draft_tokens: 4")
+    path.write_text(path.read_text() + "  remote:\n    url: http://127.0.0.1:30000\n    model_path: /no/such/model\n")
+    assert main(["check", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [
+        "profile e3: ok",
+        "profile remote: ok",
+        f"  note: {path}:8: profiles.remote.model_path: the server at http://127.0.0.1:30000 is not launched here and "
+        "its target is not on this machine, so the file checks were skipped (got '/no/such/model'); fix: point "
+        "model_path to a local copy to have it checked",
+    ]
+    assert err == ""
+
+
 def test_cli_bad_profile_file_and_unknown_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("profiles:\n  a: {speculative: {algorithm: EAGLE3, num_steps: two}}\n")

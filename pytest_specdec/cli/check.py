@@ -15,11 +15,20 @@ __all__ = ["check_command"]
 
 
 def check_command(args: argparse.Namespace) -> int:
-    """``check PROFILE_FILE [--profile NAME] [--strict]``: one line per finding on stderr, the profiles without
-    findings on stdout; returns ``EXIT_FINDINGS`` on errors (warnings too with ``--strict``), ``EXIT_BAD_PROFILE`` on
-    a file that cannot be loaded or an unknown profile, else ``EXIT_OK``."""
-    # Every diagnostic goes to stderr in one shape, ``SEVERITY: FILE:LINE: profiles.NAME.KEY: ...``; stdout only
-    # says which profiles are fine. Exit codes: EXIT_OK, EXIT_FINDINGS, EXIT_BAD_PROFILE (README "Profiles").
+    """``check PROFILE_FILE [--profile NAME] [--strict]``: ``profile NAME: ok`` on stdout for each profile without
+    errors or warnings, its notes indented below it; every other finding one line on stderr, then a count line.
+    Returns ``EXIT_FINDINGS`` on errors (warnings too with ``--strict``), ``EXIT_BAD_PROFILE`` on a file that cannot
+    be loaded or an unknown profile, else ``EXIT_OK``.
+
+    Example (a ``url:`` profile whose model is not on this machine: a note, not a problem)::
+
+        profile remote: ok
+          note: specdec.yaml:4: profiles.remote.model_path: the server at http://... is not launched here ...
+    """
+    # Every error and warning goes to stderr in one shape, ``SEVERITY: FILE:LINE: profiles.NAME.KEY: ...``; stdout
+    # says which profiles are fine, with what a note says of them (a fresh-user trial read no ok line for a profile
+    # whose only finding was a note, as if it had failed). Exit codes: EXIT_OK, EXIT_FINDINGS, EXIT_BAD_PROFILE
+    # (README "Profiles").
     try:
         profiles = load_profiles(args.profile_file)
     except ProfileError as exc:
@@ -41,9 +50,12 @@ def check_command(args: argparse.Namespace) -> int:
         except ProfileError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_BAD_PROFILE
-        findings += found
-        if not found:
-            print(f"profile {name}: ok")
+        if any(f.severity != "note" for f in found):
+            findings += found  # its notes stay beside its problems, on stderr
+            continue
+        print(f"profile {name}: ok")
+        for note in found:
+            print(f"  {note}")
     for line in format_findings(findings):
         print(line, file=sys.stderr)
     failing = {"error", "warning"} if args.strict else {"error"}
