@@ -67,7 +67,7 @@ def phases(monkeypatch: pytest.MonkeyPatch) -> _Phases:
     )
     monkeypatch.setattr(results, "build_fingerprint", lambda server, prompt_hash: {"prompt_hash": prompt_hash})
     reference = _server("baseline")
-    monkeypatch.setattr(pairing.ReferenceServers, "get", lambda self, profile: reference)
+    monkeypatch.setattr(pairing.ReferenceServers, "get", lambda self, profile, on_launch=None: reference)
     return fake
 
 
@@ -79,6 +79,31 @@ def _store(repeats: int = 2) -> MeasurementStore:
         profiles={"baseline": _server("baseline").profile},
         lock=_no_lock,
     )
+
+
+def test_a_reference_server_start_cut_short_by_ctrl_c_is_named_with_the_stopped_servers(
+    phases: _Phases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fresh-user trial: Ctrl-C while min_speedup's reference server started; the interrupted run named only the
+    # target's server. start_server stops the one it launched before re-raising; the store names it.
+    def interrupted(self: Any, profile: Any, on_launch: Any = None) -> Any:
+        on_launch(SimpleNamespace(name=profile.name, pid=4242))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pairing.ReferenceServers, "get", interrupted)
+    store = _store()
+    server = _server("eagle3")
+    store.attach(server)
+    with pytest.raises(KeyboardInterrupt):
+        store.measure_once(server, "baseline")
+    assert store.stopped == ["baseline (pid 4242, interrupted while starting)"]
+    # A start that failed otherwise (its error is reported as such) or launched nothing is not named here.
+    for raised, launch in ((ServerError("no"), True), (KeyboardInterrupt(), False)):
+        with pytest.raises(type(raised)), store.launching() as on_launch:
+            if launch:
+                on_launch(SimpleNamespace(name="eagle3", pid=1))
+            raise raised
+    assert store.stopped == ["baseline (pid 4242, interrupted while starting)"]
 
 
 def test_more_adds_one_repeat_and_its_server_seconds(phases: _Phases) -> None:

@@ -22,11 +22,14 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.core.metric_table import PAIRED_FIELDS
 from pytest_specdec.measure import runner
 from pytest_specdec.profiles.schema import Profile
+
+if TYPE_CHECKING:
+    from pytest_specdec.serve.server import ServerHandle
 
 __all__ = [
     "PAIRED_FIELDS",
@@ -202,9 +205,10 @@ class ReferenceServers:
         self.startup_timeout_s = startup_timeout_s
         self.servers: dict[str, runner.RunningServer] = {}
 
-    def get(self, profile: Profile) -> runner.RunningServer:
+    def get(self, profile: Profile, *, on_launch: Callable[[ServerHandle], None] | None = None) -> runner.RunningServer:
         """The running reference server of ``profile``, started when absent or dead.
 
+        :param on_launch: given to ``start_server`` when it starts one (``MeasurementStore.launching``).
         :raises ServerStartError: it did not start.
         """
         server = self.servers.get(profile.name)
@@ -217,15 +221,18 @@ class ReferenceServers:
                 log_dir=self.log_dir,
                 startup_timeout_s=self.startup_timeout_s,
                 log_name=f"{profile.name}.paired",
+                on_launch=on_launch,
             )
             self.servers[profile.name] = server
         return server
 
-    def start_once(self, profile: Profile) -> runner.RunningServer:
-        """A fresh server of ``profile`` that is not kept (bracketed pairing stops it after its phases)."""
-        return runner.start_server(
-            profile, log_dir=self.log_dir, startup_timeout_s=self.startup_timeout_s, log_name=f"{profile.name}.paired"
-        )
+    def start_once(
+        self, profile: Profile, *, on_launch: Callable[[ServerHandle], None] | None = None
+    ) -> runner.RunningServer:
+        """A fresh server of ``profile`` that is not kept (bracketed pairing stops it after its phases);
+        ``on_launch`` as :meth:`get`'s."""
+        return runner.start_server(profile, log_dir=self.log_dir, startup_timeout_s=self.startup_timeout_s,
+                                   log_name=f"{profile.name}.paired", on_launch=on_launch)  # fmt: skip
 
     def stop(self, name: str | None = None) -> None:
         """Stop the server of ``name`` (all when None)."""

@@ -13,8 +13,9 @@ a namer of the per-profile file through which the first worker to measure a prof
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pytest_specdec.measure import pairing, runner
     from pytest_specdec.profiles.schema import Profile
+    from pytest_specdec.serve.server import ServerHandle
 
 __all__ = ["Lock", "MeasurementStore"]
 
@@ -72,7 +74,8 @@ class MeasurementStore:
         self._servers: dict[str, runner.RunningServer] = {}
         #: profile -> its confirming measurement (None: it could not be measured again).
         self._reference_servers: pairing.ReferenceServers | None = None
-        #: Servers this process launched and stopped ("eagle3 (pid 123)"), named after an interrupted run.
+        #: Servers this process launched and stopped ("eagle3 (pid 123)"; a start that Ctrl-C cut short: "eagle3 (pid
+        #: 123, interrupted while starting)", :meth:`launching`), named after an interrupted run.
         self.stopped: list[str] = []
 
     # -- reading (MeasureHandle) --
@@ -213,18 +216,26 @@ class MeasurementStore:
             self._reference_servers = pairing.ReferenceServers(self._log_dir, startup_timeout_s=self._startup_timeout_s)
         refs = self._reference_servers
         if pairing.pairing_mode(profile) == "interleaved":
-            return pairing.measure_interleaved(server, refs.get(reference), pairs, offset=offset)
+            with self.launching() as on_launch:
+                ref_server = refs.get(reference, on_launch=on_launch)
+            return pairing.measure_interleaved(server, ref_server, pairs, offset=offset)
         if shared or server.process is None:
             raise ValueError(
                 "bracketed pairing restarts this profile's server, which is shared with other xdist workers or "
                 "given by URL; run without -n, or set pairing: interleaved in the profile if both servers fit"
             )
         timeout = self._startup_timeout_s
+
+        def start_reference() -> runner.RunningServer:
+            with self.launching() as on_launch:
+                return refs.start_once(reference, on_launch=on_launch)
+
+        def restart_target() -> None:
+            with self.launching() as on_launch:
+                server.restart(startup_timeout_s=timeout, on_launch=on_launch)
+
         return pairing.measure_bracketed(
-            server,
-            pairs,
-            start_reference=lambda: refs.start_once(reference),
-            restart_target=lambda: server.restart(startup_timeout_s=timeout),
+            server, pairs, start_reference=start_reference, restart_target=restart_target
         )
 
     def _load_shared(self, path: Path) -> None:
@@ -287,6 +298,20 @@ class MeasurementStore:
         return True
 
     # -- servers --
+
+    @contextlib.contextmanager
+    def launching(self) -> Iterator[Callable[[ServerHandle], None]]:
+        """Around a server start (``startup.start_server``): yields the ``on_launch`` to give it. When Ctrl-C cuts
+        the start short after the launch (the start stops the server before re-raising), the server is named in
+        :attr:`stopped` as ``eagle3 (pid 123, interrupted while starting)``: a fresh-user trial's interrupted run
+        named only the server already up, not the one it had just stopped mid-start.
+        """
+        launched: list[ServerHandle] = []
+        try:
+            yield launched.append
+        except KeyboardInterrupt:
+            self.stopped.extend(f"{p.name} (pid {p.pid}, interrupted while starting)" for p in launched)
+            raise
 
     def stop_reference_servers(self) -> None:
         """Stop the reference servers of paired arms (after the profile's last test)."""

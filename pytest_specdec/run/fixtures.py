@@ -90,13 +90,20 @@ def serve(
     def start(on_launch: Callable[[Any], None] | None = None) -> runner.RunningServer:
         progress = StartupProgress(config, profile.name)
         try:
-            return runner.start_server(
-                profile,
-                log_dir=log_dir,
-                startup_timeout_s=startup_timeout_s,
-                on_progress=progress,
-                on_launch=on_launch,
-            )
+            with store.launching() as noted:
+
+                def launched(process: Any) -> None:
+                    noted(process)  # first: named if Ctrl-C comes during the sharing's on_launch
+                    if on_launch is not None:
+                        on_launch(process)
+
+                return runner.start_server(
+                    profile,
+                    log_dir=log_dir,
+                    startup_timeout_s=startup_timeout_s,
+                    on_progress=progress,
+                    on_launch=launched,
+                )
         finally:
             progress.done()
 

@@ -67,16 +67,20 @@ class RunningServer:
         if self.process is not None and self.stop_report is None:
             self.stop_report = self.process.stop()
 
-    def restart(self, *, startup_timeout_s: float | None = None) -> None:
+    def restart(
+        self, *, startup_timeout_s: float | None = None, on_launch: Callable[[ServerHandle], None] | None = None
+    ) -> None:
         """Stop (if running) and start the same profile again, updating this object in place, so that holders of
         it (a fixture's tests) use the new process. Used by bracketed pairing (``pairing.measure_bracketed``).
 
+        :param on_launch: given to :func:`start_server`.
         :raises ServerStartError: the new server did not start; ``ValueError``: a server given by URL.
         """
         if self.process is None or self.log_path is None:
             raise ValueError(f"server {self.base_url} (profile {self.profile.name!r}) was not started by us")
         self.stop()
-        new = start_server(self.profile, log_dir=self.log_path.parent, startup_timeout_s=startup_timeout_s)
+        new = start_server(self.profile, log_dir=self.log_path.parent, startup_timeout_s=startup_timeout_s,
+                           on_launch=on_launch)  # fmt: skip
         for f in dataclasses.fields(self):
             setattr(self, f.name, getattr(new, f.name))
 
