@@ -28,6 +28,8 @@
 #             unchanged profile with g-base (must pass), gate-4 compares the same profile with CUDA_LAUNCH_BLOCKING=1
 #             in its env (a real env of about -20% tok/s on graphs, accept length unchanged: must fail on tok/s).
 #             gate-N.tar.gz, gate-N.console.txt.
+#   calibrate (2026-12-05) PROFILE: `python -m pytest_specdec calibrate` on the nightly profile, CAL_RUNS server
+#             starts (default 4): the run-to-run sd on one machine, by the shipped command. calibrate-PROFILE.txt.
 #   trace     (2026-12-04) the nightly profiles with `trace:` on both and eagle3 paired with baseline (min_speedup):
 #             the cycle-cost line with the split SGLang's own profiler spans timed. trace.tar.gz (traces, pytest.txt).
 # NPARTS (default 5): the bundle's parts, each staged by its stage.sh before this command; the last carries sgenv.sh.
@@ -141,6 +143,18 @@ PY
     $G/gate-$n.console.txt | cut -c1-260
   cp $G/gate-$n.console.txt "$OUT/"; tar czf "$OUT/gate-$n.tar.gz" -C $G gate-$n 2>/dev/null
 }
+
+calibrate() {  # PROFILE (2026-12-05): the shipped `calibrate` command on the nightly profile, CAL_RUNS (default 4)
+  # server starts of it: the within-run and run-to-run sd a compare takes before 4 stored runs measure their own
+  # (eagle3 has no min_speedup there: unpaired). calibrate-PROFILE.txt, PROFILE.json (the noise file), its logs.
+  local p=$1 C=/tmp/cal; night_setup; mkdir -p $C
+  timeout $(( $(left) - 15 )) $PY -m pytest_specdec calibrate $ST/profiles.yaml --profile "$p" --runs "${CAL_RUNS:-4}" \
+    --noise-out $C/"$p".json --log-dir $C/logs > $C/calibrate-"$p".txt 2>&1
+  echo "calibrate exit $?"; cut -c1-260 $C/calibrate-"$p".txt
+  cp $C/calibrate-"$p".txt "$OUT/"; cp $C/"$p".json "$OUT/" 2>/dev/null; tar czf "$OUT/calibrate-$p-logs.tar.gz" -C $C logs
+}
+
+noop() { :; }  # TASKS=noop:-:1: install the bundle and stop (the next command gets the whole LIMIT)
 
 night() {  # N: one night (nightly_night.sh), its console kept in /tmp/nightly/night-N.console.txt
   local n=$1; night_setup

@@ -91,9 +91,8 @@ def calibrate_command(args: argparse.Namespace) -> int:
         run = noise.run_to_run.get(key)
         print(f"#   {key}: sd {sigma * 100:.2f}% within a run" + (f", {run * 100:.2f}% run to run" if run is not None
                                                                    else ""))  # fmt: skip
-    if len(records) <= 3:
-        print(f"# run to run from {len(records)} server starts is a rough estimate: the compare takes the larger of it "
-              "and its assumed one (7% raw, 2% ratio); 4 or more starts are taken as measured")
+    print("# a compare takes each run-to-run sd where it is larger than its assumed one (7% raw or the row's "
+          "within-run sd, 2% ratio): a few server starts size it poorly")
     vs = paired_arm(records)
     print(f"# proposed from {len(records)} measurement(s); paste into pytest's ini (or a profile's tolerances:)")
     if vs:

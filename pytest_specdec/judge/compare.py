@@ -341,12 +341,9 @@ def compare_results(
         kinds = sorted(taken.items(), key=lambda kv: kv[0] != "raw")
         sds = ", ".join(f"{_percent_range(values)} {kind}" for kind, values in kinds)
         starts = judging.calibrated_run_to_run()
-        if starts:
-            source = (f"measured by calibrate over {starts} server starts"
-                      + ("" if starts > sequential.ASSUMED_UP_TO_RUNS else ", or the assumed one where larger"))
-        else:
-            source = (f"assumed: {sequential.ASSUMED_INSTANCE_SD:.0%} raw or the row's within-run sd where larger, "
-                      f"{sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio; `calibrate` measures it")
+        source = (f"assumed: {sequential.ASSUMED_INSTANCE_SD:.0%} raw or the row's within-run sd where larger, "
+                  f"{sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio")
+        source += f", or calibrate's over {starts} server starts where larger" if starts else ""
         notes.append(
             f"run-to-run: too few stored runs to measure how server instances differ; timing rows take a run-to-run "
             f"sd of {sds} ({source}; 2-3 stored runs' own estimate where larger) until 4 or more unchanged runs of "
@@ -508,23 +505,21 @@ class _Judging:
 
     def assumed_sd(self, key: str, runs: Sequence[Sequence[float]] = ()) -> float:
         """The run-to-run sd a row takes for each server instance while its stored runs cannot measure one (fewer
-        than 4): what ``calibrate`` measured over 4 or more server starts; with fewer, the larger of that and the
-        default; without a calibration, the default: :func:`assumed_instance_sd` (0 for accept rows), for a raw
-        timing row at least the within-run sd of one repeat in ``runs`` (the baseline's and today's values).
+        than 4): :func:`assumed_instance_sd` (0 for accept rows), for a raw timing row at least the within-run sd of
+        one repeat in ``runs`` (the baseline's and today's values), or what ``calibrate`` measured where larger.
 
         Why the within-run floor: in every recording the run-to-run sd of raw tok/s was 0.3-1.5x the within-run sd
         (reference server 0.023 / 0.031 and 0.07 / 0.10; H200 with CUDA graphs 0.05-0.11 / 0.15 and 0.14 / 0.12 over
         8 instances), and a runner whose repeats spread 12 % is not one whose instances agree to 7 %: on those 8
         H200 instances the 7 % alone read REGRESSED in 7 of 56 unchanged pairs (``benchmarks/bench_stored_pairs.py``).
-        Not for a ratio row: pairing cancels what instances share (run to run 0-2 % beside 5-20 % within)."""
+        Not for a ratio row: pairing cancels what instances share (run to run 0-2 % beside 5-20 % within).
+        Why calibrate's only where larger: a few starts size the spread poorly; on one H100, 4 starts of one SGLang
+        config read 3.3 % run to run and the next 6 starts 14.8 % (docs/measurements/verdicts.md)."""
         default = assumed_instance_sd(key)
-        measured = getattr(self.noise, "run_to_run", {}).get(self._noise_key(key))
-        if measured is None and default and " / " not in key and runs:
+        if default and " / " not in key and runs:
             default = max(default, math.expm1(stats.pooled_sd(*runs, log=True)))
-        if measured is None or default == 0.0:
-            return default
-        starts = int(getattr(self.noise, "runs", 0))
-        return float(measured) if starts > sequential.ASSUMED_UP_TO_RUNS else max(default, float(measured))
+        measured = getattr(self.noise, "run_to_run", {}).get(self._noise_key(key))
+        return max(default, float(measured)) if measured is not None and default else default
 
     def pooled(self, key: str, b_vals: Sequence[float]) -> sequential.History | None:
         """The baseline's :class:`~sequential.History` for a row: its stored runs' values of ``key`` (``field`` or

@@ -70,6 +70,7 @@ __all__ = [
     "decide_floor",
     "decide_shift",
     "detail",
+    "difference_decidable",
     "repeats_needed",
     "shift_repeats_needed",
 ]
@@ -573,6 +574,32 @@ def _decide_difference(
         verdict, n_c, ratio(diff), ratio(diff - half), ratio(diff + half), conf,
         f"{method} on the difference, {design.looks} looks",
     )  # fmt: skip
+
+
+def difference_decidable(
+    baseline: Sequence[float | None],
+    current: Sequence[float | None],
+    allowed: float,
+    design: Design,
+    *,
+    higher_is_better: bool,
+    instance_sd: float,
+) -> bool:
+    """Whether more of today's repeats could decide a row with an absolute tolerance (:func:`decide_shift` with
+    ``allowed``): its run-to-run part (``instance_sd`` at each run's mean, known) does not shrink with repeats, so
+    it alone must come under the gap (to ``allowed`` when the difference is inside it, to no change beyond).
+
+    Example: ITL 1.00 -> 1.25 ms at ``allowed`` 0.21 ms, 7 % run to run, ``Design(3, 16)``: the run-to-run part's
+    half-width 2.33 x 0.07 x 1.60 = 0.26 ms exceeds the 0.25 ms gap: False. True without ``instance_sd``.
+    """
+    b, c = _finite(baseline), _finite(current)
+    if instance_sd <= 0.0 or not b.size or not c.size:
+        return True
+    base, cur = float(b.mean()), float(c.mean())
+    worse = (-1.0 if higher_is_better else 1.0) * (cur - base)
+    gap = allowed - worse if worse < allowed else worse
+    floor = _t_quantile(1.0 - design.alpha_per_look, 1e9) * instance_sd * math.sqrt(base**2 + cur**2)
+    return floor < gap
 
 
 def _look_alpha(design: Design, total: int) -> float:

@@ -930,8 +930,24 @@ def _worth_measuring(
     history: Sequence[results.ResultRecord],
 ) -> bool:
     """Whether more repeats may decide an undecided row: some number would (not when the baseline's own spread keeps
-    the interval across the tolerance; an absolute tolerance has no estimate: measured on until the budget)."""
-    return bool(row.tolerance.abs) or _repeats_needed(base, current, row, design, history) is not None
+    the interval across the tolerance; an absolute tolerance has no estimate of how many: measured on until the
+    budget, unless its run-to-run part alone keeps it open)."""
+    if row.tolerance.abs:
+        return _difference_decidable(base, current, row, design)
+    return _repeats_needed(base, current, row, design, history) is not None
+
+
+def _difference_decidable(
+    base: results.ResultRecord, current: results.ResultRecord, row: compare.CompareRow, design: sequential.Design
+) -> bool:
+    """``sequential.difference_decidable`` for a row with an absolute tolerance, at the design it was judged with."""
+    if row.baseline is None:
+        return False
+    return sequential.difference_decidable(
+        compare.row_values(base, row.metric), compare.row_values(current, row.metric),
+        row.tolerance.allowed(row.baseline), row.design or design, higher_is_better=row.higher_is_better,
+        instance_sd=row.instance_sd,
+    )  # fmt: skip
 
 
 def undecided_reason(
@@ -952,7 +968,11 @@ def undecided_reason(
     needed = _ask(sequential.shift_repeats_needed, data, row, design) if data is not None else None
     text = f"{shown} holds the tolerance {row.tolerance}"
     if row.tolerance.abs:
-        return text + " (more repeats would narrow it: raise workload.max_repeats)"
+        if _difference_decidable(base, current, row, design):
+            return text + " (more repeats would narrow it: raise workload.max_repeats)"
+        return (f"{text} (more repeats would not decide it: today's run is one more server instance, and instances "
+                f"are taken to spread {row.instance_sd * 100:.2g}% run to run; 4 or more stored unchanged runs (or "
+                "calibrate) measure how they spread, else a wider tolerance decides it)")  # fmt: skip
     if needed is None:
         return f"{text} (more repeats would not decide it: {_not_decidable_today(data, row, design)})"
     return text + f"; about {needed} repeats in all would decide it (raise workload.max_repeats or max_server_s)"
