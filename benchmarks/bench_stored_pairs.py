@@ -51,6 +51,12 @@ def _read(path: Path, scratch: Path) -> dict[str, ResultRecord]:
     return kept
 
 
+def read_h200() -> list[dict[str, ResultRecord]]:
+    """The unchanged H200 runs of :data:`H200_RUNS`, each as profile -> its measurement."""
+    with tempfile.TemporaryDirectory() as scratch:
+        return [_read(H200 / f"{name}.json.gz", Path(scratch)) for name in H200_RUNS]
+
+
 def count(runs: list[dict[str, ResultRecord]]) -> dict[str, dict[str, Counter[str]]]:
     """profile -> row metric -> verdict counts over every ordered pair of runs that both have the profile."""
     out: dict[str, dict[str, Counter[str]]] = {}
@@ -78,8 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give 2 or more stored runs (or --h200)")
     if args.instance_sd is not None:
         sequential.ASSUMED_INSTANCE_SD = args.instance_sd
-    with tempfile.TemporaryDirectory() as scratch:
-        runs = [_read(p, Path(scratch)) for p in paths]
+    if args.h200:
+        runs = read_h200()
+    else:
+        with tempfile.TemporaryDirectory() as scratch:
+            runs = [_read(p, Path(scratch)) for p in paths]
     counts = count(runs)
     wanted = None if args.rows == "all" else set(args.rows.split(","))
     print(f"{len(paths)} stored runs, assumed run-to-run sd {sequential.ASSUMED_INSTANCE_SD:.0%} raw "
