@@ -677,3 +677,15 @@ def test_an_absolute_row_that_the_run_to_run_spread_keeps_open_says_no_repeats_w
     row = compare_results(*two, tol, design=design).rows[0]
     assert row.verdict == "undecided"
     assert "more repeats would narrow it" in verdict.undecided_reason(*two, row, design, ())
+
+
+def test_a_calibrated_within_run_sd_is_the_floor_not_the_baselines_own_few_repeats() -> None:
+    # Fresh-user trial: calibrate measured 3.8% within a run and 1.3% run to run; the baseline's 3 repeats happened
+    # to spread ~13%, and the row took that as its run-to-run sd (12%) where its category row, on the same values
+    # without the noise file, took 7%: one table, two verdicts. The calibrated sd is the within-run floor.
+    from pytest_specdec.judge.noise import CalibratedNoise
+
+    base, cur = rec(output_tok_s=[100.0, 115.0, 88.0]), rec(output_tok_s=[99.0, 100.0, 101.0])
+    noise = CalibratedNoise({"output_tok_s": 0.038}, {"output_tok_s": 0.013}, runs=4)
+    row = compare_results(base, cur, parse_tolerances("output_tok_s:5%"), noise=noise).rows[0]
+    assert row.instance_sd == pytest.approx(0.07)

@@ -503,10 +503,11 @@ class _Judging:
         vs = (self.history[0].paired or {}).get("vs") if self.history else None
         return f"{fname}/{vs}" if sep else fname
 
-    def assumed_sd(self, key: str, runs: Sequence[Sequence[float]] = ()) -> float:
+    def assumed_sd(self, key: str, within: float = 0.0) -> float:
         """The run-to-run sd a row takes for each server instance while its stored runs cannot measure one (fewer
-        than 4): :func:`assumed_instance_sd` (0 for accept rows), for a raw timing row at least the within-run sd of
-        one repeat in ``runs`` (the baseline's and today's values), or what ``calibrate`` measured where larger.
+        than 4): :func:`assumed_instance_sd` (0 for accept rows), for a raw timing row at least ``within`` (the
+        relative sd of one repeat within a run: the stored runs' and today's pooled, or calibrate's), or what
+        ``calibrate`` measured where larger.
 
         Why the within-run floor: in every recording the run-to-run sd of raw tok/s was 0.3-1.5x the within-run sd
         (reference server 0.023 / 0.031 and 0.07 / 0.10; H200 with CUDA graphs 0.05-0.11 / 0.15 and 0.14 / 0.12 over
@@ -516,8 +517,8 @@ class _Judging:
         Why calibrate's only where larger: a few starts size the spread poorly; on one H100, 4 starts of one SGLang
         config read 3.3 % run to run and the next 6 starts 14.8 % (docs/measurements/verdicts.md)."""
         default = assumed_instance_sd(key)
-        if default and " / " not in key and runs:
-            default = max(default, math.expm1(stats.pooled_sd(*runs, log=True)))
+        if default and " / " not in key:
+            default = max(default, within)
         measured = getattr(self.noise, "run_to_run", {}).get(self._noise_key(key))
         return max(default, float(measured)) if measured is not None and default else default
 
@@ -529,20 +530,27 @@ class _Judging:
         runs = [row_values(r, key) for r in self.history]
         runs = [v for v in runs if v]
         if len(runs) >= 2:
-            return sequential.History.from_runs(runs, self.assumed_sd(key, runs))
+            return sequential.History.from_runs(runs, self.assumed_sd(key, _within(*runs)))
         sigma = self.noise.get(self._noise_key(key))
         logs = [math.log(v) for v in b_vals if v > 0]
         if not sigma or not logs:
             return None
         # A calibrated sigma pools the spread of several runs: taken as known (many degrees of freedom), and so is
-        # the run-to-run sd (calibrate's, or the assumed one): one stored run cannot show how instances differ.
-        between = math.log1p(self.assumed_sd(key, (b_vals,))) ** 2
+        # the run-to-run sd (the assumed one, at least that sigma; calibrate's where larger): one stored run cannot
+        # show how instances differ. (The baseline's own 3 repeats as the floor once read 12% where calibrate had
+        # measured 3.8%, and the row opened beside its category row on the same values; fresh-user trial.)
+        between = math.log1p(self.assumed_sd(key, sigma)) ** 2
         return sequential.History(sum(logs) / len(logs), math.log1p(sigma) ** 2, 1000, between, 1, len(logs),
                                   assumed=between > 0.0)  # fmt: skip
 
     def calibrated_run_to_run(self) -> int:
         """Server starts behind the calibrated run-to-run sds (0: none measured)."""
         return int(getattr(self.noise, "runs", 0)) if getattr(self.noise, "run_to_run", None) else 0
+
+
+def _within(*runs: Sequence[float]) -> float:
+    """The relative sd of one repeat within a run, pooled over ``runs`` (``stats.pooled_sd`` of the logs)."""
+    return math.expm1(stats.pooled_sd(*runs, log=True))
 
 
 def _percent_range(values: Sequence[float]) -> str:
@@ -617,7 +625,7 @@ def _judge(
     history = judging.pooled(key, b_vals)
     # One stored run shows no run-to-run spread, and 2-3 cannot size it; each run is one server instance, and
     # instances differ: the interval takes a spread (``_Judging.assumed_sd``) until 4 stored runs measure one.
-    instance_sd = judging.assumed_sd(key, (b_vals, c_vals)) if history is None else 0.0
+    instance_sd = judging.assumed_sd(key, _within(b_vals, c_vals)) if history is None else 0.0
     if history is not None and history.assumed:
         instance_sd = math.expm1(math.sqrt(history.between))  # the assumed one, or 2-3 runs' estimate if larger
     if tol.abs:
