@@ -225,3 +225,45 @@ def test_the_save_command_names_a_clean_stored_run_and_compare_finds_it(
     assert "must not start with a dot or hold whitespace" in capsys.readouterr().err
     assert main(["compare", "night-1", bad.run_id, *where]) == 0
     assert capsys.readouterr().out.startswith(f"specdec compare: baseline {good.run_id} -> current {bad.run_id}\n")
+
+
+def test_an_unchanged_undecided_night_joins_the_history_but_never_becomes_the_baseline(tmp_path: Path) -> None:
+    # Fresh-user trial: under a gated nightly every night after the first stored run ended undecided (one stored
+    # run cannot size the run-to-run spread), was never pooled, and the compare kept advising "save more unchanged
+    # runs" that `save` refused: the history never grew. An undecided compare with no suspected row (no open row's
+    # estimate beyond its tolerance) now joins the history; a suspected one (maybe the regression it could not
+    # decide), a failed one, or another open verdict does not; the baseline stays the last clean run.
+    from pytest_specdec.judge.history import StoredHistory
+
+    def night(run_id: str, **compare: object) -> RunFile:
+        cost = {"verdicts": {"compare": {"verdict": "undecided", "repeats": 3, "server_s": 1.0, **compare}}}
+        return _run(run_id, cost=cost)
+
+    store = _store(
+        tmp_path,
+        _run("20261201T000000Z-aaaaaa"),  # night-1: clean, the baseline
+        night("20261202T000000Z-bbbbbb", suspected=[]),
+        night("20261203T000000Z-cccccc", suspected=["output_tok_s"]),
+        night("20261204T000000Z-dddddd"),  # stored before "suspected" was: stays out
+        _run("20261205T000000Z-eeeeee", outcome="failed"),
+        night("20261206T000000Z-ffffff", suspected=[]),
+        night("20261207T000000Z-ababab", suspected=[]),  # today's, for the compare command
+    )
+    unsuspected = night("x", suspected=[]).results[0]
+    assert unsuspected.history_problem() == "" and unsuspected.baseline_problem() == "undecided: compare"
+    other = dataclasses.replace(unsuspected, cost={"verdicts": {**unsuspected.cost["verdicts"],
+                                                                "min_tok_s": {"verdict": "undecided"}}})  # fmt: skip
+    assert other.history_problem() == "undecided: min_tok_s"
+    # --specdec-undecided=fail failed the test for that open compare alone: still an unchanged night's measurement.
+    by_policy = dataclasses.replace(unsuspected, outcome="failed",
+                                    cost={**unsuspected.cost, "failed_by": "undecided"})  # fmt: skip
+    assert by_policy.history_problem() == "" and by_policy.baseline_problem() == "failed"
+    assert dataclasses.replace(unsuspected, outcome="failed").history_problem() == "failed"
+    baselines = Baselines.from_option("latest", store)
+    assert baselines is not None
+    found = baselines.find(TEST)
+    assert found is not None and found.run.run_id == "20261201T000000Z-aaaaaa"
+    history = StoredHistory(tmp_path, before="20261207T000000Z-ababab").of(found.run.run_id, found.record)
+    assert [r.test_id for r in history] == [TEST, TEST]  # ffffff and bbbbbb, newest first
+    # pytest's own run is not stored yet: every stored run counts.
+    assert len(StoredHistory(tmp_path).of(found.run.run_id, found.record)) == 3

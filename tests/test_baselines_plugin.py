@@ -271,3 +271,21 @@ def test_a_test_path_taken_as_the_baseline_name_gets_the_fix(pytester: pytest.Py
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --specdec-compare=test_base.py: no run 'test_base.py': *; a test path? "
                                  "write --specdec-compare=latest test_base.py (or put the path first)"])  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_night_failed_by_the_undecided_policy_alone_is_marked_so_for_the_history(pytester: pytest.Pytester) -> None:
+    # --specdec-undecided=fail fails an open compare; the stored record says the policy alone failed it, so a night
+    # whose open rows' estimates are all inside their tolerances may still join later compares' history
+    # (ResultRecord.history_problem), and one with a suspected row may not. Never a baseline.
+    from pytest_specdec.measure.results import read_run_file
+
+    _, failed = _slow_night(pytester, "--specdec-undecided=fail")
+    failed.assert_outcomes(failed=2)
+    stored = read_run_file(pytester.path / ".specdec" / "results" / f"{_run_id(failed)}.json")
+    for record in stored.results:
+        compare = record.cost["verdicts"]["compare"]
+        assert record.cost["failed_by"] == "undecided" and compare["verdict"] == "undecided"
+        # 10x slower at this profile's own 90% tok/s tolerance: x0.1 is not beyond it, nothing suspected.
+        assert compare["suspected"] == []
+        assert (record.baseline_problem(), record.history_problem()) == ("failed", "")

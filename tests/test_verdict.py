@@ -90,6 +90,11 @@ def test_an_undecided_compare_says_what_would_decide_it() -> None:
     assert len(rows) == 1 and rows[0].startswith("  output_tok_s x0.")
     assert "holds the tolerance 5%; about " in rows[0]
     assert judged.cost["verdict"] == "undecided"
+    # The open row's estimate (x0.946) is beyond the 5% tolerance: suspected, so this run joins no later history
+    # (ResultRecord.history_problem); an unchanged-looking one has none and may.
+    assert judged.cost["suspected"] == ["output_tok_s"]
+    level = _judge(BASE, rec(output_tok_s=[91.0, 108.0, 101.0]), None, [])
+    assert level.cost["verdict"] == "undecided" and level.cost["suspected"] == []
     # Its table is kept for the summary (a fresh-user trial saw only the warning line: no n/a or exact rows).
     assert judged.table and any(line.startswith("output_tok_s ") and " undecided (" in line for line in judged.table)
 

@@ -31,12 +31,16 @@ class StoredHistory:
 
     A record belongs to the history of ``base`` when it has the same test id, the same fingerprint
     (``fingerprint_diff`` empty: versions, engine config, draft, env, argv, workload, hardware; the runner's load
-    is not part of it), is clean as a baseline is (``ResultRecord.baseline_problem``: completed, passed, every
-    verdict passed), is stored no later than the baseline's run, and is
-    not the baseline itself.
+    is not part of it), is clean as a baseline is or was left undecided by its own compare with no suspected row
+    (``ResultRecord.history_problem``), is stored before today's run (``before``, a run id: the ``compare``
+    command's CURRENT; pytest's run is not stored yet), and is not the baseline itself. Runs newer than the
+    baseline count: under a gated nightly the baseline stays the last clean night while the unchanged, undecided
+    nights after it are the runs that measure the run-to-run spread.
     """
 
     results_dir: Path
+    #: Today's run id: only runs stored before it are read (None: every stored run).
+    before: str | None = None
     _runs: list[results.RunFile] | None = field(default=None, repr=False)
 
     def _load(self) -> list[results.RunFile]:
@@ -54,13 +58,15 @@ class StoredHistory:
     def of(self, base_run_id: str, base: results.ResultRecord) -> list[results.ResultRecord]:
         """The other runs of ``base`` (stored in run ``base_run_id``), newest first, at most
         :data:`MAX_HISTORY_RUNS` - 1."""
-        runs = self._load()
+        runs = self._load()  # newest first
         ids = [r.run_id for r in runs]
-        start = ids.index(base_run_id) + 1 if base_run_id in ids else len(runs)
+        start = ids.index(self.before) + 1 if self.before in ids else 0
         found: list[results.ResultRecord] = []
         for run in runs[start:]:
+            if run.run_id == base_run_id:
+                continue
             record = run.find(base.test_id)
-            if record is None or record.baseline_problem():
+            if record is None or record.history_problem():
                 continue
             if fingerprint_diff(base.fingerprint, record.fingerprint):
                 continue

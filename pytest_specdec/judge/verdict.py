@@ -236,6 +236,8 @@ def judge_item(
         case.warnings.append(f"{profile.name}: {stopped}; the undecided verdicts stopped measuring there")
     if case.undecided:
         if undecided == "fail":
+            if not failures:  # failed by the policy alone: its measurement may still join a history
+                case.replace(cost={**case.record.cost, "failed_by": "undecided"})
             failures.append(_undecided_failure(case.undecided))
         else:
             not_failed = ": not failed (--specdec-undecided=warn)"
@@ -811,7 +813,11 @@ def judge_compare(
     if compared is not current:
         comparison = comparison_of(current)
     n = len(current.values("output_tok_s"))
-    cost = {"verdict": comparison.outcome, "repeats": n, "server_s": round(server_s(), 3)}
+    cost: dict[str, Any] = {"verdict": comparison.outcome, "repeats": n, "server_s": round(server_s(), 3)}
+    if comparison.outcome == "undecided":
+        # Open rows whose estimate is beyond the tolerance: a run with none may join later compares' history
+        # (``ResultRecord.history_problem``), one with any may not (it may be the regression it could not decide).
+        cost["suspected"] = [r.metric for r in comparison.suspected]
     kept = ("exact:", "throughput and latency judged", "run-to-run:")
     notes = tuple(n for n in comparison.notes if n.startswith(kept))
     head = f"regression against run {run_id} ({test_id}):"

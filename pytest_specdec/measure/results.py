@@ -420,17 +420,41 @@ class ResultRecord:
         Examples: ``"interrupted"``, ``"failed"``, ``"undecided: compare, min_tok_s"``. Old records without
         verdicts are judged on their outcome alone.
         """
+        return self._problem(open_compare=False)
+
+    def history_problem(self) -> str:
+        """Why this record may not join a baseline's history (the stored runs whose repeats a compare pools), or
+        ``""`` when it may: as :meth:`baseline_problem`, except that a compare left undecided with no open row's
+        estimate beyond its tolerance (``cost["verdicts"]["compare"]["suspected"]`` empty) may join, also when
+        ``--specdec-undecided=fail`` failed the test for it alone (``cost["failed_by"] == "undecided"``). Those are
+        the unchanged nights of a gated nightly: the runs that measure the run-to-run spread which keeps the first
+        nights undecided (refused, every such night stayed undecided; fresh-user trial). One with a suspected row
+        may be the regression it could not decide, and stays out; records stored before ``suspected`` was, too.
+        """
+        return self._problem(open_compare=True)
+
+    def _problem(self, *, open_compare: bool) -> str:
         if self.interrupted:
             return "interrupted"
-        if self.outcome not in ("passed", ""):
+        by_policy = open_compare and self.outcome == "failed" and self.cost.get("failed_by") == "undecided"
+        if self.outcome not in ("passed", "") and not by_policy:
             return self.outcome
         found: dict[str, list[str]] = {}
-        for key, cost in (self.cost.get("verdicts") or {}).items():
+        verdicts = self.cost.get("verdicts") or {}
+        compare = verdicts.get("compare") if isinstance(verdicts, Mapping) else None
+        # Only the compare may be open, and only with no suspected row (its check repeats it in words).
+        unsuspected = (open_compare and isinstance(compare, Mapping) and compare.get("verdict") == "undecided"
+                       and compare.get("suspected") == [])  # fmt: skip
+        for key, cost in verdicts.items():
             verdict = cost.get("verdict") if isinstance(cost, Mapping) else None
+            if unsuspected and key == "compare":
+                continue
             if verdict in ("FAILED", "undecided"):
                 found.setdefault(str(verdict), []).append(str(key))
         for key, text in self.checks.items():
             verdict = text.split(":", 1)[0]
+            if unsuspected and key == "compare" and verdict == "undecided":
+                continue
             if verdict in ("FAILED", "undecided") and key not in found.get(verdict, []):
                 found.setdefault(verdict, []).append(key)
         return "; ".join(f"{verdict}: {', '.join(keys)}" for verdict, keys in sorted(found.items()))
