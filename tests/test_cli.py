@@ -3,6 +3,7 @@ own test modules)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -262,3 +263,160 @@ def test_a_sigterm_whose_exception_was_swallowed_is_raised_again_at_the_next_pro
     finally:
         cli_bisect._TERMINATED.clear()
     cli_bisect._raise_if_terminated()  # nothing pending: no exception
+
+
+def _night(root: Path, run_id: str, records: list[tuple[str, list[float], str, bool]]) -> Path:
+    """One run of (profile, tok/s repeats, outcome, interrupted) records, one test per profile."""
+    saved = []
+    for profile, tok_s, outcome, interrupted in records:
+        repeats = {"output_tok_s": tok_s, "accept_length": [2.6] * len(tok_s)}
+        metrics = {k: sorted(v)[len(v) // 2] for k, v in repeats.items()}
+        saved.append(ResultRecord(f"t.py::test_x[{profile}]", profile, metrics, repeats, FP, outcome=outcome,
+                                  interrupted=interrupted))  # fmt: skip
+    return ResultStore(root).save(RunFile(run_id=run_id, started=0.0, results=tuple(saved)))
+
+
+def test_calibrate_from_runs_of_several_profiles_needs_profile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trial pooled 5 profiles (slowed ones among them) into noise/base.json: "24-55% run to run"."""
+    monkeypatch.chdir(tmp_path)
+    runs = [str(_night(tmp_path, f"r{i}", [("base", [100, 101, 99], "passed", False),
+                                           ("slowed", [70, 71, 69], "passed", False)])) for i in range(2)]  # fmt: skip
+    assert main(["calibrate", "--from", *runs]) == 2
+    assert capsys.readouterr().err == (
+        "ERROR: --from: the runs hold 2 profiles (base, slowed); pooling them measures their difference, not noise: "
+        "name one, e.g. --profile base\n"
+    )
+    assert not (tmp_path / ".specdec/noise").exists()
+    assert main(["calibrate", "--from", *runs, "--profile", "eagle3"]) == 2
+    assert capsys.readouterr().err == (
+        "ERROR: --profile=eagle3: no results of it in the runs given (profiles there: base, slowed)\n"
+    )
+    assert main(["calibrate", "--from", *runs, "--profile", "base"]) == 0
+    assert json.loads((tmp_path / ".specdec/noise/base.json").read_text())["runs"] == 2
+
+
+def test_calibrate_from_leaves_out_failed_and_interrupted_tests_and_keeps_undecided_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    steady = [_night(tmp_path, f"r{i}", [("base", [100, 101, 99], "passed", False)]) for i in range(2)]
+    undecided = ResultStore(tmp_path).load("r1").results[0]
+    undecided = dataclasses.replace(undecided, checks={"min_tok_s": "undecided: tok/s ..."})
+    steady.append(ResultStore(tmp_path).save(RunFile(run_id="r2", started=0.0, results=(undecided,))))
+    failed = _night(tmp_path, "r3", [("base", [50, 51, 49], "failed", False)])
+    stopped = _night(tmp_path, "r4", [("base", [10, 11, 9], "passed", True)])
+    assert main(["calibrate", "--from", *map(str, [*steady, failed, stopped])]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("# left out 2 test record(s) (1 failed, 1 interrupted): a failed or interrupted test's run may "
+                      "not have measured normally (undecided ones are kept)")  # fmt: skip
+    assert out[1].startswith("# noise from 3 measurement(s) -> .specdec/noise/base.json")
+    assert json.loads((tmp_path / ".specdec/noise/base.json").read_text())["runs"] == 3
+
+
+def test_calibrate_from_one_run_is_refused_as_runs_1_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    one = _run(tmp_path, "a", [98, 100, 101], [2.6, 2.6, 2.6])
+    assert main(["calibrate", "--from", str(one)]) == 2
+    assert capsys.readouterr().err == (
+        "ERROR: calibrate --from needs K >= 2 runs of the profile (separate server starts: a run-to-run sd needs 2 or "
+        "more, as --runs K >= 2); got 1 (runs: a)\n"
+    )
+    assert not (tmp_path / ".specdec/noise").exists()
+
+
+def test_calibrate_from_takes_names_and_run_ids_in_the_results_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As compare reads BASE and CURRENT; fewer than 6 server starts: the run-to-run sd is said to be rough."""
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / "store"
+    _run(store, "20260101T000000Z-aaaa", [98, 100, 101], [2.6] * 3)
+    _run(store, "20260102T000000Z-bbbb", [103, 100, 100], [2.6] * 3)
+    ResultStore(store).save_name("night-1", "20260101T000000Z-aaaa")
+    assert main(["calibrate", "--from", "night-1", "20260102", "--results-dir", str(store)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "#   output_tok_s: sd 1.64% within a run, 0.04% run to run" in out
+    assert ("# only 2 server start(s): the run-to-run sds above are rough (a compare takes one only where larger "
+            "than its assumed 7%); 6 or more size them better") in out  # fmt: skip
+    assert main(["calibrate", "--from", "night-9", "20260102", "--results-dir", str(store)]) == 2
+    assert capsys.readouterr().err.startswith("ERROR: no run 'night-9' (did you mean 'night-1'?): not a file")
+
+
+def test_calibrate_refuses_an_sd_beyond_100_percent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A noise file read back refuses an sd above 100%: calibrate does not write one."""
+    monkeypatch.chdir(tmp_path)
+    a = _run(tmp_path, "a", [98, 100, 101], [2.6] * 3)
+    b = _run(tmp_path, "b", [9.8, 10.0, 10.1], [2.6] * 3)
+    assert main(["calibrate", "--from", str(a), str(b)]) == 2
+    # ln(100) and ln(10) 2.3 apart: a run effect of sd 1.63 in the log, expm1 -> 409%.
+    assert capsys.readouterr().err == (
+        "ERROR: output_tok_s: sd 409% run to run across 2 measurement(s): beyond 100%, more than a steady server's "
+        "noise (a slowed or broken run pooled?); calibrate from runs that measured normally (no noise file written)\n"
+    )
+    assert not (tmp_path / ".specdec/noise").exists()
+
+
+def _noise(path: Path, sigma: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"profile": "eagle3", "runs": 4, "sigma_rel": {"output_tok_s": sigma}}))
+    return path
+
+
+def test_compare_refuses_a_missing_or_broken_noise_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A negative sd exited 1 (the "regressed" code) with "math domain error"; a missing --noise file read "not a
+    noise file"; a broken default file was ignored. Each is unusable input now: exit 2, the file named."""
+    results = tmp_path / ".specdec" / "results"
+    base = _run(results, "base", [100, 101, 99, 100, 102], [2.6] * 5)
+    cur = _run(results, "cur", [100, 101, 99, 100, 102], [2.6] * 5)
+    args = ["compare", str(base), str(cur), "--results-dir", str(results)]
+    assert main([*args, "--noise", str(tmp_path / "nope.json")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --noise={tmp_path / 'nope.json'}: not found (calibrate writes .specdec/noise/<profile>.json; give one "
+        "of those, or leave --noise out)\n"
+    )
+    broken = _noise(tmp_path / "eagle3.json", -0.05)
+    assert main([*args, "--noise", str(broken)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {broken}: sigma_rel.output_tok_s: expected a relative sd from 0 to 1.0 (100%), got -0.05; rerun "
+        "calibrate (python -m pytest_specdec calibrate PROFILE_FILE --profile eagle3 --runs K) or delete the file\n"
+    )
+    # The profile's own file beside the results, as pytest reads it.
+    default = _noise(tmp_path / ".specdec" / "noise" / "eagle3.json", "0.05")
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: {default}: sigma_rel.output_tok_s: expected a relative sd from 0 to 1.0 "
+                                   "(100%), got '0.05'; rerun calibrate")  # fmt: skip
+    assert captured.out == ""
+    _noise(default, 0.05)
+    assert main(args) == 0
+
+
+def test_a_run_file_with_a_tampered_repeat_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trial's ``output_tok_s`` repeats ``[-5, "x", null]`` were compared as "current -5, -104.5%". None is a
+    stored value (not applicable), kept; a string, a negative or a non-finite number is refused: exit 2."""
+    base = _run(tmp_path, "base", [100, 101, 99], [2.6] * 3)
+    cur = _run(tmp_path, "cur", [100, 101, 99], [2.6] * 3)
+    data = json.loads(cur.read_text())
+    data["results"][0]["repeats"]["output_tok_s"] = [-5, "x", None]
+    cur.write_text(json.dumps(data))
+    message = (f"{cur}: t.py::test_x[eagle3]: repeats.output_tok_s[0]: expected a number >= 0 or null, got -5; the "
+               "file was edited or damaged: store the run again (rerun its tests) or remove the file")  # fmt: skip
+    assert main(["compare", str(base), str(cur)]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+    assert main(["calibrate", "--from", str(base), str(cur)]) == 2
+    assert capsys.readouterr().err == f"ERROR: {message}\n"
+    for bad, shown in (("x", '"x"'), (float("nan"), "NaN")):
+        data["results"][0]["repeats"]["output_tok_s"] = [100, bad, None]
+        cur.write_text(json.dumps(data))
+        assert main(["compare", str(base), str(cur)]) == 2
+        assert f"repeats.output_tok_s[1]: expected a number >= 0 or null, got {shown};" in capsys.readouterr().err
+    data["results"][0]["repeats"]["output_tok_s"] = [100, 101, None]  # None: a repeat without the value
+    data["results"][0]["repeats"]["accept_length_source"] = ["client"] * 3  # a string field stays a string
+    cur.write_text(json.dumps(data))
+    assert main(["compare", str(base), str(cur)]) == 0

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.cli.main import main
+from pytest_specdec.core.errors import NoiseFileError
 from pytest_specdec.core.tolerances import Tolerance
 from pytest_specdec.judge.noise import calibrate_noise, calibrate_proposal, measurements, paired_arm, read_noise
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
@@ -80,3 +81,67 @@ def test_a_noise_file_written_before_the_run_to_run_part_reads_without_it(tmp_pa
     noise = read_noise(path)
     assert (dict(noise), noise.run_to_run, noise.runs) == ({"output_tok_s": 0.07}, {}, 5)
     assert read_noise(tmp_path / "absent.json") == {}
+
+
+#: A noise file's text with one value replaced (raw JSON: NaN and Infinity are what a corrupted file holds).
+GOOD = '{"profile": "eagle3", "runs": 4, "sigma_rel": {"output_tok_s": %s}, "run_to_run_rel": {"output_tok_s": %s}}'
+FIX = "rerun calibrate (python -m pytest_specdec calibrate PROFILE_FILE --profile eagle3 --runs K) or delete the file"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (GOOD % ("-0.05", "0.01"), "sigma_rel.output_tok_s: expected a relative sd from 0 to 1.0 (100%), got -0.05"),
+        (GOOD % ("NaN", "0.01"), "sigma_rel.output_tok_s: expected a relative sd from 0 to 1.0 (100%), got NaN"),
+        (GOOD % ("0.02", "Infinity"), "run_to_run_rel.output_tok_s: expected a relative sd from 0 to 1.0 (100%), got "
+                                      "Infinity"),
+        (GOOD % ("50", "0.01"), "sigma_rel.output_tok_s: expected a relative sd from 0 to 1.0 (100%), got 50"),
+        (GOOD % ('"0.05"', "0.01"), "sigma_rel.output_tok_s: expected a relative sd from 0 to 1.0 (100%), got '0.05'"),
+        (GOOD.replace('"runs": 4', '"runs": "four"') % ("0.02", "0.01"), "runs: expected the number of server starts "
+                                                                        "measured (an integer >= 1), got 'four'"),
+        (GOOD.replace('"runs": 4', '"runs": 0') % ("0.02", "0.01"), "runs: expected the number of server starts "
+                                                                    "measured (an integer >= 1), got 0"),
+        ('{"profile": "eagle3", "sigma_rel": [0.05]}', "sigma_rel: expected an object of relative sds (key -> sd), got "
+                                                       "a list"),
+    ],
+)  # fmt: skip
+def test_a_corrupted_noise_file_names_the_file_key_value_and_fix(tmp_path: Path, text: str, message: str) -> None:
+    """A trial's edited files read as "math domain error" deep in a compare (negative), "σ nan%" (NaN), "σ 393%"
+    (50): each is refused where it is read."""
+    path = tmp_path / "eagle3.json"
+    path.write_text(text)
+    with pytest.raises(NoiseFileError) as info:
+        read_noise(path)
+    assert str(info.value) == f"{path}: {message}; {FIX}"
+    assert info.value.path == path
+
+
+def test_a_noise_file_that_is_not_json_is_refused_and_an_absent_one_is_no_noise(tmp_path: Path) -> None:
+    path = tmp_path / "eagle3.json"
+    path.write_text("{not json")
+    with pytest.raises(NoiseFileError, match=r"eagle3\.json: not JSON \(Expecting property name .*\); rerun calibrate "
+                       r"\(python -m pytest_specdec calibrate PROFILE_FILE --profile eagle3 --runs K\) or delete the "
+                       "file"):  # fmt: skip
+        read_noise(path)
+    assert read_noise(tmp_path / "absent.json") == {}
+
+
+def test_a_broken_noise_file_stops_pytest_before_any_server_starts(pytester: pytest.Pytester) -> None:
+    """With --specdec-compare, every selected profile's noise is read when the session starts: a broken file is a
+    usage error naming it (a trial measured the whole run, then failed both tests with a traceback)."""
+    from pytest_specdec.engines.rules import BUNDLED_TARGET
+
+    pytester.makefile(".yaml", specdec=f"profiles:\n  base:\n    server: sglang\n    model_path: {BUNDLED_TARGET}\n")
+    pytester.makepyfile(test_x="def test_run(specdec_run):\n    pass\n")
+    noise = pytester.path / ".specdec" / "noise" / "base.json"
+    noise.parent.mkdir(parents=True)
+    noise.write_text('{"profile": "base", "runs": 4, "sigma_rel": {"output_tok_s": -0.05}}')
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "--server-profile=base", "--specdec-compare",
+                                           timeout=120)  # fmt: skip
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: --specdec-compare: calibrated noise of profile 'base': */.specdec/noise/base.json: "
+        "sigma_rel.output_tok_s: expected a relative sd from 0 to 1.0 (100%), got -0.05; rerun calibrate (python -m "
+        "pytest_specdec calibrate PROFILE_FILE --profile base --runs K) or delete the file"
+    ])  # fmt: skip
+    assert not (pytester.path / ".specdec" / "logs").exists()  # no server was started

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_specdec.cli.exits import EXIT_BAD_PROFILE, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
@@ -13,13 +15,16 @@ from pytest_specdec.core.errors import CompareError, ProfileError, ServerError, 
 from pytest_specdec.core.metric_table import PAIRED_FIELDS
 from pytest_specdec.core.tolerances import format_tolerances
 from pytest_specdec.engines.rules import load_profiles
-from pytest_specdec.judge.noise import calibrate_noise, calibrate_proposal, measurements, paired_arm
+from pytest_specdec.judge.noise import MAX_NOISE_SD, calibrate_noise, calibrate_proposal, measurements, paired_arm
 from pytest_specdec.judge.pair_ratios import paired_ratios
 from pytest_specdec.measure import pairing, runner
-from pytest_specdec.measure.results import ResultRecord, read_run_file
+from pytest_specdec.measure.results import ResultRecord, ResultStore
 from pytest_specdec.profiles.schema import Profile
 
 __all__ = ["calibrate_command"]
+
+#: Server starts from which a run-to-run sd is not called rough (on one H100, 4 starts read 3.3 %, the next 6 14.8 %).
+_FIRM_RUNS = 6
 
 
 def calibrate_command(args: argparse.Namespace) -> int:
@@ -31,17 +36,25 @@ def calibrate_command(args: argparse.Namespace) -> int:
     records: list[ResultRecord] = []
     tests = 0
     if args.from_runs:
-        stored_records: list[tuple[str, ResultRecord]] = []
         try:
-            for ref in args.from_runs:
-                stored = read_run_file(Path(ref))
-                stored_records += [(stored.run_id, r) for r in stored.results if not args.profile or
-                                   r.profile == args.profile]  # fmt: skip
+            stored = _stored_records(args.from_runs, args.profile, Path(args.results_dir))
         except CompareError as exc:
             print(f"ERROR: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        kept = [(run_id, r) for run_id, r in stored if not _left_out(r)]
+        if len(kept) < len(stored):
+            why = Counter(_left_out(r) for _, r in stored if _left_out(r))
+            shown = ", ".join(f"{n} {reason}" for reason, n in sorted(why.items()))
+            print(f"# left out {len(stored) - len(kept)} test record(s) ({shown}): a failed or interrupted test's run "
+                  "may not have measured normally (undecided ones are kept)")  # fmt: skip
         # Every test of a profile in one run reads one measurement: count (and pool) measurements, not tests.
-        records, tests = measurements(stored_records), len(stored_records)
+        records, tests = measurements(kept), len(kept)
+        if len(records) < 2:
+            runs = ", ".join(dict.fromkeys(run_id for run_id, _ in kept)) or "none"
+            print(f"ERROR: calibrate --from needs K >= 2 runs of the profile (separate server starts: a run-to-run "
+                  f"sd needs 2 or more, as --runs K >= 2); got {len(records)} (runs: {runs})",
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_USAGE
     else:
         if not args.profile_file or not args.profile or args.runs < 2:
             print("ERROR: calibrate needs PROFILE_FILE, --profile NAME and --runs K >= 2 (or --from RUN ...)",
@@ -77,6 +90,14 @@ def calibrate_command(args: argparse.Namespace) -> int:
         print("ERROR: not enough values to propose tolerances (need >= 2 per metric)", file=sys.stderr)
         return EXIT_USAGE
     noise = calibrate_noise(records)
+    wild = [f"{key}: sd {sd:.0%} {kind}" for kind, sds in (("within a run", noise), ("run to run", noise.run_to_run))
+            for key, sd in sds.items() if sd > MAX_NOISE_SD]  # fmt: skip
+    if wild:  # read_noise would refuse the file
+        shown = "; ".join(wild)
+        print(f"ERROR: {shown} across {len(records)} measurement(s): beyond {MAX_NOISE_SD:.0%}, more than a steady "
+              "server's noise (a slowed or broken run pooled?); calibrate from runs that measured normally (no noise "
+              "file written)", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
     name = args.profile or (records[0].profile if records else "profile")
     out = Path(args.noise_out or Path(".specdec/noise") / f"{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -93,6 +114,9 @@ def calibrate_command(args: argparse.Namespace) -> int:
                                                                    else ""))  # fmt: skip
     print("# a compare takes each run-to-run sd where it is larger than its assumed one (7% raw or the row's "
           "within-run sd, 2% ratio): a few server starts size it poorly")
+    if len(records) < _FIRM_RUNS:
+        print(f"# only {len(records)} server start(s): the run-to-run sds above are rough (a compare takes one only "
+              f"where larger than its assumed 7%); {_FIRM_RUNS} or more size them better")  # fmt: skip
     vs = paired_arm(records)
     print(f"# proposed from {len(records)} measurement(s); paste into pytest's ini (or a profile's tolerances:)")
     if vs:
@@ -102,6 +126,34 @@ def calibrate_command(args: argparse.Namespace) -> int:
     for line in format_tolerances(proposal).split():
         print(f"    {line}")
     return EXIT_OK
+
+
+def _stored_records(refs: Sequence[str], profile: str | None, results_dir: Path) -> list[tuple[str, ResultRecord]]:
+    """(run id, record) of every test of ``profile`` in the runs ``refs`` name: each a run file, a name, a run id or
+    unique prefix in ``results_dir``, or ``latest`` (``ResultStore.load``, as ``compare`` reads BASE and CURRENT).
+
+    :raises CompareError: a run cannot be loaded; ``profile`` is in none of the runs; no ``profile`` given and the
+        runs hold more than one (pooling profiles measures their difference, not noise).
+    """
+    store = ResultStore(results_dir)
+    runs = [store.load(ref) for ref in refs]
+    found = sorted({r.profile for run in runs for r in run.results})
+    if profile is None and len(found) > 1:
+        raise CompareError(f"--from: the runs hold {len(found)} profiles ({', '.join(found)}); pooling them measures "
+                           f"their difference, not noise: name one, e.g. --profile {found[0]}")  # fmt: skip
+    if profile is not None and profile not in found:
+        raise CompareError(f"--profile={profile}: no results of it in the runs given (profiles there: "
+                           f"{', '.join(found) or 'none'})")  # fmt: skip
+    return [(run.run_id, r) for run in runs for r in run.results if profile is None or r.profile == profile]
+
+
+def _left_out(record: ResultRecord) -> str:
+    """Why a stored record is not pooled (``"interrupted"``, ``"failed"``), or ``""`` when it is: a failed or
+    interrupted test's run may have measured a broken or slowed server (a trial pooled runs slowed on purpose). An
+    undecided one is pooled: its measurement was normal, only its verdict needed more."""
+    if record.interrupted:
+        return "interrupted"
+    return "failed" if record.outcome == "failed" else ""
 
 
 def _calibration_run(profile: Profile, reference: Profile | None, log_dir: Path) -> ResultRecord:

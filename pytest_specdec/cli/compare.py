@@ -6,13 +6,12 @@ tests onto another profile's (:func:`profile_mapper`) and prints.
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from pytest_specdec.core.errors import CompareError
+from pytest_specdec.core.errors import CompareError, NoiseFileError
 from pytest_specdec.core.tolerances import parse_tolerances
 from pytest_specdec.judge.compare import compare_runs, design_of, single_look, swap_profile_id
 from pytest_specdec.judge.history import StoredHistory
@@ -24,10 +23,29 @@ from pytest_specdec.report.terminal import undecided_count
 __all__ = ["compare_command", "load_pair", "profile_mapper"]
 
 
-def _profile_noise(noise_dir: Path, cache: dict[str, Mapping[str, float]], record: ResultRecord) -> Mapping[str, float]:
-    if record.profile not in cache:
-        cache[record.profile] = read_noise(noise_dir / f"{record.profile}.json")
-    return cache[record.profile]
+def _noise(
+    noise_path: str | Path | None, noise_dir: Path, current: RunFile
+) -> Mapping[str, float] | Callable[[ResultRecord], Mapping[str, float]]:
+    """The calibrated noise of the compare: ``--noise FILE`` for every test, else each profile's own
+    ``noise_dir/<profile>.json`` as pytest reads it (``judge.outcomes.Outcomes.noise``), read here for every profile
+    of ``current`` so that a broken one is an input error before anything is printed (an absent one is no noise).
+
+    :raises NoiseFileError: ``--noise FILE`` does not exist or holds no sd; a noise file read is unusable
+        (``read_noise``'s message: the file, the key, the value and the fix).
+    """
+    if noise_path:
+        path = Path(noise_path)
+        if not path.is_file():
+            raise NoiseFileError(f"--noise={noise_path}: not found (calibrate writes .specdec/noise/<profile>.json; "
+                                 "give one of those, or leave --noise out)", path=path)  # fmt: skip
+        given = read_noise(path)
+        if not given:
+            raise NoiseFileError(f"--noise={noise_path}: sigma_rel holds no sd; rerun calibrate or leave --noise out",
+                                 path=path, key="sigma_rel")  # fmt: skip
+        return given
+    cache = {name: read_noise(noise_dir / f"{name}.json") for name in dict.fromkeys(r.profile for r in current.results)}
+    none: Mapping[str, float] = {}
+    return lambda record: cache.get(record.profile, none)
 
 
 def _latest_notes(
@@ -193,16 +211,12 @@ def compare_command(
         print(f"error: {exc}", file=err)
         return 2
     noise: Mapping[str, float] | Callable[[ResultRecord], Mapping[str, float]]
-    if noise_path:
-        noise = read_noise(Path(noise_path))
-        if not noise:
-            print(f"error: --noise={noise_path}: not a noise file written by calibrate", file=err)
-            return 2
-    else:
-        # As pytest reads it (judge.outcomes.Outcomes.noise): each profile's calibrate file beside the results.
-        noise_dir = Path(results_dir).parent / "noise"
-        noise = functools.partial(_profile_noise, noise_dir, {})
-    stored = StoredHistory(Path(results_dir))
+    try:
+        noise = _noise(noise_path, Path(results_dir).parent / "noise", current)
+    except NoiseFileError as exc:
+        print(f"error: {exc}", file=err)
+        return 2
+    stored = StoredHistory(Path(results_dir), before=current.run_id)
     result = compare_runs(
         base, current, parsed, force=force, baseline_id=mapper, noise=noise,
         history=lambda record: stored.of(base.run_id, record),

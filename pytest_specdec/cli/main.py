@@ -238,9 +238,19 @@ def _build_parser() -> argparse.ArgumentParser:
         "one profile (or from stored run files with --from); prints an ini block for specdec_tolerances.",
     )
     calibrate.add_argument("profile_file", metavar="PROFILE_FILE", nargs="?", help="the specdec YAML file")
-    calibrate.add_argument("--profile", metavar="NAME", help="the profile to rerun")
+    calibrate.add_argument("--profile", metavar="NAME", help="the profile to rerun (with --from: the profile to "
+                           "pool, needed when the runs hold more than one)")  # fmt: skip
     calibrate.add_argument("--runs", metavar="K", type=int, default=3, help="server starts (default: 3)")
-    calibrate.add_argument("--from", dest="from_runs", metavar="RUN", nargs="+", help="use stored run files instead")
+    calibrate.add_argument(
+        "--from",
+        dest="from_runs",
+        metavar="RUN",
+        nargs="+",
+        help="use 2 or more stored runs instead: each a run file, a name (save), a run id (or unique prefix) in "
+        "--results-dir, or 'latest'; failed and interrupted tests are left out, undecided ones kept",
+    )
+    calibrate.add_argument("--results-dir", metavar="DIR", default=".specdec/results",
+                           help="where --from's names and run ids are found (default: .specdec/results)")  # fmt: skip
     calibrate.add_argument("--log-dir", metavar="DIR", default=".specdec/calibrate", help="server logs")
     calibrate.add_argument(
         "--noise-out",

@@ -9,6 +9,7 @@ Hierarchy::
      ├── ServerError             a running server stalled, died, or failed too many requests
      ├── ClientOverloadError     the measuring client was too busy to time the phase (workload.client_overload: fail)
      └── CompareError            two result sets cannot be compared (workload differs, file unreadable)
+          └── NoiseFileError     a noise file written by calibrate is unreadable or holds values no calibration gives
     SpecdecWarning(pytest.PytestWarning)   fingerprint differs, baseline missing, not applicable
 """
 
@@ -22,6 +23,7 @@ __all__ = [
     "ClientOverloadError",
     "LoadWarning",
     "CompareError",
+    "NoiseFileError",
     "PreflightError",
     "ProfileError",
     "ServerError",
@@ -96,6 +98,17 @@ class ClientOverloadError(SpecdecError):
 
 class CompareError(SpecdecError):
     """Raised when results cannot be compared (different workloads, unreadable or missing baseline)."""
+
+
+class NoiseFileError(CompareError):
+    """Raised when a noise file (``calibrate``'s ``noise/<profile>.json``) is present but unusable: not JSON, not an
+    object, or a value no calibration writes (a negative, non-finite or > 100 % sd, a ``runs`` that is not a positive
+    integer). ``path`` is the file, ``key`` the key path (``sigma_rel.output_tok_s``), or None for the whole file."""
+
+    def __init__(self, message: str, *, path: str | Path, key: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.key = key
 
 
 class SpecdecWarning(pytest.PytestWarning):

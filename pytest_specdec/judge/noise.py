@@ -10,12 +10,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pytest_specdec.core import stats
+from pytest_specdec.core.errors import NoiseFileError
 from pytest_specdec.core.tolerances import DEFAULT_TOLERANCES, Tolerance
 from pytest_specdec.judge.pair_ratios import paired_ratios
 from pytest_specdec.judge.sequential import RunEffect
 from pytest_specdec.measure.results import ResultRecord
 
-__all__ = ["CalibratedNoise", "calibrate_noise", "calibrate_proposal", "measurements", "paired_arm", "read_noise"]
+__all__ = [
+    "MAX_NOISE_SD",
+    "CalibratedNoise",
+    "calibrate_noise",
+    "calibrate_proposal",
+    "measurements",
+    "paired_arm",
+    "read_noise",
+]
 
 
 def measurements(records: Sequence[tuple[str, ResultRecord]]) -> list[ResultRecord]:
@@ -130,22 +139,76 @@ def calibrate_noise(records: Sequence[ResultRecord], fields: Sequence[str] | Non
     return CalibratedNoise(sigma, run_to_run, len(records))
 
 
+#: The largest relative sd a noise file may hold (1.0 = 100 %): ``calibrate`` refuses to write more, and a file
+#: holding more was edited or corrupted (a trial's ``sigma_rel 50`` read as "σ 393%").
+MAX_NOISE_SD = 1.0
+
+
 def read_noise(path: Path) -> CalibratedNoise:
     """A noise file written by ``calibrate`` (``{"profile": ..., "runs": N, "sigma_rel": {key: x},
-    "run_to_run_rel": {key: x}}``); empty when the file is absent or unreadable (a file without
-    ``run_to_run_rel``, written before it was measured, reads with it empty)."""
+    "run_to_run_rel": {key: x}}``, each ``x`` a relative sd, 0.05 = 5 %); empty when the file does not exist (a
+    profile never calibrated). A file written before ``run_to_run_rel`` was measured reads with it empty, one
+    written before ``runs`` with ``runs`` 0; unknown keys are ignored.
+
+    :raises NoiseFileError: the file exists but cannot be read, is not JSON, is not an object with a ``sigma_rel``
+        object, holds an sd that is not a finite number in 0..:data:`MAX_NOISE_SD`, or a ``runs`` that is not a
+        positive integer. The message names the file, the key and the value, and the fix, e.g. ``.specdec/noise/
+        eagle3.json: sigma_rel.output_tok_s: expected a relative sd from 0 to 1.0 (100%), got -0.05; rerun calibrate
+        (python -m pytest_specdec calibrate PROFILE_FILE --profile eagle3 --runs K) or delete the file``.
+    """
+    path = Path(path)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
         return CalibratedNoise()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NoiseFileError(f"{path}: cannot read the noise file ({getattr(exc, 'strerror', None) or exc}); "
+                             f"{_noise_fix(path.stem)}", path=path) from None  # fmt: skip
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise NoiseFileError(f"{path}: not JSON ({exc}); {_noise_fix(path.stem)}", path=path) from None
     if not isinstance(data, dict) or not isinstance(data.get("sigma_rel"), dict):
-        return CalibratedNoise()
+        got = data.get("sigma_rel") if isinstance(data, dict) else data
+        raise NoiseFileError(f"{path}: sigma_rel: expected an object of relative sds (key -> sd), got "
+                             f"{_shown(got)}; {_noise_fix(path.stem)}", path=path, key="sigma_rel")  # fmt: skip
+    name = data["profile"] if isinstance(data.get("profile"), str) and data["profile"] else path.stem
 
-    def numbers(value: object) -> dict[str, float]:
+    def sds(key: str) -> dict[str, float]:
+        value = data.get(key)
+        if value is None and key == "run_to_run_rel":
+            return {}  # written before the run-to-run part was measured
         if not isinstance(value, dict):
-            return {}
-        return {str(k): float(v) for k, v in value.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+            raise NoiseFileError(f"{path}: {key}: expected an object of relative sds (key -> sd), got "
+                                 f"{_shown(value)}; {_noise_fix(name)}", path=path, key=key)  # fmt: skip
+        out: dict[str, float] = {}
+        for k, v in value.items():
+            number = isinstance(v, int | float) and not isinstance(v, bool)
+            if not number or not math.isfinite(v) or not 0 <= v <= MAX_NOISE_SD:
+                raise NoiseFileError(f"{path}: {key}.{k}: expected a relative sd from 0 to {MAX_NOISE_SD} "
+                                     f"({MAX_NOISE_SD:.0%}), got {_shown(v)}; {_noise_fix(name)}", path=path,
+                                     key=f"{key}.{k}")  # fmt: skip
+            out[str(k)] = float(v)
+        return out
 
-    runs = data.get("runs")
-    return CalibratedNoise(numbers(data["sigma_rel"]), numbers(data.get("run_to_run_rel")),
-                           runs if isinstance(runs, int) and not isinstance(runs, bool) else 0)  # fmt: skip
+    runs = data.get("runs", 0)  # absent in files written before it was recorded
+    if "runs" in data and (not isinstance(runs, int) or isinstance(runs, bool) or runs < 1):
+        raise NoiseFileError(f"{path}: runs: expected the number of server starts measured (an integer >= 1), got "
+                             f"{_shown(runs)}; {_noise_fix(name)}", path=path, key="runs")  # fmt: skip
+    return CalibratedNoise(sds("sigma_rel"), sds("run_to_run_rel"), runs)
+
+
+def _shown(value: object) -> str:
+    """A JSON value as a message shows it: ``-0.05``, ``'four'``, ``NaN``, ``null``, ``a list``."""
+    if value is None:
+        return "null"
+    if isinstance(value, list | dict):
+        return f"a{'n object' if isinstance(value, dict) else ' list'}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return json.dumps(value)  # NaN, Infinity, -Infinity: as written in the file
+    return repr(value)
+
+
+def _noise_fix(profile: str) -> str:
+    return (f"rerun calibrate (python -m pytest_specdec calibrate PROFILE_FILE --profile {profile} --runs K) or "
+            "delete the file")  # fmt: skip

@@ -115,8 +115,13 @@ class Outcomes:
         return self._first_failures.setdefault((profile, verdict), nodeid)
 
     def noise(self, profile: str) -> Mapping[str, float]:
-        """Calibrated relative noise of ``profile`` (``calibrate`` writes it); empty when absent or unreadable. Read
-        once per run."""
+        """Calibrated relative noise of ``profile`` (``calibrate`` writes ``<noise dir>/<profile>.json``); empty when
+        the file does not exist. Read once per run: ``run.session`` reads every selected profile's when the session
+        starts with ``--specdec-compare``, so that a broken file stops the run before any server starts.
+
+        :raises NoiseFileError: the file exists but is unusable (``noise.read_noise``: the message names the file,
+            the key, the value and the fix).
+        """
         if profile not in self._noise:
             from pytest_specdec.judge.noise import read_noise
 

@@ -13,6 +13,7 @@ import difflib
 import hashlib
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import re
@@ -811,8 +812,42 @@ class ResultStore:
                            f"run{'s' if len(files) != 1 else ''} stored{known})")  # fmt: skip
 
 
+#: ``RunMetrics`` fields that hold a count, a duration, a rate or a latency: a number >= 0, or None (not applicable).
+_NUMBER_FIELDS = frozenset(
+    f.name for f in dataclasses.fields(RunMetrics) if f.type in ("int", "float", "int | None", "float | None")
+)
+
+
+def _bad_number(value: object) -> bool:
+    """Whether a stored metric value is none of: None (not applicable), a finite number >= 0."""
+    if value is None:
+        return False
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return True
+    return not math.isfinite(value) or value < 0
+
+
+def _check_numbers(path: Path, run: RunFile) -> None:
+    """:raises CompareError: a record's ``metrics`` or ``repeats`` value of a numeric ``RunMetrics`` field is a string,
+    a list, a boolean, negative or not finite (no run writes one: the file was edited or damaged; a trial's
+    ``output_tok_s`` repeats ``[-5, "x", null]`` read as "-104.5%")."""
+    fix = "the file was edited or damaged: store the run again (rerun its tests) or remove the file"
+    for record in run.results:
+        for name in sorted(_NUMBER_FIELDS.intersection(record.repeats)):
+            for i, value in enumerate(record.repeats[name]):
+                if _bad_number(value):
+                    raise CompareError(f"{path}: {record.test_id}: repeats.{name}[{i}]: expected a number >= 0 or "
+                                       f"null, got {json.dumps(value)}; {fix}")  # fmt: skip
+        for name in sorted(_NUMBER_FIELDS.intersection(record.metrics)):
+            if _bad_number(record.metrics[name]):
+                raise CompareError(f"{path}: {record.test_id}: metrics.{name}: expected a number >= 0 or null, got "
+                                   f"{json.dumps(record.metrics[name])}; {fix}")  # fmt: skip
+
+
 def read_run_file(path: Path) -> RunFile:
-    """:raises CompareError: unreadable, not JSON, or not a run file (message names the path)."""
+    """:raises CompareError: unreadable, not JSON, not a run file, or a record's metric value no run writes (a
+    string, a negative or a non-finite number: ``_check_numbers``); the message names the path (and the test, the
+    field and the value)."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
@@ -820,6 +855,8 @@ def read_run_file(path: Path) -> RunFile:
     except ValueError as exc:
         raise CompareError(f"{path}: not JSON: {exc}") from None
     try:
-        return RunFile.from_dict(data)
+        run = RunFile.from_dict(data)
     except (ValueError, TypeError) as exc:
         raise CompareError(f"{path}: {exc}") from None
+    _check_numbers(Path(path), run)
+    return run

@@ -82,6 +82,8 @@ class SpecdecSession:
         )
         self.outcomes = Outcomes(settings.out_dir / "noise")
         self.compare = None if settings.check else selection.compare_setup(settings, self.run_id, self.profiles)
+        if self.compare is not None:
+            self._read_noise()
         #: Shared servers the xdist workers left behind (``sharing.sweep_shared``), red in the summary.
         self.shared_leftovers: list[str] = []
         self.outputs: Outputs | None = None
@@ -89,6 +91,20 @@ class SpecdecSession:
         self.server_stop = fixtures.ServerStop()
         #: (profile, text) of the verdict warnings already given: each is given to the first test that reads it.
         self.warned: set[tuple[str, str]] = set()
+
+    def _read_noise(self) -> None:
+        """Read every selected profile's calibrated noise now (``Outcomes.noise`` keeps it): a broken noise file is
+        a usage error before any server starts, not a traceback in the first compare after the whole measurement.
+
+        :raises pytest.UsageError: a selected profile's noise file is present but unusable (``noise.read_noise``).
+        """
+        from pytest_specdec.core.errors import NoiseFileError
+
+        for name in self.selected:
+            try:
+                self.outcomes.noise(name)
+            except NoiseFileError as exc:
+                raise pytest.UsageError(f"--specdec-compare: calibrated noise of profile {name!r}: {exc}") from None
 
     @property
     def selected(self) -> tuple[str, ...]:
