@@ -233,7 +233,7 @@ def test_pytest_and_the_compare_command_count_undecided_tests_alike(
     clean, undecided = _slow_night(pytester)
     undecided.assert_outcomes(passed=2)
     undecided.stdout.fnmatch_lines(["specdec: 2 tests undecided (1 profile: baseline on compare) at the budget: not "
-                                    "failed (--specdec-undecided=warn); each undecided line above says what would "
+                                    "failed (--specdec-undecided=warn); each profile's warning above says what would "
                                     "decide it"])  # fmt: skip
     results = pytester.path / ".specdec" / "results"
     capsys.readouterr()

@@ -475,7 +475,8 @@ def undecided_lines(records: Iterable[results.ResultRecord], policy: str) -> lis
     undecided" from the command on the same two tests).
 
     Example: ``specdec: 2 tests undecided (1 profile: eagle3 on min_speedup, compare) at the budget: not failed
-    (--specdec-undecided=warn); each undecided line above says what would decide it``. (Not always more repeats: a
+    (--specdec-undecided=warn); each profile's warning above says what would decide it`` (the warnings are given once
+    per profile: a fresh-user trial read "each undecided line" above one warning for two tests). (Not always more repeats: a
     baseline known too loosely needs more stored runs; seen on an H200 night whose one line said "more repeats would
     decide them" below a warning that said they would not.)
 
@@ -492,10 +493,10 @@ def undecided_lines(records: Iterable[results.ResultRecord], policy: str) -> lis
     if not tests:
         return []
     named = [f"{p} on {', '.join(keys)}" for p, keys in by_profile.items()]
-    what = "failed" if policy == "fail" else "not failed"
+    what, where = ("failed", "each failure") if policy == "fail" else ("not failed", "each profile's warning")
     text = (
         f"specdec: {report.undecided_count(len(tests), named)} at the budget: {what} "
-        f"(--specdec-undecided={policy}); each undecided line above says what would decide it"
+        f"(--specdec-undecided={policy}); {where} above says what would decide it"
     )
     return [Line(text, {"red" if policy == "fail" else "yellow": True, "bold": True})]
 
