@@ -286,6 +286,8 @@ def test_a_night_failed_by_the_undecided_policy_alone_is_marked_so_for_the_histo
     for record in stored.results:
         compare = record.cost["verdicts"]["compare"]
         assert record.cost["failed_by"] == "undecided" and compare["verdict"] == "undecided"
+        # The noise it was judged with (none calibrated): the compare command reads it, not a later noise file.
+        assert compare["noise"] == {"sigma_rel": {}, "run_to_run_rel": {}, "runs": 0}
         # 10x slower at this profile's own 90% tok/s tolerance: x0.1 is not beyond it, nothing suspected.
         assert compare["suspected"] == []
         assert (record.baseline_problem(), record.history_problem()) == ("failed", "")

@@ -689,3 +689,26 @@ def test_a_calibrated_within_run_sd_is_the_floor_not_the_baselines_own_few_repea
     noise = CalibratedNoise({"output_tok_s": 0.038}, {"output_tok_s": 0.013}, runs=4)
     row = compare_results(base, cur, parse_tolerances("output_tok_s:5%"), noise=noise).rows[0]
     assert row.instance_sd == pytest.approx(0.07)
+
+
+def test_cli_judges_a_stored_record_with_the_noise_pytest_judged_it_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Fresh-user trial: pytest left a row undecided; a calibrate run afterwards wrote the profile's noise file, and
+    # the command then read the same row ok. The record keeps the noise its compare was judged with (none here).
+    judged_with_none = {"verdicts": {"compare": {"verdict": "undecided", "noise": {"sigma_rel": {},
+                                                                                     "run_to_run_rel": {}, "runs": 0}}}}
+    results_dir = tmp_path / "results"
+    _write(results_dir, "20260101T000000Z-aaaaaa", rec(output_tok_s=[100.0, 101.0, 99.0]))
+    _write(results_dir, "20260102T000000Z-bbbbbb",
+           dataclasses.replace(rec(output_tok_s=[99.0, 100.0, 98.0]), cost=judged_with_none))  # fmt: skip
+    args = ["compare", "20260101", "20260102", "--results-dir", str(results_dir)]
+    main(args)
+    before = capsys.readouterr().out
+    noise_file = tmp_path / "noise" / "eagle3.json"
+    noise_file.parent.mkdir()
+    noise_file.write_text(json.dumps({"profile": "eagle3", "runs": 5, "sigma_rel": {"output_tok_s": 0.07}}))
+    main(args)
+    assert capsys.readouterr().out == before
+    main([*args, "--noise", str(noise_file)])  # asked for by name: every test takes it
+    assert capsys.readouterr().out != before

@@ -15,7 +15,7 @@ from pytest_specdec.core.errors import CompareError, NoiseFileError
 from pytest_specdec.core.tolerances import parse_tolerances
 from pytest_specdec.judge.compare import compare_runs, design_of, single_look, swap_profile_id
 from pytest_specdec.judge.history import StoredHistory
-from pytest_specdec.judge.noise import read_noise
+from pytest_specdec.judge.noise import CalibratedNoise, read_noise
 from pytest_specdec.judge.verdict import undecided_block, undecided_reason
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
 from pytest_specdec.report.terminal import undecided_count
@@ -26,7 +26,8 @@ __all__ = ["compare_command", "load_pair", "profile_mapper"]
 def _noise(
     noise_path: str | Path | None, noise_dir: Path, current: RunFile
 ) -> Mapping[str, float] | Callable[[ResultRecord], Mapping[str, float]]:
-    """The calibrated noise of the compare: ``--noise FILE`` for every test, else each profile's own
+    """The calibrated noise of the compare: ``--noise FILE`` for every test, else the noise each record of
+    ``current`` was judged with in pytest (``CalibratedNoise.judged``: stored with it), else its profile's own
     ``noise_dir/<profile>.json`` as pytest reads it (``judge.outcomes.Outcomes.noise``), read here for every profile
     of ``current`` so that a broken one is an input error before anything is printed (an absent one is no noise).
 
@@ -45,7 +46,13 @@ def _noise(
         return given
     cache = {name: read_noise(noise_dir / f"{name}.json") for name in dict.fromkeys(r.profile for r in current.results)}
     none: Mapping[str, float] = {}
-    return lambda record: cache.get(record.profile, none)
+
+    def judged(record: ResultRecord) -> Mapping[str, float]:
+        # The noise pytest judged the record with, when it stored it; else the profile's file, as pytest reads it.
+        stored = CalibratedNoise.judged(record)
+        return stored if stored is not None else cache.get(record.profile, none)
+
+    return judged
 
 
 def _latest_notes(

@@ -103,6 +103,32 @@ class CalibratedNoise(dict[str, float]):
         self.run_to_run: dict[str, float] = dict(run_to_run or {})
         self.runs = runs
 
+    @classmethod
+    def stored(cls, noise: Mapping[str, float]) -> dict[str, object]:
+        """``noise`` as a stored record keeps the noise its compare was judged with (``cost["verdicts"]["compare"]
+        ["noise"]``): ``{"sigma_rel": {...}, "run_to_run_rel": {...}, "runs": N}``, empty objects for none."""
+        return {"sigma_rel": dict(noise), "run_to_run_rel": dict(getattr(noise, "run_to_run", {})),
+                "runs": int(getattr(noise, "runs", 0))}  # fmt: skip
+
+    @classmethod
+    def judged(cls, record: ResultRecord) -> CalibratedNoise | None:
+        """The noise ``record``'s compare was judged with in pytest (:meth:`stored`), so that the ``compare``
+        command decides as pytest did even after a later ``calibrate`` (a fresh-user trial saw a row pytest had left
+        undecided read ok); None for a record stored without it (the profile's noise file is read then). Entries
+        that are not finite numbers in 0..:data:`MAX_NOISE_SD` are left out."""
+        compare = ((record.cost or {}).get("verdicts") or {}).get("compare")
+        found = compare.get("noise") if isinstance(compare, Mapping) else None
+        if not isinstance(found, Mapping):
+            return None
+
+        def sds(key: str) -> dict[str, float]:
+            value = found.get(key)
+            return {str(k): float(v) for k, v in value.items() if isinstance(v, int | float) and not isinstance(v, bool)
+                    and math.isfinite(v) and 0 <= v <= MAX_NOISE_SD} if isinstance(value, Mapping) else {}  # fmt: skip
+
+        runs = found.get("runs")
+        return cls(sds("sigma_rel"), sds("run_to_run_rel"), runs if isinstance(runs, int) and runs > 0 else 0)
+
 
 def calibrate_noise(records: Sequence[ResultRecord], fields: Sequence[str] | None = None) -> CalibratedNoise:
     """The noise of repeated runs (each record one server start), for ``compare.compare_results``'s ``noise``.

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.core.tolerances import Tolerance, format_tolerances, merge_tolerances
 from pytest_specdec.judge import compare, sequential, speedup, sweep
+from pytest_specdec.judge.noise import CalibratedNoise
 from pytest_specdec.judge.thresholds import (
     FLOOR_RULES,
     Check,
@@ -1036,7 +1037,8 @@ def compare_item(
     outcomes.add_compare(run.run_id, record.test_id, [f"{profile.name}: {n}" for n in judged.notes], judged.table,
                          baseline=found, outcome=str(judged.cost.get("verdict", "passed")))  # fmt: skip
     if judged.cost:
-        costs["compare"] = dict(judged.cost)
+        # With the noise it was judged with: the compare command reads it, not a noise file calibrated later.
+        costs["compare"] = {**judged.cost, "noise": CalibratedNoise.stored(outcomes.noise(profile.name))}
     if judged.undecided is not None:
         # Named by profile, not test: every test of the profile shares this verdict (run.session warns it once).
         (case.warnings if halt else case.undecided).append(f"profile {profile.name}: {judged.undecided}")

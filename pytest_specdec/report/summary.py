@@ -475,10 +475,10 @@ def undecided_lines(records: Iterable[results.ResultRecord], policy: str) -> lis
     undecided" from the command on the same two tests).
 
     Example: ``specdec: 2 tests undecided (1 profile: eagle3 on min_speedup, compare) at the budget: not failed
-    (--specdec-undecided=warn); each profile's warning above says what would decide it`` (the warnings are given once
-    per profile: a fresh-user trial read "each undecided line" above one warning for two tests). (Not always more repeats: a
-    baseline known too loosely needs more stored runs; seen on an H200 night whose one line said "more repeats would
-    decide them" below a warning that said they would not.)
+    (--specdec-undecided=warn); each profile's warning above says what would decide it`` (the warnings are given
+    once per profile: a fresh-user trial read "each undecided line" above one warning for two tests). (Not always
+    more repeats: a baseline known too loosely needs more stored runs; seen on an H200 night whose one line said
+    "more repeats would decide them" below a warning that said they would not.)
 
     :param records: the run's records (``ResultRecord.cost["verdicts"]``).
     :param policy: ``RunSettings.undecided``.
