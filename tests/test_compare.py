@@ -672,6 +672,9 @@ def test_an_absolute_row_that_the_run_to_run_spread_keeps_open_says_no_repeats_w
     reason = verdict.undecided_reason(base, current, row, design, ())
     assert "more repeats would not decide it: today's run is one more server instance" in reason, reason
     assert "spread 7% run to run" in reason
+    # This profile has no paired arm: the advice says how to get a ratio row, not "the paired ratio row" (a trial).
+    assert reason.endswith("else a wider tolerance, or a paired reference arm (min_speedup: {vs: ...}) whose ratio "
+                           "rows differ 0-2% run to run)"), reason  # fmt: skip
     # Far beyond the tolerance but measured twice, more repeats can still decide it.
     two, design = (rec(itl_ms_p50=[1.0, 1.02]), rec(itl_ms_p50=[1.3, 1.5])), sequential.Design(2, 16)
     row = compare_results(*two, tol, design=design).rows[0]
@@ -712,3 +715,16 @@ def test_cli_judges_a_stored_record_with_the_noise_pytest_judged_it_with(
     assert capsys.readouterr().out == before
     main([*args, "--noise", str(noise_file)])  # asked for by name: every test takes it
     assert capsys.readouterr().out != before
+
+
+def test_an_absolute_row_shows_its_limit_as_a_ratio_and_no_interval_below_zero() -> None:
+    # Fresh-user trial: "x1.2, CI 0.9333-1.465" against "20%+5 ms" needed the limit worked out by hand, and a wide
+    # spread read "CI -0.4945-2.662" for a latency.
+    base = rec(itl_ms_p50=[1.00, 1.01, 0.99, 1.00])
+    comp = compare_results(base, rec(itl_ms_p50=[1.25, 1.26, 1.24, 1.25]), parse_tolerances("itl_ms_p50:20%+0.01"),
+                           design=sequential.Design(3, 16))  # fmt: skip
+    assert ", limit x1.21, n=4)" in comp.lines()[-1], comp.lines()
+    wide = compare_results(rec(ttft_ms_p50=[10.0, 30.0, 5.0]), rec(ttft_ms_p50=[9.0, 40.0, 2.0]),
+                           parse_tolerances("ttft_ms_p50:20%+5"))  # fmt: skip
+    decision = wide.rows[0].decision
+    assert decision is not None and decision.low == 0.0 and decision.high is not None and decision.high > 1.0

@@ -93,6 +93,9 @@ class CompareRow:
     #: calibrated noise, the larger of it and 2-3 runs' own estimate, 0 otherwise; the "more would decide it"
     #: estimates take it too.
     instance_sd: float = 0.0
+    #: For a tolerance with an absolute part (``20%+0.1`` ms), the tolerance as a ratio to the baseline shown
+    #: (``x1.39``): its interval is a ratio too, and the limit was otherwise worked out by hand (fresh-user trial).
+    limit_ratio: float | None = None
 
     @property
     def regressed(self) -> bool:
@@ -195,7 +198,8 @@ class Comparison:
             if r.basis == "exact" and r.verdict in ("REGRESSED", "changed", "improved"):
                 verdict = f"{verdict} (exact)"
             elif r.decision is not None and r.decision.low is not None:
-                verdict = f"{verdict} (x{r.decision.estimate:.3g}, {r.decision.interval()}, n={r.decision.n})"
+                limit = f", limit x{r.limit_ratio:.3g}" if r.limit_ratio is not None else ""
+                verdict = f"{verdict} (x{r.decision.estimate:.3g}, {r.decision.interval()}{limit}, n={r.decision.n})"
             if r.note:
                 verdict = f"{verdict} ({r.note})"
             table.append(
@@ -651,8 +655,11 @@ def _judge(
         noise = stats.pooled_sd(b_vals, c_vals, log=True) * scale
     else:  # an absolute tolerance part, or a baseline median of 0 (ITL p50 of events that arrived together): units
         noise = stats.pooled_sd(b_vals, c_vals)
+    limit_ratio = None
+    if tol.abs and shown.baseline:
+        limit_ratio = 1.0 + (-allowed if higher else allowed) / abs(shown.baseline)
     return CompareRow(fname, higher, *shown, tol, verdict, decision, noise=noise or None, design=judging.design,
-                      instance_sd=instance_sd)  # fmt: skip
+                      instance_sd=instance_sd, limit_ratio=limit_ratio)  # fmt: skip
 
 
 def _compared(

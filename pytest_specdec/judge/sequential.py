@@ -570,8 +570,9 @@ def _decide_difference(
     half = _t_quantile(1.0 - design.alpha_per_look, df) * math.sqrt(se2)
     worse = sign * diff
     verdict = "within" if worse + half < allowed else "worse" if worse - half > 0.0 and worse > allowed else "open"
+    # Shown as ratios to the baseline: a latency is never below 0 (a trial read "CI -0.4945-2.662").
     return Decision(
-        verdict, n_c, ratio(diff), ratio(diff - half), ratio(diff + half), conf,
+        verdict, n_c, ratio(diff), max(ratio(diff - half), 0.0), max(ratio(diff + half), 0.0), conf,
         f"{method} on the difference, {design.looks} looks",
     )  # fmt: skip
 

@@ -895,7 +895,19 @@ def _ask(estimate: Callable[..., int | None], data: _RowData, row: compare.Compa
                     instance_sd=data.instance_sd)  # fmt: skip
 
 
-def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design: sequential.Design) -> str:
+def _other_fix(row: compare.CompareRow, vs: str | None) -> str:
+    """What else decides a row the run-to-run spread keeps open: a wider tolerance; for a raw row also the ratio to
+    its paired arm ``vs`` (its run-to-run sd 0-2%), or, without one, pairing the profile with a reference arm."""
+    if " / " in row.metric:
+        return "a wider tolerance"
+    if vs:
+        return f"a wider tolerance, or the row's ratio to {vs!r} (paired arms differ 0-2% run to run)"
+    return ("a wider tolerance, or a paired reference arm (min_speedup: {vs: ...}) whose ratio rows differ 0-2% run "
+            "to run")
+
+
+def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design: sequential.Design,
+                         vs: str | None = None) -> str:  # fmt: skip
     """Why no number of today's repeats decides a row (its :func:`_row_data`), and what would
     (``sequential.baseline_runs_needed``): ``the baseline's side keeps the interval open (3 stored runs, 36 repeats);
     about 15 such runs in all would decide it at this budget (save more unchanged runs of this fingerprint)``."""
@@ -906,27 +918,30 @@ def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design:
     h = data.history
     run_sd = math.expm1(math.sqrt(h.between)) if h is not None and h.between and not h.assumed else 0.0
     known = f"{h.runs} stored runs, {h.n} repeats" if h is not None else f"1 stored run, {len(data.baseline)} repeats"
+    taken = ""
     if run_sd:
         known += f", run-to-run sd {run_sd:.1%}"
     elif data.instance_sd:
         # A run or three cannot size how server instances differ: the interval took a spread (assumed, or 2-3 runs'
         # estimate where larger); more stored runs measure it (a first night is then undecided, not a false alarm).
-        known += f", run-to-run sd taken as {data.instance_sd * 100:.2g}% until 4 stored runs measure it"
+        taken = f", run-to-run sd taken as {data.instance_sd * 100:.2g}% until 4 stored runs measure it"
     # The ratio row is the fix only for a raw row: a ratio row is already judged on its paired arm.
-    other = "a wider tolerance" if " / " in row.metric else "a wider tolerance or the paired ratio row"
+    other = _other_fix(row, vs)
     if runs is None:
         if data.instance_sd and not run_sd:
+            # Not "no number of runs": the spread is taken, not measured; 4 stored runs measure it (a trial read
+            # "no number of repeats or runs decides ...; stored runs that spread less will show it" as a paradox).
             return (f"today's run is one more server instance, and instances are taken to spread "
-                    f"{data.instance_sd * 100:.2g}% run to run ({known}): at that spread no number of repeats or runs "
-                    f"decides this tolerance; stored unchanged runs that spread less will show it, else {other} "
-                    "decides it")  # fmt: skip
+                    f"{data.instance_sd * 100:.2g}% run to run ({known}); at that spread no number of today's repeats "
+                    f"decides this tolerance: 4 or more stored unchanged runs measure the real spread (the row "
+                    f"decides if it is smaller), else {other}")  # fmt: skip
         if run_sd:
             return (f"today's run is one more server instance and the stored runs spread run to run ({known}): at "
                     f"that spread no number of repeats or runs decides this tolerance; {other} decides it")  # fmt: skip
         return ("the estimate sits near the limit: neither more repeats today nor more stored runs alone decide it "
                 "at this budget; both would (raise workload.max_repeats and save more unchanged runs)")
-    return (f"the baseline's side keeps the interval open ({known}); about {runs} such runs in all would decide it "
-            "at this budget (save more unchanged runs of this fingerprint)")
+    return (f"the baseline's side keeps the interval open ({known}{taken}); about {runs} such runs in all would "
+            "decide it at this budget (save more unchanged runs of this fingerprint)")
 
 
 def _worth_measuring(
@@ -978,10 +993,11 @@ def undecided_reason(
         if _difference_decidable(base, current, row, design):
             return text + " (more repeats would narrow it: raise workload.max_repeats)"
         return (f"{text} (more repeats would not decide it: today's run is one more server instance, and instances "
-                f"are taken to spread {row.instance_sd * 100:.2g}% run to run; 4 or more stored unchanged runs (or "
-                "calibrate) measure how they spread, else a wider tolerance decides it)")  # fmt: skip
+                f"are taken to spread {row.instance_sd * 100:.2g}% run to run; 4 or more stored unchanged runs "
+                f"measure the real spread, else {_other_fix(row, (base.paired or {}).get('vs'))})")  # fmt: skip
     if needed is None:
-        return f"{text} (more repeats would not decide it: {_not_decidable_today(data, row, design)})"
+        why = _not_decidable_today(data, row, design, (base.paired or {}).get("vs"))
+        return f"{text} (more repeats would not decide it: {why})"
     return text + f"; about {needed} repeats in all would decide it (raise workload.max_repeats or max_server_s)"
 
 
