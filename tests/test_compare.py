@@ -471,9 +471,10 @@ def test_category_rows_of_a_paired_field_are_judged_on_their_paired_ratio() -> N
 
     fast, slowed = [10.0, 10.1, 9.9, 10.0, 10.2], [12.2, 12.3, 12.1, 12.2, 12.4]
     ref, ref_slowed = [20.0] * 5, [24.4] * 5
-    base = dataclasses.replace(_categorized(rec(itl_ms_p50=fast), code=(12, fast)),
+    # Two categories: with one, its rows would repeat the top rows and are left out (the next test).
+    base = dataclasses.replace(_categorized(rec(itl_ms_p50=fast), code=(12, fast), chat=(12, fast)),
                                paired=paired(fast, ref, fast, ref))  # fmt: skip
-    cur = dataclasses.replace(_categorized(rec(itl_ms_p50=slowed), code=(12, slowed)),
+    cur = dataclasses.replace(_categorized(rec(itl_ms_p50=slowed), code=(12, slowed), chat=(12, slowed)),
                               paired=paired(slowed, ref_slowed, slowed, ref_slowed))  # fmt: skip
     rows = {r.metric: r for r in compare_results(base, cur).rows}
     assert rows["itl_ms_p50"].regressed and not rows["itl_ms_p50 / baseline"].regressed  # raw +22%
@@ -484,6 +485,13 @@ def test_category_rows_of_a_paired_field_are_judged_on_their_paired_ratio() -> N
     old_cur = dataclasses.replace(cur, paired=paired(slowed, ref_slowed, None, None))
     row = {r.metric: r for r in compare_results(old_base, old_cur).rows}["itl_ms_p50[code]"]
     assert (row.verdict, row.note) == ("n/a", "top row paired; no paired values per category")
+
+
+def test_one_category_gets_no_rows_of_its_own() -> None:
+    # Fresh-user trial: with every request in one category each [code] row repeated its top row, doubling the table.
+    fast, slow = [10.0, 10.1, 9.9, 10.0, 10.2], [12.2, 12.3, 12.1, 12.2, 12.4]
+    base, cur = _categorized(rec(itl_ms_p50=fast), code=(12, fast)), _categorized(rec(itl_ms_p50=slow), code=(12, slow))
+    assert [r.metric for r in compare_results(base, cur).rows if "[" in r.metric] == []
 
 
 def test_the_compare_command_uses_the_tolerances_each_record_was_judged_with() -> None:

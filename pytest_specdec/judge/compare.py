@@ -397,7 +397,9 @@ def _category_rows(
       both sides (``num_ok[CATEGORY]``), else ``n/a (3 requests < 8 per repeat)``.
     """
     specs = field_specs()
-    rows = []
+    rows: list[CompareRow] = []
+    if len(base.categories) == 1 and base.categories == current.categories:
+        return rows  # every request in one category: its rows would repeat the top rows (a trial read them twice)
     for category in sorted(set(base.categories) & set(current.categories)):
         counts = base.values(f"num_ok[{category}]") + current.values(f"num_ok[{category}]")
         fewest = int(min(counts)) if counts else None
