@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pytest_specdec.cli.main import main
+from pytest_specdec.core.tolerances import Tolerance
+from pytest_specdec.judge import sequential
+from pytest_specdec.judge.compare import compare_results
+from pytest_specdec.judge.noise import calibrate_proposal, read_noise
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
 from pytest_specdec.serve import registry
+from tests.helpers import rec
 
 FP = {"workload": {"max_new_tokens": 64, "num_requests": 16, "concurrency": 1}, "prompt_hash": "abc"}
 
@@ -420,3 +427,117 @@ def test_a_run_file_with_a_tampered_repeat_is_refused(tmp_path: Path, capsys: py
     data["results"][0]["repeats"]["accept_length_source"] = ["client"] * 3  # a string field stays a string
     cur.write_text(json.dumps(data))
     assert main(["compare", str(base), str(cur)]) == 0
+
+
+def _exact(n: int, sd: float, shift: float = 0.0) -> list[float]:
+    """``n`` tok/s values around 100 whose logs have mean ``log 100 + shift`` and sd ``log(1 + sd)`` exactly."""
+    z = np.arange(n) - (n - 1) / 2
+    return [float(v) for v in np.exp(math.log(100.0) + shift + math.log1p(sd) * z / z.std(ddof=1))]
+
+
+def _calibrated(tmp_path: Path, capsys: pytest.CaptureFixture[str], within: float, step: float) -> tuple[
+        list[ResultRecord], list[str]]:  # fmt: skip
+    """4 stored runs of 3 repeats (each run's logs spread exactly ``within``, their means ``step`` apart),
+    calibrated with ``--from``: the records and the printed lines."""
+    records = [rec(output_tok_s=_exact(3, within, step * d)) for d in (-1.5, -0.5, 0.5, 1.5)]
+    runs = [str(ResultStore(tmp_path).save(RunFile(run_id=f"r{i}", started=0.0, results=(r,))))
+            for i, r in enumerate(records)]  # fmt: skip
+    assert main(["calibrate", "--from", *runs]) == 0
+    return records, capsys.readouterr().out.splitlines()
+
+
+def _verdict(records: list[ResultRecord], tol: float, *, stored: int, shift: float = 0.0) -> str:
+    """The compare's ``output_tok_s`` verdict of an unchanged run (24 repeats at the calibrated within-run sd, at
+    ``shift``) at tolerance ``tol`` against ``records[0]`` and ``stored - 1`` more of them, with the noise file
+    calibrate wrote and the budget it sized for (``Design(3, 24)``)."""
+    noise = read_noise(Path(".specdec/noise/eagle3.json"))
+    today = rec(output_tok_s=_exact(24, noise["output_tok_s"], shift))
+    comparison = compare_results(records[0], today, {"output_tok_s": Tolerance(rel=tol)}, noise=noise,
+                                 design=sequential.Design(3, 24), history=records[1:stored])  # fmt: skip
+    (row,) = [r for r in comparison.rows if r.metric == "output_tok_s"]
+    return row.verdict
+
+
+def test_calibrate_says_what_one_stored_run_and_a_history_can_decide(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fresh-user trial: calibrate proposed output_tok_s:6.8%, which a compare against one stored run never decides
+    (it takes 7% run to run for each server instance). The 3-sigma proposal stays where 4 stored runs decide it,
+    and a comment says from how many: the figures are where the compare's own verdict turns ok."""
+    monkeypatch.chdir(tmp_path)
+    records, out = _calibrated(tmp_path, capsys, 0.02, 0.01)
+    assert "#   output_tok_s: sd 2.00% within a run, 0.60% run to run" in out
+    start = out.index("specdec_tolerances =")
+    assert out[start + 1 :] == [
+        "    output_tok_s:6.7%",
+        "# output_tok_s:6.7% is decidable only from 4 stored unchanged runs like these (an unchanged run passes "
+        "within ~1.8% there); against one stored run an unchanged run passes only within ~20.7% (run-to-run sd 7% "
+        "taken for each server instance)",
+        "# (an unchanged run measured to the budget of 24 repeats, workload.max_repeats; from 4 stored unchanged runs "
+        "of a fingerprint the compare measures the run-to-run sd itself)",
+    ]
+    # Against one stored run (the noise file's sds, 7% assumed run to run): ok from 20.7%, not at 20.6%.
+    assert _verdict(records, 0.207, stored=1, shift=-0.015) == "ok"
+    assert _verdict(records, 0.206, stored=1, shift=-0.015) == "undecided"
+    assert _verdict(records, 0.067, stored=1, shift=-0.015) == "undecided"
+    # Against the 4 runs themselves (their own run-to-run estimate): ok from 1.8%.
+    assert _verdict(records, 0.018, stored=4) == "ok"
+    assert _verdict(records, 0.017, stored=4) == "undecided"
+
+
+def test_calibrate_never_proposes_below_what_a_history_of_such_runs_decides(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Server starts 3% apart, each tight: 3 sigma of the pooled values (13.3%) is below what 4 stored runs with
+    that run-to-run spread let an unchanged run pass within (15%, their estimate at 3 degrees of freedom): 15% is
+    proposed."""
+    monkeypatch.chdir(tmp_path)
+    records, out = _calibrated(tmp_path, capsys, 0.005, 0.03)
+    start = out.index("specdec_tolerances =")
+    assert out[start + 1 : start + 3] == [
+        "    output_tok_s:15%",
+        "# output_tok_s: 3 sd is 13.3%, proposed 15%: the least an unchanged run passes within against 4 stored "
+        "unchanged runs like these; against one stored run an unchanged run passes only within ~20.5% (run-to-run "
+        "sd 7% taken for each server instance)",
+    ]
+    assert calibrate_proposal(records)["output_tok_s"] == Tolerance(rel=0.133)
+    assert _verdict(records, 0.15, stored=4) == "ok"
+    assert _verdict(records, 0.149, stored=4) == "undecided"
+    assert _verdict(records, 0.205, stored=1, shift=-0.045) == "ok"
+    assert _verdict(records, 0.204, stored=1, shift=-0.045) == "undecided"
+
+
+def test_calibrate_judges_a_paired_field_on_its_ratio_at_2_percent_run_to_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A paired field's tolerance bounds its ratio row (``output_tok_s / baseline``), which assumes 2% run to run
+    and shares the field's alpha with the raw row."""
+    monkeypatch.chdir(tmp_path)
+
+    def paired(tok_s: list[float]) -> ResultRecord:
+        arms = {"target": {"output_tok_s": tok_s}, "reference": {"output_tok_s": [50.0] * len(tok_s)}}
+        return dataclasses.replace(rec(output_tok_s=tok_s), paired={"vs": "baseline", **arms})
+
+    records = [paired(_exact(3, 0.01, 0.004 * d)) for d in (-1.5, -0.5, 0.5, 1.5)]
+    runs = [str(ResultStore(tmp_path).save(RunFile(run_id=f"r{i}", started=0.0, results=(r,))))
+            for i, r in enumerate(records)]  # fmt: skip
+    assert main(["calibrate", "--from", *runs]) == 0
+    out = capsys.readouterr().out.splitlines()
+    start = out.index("specdec_tolerances =")
+    assert out[start + 1 : start + 3] == [
+        "    output_tok_s:3.1%",
+        "# output_tok_s:3.1% is decidable only from 4 stored unchanged runs like these (an unchanged run passes "
+        "within ~1% there); against one stored run an unchanged run passes only within ~7.3% (run-to-run sd 2% "
+        "taken for each server instance)",
+    ]
+    noise = read_noise(Path(".specdec/noise/eagle3.json"))
+
+    def verdict(tol: float, stored: int, shift: float) -> str:
+        today = paired(_exact(24, noise["output_tok_s/baseline"], shift))
+        comparison = compare_results(records[0], today, {"output_tok_s": Tolerance(rel=tol)}, noise=noise,
+                                     design=sequential.Design(3, 24), history=records[1:stored])  # fmt: skip
+        (row,) = [r for r in comparison.rows if r.metric == "output_tok_s / baseline"]
+        return row.verdict
+
+    assert (verdict(0.073, 1, -0.006), verdict(0.072, 1, -0.006)) == ("ok", "undecided")
+    assert (verdict(0.01, 4, 0.0), verdict(0.009, 4, 0.0)) == ("ok", "undecided")

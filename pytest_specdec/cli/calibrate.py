@@ -4,22 +4,37 @@ propose baseline-compare tolerances from the spread; the measured noise is writt
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
+import statistics
 import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from pytest_specdec.cli.exits import EXIT_BAD_PROFILE, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from pytest_specdec.core.errors import CompareError, ProfileError, ServerError, ServerStartError
 from pytest_specdec.core.metric_table import PAIRED_FIELDS
-from pytest_specdec.core.tolerances import format_tolerances
+from pytest_specdec.core.tolerances import Tolerance, field_specs, format_tolerances
 from pytest_specdec.engines.rules import load_profiles
-from pytest_specdec.judge.noise import MAX_NOISE_SD, calibrate_noise, calibrate_proposal, measurements, paired_arm
+from pytest_specdec.judge import sequential
+from pytest_specdec.judge.compare import assumed_instance_sd, design_of
+from pytest_specdec.judge.noise import (
+    MAX_NOISE_SD,
+    CalibratedNoise,
+    calibrate_noise,
+    calibrate_proposal,
+    measurements,
+    paired_arm,
+)
 from pytest_specdec.judge.pair_ratios import paired_ratios
+from pytest_specdec.judge.verdict import design_for
 from pytest_specdec.measure import pairing, runner
 from pytest_specdec.measure.results import ResultRecord, ResultStore
-from pytest_specdec.profiles.schema import Profile
+from pytest_specdec.profiles.schema import Profile, Workload
 
 __all__ = ["calibrate_command"]
 
@@ -31,10 +46,13 @@ def calibrate_command(args: argparse.Namespace) -> int:
     """``calibrate PROFILE_FILE --profile NAME [--runs K]`` or ``calibrate --from RUN ...``: prints each run's
     figures, writes the noise file (``noise.calibrate_noise``) and prints an ini block of proposed tolerances
     (``noise.calibrate_proposal``: from per-pair ratios where the compare judges those), counting measurements, not
-    tests (``noise.measurements``: the tests of a profile in one run file share one). Returns ``EXIT_FINDINGS`` when
-    a server failed, ``EXIT_USAGE``/``EXIT_BAD_PROFILE`` on bad input, else ``EXIT_OK``."""
+    tests (``noise.measurements``: the tests of a profile in one run file share one). A timing field's proposal is
+    raised to what 4 stored unchanged runs like these decide, and a comment under the block says what one stored run
+    and such a history decide where one stored run cannot decide the 3-sigma value (:func:`_reaches`). Returns
+    ``EXIT_FINDINGS`` when a server failed, ``EXIT_USAGE``/``EXIT_BAD_PROFILE`` on bad input, else ``EXIT_OK``."""
     records: list[ResultRecord] = []
     tests = 0
+    design: sequential.Design | None = None
     if args.from_runs:
         try:
             stored = _stored_records(args.from_runs, args.profile, Path(args.results_dir))
@@ -55,6 +73,8 @@ def calibrate_command(args: argparse.Namespace) -> int:
                   f"sd needs 2 or more, as --runs K >= 2); got {len(records)} (runs: {runs})",
                   file=sys.stderr)  # fmt: skip
             return EXIT_USAGE
+        # The budget the runs were judged with (a compare of stored runs reads it so), else the default profile's.
+        design = next((d for d in map(design_of, records) if d is not None), None)
     else:
         if not args.profile_file or not args.profile or args.runs < 2:
             print("ERROR: calibrate needs PROFILE_FILE, --profile NAME and --runs K >= 2 (or --from RUN ...)",
@@ -72,6 +92,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
         except ProfileError as exc:
             print(f"ERROR: {exc}", file=sys.stderr)
             return EXIT_BAD_PROFILE
+        design = design_for(profile, profile.workload.repeats)
         for i in range(args.runs):
             try:
                 record = _calibration_run(profile, reference, Path(args.log_dir))
@@ -118,6 +139,12 @@ def calibrate_command(args: argparse.Namespace) -> int:
         print(f"# only {len(records)} server start(s): the run-to-run sds above are rough (a compare takes one only "
               f"where larger than its assumed 7%); {_FIRM_RUNS} or more size them better")  # fmt: skip
     vs = paired_arm(records)
+    design = design or sequential.Design(Workload().repeats, sequential.DEFAULT_MAX_REPEATS)
+    reaches = _reaches(records, proposal, noise, design)
+    sigma3 = dict(proposal)
+    for fname, reach in reaches.items():
+        if reach.history is not None and reach.history > proposal[fname].rel:
+            proposal[fname] = Tolerance(rel=reach.history)  # one the gate decides once 4 stored runs exist
     print(f"# proposed from {len(records)} measurement(s); paste into pytest's ini (or a profile's tolerances:)")
     if vs:
         print(f"# {', '.join(f for f in PAIRED_FIELDS if f in proposal)}: from the per-pair ratios to {vs!r}, which "
@@ -125,7 +152,144 @@ def calibrate_command(args: argparse.Namespace) -> int:
     print("specdec_tolerances =")
     for line in format_tolerances(proposal).split():
         print(f"    {line}")
+    lines = [line for fname, reach in reaches.items() if (line := _reach_line(fname, sigma3[fname].rel, reach))]
+    if lines:
+        print("\n".join(lines))
+        print(f"# (an unchanged run measured to the budget of {design.max_repeats} repeats, workload.max_repeats; "
+              f"from {_HISTORY_RUNS} stored unchanged runs of a fingerprint the compare measures the run-to-run sd "
+              "itself)")  # fmt: skip
     return EXIT_OK
+
+
+#: Stored runs from which a compare takes the history's own run-to-run estimate, not an assumed one.
+_HISTORY_RUNS = sequential.ASSUMED_UP_TO_RUNS + 1
+#: The largest tolerance :func:`_least_tolerance` looks for.
+_REACH_CAP = 0.999
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Reach:
+    """For one proposed timing field: the least tolerance (relative, rounded up to 0.1 %) an unchanged run measured
+    to the budget passes within, against one stored run (``one_run``, taking ``run_sd`` for each server instance)
+    and against :data:`_HISTORY_RUNS` stored runs like the calibration's (``history``); None where none up to
+    :data:`_REACH_CAP` does."""
+
+    one_run: float | None
+    run_sd: float
+    history: float | None
+
+
+def _reaches(
+    records: Sequence[ResultRecord], proposal: dict[str, Tolerance], noise: CalibratedNoise, design: sequential.Design
+) -> dict[str, _Reach]:
+    """:class:`_Reach` of each proposed timing field (a run-to-run sd assumed for it: ``compare.assumed_instance_sd``),
+    decided by ``sequential.decide_shift`` as ``compare._judge`` decides its row after this calibration: against one
+    stored run with the noise file written here (``compare._Judging.pooled``: the within-run sd as known, the
+    run-to-run sd of ``_Judging.assumed_sd``), against a history by ``sequential.History.from_runs`` of runs whose
+    within-run and run-to-run sds are the measured ones. The unchanged values are synthetic: each run's logs spread
+    exactly at the within-run sd, today's at the baseline's level over ``design.max_repeats`` repeats; a paired
+    field's row (its ratio to the paired arm, ``field / ``) at half the alpha, as the compare shares it with the
+    raw row."""
+    vs = paired_arm(records)
+    specs = field_specs()
+    out: dict[str, _Reach] = {}
+    for fname in proposal:
+        paired = vs is not None and fname in PAIRED_FIELDS
+        key, noise_key = (f"{fname} / ", f"{fname}/{vs}") if paired else (fname, fname)
+        sigma = noise.get(noise_key)
+        if sigma is None or not assumed_instance_sd(key) or fname not in specs:
+            continue
+        counts = [n for r in records if (n := len(paired_ratios(r, fname) if paired else r.values(fname)))]
+        n_base = max(int(statistics.median_low(counts)), 2) if counts else 2
+        look = dataclasses.replace(design, alpha=design.alpha / 2) if paired else design
+        higher = specs[fname].higher_is_better
+        log_sd = math.log1p(sigma)
+        base, today = _unchanged(n_base, log_sd), _unchanged(design.max_repeats, log_sd)
+        run_sd = _assumed_sd(key, sigma, noise.run_to_run.get(noise_key))
+        one: sequential.History | None = None
+        if sigma:  # as ``_Judging.pooled`` reads a calibrated sigma; a zero one reads as none there
+            between = math.log1p(run_sd) ** 2
+            mean = float(np.log(base).mean())
+            one = sequential.History(mean, log_sd**2, 1000, between, 1, n_base, assumed=between > 0.0)
+        one_run = _least_tolerance(base, today, look, higher, one, run_sd)
+        # Runs whose means spread as the measured run-to-run sd beyond their repeats (the ANOVA's moments).
+        spread = math.sqrt(math.log1p(noise.run_to_run.get(noise_key, 0.0)) ** 2 + log_sd**2 / n_base)
+        offsets = np.arange(_HISTORY_RUNS) - (_HISTORY_RUNS - 1) / 2
+        runs = [_unchanged(n_base, log_sd, float(d) * spread / float(offsets.std(ddof=1))) for d in offsets]
+        history = sequential.History.from_runs(runs, _assumed_sd(key, sigma, noise.run_to_run.get(noise_key)))
+        reached = None
+        if history is not None:
+            run_to_run = math.expm1(math.sqrt(history.between)) if history.assumed else 0.0
+            reached = _least_tolerance(runs[0], today, look, higher, history, run_to_run)
+        out[fname] = _Reach(one_run, run_sd, reached)
+    return out
+
+
+def _assumed_sd(key: str, within: float, measured: float | None) -> float:
+    """``compare._Judging.assumed_sd``: the assumed run-to-run sd, for a raw row at least the within-run sd, and
+    calibrate's where larger."""
+    default = assumed_instance_sd(key)
+    if default and " / " not in key:
+        default = max(default, within)
+    return max(default, measured) if measured is not None and default else default
+
+
+def _unchanged(n: int, log_sd: float, shift: float = 0.0) -> list[float]:
+    """``n`` values around 100 whose logs have mean ``shift`` (plus log 100) and sd ``log_sd`` (n - 1) exactly."""
+    z = np.arange(n) - (n - 1) / 2
+    if n > 1:
+        z = z / z.std(ddof=1)
+    return [float(v) for v in np.exp(math.log(100.0) + shift + log_sd * z)]
+
+
+def _least_tolerance(
+    base: list[float],
+    today: list[float],
+    design: sequential.Design,
+    higher: bool,
+    history: sequential.History | None,
+    instance_sd: float,
+) -> float | None:
+    """The least relative tolerance (rounded up to 0.1 %) at which ``sequential.decide_shift`` passes ``today``
+    against ``base`` (``within``), by bisection (the tolerance only widens the bound); None when none up to
+    :data:`_REACH_CAP` does."""
+
+    def passes(tol: float) -> bool:
+        decision = sequential.decide_shift(base, today, tol, design, higher_is_better=higher, history=history,
+                                           instance_sd=instance_sd)  # fmt: skip
+        return decision.verdict == "within"
+
+    low, high = 0.0, _REACH_CAP
+    if not passes(high):
+        return None
+    while high - low > 1e-5:
+        mid = (low + high) / 2
+        low, high = (low, mid) if passes(mid) else (mid, high)
+    return math.ceil(round(high * 1000, 6)) / 1000
+
+
+def _percent(rel: float) -> str:
+    return f"{rel * 100:g}%"
+
+
+def _reach_line(fname: str, sigma3: float, reach: _Reach) -> str:
+    """The comment under the ini block when the 3-sigma proposal ``sigma3`` is below what one stored run decides,
+    or was raised to what a history decides; "" otherwise."""
+    one = (f"within ~{_percent(reach.one_run)}" if reach.one_run is not None else
+           f"within no tolerance below {_REACH_CAP:.0%}")  # fmt: skip
+    against_one = (f"against one stored run an unchanged run passes only {one} (run-to-run sd "
+                   f"{reach.run_sd * 100:.2g}% taken for each server instance)")  # fmt: skip
+    many = f"{_HISTORY_RUNS} stored unchanged runs like these"
+    if reach.history is not None and reach.history > sigma3:
+        return (f"# {fname}: 3 sd is {_percent(sigma3)}, proposed {_percent(reach.history)}: the least an unchanged "
+                f"run passes within against {many}; {against_one}")  # fmt: skip
+    if reach.one_run is not None and sigma3 >= reach.one_run:
+        return ""
+    if reach.history is None:
+        return (f"# {fname}:{_percent(sigma3)}: against {many} an unchanged run passes within no tolerance below "
+                f"{_REACH_CAP:.0%}; {against_one}")  # fmt: skip
+    return (f"# {fname}:{_percent(sigma3)} is decidable only from {many} (an unchanged run passes within "
+            f"~{_percent(reach.history)} there); {against_one}")  # fmt: skip
 
 
 def _stored_records(refs: Sequence[str], profile: str | None, results_dir: Path) -> list[tuple[str, ResultRecord]]:
