@@ -736,3 +736,19 @@ def test_an_absolute_row_shows_its_limit_as_a_ratio_and_no_interval_below_zero()
                            parse_tolerances("ttft_ms_p50:20%+5"))  # fmt: skip
     decision = wide.rows[0].decision
     assert decision is not None and decision.low == 0.0 and decision.high is not None and decision.high > 1.0
+
+
+def test_a_stored_run_that_cannot_be_read_is_said_not_dropped_from_the_history_silently(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Second fresh-user trial: an older run edited to a negative tok/s was left out of the pooled history (9 -> 8
+    # stored runs) without a word, though the same file named as BASE is refused naming the field.
+    damaged = _write(tmp_path, "20260101T000000Z-aaaaaa", rec(output_tok_s=[100.0, 101.0, 99.0]))
+    data = json.loads(damaged.read_text())
+    data["results"][0]["repeats"]["output_tok_s"][0] = -3
+    damaged.write_text(json.dumps(data))
+    _write(tmp_path, "20260102T000000Z-bbbbbb", rec(output_tok_s=[100.0, 101.0, 99.0]))
+    _write(tmp_path, "20260103T000000Z-cccccc", rec(output_tok_s=[99.0, 100.0, 98.0]))
+    main(["compare", "20260102", "20260103", "--results-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "note: stored run left out of the history: " in out and "repeats.output_tok_s[0]" in out, out

@@ -229,6 +229,8 @@ def compare_command(
         history=lambda record: stored.of(base.run_id, record),
     )  # fmt: skip
     print(f"specdec compare: baseline {base.run_id} -> current {current.run_id}", file=out)
+    for problem in stored.skipped:  # read by compare_runs above: said, not dropped silently
+        print(f"note: stored run left out of the history: {problem}", file=out)
     if base.run_id == current.run_id:  # "compare latest latest", or one file twice: say so, not a silent pass
         print(f"note: BASE and CURRENT are the same run ({base.run_id}): each test is compared with itself (the "
               "baseline column pools the stored runs of its fingerprint up to it, so a delta need not be 0)",

@@ -42,6 +42,9 @@ class StoredHistory:
     #: Today's run id: only runs stored before it are read (None: every stored run).
     before: str | None = None
     _runs: list[results.RunFile] | None = field(default=None, repr=False)
+    #: The stored run files left out because they cannot be read (``read_run_file``'s message: the file, the test,
+    #: the field and the fix); a compare says so (a trial's edited file was dropped from the pool without a word).
+    skipped: list[str] = field(default_factory=list)
 
     def _load(self) -> list[results.RunFile]:
         if self._runs is None:
@@ -50,8 +53,8 @@ class StoredHistory:
             for path in reversed(store.list() if self.results_dir.is_dir() else []):
                 try:
                     runs.append(results.read_run_file(path))
-                except CompareError:
-                    continue
+                except CompareError as exc:
+                    self.skipped.append(str(exc))
             self._runs = runs
         return self._runs
 

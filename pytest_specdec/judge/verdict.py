@@ -933,11 +933,15 @@ def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design:
             # "no number of repeats or runs decides ...; stored runs that spread less will show it" as a paradox).
             return (f"today's run is one more server instance, and instances are taken to spread "
                     f"{data.instance_sd * 100:.2g}% run to run ({known}); at that spread no number of today's repeats "
-                    f"decides this tolerance: 4 or more stored unchanged runs measure the real spread (the row "
-                    f"decides if it is smaller), else {other}")  # fmt: skip
+                    f"decides it: 4 or more stored unchanged runs measure the real spread (the row decides if it is "
+                    f"smaller), else {other}")  # fmt: skip
         if run_sd:
-            return (f"today's run is one more server instance and the stored runs spread run to run ({known}): at "
-                    f"that spread no number of repeats or runs decides this tolerance; {other} decides it")  # fmt: skip
+            # Tonight's estimate, not the tolerance: a later night whose estimate sits further from the limit decides
+            # (a trial read "no number of repeats or runs decides this tolerance" on a row a later night decided ok).
+            return (f"today's run is one more server instance and the stored runs spread run to run ({known}): with "
+                    f"tonight's estimate this near the limit, neither more repeats nor more stored runs decide it; "
+                    f"a night whose estimate sits further from the limit does (it moves with each instance), or "
+                    f"{other}")  # fmt: skip
         return ("the estimate sits near the limit: neither more repeats today nor more stored runs alone decide it "
                 "at this budget; both would (raise workload.max_repeats and save more unchanged runs)")
     return (f"the baseline's side keeps the interval open ({known}{taken}); about {runs} such runs in all would "
@@ -1039,6 +1043,12 @@ def compare_item(
             bisect_hint=setup.bisect_hint, step=lambda: _next_step(measurements, profile.name, vs)[1],
         )  # fmt: skip
 
+    history = setup.history
+    if history is not None:
+        history.of(run.run_id, base)  # read now: a stored run that cannot be read is said once, not dropped silently
+        for problem in outcomes.once(("history skipped",), lambda: list(history.skipped)):
+            if problem not in case.warnings:
+                case.warnings.append(f"stored run left out of the compare's history: {problem}")
     halt = _halt_of(measurements)
     # Keyed by the repeats the record holds: a later test whose floors measured more is judged on them, so the
     # ``compare`` command reading its stored record decides as pytest did.
