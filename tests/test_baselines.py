@@ -267,3 +267,19 @@ def test_an_unchanged_undecided_night_joins_the_history_but_never_becomes_the_ba
     assert [r.test_id for r in history] == [TEST, TEST]  # ffffff and bbbbbb, newest first
     # pytest's own run is not stored yet: every stored run counts.
     assert len(StoredHistory(tmp_path).of(found.run.run_id, found.record)) == 3
+
+
+def test_a_baselines_stored_note_is_not_repeated_under_a_compare_that_pooled_its_spread(tmp_path: Path) -> None:
+    # Second fresh-user trial: the note a run's record got when stored ("an unchanged run could not pass within 5%
+    # against it") judged that record alone; repeated under compares that pooled it with other stored runs (and
+    # decided at 5%), it contradicted them. It is kept for a compare against that run alone.
+    from pytest_specdec.judge.baseline import Baseline
+    from pytest_specdec.judge.outcomes import Outcomes
+
+    run = _run("20261201T000000Z-aaaaaa", baseline_notes=("output_tok_s: too wide",))
+    found = Baseline(run, run.results[0], "the newest clean run")
+    alone, pooled = Outcomes(tmp_path), Outcomes(tmp_path)
+    alone.add_compare(run.run_id, TEST, [], [], baseline=found)
+    pooled.add_compare(run.run_id, TEST, [], [], baseline=found, pooled=True)
+    assert list(alone.chosen[run.run_id][2]) == ["baseline: output_tok_s: too wide"]
+    assert list(pooled.chosen[run.run_id][2]) == []

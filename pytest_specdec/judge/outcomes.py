@@ -130,16 +130,19 @@ class Outcomes:
 
     def add_compare(
         self, run_id: str, test_id: str, notes: Sequence[str], table: Sequence[str], baseline: Baseline | None = None,
-        outcome: str = "passed",
+        outcome: str = "passed", pooled: bool = False,
     ) -> None:
         """A test compared with stored run ``run_id``: how it was judged (``notes``, per profile), when it did not
         regress its table and ``outcome`` (``passed`` or ``undecided``), and the ``baseline`` found (why that run,
-        the newer runs passed over)."""
+        the newer runs passed over, and what its record said when it was stored, unless ``pooled``: its spread was
+        pooled with other stored runs, which that note, judging the record alone, did not know of; a trial read
+        "could not pass within 5% against it" under compares that decided at 5%)."""
         self._compared.setdefault(run_id, []).append(test_id)
         if baseline is not None:
             why, skipped, stored = self._chosen.setdefault(run_id, (baseline.why, {}, {}))
             skipped.update(dict.fromkeys(baseline.skipped))
-            stored.update(dict.fromkeys(f"{baseline.record.profile}: {n}" for n in baseline.record.baseline_notes))
+            if not pooled:
+                stored.update(dict.fromkeys(f"{baseline.record.profile}: {n}" for n in baseline.record.baseline_notes))
         self._compare_notes.update(dict.fromkeys(notes))
         if table:
             self._compare_tables[test_id] = (outcome, list(table))

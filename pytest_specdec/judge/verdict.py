@@ -1044,8 +1044,10 @@ def compare_item(
         )  # fmt: skip
 
     history = setup.history
+    pooled = False
     if history is not None:
-        history.of(run.run_id, base)  # read now: a stored run that cannot be read is said once, not dropped silently
+        # Read now: a stored run that cannot be read is said, not dropped silently.
+        pooled = bool(history.of(run.run_id, base))
         for problem in outcomes.once(("history skipped",), lambda: list(history.skipped)):
             if problem not in case.warnings:
                 case.warnings.append(f"stored run left out of the compare's history: {problem}")
@@ -1061,7 +1063,7 @@ def compare_item(
         judged = dataclasses.replace(judged, failure="\n".join([head.replace(f"({judged_for}):", f"({test_id}):"),
                                                                rest]))  # fmt: skip
     outcomes.add_compare(run.run_id, record.test_id, [f"{profile.name}: {n}" for n in judged.notes], judged.table,
-                         baseline=found, outcome=str(judged.cost.get("verdict", "passed")))  # fmt: skip
+                         baseline=found, outcome=str(judged.cost.get("verdict", "passed")), pooled=pooled)  # fmt: skip
     if judged.cost:
         # With the noise it was judged with: the compare command reads it, not a noise file calibrated later.
         costs["compare"] = {**judged.cost, "noise": CalibratedNoise.stored(outcomes.noise(profile.name))}
