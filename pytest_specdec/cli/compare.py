@@ -231,6 +231,11 @@ def compare_command(
     print(f"specdec compare: baseline {base.run_id} -> current {current.run_id}", file=out)
     for problem in stored.skipped:  # read by compare_runs above: said, not dropped silently
         print(f"note: stored run left out of the history: {problem}", file=out)
+    if noise_path:
+        # Stored runs of a test's fingerprint measure its spread themselves (a trial's 90% file changed nothing).
+        print(f"note: --noise {noise_path} stands in where a test has fewer than 2 stored runs (its within-run sd) "
+              "or fewer than 4 (its run-to-run sd, where larger than the assumed one); more stored runs measure "
+              "their own", file=out)  # fmt: skip
     if base.run_id == current.run_id:  # "compare latest latest", or one file twice: say so, not a silent pass
         print(f"note: BASE and CURRENT are the same run ({base.run_id}): each test is compared with itself (the "
               "baseline column pools the stored runs of its fingerprint up to it, so a delta need not be 0)",
