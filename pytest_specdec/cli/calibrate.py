@@ -21,7 +21,7 @@ from pytest_specdec.core.metric_table import PAIRED_FIELDS
 from pytest_specdec.core.tolerances import Tolerance, field_specs, format_tolerances
 from pytest_specdec.engines.rules import load_profiles
 from pytest_specdec.judge import sequential
-from pytest_specdec.judge.compare import assumed_instance_sd, design_of
+from pytest_specdec.judge.compare import assumed_instance_sd, calibrated_history, design_of, run_to_run_sd
 from pytest_specdec.judge.noise import (
     MAX_NOISE_SD,
     CalibratedNoise,
@@ -205,33 +205,20 @@ def _reaches(
         higher = specs[fname].higher_is_better
         log_sd = math.log1p(sigma)
         base, today = _unchanged(n_base, log_sd), _unchanged(design.max_repeats, log_sd)
-        run_sd = _assumed_sd(key, sigma, noise.run_to_run.get(noise_key))
-        one: sequential.History | None = None
-        if sigma:  # as ``_Judging.pooled`` reads a calibrated sigma; a zero one reads as none there
-            between = math.log1p(run_sd) ** 2
-            mean = float(np.log(base).mean())
-            one = sequential.History(mean, log_sd**2, 1000, between, 1, n_base, assumed=between > 0.0)
+        run_sd = run_to_run_sd(key, sigma, noise.run_to_run.get(noise_key))
+        one = calibrated_history(base, sigma, run_sd)  # as the compare reads the noise file written here
         one_run = _least_tolerance(base, today, look, higher, one, run_sd)
         # Runs whose means spread as the measured run-to-run sd beyond their repeats (the ANOVA's moments).
         spread = math.sqrt(math.log1p(noise.run_to_run.get(noise_key, 0.0)) ** 2 + log_sd**2 / n_base)
         offsets = np.arange(_HISTORY_RUNS) - (_HISTORY_RUNS - 1) / 2
         runs = [_unchanged(n_base, log_sd, float(d) * spread / float(offsets.std(ddof=1))) for d in offsets]
-        history = sequential.History.from_runs(runs, _assumed_sd(key, sigma, noise.run_to_run.get(noise_key)))
+        history = sequential.History.from_runs(runs, run_sd)
         reached = None
         if history is not None:
             run_to_run = math.expm1(math.sqrt(history.between)) if history.assumed else 0.0
             reached = _least_tolerance(runs[0], today, look, higher, history, run_to_run)
         out[fname] = _Reach(one_run, run_sd, reached)
     return out
-
-
-def _assumed_sd(key: str, within: float, measured: float | None) -> float:
-    """``compare._Judging.assumed_sd``: the assumed run-to-run sd, for a raw row at least the within-run sd, and
-    calibrate's where larger."""
-    default = assumed_instance_sd(key)
-    if default and " / " not in key:
-        default = max(default, within)
-    return max(default, measured) if measured is not None and default else default
 
 
 def _unchanged(n: int, log_sd: float, shift: float = 0.0) -> list[float]:

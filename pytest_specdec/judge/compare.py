@@ -42,10 +42,12 @@ __all__ = [
     "Comparison",
     "RunComparison",
     "assumed_instance_sd",
+    "calibrated_history",
     "compare_results",
     "compare_runs",
     "design_of",
     "row_values",
+    "run_to_run_sd",
     "single_look",
     "swap_profile_id",
     "tail_samples_needed",
@@ -510,23 +512,8 @@ class _Judging:
         return f"{fname}/{vs}" if sep else fname
 
     def assumed_sd(self, key: str, within: float = 0.0) -> float:
-        """The run-to-run sd a row takes for each server instance while its stored runs cannot measure one (fewer
-        than 4): :func:`assumed_instance_sd` (0 for accept rows), for a raw timing row at least ``within`` (the
-        relative sd of one repeat within a run: the stored runs' and today's pooled, or calibrate's), or what
-        ``calibrate`` measured where larger.
-
-        Why the within-run floor: in every recording the run-to-run sd of raw tok/s was 0.3-1.5x the within-run sd
-        (reference server 0.023 / 0.031 and 0.07 / 0.10; H200 with CUDA graphs 0.05-0.11 / 0.15 and 0.14 / 0.12 over
-        8 instances), and a runner whose repeats spread 12 % is not one whose instances agree to 7 %: on those 8
-        H200 instances the 7 % alone read REGRESSED in 7 of 56 unchanged pairs (``benchmarks/bench_stored_pairs.py``).
-        Not for a ratio row: pairing cancels what instances share (run to run 0-2 % beside 5-20 % within).
-        Why calibrate's only where larger: a few starts size the spread poorly; on one H100, 4 starts of one SGLang
-        config read 3.3 % run to run and the next 6 starts 14.8 % (docs/measurements/verdicts.md)."""
-        default = assumed_instance_sd(key)
-        if default and " / " not in key:
-            default = max(default, within)
-        measured = getattr(self.noise, "run_to_run", {}).get(self._noise_key(key))
-        return max(default, float(measured)) if measured is not None and default else default
+        """:func:`run_to_run_sd` of a row, with what ``calibrate`` measured for it (its noise file)."""
+        return run_to_run_sd(key, within, getattr(self.noise, "run_to_run", {}).get(self._noise_key(key)))
 
     def pooled(self, key: str, b_vals: Sequence[float]) -> sequential.History | None:
         """The baseline's :class:`~sequential.History` for a row: its stored runs' values of ``key`` (``field`` or
@@ -541,17 +528,46 @@ class _Judging:
         logs = [math.log(v) for v in b_vals if v > 0]
         if not sigma or not logs:
             return None
-        # A calibrated sigma pools the spread of several runs: taken as known (many degrees of freedom), and so is
-        # the run-to-run sd (the assumed one, at least that sigma; calibrate's where larger): one stored run cannot
-        # show how instances differ. (The baseline's own 3 repeats as the floor once read 12% where calibrate had
-        # measured 3.8%, and the row opened beside its category row on the same values; fresh-user trial.)
-        between = math.log1p(self.assumed_sd(key, sigma)) ** 2
-        return sequential.History(sum(logs) / len(logs), math.log1p(sigma) ** 2, 1000, between, 1, len(logs),
-                                  assumed=between > 0.0)  # fmt: skip
+        # The run-to-run sd at least that sigma, not the baseline's own few repeats (which once read 12% where
+        # calibrate had measured 3.8%, and the row opened beside its category row on the same values; a trial).
+        return calibrated_history(b_vals, sigma, self.assumed_sd(key, sigma))
 
     def calibrated_run_to_run(self) -> int:
         """Server starts behind the calibrated run-to-run sds (0: none measured)."""
         return int(getattr(self.noise, "runs", 0)) if getattr(self.noise, "run_to_run", None) else 0
+
+
+def run_to_run_sd(key: str, within: float = 0.0, measured: float | None = None) -> float:
+    """The run-to-run sd a row (``key``: ``field``, or ``field / `` for a paired ratio) takes for each server
+    instance while its stored runs cannot measure one (fewer than 4): :func:`assumed_instance_sd` (0 for accept
+    rows), for a raw timing row at least ``within`` (the relative sd of one repeat within a run: the stored runs' and
+    today's pooled, or calibrate's), or ``measured`` (calibrate's run-to-run sd) where larger. ``calibrate`` asks it
+    too, so that its proposals are decided as the compare decides.
+
+    Why the within-run floor: in every recording the run-to-run sd of raw tok/s was 0.3-1.5x the within-run sd
+    (reference server 0.023 / 0.031 and 0.07 / 0.10; H200 with CUDA graphs 0.05-0.11 / 0.15 and 0.14 / 0.12 over
+    8 instances), and a runner whose repeats spread 12 % is not one whose instances agree to 7 %: on those 8
+    H200 instances the 7 % alone read REGRESSED in 7 of 56 unchanged pairs (``benchmarks/bench_stored_pairs.py``).
+    Not for a ratio row: pairing cancels what instances share (run to run 0-2 % beside 5-20 % within).
+    Why calibrate's only where larger: a few starts size the spread poorly; on one H100, 4 starts of one SGLang
+    config read 3.3 % run to run and the next 6 starts 14.8 % (docs/measurements/verdicts.md).
+    """
+    default = assumed_instance_sd(key)
+    if default and " / " not in key:
+        default = max(default, within)
+    return max(default, float(measured)) if measured is not None and default else default
+
+
+def calibrated_history(b_vals: Sequence[float], sigma: float, run_sd: float) -> sequential.History | None:
+    """A baseline of one stored run (``b_vals``) with a calibrated per-repeat ``sigma`` (relative) and run-to-run
+    sd ``run_sd``, both taken as known: a calibrated sigma pools the spread of several runs (many degrees of
+    freedom), and one stored run cannot show how instances differ. None without a sigma or a positive value."""
+    logs = [math.log(v) for v in b_vals if v > 0]
+    if not sigma or not logs:
+        return None
+    between = math.log1p(run_sd) ** 2
+    return sequential.History(sum(logs) / len(logs), math.log1p(sigma) ** 2, 1000, between, 1, len(logs),
+                              assumed=between > 0.0)  # fmt: skip
 
 
 def _within(*runs: Sequence[float]) -> float:

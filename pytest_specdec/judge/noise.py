@@ -123,8 +123,7 @@ class CalibratedNoise(dict[str, float]):
 
         def sds(key: str) -> dict[str, float]:
             value = found.get(key)
-            return {str(k): float(v) for k, v in value.items() if isinstance(v, int | float) and not isinstance(v, bool)
-                    and math.isfinite(v) and 0 <= v <= MAX_NOISE_SD} if isinstance(value, Mapping) else {}  # fmt: skip
+            return {str(k): float(v) for k, v in value.items() if _is_sd(v)} if isinstance(value, Mapping) else {}
 
         runs = found.get("runs")
         return cls(sds("sigma_rel"), sds("run_to_run_rel"), runs if isinstance(runs, int) and runs > 0 else 0)
@@ -209,8 +208,7 @@ def read_noise(path: Path) -> CalibratedNoise:
                                  f"{_shown(value)}; {_noise_fix(name)}", path=path, key=key)  # fmt: skip
         out: dict[str, float] = {}
         for k, v in value.items():
-            number = isinstance(v, int | float) and not isinstance(v, bool)
-            if not number or not math.isfinite(v) or not 0 <= v <= MAX_NOISE_SD:
+            if not _is_sd(v):
                 raise NoiseFileError(f"{path}: {key}.{k}: expected a relative sd from 0 to {MAX_NOISE_SD} "
                                      f"({MAX_NOISE_SD:.0%}), got {_shown(v)}; {_noise_fix(name)}", path=path,
                                      key=f"{key}.{k}")  # fmt: skip
@@ -222,6 +220,13 @@ def read_noise(path: Path) -> CalibratedNoise:
         raise NoiseFileError(f"{path}: runs: expected the number of server starts measured (an integer >= 1), got "
                              f"{_shown(runs)}; {_noise_fix(name)}", path=path, key="runs")  # fmt: skip
     return CalibratedNoise(sds("sigma_rel"), sds("run_to_run_rel"), runs)
+
+
+def _is_sd(value: object) -> bool:
+    """A relative sd a noise file or a stored record may hold: a finite number in 0..:data:`MAX_NOISE_SD`."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    return math.isfinite(value) and 0 <= value <= MAX_NOISE_SD
 
 
 def _shown(value: object) -> str:

@@ -1038,16 +1038,16 @@ def compare_item(
         return judge_compare(
             base, case.record, run_id=run.run_id, test_id=test_id, tolerances=tolerances,
             noise=outcomes.noise(profile.name), force=setup.force, more=more, design=design,
-            history=setup.history.of(run.run_id, base) if setup.history is not None else (),
+            history=others,
             server_s=lambda: measurements.spent_s(profile.name, vs), current_run=setup.run_id,
             bisect_hint=setup.bisect_hint, step=lambda: _next_step(measurements, profile.name, vs)[1],
         )  # fmt: skip
 
     history = setup.history
-    pooled = False
+    # The baseline's other stored runs, read once: the compare pools them, and a stored run that cannot be read is
+    # said, not dropped silently.
+    others = history.of(run.run_id, base) if history is not None else []
     if history is not None:
-        # Read now: a stored run that cannot be read is said, not dropped silently.
-        pooled = bool(history.of(run.run_id, base))
         for problem in outcomes.once(("history skipped",), lambda: list(history.skipped)):
             if problem not in case.warnings:
                 case.warnings.append(f"stored run left out of the compare's history: {problem}")
@@ -1063,7 +1063,8 @@ def compare_item(
         judged = dataclasses.replace(judged, failure="\n".join([head.replace(f"({judged_for}):", f"({test_id}):"),
                                                                rest]))  # fmt: skip
     outcomes.add_compare(run.run_id, record.test_id, [f"{profile.name}: {n}" for n in judged.notes], judged.table,
-                         baseline=found, outcome=str(judged.cost.get("verdict", "passed")), pooled=pooled)  # fmt: skip
+                         baseline=found, outcome=str(judged.cost.get("verdict", "passed")),
+                         pooled=bool(others))  # fmt: skip
     if judged.cost:
         # With the noise it was judged with: the compare command reads it, not a noise file calibrated later.
         costs["compare"] = {**judged.cost, "noise": CalibratedNoise.stored(outcomes.noise(profile.name))}
