@@ -28,6 +28,7 @@
 #             unchanged profile with g-base (must pass), gate-4 compares the same profile with CUDA_LAUNCH_BLOCKING=1
 #             in its env (a real env of about -20% tok/s on graphs, accept length unchanged: must fail on tok/s).
 #             gate-N.tar.gz, gate-N.console.txt.
+#   pgate     (2026-12-05, late) the gate with eagle3 paired with baseline (min_speedup): p-base, 2 unchanged, CLB.
 #   calibrate (2026-12-05) PROFILE: `python -m pytest_specdec calibrate` on the nightly profile, CAL_RUNS server
 #             starts (default 4): the run-to-run sd on one machine, by the shipped command. calibrate-PROFILE.txt.
 #   trace     (2026-12-04) the nightly profiles with `trace:` on both and eagle3 paired with baseline (min_speedup):
@@ -142,6 +143,32 @@ PY
   grep -E "^(=====|preflight exit|gate-[0-9] )|specdec compare|output_tok_s|accept_length|  draft|REGRESSED|undecided|FAILED|passed in|failed in|specdec server time|saved as|CUDA_LAUNCH" \
     $G/gate-$n.console.txt | cut -c1-260
   cp $G/gate-$n.console.txt "$OUT/"; tar czf "$OUT/gate-$n.tar.gz" -C $G gate-$n 2>/dev/null
+}
+
+pgate() {  # N (2026-12-05, late): the gate above with eagle3 paired with baseline (min_speedup, floor 0.5): the
+  # compare judges its ratio row, whose server-to-server spread is 0-2% where raw tok/s spreads 12-15%. 1 stores
+  # p-base (8 pairs), 2 and 3 compare the unchanged profile (must pass), 4 compares eagle3 with CUDA_LAUNCH_BLOCKING=1
+  # in its env only (its paired baseline arm unchanged; about -20% tok/s: must fail). Own cache in /tmp/pgate.
+  local n=$1 G=/tmp/pgate; night_setup; mkdir -p $G
+  [ -e $ST/profiles-paired-clb.yaml ] || $PY - $ST/profiles.yaml $ST <<'PY'
+import sys
+from pathlib import Path
+import yaml
+doc = yaml.safe_load(Path(sys.argv[1]).read_text())
+doc["profiles"]["eagle3"]["thresholds"]["min_speedup"] = {"vs": "baseline", "ratio": 0.5}
+Path(sys.argv[2], "profiles-paired.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+eagle3 = doc["profiles"]["eagle3"]
+eagle3["env"] = {**doc["profiles"]["baseline"]["env"], "CUDA_LAUNCH_BLOCKING": "1"}
+Path(sys.argv[2], "profiles-paired-clb.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+PY
+  case $n in
+    1) SAVE_AS=p-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-1 $ST/profiles-paired.yaml ;;
+    4) BASELINE=p-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-4 $ST/profiles-paired-clb.yaml ;;
+    *) BASELINE=p-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-$n $ST/profiles-paired.yaml ;;
+  esac > $G/pgate-$n.console.txt 2>&1
+  grep -E "^(=====|preflight exit|pgate-[0-9] )|specdec compare|output_tok_s|accept_length|  draft|REGRESSED|undecided|FAILED|passed in|failed in|specdec server time|saved as|CUDA_LAUNCH|speedup" \
+    $G/pgate-$n.console.txt | cut -c1-260
+  cp $G/pgate-$n.console.txt "$OUT/"; tar czf "$OUT/pgate-$n.tar.gz" -C $G pgate-$n 2>/dev/null
 }
 
 calibrate() {  # PROFILE (2026-12-05): the shipped `calibrate` command on the nightly profile, CAL_RUNS (default 4)
@@ -278,7 +305,7 @@ while :; do
   ran=0; nights_blocked=0; mapfile -t lines < $Q
   for line in "${lines[@]}"; do
     read -r task arg est <<< "$line"
-    case $task in night|gate) [ $nights_blocked = 1 ] && continue ;; esac
+    case $task in night|gate|pgate) [ $nights_blocked = 1 ] && continue ;; esac
     if [ "$est" -lt "$(left)" ]; then
       echo "######## $task $arg (estimate $est s), $(left) s left"; t=$SECONDS
       case $task in tests2|trace) $task < /dev/null ;; *) $task "$arg" < /dev/null ;; esac
@@ -287,7 +314,7 @@ while :; do
       [ "$task" = night ] && sed -i "s/^night \([0-9]\) [0-9]*/night \1 $((d + 15))/" $Q
       ran=1; break
     fi
-    case $task in night|gate) nights_blocked=1 ;; esac
+    case $task in night|gate|pgate) nights_blocked=1 ;; esac
   done
   [ $ran = 1 ] || break
 done
