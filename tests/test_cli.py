@@ -17,6 +17,7 @@ from pytest_specdec.cli.main import main
 from pytest_specdec.core.tolerances import Tolerance
 from pytest_specdec.judge import sequential
 from pytest_specdec.judge.compare import compare_results
+from pytest_specdec.judge.history import BaselineRuns
 from pytest_specdec.judge.noise import calibrate_proposal, read_noise
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
 from pytest_specdec.serve import registry
@@ -152,8 +153,10 @@ def test_calibrate_from_stored_runs_proposes_tolerances(
     assert noise["run_to_run_rel"]["output_tok_s"] == 0.00041
     start = out.index("# proposed from 2 measurement(s); paste into pytest's ini (or a profile's tolerances:)")
     assert out[start + 1] == "specdec_tolerances ="
-    # tok/s 98..103: median 100, MAD 0.5 -> 3 x 0.74% = 2.3%; accept length constant -> the 1% floor.
-    assert "    output_tok_s:2.3%" in out
+    # tok/s 98..103: median 100, MAD 0.5 -> 3 x 0.74% = 2.3%, below what 4 stored runs like these decide against
+    # a named baseline of 3 repeats (its level is its own run's): that is proposed; accept length constant -> 1%.
+    assert "    output_tok_s:2.4%" in out
+    assert any(line.startswith("# output_tok_s: 3 sd is 2.3%, proposed 2.4%") for line in out)
     assert "    accept_length:1%" in out
 
 
@@ -448,12 +451,14 @@ def _calibrated(tmp_path: Path, capsys: pytest.CaptureFixture[str], within: floa
 
 def _verdict(records: list[ResultRecord], tol: float, *, stored: int, shift: float = 0.0) -> str:
     """The compare's ``output_tok_s`` verdict of an unchanged run (24 repeats at the calibrated within-run sd, at
-    ``shift``) at tolerance ``tol`` against ``records[0]`` and ``stored - 1`` more of them, with the noise file
-    calibrate wrote and the budget it sized for (``Design(3, 24)``)."""
+    ``shift``: the baseline's level) at tolerance ``tol`` against ``records[0]`` and ``stored - 1`` more of them
+    stored after it (a gated nightly: the baseline's level is its own run's), with the noise file calibrate wrote
+    and the budget it sized for (``Design(3, 24)``)."""
     noise = read_noise(Path(".specdec/noise/eagle3.json"))
     today = rec(output_tok_s=_exact(24, noise["output_tok_s"], shift))
     comparison = compare_results(records[0], today, {"output_tok_s": Tolerance(rel=tol)}, noise=noise,
-                                 design=sequential.Design(3, 24), history=records[1:stored])  # fmt: skip
+                                 design=sequential.Design(3, 24),
+                                 history=BaselineRuns(newer=tuple(records[1:stored])))  # fmt: skip
     (row,) = [r for r in comparison.rows if r.metric == "output_tok_s"]
     return row.verdict
 
@@ -471,7 +476,7 @@ def test_calibrate_says_what_one_stored_run_and_a_history_can_decide(
     assert out[start + 1 :] == [
         "    output_tok_s:6.7%",
         "# output_tok_s:6.7% is decidable only from 4 stored unchanged runs like these (an unchanged run passes "
-        "within ~1.8% there); against one stored run an unchanged run passes only within ~20.7% (run-to-run sd 7% "
+        "within ~2.9% there); against one stored run an unchanged run passes only within ~20.7% (run-to-run sd 7% "
         "taken for each server instance)",
         "# (an unchanged run measured to the budget of 24 repeats, workload.max_repeats; from 4 stored unchanged runs "
         "of a fingerprint the compare measures the run-to-run sd itself)",
@@ -480,29 +485,29 @@ def test_calibrate_says_what_one_stored_run_and_a_history_can_decide(
     assert _verdict(records, 0.207, stored=1, shift=-0.015) == "ok"
     assert _verdict(records, 0.206, stored=1, shift=-0.015) == "undecided"
     assert _verdict(records, 0.067, stored=1, shift=-0.015) == "undecided"
-    # Against the 4 runs themselves (their own run-to-run estimate): ok from 1.8%.
-    assert _verdict(records, 0.018, stored=4) == "ok"
-    assert _verdict(records, 0.017, stored=4) == "undecided"
+    # Against the 4 runs themselves (their own run-to-run estimate; the level of the first): ok from 2.9%.
+    assert _verdict(records, 0.029, stored=4, shift=-0.015) == "ok"
+    assert _verdict(records, 0.028, stored=4, shift=-0.015) == "undecided"
 
 
 def test_calibrate_never_proposes_below_what_a_history_of_such_runs_decides(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Server starts 3% apart, each tight: 3 sigma of the pooled values (13.3%) is below what 4 stored runs with
-    that run-to-run spread let an unchanged run pass within (15%, their estimate at 3 degrees of freedom): 15% is
-    proposed."""
+    that run-to-run spread let an unchanged run pass within (16.5%, their estimate at 3 degrees of freedom, the
+    baseline's level its own run's): 16.5% is proposed."""
     monkeypatch.chdir(tmp_path)
     records, out = _calibrated(tmp_path, capsys, 0.005, 0.03)
     start = out.index("specdec_tolerances =")
     assert out[start + 1 : start + 3] == [
-        "    output_tok_s:15%",
-        "# output_tok_s: 3 sd is 13.3%, proposed 15%: the least an unchanged run passes within against 4 stored "
+        "    output_tok_s:16.5%",
+        "# output_tok_s: 3 sd is 13.3%, proposed 16.5%: the least an unchanged run passes within against 4 stored "
         "unchanged runs like these; against one stored run an unchanged run passes only within ~20.5% (run-to-run "
         "sd 7% taken for each server instance)",
     ]
     assert calibrate_proposal(records)["output_tok_s"] == Tolerance(rel=0.133)
-    assert _verdict(records, 0.15, stored=4) == "ok"
-    assert _verdict(records, 0.149, stored=4) == "undecided"
+    assert _verdict(records, 0.165, stored=4, shift=-0.045) == "ok"
+    assert _verdict(records, 0.164, stored=4, shift=-0.045) == "undecided"
     assert _verdict(records, 0.205, stored=1, shift=-0.045) == "ok"
     assert _verdict(records, 0.204, stored=1, shift=-0.045) == "undecided"
 
@@ -527,7 +532,7 @@ def test_calibrate_judges_a_paired_field_on_its_ratio_at_2_percent_run_to_run(
     assert out[start + 1 : start + 3] == [
         "    output_tok_s:3.1%",
         "# output_tok_s:3.1% is decidable only from 4 stored unchanged runs like these (an unchanged run passes "
-        "within ~1% there); against one stored run an unchanged run passes only within ~7.3% (run-to-run sd 2% "
+        "within ~1.6% there); against one stored run an unchanged run passes only within ~7.3% (run-to-run sd 2% "
         "taken for each server instance)",
     ]
     noise = read_noise(Path(".specdec/noise/eagle3.json"))

@@ -208,11 +208,12 @@ def _reaches(
         run_sd = run_to_run_sd(key, sigma, noise.run_to_run.get(noise_key))
         one = calibrated_history(base, sigma, run_sd)  # as the compare reads the noise file written here
         one_run = _least_tolerance(base, today, look, higher, one, run_sd)
-        # Runs whose means spread as the measured run-to-run sd beyond their repeats (the ANOVA's moments).
+        # Runs whose means spread as the measured run-to-run sd beyond their repeats (the ANOVA's moments); the
+        # first, the named baseline whose level the compare takes (the others are the nights after it), at today's.
         spread = math.sqrt(math.log1p(noise.run_to_run.get(noise_key, 0.0)) ** 2 + log_sd**2 / n_base)
-        offsets = np.arange(_HISTORY_RUNS) - (_HISTORY_RUNS - 1) / 2
+        offsets = np.array([0.0] + [(-1.0) ** k * ((k + 1) // 2) for k in range(1, _HISTORY_RUNS)])
         runs = [_unchanged(n_base, log_sd, float(d) * spread / float(offsets.std(ddof=1))) for d in offsets]
-        history = sequential.History.from_runs(runs, run_sd)
+        history = sequential.History.from_runs(runs, run_sd, level_runs=1)
         reached = None
         if history is not None:
             run_to_run = math.expm1(math.sqrt(history.between)) if history.assumed else 0.0

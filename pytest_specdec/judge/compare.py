@@ -30,6 +30,7 @@ from pytest_specdec.core.table import Column, text_table
 from pytest_specdec.core.tolerances import Tolerance, field_specs, merge_tolerances, parse_tolerances
 from pytest_specdec.judge import sequential
 from pytest_specdec.judge.fingerprint import fingerprint_diff, workload_differences
+from pytest_specdec.judge.history import level_runs
 from pytest_specdec.judge.pair_ratios import paired_ratios
 from pytest_specdec.measure.results import ResultRecord, RunFile
 
@@ -43,6 +44,7 @@ __all__ = [
     "RunComparison",
     "assumed_instance_sd",
     "calibrated_history",
+    "history_values",
     "compare_results",
     "compare_runs",
     "design_of",
@@ -290,7 +292,7 @@ def compare_results(
         notes.append(f"workload differs ({'; '.join(mismatch)}); compared anyway (--force)")
     specs = field_specs()
     rows = []
-    judging = _Judging(design or single_look(current), (base, *history), noise or {})
+    judging = _Judging(design or single_look(current), (base, *history), noise or {}, level_runs(history))
     merged = merge_tolerances(tolerances)
     # A paired field is judged twice (raw and ratio) and fails on either: the two share the field's alpha
     # (Bonferroni), so that an unchanged run fails a field at most alpha, not twice that (benchmarks/bench_verdicts.py).
@@ -505,6 +507,8 @@ class _Judging:
     design: sequential.Design
     history: tuple[ResultRecord, ...]
     noise: Mapping[str, float]
+    #: The first ``level`` of ``history`` give the baseline's level (``history.level_runs``); the rest its spread.
+    level: int = 1
 
     def _noise_key(self, key: str) -> str:
         fname, sep, _ = key.partition(" / ")
@@ -520,10 +524,9 @@ class _Judging:
         ``field / `` for a paired ratio) when more than one run has them; else the calibrated noise as a pooled
         per-repeat sigma (``noise`` key ``field`` or ``field/vs``) around the baseline's own values, with the
         run-to-run part of :meth:`assumed_sd` taken as known; else None."""
-        runs = [row_values(r, key) for r in self.history]
-        runs = [v for v in runs if v]
+        runs, level = history_values(self.history, key, self.level)
         if len(runs) >= 2:
-            return sequential.History.from_runs(runs, self.assumed_sd(key, _within(*runs)))
+            return sequential.History.from_runs(runs, self.assumed_sd(key, _within(*runs)), level_runs=level)
         sigma = self.noise.get(self._noise_key(key))
         logs = [math.log(v) for v in b_vals if v > 0]
         if not sigma or not logs:
@@ -535,6 +538,20 @@ class _Judging:
     def calibrated_run_to_run(self) -> int:
         """Server starts behind the calibrated run-to-run sds (0: none measured)."""
         return int(getattr(self.noise, "runs", 0)) if getattr(self.noise, "run_to_run", None) else 0
+
+
+def history_values(records: Sequence[ResultRecord], key: str, level: int) -> tuple[list[list[float]], int]:
+    """The values of ``key`` (:func:`row_values`) of ``records`` (the baseline first, then its other stored runs)
+    that have some, and how many of those come from the first ``level`` records (the baseline's level runs,
+    ``history.level_runs``): ``sequential.History.from_runs(runs, ..., level_runs=...)``."""
+    runs: list[list[float]] = []
+    lead = 0
+    for i, record in enumerate(records):
+        values = row_values(record, key)
+        if values:
+            runs.append(list(values))
+            lead += i < level
+    return runs, lead
 
 
 def run_to_run_sd(key: str, within: float = 0.0, measured: float | None = None) -> float:
@@ -567,7 +584,7 @@ def calibrated_history(b_vals: Sequence[float], sigma: float, run_sd: float) -> 
         return None
     between = math.log1p(run_sd) ** 2
     return sequential.History(sum(logs) / len(logs), math.log1p(sigma) ** 2, 1000, between, 1, len(logs),
-                              assumed=between > 0.0)  # fmt: skip
+                              assumed=between > 0.0, level_runs=1, level_n=len(logs))  # fmt: skip
 
 
 def _within(*runs: Sequence[float]) -> float:

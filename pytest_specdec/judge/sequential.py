@@ -31,10 +31,11 @@ optional stopping, by the same union bound (``tests/test_sequential.py`` checks 
 **Borrowing strength from history** (:class:`History`): a stored baseline of 3 repeats at a paired sigma of 6.9 %
 keeps the Welch half-width above ``2.3 x 6.9 % x sqrt(1/3) = 9.2 %`` however long today measures. The stored runs
 of the same test and fingerprint give a pooled within-run variance with many degrees of freedom (the pooled-variance
-two-sample t-test; one-way random-effects ANOVA for the spread between runs, method of moments) and the baseline
-mean over several runs. When today's spread is significantly larger than history's (an F-test at 5 %: a busier
-runner), today's own variance is used for today's side (Welch 1947, Satterthwaite degrees of freedom), so a busy
-night widens its own interval instead of raising a false alarm.
+two-sample t-test; one-way random-effects ANOVA for the spread between runs, method of moments), and the runs stored
+up to the baseline its level; a run stored after it lends its spread but never moves the reference. When today's
+spread is significantly larger than history's (an F-test at 5 %: a busier runner), today's own variance is used for
+today's side (Welch 1947, Satterthwaite degrees of freedom), so a busy night widens its own interval instead of
+raising a false alarm.
 
 Why not the alternatives: an exact sign or Wilcoxon test reaches ``alpha / looks`` = 0.008 only from 7 repeats on
 (smallest p = 2^-n); always-valid confidence sequences and the mixture SPRT (Johari, Pekelis & Walsh 2017, "Always
@@ -220,6 +221,8 @@ class RunEffect:
     ms_between: float
     means: np.ndarray
     n: int
+    #: Repeats of each run, in the order of ``means``.
+    sizes: tuple[int, ...] = ()
 
     @property
     def runs(self) -> int:
@@ -236,13 +239,14 @@ class RunEffect:
             return None
         var = float(sum(float(((a - a.mean()) ** 2).sum()) for a in logs)) / df
         means = np.array([float(a.mean()) for a in logs])
+        sizes = tuple(int(a.size) for a in logs)
         k = len(logs)
         if k < 2:
-            return cls(var, df, 0.0, 0.0, means, n)
+            return cls(var, df, 0.0, 0.0, means, n, sizes)
         n0 = (n - sum(int(a.size) ** 2 for a in logs) / n) / (k - 1)
         grand = float(np.concatenate(logs).mean())
         ms_between = float(sum(a.size * (float(a.mean()) - grand) ** 2 for a in logs)) / (k - 1)
-        return cls(var, df, max(0.0, (ms_between - var) / n0), ms_between, means, n)
+        return cls(var, df, max(0.0, (ms_between - var) / n0), ms_between, means, n, sizes)
 
     def significant(self, level: float) -> bool:
         """The ANOVA F-test at ``level``: the runs' means spread more than their repeats explain."""
@@ -253,14 +257,22 @@ class RunEffect:
 
 @dataclass(frozen=True, slots=True)
 class History:
-    """The stored runs of a baseline (same test, same fingerprint), pooled on the log scale.
+    """The stored runs of a baseline (same test, same fingerprint), pooled on the log scale: the spread from all of
+    them, the baseline's level from its own run and the runs stored before it (``level_runs``).
 
-    ``mean``: the baseline's log mean (mean of the runs' means); ``var``: the pooled within-run variance of one
-    repeat, with ``df`` = repeats - runs degrees of freedom; ``between``: the variance of a run's mean beyond its
+    ``mean``: the baseline's log mean (the mean of its level runs' means); ``var``: the pooled within-run variance of
+    one repeat, with ``df`` = repeats - runs degrees of freedom; ``between``: the variance of a run's mean beyond its
     repeats' (one-way random-effects ANOVA, method of moments, when its F-test at 25 % finds one, else 0);
-    ``runs``, ``n``: runs and repeats.
+    ``runs``, ``n``: runs and repeats; ``level_runs``, ``level_n``: the runs and repeats behind ``mean``.
 
-    Example: runs [100, 102, 98] and [101, 99, 100] tok/s: 2 runs, 6 repeats, df 4, pooled sd of log 0.017.
+    Why runs stored after the baseline lend their spread but not their level: under a gated nightly they are the
+    nights that passed or stayed undecided against it, and a slow drift does both; pooled into the level, each such
+    night moved the reference along with the drift (2 %/night against a 10 % tolerance failed only ~22 % below the
+    named baseline; seeded, ``tests/test_sequential.py``). Their spread cannot move the reference: a drift only
+    widens it, which leaves a verdict undecided, never ok.
+
+    Example: runs [100, 102, 98] and [101, 99, 100] tok/s: 2 runs, 6 repeats, df 4, pooled sd of log 0.017; with
+    ``level_runs=1`` the level is log(100), of the first run.
     """
 
     mean: float
@@ -271,6 +283,9 @@ class History:
     n: int
     #: ``between`` is the assumed run effect (too few runs to test for one), taken as known: no degrees of freedom.
     assumed: bool = False
+    #: Runs and repeats behind :attr:`mean` (the baseline's and those stored before it); 0: all of them.
+    level_runs: int = 0
+    level_n: int = 0
 
     @property
     def between_df(self) -> float:
@@ -278,33 +293,48 @@ class History:
         return 1e9 if self.assumed else float(max(self.runs - 1, 1))
 
     @classmethod
-    def from_runs(cls, runs: Sequence[Sequence[float | None]], assumed_sd: float = 0.0) -> History | None:
-        """Pool ``runs`` (each a list of per-repeat values > 0). None when no run has 2 values (no spread).
+    def from_runs(
+        cls, runs: Sequence[Sequence[float | None]], assumed_sd: float = 0.0, *, level_runs: int | None = None
+    ) -> History | None:
+        """Pool ``runs`` (each a list of per-repeat values > 0). None when no run has 2 values (no spread), or when
+        a level run has no usable value.
 
         :param assumed_sd: the relative run-to-run sd to assume (:data:`ASSUMED_INSTANCE_SD`) with at most
             :data:`ASSUMED_UP_TO_RUNS` runs, or their own estimate when larger, taken as known (:attr:`assumed`):
             their F-test has 1-2 degrees of freedom and misses a real run effect most of the time (an unchanged run
-            then read REGRESSED up to 8% of the time, by seeded simulation; tests/test_sequential.py)."""
+            then read REGRESSED up to 8% of the time, by seeded simulation; tests/test_sequential.py).
+        :param level_runs: the first ``level_runs`` of ``runs`` give the baseline's level (the baseline's own run
+            first, then the runs stored before it); the rest lend their spread only. None: all of them."""
+        level = len(runs) if level_runs is None else level_runs
+        if not 1 <= level <= len(runs) or not all(_usable(r) for r in runs[:level]):
+            return None
         anova = RunEffect.of(runs)
         if anova is None:
             return None
         var, df, k, n, estimate = anova.var, anova.df, anova.runs, anova.n, anova.between
-        means = anova.means
+        mean, level_n = float(anova.means[:level].mean()), sum(anova.sizes[:level])
         # The runs' means spread more than their repeats explain (one-way ANOVA F-test, level _BETWEEN_LEVEL): a run
         # effect, estimated by the method of moments; else none (pooling it in would only widen by noise).
         between = estimate if anova.significant(_BETWEEN_LEVEL) else 0.0
-        if k <= ASSUMED_UP_TO_RUNS and assumed_sd > 0.0:
+        assumed = k <= ASSUMED_UP_TO_RUNS and assumed_sd > 0.0
+        if assumed:
             # 1-2 degrees of freedom neither find a run effect nor size it: the larger of the assumed one and the
             # estimate, taken as known (as estimated, with t at 1 df, 2 runs read CI 0.51-1.90 where 1 read
             # 0.91-1.10: a second stored run made a compare far less decidable, in a fresh-user trial).
             between = max(estimate, math.log1p(assumed_sd) ** 2)
-            return cls(float(means.mean()), var, df, between, k, n, assumed=True)
-        return cls(float(means.mean()), var, df, between, k, n)
+        return cls(mean, var, df, between, k, n, assumed=assumed, level_runs=level, level_n=level_n)
 
     def mean_var(self) -> float:
-        """The variance of :attr:`mean` (runs' means averaged: their own repeats plus the between-run part)."""
-        per_run = self.var * self.runs / self.n  # var / (mean repeats per run)
-        return (self.between + per_run) / self.runs
+        """The variance of :attr:`mean`: the level runs' means averaged, each its repeats' variance (at the pooled
+        variance) plus the between-run part."""
+        runs, n = (self.level_runs, self.level_n) if self.level_runs else (self.runs, self.n)
+        return (self.between + self.var * runs / n) / runs
+
+
+def _usable(values: Sequence[float | None]) -> bool:
+    """A run :meth:`RunEffect.of` keeps: some finite values, all > 0 (the log scale)."""
+    a = _finite(values)
+    return bool(a.size) and bool(np.all(a > 0))
 
 
 @functools.lru_cache(maxsize=4096)

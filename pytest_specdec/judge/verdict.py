@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.core.tolerances import Tolerance, format_tolerances, merge_tolerances
 from pytest_specdec.judge import compare, sequential, speedup, sweep
+from pytest_specdec.judge.history import level_runs
 from pytest_specdec.judge.noise import CalibratedNoise
 from pytest_specdec.judge.thresholds import (
     FLOOR_RULES,
@@ -864,8 +865,8 @@ def _row_data(
     if row.tolerance.abs or row.baseline is None:
         return None
     key = f"{row.metric.partition(' / ')[0]} / " if " / " in row.metric else row.metric
-    runs = [v for v in (compare.row_values(r, key) for r in (base, *history)) if v]
-    pooled = sequential.History.from_runs(runs, row.instance_sd) if len(runs) >= 2 else None
+    runs, level = compare.history_values((base, *history), key, level_runs(history))
+    pooled = sequential.History.from_runs(runs, row.instance_sd, level_runs=level) if len(runs) >= 2 else None
     limit = row.tolerance.allowed(row.baseline) / abs(row.baseline) if row.baseline else row.tolerance.rel
     return _RowData(compare.row_values(base, key), compare.row_values(current, key), pooled, limit,
                     row.instance_sd)  # fmt: skip
