@@ -348,6 +348,26 @@ def test_baseline_runs_needed_names_the_runs_at_which_the_interval_decides() -> 
     assert verdict(k) != "open" and verdict(k - 1) == "open"
 
 
+def test_baseline_runs_needed_counts_the_runs_of_the_baselines_level_not_those_stored_after_it() -> None:
+    # 4 stored runs, the baseline's level from its own run (the 3 others stored after it lend their spread): the
+    # estimate is of level runs (the baseline and runs stored before it), and it is what decides.
+    z = np.random.default_rng(11).standard_normal(12)
+    pattern = 0.20 * (z - z.mean()) / z.std(ddof=1)
+    today = (0.90 * 100.0 * np.exp(np.concatenate([pattern, pattern]))).tolist()
+    design = Design(3, 24)
+    base = (100.0 * np.exp(pattern)).tolist()
+    history = History.from_runs(_runs_like(pattern, 100.0, 4), level_runs=1)
+    assert history is not None and (history.level_runs, history.runs) == (1, 4)
+    k = baseline_runs_needed(base, today, 0.05, design, higher_is_better=True, history=history)
+    assert k is not None and 1 < k <= 50
+
+    def verdict(level: int) -> str:
+        pooled = History.from_runs(_runs_like(pattern, 100.0, max(level, 4)), level_runs=level)
+        return decide_shift(base, today, 0.05, design, higher_is_better=True, history=pooled).verdict
+
+    assert verdict(1) == "open" and verdict(k) != "open" and verdict(k - 1) == "open"
+
+
 def test_baseline_runs_needed_is_none_when_the_run_to_run_spread_alone_keeps_it_open() -> None:
     # Stored runs 10% apart run to run: today's run is one more instance, so no number of stored runs tells a 3%
     # worse run from a 5% tolerance.

@@ -189,7 +189,9 @@ def test_sequential_compare_stops_early_when_only_the_baseline_could_decide_it()
         "compare against run R1 undecided after 8 repeats (16.0 server-s), 1 row open\n  output_tok_s x0.9"
     )
     assert judged.undecided.endswith("neither more repeats today nor more stored runs alone decide it at this budget; "
-                                     "both would (raise workload.max_repeats and save more unchanged runs))")
+                                     "both would (raise workload.max_repeats, and store unchanged runs of this "
+                                     "fingerprint, then the baseline again after them: runs stored before a baseline "
+                                     "pool into its level, those after it lend only their spread))")
     assert judged.cost["verdict"] == "undecided"
 
 
@@ -293,7 +295,7 @@ def test_an_undecided_compare_says_how_many_stored_runs_would_decide_it() -> Non
     assert judged.failure is None and judged.undecided is not None
     assert shown[0] == 8  # stopped at the third look: more of today's repeats could not decide it
     found = re.search(r"more repeats would not decide it: the baseline's side keeps the interval open \(2 stored "
-                      r"runs, 6 repeats\); about (\d+) such runs in all would decide it at this budget",
+                      r"runs, 6 repeats\); about (\d+) such runs up to the baseline would decide it at this budget",
                       judged.undecided)  # fmt: skip
     assert found and int(found.group(1)) > 2, judged.undecided
 

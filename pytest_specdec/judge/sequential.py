@@ -769,15 +769,16 @@ def baseline_runs_needed(
     instance_sd: float = 0.0,
 ) -> int | None:
     """What the baseline's side would need (asked when no number of today's repeats decides,
-    :func:`shift_repeats_needed` None): the smallest number of stored runs, each like the stored ones (their repeats
-    per run, within-run variance and run effect), at which today's run at ``design.max_repeats`` (today's mean and
-    spread as they are) would decide.
+    :func:`shift_repeats_needed` None): the smallest number of runs in the baseline's level (:attr:`History.level_runs`:
+    the baseline and the unchanged runs stored before it), each like the stored ones (their repeats per run,
+    within-run variance and run effect), at which today's run at ``design.max_repeats`` (today's mean and spread as
+    they are) would decide. Runs stored after the baseline do not count: they lend their spread, not their level.
 
     Example: 3 stored runs of 12 repeats at a per-repeat log sd of 0.20, no run effect, know the baseline's mean to a
     standard error of 0.033; today 10% worse over 24 repeats against a 5% tolerance is open (today alone would need
     69 repeats); 15 such runs would decide it at 24 (tests/test_sequential.py).
 
-    :returns: the number of stored runs in all (the baseline's included), or None when none up to 50 would (the
+    :returns: the number of level runs in all (the baseline's included), or None when none up to 50 would (the
         estimate sits on the tolerance or on no change; today's own spread alone keeps it open) or fewer than 2
         current values.
     """
@@ -788,7 +789,8 @@ def baseline_runs_needed(
     b, c, _, gap = opened
     var_c = float(np.log(c).var(ddof=1))
     if history is not None:
-        var, between, per_run, runs = history.var, history.between, history.n / history.runs, history.runs
+        var, between, per_run = history.var, history.between, history.n / history.runs
+        runs = history.level_runs or history.runs
     elif b.size >= 2:
         # One stored run: the run effect is the assumed one; more runs would estimate it (k - 1 df below).
         var, between, per_run, runs = float(np.log(b).var(ddof=1)), instance_var, float(b.size), 1

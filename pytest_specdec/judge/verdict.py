@@ -919,6 +919,8 @@ def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design:
     h = data.history
     run_sd = math.expm1(math.sqrt(h.between)) if h is not None and h.between and not h.assumed else 0.0
     known = f"{h.runs} stored runs, {h.n} repeats" if h is not None else f"1 stored run, {len(data.baseline)} repeats"
+    if h is not None and h.level_runs and h.level_runs < h.runs:
+        known += f", the baseline's level from {h.level_runs} of them"
     taken = ""
     if run_sd:
         known += f", run-to-run sd {run_sd:.1%}"
@@ -944,9 +946,14 @@ def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design:
                     f"a night whose estimate sits further from the limit does (it moves with each instance), or "
                     f"{other}")  # fmt: skip
         return ("the estimate sits near the limit: neither more repeats today nor more stored runs alone decide it "
-                "at this budget; both would (raise workload.max_repeats and save more unchanged runs)")
-    return (f"the baseline's side keeps the interval open ({known}{taken}); about {runs} such runs in all would "
-            "decide it at this budget (save more unchanged runs of this fingerprint)")
+                f"at this budget; both would (raise workload.max_repeats, and {_RESTORE})")
+    return (f"the baseline's side keeps the interval open ({known}{taken}); about {runs} such runs up to the "
+            f"baseline would decide it at this budget ({_RESTORE})")
+
+
+#: How a baseline's level gets more runs: only runs stored before it pool into it (``history.BaselineRuns``).
+_RESTORE = ("store unchanged runs of this fingerprint, then the baseline again after them: runs stored before a "
+            "baseline pool into its level, those after it lend only their spread")
 
 
 def _worth_measuring(
