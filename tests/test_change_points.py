@@ -58,7 +58,7 @@ def test_cli_reports_a_slow_drift_in_the_paired_ratio(tmp_path: Path, capsys: py
 def test_cli_needs_enough_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = _store(tmp_path, [100.0, 101.0], [1.4, 1.4])
     assert main(["trend", str(root)]) == 2
-    assert "2 run(s) found; trend needs at least 6" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith("error: 2 run(s) found; trend needs at least 6")
 
 
 def test_series_keep_run_order_and_reject_unknown_fields(tmp_path: Path) -> None:

@@ -94,8 +94,10 @@ def test_compare_across_profiles_like_the_plugin(tmp_path: Path, capsys: pytest.
         assert "== t.py::test_x[eagle3-shifted-layers] (profile eagle3-shifted-layers, against test_x[eagle3])" in out
         assert "== t.py::test_x[baseline] (profile baseline)" in out  # no speculation: its own baseline
         # The baseline test's tok/s against one stored run is undecided (an assumed run-to-run spread).
-        summary = ("specdec compare: 2 tests compared, 1 regressed (1 undecided row in them), 1 test undecided (1 "
-                   "profile: baseline; 0 suspected: estimate beyond the tolerance), 0 without baseline, 0 refused")
+        summary = (
+            "specdec compare: 2 tests compared, 1 regressed (1 undecided row in them), 1 test undecided (1 "
+            "profile: baseline; 0 suspected: estimate beyond the tolerance), 0 without baseline, 0 refused"
+        )
         assert summary in out
 
 
@@ -202,6 +204,32 @@ def test_unrecognized_arguments_show_the_subcommand_usage(capsys: pytest.Capture
     assert err[-1] == "python -m pytest_specdec plot: error: unrecognized arguments: --bogus"
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", "{tmp}/nope.yaml"],
+        ["compare", "v1", "v2", "--results-dir", "{tmp}"],
+        ["save", "v1", "night-1", "--results-dir", "{tmp}"],
+        ["trend", "--results-dir", "{tmp}"],
+        ["plot", "v1", "--results-dir", "{tmp}"],
+        ["plot", "--metric", "tok_s", "--results-dir", "{tmp}"],
+        ["merge", "{tmp}/nope"],
+        ["merge", "{tmp}", "--trend-runs", "0"],
+        ["bisect", "--good", "a", "--bad", "b", "--results-dir", "{tmp}"],
+    ],
+    ids=lambda args: args[0],
+)
+def test_every_command_says_error_as_argparse_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    """One style for every command's errors: ``error: ...``, as argparse prints usage errors (a fresh user saw
+    ``ERROR:`` from trend and ``error:`` from compare for the same kind of mistake)."""
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: "), err
+    assert "ERROR" not in err
+
+
 def test_compare_names_every_missing_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stored = _run(tmp_path, "20260101T000000Z-aaaaaa", [100.0], [2.6])
     where = (f"not a file and no run id in {tmp_path} (1 run stored; no names saved (pytest --specdec-save NAME, or "
@@ -221,7 +249,7 @@ def test_bisect_without_its_profile_file_says_the_names_were_read_as_runs(
     # A fresh user ran `bisect --good good --bad bad` meaning two profiles: "no run 'good'" alone did not say why.
     assert main(["bisect", "--good", "good", "--bad", "bad", "--results-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (
-        f"ERROR: no run 'good': not a file and no run id in {tmp_path} (0 runs stored; no names saved (pytest "
+        f"error: no run 'good': not a file and no run id in {tmp_path} (0 runs stored; no names saved (pytest "
         "--specdec-save NAME, or python -m pytest_specdec save RUN NAME)); without PROFILE_FILE, --good and --bad name "
         "stored runs: to bisect two profiles, give their file first (bisect specdec.yaml --good good "
         "--bad bad)\n"

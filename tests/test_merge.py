@@ -78,7 +78,7 @@ def test_merge_refuses_different_commits(shards: Path, tmp_path: Path, capsys: p
     err = capsys.readouterr().err
     assert ret == 1
     assert err.splitlines() == [
-        "ERROR: cannot merge 3 runs:",
+        "error: cannot merge 3 runs:",
         "the runs measured different code:",
         f"  commit 1a2b3c4d5e6f: 20261201T020000Z-aaaaaa ({shards}/20261201T020000Z-aaaaaa/results/"
         f"20261201T020000Z-aaaaaa.json), 20261201T020100Z-bbbbbb ({shards}/20261201T020100Z-bbbbbb/results/"
@@ -146,10 +146,10 @@ def test_report_copy_counts_once_and_other_json_is_skipped(shards: Path, capsys:
 
 def test_merge_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["merge", str(tmp_path / "nope")]) == 2
-    assert capsys.readouterr().err == f"ERROR: {tmp_path / 'nope'}: no such file or directory\n"
+    assert capsys.readouterr().err == f"error: {tmp_path / 'nope'}: no such file or directory\n"
     (tmp_path / "empty").mkdir()
     assert main(["merge", str(tmp_path / "empty")]) == 2
-    assert capsys.readouterr().err.startswith(f"ERROR: no run files to merge under {tmp_path / 'empty'}; ")
+    assert capsys.readouterr().err.startswith(f"error: no run files to merge under {tmp_path / 'empty'}; ")
     (tmp_path / "empty" / "broken.json").write_text("{")
     assert main(["merge", str(tmp_path / "empty")]) == 2
     assert "broken.json: not a readable JSON file: " in capsys.readouterr().err

@@ -186,23 +186,23 @@ def test_cli_plot_a_directory_and_no_threshold(tmp_path: Path, capsys: pytest.Ca
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--metric", "tok_s"], "ERROR: --metric=tok_s: not a metric field (available: num_requests, num_ok, "),
-        (["--metric", "tails"], "ERROR: --metric=tails: not a metric field (available: "),  # a mapping, not a number
+        (["--metric", "tok_s"], "error: --metric=tok_s: not a metric field (available: num_requests, num_ok, "),
+        (["--metric", "tails"], "error: --metric=tails: not a metric field (available: "),  # a mapping, not a number
         (
             ["--threshold", "output_tok_s"],
-            "ERROR: --threshold=output_tok_s: expected FIELD=NUMBER with FIELD a metric "
+            "error: --threshold=output_tok_s: expected FIELD=NUMBER with FIELD a metric "
             "field, e.g. --threshold output_tok_s=80\n",
         ),  # fmt: skip
-        (["--threshold", "output_tok_s=fast"], "ERROR: --threshold=output_tok_s=fast: expected FIELD=NUMBER"),
-        (["nope"], "ERROR: no run 'nope': not a file and no run id in "),
+        (["--threshold", "output_tok_s=fast"], "error: --threshold=output_tok_s=fast: expected FIELD=NUMBER"),
+        (["nope"], "error: no run 'nope': not a file and no run id in "),
         (
             ["--profile", "eagle4"],
-            "ERROR: --profile=eagle4: no such profile in 3 run(s) (did you mean 'eagle3'?) (available: baseline, "
+            "error: --profile=eagle4: no such profile in 3 run(s) (did you mean 'eagle3'?) (available: baseline, "
             "eagle3)\n",
         ),
         (
             ["--profile", "eagle3", "--profile", "xyz"],
-            "ERROR: --profile=xyz: no such profile in 3 run(s) (available: baseline, eagle3)\n",
+            "error: --profile=xyz: no such profile in 3 run(s) (available: baseline, eagle3)\n",
         ),
     ],
 )
@@ -218,7 +218,7 @@ def test_cli_plot_unreadable_run_file(tmp_path: Path, capsys: pytest.CaptureFixt
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert main(["plot", str(bad), "-o", str(tmp_path / "t.png")]) == 2
-    assert capsys.readouterr().err.startswith(f"ERROR: {bad}: not JSON: ")
+    assert capsys.readouterr().err.startswith(f"error: {bad}: not JSON: ")
 
 
 def test_plot_sweep_draws_the_accept_floor_and_names_the_missed_threshold(tmp_path: Path) -> None:

@@ -61,8 +61,9 @@ def test_inputs_from_two_stored_runs_restore_paths_and_list_what_no_profile_appl
         record = ResultRecord("t.py::test_x[eagle3]", name, {}, {}, fp)
         runs.append(RunFile(run_id, 0.0, results=(record,)))
         ResultStore(tmp_path / "results").save(runs[-1])
-    good, bad, name, _, fixed, _ = _bisect_inputs(_args(results_dir=str(tmp_path / "results"),
-                                                        good="r-good", bad="r-bad", profiles_dir=str(tmp_path)))
+    good, bad, name, _, fixed, _ = _bisect_inputs(
+        _args(results_dir=str(tmp_path / "results"), good="r-good", bad="r-bad", profiles_dir=str(tmp_path))
+    )
     assert name == "good" and [f.line() for f in fixed] == ["package torch: 2.13.0 -> 2.14.1"]
     # Bundled assets recorded as <pytest_specdec>/... are paths of this installation again.
     draft = good["speculative"]["draft_model_path"]
@@ -74,9 +75,9 @@ def test_bisect_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     (tmp_path / "specdec.yaml").write_text(INCIDENT)
     assert main(["bisect", str(tmp_path / "specdec.yaml"), "--good", "good", "--bad", "bda"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("ERROR: --bad=bda: no such profile in ") and "(available: bad, good)" in err
+    assert err.startswith("error: --bad=bda: no such profile in ") and "(available: bad, good)" in err
     assert main(["bisect", "--good", "nope", "--bad", "bad", "--results-dir", str(tmp_path / "none")]) == 2
-    assert capsys.readouterr().err.startswith("ERROR: no run 'nope'")
+    assert capsys.readouterr().err.startswith("error: no run 'nope'")
     assert main(["bisect", str(tmp_path / "specdec.yaml"), "--good", "good", "--bad", "good"]) == 1
     assert capsys.readouterr().out == "bisect: good and good have no difference a profile can apply\n"
 
@@ -95,12 +96,12 @@ def test_runs_of_different_test_ids_name_the_good_test_option(
     args = ["bisect", "--good", "r-good", "--bad", "r-bad", "--results-dir", str(tmp_path / "results")]
     assert main(args) == 2
     assert capsys.readouterr().err == (
-        "ERROR: no test t.py::test_x[bad] in good run r-good (tests: t.py::test_x[good]); --test names the bad run's "
+        "error: no test t.py::test_x[bad] in good run r-good (tests: t.py::test_x[good]); --test names the bad run's "
         "test: when the good run's has another id, add --good-test 't.py::test_x[good]'\n"
     )
     assert main([*args, "--good-test", "t.py::test_x[goood]"]) == 2
     assert capsys.readouterr().err == (
-        "ERROR: --good-test=t.py::test_x[goood]: no such test in good run r-good (tests: t.py::test_x[good])\n"
+        "error: --good-test=t.py::test_x[goood]: no such test in good run r-good (tests: t.py::test_x[good])\n"
     )
     good, bad, name, *_ = _bisect_inputs(_args(results_dir=str(tmp_path / "results"), good="r-good", bad="r-bad",
                                                good_test="t.py::test_x[good]", profiles_dir=str(tmp_path)))  # fmt: skip

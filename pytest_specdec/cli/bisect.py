@@ -37,7 +37,7 @@ def bisect_command(args: argparse.Namespace) -> int:
         good, bad, name, source, fixed, tolerances = _bisect_inputs(args)
         tolerance = layered_tolerances(tolerances)["output_tok_s"].rel
     except (ProfileError, CompareError, ValueError) as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     diffs = bisection.differences(good, bad)
     if not diffs:
@@ -62,7 +62,7 @@ def bisect_command(args: argparse.Namespace) -> int:
         prober = Prober(good, name=name, source=source, log_dir=Path(args.log_dir), log_prefix="bisect",
                         max_launches=args.max_launches, on_launch=launched)  # fmt: skip
     except ProfileError as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
     def progress(rec: bisection.ProbeRecord) -> None:
@@ -100,7 +100,7 @@ def bisect_command(args: argparse.Namespace) -> int:
         result = bisection.bisect(good, diffs, prober, tolerance_rel=tolerance, max_pairs=args.max_pairs,
                                   fixed=fixed, on_probe=progress, on_note=print, on_estimate=estimated)  # fmt: skip
     except SpecdecError as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_FINDINGS
     finally:
         # A second SIGTERM while the servers stop must not leave one behind: ignored until they are.
@@ -200,8 +200,10 @@ def _bisect_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, 
         good_run, bad_run = store.load(args.good), store.load(args.bad)
     except CompareError as exc:
         # A fresh user meant two profiles and left out the file: say which argument reads them as runs.
-        raise CompareError(f"{exc}; without PROFILE_FILE, --good and --bad name stored runs: to bisect two profiles, "
-                           f"give their file first (bisect specdec.yaml --good {args.good} --bad {args.bad})") from exc
+        raise CompareError(
+            f"{exc}; without PROFILE_FILE, --good and --bad name stored runs: to bisect two profiles, "
+            f"give their file first (bisect specdec.yaml --good {args.good} --bad {args.bad})"
+        ) from exc
     test = args.test
     if test is None:
         ids = [r.test_id for r in bad_run.results]

@@ -44,18 +44,18 @@ def merge_command(
         messages go to stdout and errors to stderr.
     """
     if trend_runs < 1:
-        print(f"ERROR: --trend-runs={trend_runs}: expected an integer >= 1", file=sys.stderr)
+        print(f"error: --trend-runs={trend_runs}: expected an integer >= 1", file=sys.stderr)
         return EXIT_USAGE
     fields = trend_fields()
     for name in metrics or ():
         if name not in fields:
-            print(f"ERROR: --metric={name}: not a metric field (available: {', '.join(fields)})", file=sys.stderr)
+            print(f"error: --metric={name}: not a metric field (available: {', '.join(fields)})", file=sys.stderr)
             return EXIT_USAGE
     store = ResultStore(Path(results_dir))
     try:
         shards, skipped = load_shards(paths)
     except CompareError as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     store_root = store.root.resolve()
     history = [s for s in shards if s.path.resolve().parent == store_root]
@@ -63,12 +63,12 @@ def merge_command(
     if not shards:
         where = ", ".join(map(str, paths))
         why = f"; the {len(history)} in {results_dir} are the store's history" if history else ""
-        print(f"ERROR: no run files to merge under {where}{why}; pass the shards' result directories (each shard "
+        print(f"error: no run files to merge under {where}{why}; pass the shards' result directories (each shard "
               "writes <specdec dir>/results/<run id>.json)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     problems = merge_problems(shards)
     if problems and not force:
-        print(f"ERROR: cannot merge {len(shards)} run{'s' if len(shards) != 1 else ''}:", file=sys.stderr)
+        print(f"error: cannot merge {len(shards)} run{'s' if len(shards) != 1 else ''}:", file=sys.stderr)
         for problem in problems:
             print(problem, file=sys.stderr)
         return EXIT_REFUSED
@@ -90,7 +90,7 @@ def merge_command(
         try:
             out = plot_trend(drawn, Path(trend), metrics=list(metrics or DEFAULT_TREND_METRICS))
         except (ValueError, ImportError) as exc:
-            print(f"ERROR: --trend: {exc}", file=sys.stderr)
+            print(f"error: --trend: {exc}", file=sys.stderr)
             return EXIT_USAGE
         print(f"wrote {out} ({len(drawn)} run{'s' if len(drawn) != 1 else ''})")
     return EXIT_OK

@@ -22,7 +22,7 @@ def plot_command(args: argparse.Namespace) -> int:
     metrics = args.metric or list(DEFAULT_TREND_METRICS)
     for name in metrics:
         if name not in fields:
-            print(f"ERROR: --metric={name}: not a metric field (available: {', '.join(fields)})", file=sys.stderr)
+            print(f"error: --metric={name}: not a metric field (available: {', '.join(fields)})", file=sys.stderr)
             return EXIT_USAGE
     thresholds: dict[str, float] = {}
     for spec in args.threshold:
@@ -32,7 +32,7 @@ def plot_command(args: argparse.Namespace) -> int:
         except ValueError:
             value = None
         if not sep or value is None or name not in fields:
-            print(f"ERROR: --threshold={spec}: expected FIELD=NUMBER with FIELD a metric field, "
+            print(f"error: --threshold={spec}: expected FIELD=NUMBER with FIELD a metric field, "
                   "e.g. --threshold output_tok_s=80", file=sys.stderr)  # fmt: skip
             return EXIT_USAGE
         thresholds[name] = value
@@ -44,13 +44,13 @@ def plot_command(args: argparse.Namespace) -> int:
             if path.is_dir():
                 files = ResultStore(path).list()
                 if not files:
-                    print(f"ERROR: {ref}: no run files (*.json) in this directory", file=sys.stderr)
+                    print(f"error: {ref}: no run files (*.json) in this directory", file=sys.stderr)
                     return EXIT_USAGE
                 runs += [read_run_file(p) for p in files]
             else:
                 runs.append(store.load(ref))
     except CompareError as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     unique = {run.run_id: run for run in runs}
     found = sorted({r.profile for run in unique.values() for r in run.results})
@@ -58,14 +58,14 @@ def plot_command(args: argparse.Namespace) -> int:
         if name not in found:
             close = difflib.get_close_matches(name, found, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            print(f"ERROR: --profile={name}: no such profile in {len(unique)} run(s){hint} (available: "
+            print(f"error: --profile={name}: no such profile in {len(unique)} run(s){hint} (available: "
                   f"{', '.join(found)})", file=sys.stderr)  # fmt: skip
             return EXIT_USAGE
     try:
         out = plot_trend(list(unique.values()), Path(args.output), metrics=metrics, thresholds=thresholds,
                          profiles=args.profile)  # fmt: skip
     except (ValueError, ImportError) as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     shown = [run for run in unique.values() if any(not args.profile or r.profile in args.profile for r in run.results)]
     print(f"wrote {out} ({len(shown)} run{'s' if len(shown) != 1 else ''})")

@@ -25,20 +25,20 @@ def trend_command(args: argparse.Namespace) -> int:
             files = ResultStore(path).list() if path.is_dir() else [path]
             runs += [read_run_file(p) for p in files]
     except CompareError as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if len(runs) < 2 * args.min_size:
-        print(f"ERROR: {len(runs)} run(s) found; trend needs at least {2 * args.min_size} (--min-size {args.min_size} "
+        print(f"error: {len(runs)} run(s) found; trend needs at least {2 * args.min_size} (--min-size {args.min_size} "
               "each side of a change)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     try:
         series = series_from_runs(runs, args.metric or DEFAULT_FIELDS, args.profile)
         lines, worse = trend_lines(series, max_pvalue=args.max_pvalue, min_size=args.min_size)
     except ValueError as exc:
-        print(f"ERROR: --metric: {exc}", file=sys.stderr)
+        print(f"error: --metric: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ImportError as exc:
-        print(f"ERROR: {exc}; pip install 'pytest-specdec[trend]'", file=sys.stderr)
+        print(f"error: {exc}; pip install 'pytest-specdec[trend]'", file=sys.stderr)
         return EXIT_USAGE
     for line in lines:
         print(line)
