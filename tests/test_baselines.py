@@ -293,3 +293,26 @@ def test_a_baselines_stored_note_is_not_repeated_under_a_compare_that_pooled_its
     pooled.add_compare(run.run_id, TEST, [], [], baseline=found, pooled=True)
     assert list(alone.chosen[run.run_id][2]) == ["baseline: output_tok_s: too wide"]
     assert list(pooled.chosen[run.run_id][2]) == []
+
+
+def test_a_repeat_or_pair_a_few_percent_off_in_normal_noise_is_no_outlier() -> None:
+    """A fresh-user trial's baseline note called one pair 6 % below the median an outlier: with 3 values the MAD is
+    the smaller of two distances, near 0 when two values agree by chance, so any value past the tolerance was one.
+    An outlier is now also more than :data:`OUTLIER_TOLERANCES` tolerances from the median; -46 % still is one."""
+    from pytest_specdec.judge.baseline import OUTLIER_TOLERANCES
+
+    design = sequential.Design(3, 24)
+    assert OUTLIER_TOLERANCES * 0.05 < 0.46
+    for values in ([100.0, 100.4, 94.0], [100.0, 103.0, 97.0, 100.5, 94.0], [236.0, 235.0, 221.0]):
+        notes = baseline_notes(with_repeats(record("baseline", values[0], None), values), {}, design)
+        assert not any("outlier" in note for note in notes), (values, notes)
+    # The trial's shape: paired ratios 1.36, 1.365, 1.28 (-6 %) against the baseline arm.
+    paired = dataclasses.replace(
+        with_repeats(record("eagle3", 136.0, 2.6), [136.0, 136.5, 128.0]),
+        paired={"vs": "baseline", "target": {"output_tok_s": [136.0, 136.5, 128.0]},
+                "reference": {"output_tok_s": [100.0, 100.0, 100.0]}},
+    )  # fmt: skip
+    assert not any("outlier" in note for note in baseline_notes(paired, {}, design))
+    for values in ([236.0, 215.0, 117.0], [100.0, 100.4, 54.0], [100.0, 103.0, 97.0, 100.5, 62.0]):
+        notes = baseline_notes(with_repeats(record("baseline", values[0], None), values), {}, design)
+        assert any(f"{values[-1]:.4g} is an outlier" in note for note in notes), (values, notes)
