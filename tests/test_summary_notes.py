@@ -4,6 +4,8 @@ start."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 PROFILES = """
@@ -18,6 +20,8 @@ profiles:
 """
 
 TESTS = """
+from pathlib import Path
+
 import pytest
 
 def test_first(specdec_run):
@@ -99,3 +103,30 @@ def test_one_speedup_line_per_profile_the_confirmed_one() -> None:
         "specdec eagle3: speedup vs baseline 1.08x: undecided vs min 1.05x [...]",
         "specdec eagle3: speedup vs baseline 1.08x < min 1.3x [...]",
     ]
+
+
+def test_a_profiles_compare_table_and_its_notes_are_shown_once_per_measurement(tmp_path: Path) -> None:
+    """Two tests of one profile read one measurement and get one compare (``Outcomes.once``): a fresh-user trial saw
+    its table twice and its run-to-run line three times (in each table, then among the notes). One table now, headed
+    by both tests; a note printed in a table is not repeated under it; a failed compare's notes (its table goes with
+    the failure) still are."""
+    from pytest_specdec.judge.outcomes import Outcomes
+    from pytest_specdec.report.summary import compare_lines
+
+    run_to_run = "run-to-run: too few stored runs to measure how server instances differ; ..."
+    table = ["fingerprint: same as baseline", run_to_run, "metric  better  ...", "output_tok_s  higher  ..."]
+    outcomes = Outcomes(tmp_path)
+    for test in ("test_one", "test_two"):
+        outcomes.add_compare("R1", f"t.py::{test}[eagle3]", [f"eagle3: {run_to_run}"], table, outcome="undecided")
+    other = ["fingerprint: same as baseline", "metric  better  ...", "itl_ms_p50  lower  ..."]
+    outcomes.add_compare("R1", "t.py::test_one[baseline]", [], other)
+    outcomes.add_compare("R1", "t.py::test_one[eagle3-b]", ["eagle3-b: exact: ..."], [], outcome="FAILED")
+    lines = [line.text for line in compare_lines(outcomes)]
+    assert lines == [
+        "specdec compare: 4 test(s) compared with stored run R1",
+        "specdec compare: test_one[eagle3], test_two[eagle3] (undecided)",
+        *table,
+        "specdec compare: test_one[baseline] (no regression)",
+        *other,
+    ]
+    assert outcomes.compare_notes == ("eagle3-b: exact: ...",)

@@ -39,6 +39,8 @@ class Outcomes:
         self._chosen: dict[str, tuple[str, dict[str, None], dict[str, None]]] = {}
         self._compare_tables: dict[str, tuple[str, list[str]]] = {}
         self._compare_notes: dict[str, None] = {}
+        #: Compare notes that head a table shown under the summary (:attr:`compare_notes` leaves them out).
+        self._notes_in_tables: set[str] = set()
         #: (profile, threshold verdict) -> the first test that failed with it; later tests refer to it.
         self._first_failures: dict[tuple[str, str], str] = {}
         #: profile -> calibrated relative noise per field.
@@ -81,9 +83,22 @@ class Outcomes:
         return MappingProxyType(self._compare_tables)
 
     @property
+    def compare_sections(self) -> Sequence[tuple[tuple[str, ...], str, list[str]]]:
+        """:attr:`compare_tables` with one entry per distinct (outcome, table): (the node ids that read it, outcome,
+        table), first seen first. Every test of a profile reads one measurement and gets the same compare
+        (:meth:`once`), so its table is shown once, headed by those tests (a fresh-user trial read a profile's table
+        once per test, and its run-to-run line three times)."""
+        sections: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+        for test_id, (outcome, table) in self._compare_tables.items():
+            sections.setdefault((outcome, tuple(table)), []).append(test_id)
+        return tuple((tuple(tests), outcome, list(table)) for (outcome, table), tests in sections.items())
+
+    @property
     def compare_notes(self) -> Sequence[str]:
-        """How compares were judged (exact metrics, paired ratios), printed under the summary, first seen first."""
-        return tuple(self._compare_notes)
+        """How compares were judged (exact metrics, paired ratios, the run-to-run sd taken), printed under the
+        summary, first seen first; a note already printed in one of :attr:`compare_tables` (they head each table) is
+        left out."""
+        return tuple(n for n in self._compare_notes if n not in self._notes_in_tables)
 
     # -- write (the verdicts, the session) --
 
@@ -146,3 +161,5 @@ class Outcomes:
         self._compare_notes.update(dict.fromkeys(notes))
         if table:
             self._compare_tables[test_id] = (outcome, list(table))
+            # A note is "<profile>: <a line of the table>" (``verdict.compare_item``): printed with the table.
+            self._notes_in_tables.update(n for n in notes if n.partition(": ")[2] in table)

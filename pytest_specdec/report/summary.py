@@ -257,7 +257,9 @@ def baseline_lines(records: Iterable[results.ResultRecord]) -> list[Line]:
 
 def compare_lines(outcomes: Outcomes) -> list[Line]:
     """One line per stored run compared with: how many tests, why that run (``Baseline.why``) and the newer runs
-    passed over; then what its record said when it was stored (yellow), then each passing compare's table."""
+    passed over; then what its record said when it was stored (yellow), then each passing or undecided compare's
+    table, once per measurement (``Outcomes.compare_sections``: ``specdec compare: test_a[eagle3], test_b[eagle3]
+    (undecided)``, the first 3 tests named)."""
     out = []
     for run_id, tests in outcomes.compared.items():
         why, skipped, stored = outcomes.chosen.get(run_id, ("", {}, {}))
@@ -269,13 +271,14 @@ def compare_lines(outcomes: Outcomes) -> list[Line]:
                    for note in stored)  # fmt: skip
     # A failed compare prints its table with the failure; a passing or undecided one shows its rows here (an
     # undecided one also warns, once per profile, a line per open row: the table shows which rows were decided and
-    # which read n/a).
-    for test_id, (outcome, table) in outcomes.compare_tables.items():
+    # which read n/a), once per measurement, headed by the tests that read it.
+    for readers, outcome, table in outcomes.compare_sections:
         # "undecided" alone: whether it failed the test is --specdec-undecided's (a fresh-user trial read "not failed"
         # above a test that policy had failed); the count line at the end says which.
         label = {"undecided": "undecided", "not measured further": "not measured further, not failed"}.get(
             outcome, "no regression")
-        out.append(Line(f"specdec compare: {test_id.split('::', 1)[-1]} ({label})", sep="-"))
+        names = shown([test_id.split("::", 1)[-1] for test_id in readers])
+        out.append(Line(f"specdec compare: {names} ({label})", sep="-"))
         out.extend(Line(line) for line in table)
     return out
 
