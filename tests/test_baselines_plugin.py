@@ -212,8 +212,8 @@ def test_an_undecided_compare_warns_once_per_profile_a_head_and_a_line_per_open_
             "test_base.py::test_run[[]baseline[]]",
             "  test_base.py:1: SpecdecWarning: profile baseline: compare against run * undecided after 1 repeat "
             "(* server-s), * rows open: not failed (--specdec-undecided=warn)",
-            "    output_tok_s x0.*, no interval (1 repeat) holds the tolerance 90% (more repeats would not decide *)",
-            "    ttft_ms_mean x*, no interval (1 repeat) holds the tolerance 900% (*)",
+            "    output_tok_s x0.*, no interval (1 repeat) holds the tolerance 90%: more repeats would not decide *",
+            "    ttft_ms_mean x*, no interval (1 repeat) holds the tolerance 900%*",
         ]
     )
     assert "test_base.py::test_again[baseline]\n" not in out.partition("warnings summary")[2], out

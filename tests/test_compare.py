@@ -681,16 +681,39 @@ def test_an_absolute_row_that_the_run_to_run_spread_keeps_open_says_no_repeats_w
     current = rec(itl_ms_p50=[1.25, 1.26, 1.24, 1.25])
     row = compare_results(base, current, tol, design=design).rows[0]
     reason = verdict.undecided_reason(base, current, row, design, ())
-    assert "more repeats would not decide it: today's run is one more server instance" in reason, reason
-    assert "spread 7% run to run" in reason
+    assert reason.text.endswith(": 4+ stored runs would decide it (run-to-run sd taken as 7%)"), reason
+    assert reason.why[0].startswith("run-to-run: today's run is one more server instance"), reason.why
     # This profile has no paired arm: the advice says how to get a ratio row, not "the paired ratio row" (a trial).
-    assert reason.endswith("else a wider tolerance, or a paired reference arm (min_speedup: {vs: ...}) whose ratio "
-                           "rows differ 0-2% run to run)"), reason  # fmt: skip
+    assert reason.why[1] == ("else: a wider tolerance, or a paired reference arm (min_speedup: {vs: ...}) whose ratio "
+                             "rows differ 0-2% run to run"), reason.why  # fmt: skip
     # Far beyond the tolerance but measured twice, more repeats can still decide it.
     two, design = (rec(itl_ms_p50=[1.0, 1.02]), rec(itl_ms_p50=[1.3, 1.5])), sequential.Design(2, 16)
     row = compare_results(*two, tol, design=design).rows[0]
     assert row.verdict == "undecided"
-    assert "more repeats would narrow it" in verdict.undecided_reason(*two, row, design, ())
+    assert "more repeats would narrow it" in verdict.undecided_reason(*two, row, design, ()).text
+
+
+def test_an_undecided_warning_gives_a_short_line_per_open_row_and_shared_explanations_once() -> None:
+    # A fresh-user trial: each of 8 open rows repeated a ~250-character reason (why the run-to-run sd is assumed,
+    # what else would decide it). Each row now says its estimate, interval, tolerance and what would decide it; the
+    # explanations the rows share follow once.
+    from pytest_specdec.judge import verdict
+
+    base = rec(output_tok_s=[100.0, 101.0, 99.0, 100.0], itl_ms_p50=[1.00, 1.01, 0.99, 1.00],
+               tpot_ms_p50=[1.10, 1.11, 1.09, 1.10])  # fmt: skip
+    current = rec(output_tok_s=[90.0, 91.0, 89.0, 90.0], itl_ms_p50=[1.12, 1.13, 1.11, 1.12],
+                  tpot_ms_p50=[1.23, 1.24, 1.22, 1.23])  # fmt: skip
+    design = sequential.Design(3, 16)
+    tol = parse_tolerances("output_tok_s:5%,itl_ms_p50:10%,tpot_ms_p50:10%")
+    comp = compare_results(base, current, tol, design=design)
+    assert len(comp.undecided) == 3, comp.lines()
+    reasons = [verdict.undecided_reason(base, current, row, design, ()) for row in comp.undecided]
+    head, *lines = verdict.undecided_block("compare against run R1 undecided, 3 rows open", reasons).splitlines()
+    rows, shared = lines[:3], lines[3:]
+    assert [r.split(" x")[0] for r in rows] == ["  output_tok_s", "  itl_ms_p50", "  tpot_ms_p50"]
+    assert all(r.endswith("4+ stored runs would decide it (run-to-run sd taken as 7%)") and len(r) < 130
+               for r in rows), rows  # fmt: skip
+    assert [s.split(":")[0] for s in shared] == ["  * run-to-run", "  * else"], shared
 
 
 def test_a_calibrated_within_run_sd_is_the_floor_not_the_baselines_own_few_repeats() -> None:

@@ -189,9 +189,9 @@ def test_sequential_compare_stops_early_when_only_the_baseline_could_decide_it()
         "compare against run R1 undecided after 8 repeats (16.0 server-s), 1 row open\n  output_tok_s x0.9"
     )
     assert judged.undecided.endswith("neither more repeats today nor more stored runs alone decide it at this budget; "
-                                     "both would (raise workload.max_repeats, and store unchanged runs of this "
-                                     "fingerprint, then the baseline again after them: runs stored before a baseline "
-                                     "pool into its level, those after it lend only their spread))")
+                                     "both would\n  * both: raise workload.max_repeats, and store unchanged runs of "
+                                     "this fingerprint, then the baseline again after them: runs stored before a "
+                                     "baseline pool into its level, those after it lend only their spread")
     assert judged.cost["verdict"] == "undecided"
 
 
@@ -266,7 +266,8 @@ def test_pytest_and_the_compare_command_print_the_same_verdict_on_the_same_store
             assert pytest_row == cli_row
         if judged.undecided:  # why it is open and what would decide it: the same words (a fresh-user trial: generic)
             rows = judged.undecided.split("\n", 1)[1]
-            assert f"undecided: {len(rows.splitlines())} row open\n{rows}\n" in out, out
+            # One open row, then the explanations it gives once ("  * ...").
+            assert f"undecided: 1 row open\n{rows}\n" in out, out
         assert code == (1 if name == "regressed" else 0)
 
 
@@ -294,8 +295,8 @@ def test_an_undecided_compare_says_how_many_stored_runs_would_decide_it() -> Non
     )  # fmt: skip
     assert judged.failure is None and judged.undecided is not None
     assert shown[0] == 8  # stopped at the third look: more of today's repeats could not decide it
-    found = re.search(r"more repeats would not decide it: the baseline's side keeps the interval open \(2 stored "
-                      r"runs, 6 repeats\); about (\d+) such runs up to the baseline would decide it at this budget",
+    found = re.search(r"holds the tolerance 5%: about (\d+) stored runs up to the baseline would decide it \(now 2 "
+                      r"stored runs, 6 repeats\)\n  \* stored runs: store unchanged runs of this fingerprint",
                       judged.undecided)  # fmt: skip
     assert found and int(found.group(1)) > 2, judged.undecided
 

@@ -64,6 +64,7 @@ __all__ = [
     "shared_verdict_message",
     "speedup_check",
     "sweep_steps",
+    "OpenRow",
     "undecided_block",
     "undecided_reason",
 ]
@@ -261,16 +262,32 @@ def _after_head(text: str, suffix: str) -> str:
     return f"{head}{suffix}{newline}{rows}"
 
 
-def undecided_block(head: str, reasons: Sequence[str]) -> str:
-    """An undecided compare as pytest's warning and the ``compare`` command print it: ``head`` on a line of its own,
-    then one indented line per open row (:func:`undecided_reason`), so a compare with many open rows is read row by
-    row (a fresh-user trial read nine rows' reasons as one 2.5 kB line, once per test).
+@dataclass(frozen=True, slots=True)
+class OpenRow:
+    """What :func:`undecided_reason` says of one open compare row: a short line (the metric, its estimate and
+    interval, the tolerance, what would decide it) and the explanations behind it, which several rows share and
+    :func:`undecided_block` gives once."""
 
-    Example: ``undecided_block("compare against run R1 undecided after 8 repeats (16.0 server-s), 1 row open",
-    ["output_tok_s x0.93, CI 0.85-1.01 (98.3%) holds the tolerance 5%; about 40 repeats in all would decide it
-    ..."])`` -> the head, a newline, two spaces and the row.
+    text: str
+    why: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def undecided_block(head: str, reasons: Sequence[str | OpenRow]) -> str:
+    """An undecided compare as pytest's warning and the ``compare`` command print it: ``head`` on a line of its own,
+    then one indented line per open row (:func:`undecided_reason`), then each explanation the rows share once,
+    indented under ``* `` (a fresh-user trial read a 250-character reason per row, 8 rows a wall of text; before
+    that, nine rows' reasons as one 2.5 kB line, once per test).
+
+    Example: ``undecided_block("compare against run R1 undecided after 8 repeats (16.0 server-s), 2 rows open",
+    [itl, tpot])`` with both rows kept open by the assumed run-to-run sd -> the head, ``  itl_ms_p50 x1.01, CI
+    0.80-1.26 (98.3%) holds the tolerance 10%: 4+ stored runs would decide it (run-to-run sd taken as 7%)``, the same
+    for tpot, then ``  * run-to-run: today's run is one more server instance; ...`` and ``  * else: ...`` once.
     """
-    return "\n".join([head, *(f"  {reason}" for reason in reasons)])
+    why = dict.fromkeys(w for r in reasons if isinstance(r, OpenRow) for w in r.why)
+    return "\n".join([head, *(f"  {reason}" for reason in reasons), *(f"  * {w}" for w in why)])
 
 
 def _per_repeat(run: runner.RunResult, field_name: str) -> list[float]:
@@ -908,13 +925,13 @@ def _other_fix(row: compare.CompareRow, vs: str | None) -> str:
 
 
 def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design: sequential.Design,
-                         vs: str | None = None) -> str:  # fmt: skip
+                         vs: str | None = None) -> tuple[str, tuple[str, ...]]:  # fmt: skip
     """Why no number of today's repeats decides a row (its :func:`_row_data`), and what would
-    (``sequential.baseline_runs_needed``): ``the baseline's side keeps the interval open (3 stored runs, 36 repeats);
-    about 15 such runs in all would decide it at this budget (save more unchanged runs of this fingerprint)``."""
+    (``sequential.baseline_runs_needed``), as (the row's short tail, the explanations rows share): ``about 15 stored
+    runs up to the baseline would decide it (now: 3 stored runs, 36 repeats)`` and how to store them."""
     d = row.decision
     if data is None or d is None or d.low is None or d.high is None:
-        return "the estimate sits on the limit"
+        return "more repeats would not decide it: the estimate sits on the limit", ()
     runs = _ask(sequential.baseline_runs_needed, data, row, design)
     h = data.history
     run_sd = math.expm1(math.sqrt(h.between)) if h is not None and h.between and not h.assumed else 0.0
@@ -927,28 +944,42 @@ def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design:
     elif data.instance_sd:
         # A run or three cannot size how server instances differ: the interval took a spread (assumed, or 2-3 runs'
         # estimate where larger); more stored runs measure it (a first night is then undecided, not a false alarm).
-        taken = f", run-to-run sd taken as {data.instance_sd * 100:.2g}% until 4 stored runs measure it"
-    # The ratio row is the fix only for a raw row: a ratio row is already judged on its paired arm.
-    other = _other_fix(row, vs)
+        taken = f", run-to-run sd taken as {data.instance_sd * 100:.2g}%"
+    other = _else_line(row, vs)
     if runs is None:
         if data.instance_sd and not run_sd:
             # Not "no number of runs": the spread is taken, not measured; 4 stored runs measure it (a trial read
             # "no number of repeats or runs decides ...; stored runs that spread less will show it" as a paradox).
-            return (f"today's run is one more server instance, and instances are taken to spread "
-                    f"{data.instance_sd * 100:.2g}% run to run ({known}); at that spread no number of today's repeats "
-                    f"decides it: 4 or more stored unchanged runs measure the real spread (the row decides if it is "
-                    f"smaller), else {other}")  # fmt: skip
+            return (f"4+ stored runs would decide it (run-to-run sd taken as {data.instance_sd * 100:.2g}%)",
+                    (_TAKEN, other))  # fmt: skip
         if run_sd:
             # Tonight's estimate, not the tolerance: a later night whose estimate sits further from the limit decides
             # (a trial read "no number of repeats or runs decides this tolerance" on a row a later night decided ok).
-            return (f"today's run is one more server instance and the stored runs spread run to run ({known}): with "
-                    f"tonight's estimate this near the limit, neither more repeats nor more stored runs decide it; "
-                    f"a night whose estimate sits further from the limit does (it moves with each instance), or "
-                    f"{other}")  # fmt: skip
-        return ("the estimate sits near the limit: neither more repeats today nor more stored runs alone decide it "
-                f"at this budget; both would (raise workload.max_repeats, and {_RESTORE})")
-    return (f"the baseline's side keeps the interval open ({known}{taken}); about {runs} such runs up to the "
-            f"baseline would decide it at this budget ({_RESTORE})")
+            return (f"a night further from the limit would decide it ({known})",
+                    ("near the limit: today's run is one more server instance and the stored runs spread run to run "
+                     "as measured: with tonight's estimate this near the limit, neither more repeats nor more stored "
+                     "runs decide it; a night whose estimate sits further from the limit does (it moves with each "
+                     "instance)", other))  # fmt: skip
+        return ("neither more repeats today nor more stored runs alone decide it at this budget; both would",
+                (f"both: raise workload.max_repeats, and {_RESTORE}",))
+    return (f"about {runs} stored runs up to the baseline would decide it (now {known}{taken})",
+            (f"stored runs: {_RESTORE}",))  # fmt: skip
+
+
+def _else_line(row: compare.CompareRow, vs: str | None) -> str:
+    """The other fixes of a row the run-to-run spread keeps open, said once for all such rows of a compare: with a
+    paired arm one line for its raw and ratio rows (the ratio is the fix only for a raw row: a ratio row is already
+    judged on its paired arm)."""
+    if vs:
+        return f"else: a wider tolerance, or for a raw row its ratio to {vs!r} (paired arms differ 0-2% run to run)"
+    return f"else: {_other_fix(row, vs)}"
+
+
+#: Why rows open at an assumed run-to-run sd are decided by stored runs, not repeats (once per undecided warning).
+_TAKEN = ("run-to-run: today's run is one more server instance; until 4 or more unchanged runs of this fingerprint "
+          "are stored, instances are taken to spread run to run as each row says (the compare table's run-to-run "
+          "line says why), and at that spread no number of today's repeats decides it: the stored runs measure the "
+          "real spread (a row decides if it is smaller)")
 
 
 #: How a baseline's level gets more runs: only runs stored before it pool into it (``history.BaselineRuns``).
@@ -990,9 +1021,11 @@ def undecided_reason(
     row: compare.CompareRow,
     design: sequential.Design,
     history: Sequence[results.ResultRecord],
-) -> str:
-    """``output_tok_s / baseline x0.93, CI 0.85-1.01 (99.2%) holds the tolerance 5%; about 40 repeats in all would
-    decide it`` (or why no number of repeats would): what pytest and the ``compare`` command say of an undecided row.
+) -> OpenRow:
+    """``output_tok_s x0.93, CI 0.85-1.01 (99.2%) holds the tolerance 5%; about 40 repeats in all would decide it``,
+    or what else would (``... holds the tolerance 5%: 4+ stored runs would decide it (run-to-run sd taken as 7%)``,
+    its explanation in :attr:`OpenRow.why`): what pytest and the ``compare`` command say of an undecided row
+    (:func:`undecided_block`).
 
     :param design: the design the run was judged with (``compare.design_of``); :param history: the baseline's other
         stored runs of the same fingerprint (``history.StoredHistory.of``)."""
@@ -1003,14 +1036,14 @@ def undecided_reason(
     text = f"{shown} holds the tolerance {row.tolerance}"
     if row.tolerance.abs:
         if _difference_decidable(base, current, row, design):
-            return text + " (more repeats would narrow it: raise workload.max_repeats)"
-        return (f"{text} (more repeats would not decide it: today's run is one more server instance, and instances "
-                f"are taken to spread {row.instance_sd * 100:.2g}% run to run; 4 or more stored unchanged runs "
-                f"measure the real spread, else {_other_fix(row, (base.paired or {}).get('vs'))})")  # fmt: skip
+            return OpenRow(text + " (more repeats would narrow it: raise workload.max_repeats)")
+        return OpenRow(f"{text}: 4+ stored runs would decide it (run-to-run sd taken as {row.instance_sd * 100:.2g}%)",
+                       (_TAKEN, _else_line(row, (base.paired or {}).get("vs"))))  # fmt: skip
     if needed is None:
-        why = _not_decidable_today(data, row, design, (base.paired or {}).get("vs"))
-        return f"{text} (more repeats would not decide it: {why})"
-    return text + f"; about {needed} repeats in all would decide it (raise workload.max_repeats or max_server_s)"
+        tail, why = _not_decidable_today(data, row, design, (base.paired or {}).get("vs"))
+        return OpenRow(f"{text}: {tail}", why)
+    return OpenRow(text + f"; about {needed} repeats in all would decide it (raise workload.max_repeats or "
+                   "max_server_s)")  # fmt: skip
 
 
 def compare_item(
