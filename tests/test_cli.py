@@ -460,6 +460,46 @@ def test_a_run_file_with_a_tampered_repeat_is_refused(tmp_path: Path, capsys: py
     assert main(["compare", str(base), str(cur)]) == 0
 
 
+def test_a_run_file_with_an_edited_design_or_tolerances_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command judges a stored record at the design and tolerances pytest judged it with (``cost``); a
+    hand-edited one was ignored silently (a single look, the profile's tolerances). Refused: exit 2, nothing printed."""
+    base = _run(tmp_path, "base", [100, 101, 99], [2.6] * 3)
+    cur = _run(tmp_path, "cur", [100, 101, 99], [2.6] * 3)
+    data = json.loads(cur.read_text())
+    fix = "the file was edited or damaged: store the run again (rerun its tests) or remove the file"
+    for cost, problem in [
+        ({"design": {"start": "three", "max_repeats": 24}}, 'cost.design.start: expected an integer >= 1, got "three"'),
+        ({"tolerances": "output_tok_s:5% x"}, "cost.tolerances: bad tolerance 'x': expected METRIC:TOL with TOL as "
+                                              "5% (relative), 0.02 (absolute) or 10%+5 (both), e.g. output_tok_s:5%"),
+    ]:  # fmt: skip
+        data["results"][0]["cost"] = cost
+        cur.write_text(json.dumps(data))
+        assert main(["compare", str(base), str(cur)]) == 2
+        captured = capsys.readouterr()
+        assert (captured.err, captured.out) == (f"error: {cur}: t.py::test_x[eagle3]: {problem}; {fix}\n", "")
+    data["results"][0]["cost"] = {"design": {"start": 3, "max_repeats": 24}, "tolerances": "output_tok_s:5%"}
+    cur.write_text(json.dumps(data))
+    assert main(["compare", str(base), str(cur)]) == 0
+
+
+def test_compare_latest_before_the_oldest_run_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``compare latest OLDEST`` advised "run once to create one" beside stored runs: it says that CURRENT is the
+    oldest stored run and what to do instead."""
+    results = tmp_path / "results"
+    _run(results, "20260101T000000Z-aaaa", [100, 101, 99], [2.6] * 3)
+    _run(results, "20260102T000000Z-bbbb", [100, 101, 99], [2.6] * 3)
+    args = ["--results-dir", str(results)]
+    assert main(["compare", "latest", "20260101", *args]) == 2
+    assert capsys.readouterr().err == (
+        f"error: no run stored before 20260101T000000Z-aaaa: 20260101T000000Z-aaaa is the oldest of the 2 runs stored "
+        f"in {results}, so 'latest' (the newest run stored before CURRENT) names none; name BASE explicitly (a run id "
+        "or a saved name), or store a later run and compare that with 'latest'\n"
+    )
+    assert main(["compare", "latest", "20260102", *args]) == 0
+
+
 def _exact(n: int, sd: float, shift: float = 0.0) -> list[float]:
     """``n`` tok/s values around 100 whose logs have mean ``log 100 + shift`` and sd ``log(1 + sd)`` exactly."""
     z = np.arange(n) - (n - 1) / 2

@@ -279,11 +279,33 @@ def test_store_save_load_latest(tmp_path: Path) -> None:
     )
 
 
+def test_latest_before_the_oldest_run_says_so_and_what_to_do(tmp_path: Path) -> None:
+    """``compare latest RUN`` with RUN the oldest stored run advised "run once to create one" beside stored runs."""
+    root = tmp_path / "results"
+    advice = ("so 'latest' (the newest run stored before CURRENT) names none; name BASE explicitly (a run id or a "
+              "saved name), or store a later run and compare that with 'latest'")  # fmt: skip
+    ResultStore(root).save(run_file("20260102T000000Z-bbbbbb", 2.0))
+    with pytest.raises(CompareError) as info:
+        ResultStore(root, current="20260102T000000Z-bbbbbb").load("latest")
+    where = f"20260102T000000Z-bbbbbb is the only run stored in {root}"
+    assert str(info.value) == f"no run stored before 20260102T000000Z-bbbbbb: {where}, {advice}"
+    ResultStore(root).save(run_file("20260103T000000Z-cccccc", 3.0))
+    for current, where in [
+        ("20260102T000000Z-bbbbbb", f"20260102T000000Z-bbbbbb is the oldest of the 2 runs stored in {root}"),
+        ("20260101T000000Z-aaaaaa", f"every run stored in {root} (2) is newer than 20260101T000000Z-aaaaaa"),
+    ]:
+        with pytest.raises(CompareError) as info:
+            ResultStore(root, current=current).load("latest")
+        assert str(info.value) == f"no run stored before {current}: {where}, {advice}"
+
+
 def test_store_errors_and_lenient_files(tmp_path: Path) -> None:
     store = ResultStore(tmp_path)
     with pytest.raises(CompareError) as info:
         store.load("latest")
-    assert str(info.value) == f"no baseline run in {tmp_path} (none before the current run); run once to create one"
+    assert str(info.value) == (
+        f"no run stored in {tmp_path}: run the tests once to store one, then compare the next run with it"
+    )
     broken = tmp_path / "broken.json"
     broken.write_text("{")
     with pytest.raises(CompareError) as info:
@@ -309,3 +331,60 @@ def test_store_errors_and_lenient_files(tmp_path: Path) -> None:
     with pytest.raises(CompareError) as info:
         store.load(str(not_run))
     assert str(info.value) == f"{not_run}: not a pytest-specdec run file: no 'run_id'"
+
+
+#: The fix every refused run file names.
+EDITED = "the file was edited or damaged: store the run again (rerun its tests) or remove the file"
+#: The start of the message for a stored ``cost.tolerances`` that is not a string of tolerances.
+NOT_TOLERANCES = (
+    'cost.tolerances: expected the tolerances the test was judged with, e.g. "output_tok_s:5% accept_length:2%", got '
+)
+#: What ``verdict.record_cost`` stores: the design and the merged tolerances the test was judged with.
+COST = {"design": {"start": 3, "max_repeats": 24}, "tolerances": "output_tok_s:5% accept_length:2% accept_rate:0.02"}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("design", [3, 24], 'cost.design: expected an object {"start": N, "max_repeats": M} (the sequential design the '
+                            "test was judged with), got [3, 24]"),
+        ("design", {"start": "3", "max_repeats": 24}, 'cost.design.start: expected an integer >= 1, got "3"'),
+        ("design", {"start": 3, "max_repeats": 2.5}, "cost.design.max_repeats: expected an integer >= 1, got 2.5"),
+        ("design", {"start": 0, "max_repeats": 24}, "cost.design.start: expected an integer >= 1, got 0"),
+        ("design", {"start": True, "max_repeats": 24}, "cost.design.start: expected an integer >= 1, got true"),
+        ("design", {"start": 3}, "cost.design.max_repeats: expected an integer >= 1, got nothing (the key is missing)"),
+        ("design", {"start": 8, "max_repeats": 3}, "cost.design.max_repeats: expected an integer >= start (8), got 3"),
+        ("tolerances", 5, f"{NOT_TOLERANCES}5"),
+        ("tolerances", None, f"{NOT_TOLERANCES}null"),
+        ("tolerances", "", f'{NOT_TOLERANCES}""'),
+        ("tolerances", ["output_tok_s:5%", 3], f'{NOT_TOLERANCES}["output_tok_s:5%", 3]'),
+        ("tolerances", "output_tok_s:five accept_length:2%", "cost.tolerances: bad tolerance 'output_tok_s:five': "
+                                                             "expected METRIC:TOL with TOL as 5% (relative), 0.02 "
+                                                             "(absolute) or 10%+5 (both), e.g. output_tok_s:5%"),
+        ("tolerances", "tok_s:5%", "cost.tolerances: bad tolerance 'tok_s:5%': unknown metric 'tok_s' (known: "),
+    ],
+)  # fmt: skip
+def test_a_run_file_with_an_edited_design_or_tolerances_is_refused(
+    tmp_path: Path, key: str, value: object, message: str
+) -> None:
+    """The compare judges a stored record at the design and tolerances pytest judged it with (``cost``): a
+    hand-edited one was ignored, silently (a single look, or the profile's tolerances). It is refused where the file
+    is read, naming the file, the test, the key, the value and the fix."""
+    path = ResultStore(tmp_path).save(run_file("r1", 1.0, "t.py::test_x[eagle3]"))
+    data = json.loads(path.read_text())
+    data["results"][0]["cost"] = {**COST, key: value}
+    path.write_text(json.dumps(data))
+    with pytest.raises(CompareError) as info:
+        ResultStore(tmp_path).load("r1")
+    prefix = f"{path}: t.py::test_x[eagle3]: {message}"
+    assert str(info.value).startswith(prefix)
+    assert str(info.value).endswith(f"; {EDITED}")
+
+
+def test_a_stored_design_and_tolerances_read_and_old_records_without_them_too(tmp_path: Path) -> None:
+    path = ResultStore(tmp_path).save(run_file("r1", 1.0))
+    data = json.loads(path.read_text())
+    for cost in [COST, {}, {"server_s": 1.0}, {**COST, "tolerances": ["output_tok_s:5%", "ttft_ms:10%+5"]}]:
+        data["results"][0]["cost"] = cost
+        path.write_text(json.dumps(data))
+        assert ResultStore(tmp_path).load("r1").results[0].cost == cost

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.core.records import RunMetrics, median_metrics
 from pytest_specdec.core.redaction import REDACTED, redact_argv, redact_env
+from pytest_specdec.core.tolerances import parse_tolerances
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.runner import Measurement
@@ -769,6 +770,22 @@ class ResultStore:
         path = self.resolve(ref)
         return read_run_file(path)
 
+    def _nothing_before(self) -> str:
+        """Why ``latest`` names no run: none is stored, or every stored run is ``current`` or newer (``compare latest
+        RUN`` with RUN the oldest stored run said "run once to create one" beside runs that existed)."""
+        files = self.list()
+        if not files:
+            return f"no run stored in {self.root}: run the tests once to store one, then compare the next run with it"
+        if [p.stem for p in files] == [self.current]:
+            where = f"{self.current} is the only run stored in {self.root}"
+        elif any(p.stem == self.current for p in files):
+            where = f"{self.current} is the oldest of the {len(files)} runs stored in {self.root}"
+        else:
+            where = f"every run stored in {self.root} ({len(files)}) is newer than {self.current}"
+        return (f"no run stored before {self.current}: {where}, so 'latest' (the newest run stored before CURRENT) "
+                "names none; name BASE explicitly (a run id or a saved name), or store a later run and compare that "
+                "with 'latest'")  # fmt: skip
+
     def resolve(self, ref: str) -> Path:
         """The file ``ref`` names (see :meth:`load`). :raises CompareError: as :meth:`load`."""
         named = self.named(ref) if ref != "latest" else None
@@ -786,9 +803,7 @@ class ResultStore:
             # Older than the current run only: `compare latest RUN` once took a run stored after RUN as its BASE.
             others = [p for p in files if self.current is None or p.stem < self.current]
             if not others:
-                raise CompareError(
-                    f"no baseline run in {self.root} (none before the current run); run once to create one"
-                )
+                raise CompareError(self._nothing_before())
             return others[-1]
         exact = [p for p in files if p.stem == ref]
         if exact:
@@ -818,6 +833,10 @@ _NUMBER_FIELDS = frozenset(
 )
 
 
+#: The fix a stored run no run could have written is refused with (``read_run_file``).
+_EDITED_FIX = "the file was edited or damaged: store the run again (rerun its tests) or remove the file"
+
+
 def _bad_number(value: object) -> bool:
     """Whether a stored metric value is none of: None (not applicable), a finite number >= 0."""
     if value is None:
@@ -831,23 +850,72 @@ def _check_numbers(path: Path, run: RunFile) -> None:
     """:raises CompareError: a record's ``metrics`` or ``repeats`` value of a numeric ``RunMetrics`` field is a string,
     a list, a boolean, negative or not finite (no run writes one: the file was edited or damaged; a trial's
     ``output_tok_s`` repeats ``[-5, "x", null]`` read as "-104.5%")."""
-    fix = "the file was edited or damaged: store the run again (rerun its tests) or remove the file"
     for record in run.results:
         for name in sorted(_NUMBER_FIELDS.intersection(record.repeats)):
             for i, value in enumerate(record.repeats[name]):
                 if _bad_number(value):
                     raise CompareError(f"{path}: {record.test_id}: repeats.{name}[{i}]: expected a number >= 0 or "
-                                       f"null, got {json.dumps(value)}; {fix}")  # fmt: skip
+                                       f"null, got {json.dumps(value)}; {_EDITED_FIX}")  # fmt: skip
         for name in sorted(_NUMBER_FIELDS.intersection(record.metrics)):
             if _bad_number(record.metrics[name]):
                 raise CompareError(f"{path}: {record.test_id}: metrics.{name}: expected a number >= 0 or null, got "
-                                   f"{json.dumps(record.metrics[name])}; {fix}")  # fmt: skip
+                                   f"{json.dumps(record.metrics[name])}; {_EDITED_FIX}")  # fmt: skip
+
+
+def _design_problem(design: object) -> str:
+    """What is wrong with a stored ``cost["design"]`` (``verdict.record_cost`` writes ``{"start": N,
+    "max_repeats": M}``, integers with 1 <= N <= M: ``verdict.design_for``), as ``key: expected ..., got ...``; ``""``
+    when nothing is."""
+    if not isinstance(design, dict):
+        return (f"cost.design: expected an object {{\"start\": N, \"max_repeats\": M}} (the sequential design the test "
+                f"was judged with), got {json.dumps(design)}")  # fmt: skip
+    for key in ("start", "max_repeats"):
+        value = design.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            shown = json.dumps(value) if key in design else "nothing (the key is missing)"
+            return f"cost.design.{key}: expected an integer >= 1, got {shown}"
+    if design["max_repeats"] < design["start"]:
+        return f"cost.design.max_repeats: expected an integer >= start ({design['start']}), got {design['max_repeats']}"
+    return ""
+
+
+def _tolerances_problem(spec: object) -> str:
+    """What is wrong with a stored ``cost["tolerances"]`` (``verdict.record_cost`` writes ``format_tolerances`` of
+    the merged layers, a non-empty string ``parse_tolerances`` reads; a list of such strings reads too, as a
+    profile's ``tolerances:``), as ``key: expected ..., got ...``; ``""`` when nothing is."""
+    texts = [str(t) for t in spec] if isinstance(spec, list) and all(isinstance(t, str) for t in spec) else []
+    if isinstance(spec, str):
+        texts = [spec]
+    if not any(t.strip() for t in texts):
+        return (f"cost.tolerances: expected the tolerances the test was judged with, e.g. \"output_tok_s:5% "
+                f"accept_length:2%\", got {json.dumps(spec)}")  # fmt: skip
+    try:
+        parse_tolerances(texts)
+    except ValueError as exc:
+        return f"cost.tolerances: {exc}"
+    return ""
+
+
+def _check_cost(path: Path, run: RunFile) -> None:
+    """:raises CompareError: a record's ``cost.design`` or ``cost.tolerances`` is present but of a shape no run
+    writes (:func:`_design_problem`, :func:`_tolerances_problem`). The ``compare`` command judges a stored run at
+    them (``judge.compare.design_of``, ``judged_tolerances``): a hand-edited one was ignored there, silently, and
+    the run judged at a single look or its profile's tolerances. Absent keys (records stored before they were) are
+    fine."""
+    for record in run.results:
+        problem = ""
+        if "design" in record.cost:
+            problem = _design_problem(record.cost["design"])
+        if not problem and "tolerances" in record.cost:
+            problem = _tolerances_problem(record.cost["tolerances"])
+        if problem:
+            raise CompareError(f"{path}: {record.test_id}: {problem}; {_EDITED_FIX}")
 
 
 def read_run_file(path: Path) -> RunFile:
-    """:raises CompareError: unreadable, not JSON, not a run file, or a record's metric value no run writes (a
-    string, a negative or a non-finite number: ``_check_numbers``); the message names the path (and the test, the
-    field and the value)."""
+    """:raises CompareError: unreadable, not JSON, not a run file, a record's metric value no run writes (a
+    string, a negative or a non-finite number: ``_check_numbers``), or a record's stored design or tolerances of a
+    shape no run writes (``_check_cost``); the message names the path (and the test, the key and the value)."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
@@ -859,4 +927,5 @@ def read_run_file(path: Path) -> RunFile:
     except (ValueError, TypeError) as exc:
         raise CompareError(f"{path}: {exc}") from None
     _check_numbers(Path(path), run)
+    _check_cost(Path(path), run)
     return run
