@@ -296,6 +296,18 @@ def test_paired_throughput_is_judged_raw_and_on_its_ratio_to_the_reference_arm()
     assert rows["output_tok_s / baseline"].verdict == "ok"
     assert comp.notes[-2].startswith("throughput and latency judged twice: raw (a slowdown of both arms alike")
     assert comp.notes[-1].startswith("output_tok_s: both arms slower alike (raw REGRESSED, the ratio to 'baseline'")
+    # Raw REGRESSED beside a ratio that improved: said only when the reference arm is slower too, and then as it is
+    # (a trial read "both arms slower alike ... the ratio held" beside a ratio row that read improved).
+    more = _paired(rec(output_tok_s=[101.0, 99.0, 102.0]), [101.0, 99.0, 102.0], [60.0, 59.0, 61.0])
+    notes = compare_results(base, more, parse_tolerances("output_tok_s:5%")).notes
+    assert {r.metric: r.verdict for r in compare_results(base, more, parse_tolerances("output_tok_s:5%")).rows} == {
+        "output_tok_s": "REGRESSED", "output_tok_s / baseline": "improved"}  # fmt: skip
+    assert notes[-1].startswith("output_tok_s: both arms slower (raw REGRESSED), the reference arm more (the ratio "
+                                "to 'baseline' improved): "), notes  # fmt: skip
+    faster = _paired(rec(output_tok_s=[101.0, 99.0, 102.0]), [170.0, 168.0, 172.0], [100.0, 100.0, 101.0])
+    comp = compare_results(base, faster, parse_tolerances("output_tok_s:5%"))
+    assert {r.metric: r.verdict for r in comp.rows}["output_tok_s / baseline"] == "improved"
+    assert not any("both arms slower" in note for note in comp.notes), comp.notes
     # Both arms unchanged, the target 10 % slower: the ratio falls 10 % and fails; raw alone would too.
     slower = _paired(rec(output_tok_s=[126.0, 124.0, 128.0]), [126.0, 124.0, 128.0], [100.0, 100.0, 101.0])
     comp = compare_results(base, slower, parse_tolerances("output_tok_s:5%"))

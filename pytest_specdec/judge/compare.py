@@ -328,13 +328,17 @@ def compare_results(
             f"a driver) and as the ratio to the paired {vs!r} arm measured with them (the target alone)"
         )
         raw_regressed = [r for r in rows if r.basis == "raw" and r.regressed]
-        # "Held" only where the ratio row was decided ok: an undecided ratio may still be the target alone.
-        both = [r.metric for r in raw_regressed if ratio_rows[r.metric].verdict in ("ok", "improved")]
-        if both:
-            notes.append(
-                f"{', '.join(both)}: both arms slower alike (raw REGRESSED, the ratio to {vs!r} held): a change of the "
-                "runner or of something both servers share; see the runner state and fingerprint lines"
-            )
+        # Only where it is true: the ratio row decided not slower (an undecided ratio may still be the target alone)
+        # and the reference arm's own values slower too (a trial read it beside ratio rows that improved).
+        slower = [r for r in raw_regressed if _reference_slower(base, current, r.metric, r.higher_is_better)]
+        for verdict, what in (("ok", "alike (raw REGRESSED, the ratio to {vs!r} held)"),
+                              ("improved", "(raw REGRESSED), the reference arm more (the ratio to {vs!r} improved)")):
+            both = [r.metric for r in slower if ratio_rows[r.metric].verdict == verdict]
+            if both:
+                notes.append(
+                    f"{', '.join(both)}: both arms slower {what.format(vs=vs)}: a change of the runner or of "
+                    "something both servers share; see the runner state and fingerprint lines"
+                )  # fmt: skip
         open_ratio = [r.metric for r in raw_regressed if ratio_rows[r.metric].undecided]
         if open_ratio:
             notes.append(
@@ -370,6 +374,19 @@ def compare_results(
         notes=tuple(notes),
         runner=tuple(hoststate.state_changes(base.fingerprint.get("runner"), current.fingerprint.get("runner"))),
     )
+
+
+def _reference_slower(base: ResultRecord, current: ResultRecord, fname: str, higher: bool) -> bool:
+    """Whether the paired reference arm's ``fname`` moved the slower way from ``base`` to ``current`` (geometric
+    means of its per-pair values, ``record.paired["reference"]``); False without them."""
+
+    def mean(record: ResultRecord) -> float | None:
+        values = [float(v) for v in ((record.paired or {}).get("reference") or {}).get(fname) or []
+                  if isinstance(v, int | float) and v > 0]  # fmt: skip
+        return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+    b, c = mean(base), mean(current)
+    return b is not None and c is not None and (c < b if higher else c > b)
 
 
 #: Fields compared per prompt category (``RunMetrics.by_category``), with the tolerance of the field itself.
