@@ -433,6 +433,16 @@ def test_compare_refuses_a_missing_or_broken_noise_file(tmp_path: Path, capsys: 
     assert captured.out == ""
     _noise(default, 0.05)
     assert main(args) == 0
+    # A profile's own file copied from another profile was used silently; a file named with --noise may be any file.
+    copied = _noise(tmp_path / ".specdec" / "noise" / "baseline.json", 0.05)
+    default.write_text(copied.read_text().replace('"eagle3"', '"baseline"'))
+    assert main(args) == 2
+    assert capsys.readouterr().err == (
+        f"error: {default}: profile: expected 'eagle3' (the profile of the file name), got 'baseline': the noise of "
+        "another profile (a copied file?); rerun calibrate (python -m pytest_specdec calibrate PROFILE_FILE --profile "
+        "eagle3 --runs K) or delete the file\n"
+    )
+    assert main([*args, "--noise", str(copied)]) == 0
 
 
 def test_a_run_file_with_a_tampered_repeat_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

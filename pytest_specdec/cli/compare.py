@@ -39,7 +39,7 @@ def _noise(
         if not path.is_file():
             raise NoiseFileError(f"--noise={noise_path}: not found (calibrate writes .specdec/noise/<profile>.json; "
                                  "give one of those, or leave --noise out)", path=path)  # fmt: skip
-        given = read_noise(path)
+        given = read_noise(path, named=True)  # one file for every test: its name need not be a profile's
         if not given:
             raise NoiseFileError(f"--noise={noise_path}: sigma_rel holds no sd; rerun calibrate or leave --noise out",
                                  path=path, key="sigma_rel")  # fmt: skip
