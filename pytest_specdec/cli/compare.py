@@ -6,6 +6,8 @@ tests onto another profile's (:func:`profile_mapper`) and prints.
 
 from __future__ import annotations
 
+import difflib
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -60,7 +62,8 @@ def _latest_notes(
 ) -> list[str]:
     """BASE ``latest`` is the newest run before CURRENT, whatever its state; pytest's ``--specdec-compare`` (latest)
     takes, per test, the newest run in which the test was clean (``judge.baseline.Baselines.find``). Where the two
-    differ, say which run pytest would have compared with, so that naming it reproduces pytest's verdict."""
+    differ (the test not clean in BASE, or not in it: a session of other profiles stored in between), say which run
+    pytest would have compared with, so that naming it reproduces pytest's verdict."""
     from pytest_specdec.judge.baseline import Baselines
 
     older = [p for p in reversed(store.list()) if p.stem < current.run_id]
@@ -70,9 +73,16 @@ def _latest_notes(
         wanted = mapper(record) if mapper is not None else record.test_id  # --compare-profile: the id compared with
         stored = base.find(wanted)
         problem = stored.baseline_problem() if stored is not None else ""
+        found = baselines.find(wanted) if stored is None or problem else None
+        if stored is None:
+            # Sessions of other profiles stored in between: pytest walks back to the test's newest clean run.
+            if found is not None:
+                notes.append(f"note: {record.test_id}: BASE latest ({base.run_id}) has no result for it; pytest's "
+                             f"--specdec-compare would compare it with run {found.run.run_id}: name that run as BASE "
+                             "to decide as pytest did")  # fmt: skip
+            continue
         if not problem:
             continue
-        found = baselines.find(wanted)
         instead = f"run {found.run.run_id}" if found is not None else "no run (none is clean for it)"
         notes.append(f"note: {record.test_id}: BASE latest ({base.run_id}) is not clean for it ({problem}); pytest's "
                      f"--specdec-compare would compare it with {instead}: name that run as BASE to decide as pytest "
@@ -115,7 +125,8 @@ def profile_mapper(spec: str, base: RunFile, current: RunFile) -> Callable[[Resu
     with their own; ``CUR=BASE[,CUR=BASE...]`` maps exactly the profiles named.
 
     :raises CompareError: an empty or malformed spec, a BASE profile absent from ``base`` or a CUR profile absent
-        from ``current`` (the message lists the profiles each run has).
+        from ``current`` (the message lists the profiles each run has, and a close name), a pair written BASE=CUR
+        (the message gives it the other way round).
     """
 
     def profiles(run: RunFile) -> list[str]:
@@ -128,16 +139,25 @@ def profile_mapper(spec: str, base: RunFile, current: RunFile) -> Callable[[Resu
     single = [p for p in pairs if "=" not in p]
     if single and (explicit or len(single) > 1):
         raise CompareError(f"--compare-profile={spec}: give one NAME, or only CUR=BASE pairs")
+
+    def absent(name: str, run: RunFile, which: str) -> CompareError:
+        close = difflib.get_close_matches(name, profiles(run), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return CompareError(f"--compare-profile={spec}: no results of profile {name!r} in {which} run {run.run_id}"
+                            f"{hint} (profiles there: {', '.join(profiles(run)) or 'none'})")  # fmt: skip
+
+    for cur, name in explicit.items():
+        # CUR=BASE written BASE=CUR: say the order rather than only that BASE is absent.
+        if name not in profiles(base) and name in profiles(current) and cur in profiles(base):
+            raise CompareError(f"--compare-profile={spec}: no results of profile {name!r} in baseline run "
+                               f"{base.run_id}; CUR=BASE names the current run's profile first: --compare-profile "
+                               f"{name}={cur}")  # fmt: skip
     for name in [*explicit.values(), *single]:
         if name not in profiles(base):
-            have = ", ".join(profiles(base)) or "none"
-            raise CompareError(f"--compare-profile={spec}: no results of profile {name!r} in baseline run "
-                               f"{base.run_id} (profiles there: {have})")  # fmt: skip
+            raise absent(name, base, "baseline")
     for name in explicit:
         if name not in profiles(current):
-            have = ", ".join(profiles(current)) or "none"
-            raise CompareError(f"--compare-profile={spec}: no results of profile {name!r} in current run "
-                               f"{current.run_id} (profiles there: {have})")  # fmt: skip
+            raise absent(name, current, "current")
 
     # NAME maps the tests of profiles of its kind: with speculation, or without (its stored results say which).
     kind = next((bool(r.fingerprint.get("speculative")) for r in base.results if single and r.profile == single[0]),
@@ -153,27 +173,94 @@ def profile_mapper(spec: str, base: RunFile, current: RunFile) -> Callable[[Resu
     return baseline_id
 
 
+def _tokens(name: str) -> list[str]:
+    """A profile name's words: ``eagle3-shifted-layers`` -> ``["eagle3", "shifted", "layers"]``."""
+    return [t for t in re.split(r"[-_.\s]+", name.lower()) if t]
+
+
+def _likeness(current: ResultRecord, candidate: ResultRecord) -> tuple[int, int, int, int, int]:
+    """How plausible ``candidate``'s profile is as the baseline of ``current``'s, as a tuple compared in order
+    (larger: likelier): the same engine, the same speculative algorithm (each 1 where the records' fingerprints
+    agree or one does not say), the candidate's name a whole-word stem of the current one (its word count:
+    ``eagle3`` of ``eagle3-shifted-layers`` is 1, ``eagle3-wrong-layers`` 0), leading words in common, words in
+    common. The stem comes before the words in common: profiles that vary one profile are named after it, and two
+    variants share words with each other (``eagle3-wrong-layers`` and ``eagle3-shifted-layers`` share two)."""
+
+    def agree(key: Callable[[ResultRecord], object]) -> int:
+        a, b = key(current), key(candidate)
+        return int(a is None or b is None or a == b)
+
+    def algorithm(record: ResultRecord) -> object:
+        spec = record.fingerprint.get("speculative")
+        return spec.get("algorithm") if isinstance(spec, Mapping) else None
+
+    mine, theirs = _tokens(current.profile), _tokens(candidate.profile)
+    stem = len(theirs) if theirs == mine[: len(theirs)] else 0
+    lead = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b), min(len(mine), len(theirs)))
+    return (agree(lambda r: r.fingerprint.get("engine")), agree(algorithm), stem, lead, len(set(mine) & set(theirs)))
+
+
+def _speculates(record: ResultRecord) -> bool:
+    return bool(record.fingerprint.get("speculative"))
+
+
+def _likeliest(current: ResultRecord, base: RunFile) -> list[str]:
+    """The profiles of ``base`` likeliest to be ``current``'s baseline (:func:`_likeness`), among those of its kind
+    (with speculation or without: ``--compare-profile NAME`` maps only the profiles of NAME's kind): one name when
+    one is likelier than the rest, several when they tie, none when ``base`` has no profile of that kind."""
+    firsts = {r.profile: r for r in reversed(base.results)}  # one record per profile: its first
+    same = [r for r in firsts.values() if _speculates(r) == _speculates(current)]
+    if not same:
+        return []
+    best = max(_likeness(current, r) for r in same)
+    return sorted(r.profile for r in same if _likeness(current, r) == best)
+
+
 def _profile_hint(base: RunFile, current: RunFile, missing: Sequence[str]) -> str:
     """Why tests of ``current`` found no baseline when their profiles are absent from ``base``, naming the option
-    that compares across profiles; ``""`` when every missing test's profile is in ``base``. Example: ``profiles
-    differ: baseline run b holds eagle3; current run c holds eagle3-shifted-layers. A test is compared with the same
-    test of the same profile; to compare eagle3-shifted-layers with another profile, add --compare-profile <name>
-    (e.g. --compare-profile eagle3, or --compare-profile eagle3-shifted-layers=eagle3)``."""
+    that compares across profiles with the likeliest profile of ``base`` for each (:func:`_likeliest`); ``""`` when
+    every missing test's profile is in ``base``. Example: ``profiles differ: baseline run b holds baseline, eagle3,
+    eagle3-wrong-layers; current run c holds eagle3-shifted-layers. A test is compared with the same test of the same
+    profile; to compare eagle3-shifted-layers with another profile, add --compare-profile <name> (e.g.
+    --compare-profile eagle3, or --compare-profile eagle3-shifted-layers=eagle3)``. Several profiles equally likely
+    are listed, not one named; none of the kind: a run that has one is needed as BASE."""
     have = sorted({r.profile for r in base.results})
     records = [r for r in (current.find(t) for t in missing) if r is not None and r.profile not in have]
     if not records or not have:
         return ""
-    absent = sorted({r.profile for r in records})
-    # The likeliest NAME: a baseline profile of the same kind (speculative or not) as the first unmatched one.
-    first = next(r for r in records if r.profile == absent[0])
-    kind = bool(first.fingerprint.get("speculative"))
-    same = [r.profile for r in base.results if bool(r.fingerprint.get("speculative")) == kind]
-    name = same[0] if same else have[0]
-    shown = ", ".join(absent)
+    absent = {r.profile: r for r in reversed(records)}  # one record per profile: its first
+    pairs: dict[str, str] = {}
+    sentences = []
+    for profile in sorted(absent):
+        record = absent[profile]
+        likeliest = _likeliest(record, base)
+        kind = "with speculation" if _speculates(record) else "without speculation"
+        if len(likeliest) == 1:
+            pairs[profile] = likeliest[0]
+        elif likeliest:
+            sentences.append(f"to compare {profile} with another profile, add --compare-profile {profile}=NAME with "
+                             f"NAME one of {', '.join(likeliest)} (profiles {kind} of the baseline run, none more like "
+                             f"{profile} by engine, algorithm or name)")  # fmt: skip
+        else:
+            sentences.append(f"baseline run {base.run_id} holds no profile {kind} to compare {profile} with: name as "
+                             f"BASE a run that holds {profile} or a profile like it")  # fmt: skip
+    if pairs:
+        spec = ",".join(f"{cur}={name}" for cur, name in pairs.items())
+        shown = ", ".join(pairs)
+        what = "another profile" if len(pairs) == 1 else "other profiles"
+        # NAME maps every test of a profile of NAME's kind: offered only where that maps exactly the pairs.
+        names = set(pairs.values())
+        name = next(iter(names))
+        kind_of_name = next(_speculates(r) for r in base.results if r.profile == name)
+        mapped = {r.profile for r in current.results if _speculates(r) == kind_of_name} - {name}
+        if len(names) == 1 and mapped == set(pairs):
+            option = f"--compare-profile <name> (e.g. --compare-profile {name}, or --compare-profile {spec})"
+        else:
+            option = f"--compare-profile {spec}"
+        sentences.insert(0, f"to compare {shown} with {what}, add {option}")
     return (f"profiles differ: baseline run {base.run_id} holds {', '.join(have)}; current run {current.run_id} holds "
             f"{', '.join(sorted({r.profile for r in current.results}))}. A test is compared with the same test of the "
-            f"same profile; to compare {shown} with another profile, add --compare-profile <name> (e.g. "
-            f"--compare-profile {name}, or --compare-profile {absent[0]}={name})")  # fmt: skip
+            f"same profile; {'; '.join(sentences)}")  # fmt: skip
 
 
 def compare_command(
