@@ -29,6 +29,7 @@ from pytest_specdec.judge.noise import (
     calibrate_proposal,
     measurements,
     paired_arm,
+    proposal_sds,
 )
 from pytest_specdec.judge.pair_ratios import paired_ratios
 from pytest_specdec.judge.verdict import design_for
@@ -57,7 +58,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
         try:
             stored = _stored_records(args.from_runs, args.profile, Path(args.results_dir))
         except CompareError as exc:
-            print(f"ERROR: {exc}", file=sys.stderr)
+            print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         kept = [(run_id, r) for run_id, r in stored if not _left_out(r)]
         if len(kept) < len(stored):
@@ -69,7 +70,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
         records, tests = measurements(kept), len(kept)
         if len(records) < 2:
             runs = ", ".join(dict.fromkeys(run_id for run_id, _ in kept)) or "none"
-            print(f"ERROR: calibrate --from needs K >= 2 runs of the profile (separate server starts: a run-to-run "
+            print(f"error: calibrate --from needs K >= 2 runs of the profile (separate server starts: a run-to-run "
                   f"sd needs 2 or more, as --runs K >= 2); got {len(records)} (runs: {runs})",
                   file=sys.stderr)  # fmt: skip
             return EXIT_USAGE
@@ -77,27 +78,27 @@ def calibrate_command(args: argparse.Namespace) -> int:
         design = next((d for d in map(design_of, records) if d is not None), None)
     else:
         if not args.profile_file or not args.profile or args.runs < 2:
-            print("ERROR: calibrate needs PROFILE_FILE, --profile NAME and --runs K >= 2 (or --from RUN ...)",
+            print("error: calibrate needs PROFILE_FILE, --profile NAME and --runs K >= 2 (or --from RUN ...)",
                   file=sys.stderr)  # fmt: skip
             return EXIT_USAGE
         try:
             profile = load_profiles(args.profile_file).get(args.profile, flag="--profile")
         except ProfileError as exc:
-            print(f"ERROR: {exc}", file=sys.stderr)
+            print(f"error: {exc}", file=sys.stderr)
             return EXIT_BAD_PROFILE
         vs = profile.thresholds.min_speedup.vs if profile.thresholds.min_speedup is not None else None
         try:
             where = f"{args.profile}'s min_speedup.vs"
             reference = load_profiles(args.profile_file).get(vs, flag=where) if vs else None
         except ProfileError as exc:
-            print(f"ERROR: {exc}", file=sys.stderr)
+            print(f"error: {exc}", file=sys.stderr)
             return EXIT_BAD_PROFILE
         design = design_for(profile, profile.workload.repeats)
         for i in range(args.runs):
             try:
                 record = _calibration_run(profile, reference, Path(args.log_dir))
             except (ServerStartError, ServerError) as exc:
-                print(f"ERROR: run {i + 1}/{args.runs}: {exc}", file=sys.stderr)
+                print(f"error: run {i + 1}/{args.runs}: {exc}", file=sys.stderr)
                 return EXIT_FINDINGS
             records.append(record)
             ratios = paired_ratios(record, "output_tok_s")
@@ -108,14 +109,15 @@ def calibrate_command(args: argparse.Namespace) -> int:
                   f"accept length {shown}{paired}")  # fmt: skip
     proposal = calibrate_proposal(records)
     if not proposal:
-        print("ERROR: not enough values to propose tolerances (need >= 2 per metric)", file=sys.stderr)
+        print("error: not enough values to propose tolerances: a metric needs 2 or more values above 0 across the "
+              "runs", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     noise = calibrate_noise(records)
     wild = [f"{key}: sd {sd:.0%} {kind}" for kind, sds in (("within a run", noise), ("run to run", noise.run_to_run))
             for key, sd in sds.items() if sd > MAX_NOISE_SD]  # fmt: skip
     if wild:  # read_noise would refuse the file
         shown = "; ".join(wild)
-        print(f"ERROR: {shown} across {len(records)} measurement(s): beyond {MAX_NOISE_SD:.0%}, more than a steady "
+        print(f"error: {shown} across {len(records)} measurement(s): beyond {MAX_NOISE_SD:.0%}, more than a steady "
               "server's noise (a slowed or broken run pooled?); calibrate from runs that measured normally (no noise "
               "file written)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
@@ -127,32 +129,54 @@ def calibrate_command(args: argparse.Namespace) -> int:
     counted = f"{len(records)} measurement(s)"
     if tests > len(records):
         counted += f" ({tests} tests: the tests of a profile in one run share its measurement)"
-    print(f"# noise from {counted} -> {out} (--specdec-compare reads it until 4 stored runs of the profile measure "
-          "their own)")
+    print(
+        f"# noise from {counted} -> {out} (--specdec-compare reads it until 4 stored runs of the profile measure "
+        "their own)"
+    )
     for key, sigma in noise.items():
         run = noise.run_to_run.get(key)
         print(f"#   {key}: sd {sigma * 100:.2f}% within a run" + (f", {run * 100:.2f}% run to run" if run is not None
                                                                    else ""))  # fmt: skip
-    print("# a compare takes each run-to-run sd where it is larger than its assumed one (7% raw or the row's "
-          "within-run sd, 2% ratio): a few server starts size it poorly")
+    print(
+        "# a compare takes each run-to-run sd where it is larger than its assumed one (7% raw or the row's "
+        "within-run sd, 2% ratio): a few server starts size it poorly"
+    )
     if len(records) < _FIRM_RUNS:
         print(f"# only {len(records)} server start(s): the run-to-run sds above are rough (a compare takes one only "
               f"where larger than its assumed 7%); {_FIRM_RUNS} or more size them better")  # fmt: skip
     vs = paired_arm(records)
     design = design or sequential.Design(Workload().repeats, sequential.DEFAULT_MAX_REPEATS)
-    reaches = _reaches(records, proposal, noise, design)
+    reaches, raw_reaches = _reaches(records, proposal, noise, design)
     sigma3 = dict(proposal)
     for fname, reach in reaches.items():
         if reach.history is not None and reach.history > proposal[fname].rel:
             proposal[fname] = Tolerance(rel=reach.history)  # one the gate decides once 4 stored runs exist
     print(f"# proposed from {len(records)} measurement(s); paste into pytest's ini (or a profile's tolerances:)")
+    # The sd is the two the lines above print, combined: an unchanged run meets a stored one with its own repeats'
+    # spread and its own server instance's offset. The pooled values' MAD matched neither line (fresh-user trial).
+    print("# each max(3 sd, 1%), sd = sqrt(within^2 + run-to-run^2) of the sds above: one repeat of a new server "
+          "instance about the profile's level, as an unchanged run meets a stored one")  # fmt: skip
+    for fname, sd in proposal_sds(records).items():
+        if fname not in proposal:
+            continue
+        key = f"{fname}/{vs}" if vs and fname in PAIRED_FIELDS else fname
+        parts = (f"sqrt({noise[key] * 100:.2f}%^2 within + {noise.run_to_run.get(key, 0.0) * 100:.2f}%^2 run to run)"
+                 if key in noise else "of all values, one repeat per run: within and run to run together")  # fmt: skip
+        shown = f"3 sd {3 * sd * 100:.2f}% -> {_percent(sigma3[fname].rel)}"
+        if sigma3[fname].rel > 3 * sd + 0.001:
+            shown += " (the 1% floor)"
+        if proposal[fname] != sigma3[fname]:
+            shown += f", proposed {_percent(proposal[fname].rel)} (below)"
+        print(f"#   {key}: sd {sd * 100:.2f}% = {parts}; {shown}")
     if vs:
-        print(f"# {', '.join(f for f in PAIRED_FIELDS if f in proposal)}: from the per-pair ratios to {vs!r}, which "
-              "the compare judges them on (their raw spread includes the runner's load)")  # fmt: skip
+        print(f"# {', '.join(f for f in PAIRED_FIELDS if f in proposal)}: from the per-pair ratios to {vs!r} (the "
+              "ratio rows, e.g. output_tok_s / " f"{vs}; their raw spread includes the runner's load); the compare "
+              "judges the raw rows at the same tolerances too (below)")  # fmt: skip
     print("specdec_tolerances =")
     for line in format_tolerances(proposal).split():
         print(f"    {line}")
     lines = [line for fname, reach in reaches.items() if (line := _reach_line(fname, sigma3[fname].rel, reach))]
+    lines += [_raw_line(fname, vs or "", proposal[fname].rel, reach) for fname, reach in raw_reaches.items()]
     if lines:
         print("\n".join(lines))
         print(f"# (an unchanged run measured to the budget of {design.max_repeats} repeats, workload.max_repeats; "
@@ -181,45 +205,63 @@ class _Reach:
 
 def _reaches(
     records: Sequence[ResultRecord], proposal: dict[str, Tolerance], noise: CalibratedNoise, design: sequential.Design
-) -> dict[str, _Reach]:
-    """:class:`_Reach` of each proposed timing field (a run-to-run sd assumed for it: ``compare.assumed_instance_sd``),
-    decided by ``sequential.decide_shift`` as ``compare._judge`` decides its row after this calibration: against one
+) -> tuple[dict[str, _Reach], dict[str, _Reach]]:
+    """:class:`_Reach` of each proposed timing field's row, and of each paired field's raw row (the compare judges
+    both at the field's tolerance; the proposal comes from the first, the ratio row): :func:`_reach`."""
+    vs = paired_arm(records)
+    rows: dict[str, _Reach] = {}
+    raw: dict[str, _Reach] = {}
+    for fname in proposal:
+        paired = vs is not None and fname in PAIRED_FIELDS
+        if (reach := _reach(records, fname, vs if paired else None, noise, design, shared=paired)) is not None:
+            rows[fname] = reach
+        if paired and (reach := _reach(records, fname, None, noise, design, shared=True)) is not None:
+            raw[fname] = reach
+    return rows, raw
+
+
+def _reach(
+    records: Sequence[ResultRecord],
+    fname: str,
+    vs: str | None,
+    noise: CalibratedNoise,
+    design: sequential.Design,
+    *,
+    shared: bool,
+) -> _Reach | None:
+    """:class:`_Reach` of ``fname``'s row (its ratio to the paired arm ``vs`` when given, ``field / ``, else raw;
+    None for a field without an assumed run-to-run sd or a calibrated one: ``compare.assumed_instance_sd``),
+    decided by ``sequential.decide_shift`` as ``compare._judge`` decides it after this calibration: against one
     stored run with the noise file written here (``compare._Judging.pooled``: the within-run sd as known, the
     run-to-run sd of ``_Judging.assumed_sd``), against a history by ``sequential.History.from_runs`` of runs whose
     within-run and run-to-run sds are the measured ones. The unchanged values are synthetic: each run's logs spread
-    exactly at the within-run sd, today's at the baseline's level over ``design.max_repeats`` repeats; a paired
-    field's row (its ratio to the paired arm, ``field / ``) at half the alpha, as the compare shares it with the
-    raw row."""
-    vs = paired_arm(records)
+    exactly at the within-run sd, today's at the baseline's level over ``design.max_repeats`` repeats; at half the
+    alpha where ``shared`` (a paired field's raw and ratio rows share it in the compare)."""
+    key, noise_key = (f"{fname} / ", f"{fname}/{vs}") if vs else (fname, fname)
+    sigma = noise.get(noise_key)
     specs = field_specs()
-    out: dict[str, _Reach] = {}
-    for fname in proposal:
-        paired = vs is not None and fname in PAIRED_FIELDS
-        key, noise_key = (f"{fname} / ", f"{fname}/{vs}") if paired else (fname, fname)
-        sigma = noise.get(noise_key)
-        if sigma is None or not assumed_instance_sd(key) or fname not in specs:
-            continue
-        counts = [n for r in records if (n := len(paired_ratios(r, fname) if paired else r.values(fname)))]
-        n_base = max(int(statistics.median_low(counts)), 2) if counts else 2
-        look = dataclasses.replace(design, alpha=design.alpha / 2) if paired else design
-        higher = specs[fname].higher_is_better
-        log_sd = math.log1p(sigma)
-        base, today = _unchanged(n_base, log_sd), _unchanged(design.max_repeats, log_sd)
-        run_sd = run_to_run_sd(key, sigma, noise.run_to_run.get(noise_key))
-        one = calibrated_history(base, sigma, run_sd)  # as the compare reads the noise file written here
-        one_run = _least_tolerance(base, today, look, higher, one, run_sd)
-        # Runs whose means spread as the measured run-to-run sd beyond their repeats (the ANOVA's moments); the
-        # first, the named baseline whose level the compare takes (the others are the nights after it), at today's.
-        spread = math.sqrt(math.log1p(noise.run_to_run.get(noise_key, 0.0)) ** 2 + log_sd**2 / n_base)
-        offsets = np.array([0.0] + [(-1.0) ** k * ((k + 1) // 2) for k in range(1, _HISTORY_RUNS)])
-        runs = [_unchanged(n_base, log_sd, float(d) * spread / float(offsets.std(ddof=1))) for d in offsets]
-        history = sequential.History.from_runs(runs, run_sd, level_runs=1)
-        reached = None
-        if history is not None:
-            run_to_run = math.expm1(math.sqrt(history.between)) if history.assumed else 0.0
-            reached = _least_tolerance(runs[0], today, look, higher, history, run_to_run)
-        out[fname] = _Reach(one_run, run_sd, reached)
-    return out
+    if sigma is None or not assumed_instance_sd(key) or fname not in specs:
+        return None
+    counts = [n for r in records if (n := len(paired_ratios(r, fname) if vs else r.values(fname)))]
+    n_base = max(int(statistics.median_low(counts)), 2) if counts else 2
+    look = dataclasses.replace(design, alpha=design.alpha / 2) if shared else design
+    higher = specs[fname].higher_is_better
+    log_sd = math.log1p(sigma)
+    base, today = _unchanged(n_base, log_sd), _unchanged(design.max_repeats, log_sd)
+    run_sd = run_to_run_sd(key, sigma, noise.run_to_run.get(noise_key))
+    one = calibrated_history(base, sigma, run_sd)  # as the compare reads the noise file written here
+    one_run = _least_tolerance(base, today, look, higher, one, run_sd)
+    # Runs whose means spread as the measured run-to-run sd beyond their repeats (the ANOVA's moments); the
+    # first, the named baseline whose level the compare takes (the others are the nights after it), at today's.
+    spread = math.sqrt(math.log1p(noise.run_to_run.get(noise_key, 0.0)) ** 2 + log_sd**2 / n_base)
+    offsets = np.array([0.0] + [(-1.0) ** k * ((k + 1) // 2) for k in range(1, _HISTORY_RUNS)])
+    runs = [_unchanged(n_base, log_sd, float(d) * spread / float(offsets.std(ddof=1))) for d in offsets]
+    history = sequential.History.from_runs(runs, run_sd, level_runs=1)
+    reached = None
+    if history is not None:
+        run_to_run = math.expm1(math.sqrt(history.between)) if history.assumed else 0.0
+        reached = _least_tolerance(runs[0], today, look, higher, history, run_to_run)
+    return _Reach(one_run, run_sd, reached)
 
 
 def _unchanged(n: int, log_sd: float, shift: float = 0.0) -> list[float]:
@@ -278,6 +320,35 @@ def _reach_line(fname: str, sigma3: float, reach: _Reach) -> str:
                 f"{_REACH_CAP:.0%}; {against_one}")  # fmt: skip
     return (f"# {fname}:{_percent(sigma3)} is decidable only from {many} (an unchanged run passes within "
             f"~{_percent(reach.history)} there); {against_one}")  # fmt: skip
+
+
+def _raw_line(fname: str, vs: str, tol: float, reach: _Reach) -> str:
+    """The comment under the ini block for a paired field's raw row: the proposal ``tol`` is decided on the ratio
+    row (``field / vs``); what the raw row, judged at the same tolerance with the raw run-to-run sd, decides."""
+    one = f"~{_percent(reach.one_run)}" if reach.one_run is not None else f"no tolerance below {_REACH_CAP:.0%}"
+    many = f"~{_percent(reach.history)}" if reach.history is not None else f"no tolerance below {_REACH_CAP:.0%}"
+    head = (f"# {fname}: {_percent(tol)} is proposed for the ratio row ({fname} / {vs}); the raw row {fname} is "
+            f"judged at it too, with the raw run-to-run sd: an unchanged run passes it within {one} against one "
+            f"stored run (run-to-run sd {reach.run_sd * 100:.2g}% taken for each server instance), within {many} "
+            f"against {_HISTORY_RUNS} stored unchanged runs like these")  # fmt: skip
+    warn = "--specdec-undecided=warn, the default, passes such a night with a warning; =fail fails it"
+    at_one = reach.one_run is not None and tol >= reach.one_run
+    at_many = reach.history is not None and tol >= reach.history
+    if at_one and at_many:
+        return f"{head}: {_percent(tol)} decides it against one stored run and against {_HISTORY_RUNS}"
+    if at_one:
+        return f"{head}: {_percent(tol)} decides it against one stored run, not against {_HISTORY_RUNS} ({warn})"
+    if at_many:
+        return (f"{head}: {_percent(tol)} decides it only from {_HISTORY_RUNS} stored unchanged runs; until then the "
+                f"raw row stays undecided ({warn})")  # fmt: skip
+    reached = [r for r in (reach.one_run, reach.history) if r is not None]
+    many_runs = f"against {_HISTORY_RUNS} stored unchanged runs"
+    wheres = ((reach.one_run, "against one stored run"), (reach.history, many_runs))
+    where = " and ".join(w for r, w in wheres if r is not None)
+    wider = (f"{fname}:{_percent(max(reached))} decides it {where}, and bounds the ratio row that loosely too"
+             if reached else f"no tolerance below {_REACH_CAP:.0%} decides it")  # fmt: skip
+    return (f"{head}: at {_percent(tol)} the raw row stays undecided every night, also against {_HISTORY_RUNS} "
+            f"stored unchanged runs ({warn}); {wider}")  # fmt: skip
 
 
 def _stored_records(refs: Sequence[str], profile: str | None, results_dir: Path) -> list[tuple[str, ResultRecord]]:

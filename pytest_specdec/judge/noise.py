@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pytest_specdec.core import stats
 from pytest_specdec.core.errors import NoiseFileError
 from pytest_specdec.core.tolerances import DEFAULT_TOLERANCES, Tolerance
 from pytest_specdec.judge.pair_ratios import paired_ratios
@@ -23,6 +23,7 @@ __all__ = [
     "calibrate_proposal",
     "measurements",
     "paired_arm",
+    "proposal_sds",
     "read_noise",
 ]
 
@@ -52,41 +53,53 @@ def paired_arm(records: Sequence[ResultRecord]) -> str | None:
     return str(vs) if vs else None
 
 
-def calibrate_proposal(
-    records: Sequence[ResultRecord], fields: Sequence[str] | None = None, *, k: float = 3.0, floor: float = 0.01
-) -> dict[str, Tolerance]:
-    """Propose relative tolerances from the spread of repeated runs of one test on one machine.
+def proposal_sds(records: Sequence[ResultRecord], fields: Sequence[str] | None = None) -> dict[str, float]:
+    """The relative sd each proposed tolerance is a multiple of (:func:`calibrate_proposal`): per field, the sd of
+    one repeat of a fresh server instance about the profile's level, ``sqrt(within^2 + run_to_run^2)`` of
+    :func:`calibrate_noise` (the two sds ``calibrate`` prints and writes). An unchanged run differs from a stored one
+    by both: its repeats spread within the run, and its instance's mean sits off the level run to run. Where the
+    compare judges a field on its ratio to a paired arm (every record paired with the same arm, :func:`paired_arm`,
+    and the field paired), the sds of the per-pair ratios (key ``field/vs``), which is what that tolerance bounds.
+    Records of one repeat each show no within-run sd: the sd of all their values (of the log, ``expm1``), which is
+    the two together.
 
-    Per field: pool the per-repeat values of all ``records``; sigma = 1.4826 * MAD (``stats.mad_sigma``);
-    proposal = ``max(k * sigma / |median|, floor)``, rounded up to 0.1 %. With k = 3 a normal run-to-run spread
-    passes 99.7 % of the time before the significance test is even applied. Give records of separate runs
-    (separate server starts): within-run repeats underestimate the spread between nights; and one record per
-    measurement (:func:`measurements`). Where the compare judges a field on its ratio to a paired arm (every record
-    paired with the same arm, :func:`paired_arm`, and the field paired), the proposal comes from the per-pair ratios'
-    spread, which is what that tolerance bounds.
+    Example: tok/s runs [98, 100, 102] and [108, 110, 112] -> within 1.93 %, run to run 6.88 % -> sd 7.14 %.
 
-    Example: tok/s 98, 100, 101, 103, 100 -> median 100, MAD 1, sigma 1.48 -> 3 * 1.48 % = 4.5 %.
-
-    :param fields: metric fields to propose for (default: the keys of :data:`DEFAULT_TOLERANCES`).
-    :returns: field -> Tolerance(rel=...), only for fields with at least 2 values and a non-zero median.
+    :param fields: metric fields (default: the keys of :data:`DEFAULT_TOLERANCES`).
+    :returns: field -> relative sd, for fields with at least 2 values, every value > 0.
     """
     from pytest_specdec.core.metric_table import PAIRED_FIELDS
 
-    paired = paired_arm(records) is not None
-    out: dict[str, Tolerance] = {}
+    noise = calibrate_noise(records, fields)
+    vs = paired_arm(records)
+    out: dict[str, float] = {}
     for fname in fields or list(DEFAULT_TOLERANCES):
-        if paired and fname in PAIRED_FIELDS:
-            values = [v for r in records for v in paired_ratios(r, fname)]
-        else:
-            values = [v for r in records for v in r.values(fname)]
-        if len(values) < 2:
+        paired = vs is not None and fname in PAIRED_FIELDS
+        key = f"{fname}/{vs}" if paired else fname
+        if key in noise:
+            out[fname] = math.hypot(noise[key], noise.run_to_run.get(key, 0.0))
             continue
-        summary = stats.repeat_summary(values)
-        if summary is None or summary.median == 0:
-            continue
-        rel = max(k * summary.sigma / abs(summary.median), floor)
-        out[fname] = Tolerance(rel=math.ceil(round(rel * 1000, 6)) / 1000)
+        values = [v for r in records for v in (paired_ratios(r, fname) if paired else r.values(fname))]
+        if len(values) >= 2 and all(v > 0 for v in values):
+            out[fname] = math.expm1(statistics.stdev(math.log(v) for v in values))
     return out
+
+
+def calibrate_proposal(
+    records: Sequence[ResultRecord], fields: Sequence[str] | None = None, *, k: float = 3.0, floor: float = 0.01
+) -> dict[str, Tolerance]:
+    """Propose relative tolerances from the spread of repeated runs (separate server starts) of one profile on one
+    machine: ``max(k * sd, floor)`` per field, rounded up to 0.1 %, with sd from :func:`proposal_sds` (within a run
+    and run to run combined). With k = 3 an unchanged run's repeat falls inside 99.7 % of the time before the
+    significance test is even applied. Give one record per measurement (:func:`measurements`).
+
+    Example: tok/s runs [98, 100, 102] and [108, 110, 112] -> sd 7.14 % -> 3 * 7.14 % = 21.4 % -> 21.5 %.
+
+    :param fields: metric fields to propose for (default: the keys of :data:`DEFAULT_TOLERANCES`).
+    :returns: field -> Tolerance(rel=...), for the fields :func:`proposal_sds` gives.
+    """
+    return {fname: Tolerance(rel=math.ceil(round(max(k * sd, floor) * 1000, 6)) / 1000)
+            for fname, sd in proposal_sds(records, fields).items()}  # fmt: skip
 
 
 class CalibratedNoise(dict[str, float]):
@@ -169,22 +182,17 @@ def calibrate_noise(records: Sequence[ResultRecord], fields: Sequence[str] | Non
 MAX_NOISE_SD = 1.0
 
 
-def read_noise(path: Path, *, named: bool = False) -> CalibratedNoise:
+def read_noise(path: Path) -> CalibratedNoise:
     """A noise file written by ``calibrate`` (``{"profile": ..., "runs": N, "sigma_rel": {key: x},
     "run_to_run_rel": {key: x}}``, each ``x`` a relative sd, 0.05 = 5 %); empty when the file does not exist (a
     profile never calibrated). A file written before ``run_to_run_rel`` was measured reads with it empty, one
     written before ``runs`` with ``runs`` 0; unknown keys are ignored.
 
-    :param named: the file was named on purpose (``compare --noise FILE``: one file for every test, whatever its
-        name), so its ``profile`` is not checked against the file name. Otherwise the file is a profile's own,
-        ``noise/<profile>.json`` (where ``calibrate`` writes it and pytest reads it), and a ``profile`` key naming
-        another profile is refused: a file copied from another profile was used silently (fresh-user trial).
     :raises NoiseFileError: the file exists but cannot be read, is not JSON, is not an object with a ``sigma_rel``
-        object, holds an sd that is not a finite number in 0..:data:`MAX_NOISE_SD`, a ``runs`` that is not a
-        positive integer, or (unless ``named``) a ``profile`` other than its file name's. The message names the
-        file, the key and the value, and the fix, e.g. ``.specdec/noise/eagle3.json: sigma_rel.output_tok_s:
-        expected a relative sd from 0 to 1.0 (100%), got -0.05; rerun calibrate (python -m pytest_specdec calibrate
-        PROFILE_FILE --profile eagle3 --runs K) or delete the file``.
+        object, holds an sd that is not a finite number in 0..:data:`MAX_NOISE_SD`, or a ``runs`` that is not a
+        positive integer. The message names the file, the key and the value, and the fix, e.g. ``.specdec/noise/
+        eagle3.json: sigma_rel.output_tok_s: expected a relative sd from 0 to 1.0 (100%), got -0.05; rerun calibrate
+        (python -m pytest_specdec calibrate PROFILE_FILE --profile eagle3 --runs K) or delete the file``.
     """
     path = Path(path)
     try:
@@ -198,10 +206,6 @@ def read_noise(path: Path, *, named: bool = False) -> CalibratedNoise:
         data = json.loads(text)
     except ValueError as exc:
         raise NoiseFileError(f"{path}: not JSON ({exc}); {_noise_fix(path.stem)}", path=path) from None
-    if not named and isinstance(data, dict) and "profile" in data and data["profile"] != path.stem:
-        raise NoiseFileError(f"{path}: profile: expected {path.stem!r} (the profile of the file name), got "
-                             f"{_shown(data['profile'])}: the noise of another profile (a copied file?); "
-                             f"{_noise_fix(path.stem)}", path=path, key="profile")  # fmt: skip
     if not isinstance(data, dict) or not isinstance(data.get("sigma_rel"), dict):
         got = data.get("sigma_rel") if isinstance(data, dict) else data
         raise NoiseFileError(f"{path}: sigma_rel: expected an object of relative sds (key -> sd), got "
