@@ -115,11 +115,146 @@ def test_compare_names_no_profile_option_when_the_profiles_match(
     assert "no baseline for t.py::test_y[eagle3]" in out and "--compare-profile" not in out
 
 
+def _kinds_run(root: Path, run_id: str, rows: list[tuple[str, str | None, str]]) -> Path:
+    """One record per (profile, speculative algorithm or None, engine), with steady tok/s."""
+    records = []
+    for profile, algorithm, engine in rows:
+        repeats = {"output_tok_s": [100.0, 101.0, 99.0], "accept_length": [2.6] * 3}
+        speculative = {"algorithm": algorithm} if algorithm else None
+        fp = {**FP, "workload": {**FP["workload"], "temperature": 0.0}, "speculative": speculative, "engine": engine}
+        records.append(ResultRecord(f"t.py::test_x[{profile}]", profile, {"output_tok_s": 100.0, "accept_length": 2.6},
+                                    repeats, fp))  # fmt: skip
+    return ResultStore(root).save(RunFile(run_id=run_id, started=0.0, results=tuple(records)))
+
+
+def _hint(out: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith("profiles differ: "))
+
+
+def test_compare_suggests_the_profile_the_current_one_is_named_after(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fresh user compared eagle3-shifted-layers with a run of baseline, eagle3-wrong-layers and eagle3, and was
+    told to map it onto eagle3-wrong-layers (the first profile with speculation): eagle3, the profile its name
+    extends, is the one to suggest; the suggestion, run, maps it."""
+    rows = [("baseline", None, "reference"), ("eagle3-wrong-layers", "EAGLE3", "reference"),
+            ("eagle3", "EAGLE3", "reference")]  # fmt: skip
+    base = _kinds_run(tmp_path, "base", rows)
+    cur = _kinds_run(tmp_path, "cur", [("eagle3-shifted-layers", "EAGLE3", "reference")])
+    assert main(["compare", str(base), str(cur)]) == 2  # nothing compared
+    assert _hint(capsys.readouterr().out).endswith(
+        "to compare eagle3-shifted-layers with another profile, add --compare-profile <name> (e.g. --compare-profile "
+        "eagle3, or --compare-profile eagle3-shifted-layers=eagle3)"
+    )
+    assert main(["compare", str(base), str(cur), "--compare-profile", "eagle3"]) == 0
+    assert "(profile eagle3-shifted-layers, against test_x[eagle3])" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("current", "stored", "named"),
+    [
+        # No name in common: the engine the records name decides.
+        (("shifted", "EAGLE3", "vllm"), [("eagle3", "EAGLE3", "reference"), ("vllm-eagle3", "EAGLE3", "vllm")],
+         "vllm-eagle3"),
+        # The speculative algorithm the records name decides.
+        (("tuned", "EAGLE", "reference"), [("eagle3", "EAGLE3", "reference"), ("eagle", "EAGLE", "reference")],
+         "eagle"),
+        # The engine before the name: vllm-eagle3-wrong-layers is closer to vllm-eagle3 than to eagle3-wrong-layers.
+        (("vllm-eagle3-wrong-layers", "EAGLE3", "vllm"),
+         [("eagle3-wrong-layers", "EAGLE3", "reference"), ("vllm-eagle3", "EAGLE3", "vllm")], "vllm-eagle3"),
+        # A baseline profile of another name, without speculation: the one without speculation.
+        (("baseline-slow", None, "reference"), [("eagle3", "EAGLE3", "reference"), ("baseline", None, "reference")],
+         "baseline"),
+    ],
+)  # fmt: skip
+def test_compare_suggests_a_profile_of_the_same_engine_and_algorithm(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    current: tuple[str, str | None, str],
+    stored: list[tuple[str, str | None, str]],
+    named: str,
+) -> None:
+    base = _kinds_run(tmp_path, "base", stored)
+    cur = _kinds_run(tmp_path, "cur", [current])
+    main(["compare", str(base), str(cur)])
+    assert _hint(capsys.readouterr().out).endswith(
+        f"(e.g. --compare-profile {named}, or --compare-profile {current[0]}={named})"
+    )
+
+
+def test_compare_lists_the_candidates_when_none_is_more_plausible(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two profiles of the same engine and algorithm, neither named like the current one: both listed, none named."""
+    base = _kinds_run(tmp_path, "base", [("eagle3-wrong-layers", "EAGLE3", "reference"),
+                                         ("eagle3", "EAGLE3", "reference")])  # fmt: skip
+    cur = _kinds_run(tmp_path, "cur", [("tuned", "EAGLE3", "reference")])
+    main(["compare", str(base), str(cur)])
+    assert _hint(capsys.readouterr().out).endswith(
+        "to compare tuned with another profile, add --compare-profile tuned=NAME with NAME one of eagle3, "
+        "eagle3-wrong-layers (profiles with speculation of the baseline run, none more like tuned by engine, "
+        "algorithm or name)"
+    )
+
+
+def test_compare_suggests_no_profile_of_another_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A baseline run without speculation: mapping eagle3-shifted-layers onto baseline would map nothing (NAME maps
+    the profiles of its kind) or compare speculation with none; say so instead of naming baseline."""
+    base = _kinds_run(tmp_path, "base", [("baseline", None, "reference")])
+    cur = _kinds_run(tmp_path, "cur", [("eagle3-shifted-layers", "EAGLE3", "reference")])
+    main(["compare", str(base), str(cur)])
+    hint = _hint(capsys.readouterr().out)
+    assert "--compare-profile baseline" not in hint and "eagle3-shifted-layers=baseline" not in hint
+    assert hint.endswith(
+        "baseline run base holds no profile with speculation to compare eagle3-shifted-layers with: name as BASE a "
+        "run that holds eagle3-shifted-layers or a profile like it"
+    )
+
+
+def test_compare_suggests_one_pair_per_profile_when_several_differ(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two profiles absent from the baseline run, one of each kind: one NAME maps one kind only, so the pairs."""
+    base = _kinds_run(tmp_path, "base", [("baseline", None, "reference"), ("eagle3", "EAGLE3", "reference")])
+    cur = _kinds_run(tmp_path, "cur", [("baseline-slow", None, "reference"),
+                                       ("eagle3-shifted-layers", "EAGLE3", "reference")])  # fmt: skip
+    main(["compare", str(base), str(cur)])
+    suggested = "--compare-profile baseline-slow=baseline,eagle3-shifted-layers=eagle3"
+    assert _hint(capsys.readouterr().out).endswith(
+        f"to compare baseline-slow, eagle3-shifted-layers with other profiles, add {suggested}"
+    )
+    main(["compare", str(base), str(cur), *suggested.split(" ")])
+    out = capsys.readouterr().out
+    assert "(profile baseline-slow, against test_x[baseline])" in out
+    assert "(profile eagle3-shifted-layers, against test_x[eagle3])" in out
+
+
+def test_compare_latest_names_the_older_run_pytest_would_compare_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sessions of different profiles: BASE latest is the run before CURRENT, which has no eagle3-shifted-layers;
+    pytest's --specdec-compare takes the newest run in which the test was clean, an older one: say which."""
+    _kinds_run(tmp_path, "20260101T000000Z-aaaa", [("eagle3-shifted-layers", "EAGLE3", "reference")])
+    _kinds_run(tmp_path, "20260102T000000Z-bbbb", [("baseline", None, "reference"), ("eagle3", "EAGLE3", "reference")])
+    _kinds_run(tmp_path, "20260103T000000Z-cccc", [("eagle3-shifted-layers", "EAGLE3", "reference")])
+    main(["compare", "latest", "20260103", "--results-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert (
+        "note: t.py::test_x[eagle3-shifted-layers]: BASE latest (20260102T000000Z-bbbb) has no result for it; "
+        "pytest's --specdec-compare would compare it with run 20260101T000000Z-aaaa: name that run as BASE to decide "
+        "as pytest did\n"
+    ) in out
+    assert _hint(out).endswith("(e.g. --compare-profile eagle3, or --compare-profile eagle3-shifted-layers=eagle3)")
+
+
 @pytest.mark.parametrize(
     ("mapping", "message"),
     [
         ("eagle9", "error: --compare-profile=eagle9: no results of profile 'eagle9' in baseline run base "
-                   "(profiles there: baseline, eagle3)"),
+                   "(did you mean 'eagle3'?) (profiles there: baseline, eagle3)"),
+        ("eagle3=eagle3-shifted-layers", "error: --compare-profile=eagle3=eagle3-shifted-layers: no results of "
+         "profile 'eagle3-shifted-layers' in baseline run base; CUR=BASE names the current run's profile first: "
+         "--compare-profile eagle3-shifted-layers=eagle3"),
         ("nope=eagle3", "error: --compare-profile=nope=eagle3: no results of profile 'nope' in current run cur "
                         "(profiles there: baseline, eagle3-shifted-layers)"),
         ("a=b=c", "error: --compare-profile=a=b=c: expected NAME or CUR=BASE[,CUR=BASE...], e.g. eagle3"),
@@ -439,6 +574,16 @@ def test_compare_refuses_a_missing_or_broken_noise_file(tmp_path: Path, capsys: 
     assert captured.out == ""
     _noise(default, 0.05)
     assert main(args) == 0
+    # A profile's own file copied from another profile was used silently; a file named with --noise may be any file.
+    copied = _noise(tmp_path / ".specdec" / "noise" / "baseline.json", 0.05)
+    default.write_text(copied.read_text().replace('"eagle3"', '"baseline"'))
+    assert main(args) == 2
+    assert capsys.readouterr().err == (
+        f"error: {default}: profile: expected 'eagle3' (the profile of the file name), got 'baseline': the noise of "
+        "another profile (a copied file?); rerun calibrate (python -m pytest_specdec calibrate PROFILE_FILE --profile "
+        "eagle3 --runs K) or delete the file\n"
+    )
+    assert main([*args, "--noise", str(copied)]) == 0
 
 
 def test_a_run_file_with_a_tampered_repeat_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -121,6 +121,12 @@ FIX = "rerun calibrate (python -m pytest_specdec calibrate PROFILE_FILE --profil
                                                                     "measured (an integer >= 1), got 0"),
         ('{"profile": "eagle3", "sigma_rel": [0.05]}', "sigma_rel: expected an object of relative sds (key -> sd), got "
                                                        "a list"),
+        (GOOD.replace('"eagle3"', '"baseline"') % ("0.02", "0.01"), "profile: expected 'eagle3' (the profile of the "
+                                                                    "file name), got 'baseline': the noise of another "
+                                                                    "profile (a copied file?)"),
+        (GOOD.replace('"eagle3"', "null") % ("0.02", "0.01"), "profile: expected 'eagle3' (the profile of the file "
+                                                              "name), got null: the noise of another profile (a copied "
+                                                              "file?)"),
     ],
 )  # fmt: skip
 def test_a_corrupted_noise_file_names_the_file_key_value_and_fix(tmp_path: Path, text: str, message: str) -> None:
@@ -134,6 +140,20 @@ def test_a_corrupted_noise_file_names_the_file_key_value_and_fix(tmp_path: Path,
     assert info.value.path == path
 
 
+def test_a_noise_file_of_another_profile_is_refused_unless_named_on_purpose(tmp_path: Path) -> None:
+    """A profile's own file (``noise/<profile>.json``) copied from another profile was used silently; a file given
+    by name (``compare --noise FILE``, one file for every test) may be named anything, and a file without the key
+    (none written without it) reads."""
+    copied = tmp_path / "eagle3.json"
+    copied.write_text(GOOD.replace('"eagle3"', '"baseline"') % ("0.02", "0.01"))
+    with pytest.raises(NoiseFileError) as info:
+        read_noise(copied)
+    assert info.value.key == "profile"
+    assert dict(read_noise(copied, named=True)) == {"output_tok_s": 0.02}
+    copied.write_text('{"runs": 4, "sigma_rel": {"output_tok_s": 0.02}}')
+    assert dict(read_noise(copied)) == {"output_tok_s": 0.02}
+
+
 def test_a_noise_file_that_is_not_json_is_refused_and_an_absent_one_is_no_noise(tmp_path: Path) -> None:
     path = tmp_path / "eagle3.json"
     path.write_text("{not json")
@@ -144,22 +164,34 @@ def test_a_noise_file_that_is_not_json_is_refused_and_an_absent_one_is_no_noise(
     assert read_noise(tmp_path / "absent.json") == {}
 
 
-def test_a_broken_noise_file_stops_pytest_before_any_server_starts(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"profile": "base", "runs": 4, "sigma_rel": {"output_tok_s": -0.05}}',
+         "sigma_rel.output_tok_s: expected a relative sd from 0 to 1.0 (100%), got -0.05"),
+        ('{"profile": "eagle3", "runs": 4, "sigma_rel": {"output_tok_s": 0.05}}',
+         "profile: expected 'base' (the profile of the file name), got 'eagle3': the noise of another profile (a "
+         "copied file?)"),
+    ],
+)  # fmt: skip
+def test_a_broken_noise_file_stops_pytest_before_any_server_starts(
+    pytester: pytest.Pytester, text: str, message: str
+) -> None:
     """With --specdec-compare, every selected profile's noise is read when the session starts: a broken file is a
-    usage error naming it (a trial measured the whole run, then failed both tests with a traceback)."""
+    usage error naming it (a trial measured the whole run, then failed both tests with a traceback), and so is a
+    file copied from another profile (a trial's was used silently)."""
     from pytest_specdec.engines.rules import BUNDLED_TARGET
 
     pytester.makefile(".yaml", specdec=f"profiles:\n  base:\n    server: sglang\n    model_path: {BUNDLED_TARGET}\n")
     pytester.makepyfile(test_x="def test_run(specdec_run):\n    pass\n")
     noise = pytester.path / ".specdec" / "noise" / "base.json"
     noise.parent.mkdir(parents=True)
-    noise.write_text('{"profile": "base", "runs": 4, "sigma_rel": {"output_tok_s": -0.05}}')
+    noise.write_text(text)
     result = pytester.runpytest_subprocess("-p", "no:randomly", "--server-profile=base", "--specdec-compare",
                                            timeout=120)  # fmt: skip
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
-        "ERROR: --specdec-compare: calibrated noise of profile 'base': */.specdec/noise/base.json: "
-        "sigma_rel.output_tok_s: expected a relative sd from 0 to 1.0 (100%), got -0.05; rerun calibrate (python -m "
-        "pytest_specdec calibrate PROFILE_FILE --profile base --runs K) or delete the file"
+        f"ERROR: --specdec-compare: calibrated noise of profile 'base': */.specdec/noise/base.json: {message}; rerun "
+        "calibrate (python -m pytest_specdec calibrate PROFILE_FILE --profile base --runs K) or delete the file"
     ])  # fmt: skip
     assert not (pytester.path / ".specdec" / "logs").exists()  # no server was started

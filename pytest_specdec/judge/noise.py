@@ -182,17 +182,22 @@ def calibrate_noise(records: Sequence[ResultRecord], fields: Sequence[str] | Non
 MAX_NOISE_SD = 1.0
 
 
-def read_noise(path: Path) -> CalibratedNoise:
+def read_noise(path: Path, *, named: bool = False) -> CalibratedNoise:
     """A noise file written by ``calibrate`` (``{"profile": ..., "runs": N, "sigma_rel": {key: x},
     "run_to_run_rel": {key: x}}``, each ``x`` a relative sd, 0.05 = 5 %); empty when the file does not exist (a
     profile never calibrated). A file written before ``run_to_run_rel`` was measured reads with it empty, one
     written before ``runs`` with ``runs`` 0; unknown keys are ignored.
 
+    :param named: the file was named on purpose (``compare --noise FILE``: one file for every test, whatever its
+        name), so its ``profile`` is not checked against the file name. Otherwise the file is a profile's own,
+        ``noise/<profile>.json`` (where ``calibrate`` writes it and pytest reads it), and a ``profile`` key naming
+        another profile is refused: a file copied from another profile was used silently (fresh-user trial).
     :raises NoiseFileError: the file exists but cannot be read, is not JSON, is not an object with a ``sigma_rel``
-        object, holds an sd that is not a finite number in 0..:data:`MAX_NOISE_SD`, or a ``runs`` that is not a
-        positive integer. The message names the file, the key and the value, and the fix, e.g. ``.specdec/noise/
-        eagle3.json: sigma_rel.output_tok_s: expected a relative sd from 0 to 1.0 (100%), got -0.05; rerun calibrate
-        (python -m pytest_specdec calibrate PROFILE_FILE --profile eagle3 --runs K) or delete the file``.
+        object, holds an sd that is not a finite number in 0..:data:`MAX_NOISE_SD`, a ``runs`` that is not a
+        positive integer, or (unless ``named``) a ``profile`` other than its file name's. The message names the
+        file, the key and the value, and the fix, e.g. ``.specdec/noise/eagle3.json: sigma_rel.output_tok_s:
+        expected a relative sd from 0 to 1.0 (100%), got -0.05; rerun calibrate (python -m pytest_specdec calibrate
+        PROFILE_FILE --profile eagle3 --runs K) or delete the file``.
     """
     path = Path(path)
     try:
@@ -206,6 +211,10 @@ def read_noise(path: Path) -> CalibratedNoise:
         data = json.loads(text)
     except ValueError as exc:
         raise NoiseFileError(f"{path}: not JSON ({exc}); {_noise_fix(path.stem)}", path=path) from None
+    if not named and isinstance(data, dict) and "profile" in data and data["profile"] != path.stem:
+        raise NoiseFileError(f"{path}: profile: expected {path.stem!r} (the profile of the file name), got "
+                             f"{_shown(data['profile'])}: the noise of another profile (a copied file?); "
+                             f"{_noise_fix(path.stem)}", path=path, key="profile")  # fmt: skip
     if not isinstance(data, dict) or not isinstance(data.get("sigma_rel"), dict):
         got = data.get("sigma_rel") if isinstance(data, dict) else data
         raise NoiseFileError(f"{path}: sigma_rel: expected an object of relative sds (key -> sd), got "
