@@ -482,6 +482,11 @@ def test_leftovers_sweeps_unstopped_servers(tmp_path: Path) -> None:
         ("serve: error: argument --tp-size: invalid int value: 'x'", "bad flag"),
         ("error: argument --speculative-algorithm: invalid choice: 'EAGEL3'", "bad flag"),
         ("refserver: error: unsupported flag --enable-dp-attention: the reference server implements", "bad flag"),
+        (
+            "[2026-12-05 21:11:01] ref fault: --ref-fault-die-after-requests 3 reached; exiting with status 1",
+            "reference server fault",
+        ),
+        ("[2026-12-05 21:11:01] ref fault: spawned orphan-prone child pid 12 (ignores SIGTERM)", "unknown"),
         ("Killed", "unknown"),
     ],
 )
@@ -520,6 +525,31 @@ def test_reference_server_oom_fault(tmp_path: Path) -> None:
     with pytest.raises(ServerStartError, match=r"exited with code 1 before it was ready \(cause: out of memory\)"):
         proc.wait_ready(health(proc.base_url), timeout_s=300)
     assert gone(proc.pid)
+
+
+@pytest.mark.slow
+def test_reference_server_dying_after_requests_is_named_by_its_fault(tmp_path: Path) -> None:
+    """``--ref-fault-die-after-requests`` (docs/ci.md): the death mid-run read "(cause: unknown)" above a log tail
+    whose last line said why."""
+    proc = ServerProcess.start(
+        ref_spec("--ref-fault-die-after-requests", "2", "--skip-server-warmup"), name="ref", log_path=tmp_path / "r.log"
+    )
+    proc.wait_ready(health(proc.base_url), timeout_s=300)
+    gen = {"text": "x = 1\n", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
+    for _ in range(2):
+        assert httpx.post(proc.base_url + "/generate", json=gen, timeout=60).status_code == 200
+    deadline = time.monotonic() + 30
+    while proc.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with pytest.raises(ServerError) as info:
+        proc.check_alive("while running, after 2 of 4 measured requests succeeded")
+    first, *rest = str(info.value).splitlines()
+    assert first == (
+        f"server 'ref' (pid {proc.pid}) exited with code 1 while running, after 2 of 4 measured requests succeeded "
+        "(cause: reference server fault): ref fault: --ref-fault-die-after-requests 2 reached; exiting with status 1; "
+        f"log: {proc.log_path}"
+    )
+    assert rest[-1].endswith("ref fault: --ref-fault-die-after-requests 2 reached; exiting with status 1")
 
 
 @pytest.mark.slow
@@ -570,6 +600,54 @@ def test_real_scheduler_crash_is_named_not_blamed_on_oom() -> None:
     assert found.detail(-signal.SIGKILL) == (
         "TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType' at sglang/srt/models/llama.py:437; "
         "the server then stopped its own process tree (signal 9)"
+    )
+
+
+def test_real_scheduler_crash_mid_run_is_named() -> None:
+    """The recorded -1 crash (traceback, SIGQUIT, ``kill_process_tree``) after a served run's Decode batch lines, as a
+    scheduler that fails on a later forward logs it: the run's lines before it change nothing."""
+    from pytest_specdec.serve.diagnosis import diagnose_exit
+
+    served = (SGLANG_DATA / "eagle3.log").read_text()
+    served = served[: served.index("SIGTERM received")].rsplit("\n", 1)[0]  # the run, up to its teardown
+    crashed = (SGLANG_DATA / "eagle3-aux-minus1.log").read_text()
+    crash = crashed[crashed.index("[2026-12-01 12:25:47] Scheduler hit an exception") :]
+    found = diagnose_exit(served + "\n" + crash, -signal.SIGKILL, pids=[1325], kernel_log="")
+    assert found.explain(-signal.SIGKILL) == (
+        "(cause: scheduler exception): TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType' at "
+        "sglang/srt/models/llama.py:437; the server then stopped its own process tree (signal 9)"
+    )
+
+
+def test_a_death_with_no_cause_in_the_log_says_what_is_known() -> None:
+    """No pattern, traceback or dmesg line: the last log line is quoted (no "cause: unknown"); a SIGKILL adds that
+    something outside killed it."""
+    decode = (
+        "[2026-12-05 21:11:01] Decode batch, #running-req: 1, #token: 38, token usage: 0.00, cuda graph: False, gen "
+        "throughput (token/s): 127.47, #queue-req: 0"
+    )
+    found = diagnose_exit(f"[2026-12-05 21:10:58] Load weight end.\n{decode}\n", 1, kernel_log="")
+    assert found.cause == "unknown"
+    last = decode.split("] ", 1)[1]
+    assert found.explain(1) == f'(no cause found in its log; its last line: "{last}")'
+    killed = diagnose_exit(decode + "\n", -signal.SIGKILL, pids=[7], kernel_log="")
+    assert killed.explain(-signal.SIGKILL) == (
+        f'(no cause found in its log; its last line: "{last}"): something outside killed it (the kernel OOM killer '
+        "would say so in dmesg, which could not be read or had no line for this server)"
+    )
+    assert diagnose_exit("\n\n", 1).explain(1) == "(no cause found in its log, which is empty)"
+    long = diagnose_exit("x" * 500, 1).explain(1)
+    assert long == '(no cause found in its log; its last line: "' + "x" * 197 + '...")'
+
+
+def test_a_cause_found_in_the_log_is_explained_with_its_line_without_the_time_prefix() -> None:
+    found = diagnose_exit(
+        "[2026-12-05 21:11:00] Decode batch, #running-req: 1\n"
+        "[2026-12-05 21:11:01] ref fault: --ref-fault-die-after-requests 3 reached; exiting with status 1\n",
+        1,
+    )
+    assert found.explain(1) == (
+        "(cause: reference server fault): ref fault: --ref-fault-die-after-requests 3 reached; exiting with status 1"
     )
 
 

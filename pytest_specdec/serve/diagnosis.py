@@ -16,10 +16,12 @@ import subprocess
 from collections.abc import Collection
 from dataclasses import dataclass
 
-__all__ = ["ExitDiagnosis", "diagnose_exit", "last_exception", "oom_killer_lines"]
+__all__ = ["ExitDiagnosis", "diagnose_exit", "last_exception", "last_line", "oom_killer_lines"]
 
 # Order matters: the first matching cause wins ("CUDA error: out of memory" is an OOM, not a CUDA error).
 _CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # The bundled reference server's scripted death (refserver.app.exit_later, a --ref-fault-* knob): it says why.
+    ("reference server fault", re.compile(r"ref fault: --ref-fault-\S+ .*exiting with status \d+")),
     ("out of memory", re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory", re.IGNORECASE)),
     ("port in use", re.compile(r"Address already in use|\bport\b.{0,60}\bis (?:already )?in use", re.IGNORECASE)),
     ("CUDA/NCCL error", re.compile(r"NCCL error|CUDA error", re.IGNORECASE)),
@@ -44,11 +46,21 @@ _SELF_KILL = re.compile(r"kill_process_tree called|It usually means one child fa
 #: SGLang's launcher watching its children (``srt/entrypoints/engine.py``, the subprocess watchdog): "Subprocess
 #: scheduler_0 (pid=4184) crashed with exit code -9. Triggering SIGQUIT for cleanup..." (a negative code: that signal).
 _SUBPROCESS_CRASH = re.compile(r"Subprocess (?P<name>\S+) \(pid=(?P<pid>\d+)\) crashed with exit code (?P<code>-?\d+)")
+#: The logger prefix of SGLang and the reference server, ``[2026-12-01 12:25:47]`` or ``[2026-12-01 12:25:47 TP0]``:
+#: dropped from a line quoted in a message (the time is in the log, which the message names).
+_LOG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*")
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 # A traceback's last line: "TypeError: ...", "torch.OutOfMemoryError: ...", "RuntimeError" alone.
 _EXC_LINE = re.compile(
     r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|KeyError|StopIteration)"
     r"(?::\s?(?P<msg>.*))?$"
+)
+#: The longest last log line quoted in a message (the tail under it shows the whole line).
+_QUOTE_CHARS = 200
+#: What a SIGKILL with no error logged means (no dmesg line either).
+_KILLED_FROM_OUTSIDE = (
+    "something outside killed it (the kernel OOM killer would say so in dmesg, which could not be read or had no "
+    "line for this server)"
 )
 #: The kernel's OOM-killer report (mm/oom_kill.c): "Out of memory: Killed process 1234 (python) ...".
 _OOM_KILL = re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed process (?P<pid>\d+)")
@@ -61,7 +73,9 @@ class ExitDiagnosis:
     :ivar cause: ``"scheduler exception"``, ``"out of memory"``, ``"port in use"``, ``"CUDA/NCCL error"``,
         ``"missing model path"``, ``"bad flag"``, ``"kernel build failed"``, ``"exception"`` (a traceback of another
         kind), ``"subprocess crashed"`` (SGLang's watchdog saw a child such as ``scheduler_0`` die without a
-        traceback, e.g. SIGKILLed from outside), ``"killed by the OOM killer"`` (dmesg says so) or ``"unknown"``.
+        traceback, e.g. SIGKILLed from outside), ``"killed by the OOM killer"`` (dmesg says so), ``"reference server
+        fault"`` (the bundled reference server ended on a ``--ref-fault-*`` knob, e.g.
+        ``--ref-fault-die-after-requests``) or ``"unknown"``.
     :ivar exception: the last traceback's final line, e.g. ``"TypeError: unsupported operand type(s) for +: 'Tensor'
         and 'NoneType'"``; None when the log holds no traceback.
     :ivar location: where it was raised, the innermost frame, shortened to the package path, e.g.
@@ -69,6 +83,8 @@ class ExitDiagnosis:
     :ivar self_killed: the engine stopped its own process tree after a child failed (SGLang's ``kill_process_tree``),
         which explains a SIGKILL exit.
     :ivar evidence: a dmesg line naming one of the server's pids, when one was found.
+    :ivar last_line: the log's last line as a terminal shows it, logger prefix dropped (:func:`last_line`): what a
+        message can still quote when the cause is ``"unknown"``; None for an empty log.
     """
 
     cause: str
@@ -76,6 +92,7 @@ class ExitDiagnosis:
     location: str | None = None
     self_killed: bool = False
     evidence: str | None = None
+    last_line: str | None = None
 
     def detail(self, returncode: int | None) -> str:
         """What follows the cause in a message, e.g. ``"TypeError: unsupported operand ... at
@@ -90,11 +107,37 @@ class ExitDiagnosis:
             elif self.evidence:
                 parts.append(f"kernel log: {self.evidence}")
             elif sig == signal.SIGKILL and self.cause == "unknown":
-                parts.append(
-                    "no error in the log: something outside killed it (the kernel OOM killer would say so "
-                    "in dmesg, which could not be read or had no line for this server)"
-                )
+                parts.append("no error in the log: " + _KILLED_FROM_OUTSIDE)
         return "; ".join(parts)
+
+    def explain(self, returncode: int | None) -> str:
+        """The cause and its detail as a message puts them after the exit status, e.g. ``"(cause: scheduler
+        exception): TypeError: ... at sglang/srt/models/llama.py:437; the server then stopped its own process tree
+        (signal 9)"``. With no cause found, what is known instead of "unknown": ``(no cause found in its log; its
+        last line: "Decode batch, ...")``, and for a SIGKILL that something outside killed it.
+
+        :param returncode: ``Popen.returncode`` (negative: killed by that signal), None when unknown.
+        """
+        if self.cause != "unknown":
+            detail = self.detail(returncode)
+            return f"(cause: {self.cause})" + (f": {detail}" if detail else "")
+        line = self.last_line
+        if line is not None and len(line) > _QUOTE_CHARS:
+            line = line[: _QUOTE_CHARS - 3] + "..."
+        known = "no cause found in its log" + (f'; its last line: "{line}"' if line else ", which is empty")
+        # The SIGKILL note's own "no error in the log" would repeat what precedes it.
+        detail = self.detail(returncode).removeprefix("no error in the log: ")
+        return f"({known})" + (f": {detail}" if detail else "")
+
+
+def last_line(log_text: str) -> str | None:
+    """The last non-empty line of ``log_text`` as a terminal shows it (after a tqdm line's last carriage return),
+    without the logger's ``[date time]`` prefix; None when there is none."""
+    for raw in reversed(log_text.split("\n")):
+        line = _LOG_PREFIX.sub("", raw.rstrip("\r").rsplit("\r", 1)[-1].strip())
+        if line:
+            return line
+    return None
 
 
 def last_exception(log_text: str) -> tuple[str, str | None] | None:
@@ -133,12 +176,14 @@ def diagnose_exit(
 ) -> ExitDiagnosis:
     """Diagnose a dead server from its log (pass the tail; 64 KiB holds SGLang's longest traceback).
 
-    Order: a pattern cause found in the log (OOM, port, CUDA/NCCL, model path, flag, kernel build); else a scheduler
-    exception (SGLang's "Scheduler hit an exception"); else any other traceback ("exception"); else the kernel's
-    OOM-killer line naming one of ``pids`` or the crashed subprocess's pid (for a SIGKILL: "killed by the OOM
-    killer"); else SGLang's "Subprocess NAME (pid=N) crashed with exit code C" ("subprocess crashed", that line as
-    the exception, the signal named); else "unknown". The exception line
-    and its location are attached whenever the log has a traceback, whatever the cause.
+    Order: a pattern cause found in the log (the reference server's fault knob, OOM, port, CUDA/NCCL, model path,
+    flag, kernel build); else a scheduler exception (SGLang's "Scheduler hit an exception"); else any other
+    traceback ("exception"); else the kernel's OOM-killer line naming one of ``pids`` or the crashed subprocess's pid
+    (for a SIGKILL: "killed by the OOM killer"); else SGLang's "Subprocess NAME (pid=N) crashed with exit code C"
+    ("subprocess crashed", that line as the exception, the signal named); else "unknown" (then
+    :meth:`ExitDiagnosis.explain` quotes the log's last line). The exception line and its location are attached
+    whenever the log has a traceback, whatever the cause; a line that stands in for it (no traceback) is quoted
+    without its ``[date time]`` prefix.
 
     :param returncode: ``Popen.returncode`` (negative: killed by that signal); only used to decide whether to look
         for OOM-killer evidence.
@@ -157,7 +202,7 @@ def diagnose_exit(
             if exception is None:  # no traceback: the line that named the cause stands in for it
                 start = log_text.rfind("\n", 0, match.start()) + 1
                 end = log_text.find("\n", match.end())
-                exception = log_text[start : end if end >= 0 else None].strip()
+                exception = _LOG_PREFIX.sub("", log_text[start : end if end >= 0 else None].strip())
             break
     if cause is None and exc is not None:
         cause = "scheduler exception" if _SCHEDULER_EXCEPTION.search(log_text) else "exception"
@@ -180,7 +225,12 @@ def diagnose_exit(
         cause = cause or "subprocess crashed"
         exception = f"SGLang subprocess {crash['name']} (pid {crash['pid']}) {how}"
     return ExitDiagnosis(
-        cause=cause or "unknown", exception=exception, location=location, self_killed=self_killed, evidence=evidence
+        cause=cause or "unknown",
+        exception=exception,
+        location=location,
+        self_killed=self_killed,
+        evidence=evidence,
+        last_line=last_line(log_text),
     )
 
 

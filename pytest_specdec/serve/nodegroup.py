@@ -78,7 +78,6 @@ def blame_order(dead: Sequence[Rank], times: Mapping[int, float | None], causes:
     return sorted(dead, key=key)
 
 
-
 @runtime_checkable
 class NodeEngine(Protocol):
     """What a group needs from an engine (``engines.sglang.SglangEngine`` and the reference engine; vLLM has no
@@ -391,8 +390,9 @@ class NodeGroup:
         """Whether every rank's launcher process is still running."""
         return all(r.process.alive() for r in self.ranks)
 
-    def check_alive(self) -> None:
-        """Raise if any rank died during the run (then every rank is stopped).
+    def check_alive(self, when: str = "while running") -> None:
+        """Raise if any rank died during the run (then every rank is stopped); ``when`` as in
+        ``ServerProcess.check_alive``.
 
         :raises ServerError: ``server 'p': node rank 2 on 127.0.0.3 exited with code 1 while running (cause: ...):
             DETAIL; log: ...`` for each dead rank (DETAIL: ``ExitDiagnosis.detail``, e.g. the exception and its
@@ -400,7 +400,7 @@ class NodeGroup:
         """
         dead = [r for r in self.ranks if not r.process.alive()]
         if dead:
-            raise self._died(dead, when="while running", error=ServerError)
+            raise self._died(dead, when=when, error=ServerError)
 
     def processes(self) -> list[psutil.Process]:
         """The live processes of every rank (launchers and what they started on this machine)."""

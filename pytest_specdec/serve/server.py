@@ -82,8 +82,10 @@ class ServerHandle(Protocol):
         """Whether the server's process(es) still run."""
         ...
 
-    def check_alive(self) -> None:
-        """:raises ServerError: the server died during the run (its remaining processes are then stopped)."""
+    def check_alive(self, when: str = "while running") -> None:
+        """:param when: what the server was doing, as the error says it (e.g. ``"while running, after 3 of 8
+            measured requests succeeded"``).
+        :raises ServerError: the server died during the run (its remaining processes are then stopped)."""
         ...
 
     def processes(self) -> list[psutil.Process]:
@@ -214,11 +216,17 @@ class ServerProcess:
         """Whether the main server process is still running (not yet exited)."""
         return not self.exited()
 
-    def check_alive(self) -> None:
+    def check_alive(self, when: str = "while running") -> None:
         """Raise if the server died during the run (then its remaining processes are stopped).
 
-        :raises ServerError: "server 'eagle3' (pid 12) exited with code 3 while running (cause: ...); log: ..."
-            followed by the last 20 log lines.
+        The cause comes from its log and exit status as for a death before ready (``diagnosis.diagnose_exit``);
+        with none found, the message says what is known (exit status, ``when``, the log's last line).
+
+        :param when: what the server was doing, as the message says it; ``measure.runner.measure`` passes how many
+            measured requests had succeeded, e.g. ``"while running, after 3 of 8 measured requests succeeded"``.
+        :raises ServerError: "server 'eagle3' (pid 12) exited with code 3 while running, after 3 of 8 measured
+            requests succeeded (cause: scheduler exception): TypeError: ... at sglang/srt/models/llama.py:437; log:
+            ..." (or "(no cause found in its log; its last line: "...")"), followed by the last 20 log lines.
         """
         if not self.exited():
             return
@@ -227,10 +235,10 @@ class ServerProcess:
         returncode = self.returncode()
         tail = redact(tail_lines(self.log_path), self.secrets)
         found = diagnose_exit(read_tail(self.log_path), returncode, pids=pids)
-        detail = redact(found.detail(returncode), self.secrets)
+        explained = redact(found.explain(returncode), self.secrets)
         raise ServerError(
-            f"server '{self.name}' (pid {self.pid}) {describe_exit(returncode)} while running (cause: {found.cause})"
-            f"{': ' + detail if detail else ''}; log: {self.log_path}\n{tail}",
+            f"server '{self.name}' (pid {self.pid}) {describe_exit(returncode)} {when} {explained}; "
+            f"log: {self.log_path}\n{tail}",
             profile=self.name,
             log_path=self.log_path,
         )
