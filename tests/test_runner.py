@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from types import SimpleNamespace
 
 import pytest
 
-from pytest_specdec.core.errors import ClientOverloadError
+from pytest_specdec.core.errors import ClientOverloadError, ServerError
 from pytest_specdec.core.records import RequestRecord
 from pytest_specdec.measure import runner
 from pytest_specdec.measure.client import ClientLoad
@@ -92,3 +93,44 @@ def test_url_profile_without_speculative_on_an_eagle3_server_gets_the_lines_to_a
         "        eagle_topk: 1",
         "        num_draft_tokens: 4",
     ]
+
+
+class _DyingProcess:
+    """A launched server that died but is seen exited only on its ``seen_dead_after``-th liveness check (a process
+    closes its sockets before the kernel marks it exited)."""
+
+    def __init__(self, seen_dead_after: int) -> None:
+        self.checks = 0
+        self.seen_dead_after = seen_dead_after
+        self.when: str | None = None
+
+    def alive(self) -> bool:
+        self.checks += 1
+        return self.checks < self.seen_dead_after
+
+    def check_alive(self, when: str = "while running") -> None:
+        if self.alive():
+            return
+        self.when = when
+        raise ServerError(f"server 'p' exited with code 1 {when}")
+
+
+FAILED = RequestRecord(False, "ServerDisconnectedError on http://h/generate: Server disconnected", 0.0, 0.1, 4, 0)
+
+
+def test_a_death_mid_phase_is_reported_as_the_death_with_how_far_the_phase_got() -> None:
+    """The last request failed: the server is given a moment to be seen exited, so the error is its death (cause,
+    log) rather than "2 of 4 requests failed"; the message says how many measured requests succeeded."""
+    dying = _DyingProcess(seen_dead_after=4)
+    with pytest.raises(ServerError, match=r"^server 'p' exited with code 1 while running, after 2 of 4 measured "):
+        runner._check_alive(SimpleNamespace(process=dying), [RECORD, RECORD, FAILED, FAILED])  # type: ignore[arg-type]
+    assert dying.when == "while running, after 2 of 4 measured requests succeeded"
+    none_ok = _DyingProcess(seen_dead_after=1)
+    with pytest.raises(ServerError, match=r"before any of 2 measured requests succeeded$"):
+        runner._check_alive(SimpleNamespace(process=none_ok), [FAILED, FAILED])  # type: ignore[arg-type]
+
+
+def test_a_live_server_whose_last_request_succeeded_is_not_waited_for() -> None:
+    alive = _DyingProcess(seen_dead_after=10**9)
+    runner._check_alive(SimpleNamespace(process=alive), [FAILED, RECORD])  # type: ignore[arg-type]
+    assert alive.checks == 1  # check_alive's own look, no wait

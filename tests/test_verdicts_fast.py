@@ -523,6 +523,24 @@ def test_startup_failures_are_diagnosed_as_real_sglang_fails(pytester: pytest.Py
     assert "OOM" not in result.stdout.str()
 
 
+def test_a_scheduler_crash_mid_run_is_diagnosed_with_how_far_the_phase_got(pytester: pytest.Pytester) -> None:
+    """The recorded SGLang scheduler crash (traceback, then ``kill_process_tree``: SIGKILL) on the third measured
+    request: the error names the cause from the log as a startup death does, and how many requests succeeded."""
+    workload = "{max_new_tokens: 15, num_requests: 4, warmup_requests: 0, repeats: 1}"
+    _project(pytester, RUN_TEST, script={"crash_after_requests": 2}, workload=workload)
+    result = _run(pytester, "--server-profile=eagle3")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "server 'eagle3' (pid *) was killed by signal 9 (SIGKILL) while running, after 2 of 4 measured requests "
+            "succeeded (cause: scheduler exception): TypeError: unsupported operand type(s) for +: 'Tensor' and "
+            "'NoneType' at sglang/srt/models/llama.py:437; the server then stopped its own process tree (signal 9); "
+            "log: *eagle3.*Z-*.log",
+        ]
+    )
+
+
 def test_log_and_counter_warnings_reach_the_test(pytester: pytest.Pytester) -> None:
     """Decode lines saying ``cuda graph: False`` without a flag that disables graphs, and engine counters that
     disagree with the per-request fields (a metrics bug): warnings, never a failed verdict."""

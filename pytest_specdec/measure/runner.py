@@ -148,8 +148,7 @@ def measure(
     )
     after = _counters(server)
     _keep_load(server, phase.load)
-    if server.process is not None:
-        server.process.check_alive()
+    _check_alive(server, phase.records)
     spec = profile.speculative
     num_steps = None
     scheduler_length = None
@@ -194,6 +193,35 @@ def measure(
     if record is not None:
         record(measurement)
     return measurement
+
+
+#: Seconds a server whose last measured request failed is given to be seen exited before ``check_alive``: a dying
+#: process closes its sockets before the kernel marks it exited, so its requests fail a moment before ``alive()``
+#: turns False, and the error named the failed requests ("2 of 4 requests failed ... Server disconnected") instead
+#: of the death and its cause (seen with the fake SGLang's mid-run crash).
+DEATH_GRACE_S = 2.0
+
+
+def _check_alive(server: RunningServer, records: Sequence[RequestRecord]) -> None:
+    """``check_alive`` on a server we launched, after a measured phase; see :data:`DEATH_GRACE_S`. The wait is only
+    for a phase whose last request (in request order) failed: after a death, every later request fails."""
+    process = server.process
+    if process is None:
+        return
+    if records and not records[-1].ok:
+        deadline = clock.now() + DEATH_GRACE_S
+        while process.alive() and clock.now() < deadline:
+            time.sleep(0.02)
+    process.check_alive(_progress(records))
+
+
+def _progress(records: Sequence[RequestRecord]) -> str:
+    """How far a measured phase got, for the error of a server that died in it (its requests after the death fail
+    at once, so the successes count the requests it served)."""
+    done = sum(1 for r in records if r.ok)
+    if done == 0:
+        return f"while running, before any of {len(records)} measured requests succeeded"
+    return f"while running, after {done} of {len(records)} measured requests succeeded"
 
 
 def _phase_options(server: RunningServer) -> client.PhaseOptions:

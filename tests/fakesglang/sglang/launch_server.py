@@ -38,7 +38,10 @@ Scripted through the environment variable ``SPECDEC_FAKE_SGLANG``: inline JSON o
 - ``counter_skew``: multiply ``sglang:spec_verify_calls_total`` by this (a metrics bug for the cross-check);
 - ``server_info``: fields to report in ``/server_info`` instead of the launch's own (SGLang resolving a flag to
   something else than asked);
-- ``startup_s`` (0): sleep before serving.
+- ``startup_s`` (0): sleep before serving;
+- ``crash_after_requests``: N: the scheduler crashes mid-run, on the first ``/generate`` after N requests served
+  since the first ``/flush_cache`` (the plugin flushes before each measured phase, so N measured requests), with
+  the recorded scheduler traceback and ``kill_process_tree``, as aux id -1 does at the first forward.
 
 Standard library only. Logs go to stdout in SGLang's format (``[YYYY-mm-dd HH:MM:SS] ...``).
 """
@@ -209,6 +212,8 @@ class State:
         self.window_start = time.perf_counter()
         self.folded_steps = 0
         self.folded_accept_tokens = 0
+        # /generate requests since the first /flush_cache (``crash_after_requests``); None before it
+        self.measured: int | None = None
 
 
 def _tokens(n: int) -> tuple[str, list[int]]:
@@ -321,6 +326,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with self.state.lock:
                 busy = self.state.in_flight > 0
                 if not busy:
+                    self.state.measured = self.state.measured or 0
                     self.state.window_steps = self.state.window_accept_tokens = self.state.window_tokens = 0
                     self.state.folded_steps = self.state.folded_accept_tokens = 0
             if busy:
@@ -342,6 +348,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         cfg = self.config
         if cfg.crash:
             _crash()
+        limit = cfg.script.get("crash_after_requests")
+        if limit is not None:
+            with self.state.lock:
+                if self.state.measured is not None:
+                    self.state.measured += 1
+                    if self.state.measured > int(limit):
+                        _crash()
         sampling = body.get("sampling_params") or {}
         max_new = int(sampling.get("max_new_tokens", 128))
         prompt = body.get("text")
