@@ -46,10 +46,12 @@ _FIRM_RUNS = 6
 def calibrate_command(args: argparse.Namespace) -> int:
     """``calibrate PROFILE_FILE --profile NAME [--runs K]`` or ``calibrate --from RUN ...``: prints each run's
     figures, writes the noise file (``noise.calibrate_noise``) and prints an ini block of proposed tolerances
-    (``noise.calibrate_proposal``: from per-pair ratios where the compare judges those), counting measurements, not
+    (``noise.calibrate_proposal``: 3 sd of the within-run and run-to-run sds combined, ``noise.proposal_sds``, a line
+    per field showing the sum; from per-pair ratios where the compare judges those), counting measurements, not
     tests (``noise.measurements``: the tests of a profile in one run file share one). A timing field's proposal is
     raised to what 4 stored unchanged runs like these decide, and a comment under the block says what one stored run
-    and such a history decide where one stored run cannot decide the 3-sigma value (:func:`_reaches`). Returns
+    and such a history decide where one stored run cannot decide the 3-sd value (:func:`_reaches`); for a paired
+    field, another says what its raw row decides at the ratio row's tolerance (:func:`_raw_line`). Returns
     ``EXIT_FINDINGS`` when a server failed, ``EXIT_USAGE``/``EXIT_BAD_PROFILE`` on bad input, else ``EXIT_OK``."""
     records: list[ResultRecord] = []
     tests = 0
@@ -163,7 +165,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
         parts = (f"sqrt({noise[key] * 100:.2f}%^2 within + {noise.run_to_run.get(key, 0.0) * 100:.2f}%^2 run to run)"
                  if key in noise else "of all values, one repeat per run: within and run to run together")  # fmt: skip
         shown = f"3 sd {3 * sd * 100:.2f}% -> {_percent(sigma3[fname].rel)}"
-        if sigma3[fname].rel > 3 * sd + 0.001:
+        if 3 * sd < 0.01:
             shown += " (the 1% floor)"
         if proposal[fname] != sigma3[fname]:
             shown += f", proposed {_percent(proposal[fname].rel)} (below)"
@@ -303,7 +305,7 @@ def _percent(rel: float) -> str:
 
 
 def _reach_line(fname: str, sigma3: float, reach: _Reach) -> str:
-    """The comment under the ini block when the 3-sigma proposal ``sigma3`` is below what one stored run decides,
+    """The comment under the ini block when the 3-sd proposal ``sigma3`` is below what one stored run decides,
     or was raised to what a history decides; "" otherwise."""
     one = (f"within ~{_percent(reach.one_run)}" if reach.one_run is not None else
            f"within no tolerance below {_REACH_CAP:.0%}")  # fmt: skip

@@ -234,8 +234,9 @@ def _build_parser() -> argparse.ArgumentParser:
     calibrate = sub.add_parser(
         "calibrate",
         help="rerun a profile K times (separate server starts) and propose baseline-compare tolerances",
-        description="Propose per-metric relative tolerances, max(3 x MAD-based sigma, 1%), from K separate runs of "
-        "one profile (or from stored run files with --from); prints an ini block for specdec_tolerances.",
+        description="Propose per-metric relative tolerances, max(3 sd, 1%) with sd the within-run and run-to-run "
+        "sds combined, from K separate runs of one profile (or from stored run files with --from); prints an ini "
+        "block for specdec_tolerances.",
     )
     calibrate.add_argument("profile_file", metavar="PROFILE_FILE", nargs="?", help="the specdec YAML file")
     calibrate.add_argument("--profile", metavar="NAME", help="the profile to rerun (with --from: the profile to "
