@@ -11,8 +11,9 @@ and scaled by ``(1 - drift) ** night``, measured one repeat at a time while the 
 for more (``Design(3, 8)``). A night that did not fail and has no suspected row joins the history of the next ones,
 as ``ResultRecord.history_problem`` admits it. Two rules for the history, on the same draws:
 
-- ``own level``: the plugin's (``history.BaselineRuns``): the runs stored after the baseline lend their spread only;
-- ``pooled level``: the rule before 2026-12-05 (late): every stored run of the fingerprint pooled into the level.
+- ``own level``: the plugin's: the level is the named baseline's own run, the other stored runs lend their spread;
+- ``pooled level``: the rule before 2026-12-05 (late): every stored run of the fingerprint pooled into the level
+  (``sequential.History.from_runs(level_runs=None)``, patched in for the replay).
 
 Printed per drift a night: chains that FAILED within the nights, FAILED nights per night judged (drift 0: the false
 alarm rate of one compare), the median and worst cumulative slowdown at the first FAILED. Nothing is started or
@@ -22,9 +23,11 @@ timed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +37,6 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_specdec.core.tolerances import Tolerance  # noqa: E402
 from pytest_specdec.judge import sequential  # noqa: E402
-from pytest_specdec.judge.history import BaselineRuns  # noqa: E402
 from pytest_specdec.judge.verdict import judge_compare  # noqa: E402
 from pytest_specdec.measure.results import ResultRecord  # noqa: E402
 
@@ -47,6 +49,24 @@ def _record(values: list[float]) -> ResultRecord:
         test_id="bench", profile="eagle3", metrics={"output_tok_s": statistics.median(values)},
         repeats={"output_tok_s": list(values)}, fingerprint={"workload": {"temperature": 0.0}}, outcome="passed",
     )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _level(own: bool) -> Iterator[None]:
+    """The plugin's rule (``own``), or the pooled level of before: ``History.from_runs`` with ``level_runs=None``."""
+    if own:
+        yield
+        return
+    original = sequential.History.from_runs.__func__  # type: ignore[attr-defined]
+
+    def pooled(cls: type, runs: object, assumed_sd: float = 0.0, *, level_runs: int | None = None) -> object:
+        return original(cls, runs, assumed_sd, level_runs=None)
+
+    sequential.History.from_runs = classmethod(pooled)  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        sequential.History.from_runs = classmethod(original)  # type: ignore[method-assign,assignment]
 
 
 def chain(instances: list[list[float]], drift: float, nights: int, tol: float, own_level: bool,
@@ -69,11 +89,12 @@ def chain(instances: list[list[float]], drift: float, nights: int, tol: float, o
             shown[0] += 1
             return _record(pool[: shown[0]]) if shown[0] <= len(pool) else None
 
-        history = BaselineRuns(newer=tuple(later)) if own_level else tuple(later)
-        judged = judge_compare(
-            base, _record(pool[:3]), run_id="base", test_id="bench", tolerances={"output_tok_s": Tolerance(rel=tol)},
-            noise={}, force=True, more=more, design=design, history=history, server_s=lambda: 1.0,
-        )  # fmt: skip
+        with _level(own_level):
+            judged = judge_compare(
+                base, _record(pool[:3]), run_id="base", test_id="bench",
+                tolerances={"output_tok_s": Tolerance(rel=tol)}, noise={}, force=True, more=more, design=design,
+                history=tuple(later), server_s=lambda: 1.0,
+            )  # fmt: skip
         if judged.failure:
             return 1.0 - scale, night
         if not judged.cost.get("suspected"):

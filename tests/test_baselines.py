@@ -233,7 +233,7 @@ def test_an_unchanged_undecided_night_joins_the_history_but_never_becomes_the_ba
     # runs" that `save` refused: the history never grew. An undecided compare with no suspected row (no open row's
     # estimate beyond its tolerance) now joins the history; a suspected one (maybe the regression it could not
     # decide), a failed one, or another open verdict does not; the baseline stays the last clean run.
-    from pytest_specdec.judge.history import StoredHistory, level_runs
+    from pytest_specdec.judge.history import StoredHistory
 
     def night(run_id: str, **compare: object) -> RunFile:
         cost = {"verdicts": {"compare": {"verdict": "undecided", "repeats": 3, "server_s": 1.0, **compare}}}
@@ -265,18 +265,9 @@ def test_an_unchanged_undecided_night_joins_the_history_but_never_becomes_the_ba
     assert found is not None and found.run.run_id == "20261201T000000Z-aaaaaa"
     history = StoredHistory(tmp_path, before="20261207T000000Z-ababab").of(found.run.run_id, found.record)
     assert [r.test_id for r in history] == [TEST, TEST]  # ffffff and bbbbbb, newest first
-    # Both stored after the baseline: they lend the compare their spread, not their level (a slow drift passes or
-    # stays undecided night by night, and would move the reference along).
-    assert history.older == () and len(history.newer) == 2 and level_runs(history) == 1
     # pytest's own run is not stored yet: every stored run counts.
     assert len(StoredHistory(tmp_path).of(found.run.run_id, found.record)) == 3
-    # A baseline named further back: the runs stored before it are older, its level's too.
-    bbb = store.load("20261202T000000Z-bbbbbb").results[0]
-    split = StoredHistory(tmp_path).of("20261202T000000Z-bbbbbb", bbb)
-    assert (len(split.older), len(split.newer), level_runs(split)) == (1, 2, 2)
-    # A baseline from outside the store (a file given by path): every stored run is spread only.
-    outside = StoredHistory(tmp_path).of("elsewhere", found.record)
-    assert (len(outside.older), len(outside.newer)) == (0, 4)
+
 
 
 def test_a_baselines_stored_note_is_not_repeated_under_a_compare_that_pooled_its_spread(tmp_path: Path) -> None:

@@ -17,7 +17,6 @@ from pytest_specdec.cli.main import main
 from pytest_specdec.core.tolerances import Tolerance
 from pytest_specdec.judge import sequential
 from pytest_specdec.judge.compare import compare_results
-from pytest_specdec.judge.history import BaselineRuns
 from pytest_specdec.judge.noise import calibrate_proposal, read_noise
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
 from pytest_specdec.serve import registry
@@ -677,7 +676,7 @@ def _verdict(records: list[ResultRecord], tol: float, *, stored: int, shift: flo
     today = rec(output_tok_s=_exact(24, noise["output_tok_s"], shift))
     comparison = compare_results(records[0], today, {"output_tok_s": Tolerance(rel=tol)}, noise=noise,
                                  design=sequential.Design(3, 24),
-                                 history=BaselineRuns(newer=tuple(records[1:stored])))  # fmt: skip
+                                 history=records[1:stored])  # fmt: skip
     (row,) = [r for r in comparison.rows if r.metric == "output_tok_s"]
     return row.verdict
 
@@ -767,7 +766,7 @@ def test_calibrate_judges_a_paired_field_on_its_ratio_at_2_percent_run_to_run(
         return row.verdict
 
     assert (verdict(0.073, 1, -0.006), verdict(0.072, 1, -0.006)) == ("ok", "undecided")
-    assert (verdict(0.01, 4, 0.0), verdict(0.009, 4, 0.0)) == ("ok", "undecided")
+    assert (verdict(0.016, 4, -0.006), verdict(0.015, 4, -0.006)) == ("ok", "undecided")
 
 
 def test_calibrate_says_what_a_paired_fields_raw_row_decides_at_the_ratios_tolerance(
@@ -809,7 +808,7 @@ def test_calibrate_says_what_a_paired_fields_raw_row_decides_at_the_ratios_toler
         today = paired(24, -0.075)  # unchanged: the baseline's level, both arms
         comparison = compare_results(records[0], today, {"output_tok_s": Tolerance(rel=tol)}, noise=noise,
                                      design=sequential.Design(3, 24),
-                                     history=BaselineRuns(newer=tuple(records[1:stored])))  # fmt: skip
+                                     history=records[1:stored])  # fmt: skip
         (found,) = [r for r in comparison.rows if r.metric == row]
         return found.verdict
 

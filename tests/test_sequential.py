@@ -14,7 +14,7 @@ from pytest_specdec.judge.sequential import (
     Design,
     History,
     RunEffect,
-    baseline_runs_needed,
+    baseline_repeats_needed,
     decide_floor,
     decide_shift,
     repeats_needed,
@@ -170,10 +170,11 @@ def test_one_stored_run_with_an_assumed_spread_still_fails_a_large_regression_an
     unchanged = [138.0, 138.4, 137.9]  # x0.943, the trial's unchanged run
     decision = decide_shift(base, unchanged, 0.05, Design(3, 24), higher_is_better=True, instance_sd=0.07)
     assert decision.verdict == "open"
-    # Today's repeats cannot decide it (the two instances' spread does not shrink with them); stored runs can.
+    # Today's repeats cannot decide it (the two instances' spread does not shrink with them).
     assert shift_repeats_needed(base, unchanged, 0.05, Design(3, 24), higher_is_better=True, instance_sd=0.07) is None
-    runs = baseline_runs_needed(base, unchanged, 0.05, Design(3, 24), higher_is_better=True, instance_sd=0.07)
-    assert runs is None or runs > 1
+    # Nor a longer baseline: the two instances' assumed spread alone keeps it open.
+    assert baseline_repeats_needed(base, unchanged, 0.05, Design(3, 24), higher_is_better=True,
+                                   instance_sd=0.07) is None  # fmt: skip
 
 
 def test_optional_stopping_keeps_false_passes_at_most_alpha_beyond_the_tolerance() -> None:
@@ -190,19 +191,21 @@ def test_optional_stopping_keeps_false_passes_at_most_alpha_beyond_the_tolerance
     assert within / runs <= ALPHA
 
 
-def test_a_pooled_history_decides_what_a_three_repeat_baseline_cannot() -> None:
-    # sigma 6.9 %: a 3-repeat baseline alone keeps the half-width >= 9 % however long today measures; 8 stored runs
-    # pooled decide an 8 % tolerance within 24 repeats.
+def test_the_level_is_the_baselines_own_run_so_its_repeats_bound_the_interval() -> None:
+    # sigma 6.9 %: a 3-repeat baseline keeps the half-width >= 9 % however long today measures, and 7 more stored
+    # runs do not change that (they lend their spread, not their level); a 24-repeat baseline decides 8 % with them.
     rng = np.random.default_rng(3)
     design = Design(3, 24)
-    alone = pooled = 0
+    short = long = 0
     for _ in range(200):
         stored = [100.0 * np.exp(0.069 * rng.standard_normal(3)) for _ in range(8)]
+        longer = 100.0 * np.exp(0.069 * rng.standard_normal(24))
         current = 100.0 * np.exp(0.069 * rng.standard_normal(24))
-        alone += _shift_stop(stored[0].tolist(), current, 0.08, design) == "within"
         history = History.from_runs([r.tolist() for r in stored])
-        pooled += _shift_stop(stored[0].tolist(), current, 0.08, design, history) == "within"
-    assert alone <= 0.35 * 200 and pooled >= 0.7 * 200 and pooled >= alone + 80
+        short += _shift_stop(stored[0].tolist(), current, 0.08, design, history) == "within"
+        history = History.from_runs([longer.tolist(), *(r.tolist() for r in stored[1:])])
+        long += _shift_stop(longer.tolist(), current, 0.08, design, history) == "within"
+    assert short <= 0.35 * 200 and long >= 0.6 * 200
 
 
 def test_a_busier_run_than_history_uses_its_own_variance() -> None:
@@ -326,51 +329,38 @@ def _runs_like(pattern: np.ndarray, center: float, runs: int) -> list[list[float
     return [(center * np.exp(pattern)).tolist() for _ in range(runs)]
 
 
-def test_baseline_runs_needed_names_the_runs_at_which_the_interval_decides() -> None:
-    # H200-like: a per-repeat log sd of 0.20, 3 stored runs of 12, today 24 repeats 10% worse against 5%: open at
-    # the budget; the estimate is the number of stored runs at which today's interval, as judged, decides, and one
-    # fewer does not.
+def test_baseline_repeats_needed_names_the_baseline_length_at_which_the_interval_decides() -> None:
+    # H200-like: a per-repeat log sd of 0.20, a 12-repeat baseline among 3 stored runs (no run effect), today 24
+    # repeats 10% worse against 5%: open at the budget; the estimate is the baseline length at which today's interval,
+    # as judged, decides, and one fewer does not. The level is the baseline's own run: other runs do not shorten it.
     z = np.random.default_rng(11).standard_normal(12)
     pattern = 0.20 * (z - z.mean()) / z.std(ddof=1)
     today = (0.90 * 100.0 * np.exp(np.concatenate([pattern, pattern]))).tolist()
     design = Design(3, 24)
-    history = History.from_runs(_runs_like(pattern, 100.0, 3))
-    assert history is not None and history.between == 0.0
-    base = (100.0 * np.exp(pattern)).tolist()
+    runs = _runs_like(pattern, 100.0, 3)
+    history = History.from_runs(runs)
+    assert history is not None and history.between == 0.0 and history.level_n == 12
+    base = runs[0]
     assert decide_shift(base, today, 0.05, design, higher_is_better=True, history=history).verdict == "open"
-    k = baseline_runs_needed(base, today, 0.05, design, higher_is_better=True, history=history)
-    assert k is not None and 3 < k <= 50
+    n = baseline_repeats_needed(base, today, 0.05, design, higher_is_better=True, history=history)
+    assert n is not None and 12 < n <= 1000
 
-    def verdict(runs: int) -> str:
-        pooled = History.from_runs(_runs_like(pattern, 100.0, runs))
-        return decide_shift(base, today, 0.05, design, higher_is_better=True, history=pooled).verdict
+    def verdict(n_b: int) -> str:
+        longer = (100.0 * np.exp(np.resize(pattern, n_b) - np.resize(pattern, n_b).mean())).tolist()
+        pooled = History.from_runs([longer, *runs[1:]])
+        assert pooled is not None
+        known = History(pooled.mean, history.var, history.df, 0.0, 3, 36, level_runs=1, level_n=n_b)
+        return decide_shift(longer, today, 0.05, design, higher_is_better=True, history=known).verdict
 
-    assert verdict(k) != "open" and verdict(k - 1) == "open"
-
-
-def test_baseline_runs_needed_counts_the_runs_of_the_baselines_level_not_those_stored_after_it() -> None:
-    # 4 stored runs, the baseline's level from its own run (the 3 others stored after it lend their spread): the
-    # estimate is of level runs (the baseline and runs stored before it), and it is what decides.
-    z = np.random.default_rng(11).standard_normal(12)
-    pattern = 0.20 * (z - z.mean()) / z.std(ddof=1)
-    today = (0.90 * 100.0 * np.exp(np.concatenate([pattern, pattern]))).tolist()
-    design = Design(3, 24)
-    base = (100.0 * np.exp(pattern)).tolist()
-    history = History.from_runs(_runs_like(pattern, 100.0, 4), level_runs=1)
-    assert history is not None and (history.level_runs, history.runs) == (1, 4)
-    k = baseline_runs_needed(base, today, 0.05, design, higher_is_better=True, history=history)
-    assert k is not None and 1 < k <= 50
-
-    def verdict(level: int) -> str:
-        pooled = History.from_runs(_runs_like(pattern, 100.0, max(level, 4)), level_runs=level)
-        return decide_shift(base, today, 0.05, design, higher_is_better=True, history=pooled).verdict
-
-    assert verdict(1) == "open" and verdict(k) != "open" and verdict(k - 1) == "open"
+    assert verdict(n) != "open" and verdict(n - 1) == "open"
+    # More stored runs of the same spread do not decide it: they lend their spread, not their level.
+    many = History.from_runs(_runs_like(pattern, 100.0, 20))
+    assert decide_shift(base, today, 0.05, design, higher_is_better=True, history=many).verdict == "open"
 
 
-def test_baseline_runs_needed_is_none_when_the_run_to_run_spread_alone_keeps_it_open() -> None:
-    # Stored runs 10% apart run to run: today's run is one more instance, so no number of stored runs tells a 3%
-    # worse run from a 5% tolerance.
+def test_baseline_repeats_needed_is_none_when_the_run_to_run_spread_alone_keeps_it_open() -> None:
+    # Stored runs 10% apart run to run: the baseline and today's run are one instance each, so no length of either
+    # tells a 3% worse run from a 5% tolerance.
     z = np.random.default_rng(5).standard_normal(12)
     pattern = 0.05 * (z - z.mean()) / z.std(ddof=1)
     runs = [(c * np.exp(pattern)).tolist() for c in (100.0, 112.0, 90.0, 104.0, 95.0)]
@@ -378,7 +368,7 @@ def test_baseline_runs_needed_is_none_when_the_run_to_run_spread_alone_keeps_it_
     assert history is not None and history.between > 0.0
     today = (0.97 * 100.0 * np.exp(np.concatenate([pattern, pattern]))).tolist()
     design = Design(3, 24)
-    assert baseline_runs_needed(runs[0], today, 0.05, design, higher_is_better=True, history=history) is None
+    assert baseline_repeats_needed(runs[0], today, 0.05, design, higher_is_better=True, history=history) is None
 
 
 def test_a_step_of_several_pairs_is_counted_before_it_is_asked_for() -> None:

@@ -258,7 +258,7 @@ def _reach(
     spread = math.sqrt(math.log1p(noise.run_to_run.get(noise_key, 0.0)) ** 2 + log_sd**2 / n_base)
     offsets = np.array([0.0] + [(-1.0) ** k * ((k + 1) // 2) for k in range(1, _HISTORY_RUNS)])
     runs = [_unchanged(n_base, log_sd, float(d) * spread / float(offsets.std(ddof=1))) for d in offsets]
-    history = sequential.History.from_runs(runs, run_sd, level_runs=1)
+    history = sequential.History.from_runs(runs, run_sd)
     reached = None
     if history is not None:
         run_to_run = math.expm1(math.sqrt(history.between)) if history.assumed else 0.0

@@ -324,9 +324,8 @@ def compare_command(
               "or fewer than 4 (its run-to-run sd, where larger than the assumed one); more stored runs measure "
               "their own", file=out)  # fmt: skip
     if base.run_id == current.run_id:  # "compare latest latest", or one file twice: say so, not a silent pass
-        print(f"note: BASE and CURRENT are the same run ({base.run_id}): each test is compared with itself (the "
-              "baseline column pools the stored runs of its fingerprint up to it, so a delta need not be 0)",
-              file=out)  # fmt: skip
+        print(f"note: BASE and CURRENT are the same run ({base.run_id}): each test is compared with itself, "
+              "which tells nothing of a change", file=out)  # fmt: skip
     for comp in result.comparisons:
         print("", file=out)
         record = current.find(comp.test_id)

@@ -30,7 +30,6 @@ from pytest_specdec.core.table import Column, text_table
 from pytest_specdec.core.tolerances import Tolerance, field_specs, merge_tolerances, parse_tolerances
 from pytest_specdec.judge import sequential
 from pytest_specdec.judge.fingerprint import fingerprint_diff, workload_differences
-from pytest_specdec.judge.history import level_runs
 from pytest_specdec.judge.pair_ratios import paired_ratios
 from pytest_specdec.measure.results import ResultRecord, RunFile
 
@@ -292,7 +291,7 @@ def compare_results(
         notes.append(f"workload differs ({'; '.join(mismatch)}); compared anyway (--force)")
     specs = field_specs()
     rows = []
-    judging = _Judging(design or single_look(current), (base, *history), noise or {}, level_runs(history))
+    judging = _Judging(design or single_look(current), (base, *history), noise or {})
     merged = merge_tolerances(tolerances)
     # A paired field is judged twice (raw and ratio) and fails on either: the two share the field's alpha
     # (Bonferroni), so that an unchanged run fails a field at most alpha, not twice that (benchmarks/bench_verdicts.py).
@@ -524,8 +523,6 @@ class _Judging:
     design: sequential.Design
     history: tuple[ResultRecord, ...]
     noise: Mapping[str, float]
-    #: The first ``level`` of ``history`` give the baseline's level (``history.level_runs``); the rest its spread.
-    level: int = 1
 
     def _noise_key(self, key: str) -> str:
         fname, sep, _ = key.partition(" / ")
@@ -541,9 +538,9 @@ class _Judging:
         ``field / `` for a paired ratio) when more than one run has them; else the calibrated noise as a pooled
         per-repeat sigma (``noise`` key ``field`` or ``field/vs``) around the baseline's own values, with the
         run-to-run part of :meth:`assumed_sd` taken as known; else None."""
-        runs, level = history_values(self.history, key, self.level)
+        runs = history_values(self.history, key)
         if len(runs) >= 2:
-            return sequential.History.from_runs(runs, self.assumed_sd(key, _within(*runs)), level_runs=level)
+            return sequential.History.from_runs(runs, self.assumed_sd(key, _within(*runs)))
         sigma = self.noise.get(self._noise_key(key))
         logs = [math.log(v) for v in b_vals if v > 0]
         if not sigma or not logs:
@@ -557,18 +554,12 @@ class _Judging:
         return int(getattr(self.noise, "runs", 0)) if getattr(self.noise, "run_to_run", None) else 0
 
 
-def history_values(records: Sequence[ResultRecord], key: str, level: int) -> tuple[list[list[float]], int]:
-    """The values of ``key`` (:func:`row_values`) of ``records`` (the baseline first, then its other stored runs)
-    that have some, and how many of those come from the first ``level`` records (the baseline's level runs,
-    ``history.level_runs``): ``sequential.History.from_runs(runs, ..., level_runs=...)``."""
-    runs: list[list[float]] = []
-    lead = 0
-    for i, record in enumerate(records):
-        values = row_values(record, key)
-        if values:
-            runs.append(list(values))
-            lead += i < level
-    return runs, lead
+def history_values(records: Sequence[ResultRecord], key: str) -> list[list[float]]:
+    """The values of ``key`` (:func:`row_values`) of ``records`` (the baseline first, then its other stored runs) that
+    have some, the baseline's first (its own run is the level: ``sequential.History.from_runs``); empty when the
+    baseline has none."""
+    runs = [list(values) for values in (row_values(record, key) for record in records) if values]
+    return runs if records and row_values(records[0], key) else []
 
 
 def run_to_run_sd(key: str, within: float = 0.0, measured: float | None = None) -> float:

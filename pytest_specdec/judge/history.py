@@ -7,48 +7,17 @@ Used the same way by pytest's ``--specdec-compare`` (``judge.verdict``) and the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import overload
 
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.judge.fingerprint import fingerprint_diff
 from pytest_specdec.measure import results
 
-__all__ = ["MAX_HISTORY_RUNS", "BaselineRuns", "StoredHistory"]
+__all__ = ["MAX_HISTORY_RUNS", "StoredHistory"]
 
 #: Stored runs pooled at most (the newest first): enough degrees of freedom, and old enough runs drop out.
 MAX_HISTORY_RUNS = 10
-
-
-@dataclass(frozen=True)
-class BaselineRuns(Sequence[results.ResultRecord]):
-    """A baseline's other stored runs (:meth:`StoredHistory.of`), as a sequence: ``older`` (stored before the
-    baseline, newest first), then ``newer`` (stored after it, newest first).
-
-    A compare takes the baseline's level from its own run and ``older`` (the runs it had when it was named), and the
-    spread from all (``sequential.History``): a newer run passed or stayed undecided against this baseline, and a
-    slow drift does both, so it may widen the interval but never move the reference."""
-
-    older: tuple[results.ResultRecord, ...] = ()
-    newer: tuple[results.ResultRecord, ...] = ()
-
-    @overload
-    def __getitem__(self, index: int) -> results.ResultRecord: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[results.ResultRecord]: ...
-    def __getitem__(self, index: int | slice) -> results.ResultRecord | Sequence[results.ResultRecord]:
-        return (self.older + self.newer)[index]
-
-    def __len__(self) -> int:
-        return len(self.older) + len(self.newer)
-
-
-def level_runs(history: Sequence[results.ResultRecord]) -> int:
-    """How many of ``(base, *history)`` give the baseline's level: the baseline and, for :class:`BaselineRuns`, its
-    ``older`` runs; every run of a plain sequence (the runs of a baseline given by hand)."""
-    return 1 + (len(history.older) if isinstance(history, BaselineRuns) else len(history))
 
 
 @dataclass
@@ -89,17 +58,15 @@ class StoredHistory:
             self._runs = runs
         return self._runs
 
-    def of(self, base_run_id: str, base: results.ResultRecord) -> BaselineRuns:
+    def of(self, base_run_id: str, base: results.ResultRecord) -> list[results.ResultRecord]:
         """The other runs of ``base`` (stored in run ``base_run_id``), newest first, at most
-        :data:`MAX_HISTORY_RUNS` - 1: those stored before the baseline (``older``) and after it (``newer``; all of
-        them when the baseline is not in this store, e.g. a file given by path: its level is its own)."""
+        :data:`MAX_HISTORY_RUNS` - 1. A compare takes their spread, never their level: the reference is ``base``'s
+        own run (``sequential.History``)."""
         runs = self._load()  # newest first
         ids = [r.run_id for r in runs]
         start = ids.index(self.before) + 1 if self.before in ids else 0
-        at = ids.index(base_run_id) if base_run_id in ids else len(ids)
-        older: list[results.ResultRecord] = []
-        newer: list[results.ResultRecord] = []
-        for i, run in enumerate(runs[start:], start):
+        found: list[results.ResultRecord] = []
+        for run in runs[start:]:
             if run.run_id == base_run_id:
                 continue
             record = run.find(base.test_id)
@@ -107,7 +74,7 @@ class StoredHistory:
                 continue
             if fingerprint_diff(base.fingerprint, record.fingerprint):
                 continue
-            (newer if i < at else older).append(record)
-            if len(older) + len(newer) >= MAX_HISTORY_RUNS - 1:
+            found.append(record)
+            if len(found) >= MAX_HISTORY_RUNS - 1:
                 break
-        return BaselineRuns(older=tuple(older), newer=tuple(newer))
+        return found

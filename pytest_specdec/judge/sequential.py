@@ -28,14 +28,15 @@ An unchanged run (``w <= 0``) fails only when the test wrongly finds it worse th
 regression beyond the tolerance passes only when the interval wrongly excludes it: at most ``alpha``. Both under
 optional stopping, by the same union bound (``tests/test_sequential.py`` checks both by seeded simulation).
 
-**Borrowing strength from history** (:class:`History`): a stored baseline of 3 repeats at a paired sigma of 6.9 %
-keeps the Welch half-width above ``2.3 x 6.9 % x sqrt(1/3) = 9.2 %`` however long today measures. The stored runs
-of the same test and fingerprint give a pooled within-run variance with many degrees of freedom (the pooled-variance
-two-sample t-test; one-way random-effects ANOVA for the spread between runs, method of moments), and the runs stored
-up to the baseline its level; a run stored after it lends its spread but never moves the reference. When today's
-spread is significantly larger than history's (an F-test at 5 %: a busier runner), today's own variance is used for
-today's side (Welch 1947, Satterthwaite degrees of freedom), so a busy night widens its own interval instead of
-raising a false alarm.
+**Borrowing strength from history** (:class:`History`): the stored runs of the same test and fingerprint give a
+pooled within-run variance with many degrees of freedom (the pooled-variance two-sample t-test: t near z where a
+3-repeat baseline alone has 2 degrees of freedom) and the spread between runs (one-way random-effects ANOVA, method
+of moments). The level stays the named baseline's own run: the other runs lend their spread but never move the
+reference, so a 3-repeat baseline at a sigma of 6.9 % still keeps the half-width above ``2.3 x 6.9 % x sqrt(1/3) =
+9.2 %`` however long today measures: a baseline stored with more repeats is what narrows it. When today's spread is
+significantly larger than history's (an F-test at 5 %: a busier runner), today's own variance is used for today's
+side (Welch 1947, Satterthwaite degrees of freedom), so a busy night widens its own interval instead of raising a
+false alarm.
 
 Why not the alternatives: an exact sign or Wilcoxon test reaches ``alpha / looks`` = 0.008 only from 7 repeats on
 (smallest p = 2^-n); always-valid confidence sequences and the mixture SPRT (Johari, Pekelis & Walsh 2017, "Always
@@ -67,7 +68,7 @@ __all__ = [
     "Design",
     "History",
     "RunEffect",
-    "baseline_runs_needed",
+    "baseline_repeats_needed",
     "decide_floor",
     "decide_shift",
     "detail",
@@ -258,21 +259,22 @@ class RunEffect:
 @dataclass(frozen=True, slots=True)
 class History:
     """The stored runs of a baseline (same test, same fingerprint), pooled on the log scale: the spread from all of
-    them, the baseline's level from its own run and the runs stored before it (``level_runs``).
+    them, the level from the baseline's own run.
 
-    ``mean``: the baseline's log mean (the mean of its level runs' means); ``var``: the pooled within-run variance of
-    one repeat, with ``df`` = repeats - runs degrees of freedom; ``between``: the variance of a run's mean beyond its
-    repeats' (one-way random-effects ANOVA, method of moments, when its F-test at 25 % finds one, else 0);
-    ``runs``, ``n``: runs and repeats; ``level_runs``, ``level_n``: the runs and repeats behind ``mean``.
+    ``mean``: the baseline's log mean, of its own run (the first of :meth:`from_runs`, ``level_n`` repeats); ``var``:
+    the pooled within-run variance of one repeat, with ``df`` = repeats - runs degrees of freedom; ``between``: the
+    variance of a run's mean beyond its repeats' (one-way random-effects ANOVA, method of moments, when its F-test at
+    25 % finds one, else 0); ``runs``, ``n``: runs and repeats.
 
-    Why runs stored after the baseline lend their spread but not their level: under a gated nightly they are the
-    nights that passed or stayed undecided against it, and a slow drift does both; pooled into the level, each such
-    night moved the reference along with the drift (2 %/night against a 10 % tolerance failed only ~22 % below the
-    named baseline; seeded, ``tests/test_sequential.py``). Their spread cannot move the reference: a drift only
-    widens it, which leaves a verdict undecided, never ok.
+    Why the other runs lend their spread but not their level: the reference is the run the user named. Runs stored
+    after it are the nights that passed or stayed undecided against it, and a slow drift does both: pooled into the
+    level, each moved the reference along with the drift (2 %/night against a 10 % tolerance failed only ~22 % below
+    the named baseline; seeded, ``tests/test_sequential.py``); runs stored before it (a baseline stored again after
+    unchanged nights, as a trial did) brought an old, loaded first baseline and any drift back into it. Their spread
+    cannot move the reference: a drift only widens it, which leaves a verdict undecided, never ok.
 
-    Example: runs [100, 102, 98] and [101, 99, 100] tok/s: 2 runs, 6 repeats, df 4, pooled sd of log 0.017; with
-    ``level_runs=1`` the level is log(100), of the first run.
+    Example: runs [100, 102, 98] and [101, 99, 100] tok/s: 2 runs, 6 repeats, df 4, pooled sd of log 0.017, level
+    log(100) from the first run.
     """
 
     mean: float
@@ -283,7 +285,7 @@ class History:
     n: int
     #: ``between`` is the assumed run effect (too few runs to test for one), taken as known: no degrees of freedom.
     assumed: bool = False
-    #: Runs and repeats behind :attr:`mean` (the baseline's and those stored before it); 0: all of them.
+    #: Runs and repeats behind :attr:`mean` (the baseline's own: 1 run); 0: all of them (``level_runs=None``).
     level_runs: int = 0
     level_n: int = 0
 
@@ -294,7 +296,7 @@ class History:
 
     @classmethod
     def from_runs(
-        cls, runs: Sequence[Sequence[float | None]], assumed_sd: float = 0.0, *, level_runs: int | None = None
+        cls, runs: Sequence[Sequence[float | None]], assumed_sd: float = 0.0, *, level_runs: int | None = 1
     ) -> History | None:
         """Pool ``runs`` (each a list of per-repeat values > 0). None when no run has 2 values (no spread), or when
         a level run has no usable value.
@@ -303,8 +305,8 @@ class History:
             :data:`ASSUMED_UP_TO_RUNS` runs, or their own estimate when larger, taken as known (:attr:`assumed`):
             their F-test has 1-2 degrees of freedom and misses a real run effect most of the time (an unchanged run
             then read REGRESSED up to 8% of the time, by seeded simulation; tests/test_sequential.py).
-        :param level_runs: the first ``level_runs`` of ``runs`` give the baseline's level (the baseline's own run
-            first, then the runs stored before it); the rest lend their spread only. None: all of them."""
+        :param level_runs: the first ``level_runs`` of ``runs`` give the level: 1, the baseline's own run (the
+            compare's rule); None, all of them (the rule before 2026-12-05, kept for the benchmarks' comparison)."""
         level = len(runs) if level_runs is None else level_runs
         if not 1 <= level <= len(runs) or not all(_usable(r) for r in runs[:level]):
             return None
@@ -754,11 +756,7 @@ def shift_repeats_needed(
     return _smallest(int(c.size), decides)
 
 
-#: Most stored runs a "what would decide it" estimate of the baseline's side looks for.
-_RUNS_CAP = 50
-
-
-def baseline_runs_needed(
+def baseline_repeats_needed(
     baseline: Sequence[float | None],
     current: Sequence[float | None],
     limit_rel: float,
@@ -769,18 +767,18 @@ def baseline_runs_needed(
     instance_sd: float = 0.0,
 ) -> int | None:
     """What the baseline's side would need (asked when no number of today's repeats decides,
-    :func:`shift_repeats_needed` None): the smallest number of runs in the baseline's level (:attr:`History.level_runs`:
-    the baseline and the unchanged runs stored before it), each like the stored ones (their repeats per run,
-    within-run variance and run effect), at which today's run at ``design.max_repeats`` (today's mean and spread as
-    they are) would decide. Runs stored after the baseline do not count: they lend their spread, not their level.
+    :func:`shift_repeats_needed` None): the smallest number of repeats of the baseline's own run (its level, the
+    compare's reference) at which today's run at ``design.max_repeats`` (today's mean and spread as they are) would
+    decide, with the within-run and run-to-run spread as the stored runs (or the assumption) give them. A baseline is
+    one server instance: no number of its repeats removes its run effect, so where that alone keeps the interval
+    open, None.
 
-    Example: 3 stored runs of 12 repeats at a per-repeat log sd of 0.20, no run effect, know the baseline's mean to a
-    standard error of 0.033; today 10% worse over 24 repeats against a 5% tolerance is open (today alone would need
-    69 repeats); 15 such runs would decide it at 24 (tests/test_sequential.py).
+    Example: a 3-repeat baseline at a per-repeat log sd of 0.20 (3 stored runs of 12, no run effect); today 10% worse
+    over 24 repeats against a 5% tolerance is open; a baseline of about 60 repeats would decide it
+    (tests/test_sequential.py).
 
-    :returns: the number of level runs in all (the baseline's included), or None when none up to 50 would (the
-        estimate sits on the tolerance or on no change; today's own spread alone keeps it open) or fewer than 2
-        current values.
+    :returns: the baseline's repeats in all, or None when none up to 1000 would (the run-to-run spread or today's own
+        spread keeps it open, or the estimate sits on the tolerance) or fewer than 2 current values.
     """
     instance_var = _instance_var(instance_sd, history)
     opened = _open_gap(baseline, current, limit_rel, higher_is_better, history, instance_var)
@@ -789,32 +787,27 @@ def baseline_runs_needed(
     b, c, _, gap = opened
     var_c = float(np.log(c).var(ddof=1))
     if history is not None:
-        var, between, per_run = history.var, history.between, history.n / history.runs
-        runs = history.level_runs or history.runs
+        var, df, between = history.var, float(history.df), history.between
+        between_df = history.between_df if between else 1e9
+        now = history.level_n or int(b.size)
     elif b.size >= 2:
-        # One stored run: the run effect is the assumed one; more runs would estimate it (k - 1 df below).
-        var, between, per_run, runs = float(np.log(b).var(ddof=1)), instance_var, float(b.size), 1
+        var, df, between, between_df, now = float(np.log(b).var(ddof=1)), float(b.size - 1), instance_var, 1e9, b.size
     else:
         return None
     if var <= 0.0:
         return None
     total = max(design.max_repeats, int(c.size))
-    own = var_c > var * _f_quantile(int(c.size) - 1, max(int(runs * per_run - runs), 1))
-    cur = (var_c if own else var) / total
+    own = var_c > var * _f_quantile(int(c.size) - 1, max(int(df), 1))
+    cur = ((var_c if own else var) / total, float(total - 1) if own else df)
     alpha = _look_alpha(design, total)
 
-    def decides(k: int) -> bool:
-        base_se2 = (between + var / per_run) / k
-        parts = [(cur, float(total - 1) if own else float(k * (per_run - 1))), (base_se2, float(k - 1) if between
-                                                                                 else 1e9)]  # fmt: skip
+    def decides(n_b: int) -> bool:  # the parts of _spread: today's, the baseline's level, today's instance
+        parts = [cur, (between + var / n_b, between_df)]
         if between:
-            parts.append((between, float(k - 1)))  # today's run is one more instance
+            parts.append((between, between_df))
         return _t_quantile(1.0 - alpha, _satterthwaite(parts)) * math.sqrt(sum(v for v, _ in parts)) < gap
 
-    for k in range(runs + 1, _RUNS_CAP + 1):
-        if decides(k):
-            return k
-    return None
+    return _smallest(int(now) + 1, decides)
 
 
 def _instance_var(instance_sd: float, history: History | None) -> float:

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.core.tolerances import Tolerance, format_tolerances, merge_tolerances
 from pytest_specdec.judge import compare, sequential, speedup, sweep
-from pytest_specdec.judge.history import level_runs
 from pytest_specdec.judge.noise import CalibratedNoise
 from pytest_specdec.judge.thresholds import (
     FLOOR_RULES,
@@ -882,8 +881,8 @@ def _row_data(
     if row.tolerance.abs or row.baseline is None:
         return None
     key = f"{row.metric.partition(' / ')[0]} / " if " / " in row.metric else row.metric
-    runs, level = compare.history_values((base, *history), key, level_runs(history))
-    pooled = sequential.History.from_runs(runs, row.instance_sd, level_runs=level) if len(runs) >= 2 else None
+    runs = compare.history_values((base, *history), key)
+    pooled = sequential.History.from_runs(runs, row.instance_sd) if len(runs) >= 2 else None
     limit = row.tolerance.allowed(row.baseline) / abs(row.baseline) if row.baseline else row.tolerance.rel
     return _RowData(compare.row_values(base, key), compare.row_values(current, key), pooled, limit,
                     row.instance_sd)  # fmt: skip
@@ -907,7 +906,7 @@ def _repeats_needed(
 
 def _ask(estimate: Callable[..., int | None], data: _RowData, row: compare.CompareRow,
          design: sequential.Design) -> int | None:  # fmt: skip
-    """``estimate`` (``sequential.shift_repeats_needed`` or ``baseline_runs_needed``) asked of a row's data."""
+    """``estimate`` (``sequential.shift_repeats_needed`` or ``baseline_repeats_needed``) asked of a row's data."""
     return estimate(data.baseline, data.current, data.limit, row.design or design,
                     higher_is_better=row.higher_is_better, history=data.history,
                     instance_sd=data.instance_sd)  # fmt: skip
@@ -927,43 +926,38 @@ def _other_fix(row: compare.CompareRow, vs: str | None) -> str:
 def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design: sequential.Design,
                          vs: str | None = None) -> tuple[str, tuple[str, ...]]:  # fmt: skip
     """Why no number of today's repeats decides a row (its :func:`_row_data`), and what would
-    (``sequential.baseline_runs_needed``), as (the row's short tail, the explanations rows share): ``about 15 stored
-    runs up to the baseline would decide it (now: 3 stored runs, 36 repeats)`` and how to store them."""
+    (``sequential.baseline_repeats_needed``), as (the row's short tail, the explanations rows share): ``a baseline of
+    about 40 repeats would decide it (now 3; 4 stored runs, run-to-run sd 2.1%)`` and how to store one."""
     d = row.decision
     if data is None or d is None or d.low is None or d.high is None:
         return "more repeats would not decide it: the estimate sits on the limit", ()
-    runs = _ask(sequential.baseline_runs_needed, data, row, design)
+    needed = _ask(sequential.baseline_repeats_needed, data, row, design)
     h = data.history
     run_sd = math.expm1(math.sqrt(h.between)) if h is not None and h.between and not h.assumed else 0.0
-    known = f"{h.runs} stored runs, {h.n} repeats" if h is not None else f"1 stored run, {len(data.baseline)} repeats"
-    if h is not None and h.level_runs and h.level_runs < h.runs:
-        known += f", the baseline's level from {h.level_runs} of them"
-    taken = ""
+    now = (h.level_n or len(data.baseline)) if h is not None else len(data.baseline)
+    known = f"{h.runs} stored runs" if h is not None else "1 stored run"
     if run_sd:
         known += f", run-to-run sd {run_sd:.1%}"
     elif data.instance_sd:
-        # A run or three cannot size how server instances differ: the interval took a spread (assumed, or 2-3 runs'
-        # estimate where larger); more stored runs measure it (a first night is then undecided, not a false alarm).
-        taken = f", run-to-run sd taken as {data.instance_sd * 100:.2g}%"
+        known += f", run-to-run sd taken as {data.instance_sd * 100:.2g}%"
     other = _else_line(row, vs)
-    if runs is None:
-        if data.instance_sd and not run_sd:
-            # Not "no number of runs": the spread is taken, not measured; 4 stored runs measure it (a trial read
-            # "no number of repeats or runs decides ...; stored runs that spread less will show it" as a paradox).
-            return (f"4+ stored runs would decide it (run-to-run sd taken as {data.instance_sd * 100:.2g}%)",
-                    (_TAKEN, other))  # fmt: skip
-        if run_sd:
-            # Tonight's estimate, not the tolerance: a later night whose estimate sits further from the limit decides
-            # (a trial read "no number of repeats or runs decides this tolerance" on a row a later night decided ok).
-            return (f"a night further from the limit would decide it ({known})",
-                    ("near the limit: today's run is one more server instance and the stored runs spread run to run "
-                     "as measured: with tonight's estimate this near the limit, neither more repeats nor more stored "
-                     "runs decide it; a night whose estimate sits further from the limit does (it moves with each "
-                     "instance)", other))  # fmt: skip
-        return ("neither more repeats today nor more stored runs alone decide it at this budget; both would",
-                (f"both: raise workload.max_repeats, and {_RESTORE}",))
-    return (f"about {runs} stored runs up to the baseline would decide it (now {known}{taken})",
-            (f"stored runs: {_RESTORE}",))  # fmt: skip
+    if needed is not None:
+        return (f"a baseline of about {needed} repeats would decide it (now {now}; {known})", (_RESTORE,))
+    if data.instance_sd and not run_sd:
+        # Not "no number of runs": the spread is taken, not measured; 4 stored runs measure it (a trial read
+        # "no number of repeats or runs decides ...; stored runs that spread less will show it" as a paradox).
+        return (f"4+ stored runs would decide it (run-to-run sd taken as {data.instance_sd * 100:.2g}%)",
+                (_TAKEN, other))  # fmt: skip
+    if run_sd:
+        # The measured run-to-run sd, for the baseline's instance and today's: what keeps it open at tonight's
+        # estimate (a trial read "a night further from the limit" beside x1.25 against a limit of x0.95).
+        return (f"the run-to-run spread keeps it open ({known})",
+                ("run-to-run: the baseline and today's run are one server instance each, and the stored runs measure "
+                 "how instances differ: at that spread no number of repeats, here or in the baseline, decides this "
+                 "row at tonight's estimate", other))  # fmt: skip
+    return ("neither more repeats today nor a longer baseline alone decide it at this budget; both would",
+            ("both: raise workload.max_repeats, and store the baseline again with more repeats (pytest "
+             "--specdec-save=NAME --specdec-repeats N): the reference is the named baseline's own run",))
 
 
 def _else_line(row: compare.CompareRow, vs: str | None) -> str:
@@ -982,9 +976,9 @@ _TAKEN = ("run-to-run: today's run is one more server instance; until 4 or more 
           "real spread (a row decides if it is smaller)")
 
 
-#: How a baseline's level gets more runs: only runs stored before it pool into it (``history.BaselineRuns``).
-_RESTORE = ("store unchanged runs of this fingerprint, then the baseline again after them: runs stored before a "
-            "baseline pool into its level, those after it lend only their spread")
+#: How the compare's reference gets known better: it is the named baseline's own run (``sequential.History``).
+_RESTORE = ("baseline repeats: the reference is the named baseline's own run (other stored runs lend their spread, "
+            "not their level); store it again with more repeats: pytest --specdec-save=NAME --specdec-repeats N")
 
 
 def _worth_measuring(
@@ -994,12 +988,19 @@ def _worth_measuring(
     design: sequential.Design,
     history: Sequence[results.ResultRecord],
 ) -> bool:
-    """Whether more repeats may decide an undecided row: some number would (not when the baseline's own spread keeps
-    the interval across the tolerance; an absolute tolerance has no estimate of how many: measured on until the
-    budget, unless its run-to-run part alone keeps it open)."""
+    """Whether more repeats may decide an undecided row: some number within :data:`WORTH_BUDGETS` budgets would
+    (not when the baseline's own spread keeps the interval across the tolerance, nor when about 527 repeats would
+    against a budget of 24: a trial's paired profile measured its 24 for 13 minutes so; an absolute tolerance has no
+    estimate of how many: measured on until the budget, unless its run-to-run part alone keeps it open)."""
     if row.tolerance.abs:
         return _difference_decidable(base, current, row, design)
-    return _repeats_needed(base, current, row, design, history) is not None
+    needed = _repeats_needed(base, current, row, design, history)
+    return needed is not None and needed <= WORTH_BUDGETS * (row.design or design).max_repeats
+
+
+#: An open row is measured on while the repeats it needs (estimated from the look's repeats, which may be few) are
+#: within this many budgets: twice, so that a rough early estimate does not stop a row the budget would decide.
+WORTH_BUDGETS = 2
 
 
 def _difference_decidable(
