@@ -608,6 +608,12 @@ def test_a_run_file_with_a_tampered_repeat_is_refused(tmp_path: Path, capsys: py
     data["results"][0]["repeats"]["accept_length_source"] = ["client"] * 3  # a string field stays a string
     cur.write_text(json.dumps(data))
     assert main(["compare", str(base), str(cur)]) == 0
+    # A paired arm's per-pair values too (a trial's NaN there was dropped: n=23 of 24).
+    data["results"][0]["paired"] = {"vs": "baseline", "target": {"output_tok_s": [100.0, float("nan")]},
+                                    "reference": {"output_tok_s": [90.0, 91.0]}}  # fmt: skip
+    cur.write_text(json.dumps(data))
+    assert main(["compare", str(base), str(cur)]) == 2
+    assert "paired.target.output_tok_s[1]: expected a number >= 0 or null, got NaN;" in capsys.readouterr().err
 
 
 def test_a_run_file_with_an_edited_design_or_tolerances_is_refused(

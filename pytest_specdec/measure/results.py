@@ -847,7 +847,8 @@ def _bad_number(value: object) -> bool:
 
 
 def _check_numbers(path: Path, run: RunFile) -> None:
-    """:raises CompareError: a record's ``metrics`` or ``repeats`` value of a numeric ``RunMetrics`` field is a string,
+    """:raises CompareError: a record's ``metrics`` or ``repeats`` value of a numeric ``RunMetrics`` field, or a paired
+    arm's per-pair value (``paired.target``/``paired.reference``), is a string,
     a list, a boolean, negative or not finite (no run writes one: the file was edited or damaged; a trial's
     ``output_tok_s`` repeats ``[-5, "x", null]`` read as "-104.5%")."""
     for record in run.results:
@@ -860,6 +861,15 @@ def _check_numbers(path: Path, run: RunFile) -> None:
             if _bad_number(record.metrics[name]):
                 raise CompareError(f"{path}: {record.test_id}: metrics.{name}: expected a number >= 0 or null, got "
                                    f"{json.dumps(record.metrics[name])}; {_EDITED_FIX}")  # fmt: skip
+        # The paired arms' per-pair values: what a paired profile's ratio rows are judged on (a trial's NaN there was
+        # dropped silently: n=23 of 24).
+        for arm in ("target", "reference"):
+            values_of = (record.paired or {}).get(arm)
+            for name, values in sorted(values_of.items()) if isinstance(values_of, dict) else ():
+                for i, value in enumerate(values if isinstance(values, list) else ()):
+                    if _bad_number(value):
+                        raise CompareError(f"{path}: {record.test_id}: paired.{arm}.{name}[{i}]: expected a number "
+                                           f">= 0 or null, got {json.dumps(value)}; {_EDITED_FIX}")  # fmt: skip
 
 
 def _design_problem(design: object) -> str:
