@@ -426,6 +426,21 @@ def test_cli_runs_as_a_module(tmp_path: Path) -> None:
     assert done.returncode == 2 and "the following arguments are required: COMMAND" in done.stderr
 
 
+def test_a_closed_pipe_ends_the_cli_quietly_with_141_not_a_verdict(tmp_path: Path) -> None:
+    """A trial piped ``compare`` into ``head``: a BrokenPipeError traceback and exit 1, which the docs call REGRESSED.
+    The reader here closes its end before the command writes (its imports take far longer than the close)."""
+    ok = write_profile_file(tmp_path, "num_steps: 3, eagle_topk: 1, num_draft_tokens: 4")
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": repo}
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_specdec", "check", str(ok)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err, err
+
+
 def test_unreachable_acceptance_floors_are_errors_before_launch(tmp_path: Path) -> None:
     """min_accept_length above num_steps + 1, or a per-position floor past num_steps, can never be met (found by a
     fresh user: `check` said ok, the server started, and the failure never said the floor was impossible)."""

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-__all__ = ["EXIT_BAD_PROFILE", "EXIT_FINDINGS", "EXIT_OK", "EXIT_REFUSED", "EXIT_STOPPED", "EXIT_USAGE"]
+__all__ = [
+    "EXIT_BAD_PROFILE",
+    "EXIT_CLOSED_PIPE",
+    "EXIT_FINDINGS",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_STOPPED",
+    "EXIT_USAGE",
+]
 
 #: Done, nothing found (``check``: no finding that fails; ``trend``: no worse change point).
 EXIT_OK = 0
@@ -16,3 +24,6 @@ EXIT_USAGE = 2
 EXIT_BAD_PROFILE = 2
 #: ``bisect``: stopped before the end (``--max-launches``, Ctrl-C, SIGTERM); the report says what is known.
 EXIT_STOPPED = 3
+#: The reader closed the output pipe (``compare ... | head``): 128 + SIGPIPE, as a shell reports a process the signal
+#: ended; not 1, which is a verdict (a trial's ``| head`` read as REGRESSED, after a BrokenPipeError traceback).
+EXIT_CLOSED_PIPE = 141

@@ -25,15 +25,16 @@ pytest's option; default ``.specdec``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from pytest_specdec.cli.exits import EXIT_USAGE
+from pytest_specdec.cli.exits import EXIT_CLOSED_PIPE, EXIT_USAGE
 from pytest_specdec.core.tolerances import DEFAULT_TOLERANCES, format_tolerances
 from pytest_specdec.report.merge import DEFAULT_TREND_RUNS
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]
 
 
 class _ShortUsageError(Exception):
@@ -422,3 +423,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def entry() -> int:
+    """``python -m pytest_specdec``: :func:`main`; a reader that closed the pipe (``compare ... | head``) ends it
+    quietly with :data:`~pytest_specdec.cli.exits.EXIT_CLOSED_PIPE` (141), not a traceback and 1, which is a verdict.
+    The recipe of Python's docs (``signal``, "Note on SIGPIPE"): stdout pointed at devnull, so the exit's own flush
+    does not raise again."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_CLOSED_PIPE
+    return code
