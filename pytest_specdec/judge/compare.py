@@ -380,9 +380,8 @@ def _reference_slower(base: ResultRecord, current: ResultRecord, fname: str, hig
     means of its per-pair values, ``record.paired["reference"]``); False without them."""
 
     def mean(record: ResultRecord) -> float | None:
-        values = [float(v) for v in ((record.paired or {}).get("reference") or {}).get(fname) or []
-                  if isinstance(v, int | float) and v > 0]  # fmt: skip
-        return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+        values = ((record.paired or {}).get("reference") or {}).get(fname) or []
+        return stats.geometric_mean([float(v) for v in values if isinstance(v, int | float)])
 
     b, c = mean(base), mean(current)
     return b is not None and c is not None and (c < b if higher else c > b)
@@ -558,8 +557,8 @@ def history_values(records: Sequence[ResultRecord], key: str) -> list[list[float
     """The values of ``key`` (:func:`row_values`) of ``records`` (the baseline first, then its other stored runs) that
     have some, the baseline's first (its own run is the level: ``sequential.History.from_runs``); empty when the
     baseline has none."""
-    runs = [list(values) for values in (row_values(record, key) for record in records) if values]
-    return runs if records and row_values(records[0], key) else []
+    found = [row_values(record, key) for record in records]
+    return [list(values) for values in found if values] if found and found[0] else []
 
 
 def run_to_run_sd(key: str, within: float = 0.0, measured: float | None = None) -> float:
