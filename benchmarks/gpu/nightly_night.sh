@@ -10,9 +10,11 @@
 #   "Install" and "Pre-download models": not run (the interpreter and models are already on the machine; `pytest`
 #   and `python` on PATH are that interpreter, the plugin registered by its pytest11 entry point or PYTEST_PLUGINS)
 #   inputs.save_as / vars.SPECDEC_BASELINE -> SAVE_AS / BASELINE
-# Usage: [SAVE_AS=night-1] [BASELINE=night-1] bash benchmarks/gpu/nightly_night.sh NIGHT PROFILE_FILE
+# Usage: [SAVE_AS=night-1 [SAVE_REPEATS=24]] [BASELINE=night-1] bash benchmarks/gpu/nightly_night.sh NIGHT PROFILE_FILE
 #   NIGHT: a label (night-1, ...), also the run id of the artifacts' names. Env: STATE (default /tmp/nightly),
-#   MATRIX_NAME (default h200), MATRIX_PROFILES (default baseline,eagle3).
+#   MATRIX_NAME (default h200), MATRIX_PROFILES (default baseline,eagle3). SAVE_REPEATS: the one departure from the
+#   workflow, the saved night's repeats instead of its 8 (a paired baseline's level is its own run: its pairs bound
+#   every later compare's interval).
 # Prints each job's output, then "NIGHT specdec exit N, merge exit M"; writes $STATE/NIGHT/exits.
 set -uo pipefail
 NIGHT=$1; PROFILE_FILE=$(readlink -f "$2"); ST=${STATE:-/tmp/nightly}; REPO=$PWD
@@ -40,6 +42,7 @@ echo "===== $NIGHT: job specdec ($MATRIX_NAME: $MATRIX_PROFILES) $(date -u +%T)"
           if ls .specdec/results/*.json >/dev/null 2>&1; then compare=(--specdec-compare${BASELINE:+=$BASELINE}); fi
           repeats=()
           if [ -n "$SAVE_AS" ]; then repeats=(--specdec-repeats=8); fi
+  [ -n "${SAVE_REPEATS:-}" ] && [ -n "$SAVE_AS" ] && repeats=(--specdec-repeats="$SAVE_REPEATS")  # not in the workflow: SAVE_REPEATS
           # Your own specdec tests go here (examples/test_specdec.py is this repository's).
           # --specdec-report copies this shard's run file (only this session's results) for the merge job.
           pytest examples/test_specdec.py -m specdec \

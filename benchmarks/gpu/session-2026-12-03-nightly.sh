@@ -29,6 +29,7 @@
 #             in its env (a real env of about -20% tok/s on graphs, accept length unchanged: must fail on tok/s).
 #             gate-N.tar.gz, gate-N.console.txt.
 #   pgate     (2026-12-05, late) the gate with eagle3 paired with baseline (min_speedup): p-base, 2 unchanged, CLB.
+#             (2026-12-06) PGATE_SAVE: p-base's pairs (default 8), PGATE_MAX: the profile's max_repeats (default 16).
 #   calibrate (2026-12-05) PROFILE: `python -m pytest_specdec calibrate` on the nightly profile, CAL_RUNS server
 #             starts (default 4): the run-to-run sd on one machine, by the shipped command. calibrate-PROFILE.txt.
 #   trace     (2026-12-04) the nightly profiles with `trace:` on both and eagle3 paired with baseline (min_speedup):
@@ -150,19 +151,20 @@ pgate() {  # N (2026-12-05, late): the gate above with eagle3 paired with baseli
   # p-base (8 pairs), 2 and 3 compare the unchanged profile (must pass), 4 compares eagle3 with CUDA_LAUNCH_BLOCKING=1
   # in its env only (its paired baseline arm unchanged; about -20% tok/s: must fail). Own cache in /tmp/pgate.
   local n=$1 G=/tmp/pgate; night_setup; mkdir -p $G
-  [ -e $ST/profiles-paired-clb.yaml ] || $PY - $ST/profiles.yaml $ST <<'PY'
+  [ -e $ST/profiles-paired-clb.yaml ] || PGATE_MAX=${PGATE_MAX:-16} $PY - $ST/profiles.yaml $ST <<'PY'
 import sys
 from pathlib import Path
 import yaml
 doc = yaml.safe_load(Path(sys.argv[1]).read_text())
 doc["profiles"]["eagle3"]["thresholds"]["min_speedup"] = {"vs": "baseline", "ratio": 0.5}
+doc["profiles"]["baseline"]["workload"]["max_repeats"] = int(__import__("os").environ["PGATE_MAX"])
 Path(sys.argv[2], "profiles-paired.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 eagle3 = doc["profiles"]["eagle3"]
 eagle3["env"] = {**doc["profiles"]["baseline"]["env"], "CUDA_LAUNCH_BLOCKING": "1"}
 Path(sys.argv[2], "profiles-paired-clb.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 PY
   case $n in
-    1) SAVE_AS=p-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-1 $ST/profiles-paired.yaml ;;
+    1) SAVE_AS=p-base SAVE_REPEATS=${PGATE_SAVE:-8} STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-1 $ST/profiles-paired.yaml ;;
     4) BASELINE=p-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-4 $ST/profiles-paired-clb.yaml ;;
     *) BASELINE=p-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-$n $ST/profiles-paired.yaml ;;
   esac > $G/pgate-$n.console.txt 2>&1
@@ -273,6 +275,7 @@ for name, prof in doc["profiles"].items():
     prof["trace"] = {"dir": str(d / "traces" / name), "requests": 4, "activities": ["CPU", "GPU"]}
 doc["profiles"]["baseline"]["workload"]["max_repeats"] = 8
 doc["profiles"]["eagle3"]["thresholds"]["min_speedup"] = {"vs": "baseline", "ratio": 0.5}
+doc["profiles"]["baseline"]["workload"]["max_repeats"] = int(__import__("os").environ["PGATE_MAX"])
 (d / "profiles.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 PY
   cp examples/test_specdec.py $D/
