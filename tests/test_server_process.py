@@ -550,6 +550,10 @@ def test_reference_server_dying_after_requests_is_named_by_its_fault(tmp_path: P
         f"log: {proc.log_path}"
     )
     assert rest[-1].endswith("ref fault: --ref-fault-die-after-requests 2 reached; exiting with status 1")
+    # A later check (a second measurement on the dead server: its requests all failed) repeats the first diagnosis.
+    with pytest.raises(ServerError) as again:
+        proc.check_alive("while running, before any of 4 measured requests succeeded")
+    assert str(again.value) == str(info.value)
 
 
 @pytest.mark.slow

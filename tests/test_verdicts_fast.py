@@ -525,12 +525,19 @@ def test_startup_failures_are_diagnosed_as_real_sglang_fails(pytester: pytest.Py
 
 def test_a_scheduler_crash_mid_run_is_diagnosed_with_how_far_the_phase_got(pytester: pytest.Pytester) -> None:
     """The recorded SGLang scheduler crash (traceback, then ``kill_process_tree``: SIGKILL) on the third measured
-    request: the error names the cause from the log as a startup death does, and how many requests succeeded."""
+    request: the error names the cause from the log as a startup death does, and how many requests succeeded. Both
+    tests of the one measurement get the same message (a fresh-user trial: the second said "before any of 4", its
+    measurement made again on the dead server)."""
     workload = "{max_new_tokens: 15, num_requests: 4, warmup_requests: 0, repeats: 1}"
-    _project(pytester, RUN_TEST, script={"crash_after_requests": 2}, workload=workload)
+    tests = "def test_run(specdec_run):\n    pass\n\n\ndef test_latency(specdec_run):\n    pass\n"
+    _project(pytester, tests, script={"crash_after_requests": 2}, workload=workload)
     result = _run(pytester, "--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
-    result.assert_outcomes(errors=1)
+    result.assert_outcomes(errors=2)
+    errors = {r.nodeid: str(r.longrepr) for r in result.reprec.getreports("pytest_runtest_logreport") if r.failed}
+    assert list(errors) == ["test_fake_specdec.py::test_run[eagle3]", "test_fake_specdec.py::test_latency[eagle3]"]
+    first, second = errors.values()
+    assert first == second
     result.stdout.fnmatch_lines(
         [
             "server 'eagle3' (pid *) was killed by signal 9 (SIGKILL) while running, after 2 of 4 measured requests "

@@ -31,12 +31,20 @@ __all__ = ["ServerStop", "measure_for", "measure_lock", "or_fail", "serve"]
 
 T = TypeVar("T")
 
+#: profile -> the message its failed measurement failed with (:func:`measure_for`).
+_failed_measurements: pytest.StashKey[dict[str, str]] = pytest.StashKey()
+
 
 def measure_for(
     profile: Profile, request: pytest.FixtureRequest, store: MeasurementStore, profiles: Mapping[str, Profile] | None
 ) -> runner.RunResult:
     """The ``specdec_run`` fixture: the profile's measurement (made now when none exists yet in this session, under
-    xdist in any worker), attached to the test as its result record, JUnit properties and benchmark entry."""
+    xdist in any worker), attached to the test as its result record, JUnit properties and benchmark entry.
+
+    A measurement that failed (its server died, stalled, ...) is not made again for the next test of the profile:
+    that test fails with the first one's message. Measuring again sent the next test's requests to a server already
+    dead, and its message said "before any of 4 measured requests succeeded" where the first said "after 2 of 4"
+    (a fresh-user trial): one measurement, one answer."""
     from pytest_specdec.measure import results
     from pytest_specdec.report import benchmark, junit
 
@@ -45,9 +53,16 @@ def measure_for(
     if store.needs(profile.name, vs):
         store.adopt_shared(profile.name)
         if store.needs(profile.name, vs):
+            failed = item.config.stash.setdefault(_failed_measurements, {})
+            if profile.name in failed:
+                pytest.fail(failed[profile.name], pytrace=False)
             specdec_server: runner.RunningServer = request.getfixturevalue("specdec_server")  # launch only now
             store.attach(specdec_server)
-            or_fail(lambda: store.measure_once(specdec_server, vs))
+            try:
+                or_fail(lambda: store.measure_once(specdec_server, vs))
+            except pytest.fail.Exception as exc:
+                failed[profile.name] = exc.msg
+                raise
         run = store.run(profile.name)
         for message in dict.fromkeys([*run.cross_checks, *run.log_warnings]):
             # Counters disagreeing with the client (a metrics bug, not a regression), or a log-level warning.

@@ -127,6 +127,8 @@ class ServerProcess:
         self._tree = Descendants(root)
         self._stop_lock = threading.Lock()
         self._stop_report: StopReport | None = None
+        #: The message of the first ``check_alive`` that found the server dead: every later call raises it again.
+        self._death: str | None = None
 
     # -- launch -----------------------------------------------------------------------------------------------
 
@@ -220,7 +222,10 @@ class ServerProcess:
         """Raise if the server died during the run (then its remaining processes are stopped).
 
         The cause comes from its log and exit status as for a death before ready (``diagnosis.diagnose_exit``);
-        with none found, the message says what is known (exit status, ``when``, the log's last line).
+        with none found, the message says what is known (exit status, ``when``, the log's last lines). The first
+        call that finds the server dead decides the message: later calls raise the same one, whatever their
+        ``when`` (a second test of the same measurement saw "before any of 4 measured requests" where the first
+        had seen "after 2 of 4": its requests all failed on the server already dead).
 
         :param when: what the server was doing, as the message says it; ``measure.runner.measure`` passes how many
             measured requests had succeeded, e.g. ``"while running, after 3 of 8 measured requests succeeded"``.
@@ -228,20 +233,20 @@ class ServerProcess:
             requests succeeded (cause: scheduler exception): TypeError: ... at sglang/srt/models/llama.py:437; log:
             ..." (or "(no cause found in its log; its last line: "...")"), followed by the last 20 log lines.
         """
-        if not self.exited():
-            return
-        pids = self.known_pids()
-        self.stop()
-        returncode = self.returncode()
-        tail = redact(tail_lines(self.log_path), self.secrets)
-        found = diagnose_exit(read_tail(self.log_path), returncode, pids=pids)
-        explained = redact(found.explain(returncode), self.secrets)
-        raise ServerError(
-            f"server '{self.name}' (pid {self.pid}) {describe_exit(returncode)} {when} {explained}; "
-            f"log: {self.log_path}\n{tail}",
-            profile=self.name,
-            log_path=self.log_path,
-        )
+        if self._death is None:
+            if not self.exited():
+                return
+            pids = self.known_pids()
+            self.stop()
+            returncode = self.returncode()
+            tail = redact(tail_lines(self.log_path), self.secrets)
+            found = diagnose_exit(read_tail(self.log_path), returncode, pids=pids)
+            explained = redact(found.explain(returncode), self.secrets)
+            self._death = (
+                f"server '{self.name}' (pid {self.pid}) {describe_exit(returncode)} {when} {explained}; "
+                f"log: {self.log_path}\n{tail}"
+            )
+        raise ServerError(self._death, profile=self.name, log_path=self.log_path)
 
     def known_pids(self) -> list[int]:
         """Every pid this server had (main and descendants seen), dead or alive: what dmesg may name."""
