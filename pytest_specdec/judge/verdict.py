@@ -944,10 +944,7 @@ def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design:
     if needed is not None:
         return (f"a baseline of about {needed} repeats would decide it (now {now}; {known})", (_RESTORE,))
     if data.instance_sd and not run_sd:
-        # Not "no number of runs": the spread is taken, not measured; 4 stored runs measure it (a trial read
-        # "no number of repeats or runs decides ...; stored runs that spread less will show it" as a paradox).
-        return (f"4+ stored runs would decide it (run-to-run sd taken as {data.instance_sd * 100:.2g}%)",
-                (_TAKEN, other))  # fmt: skip
+        return _stored_runs_decide(data.instance_sd, row, vs)
     if run_sd:
         # The measured run-to-run sd, for the baseline's instance and today's: what keeps it open at tonight's
         # estimate (a trial read "a night further from the limit" beside x1.25 against a limit of x0.95).
@@ -958,6 +955,15 @@ def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design:
     return ("neither more repeats today nor a longer baseline alone decide it at this budget; both would",
             ("both: raise workload.max_repeats, and store the baseline again with more repeats (pytest "
              "--specdec-save=NAME --specdec-repeats N): the reference is the named baseline's own run",))
+
+
+def _stored_runs_decide(instance_sd: float, row: compare.CompareRow, vs: str | None) -> tuple[str, tuple[str, ...]]:
+    """The tail and explanations of a row open at an assumed run-to-run sd ``instance_sd`` (a fraction): ``4+ stored
+    runs would decide it (run-to-run sd taken as 7%)``. Not "no number of runs": the spread is taken, not measured,
+    and 4 stored runs measure it (a trial read "no number of repeats or runs decides ...; stored runs that spread less
+    will show it" as a paradox)."""
+    return (f"4+ stored runs would decide it (run-to-run sd taken as {instance_sd * 100:.2g}%)",
+            (_TAKEN, _else_line(row, vs)))  # fmt: skip
 
 
 def _else_line(row: compare.CompareRow, vs: str | None) -> str:
@@ -1038,8 +1044,8 @@ def undecided_reason(
     if row.tolerance.abs:
         if _difference_decidable(base, current, row, design):
             return OpenRow(text + " (more repeats would narrow it: raise workload.max_repeats)")
-        return OpenRow(f"{text}: 4+ stored runs would decide it (run-to-run sd taken as {row.instance_sd * 100:.2g}%)",
-                       (_TAKEN, _else_line(row, (base.paired or {}).get("vs"))))  # fmt: skip
+        tail, why = _stored_runs_decide(row.instance_sd, row, (base.paired or {}).get("vs"))
+        return OpenRow(f"{text}: {tail}", why)
     if needed is None:
         tail, why = _not_decidable_today(data, row, design, (base.paired or {}).get("vs"))
         return OpenRow(f"{text}: {tail}", why)
