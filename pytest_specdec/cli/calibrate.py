@@ -6,27 +6,27 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
-import statistics
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-
-import numpy as np
 
 from pytest_specdec.cli.exits import EXIT_BAD_PROFILE, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from pytest_specdec.core.errors import CompareError, ProfileError, ServerError, ServerStartError
 from pytest_specdec.core.metric_table import PAIRED_FIELDS
-from pytest_specdec.core.tolerances import Tolerance, field_specs, format_tolerances
+from pytest_specdec.core.tolerances import field_specs, format_tolerances
 from pytest_specdec.engines.rules import load_profiles
 from pytest_specdec.judge import sequential
-from pytest_specdec.judge.compare import assumed_instance_sd, calibrated_history, design_of, run_to_run_sd
+from pytest_specdec.judge.compare import design_of, run_to_run_sd
+from pytest_specdec.judge.history import MAX_HISTORY_RUNS
 from pytest_specdec.judge.noise import (
     MAX_NOISE_SD,
-    CalibratedNoise,
+    TOLERANCE_CAP,
+    FieldNoise,
+    GateSizing,
     calibrate_noise,
     calibrate_proposal,
+    gate_tolerance,
     measurements,
     paired_arm,
     proposal_sds,
@@ -53,6 +53,11 @@ def calibrate_command(args: argparse.Namespace) -> int:
     and such a history decide where one stored run cannot decide the 3-sd value (:func:`_reaches`); for a paired
     field, another says what its raw row decides at the ratio row's tolerance (:func:`_raw_line`). Returns
     ``EXIT_FINDINGS`` when a server failed, ``EXIT_USAGE``/``EXIT_BAD_PROFILE`` on bad input, else ``EXIT_OK``."""
+    if not 1 <= args.stored_runs <= MAX_HISTORY_RUNS:
+        print(f"error: --stored-runs={args.stored_runs}: expected the stored runs of the baseline a compare will pool, "
+              f"1 to {MAX_HISTORY_RUNS} (it pools at most {MAX_HISTORY_RUNS}), e.g. --stored-runs {MAX_HISTORY_RUNS}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
     records: list[ResultRecord] = []
     tests = 0
     design: sequential.Design | None = None
@@ -109,7 +114,9 @@ def calibrate_command(args: argparse.Namespace) -> int:
             shown = f"{length:.3f}" if isinstance(length, int | float) else "n/a"
             print(f"run {i + 1}/{args.runs}: {record.metrics.get('output_tok_s', 0):.1f} tok/s, "
                   f"accept length {shown}{paired}")  # fmt: skip
-    proposal = calibrate_proposal(records)
+    design = design or sequential.Design(Workload().repeats, sequential.DEFAULT_MAX_REPEATS)
+    sizing = GateSizing(design, args.stored_runs)
+    proposal = calibrate_proposal(records, sizing)
     if not proposal:
         print("error: not enough values to propose tolerances: a metric needs 2 or more values above 0 across the "
               "runs", file=sys.stderr)  # fmt: skip
@@ -147,210 +154,117 @@ def calibrate_command(args: argparse.Namespace) -> int:
         print(f"# only {len(records)} server start(s): the run-to-run sds above are rough (a compare takes one only "
               f"where larger than its assumed 7%); {_FIRM_RUNS} or more size them better")  # fmt: skip
     vs = paired_arm(records)
-    design = design or sequential.Design(Workload().repeats, sequential.DEFAULT_MAX_REPEATS)
-    reaches, raw_reaches = _reaches(records, proposal, noise, design)
-    sigma3 = dict(proposal)
-    for fname, reach in reaches.items():
-        if reach.history is not None and reach.history > proposal[fname].rel:
-            proposal[fname] = Tolerance(rel=reach.history)  # one the gate decides once 4 stored runs exist
     print(f"# proposed from {len(records)} measurement(s); paste into pytest's ini (or a profile's tolerances:)")
-    # The sd is the two the lines above print, combined: an unchanged run meets a stored one with its own repeats'
-    # spread and its own server instance's offset. The pooled values' MAD matched neither line (fresh-user trial).
-    print("# each max(3 sd, 1%), sd = sqrt(within^2 + run-to-run^2) of the sds above: one repeat of a new server "
-          "instance about the profile's level, as an unchanged run meets a stored one")  # fmt: skip
-    for fname, sd in proposal_sds(records).items():
-        if fname not in proposal:
-            continue
-        key = f"{fname}/{vs}" if vs and fname in PAIRED_FIELDS else fname
-        parts = (f"sqrt({noise[key] * 100:.2f}%^2 within + {noise.run_to_run.get(key, 0.0) * 100:.2f}%^2 run to run)"
-                 if key in noise else "of all values, one repeat per run: within and run to run together")  # fmt: skip
-        shown = f"3 sd {3 * sd * 100:.2f}% -> {_percent(sigma3[fname].rel)}"
-        if 3 * sd < 0.01:
+    print(_assumes_line(sizing, proposal_sds(records)))
+    specs = field_specs()
+    first = dataclasses.replace(sizing, stored_runs=1)
+    lines: list[str] = []
+    for fname, found in proposal_sds(records).items():
+        tol = proposal[fname]
+        higher = specs[fname].higher_is_better if fname in specs else True
+        is_paired = found.row != fname
+        shown = _percent(tol.rel) if tol is not None else f"none below {TOLERANCE_CAP:.1%}"
+        if tol is not None and found.within > 0 and tol.rel == 0.01:
             shown += " (the 1% floor)"
-        if proposal[fname] != sigma3[fname]:
-            shown += f", proposed {_percent(proposal[fname].rel)} (below)"
-        print(f"#   {key}: sd {sd * 100:.2f}% = {parts}; {shown}")
+        sds = f"sd {found.within * 100:.2f}% " + (
+            f"within a run, {found.run_to_run * 100:.2f}% run to run"
+            if found.key in noise
+            else "of all values (one repeat per run)"
+        )
+        if found.within <= 0:
+            print(f"#   {found.key}: {shown}, the floor: no spread (identical values decide exactly)")
+            continue
+        line = f"#   {found.key}: {shown} for {sds}"
+        if sizing.stored_runs > 1 and tol is not None:
+            early = gate_tolerance(found, first, higher_is_better=higher, shared=is_paired)
+            if early is None or early > tol.rel:
+                line += f"; {_first_nights(found, early)}"
+            else:
+                line += _more_than_one(found, sizing, early, tol.rel)
+        print(line)
+        if is_paired and tol is not None:
+            raw = dataclasses.replace(found, key=fname, row=fname, within=noise.get(fname, found.within),
+                                      run_to_run=noise.run_to_run.get(fname, 0.0))  # fmt: skip
+            lines.append(_raw_line(raw, vs or "", tol.rel, sizing, higher))
     if vs:
         print(f"# {', '.join(f for f in PAIRED_FIELDS if f in proposal)}: from the per-pair ratios to {vs!r} (the "
               "ratio rows, e.g. output_tok_s / " f"{vs}; their raw spread includes the runner's load); the compare "
               "judges the raw rows at the same tolerances too (below)")  # fmt: skip
     print("specdec_tolerances =")
-    for line in format_tolerances(proposal).split():
+    for line in format_tolerances({f: t for f, t in proposal.items() if t is not None}).split():
         print(f"    {line}")
-    lines = [line for fname, reach in reaches.items() if (line := _reach_line(fname, sigma3[fname].rel, reach))]
-    lines += [_raw_line(fname, vs or "", proposal[fname].rel, reach) for fname, reach in raw_reaches.items()]
     if lines:
         print("\n".join(lines))
-        print(f"# (an unchanged run measured to the budget of {design.max_repeats} repeats, workload.max_repeats; "
-              f"from {_HISTORY_RUNS} stored unchanged runs of a fingerprint the compare measures the run-to-run sd "
-              "itself)")  # fmt: skip
     return EXIT_OK
 
 
-#: Stored runs from which a compare takes the history's own run-to-run estimate, not an assumed one.
-_HISTORY_RUNS = sequential.ASSUMED_UP_TO_RUNS + 1
-#: The largest tolerance :func:`_least_tolerance` looks for.
-_REACH_CAP = 0.999
+def _assumes_line(sizing: GateSizing, found: Mapping[str, FieldNoise]) -> str:
+    """The line under the heading that says what every proposal assumes (the gate's repeats, budget, stored runs)
+    and what a wider or narrower tolerance does."""
+    repeats = sorted({n.repeats for n in found.values()})
+    base = "/".join(map(str, repeats)) or "?"
+    budget = f"today measured to the budget of {sizing.design.max_repeats} repeats (workload.max_repeats"
+    if sizing.design.max_server_s is not None:
+        budget += f"; max_server_s {sizing.design.max_server_s:g} may end it sooner, which needs more"
+    stored = (f"{sizing.stored_runs} stored run{'s' if sizing.stored_runs != 1 else ''} of the baseline's "
+              f"fingerprint (--stored-runs; a compare pools up to {MAX_HISTORY_RUNS})")  # fmt: skip
+    return (f"# each the least tolerance at which an unchanged run of the noise above ends passed, not undecided, "
+            f"{sizing.probability:.0%} of the time by the compare's own verdict (at least 1%); it assumes a baseline "
+            f"of {base} repeats (workload.repeats), {budget}), {stored}; a wider tolerance decides sooner (fewer "
+            "repeats), a narrower one leaves more unchanged nights undecided")  # fmt: skip
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Reach:
-    """For one proposed timing field: the least tolerance (relative, rounded up to 0.1 %) an unchanged run measured
-    to the budget passes within, against one stored run (``one_run``, taking ``run_sd`` for each server instance)
-    and against :data:`_HISTORY_RUNS` stored runs like the calibration's (``history``); None where none up to
-    :data:`_REACH_CAP` does."""
-
-    one_run: float | None
-    run_sd: float
-    history: float | None
+def _first_nights(found: FieldNoise, early: float | None) -> str:
+    """What the first nights need: a compare against one stored run with this noise file (and against 2-3, which
+    take the same run-to-run sd as known)."""
+    need = f"~{_percent(early)}" if early is not None else f"no tolerance below {TOLERANCE_CAP:.1%}"
+    run_sd = run_to_run_sd(found.row, found.within, found.run_to_run)
+    return (f"against 1-3 stored runs (the first nights, with this noise file: run-to-run sd {run_sd * 100:.2g}% "
+            f"taken as known for each server instance) it takes {need}: until then unchanged nights stay undecided "
+            "more often (--specdec-undecided=warn, the default, passes them with a warning)")  # fmt: skip
 
 
-def _reaches(
-    records: Sequence[ResultRecord], proposal: dict[str, Tolerance], noise: CalibratedNoise, design: sequential.Design
-) -> tuple[dict[str, _Reach], dict[str, _Reach]]:
-    """:class:`_Reach` of each proposed timing field's row, and of each paired field's raw row (the compare judges
-    both at the field's tolerance; the proposal comes from the first, the ratio row): :func:`_reach`."""
-    vs = paired_arm(records)
-    rows: dict[str, _Reach] = {}
-    raw: dict[str, _Reach] = {}
-    for fname in proposal:
-        paired = vs is not None and fname in PAIRED_FIELDS
-        if (reach := _reach(records, fname, vs if paired else None, noise, design, shared=paired)) is not None:
-            rows[fname] = reach
-        if paired and (reach := _reach(records, fname, None, noise, design, shared=True)) is not None:
-            raw[fname] = reach
-    return rows, raw
-
-
-def _reach(
-    records: Sequence[ResultRecord],
-    fname: str,
-    vs: str | None,
-    noise: CalibratedNoise,
-    design: sequential.Design,
-    *,
-    shared: bool,
-) -> _Reach | None:
-    """:class:`_Reach` of ``fname``'s row (its ratio to the paired arm ``vs`` when given, ``field / ``, else raw;
-    None for a field without an assumed run-to-run sd or a calibrated one: ``compare.assumed_instance_sd``),
-    decided by ``sequential.decide_shift`` as ``compare._judge`` decides it after this calibration: against one
-    stored run with the noise file written here (``compare._Judging.pooled``: the within-run sd as known, the
-    run-to-run sd of ``_Judging.assumed_sd``), against a history by ``sequential.History.from_runs`` of runs whose
-    within-run and run-to-run sds are the measured ones. The unchanged values are synthetic: each run's logs spread
-    exactly at the within-run sd, today's at the baseline's level over ``design.max_repeats`` repeats; at half the
-    alpha where ``shared`` (a paired field's raw and ratio rows share it in the compare)."""
-    key, noise_key = (f"{fname} / ", f"{fname}/{vs}") if vs else (fname, fname)
-    sigma = noise.get(noise_key)
-    specs = field_specs()
-    if sigma is None or not assumed_instance_sd(key) or fname not in specs:
-        return None
-    counts = [n for r in records if (n := len(paired_ratios(r, fname) if vs else r.values(fname)))]
-    n_base = max(int(statistics.median_low(counts)), 2) if counts else 2
-    look = dataclasses.replace(design, alpha=design.alpha / 2) if shared else design
-    higher = specs[fname].higher_is_better
-    log_sd = math.log1p(sigma)
-    base, today = _unchanged(n_base, log_sd), _unchanged(design.max_repeats, log_sd)
-    run_sd = run_to_run_sd(key, sigma, noise.run_to_run.get(noise_key))
-    one = calibrated_history(base, sigma, run_sd)  # as the compare reads the noise file written here
-    one_run = _least_tolerance(base, today, look, higher, one, run_sd)
-    # Runs whose means spread as the measured run-to-run sd beyond their repeats (the ANOVA's moments); the
-    # first, the named baseline whose level the compare takes (the others are the nights after it), at today's.
-    spread = math.sqrt(math.log1p(noise.run_to_run.get(noise_key, 0.0)) ** 2 + log_sd**2 / n_base)
-    offsets = np.array([0.0] + [(-1.0) ** k * ((k + 1) // 2) for k in range(1, _HISTORY_RUNS)])
-    runs = [_unchanged(n_base, log_sd, float(d) * spread / float(offsets.std(ddof=1))) for d in offsets]
-    history = sequential.History.from_runs(runs, run_sd)
-    reached = None
-    if history is not None:
-        run_to_run = math.expm1(math.sqrt(history.between)) if history.assumed else 0.0
-        reached = _least_tolerance(runs[0], today, look, higher, history, run_to_run)
-    return _Reach(one_run, run_sd, reached)
-
-
-def _unchanged(n: int, log_sd: float, shift: float = 0.0) -> list[float]:
-    """``n`` values around 100 whose logs have mean ``shift`` (plus log 100) and sd ``log_sd`` (n - 1) exactly."""
-    z = np.arange(n) - (n - 1) / 2
-    if n > 1:
-        z = z / z.std(ddof=1)
-    return [float(v) for v in np.exp(math.log(100.0) + shift + log_sd * z)]
-
-
-def _least_tolerance(
-    base: list[float],
-    today: list[float],
-    design: sequential.Design,
-    higher: bool,
-    history: sequential.History | None,
-    instance_sd: float,
-) -> float | None:
-    """The least relative tolerance (rounded up to 0.1 %) at which ``sequential.decide_shift`` passes ``today``
-    against ``base`` (``within``), by bisection (the tolerance only widens the bound); None when none up to
-    :data:`_REACH_CAP` does."""
-
-    def passes(tol: float) -> bool:
-        decision = sequential.decide_shift(base, today, tol, design, higher_is_better=higher, history=history,
-                                           instance_sd=instance_sd)  # fmt: skip
-        return decision.verdict == "within"
-
-    low, high = 0.0, _REACH_CAP
-    if not passes(high):
-        return None
-    while high - low > 1e-5:
-        mid = (low + high) / 2
-        low, high = (low, mid) if passes(mid) else (mid, high)
-    return math.ceil(round(high * 1000, 6)) / 1000
+def _more_than_one(found: FieldNoise, sizing: GateSizing, early: float | None, tol: float) -> str:
+    """Why more stored runs may need a wider tolerance than one, in words that do not read as advice to store fewer:
+    1-3 stored runs take the run-to-run sd as known (assumed, or calibrate's), from
+    ``sequential.ASSUMED_UP_TO_RUNS + 1`` the compare estimates it from the stored runs, with their few degrees of
+    freedom; both size the same real spread. "" where one stored run needs as much."""
+    if early is None or early >= tol:
+        return ""
+    return (f" (1-3 stored runs take ~{_percent(early)}, with the run-to-run sd taken as known, "
+            f"{run_to_run_sd(found.row, found.within, found.run_to_run) * 100:.2g}%; from "
+            f"{sequential.ASSUMED_UP_TO_RUNS + 1} the compare estimates it from the stored runs, whose few degrees of "
+            "freedom widen the interval: the width comes from the run-to-run spread itself, which a quieter runner "
+            "narrows, not fewer stored runs)")  # fmt: skip
 
 
 def _percent(rel: float) -> str:
     return f"{rel * 100:g}%"
 
 
-def _reach_line(fname: str, sigma3: float, reach: _Reach) -> str:
-    """The comment under the ini block when the 3-sd proposal ``sigma3`` is below what one stored run decides,
-    or was raised to what a history decides; "" otherwise."""
-    one = (f"within ~{_percent(reach.one_run)}" if reach.one_run is not None else
-           f"within no tolerance below {_REACH_CAP:.0%}")  # fmt: skip
-    against_one = (f"against one stored run an unchanged run passes only {one} (run-to-run sd "
-                   f"{reach.run_sd * 100:.2g}% taken for each server instance)")  # fmt: skip
-    many = f"{_HISTORY_RUNS} stored unchanged runs like these"
-    if reach.history is not None and reach.history > sigma3:
-        return (f"# {fname}: 3 sd is {_percent(sigma3)}, proposed {_percent(reach.history)}: the least an unchanged "
-                f"run passes within against {many}; {against_one}")  # fmt: skip
-    if reach.one_run is not None and sigma3 >= reach.one_run:
-        return ""
-    if reach.history is None:
-        return (f"# {fname}:{_percent(sigma3)}: against {many} an unchanged run passes within no tolerance below "
-                f"{_REACH_CAP:.0%}; {against_one}")  # fmt: skip
-    return (f"# {fname}:{_percent(sigma3)} is decidable only from {many} (an unchanged run passes within "
-            f"~{_percent(reach.history)} there); {against_one}")  # fmt: skip
-
-
-def _raw_line(fname: str, vs: str, tol: float, reach: _Reach) -> str:
-    """The comment under the ini block for a paired field's raw row: the proposal ``tol`` is decided on the ratio
-    row (``field / vs``); what the raw row, judged at the same tolerance with the raw run-to-run sd, decides."""
-    one = f"~{_percent(reach.one_run)}" if reach.one_run is not None else f"no tolerance below {_REACH_CAP:.0%}"
-    many = f"~{_percent(reach.history)}" if reach.history is not None else f"no tolerance below {_REACH_CAP:.0%}"
+def _raw_line(raw: FieldNoise, vs: str, tol: float, sizing: GateSizing, higher: bool) -> str:
+    """The comment under the ini block for a paired field's raw row: the proposal ``tol`` is its ratio row's
+    (``field / vs``); what the raw row, judged at the same tolerance with the raw spread, needs against the same
+    stored runs (and against 1-3, the first nights)."""
+    fname = raw.row
+    need = gate_tolerance(raw, sizing, higher_is_better=higher, shared=True)
+    early = gate_tolerance(raw, dataclasses.replace(sizing, stored_runs=1), higher_is_better=higher, shared=True)
+    runs = f"{sizing.stored_runs} stored run{'s' if sizing.stored_runs != 1 else ''}"
+    shown = f"~{_percent(need)}" if need is not None else f"no tolerance below {TOLERANCE_CAP:.1%}"
     head = (f"# {fname}: {_percent(tol)} is proposed for the ratio row ({fname} / {vs}); the raw row {fname} is "
-            f"judged at it too, with the raw run-to-run sd: an unchanged run passes it within {one} against one "
-            f"stored run (run-to-run sd {reach.run_sd * 100:.2g}% taken for each server instance), within {many} "
-            f"against {_HISTORY_RUNS} stored unchanged runs like these")  # fmt: skip
+            f"judged at it too, with the raw spread (sd {raw.within * 100:.2f}% within a run, "
+            f"{raw.run_to_run * 100:.2f}% run to run): against {runs} it takes {shown}")  # fmt: skip
+    if sizing.stored_runs > 1 and need is not None:
+        head += (f"; {_first_nights(raw, early)}" if early is None or early > need
+                 else _more_than_one(raw, sizing, early, need))  # fmt: skip
     warn = "--specdec-undecided=warn, the default, passes such a night with a warning; =fail fails it"
-    at_one = reach.one_run is not None and tol >= reach.one_run
-    at_many = reach.history is not None and tol >= reach.history
-    if at_one and at_many:
-        return f"{head}: {_percent(tol)} decides it against one stored run and against {_HISTORY_RUNS}"
-    if at_one:
-        return f"{head}: {_percent(tol)} decides it against one stored run, not against {_HISTORY_RUNS} ({warn})"
-    if at_many:
-        return (f"{head}: {_percent(tol)} decides it only from {_HISTORY_RUNS} stored unchanged runs; until then the "
-                f"raw row stays undecided ({warn})")  # fmt: skip
-    reached = [r for r in (reach.one_run, reach.history) if r is not None]
-    many_runs = f"against {_HISTORY_RUNS} stored unchanged runs"
-    wheres = ((reach.one_run, "against one stored run"), (reach.history, many_runs))
-    where = " and ".join(w for r, w in wheres if r is not None)
-    wider = (f"{fname}:{_percent(max(reached))} decides it {where}, and bounds the ratio row that loosely too"
-             if reached else f"no tolerance below {_REACH_CAP:.0%} decides it")  # fmt: skip
-    return (f"{head}: at {_percent(tol)} the raw row stays undecided every night, also against {_HISTORY_RUNS} "
-            f"stored unchanged runs ({warn}); {wider}")  # fmt: skip
+    if need is not None and tol >= need:
+        return f"{head}: {_percent(tol)} decides it too"
+    wider = (f"{fname}:{_percent(need)} decides it, and bounds the ratio row that loosely too" if need is not None
+             else f"no tolerance below {TOLERANCE_CAP:.1%} decides it")  # fmt: skip
+    return (
+        f"{head}: at {_percent(tol)} the raw row leaves more than 1 unchanged night in 10 undecided ({warn}); {wider}"
+    )
 
 
 def _stored_records(refs: Sequence[str], profile: str | None, results_dir: Path) -> list[tuple[str, ResultRecord]]:

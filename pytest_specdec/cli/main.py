@@ -2,8 +2,8 @@
 
 - ``check PROFILE_FILE [--profile NAME] [--strict]``: preflight, launches nothing (``cli.check``);
 - ``compare BASE CURRENT [--tolerance METRIC:TOL ...] [--force] [--compare-profile NAME] [--noise FILE]
-  [--results-dir DIR] [--fail-on-suspected]``: the baseline compare (``cli.compare``), decided as pytest decided;
-  exit 1 on a regression;
+  [--results-dir DIR] [--fail-on-suspected] [--fail-on-missing]``: the baseline compare (``cli.compare``), decided
+  as pytest decided; exit 1 on a regression or a test of CURRENT without measurement;
 - ``calibrate PROFILE_FILE --profile NAME [--runs K]`` (or ``--from RUN ...``): propose tolerances from the spread
   (``cli.calibrate``);
 - ``trend [RUN ...] [--metric FIELD] [--profile NAME] [--results-dir DIR]``: change points over stored runs, exit 1
@@ -133,8 +133,10 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Compare a specdec run with a baseline run (each a name given by save or --specdec-save, a run "
         "id, a run file, or 'latest'): fingerprint diff, then one row per metric, each "
         "decided as pytest decided it (ok, REGRESSED or undecided, at the design the run was judged with). Exit "
-        "codes: 0 no regression; 1 a row REGRESSED (or, with --fail-on-suspected, an undecided row whose estimate "
-        "is beyond its tolerance); 2 unusable input or nothing compared.",
+        "codes: 0 no regression; 1 a row REGRESSED, or a test of CURRENT recorded no measurement (it failed or "
+        "errored before measuring), or with --fail-on-suspected an undecided row whose estimate is beyond its "
+        "tolerance, or with --fail-on-missing a test without baseline or one of BASE not in CURRENT; 2 unusable "
+        "input or nothing compared.",
         short_errors=True,
     )
     compare.add_argument("base", metavar="BASE", help="baseline: a name (save, --specdec-save), a run file, a run id "
@@ -172,6 +174,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "--fail-on-suspected",
         action="store_true",
         help="Exit 1 also when a row is undecided with its estimate beyond the tolerance (default: reported only)",
+    )
+    compare.add_argument(
+        "--fail-on-missing",
+        action="store_true",
+        help="Exit 1 also when a test of CURRENT has no baseline, or a test of BASE is not in CURRENT (deselected, "
+        "renamed, or errored before it measured: a run file holds only the tests that measured) (default: listed "
+        "and counted only)",
     )
     compare.add_argument(
         "--results-dir",
@@ -235,9 +244,10 @@ def _build_parser() -> argparse.ArgumentParser:
     calibrate = sub.add_parser(
         "calibrate",
         help="rerun a profile K times (separate server starts) and propose baseline-compare tolerances",
-        description="Propose per-metric relative tolerances, max(3 sd, 1%) with sd the within-run and run-to-run "
-        "sds combined, from K separate runs of one profile (or from stored run files with --from); prints an ini "
-        "block for specdec_tolerances.",
+        description="Propose per-metric relative tolerances from K separate runs of one profile (or from stored run "
+        "files with --from): each the least tolerance at which the compare passes an unchanged run of the measured "
+        "noise 90% of the time, at the profile's budget against --stored-runs stored runs (at least 1%); prints an "
+        "ini block for specdec_tolerances.",
     )
     calibrate.add_argument("profile_file", metavar="PROFILE_FILE", nargs="?", help="the specdec YAML file")
     calibrate.add_argument("--profile", metavar="NAME", help="the profile to rerun (with --from: the profile to "
@@ -254,6 +264,9 @@ def _build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--results-dir", metavar="DIR", default=".specdec/results",
                            help="where --from's names and run ids are found (default: .specdec/results)")  # fmt: skip
     calibrate.add_argument("--log-dir", metavar="DIR", default=".specdec/calibrate", help="server logs")
+    calibrate.add_argument("--stored-runs", metavar="K", type=int, default=10,
+                           help="stored runs of the baseline the proposal is sized for (default: 10, the most a "
+                           "compare pools; 1: the first nights, with the noise file)")  # fmt: skip
     calibrate.add_argument(
         "--noise-out",
         metavar="PATH",
@@ -360,6 +373,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         noise_path=args.noise,
         results_dir=args.results_dir,
         fail_on_suspected=args.fail_on_suspected,
+        fail_on_missing=args.fail_on_missing,
     )
 
 
