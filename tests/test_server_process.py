@@ -172,7 +172,6 @@ def test_oom_at_startup(tmp_path: Path) -> None:
             1,
             "NCCL error",
         ),
-        (("--crash-at", "0", "--crash-text", "segfault somewhere", "--crash-code", "139"), "unknown", 139, "segfault"),
     ],
 )
 def test_exit_before_ready_is_classified(
@@ -185,6 +184,30 @@ def test_exit_before_ready_is_classified(
         proc.wait_ready(health(proc.base_url), timeout_s=600)
     assert info.value.cause == cause
     assert needle in str(info.value)
+    assert gone(proc.pid)
+
+
+def test_exit_before_ready_with_no_cause_in_the_log_says_what_is_known(tmp_path: Path) -> None:
+    """A log no cause matches: the message gave "(cause: unknown)" (a fresh-user trial). It says what is known
+    instead: the exit code, the log's last lines, its path, and the launch command to run by hand, with the
+    variables the shell lacks."""
+    env = {"PATH": os.environ["PATH"], "SPECDEC_TEST_KNOB": "a b"}
+    spec = make_spec("--crash-at", "0", "--crash-text", "segfault somewhere", "--crash-code", "139", env=env)
+    proc = start(spec, tmp_path)
+    with pytest.raises(ServerStartError) as info:
+        proc.wait_ready(health(proc.base_url), timeout_s=600)
+    first = str(info.value).splitlines()[0]
+    command = f"SPECDEC_TEST_KNOB='a b' {sys.executable} {FAKE} --port {spec.port} --crash-at 0 --crash-text " \
+        "'segfault somewhere' --crash-code 139"  # fmt: skip
+    seconds = re.fullmatch(r"server 'eagle3' exited with code 139 before it was ready after (\d+\.\d) s \(.*", first)
+    assert seconds is not None, first
+    assert first == (
+        f"server 'eagle3' exited with code 139 before it was ready after {seconds[1]} s (no cause found in its log; "
+        f'its last 2 lines: "fake server pid {proc.pid} starting on port {spec.port}", "segfault somewhere"); '
+        f"log: {proc.log_path}; fix: run its launch command by hand to see why it exits: {command}"
+    )
+    assert info.value.cause == "unknown"
+    assert info.value.log_tail.splitlines()[-1] == "segfault somewhere"
     assert gone(proc.pid)
 
 
@@ -208,9 +231,11 @@ def test_killed_by_signal_before_ready(tmp_path: Path) -> None:
     with pytest.raises(ServerStartError) as info:
         proc.wait_ready(health(proc.base_url), timeout_s=600, on_progress=kill_it)
     assert re.match(
-        r"server 'eagle3' was killed by signal 9 \(SIGKILL\) before it was ready \(cause: unknown\) after \d+\.\d s: "
-        r"no error in the log: something outside killed it \(the kernel OOM killer would say so in dmesg, which could "
-        r"not be read or had no line for this server\); log: ",
+        r"server 'eagle3' was killed by signal 9 \(SIGKILL\) before it was ready after \d+\.\d s \(no cause found in "
+        r'its log; its last [23] lines: ("fake server pid \d+ starting on port \d+", )?"still loading"'
+        r'(, "still loading")*\): '
+        r"something outside killed it \(the kernel OOM killer would say so in dmesg, which could not be read or had no "
+        r"line for this server\); log: .*; fix: run its launch command by hand to see why it exits: ",
         str(info.value),
     ), str(info.value)
 
@@ -633,7 +658,14 @@ def test_a_death_with_no_cause_in_the_log_says_what_is_known() -> None:
     found = diagnose_exit(f"[2026-12-05 21:10:58] Load weight end.\n{decode}\n", 1, kernel_log="")
     assert found.cause == "unknown"
     last = decode.split("] ", 1)[1]
-    assert found.explain(1) == f'(no cause found in its log; its last line: "{last}")'
+    assert found.explain(1) == f'(no cause found in its log; its last 2 lines: "Load weight end.", "{last}")'
+    # At most 3 lines; progress bars, rules, warnings.warn( echoes and the supervisor's line are no reason to quote.
+    noisy = (
+        "a\nb\nc\n[2026-12-05 21:10:58] Capturing batches (bs=4 avail_mem=70.0 GB):  45%|####5     | 9/20\n"
+        "========\n  warnings.warn(\n[pytest-specdec supervisor] signal 15: stopped pid 12\nd\n"
+    )
+    assert diagnose_exit(noisy, 1).explain(1) == '(no cause found in its log; its last 3 lines: "b", "c", "d")'
+    assert diagnose_exit("==\n", 1).explain(1) == '(no cause found in its log; its last line: "==")'
     killed = diagnose_exit(decode + "\n", -signal.SIGKILL, pids=[7], kernel_log="")
     assert killed.explain(-signal.SIGKILL) == (
         f'(no cause found in its log; its last line: "{last}"): something outside killed it (the kernel OOM killer '

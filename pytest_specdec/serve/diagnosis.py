@@ -16,12 +16,13 @@ import subprocess
 from collections.abc import Collection
 from dataclasses import dataclass
 
-__all__ = ["ExitDiagnosis", "diagnose_exit", "last_exception", "last_line", "oom_killer_lines"]
+__all__ = ["ExitDiagnosis", "diagnose_exit", "last_exception", "last_line", "last_lines", "oom_killer_lines"]
 
 # Order matters: the first matching cause wins ("CUDA error: out of memory" is an OOM, not a CUDA error).
 _CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # The bundled reference server's scripted death (refserver.app.exit_later, a --ref-fault-* knob): it says why.
-    ("reference server fault", re.compile(r"ref fault: --ref-fault-\S+ .*exiting with status \d+")),
+    # "exits with status": a node rank's --ref-fault-node-exit (refserver.nodes).
+    ("reference server fault", re.compile(r"ref fault: --ref-fault-\S+ .*(?:exiting|exits) with status \d+")),
     ("out of memory", re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory", re.IGNORECASE)),
     ("port in use", re.compile(r"Address already in use|\bport\b.{0,60}\bis (?:already )?in use", re.IGNORECASE)),
     ("CUDA/NCCL error", re.compile(r"NCCL error|CUDA error", re.IGNORECASE)),
@@ -55,8 +56,13 @@ _EXC_LINE = re.compile(
     r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|KeyError|StopIteration)"
     r"(?::\s?(?P<msg>.*))?$"
 )
-#: The longest last log line quoted in a message (the tail under it shows the whole line).
+#: The longest log line quoted in a message (the tail under it shows the whole line).
 _QUOTE_CHARS = 200
+#: How many of the log's last meaningful lines a message quotes when no cause was found.
+_QUOTE_LINES = 3
+#: Lines that say nothing about why a server ended: progress bars (tqdm's "45%|####"), rules and other lines without
+#: a letter or digit, the ``warnings.warn(`` echo under a Python warning, and the supervisor's own teardown line.
+_NOISE = re.compile(r"\d+%\||^[^A-Za-z0-9]*$|^warnings\.warn\(|^\[pytest-specdec supervisor\]")
 #: What a SIGKILL with no error logged means (no dmesg line either).
 _KILLED_FROM_OUTSIDE = (
     "something outside killed it (the kernel OOM killer would say so in dmesg, which could not be read or had no "
@@ -83,8 +89,9 @@ class ExitDiagnosis:
     :ivar self_killed: the engine stopped its own process tree after a child failed (SGLang's ``kill_process_tree``),
         which explains a SIGKILL exit.
     :ivar evidence: a dmesg line naming one of the server's pids, when one was found.
-    :ivar last_line: the log's last line as a terminal shows it, logger prefix dropped (:func:`last_line`): what a
-        message can still quote when the cause is ``"unknown"``; None for an empty log.
+    :ivar last_lines: the log's last meaningful lines (at most 3, oldest first) as a terminal shows them, logger
+        prefix dropped (:func:`last_lines`): what a message can still quote when the cause is ``"unknown"``; empty
+        for a log without one.
     """
 
     cause: str
@@ -92,7 +99,7 @@ class ExitDiagnosis:
     location: str | None = None
     self_killed: bool = False
     evidence: str | None = None
-    last_line: str | None = None
+    last_lines: tuple[str, ...] = ()
 
     def detail(self, returncode: int | None) -> str:
         """What follows the cause in a message, e.g. ``"TypeError: unsupported operand ... at
@@ -114,17 +121,21 @@ class ExitDiagnosis:
         """The cause and its detail as a message puts them after the exit status, e.g. ``"(cause: scheduler
         exception): TypeError: ... at sglang/srt/models/llama.py:437; the server then stopped its own process tree
         (signal 9)"``. With no cause found, what is known instead of "unknown": ``(no cause found in its log; its
-        last line: "Decode batch, ...")``, and for a SIGKILL that something outside killed it.
+        last line: "Decode batch, ...")`` or ``(no cause found in its log; its last 3 lines: "...", "...", "...")``
+        (each cut to 200 characters), and for a SIGKILL that something outside killed it.
 
         :param returncode: ``Popen.returncode`` (negative: killed by that signal), None when unknown.
         """
         if self.cause != "unknown":
             detail = self.detail(returncode)
             return f"(cause: {self.cause})" + (f": {detail}" if detail else "")
-        line = self.last_line
-        if line is not None and len(line) > _QUOTE_CHARS:
-            line = line[: _QUOTE_CHARS - 3] + "..."
-        known = "no cause found in its log" + (f'; its last line: "{line}"' if line else ", which is empty")
+        quoted = [f'"{_cut(line)}"' for line in self.last_lines]
+        if not quoted:
+            known = "no cause found in its log, which is empty"
+        elif len(quoted) == 1:
+            known = f"no cause found in its log; its last line: {quoted[0]}"
+        else:
+            known = f"no cause found in its log; its last {len(quoted)} lines: " + ", ".join(quoted)
         # The SIGKILL note's own "no error in the log" would repeat what precedes it.
         detail = self.detail(returncode).removeprefix("no error in the log: ")
         return f"({known})" + (f": {detail}" if detail else "")
@@ -138,6 +149,27 @@ def last_line(log_text: str) -> str | None:
         if line:
             return line
     return None
+
+
+def last_lines(log_text: str, n: int = _QUOTE_LINES) -> tuple[str, ...]:
+    """The last ``n`` meaningful lines of ``log_text`` (oldest first) as :func:`last_line` shows one; progress bars,
+    lines without a letter or digit, ``warnings.warn(`` echoes and the supervisor's own line are skipped. A log of
+    such lines only gives its last line; an empty log, nothing."""
+    found: list[str] = []
+    for raw in reversed(log_text.split("\n")):
+        line = _LOG_PREFIX.sub("", raw.rstrip("\r").rsplit("\r", 1)[-1].strip())
+        if line and not _NOISE.search(line):
+            found.append(line)
+            if len(found) == n:
+                break
+    if not found:
+        last = last_line(log_text)
+        return (last,) if last else ()
+    return tuple(reversed(found))
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= _QUOTE_CHARS else line[: _QUOTE_CHARS - 3] + "..."
 
 
 def last_exception(log_text: str) -> tuple[str, str | None] | None:
@@ -181,9 +213,9 @@ def diagnose_exit(
     traceback ("exception"); else the kernel's OOM-killer line naming one of ``pids`` or the crashed subprocess's pid
     (for a SIGKILL: "killed by the OOM killer"); else SGLang's "Subprocess NAME (pid=N) crashed with exit code C"
     ("subprocess crashed", that line as the exception, the signal named); else "unknown" (then
-    :meth:`ExitDiagnosis.explain` quotes the log's last line). The exception line and its location are attached
-    whenever the log has a traceback, whatever the cause; a line that stands in for it (no traceback) is quoted
-    without its ``[date time]`` prefix.
+    :meth:`ExitDiagnosis.explain` quotes the log's last meaningful lines). The exception line and its location are
+    attached whenever the log has a traceback, whatever the cause; a line that stands in for it (no traceback) is
+    quoted without its ``[date time]`` prefix.
 
     :param returncode: ``Popen.returncode`` (negative: killed by that signal); only used to decide whether to look
         for OOM-killer evidence.
@@ -230,7 +262,7 @@ def diagnose_exit(
         location=location,
         self_killed=self_killed,
         evidence=evidence,
-        last_line=last_line(log_text),
+        last_lines=last_lines(log_text),
     )
 
 

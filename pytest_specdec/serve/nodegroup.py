@@ -315,9 +315,9 @@ class NodeGroup:
         every local process): a lost rank makes its peers exit on the broken collective a moment later (rank 0
         logs "lost node rank 2; exiting with status 1", then rank 1 fails its NCCL call), so rank order would send
         the user to a follower. Ranks whose time is unknown come after, non-leaders first (a lost rank usually takes
-        rank 0 down with it). Each rank is named with its exit status, diagnosed cause and detail
-        (``diagnosis.diagnose_exit``, as ``readiness.exit_error`` for one server); the first one's log tail is
-        shown (secrets redacted).
+        rank 0 down with it). Each rank is named with its exit status, diagnosed cause and detail, or where its log
+        names no cause its last lines (``diagnosis.diagnose_exit``, ``ExitDiagnosis.explain``, as
+        ``ServerProcess.check_alive`` for one server); the first one's log tail is shown (secrets redacted).
         """
         pids = {rank.rank: rank.process.known_pids() for rank in dead}
         self.stop()
@@ -331,16 +331,13 @@ class NodeGroup:
         for i, rank in enumerate(dead):
             code = codes[rank.rank]
             diagnosis = diagnoses[rank.rank]
-            detail = redact(diagnosis.detail(code), rank.process.secrets)
+            explained = redact(diagnosis.explain(code), rank.process.secrets)
             found.append(diagnosis)
             later, died_at = "", times[rank.rank]
             if i and first_time is not None and died_at is not None:
                 gap = died_at - first_time
                 later = f" {gap:.2f} s later" if gap >= 0.005 else " at about the same time"
-            parts.append(
-                f"{rank.label} {describe_exit(code)}{later} {when} (cause: {diagnosis.cause})"
-                f"{': ' + detail if detail else ''}; log: {rank.log_path}"
-            )
+            parts.append(f"{rank.label} {describe_exit(code)}{later} {when} {explained}; log: {rank.log_path}")
         first = dead[0]
         tail = _redacted_tail(first)
         blamed = parts[0]
@@ -395,8 +392,8 @@ class NodeGroup:
         ``ServerProcess.check_alive``.
 
         :raises ServerError: ``server 'p': node rank 2 on 127.0.0.3 exited with code 1 while running (cause: ...):
-            DETAIL; log: ...`` for each dead rank (DETAIL: ``ExitDiagnosis.detail``, e.g. the exception and its
-            file:line), then the first one's log tail.
+            DETAIL; log: ...`` for each dead rank (``ExitDiagnosis.explain``: DETAIL is e.g. the exception and its
+            file:line; with no cause found, its log's last lines), then the first one's log tail.
         """
         dead = [r for r in self.ranks if not r.process.alive()]
         if dead:

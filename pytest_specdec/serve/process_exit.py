@@ -1,15 +1,19 @@
-"""How a server process ended, in words: its exit status, and the log tail to show (the cause: ``diagnosis``)."""
+"""How a server process ended, in words: its exit status, the log tail to show (the cause: ``diagnosis``), and the
+command that starts it by hand."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["TAIL_LINES", "describe_exit", "display_lines", "read_tail", "tail_lines"]
+__all__ = ["TAIL_LINES", "describe_exit", "display_lines", "launch_command", "read_tail", "tail_lines"]
 
 TAIL_LINES = 20
 _TAIL_BYTES = 64 * 1024
+
 
 def describe_exit(returncode: int | None) -> str:
     """``exited with code 3``, ``was killed by signal 9 (SIGKILL)`` (``Popen.returncode`` convention), or, for None
@@ -23,6 +27,19 @@ def describe_exit(returncode: int | None) -> str:
             name = "unknown signal"
         return f"was killed by signal {-returncode} ({name})"
     return f"exited with code {returncode}"
+
+
+def launch_command(argv: Sequence[str], env: Mapping[str, str], *, shell_env: Mapping[str, str] | None = None) -> str:
+    """``argv`` as a shell command line, preceded by the ``NAME=value`` of each variable of ``env`` that the shell
+    lacks or has another value of: what to paste into the shell pytest ran in to start the server by hand, e.g.
+    ``PYTHONPATH=/src SGLANG_X=1 /venv/bin/python -m sglang.launch_server --model-path /m --port 30000``.
+
+    :param env: the server's whole environment (``LaunchSpec.env``: a clean base plus the profile's ``env:``).
+    :param shell_env: the shell's environment (default: this process's, ``os.environ``).
+    """
+    shell = os.environ if shell_env is None else shell_env
+    assignments = [f"{name}={shlex.quote(value)}" for name, value in env.items() if shell.get(name) != value]
+    return " ".join([*assignments, shlex.join(argv)])
 
 
 def read_tail(path: Path, max_bytes: int = _TAIL_BYTES) -> str:

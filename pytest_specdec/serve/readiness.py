@@ -12,12 +12,15 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from pytest_specdec.core.errors import ServerStartError
 from pytest_specdec.core.redaction import redact
 from pytest_specdec.serve.diagnosis import diagnose_exit
-from pytest_specdec.serve.process_exit import describe_exit, display_lines, read_tail, tail_lines
+from pytest_specdec.serve.process_exit import describe_exit, display_lines, launch_command, read_tail, tail_lines
+
+if TYPE_CHECKING:
+    from pytest_specdec.engines.base import LaunchSpec
 
 __all__ = ["ProgressCallback", "exit_error", "wait_ready"]
 
@@ -32,6 +35,7 @@ class Waitable(Protocol):
 
     name: str
     log_path: Path
+    spec: LaunchSpec
     #: ``time.monotonic()`` at launch.
     started: float
     secrets: tuple[str, ...]
@@ -87,14 +91,29 @@ def _safe_probe(probe: Callable[[], bool]) -> bool:
 def exit_error(server: Waitable, elapsed: float, *, when: str) -> ServerStartError:
     """The error for a server that ended ``when`` (e.g. "before it was ready"): exit status, diagnosed cause and
     detail (``diagnosis.diagnose_exit``), seconds since launch, log path, then the last 20 log lines (secrets
-    redacted)."""
+    redacted). With no cause found in the log, what is known instead of "cause: unknown": the log's last meaningful
+    lines (``ExitDiagnosis.explain``), and the fix to try: the launch command, to run by hand and see the error,
+    e.g. ``server 'eagle3' exited with code 1 before it was ready after 2.1 s (no cause found in its log; its last
+    line: "Load weight begin"); log: ...; fix: run its launch command by hand to see why it exits: PYTHONPATH=/src
+    /venv/bin/python -m sglang.launch_server ...``. ``ServerStartError.cause`` stays ``"unknown"`` then."""
     returncode = server.returncode()
     tail = redact(tail_lines(server.log_path), server.secrets)
     found = diagnose_exit(read_tail(server.log_path), returncode, pids=server.known_pids())
-    detail = redact(found.detail(returncode), server.secrets)
+    if found.cause == "unknown":
+        explained = redact(found.explain(returncode), server.secrets)
+        command = redact(launch_command(server.spec.argv, server.spec.env), server.secrets)
+        text = (
+            f"server '{server.name}' {describe_exit(returncode)} {when} after {elapsed:.1f} s {explained}; "
+            f"log: {server.log_path}; fix: run its launch command by hand to see why it exits: {command}"
+        )
+    else:
+        detail = redact(found.detail(returncode), server.secrets)
+        text = (
+            f"server '{server.name}' {describe_exit(returncode)} {when} (cause: {found.cause}) after {elapsed:.1f} s"
+            f"{': ' + detail if detail else ''}; log: {server.log_path}"
+        )
     return ServerStartError(
-        f"server '{server.name}' {describe_exit(returncode)} {when} (cause: {found.cause}) after {elapsed:.1f} s"
-        f"{': ' + detail if detail else ''}; log: {server.log_path}\n{tail}",
+        f"{text}\n{tail}",
         profile=server.name,
         log_path=server.log_path,
         cause=found.cause,
