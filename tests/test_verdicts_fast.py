@@ -548,6 +548,25 @@ def test_a_scheduler_crash_mid_run_is_diagnosed_with_how_far_the_phase_got(pytes
     )
 
 
+def test_a_startup_death_with_no_cause_in_the_log_shows_what_is_known(pytester: pytest.Pytester) -> None:
+    """A server that exits before ready with a log no cause matches: it said "(cause: unknown)" (a fresh-user
+    trial). The error gives the exit code, the log's last line, its path and the launch command to run by hand."""
+    script = {"exit_at_startup": {"code": 3, "line": "Loading weights took 1.2 s"}}
+    _project(pytester, RUN_TEST, script=script, workload=ONE_REPEAT)
+    result = _run(pytester, "--server-profile=eagle3")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "server 'eagle3' exited with code 3 before it was ready after * s (no cause found in its log; its last 2 "
+            'lines: "*UserWarning: *", "Loading weights took 1.2 s"); log: *eagle3.*Z-*.log; fix: run its launch '
+            f"command by hand to see why it exits: PYTHONPATH={FAKE} * -m sglang.launch_server --model-path "
+            f"{BUNDLED_TARGET} *",
+        ]
+    )
+    assert "cause: unknown" not in result.stdout.str()
+
+
 def test_log_and_counter_warnings_reach_the_test(pytester: pytest.Pytester) -> None:
     """Decode lines saying ``cuda graph: False`` without a flag that disables graphs, and engine counters that
     disagree with the per-request fields (a metrics bug): warnings, never a failed verdict."""

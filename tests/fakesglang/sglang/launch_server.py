@@ -39,6 +39,8 @@ Scripted through the environment variable ``SPECDEC_FAKE_SGLANG``: inline JSON o
 - ``server_info``: fields to report in ``/server_info`` instead of the launch's own (SGLang resolving a flag to
   something else than asked);
 - ``startup_s`` (0): sleep before serving;
+- ``exit_at_startup``: ``{"code": 3, "line": "..."}``: log ``line`` and exit with ``code`` before serving (a death
+  whose log names no cause);
 - ``crash_after_requests``: N: the scheduler crashes mid-run, on the first ``/generate`` after N requests served
   since the first ``/flush_cache`` (the plugin flushes before each measured phase, so N measured requests), with
   the recorded scheduler traceback and ``kill_process_tree``, as aux id -1 does at the first forward.
@@ -514,6 +516,10 @@ def main(argv: list[str] | None = None) -> None:
         log(f"FileNotFoundError: [Errno 2] No such file or directory: '{config.model_path}/config.json'")
         sys.exit(1)
     time.sleep(float(script.get("startup_s", 0.0)))
+    death = script.get("exit_at_startup")
+    if isinstance(death, dict):
+        log(str(death.get("line", "")))
+        sys.exit(int(death.get("code", 1)))
     info = _recorded("/server_info", "eagle3")
     for key in list(info):
         if key.startswith("speculative_") and key != "speculative_draft_model_path":
