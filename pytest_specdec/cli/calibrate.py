@@ -46,13 +46,13 @@ _FIRM_RUNS = 6
 def calibrate_command(args: argparse.Namespace) -> int:
     """``calibrate PROFILE_FILE --profile NAME [--runs K]`` or ``calibrate --from RUN ...``: prints each run's
     figures, writes the noise file (``noise.calibrate_noise``) and prints an ini block of proposed tolerances
-    (``noise.calibrate_proposal``: 3 sd of the within-run and run-to-run sds combined, ``noise.proposal_sds``, a line
-    per field showing the sum; from per-pair ratios where the compare judges those), counting measurements, not
-    tests (``noise.measurements``: the tests of a profile in one run file share one). A timing field's proposal is
-    raised to what 4 stored unchanged runs like these decide, and a comment under the block says what one stored run
-    and such a history decide where one stored run cannot decide the 3-sd value (:func:`_reaches`); for a paired
-    field, another says what its raw row decides at the ratio row's tolerance (:func:`_raw_line`). Returns
-    ``EXIT_FINDINGS`` when a server failed, ``EXIT_USAGE``/``EXIT_BAD_PROFILE`` on bad input, else ``EXIT_OK``."""
+    (``noise.calibrate_proposal``: per field the least tolerance at which the compare passes an unchanged run of
+    this noise 90 % of the time, ``noise.gate_tolerance``, against ``--stored-runs`` stored runs at the profile's
+    budget; from per-pair ratios where the compare judges those), counting measurements, not tests
+    (``noise.measurements``: the tests of a profile in one run file share one). A line per field shows the sds it
+    is sized for and, where more, what 1-3 stored runs (the first nights) need; for a paired field, a comment says
+    what its raw row needs at the ratio row's tolerance (:func:`_raw_line`). Returns ``EXIT_FINDINGS`` when a server
+    failed, ``EXIT_USAGE``/``EXIT_BAD_PROFILE`` on bad input, else ``EXIT_OK``."""
     if not 1 <= args.stored_runs <= MAX_HISTORY_RUNS:
         print(f"error: --stored-runs={args.stored_runs}: expected the stored runs of the baseline a compare will pool, "
               f"1 to {MAX_HISTORY_RUNS} (it pools at most {MAX_HISTORY_RUNS}), e.g. --stored-runs {MAX_HISTORY_RUNS}",
