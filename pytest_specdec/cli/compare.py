@@ -6,6 +6,7 @@ tests onto another profile's (:func:`profile_mapper`) and prints.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 import sys
@@ -14,8 +15,8 @@ from pathlib import Path
 from typing import TextIO
 
 from pytest_specdec.core.errors import CompareError, NoiseFileError
-from pytest_specdec.core.tolerances import parse_tolerances
-from pytest_specdec.judge.compare import compare_runs, design_of, single_look, swap_profile_id
+from pytest_specdec.core.tolerances import Tolerance, parse_tolerances
+from pytest_specdec.judge.compare import compare_runs, design_of, judged_tolerances, single_look, swap_profile_id
 from pytest_specdec.judge.history import StoredHistory
 from pytest_specdec.judge.noise import CalibratedNoise, read_noise
 from pytest_specdec.judge.verdict import undecided_block, undecided_reason
@@ -88,6 +89,37 @@ def _latest_notes(
                      f"--specdec-compare would compare it with {instead}: name that run as BASE to decide as pytest "
                      "did")  # fmt: skip
     return notes
+
+
+def _unmeasured(record: ResultRecord, tolerances: Mapping[str, Tolerance] | None) -> str:
+    """Why ``record`` cannot be compared, or ``""`` when it can: no figure for any field its compare judges
+    (:func:`judged_tolerances`), as a test that failed or errored before it measured leaves it. Compared anyway,
+    its rows would read ``n/a`` and the command ``ok``. Example: ``CURRENT recorded no measurement of it (outcome:
+    failed)``."""
+    if any(record.values(name) for name in judged_tolerances(record, tolerances)):
+        return ""
+    said = "interrupted" if record.interrupted else record.outcome or "none recorded"
+    return f"CURRENT recorded no measurement of it (outcome: {said})"
+
+
+def _absent(base: RunFile, current: RunFile, mapper: Callable[[ResultRecord], str] | None) -> list[str]:
+    """One line per test of ``base`` that no record of ``current`` is compared with, saying what ``current`` tells
+    of it. A run file holds only the tests that measured: a test that errored before it measured (its server did
+    not start: every test of the profile) is as absent from it as one deselected (``-k``, ``--server-profile``) or
+    renamed, so the line asks rather than tells. Example: ``in the baseline, not in CURRENT: t.py::test_x[eagle3]
+    (errored, deselected or renamed? CURRENT has no test of profile eagle3: its server may not have started)``."""
+    wanted = {mapper(r) if mapper is not None else r.test_id for r in current.results}
+    covered = {r.profile for r in base.results if r.test_id in wanted}  # profiles CURRENT has tests of (mapped)
+    lines = []
+    for record in base.results:
+        if record.test_id in wanted:
+            continue
+        if record.profile in covered:
+            why = f"CURRENT has other tests of profile {record.profile}"
+        else:
+            why = f"CURRENT has no test of profile {record.profile}: its server may not have started"
+        lines.append(f"in the baseline, not in CURRENT: {record.test_id} (errored, deselected or renamed? {why})")
+    return lines
 
 
 def load_pair(store: ResultStore, base_ref: str, current_ref: str) -> tuple[RunFile, RunFile]:
@@ -273,6 +305,7 @@ def compare_command(
     noise_path: str | Path | None = None,
     results_dir: str | Path = ".specdec/results",
     fail_on_suspected: bool = False,
+    fail_on_missing: bool = False,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
@@ -288,11 +321,20 @@ def compare_command(
     :param noise_path: a noise file written by ``calibrate`` (:func:`read_noise`) for every test; None: each
         profile's own ``noise/<profile>.json`` beside ``results_dir``, as pytest reads it.
     :param fail_on_suspected: exit 1 on an undecided row whose estimate is beyond its tolerance as well.
-    :returns: the exit code, documented as pytest-benchmark documents ``--benchmark-compare-fail``'s: 1 when a row
-        REGRESSED (decided as pytest decided: the current run's stored repeats, confirming pairs included, at the
-        design its record was judged with, against the baseline and its stored runs of the same fingerprint), or
-        with ``fail_on_suspected`` when a row is undecided beyond its tolerance; 2 on unusable input (bad tolerance,
-        unreadable file, no matching run, no test in common, a refused workload mismatch); else 0.
+    :param fail_on_missing: exit 1 on a test of ``current`` without baseline (a new test) or a test of ``base``
+        that ``current`` does not hold (deselected, renamed, or errored before it measured: a run file holds only
+        the tests that measured) as well; without it both are listed and counted only.
+    :returns: the exit code, documented as pytest-benchmark documents ``--benchmark-compare-fail``'s:
+
+        - 0: every test of ``current`` with a baseline was compared and none regressed (undecided rows allowed);
+          tests without baseline and tests of ``base`` absent from ``current`` are listed and counted;
+        - 1: a row REGRESSED (decided as pytest decided: the current run's stored repeats, confirming pairs
+          included, at the design its record was judged with, against the baseline and its stored runs of the same
+          fingerprint); or a test of ``current`` recorded no measurement (it failed or errored before measuring:
+          it could not have shown a regression); or, with ``fail_on_suspected``, a row undecided beyond its
+          tolerance; or, with ``fail_on_missing``, a test without baseline or absent from ``current``;
+        - 2: unusable input: a bad tolerance, an unreadable file, no matching run, nothing compared (no test in
+          common), a refused workload mismatch. Where 1 and 2 both apply: 1.
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr
@@ -310,9 +352,13 @@ def compare_command(
     except NoiseFileError as exc:
         print(f"error: {exc}", file=err)
         return 2
+    # A record without a figure (its test failed or errored before it measured) is said, not compared: its rows
+    # would read n/a and the command ok (a fresh-user trial: a CI read green on a run that could not have seen it).
+    unmeasured = {r.test_id: why for r in current.results if (why := _unmeasured(r, parsed))}
+    measured = dataclasses.replace(current, results=tuple(r for r in current.results if r.test_id not in unmeasured))
     stored = StoredHistory(Path(results_dir), before=current.run_id)
     result = compare_runs(
-        base, current, parsed, force=force, baseline_id=mapper, noise=noise,
+        base, measured, parsed, force=force, baseline_id=mapper, noise=noise,
         history=lambda record: stored.of(base.run_id, record),
     )  # fmt: skip
     print(f"specdec compare: baseline {base.run_id} -> current {current.run_id}", file=out)
@@ -349,6 +395,14 @@ def compare_command(
     hint = _profile_hint(base, current, result.missing) if compare_profile is None else ""
     if hint:
         print(hint, file=out)
+    for test_id, why in unmeasured.items():
+        print(f"not compared: {test_id}: {why}; that run's pytest output says why", file=out)
+    absent = _absent(base, current, mapper)
+    for line in absent:
+        print(line, file=out)
+    if (absent or result.missing) and not fail_on_missing:
+        print("note: tests without baseline or not in CURRENT do not change the exit status; --fail-on-missing "
+              "exits 1 on them", file=out)  # fmt: skip
     for message in result.refused:
         print(f"error: {message}", file=err)
     # Decided as pytest decides (verdict.judge_compare): the same rows, the same design, the same history.
@@ -367,13 +421,17 @@ def compare_command(
                                   "tolerance") if undecided else "0 undecided")  # fmt: skip
     print(
         f"specdec compare: {n} test{'s' if n != 1 else ''} compared, {len(regressed)} regressed{in_regressed}, "
-        f"{still_open}, {len(result.missing)} without baseline, {len(result.refused)} refused",
+        f"{still_open}, {len(result.missing)} without baseline, {len(result.refused)} refused"
+        + (f", {len(unmeasured)} without measurement" if unmeasured else "")
+        + (f", {len(absent)} not in CURRENT" if absent else ""),
         file=out,
     )
     if fail_on_suspected and suspected:
         regressed += suspected
-    if regressed:
+    if regressed or unmeasured:  # a test CURRENT could not measure could not have shown a regression
         return 1
     if result.refused or not result.comparisons:
         return 2
+    if fail_on_missing and (result.missing or absent):
+        return 1
     return 0
