@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -90,7 +91,8 @@ class CompareRow:
     #: Why a row has no verdict (``n/a``), shown beside it: ``3 requests < 8 per repeat``.
     note: str = ""
     #: The design a statistical row was judged with: a paired field's raw and ratio rows share the field's alpha
-    #: (half each), so what "more repeats would decide it" estimates must use this one, not the run's.
+    #: (half each), and a field's k statistical category rows share it too (``alpha / k`` each), so what "more
+    #: repeats would decide it" estimates must use this one, not the run's.
     design: sequential.Design | None = None
     #: The run-to-run sd the row's interval took: :func:`assumed_instance_sd` with fewer than 2 stored runs and no
     #: calibrated noise, the larger of it and 2-3 runs' own estimate, 0 otherwise; the "more would decide it"
@@ -268,8 +270,9 @@ def compare_results(
     paired reference arm, throughput and latency are judged on their ratio to it (:func:`_paired_rows`). Accept
     length/rate at temperature 0 with identical repeats are compared equal-or-not (``EXACT_FIELDS``). Runner-state
     changes are listed first. Prompt categories both records have get rows of their own (``accept_length[code]``,
-    ``CATEGORY_COMPARE_FIELDS``). A tail percentile (p90, p95, p99) with fewer than 1 / (1 - q) samples in a repeat
-    is shown as ``n/a`` with the count (:data:`TAIL_PERCENTILES`): there it is the repeat's largest sample.
+    ``CATEGORY_COMPARE_FIELDS``), a field's k statistical ones at ``alpha / k`` each (:func:`_category_rows`). A
+    tail percentile (p90, p95, p99) with fewer than 1 / (1 - q) samples in a repeat is shown as ``n/a`` with the
+    count (:data:`TAIL_PERCENTILES`): there it is the repeat's largest sample.
 
     For each metric field with a tolerance (``tolerances`` keys are metric names or fields, merged over
     :data:`DEFAULT_TOLERANCES` by :func:`merge_tolerances`, so naming one metric never drops the others): medians
@@ -318,9 +321,8 @@ def compare_results(
             rows.append(_no_verdict(fname, higher, tol, b_vals, c_vals, short))
             continue
         rows.append(_judge(fname, higher, tol, b_vals, c_vals, judging, key=fname, exact=is_exact))
-    rows.extend(
-        _category_rows(base, current, merged, temperature, judging, paired=vs if ratio_rows else None)
-    )
+    # A field's category rows share the full alpha among themselves (alpha / k each; the top rows keep theirs).
+    rows.extend(_category_rows(base, current, merged, temperature, judging, paired=vs if ratio_rows else None))
     if ratio_rows:
         notes.append(
             f"throughput and latency judged twice: raw (a slowdown of both arms alike: runner load, a lost NCCL env, "
@@ -414,11 +416,17 @@ def _category_rows(
       requests;
     - otherwise a verdict only with :data:`MIN_CATEGORY_REQUESTS` successful requests of the category per repeat on
       both sides (``num_ok[CATEGORY]``), else ``n/a (3 requests < 8 per repeat)``.
+
+    The k statistical rows of one field (neither exact nor ``n/a``) share the design's alpha: each is judged at
+    ``alpha / k`` (Bonferroni over the categories), so that an unchanged run fails any category row of a field at
+    most ``alpha``, not about ``k x alpha`` (a fresh-user trial: a category row FAILED an unchanged server beside
+    its field's undecided top row; seeded, ``tests/test_compare.py``).
     """
     specs = field_specs()
-    rows: list[CompareRow] = []
     if len(base.categories) == 1 and base.categories == current.categories:
-        return rows  # every request in one category: its rows would repeat the top rows (a trial read them twice)
+        return []  # every request in one category: its rows would repeat the top rows (a trial read them twice)
+    # First each row's rule, then the statistical ones judged: their number per field sets the alpha they share.
+    planned: list[CompareRow | _CategoryCase] = []
     for category in sorted(set(base.categories) & set(current.categories)):
         counts = base.values(f"num_ok[{category}]") + current.values(f"num_ok[{category}]")
         fewest = int(min(counts)) if counts else None
@@ -436,17 +444,52 @@ def _category_rows(
             if paired is not None and fname in PAIRED_FIELDS:
                 b_ratios, c_ratios = paired_ratios(base, name), paired_ratios(current, name)
                 if b_ratios and c_ratios and not few:
-                    row = _judge(name, higher, _relative(tol, b_vals), b_ratios, c_ratios, judging, key=f"{name} / ")
-                    rows.append(dataclasses.replace(row, metric=f"{name} / {paired}"))
+                    planned.append(_CategoryCase(fname, name, higher, _relative(tol, b_vals), b_ratios, c_ratios,
+                                                 f"{name} / ", f"{name} / {paired}"))  # fmt: skip
                     continue
                 why = "no paired values per category" if not (b_ratios and c_ratios) else ""
-                rows.append(_no_verdict(name, higher, tol, b_vals, c_vals, why or _few(fewest), paired=True))
+                planned.append(_no_verdict(name, higher, tol, b_vals, c_vals, why or _few(fewest), paired=True))
                 continue
             if few:
-                rows.append(_no_verdict(name, higher, tol, b_vals, c_vals, _few(fewest)))
-                continue
-            rows.append(_judge(name, higher, tol, b_vals, c_vals, judging, key=name, exact=is_exact))
+                planned.append(_no_verdict(name, higher, tol, b_vals, c_vals, _few(fewest)))
+            elif is_exact or not (b_vals and c_vals):  # equal-or-not, or a side missing: no statistics spent
+                planned.append(_judge(name, higher, tol, b_vals, c_vals, judging, key=name, exact=is_exact))
+            else:
+                planned.append(_CategoryCase(fname, name, higher, tol, b_vals, c_vals, name, name))
+    judged = Counter(case.field for case in planned if isinstance(case, _CategoryCase))
+    rows: list[CompareRow] = []
+    for case in planned:
+        if isinstance(case, CompareRow):
+            rows.append(case)
+            continue
+        shared = _split_alpha(judging, judged[case.field])
+        row = _judge(case.name, case.higher, case.tolerance, case.b_vals, case.c_vals, shared, key=case.key)
+        rows.append(dataclasses.replace(row, metric=case.metric) if case.metric != row.metric else row)
     return rows
+
+
+@dataclass(frozen=True, slots=True)
+class _CategoryCase:
+    """A category row to be judged statistically (:func:`_category_rows`), once its field's alpha share is known."""
+
+    field: str
+    name: str
+    higher: bool
+    tolerance: Tolerance
+    b_vals: Sequence[float]
+    c_vals: Sequence[float]
+    #: ``field[cat]``, or ``field[cat] / `` for the ratio to a paired arm (``row_values``).
+    key: str
+    #: The row's name in the table: ``name``, or ``field[cat] / vs``.
+    metric: str
+
+
+def _split_alpha(judging: _Judging, rows: int) -> _Judging:
+    """``judging`` with its design's alpha shared by ``rows`` rows (Bonferroni: ``alpha / rows`` each; at every look,
+    as each look spends ``alpha / looks`` of it: ``sequential.Design.alpha_per_look``)."""
+    if rows <= 1:
+        return judging
+    return dataclasses.replace(judging, design=dataclasses.replace(judging.design, alpha=judging.design.alpha / rows))
 
 
 def _tail_samples(record: ResultRecord, fname: str) -> list[int]:
