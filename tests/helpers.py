@@ -257,7 +257,7 @@ class ScriptedHandle:
     def can_measure(self, profile: str) -> bool:
         return len(self.measured) < len(self.script)
 
-    def more(self, profile: str, vs: str | None) -> bool:
+    def more(self, profile: str, vs: str | None, pairs: int | None = None) -> bool:
         self.asked += 1
         self.measured.append(self._measure(self.script[len(self.measured)]))
         return True

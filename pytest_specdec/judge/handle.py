@@ -41,12 +41,14 @@ class MeasureHandle(Protocol):
         """Whether the profile's server is running in this process (more can be measured on it)."""
         ...
 
-    def more(self, profile: str, vs: str | None) -> bool:
-        """Measure one more repeat (with ``vs``: one more pair; bracketed pairing: as many pairs again) and append it to
-        the profile's run and arms (medians recomputed). :returns: False when nothing was added (no running server,
-        or it failed; a pair's reason goes to :meth:`pair_error`)."""
+    def more(self, profile: str, vs: str | None, pairs: int | None = None) -> bool:
+        """Measure one more repeat (with ``vs``: one more pair; bracketed pairing: one bracket of ``pairs`` pairs,
+        default as many as its first block) and append it to the profile's run and arms (medians recomputed).
+        :returns: False when nothing was added (no running server, or it failed; a pair's reason goes to
+        :meth:`pair_error`)."""
         ...
 
     def spent_s(self, profile: str, vs: str | None) -> float:
-        """Seconds the profile's phases held servers so far, with the reference phases of its pairing with ``vs``."""
+        """Seconds the profile's phases held servers so far, with the reference phases of its pairing with ``vs``
+        and, bracketed, the seconds of its server switches (``PairedArms.restart_s``)."""
         ...

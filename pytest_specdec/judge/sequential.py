@@ -153,6 +153,14 @@ class Design:
         """Whether a decision is taken at ``n`` repeats (a scheduled look, or past the last)."""
         return n in self.points or n >= self.max_repeats
 
+    def look_due(self, n: int, last: int) -> bool:
+        """Whether a look is taken at ``n`` repeats when the last was taken at ``last`` (0: none yet): a point in
+        ``(last, n]``. A step of several repeats (a bracketed pairing's block) may pass a point without landing on
+        it: the look is taken where the step ends. Each look still consumes a point, so at most :attr:`looks` looks
+        spend ``alpha / looks`` each and the Bonferroni bound holds; looking later, with more repeats, costs no
+        error (when a step ends depends on costs, not on the values)."""
+        return n > last and (any(last < p <= n for p in self.points) or n >= self.max_repeats)
+
     def may_continue(self, n: int, server_s: float, next_s: float | None = None, step: int = 1) -> bool:
         """Whether another measuring step fits the budget after ``n`` repeats that took ``server_s`` server-seconds.
 

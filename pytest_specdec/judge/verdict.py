@@ -298,27 +298,66 @@ def _measure_until(
 ) -> None:
     """Ask for one more repeat (with ``vs``: one more pair) at a time until ``decided()`` at a look of ``design``,
     or the budget is spent, or nothing more can be measured. The next repeat is started only when its expected
-    cost (the mean so far) fits ``max_server_s``."""
+    cost (the mean so far; a bracketed block's with its server switches) fits ``max_server_s``."""
+    last = 0
     while True:
         n = _count(measurements, name, vs)
-        if design.is_look(n) and decided():
+        if design.look_due(n, last):
+            last = n
+            if decided():
+                return
+        step = _next_step(measurements, name, vs, design, n, in_phases=False)
+        if not design.may_continue(n, measurements.spent_s(name, vs), step.cost_s, step=step.pairs) or (
+            not measurements.can_measure(name)
+        ):
             return
-        step = _next_step(measurements, name, vs)[0]
-        if not design.may_continue(n, measurements.spent_s(name, vs), step=step) or not measurements.can_measure(name):
-            return
-        if not measurements.more(name, vs):
+        if not measurements.more(name, vs, step.pairs):
             return
 
 
-def _next_step(measurements: MeasureHandle, name: str, vs: str | None) -> tuple[int, int]:
-    """What one ``more()`` adds: (pairs, or repeats without ``vs``; target phases). An interleaved pairing adds one
-    pair of one target phase; a bracketed one its first block's pairs at once, each with its target phases around
-    the reference (``pairing.PairedArms``), which the budget must count before asking (``store.more``)."""
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """What the next ``more()`` is asked for and adds: ``pairs`` (repeats without a pairing), the target phases it
+    adds (a compare's repeats) and its expected cost in seconds (None: the budget's mean-repeat rule)."""
+
+    pairs: int
+    phases: int
+    cost_s: float | None = None
+
+
+def _next_step(
+    measurements: MeasureHandle, name: str, vs: str | None, design: sequential.Design, n: int, *, in_phases: bool
+) -> _Step:
+    """The next ``more()`` after ``n`` (pairs, or target phases when ``in_phases``: a compare counts its repeats).
+    Alone or interleaved: one repeat or pair. Bracketed (``pairing.PairedArms``): one block of pairs, each with its
+    target phases around the reference, that reaches the design's next look and whose measuring lasts at least as
+    long as the block's two server switches (:func:`_bracket_pairs`), with its cost counted before asking: on real
+    SGLang a block of the first block's 3 pairs cost two restarts for 3 pairs and passed looks without landing on
+    them (2026-12-06, an H100: 5 blocks in 10 minutes, no verdict)."""
     arms = measurements.arms(name, vs) if vs else None
     if arms is None or arms.mode == "interleaved":
-        return 1, 1
+        return _Step(1, 1)
     per_pair = max((len(group) for group in arms.target), default=1)
-    return arms.first, arms.first * per_pair
+    pair_s = arms.measuring_s() / max(arms.pairs, 1)
+    switch_s = arms.restart_s / arms.brackets if arms.brackets else 0.0
+    pairs = _bracket_pairs(design, n, per_pair if in_phases else 1, pair_s, switch_s)
+    return _Step(pairs, pairs * per_pair, pairs * pair_s + switch_s)
+
+
+def _bracket_pairs(design: sequential.Design, n: int, unit: int, pair_s: float, switch_s: float) -> int:
+    """Pairs of the next bracketed block after ``n`` (in ``unit`` per pair): the fewest that reach a look point of
+    ``design`` and measure at least ``switch_s`` (a block's server switches, s) at ``pair_s`` a pair, else the rest
+    of the budget in one block (a 15-minute start: the whole budget at once, one look). At least 1."""
+    room = (design.max_repeats - n) // unit
+    if room < 1:
+        return 1  # past the budget: ``Design.may_continue`` refuses it
+    for point in design.points:
+        if point <= n:
+            continue
+        pairs = min(math.ceil((point - n) / unit), room)
+        if pairs * pair_s >= switch_s:
+            return pairs
+    return room
 
 
 def _count(measurements: MeasureHandle, name: str, vs: str | None) -> int:
@@ -612,7 +651,7 @@ class _Fixed:
     def can_measure(self, profile: str) -> bool:
         return False
 
-    def more(self, profile: str, vs: str | None) -> bool:
+    def more(self, profile: str, vs: str | None, pairs: int | None = None) -> bool:
         return False
 
     def spent_s(self, profile: str, vs: str | None) -> float:
@@ -780,6 +819,7 @@ def judge_compare(
     current_run: str = "",
     bisect_hint: BisectHint | None = None,
     step: Callable[[], int] = lambda: 1,
+    next_s: Callable[[], float | None] = lambda: None,
 ) -> CompareVerdict:
     """Compare ``record`` with the stored ``base`` (of run ``run_id``, found under ``test_id``), every statistical
     row decided on its interval (``compare.compare_results`` at the look's alpha). While a row is undecided at a
@@ -790,7 +830,9 @@ def judge_compare(
     :param force: compare although the workloads differ (``--specdec-compare-force``).
     :param history: the baseline's other stored runs of the same fingerprint (``history.StoredHistory.of``).
     :param server_s: seconds the current record's phases held servers (the cost line and the budget).
-    :param step: the repeats (target phases) the next ``more()`` adds: the budget counts them before asking.
+    :param step: the repeats (target phases) the next ``more()`` adds: the budget counts them before asking;
+        :param next_s: its expected seconds (a bracketed block's with its server switches; None: ``step`` mean
+        repeats).
     :param current_run: this session's run id: with more than one fingerprint difference, the head is followed by
         the ``bisect`` command over the two runs (``bisect_hint``, i.e. ``bisection.bisect_hint``; none without).
     """
@@ -805,9 +847,11 @@ def judge_compare(
     except CompareError as exc:
         return CompareVerdict(f"not compared with run {run_id}: {exc} (--specdec-compare-force compares anyway)")
     stopped_at_failure = False
+    last = 0
     while True:
         n = len(current.values("output_tok_s"))
-        if design.is_look(n):
+        if design.look_due(n, last):
+            last = n
             if compared is not current:
                 comparison, compared = comparison_of(current), current
             # Until the third look a few repeats' estimate may still swing into either verdict: measure on.
@@ -820,9 +864,9 @@ def judge_compare(
                 # A regressed row is final at its look (exact, or its interval spent at this look's alpha): the
                 # compare has failed, and its open rows would cost repeats of a night already red (replayed: a 20%
                 # regression decided after 3 pairs, not 5; the open rows, even a -87% tok/s at 2 repeats, say so).
-                stopped_at_failure = design.may_continue(n, server_s(), step=step())
+                stopped_at_failure = design.may_continue(n, server_s(), next_s(), step=step())
                 break
-        if not design.may_continue(n, server_s(), step=step()):
+        if not design.may_continue(n, server_s(), next_s(), step=step()):
             break
         nxt = more()
         if nxt is None:
@@ -1076,8 +1120,12 @@ def compare_item(
     run, base = found.run, found.record
     vs = (record.paired or {}).get("vs")
 
+    def step() -> _Step:
+        n = len(case.record.values("output_tok_s"))
+        return _next_step(measurements, profile.name, vs, design, n, in_phases=True)
+
     def more() -> results.ResultRecord | None:
-        if not measurements.more(profile.name, vs):
+        if not measurements.more(profile.name, vs, step().pairs):
             return None
         _rebuild_record(case, measurements, profile.name, vs)
         return case.record
@@ -1088,7 +1136,7 @@ def compare_item(
             noise=outcomes.noise(profile.name), force=setup.force, more=more, design=design,
             history=others,
             server_s=lambda: measurements.spent_s(profile.name, vs), current_run=setup.run_id,
-            bisect_hint=setup.bisect_hint, step=lambda: _next_step(measurements, profile.name, vs)[1],
+            bisect_hint=setup.bisect_hint, step=lambda: step().phases, next_s=lambda: step().cost_s,
         )  # fmt: skip
 
     history = setup.history

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,9 @@ class PairedArms:
 
     ``target[i]`` holds the target phases of pair i (one when interleaved, two when bracketed), ``reference[i]`` the
     reference phase. Pairs ``[0, first)`` are the first measurement, the rest confirm it (:meth:`extend`).
+    ``brackets`` counts the bracketed blocks and ``restart_s`` the seconds their server switches took (stopping
+    the target, starting the reference, stopping it, restarting the target; wall clock, s): on a GPU a switch
+    costs minutes, so the budget and the size of the next block count them (``judge.verdict``).
     """
 
     target_profile: str
@@ -70,6 +74,8 @@ class PairedArms:
     target: tuple[tuple[runner.Measurement, ...], ...]
     reference: tuple[runner.Measurement, ...]
     first: int
+    brackets: int = 0
+    restart_s: float = 0.0
 
     @property
     def pairs(self) -> int:
@@ -102,7 +108,12 @@ class PairedArms:
 
     def extend(self, more: PairedArms) -> PairedArms:
         """These pairs followed by ``more`` (a confirming measurement of the same arms); ``first`` is kept."""
-        return dataclasses.replace(self, target=self.target + more.target, reference=self.reference + more.reference)
+        return dataclasses.replace(self, target=self.target + more.target, reference=self.reference + more.reference,
+                                   brackets=self.brackets + more.brackets, restart_s=self.restart_s + more.restart_s)
+
+    def measuring_s(self) -> float:
+        """Seconds the pairs' phases held servers (target and reference phases, switches left out)."""
+        return sum(m.server_s for m in (*self.target_measurements(), *self.reference))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe record (``ResultRecord.paired``): profiles, mode, first, and per-pair values of
@@ -172,25 +183,31 @@ def measure_bracketed(
     measure: Measure | None = None,
 ) -> PairedArms:
     """Measure with one server alive at a time: T x pairs, stop the target, R x pairs on a reference server started
-    by ``start_reference`` (stopped after), ``restart_target()``, T' x pairs.
+    by ``start_reference`` (stopped after), ``restart_target()``, T' x pairs. The two switches' wall-clock seconds
+    are the arms' ``restart_s`` (one bracket).
 
     :raises ServerStartError: a server did not start (the target is restarted first when the reference failed).
     :raises ServerError: from ``measure``.
     """
     run = measure or runner.measure
     before = [run(target) for _ in range(pairs)]
+    switch = time.perf_counter()
     target.stop()
     try:
         ref_server = start_reference()
+        switched_s = time.perf_counter() - switch
         try:
             refs = [run(ref_server) for _ in range(pairs)]
         finally:
+            switch = time.perf_counter()
             ref_server.stop()
     finally:
         restart_target()
+    switched_s += time.perf_counter() - switch
     after = [run(target) for _ in range(pairs)]
     groups = tuple((b, a) for b, a in zip(before, after, strict=True))
-    return PairedArms(target.profile.name, ref_server.profile.name, "bracketed", groups, tuple(refs), pairs)
+    return PairedArms(target.profile.name, ref_server.profile.name, "bracketed", groups, tuple(refs), pairs,
+                      brackets=1, restart_s=switched_s)  # fmt: skip
 
 
 class ReferenceServers:

@@ -115,7 +115,8 @@ class MeasurementStore:
             seen = {id(m) for m in measured}
             measured += [m for m in arms.target_measurements() if id(m) not in seen]
             measured += arms.reference
-        return sum(m.server_s for m in measured)
+        # A bracketed pairing's server switches hold the GPU too (minutes each there): the budget counts them.
+        return sum(m.server_s for m in measured) + (arms.restart_s if arms is not None else 0.0)
 
     # -- the first measurement (the specdec_run fixture) --
 
@@ -262,7 +263,7 @@ class MeasurementStore:
 
     # -- measuring again (MeasureHandle) --
 
-    def more(self, profile: str, vs: str | None) -> bool:
+    def more(self, profile: str, vs: str | None, pairs: int | None = None) -> bool:
         from pytest_specdec.core.errors import ServerError, ServerStartError
         from pytest_specdec.measure import runner
 
@@ -275,7 +276,7 @@ class MeasurementStore:
         with self._lock() as shared_file:
             try:
                 if key is not None and arms is not None:
-                    count = 1 if arms.mode == "interleaved" else arms.first
+                    count = 1 if arms.mode == "interleaved" else max(pairs or arms.first, 1)
                     added_arms = self._measure_pair(
                         server, key[1], count, shared=shared_file is not None, offset=arms.pairs
                     )
