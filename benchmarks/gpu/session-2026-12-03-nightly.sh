@@ -30,6 +30,7 @@
 #             gate-N.tar.gz, gate-N.console.txt.
 #   pgate     (2026-12-05, late) the gate with eagle3 paired with baseline (min_speedup): p-base, 2 unchanged, CLB.
 #             (2026-12-06) PGATE_SAVE: p-base's pairs (default 8), PGATE_MAX: the profile's max_repeats (default 16).
+#             PGATE_PAIRING=interleaved: both servers alive (they fit at --mem-fraction-static 0.3), no restarts.
 #   calibrate (2026-12-05) PROFILE: `python -m pytest_specdec calibrate` on the nightly profile, CAL_RUNS server
 #             starts (default 4): the run-to-run sd on one machine, by the shipped command. calibrate-PROFILE.txt.
 #   trace     (2026-12-04) the nightly profiles with `trace:` on both and eagle3 paired with baseline (min_speedup):
@@ -158,6 +159,8 @@ import yaml
 doc = yaml.safe_load(Path(sys.argv[1]).read_text())
 doc["profiles"]["eagle3"]["thresholds"]["min_speedup"] = {"vs": "baseline", "ratio": 0.5}
 doc["profiles"]["baseline"]["workload"]["max_repeats"] = int(__import__("os").environ["PGATE_MAX"])
+if __import__("os").environ.get("PGATE_PAIRING"):
+    doc["profiles"]["eagle3"]["pairing"] = __import__("os").environ["PGATE_PAIRING"]
 Path(sys.argv[2], "profiles-paired.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 eagle3 = doc["profiles"]["eagle3"]
 eagle3["env"] = {**doc["profiles"]["baseline"]["env"], "CUDA_LAUNCH_BLOCKING": "1"}
@@ -275,7 +278,6 @@ for name, prof in doc["profiles"].items():
     prof["trace"] = {"dir": str(d / "traces" / name), "requests": 4, "activities": ["CPU", "GPU"]}
 doc["profiles"]["baseline"]["workload"]["max_repeats"] = 8
 doc["profiles"]["eagle3"]["thresholds"]["min_speedup"] = {"vs": "baseline", "ratio": 0.5}
-doc["profiles"]["baseline"]["workload"]["max_repeats"] = int(__import__("os").environ["PGATE_MAX"])
 (d / "profiles.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 PY
   cp examples/test_specdec.py $D/
