@@ -202,8 +202,8 @@ def test_a_server_that_died_at_startup_leaves_its_tests_out_of_the_run_file_and_
     pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """What a run file holds, as the plugin writes it: a record per test that measured (passed, or failed after it
-    measured), nothing of a test whose server died at startup. compare exited 0 saying nothing of eagle3; it lists
-    its test now, exits 0 as for a deselected test, and 1 with --fail-on-missing."""
+    measured), and a test whose server died at startup in its list of errored tests, not as a record. compare
+    exited 0 saying nothing of eagle3; it says its test errored and exits 1, with or without --fail-on-missing."""
     from pytest_specdec.engines.rules import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
 
     env = json.dumps({"PYTHONPATH": str(FAKE), "SPECDEC_FAKE_SGLANG": "{}"})
@@ -227,16 +227,18 @@ def test_a_server_that_died_at_startup_leaves_its_tests_out_of_the_run_file_and_
         ["test_died.py::test_run[baseline]", "test_died.py::test_run[eagle3]"],
         ["test_died.py::test_run[baseline]"],
     ]
+    assert [[e["test_id"] for e in run["errored"]] for run in stored] == [[], ["test_died.py::test_run[eagle3]"]]
     base, current = (run["run_id"] for run in stored)
     # Timing rows at a width no load reaches: the status says what is compared, not how busy the runner was.
     wide = ["-t", "output_tok_s:500%", "-t", "ttft_ms:500%", "-t", "itl_ms:500%", "-t", "tpot_ms:500%"]
     capsys.readouterr()
-    assert main(["compare", base, current, "--results-dir", str(results), *wide]) == 0
+    assert main(["compare", base, current, "--results-dir", str(results), *wide]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert (
-        "in the baseline, not in CURRENT: test_died.py::test_run[eagle3] (errored, deselected or renamed? CURRENT has "
-        "no test of profile eagle3: its server may not have started)"
-    ) in out
+    errored = [line for line in out if line.startswith("errored in CURRENT before it measured: ")]
+    assert len(errored) == 1, out
+    assert errored[0].startswith("errored in CURRENT before it measured: test_died.py::test_run[eagle3]: server "
+                                 "'eagle3' ")  # fmt: skip
+    assert not [line for line in out if line.startswith("in the baseline, not in CURRENT")]
     assert out[-1].startswith("specdec compare: 1 test compared, 0 regressed, ")
-    assert out[-1].endswith(", 0 without baseline, 0 refused, 1 not in CURRENT")
+    assert out[-1].endswith(", 0 without baseline, 0 refused, 1 errored before measuring")
     assert main(["compare", base, current, "--results-dir", str(results), "--fail-on-missing", *wide]) == 1

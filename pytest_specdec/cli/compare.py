@@ -103,16 +103,19 @@ def _unmeasured(record: ResultRecord, tolerances: Mapping[str, Tolerance] | None
 
 
 def _absent(base: RunFile, current: RunFile, mapper: Callable[[ResultRecord], str] | None) -> list[str]:
-    """One line per test of ``base`` that no record of ``current`` is compared with, saying what ``current`` tells
-    of it. A run file holds only the tests that measured: a test that errored before it measured (its server did
-    not start: every test of the profile) is as absent from it as one deselected (``-k``, ``--server-profile``) or
-    renamed, so the line asks rather than tells. Example: ``in the baseline, not in CURRENT: t.py::test_x[eagle3]
-    (errored, deselected or renamed? CURRENT has no test of profile eagle3: its server may not have started)``."""
+    """One line per test of ``base`` that no record of ``current`` is compared with and that ``current`` does not
+    list as errored before it measured (``RunFile.errored``: said apart, :func:`_errored`), saying what ``current``
+    tells of it. Runs stored before that list was kept hold only the tests that measured: a test that errored
+    before it measured (its server did not start: every test of the profile) is as absent from them as one
+    deselected (``-k``, ``--server-profile``) or renamed, so the line asks rather than tells. Example: ``in the
+    baseline, not in CURRENT: t.py::test_x[eagle3] (errored, deselected or renamed? CURRENT has no test of profile
+    eagle3: its server may not have started)``."""
     wanted = {mapper(r) if mapper is not None else r.test_id for r in current.results}
     covered = {r.profile for r in base.results if r.test_id in wanted}  # profiles CURRENT has tests of (mapped)
+    errored = {e.test_id for e in current.errored}
     lines = []
     for record in base.results:
-        if record.test_id in wanted:
+        if record.test_id in wanted or record.test_id in errored:
             continue
         if record.profile in covered:
             why = f"CURRENT has other tests of profile {record.profile}"
@@ -120,6 +123,16 @@ def _absent(base: RunFile, current: RunFile, mapper: Callable[[ResultRecord], st
             why = f"CURRENT has no test of profile {record.profile}: its server may not have started"
         lines.append(f"in the baseline, not in CURRENT: {record.test_id} (errored, deselected or renamed? {why})")
     return lines
+
+
+def _errored(current: RunFile) -> list[str]:
+    """One line per test that ``current`` lists as errored or failed before it measured (``RunFile.errored``: its
+    server did not start, its setup raised), with the first line of its error: it could not have shown a
+    regression, so the command exits 1 on it. Example: ``errored in CURRENT before it measured:
+    t.py::test_x[eagle3]: server 'eagle3' exited with code 3 before it was ready ...``."""
+    measured = {r.test_id for r in current.results}
+    return [f"errored in CURRENT before it measured: {e.test_id}: {e.error or 'no error line recorded'}"
+            for e in current.errored if e.test_id not in measured]  # fmt: skip
 
 
 def load_pair(store: ResultStore, base_ref: str, current_ref: str) -> tuple[RunFile, RunFile]:
@@ -322,16 +335,17 @@ def compare_command(
         profile's own ``noise/<profile>.json`` beside ``results_dir``, as pytest reads it.
     :param fail_on_suspected: exit 1 on an undecided row whose estimate is beyond its tolerance as well.
     :param fail_on_missing: exit 1 on a test of ``current`` without baseline (a new test) or a test of ``base``
-        that ``current`` does not hold (deselected, renamed, or errored before it measured: a run file holds only
-        the tests that measured) as well; without it both are listed and counted only.
+        that ``current`` does not hold (deselected or renamed; or errored before it measured, in a run stored
+        before run files listed those) as well; without it both are listed and counted only.
     :returns: the exit code, documented as pytest-benchmark documents ``--benchmark-compare-fail``'s:
 
         - 0: every test of ``current`` with a baseline was compared and none regressed (undecided rows allowed);
           tests without baseline and tests of ``base`` absent from ``current`` are listed and counted;
         - 1: a row REGRESSED (decided as pytest decided: the current run's stored repeats, confirming pairs
           included, at the design its record was judged with, against the baseline and its stored runs of the same
-          fingerprint); or a test of ``current`` recorded no measurement (it failed or errored before measuring:
-          it could not have shown a regression); or, with ``fail_on_suspected``, a row undecided beyond its
+          fingerprint); or a test of ``current`` recorded no measurement, or ``current`` lists it as errored
+          before it measured (``RunFile.errored``: its server did not start; it could not have shown a
+          regression); or, with ``fail_on_suspected``, a row undecided beyond its
           tolerance; or, with ``fail_on_missing``, a test without baseline or absent from ``current``;
         - 2: unusable input: a bad tolerance, an unreadable file, no matching run, nothing compared (no test in
           common), a refused workload mismatch. Where 1 and 2 both apply: 1.
@@ -397,6 +411,9 @@ def compare_command(
         print(hint, file=out)
     for test_id, why in unmeasured.items():
         print(f"not compared: {test_id}: {why}; that run's pytest output says why", file=out)
+    errored = _errored(current)
+    for line in errored:
+        print(line, file=out)
     absent = _absent(base, current, mapper)
     for line in absent:
         print(line, file=out)
@@ -423,12 +440,13 @@ def compare_command(
         f"specdec compare: {n} test{'s' if n != 1 else ''} compared, {len(regressed)} regressed{in_regressed}, "
         f"{still_open}, {len(result.missing)} without baseline, {len(result.refused)} refused"
         + (f", {len(unmeasured)} without measurement" if unmeasured else "")
+        + (f", {len(errored)} errored before measuring" if errored else "")
         + (f", {len(absent)} not in CURRENT" if absent else ""),
         file=out,
     )
     if fail_on_suspected and suspected:
         regressed += suspected
-    if regressed or unmeasured:  # a test CURRENT could not measure could not have shown a regression
+    if regressed or unmeasured or errored:  # a test CURRENT could not measure could not have shown a regression
         return 1
     if result.refused or not result.comparisons:
         return 2

@@ -3,7 +3,7 @@
 - ``check PROFILE_FILE [--profile NAME] [--strict]``: preflight, launches nothing (``cli.check``);
 - ``compare BASE CURRENT [--tolerance METRIC:TOL ...] [--force] [--compare-profile NAME] [--noise FILE]
   [--results-dir DIR] [--fail-on-suspected] [--fail-on-missing]``: the baseline compare (``cli.compare``), decided
-  as pytest decided; exit 1 on a regression or a test of CURRENT without measurement;
+  as pytest decided; exit 1 on a regression or a test of CURRENT without measurement or errored before it measured;
 - ``calibrate PROFILE_FILE --profile NAME [--runs K]`` (or ``--from RUN ...``): propose tolerances from the spread
   (``cli.calibrate``);
 - ``trend [RUN ...] [--metric FIELD] [--profile NAME] [--results-dir DIR]``: change points over stored runs, exit 1
@@ -133,9 +133,9 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Compare a specdec run with a baseline run (each a name given by save or --specdec-save, a run "
         "id, a run file, or 'latest'): fingerprint diff, then one row per metric, each "
         "decided as pytest decided it (ok, REGRESSED or undecided, at the design the run was judged with). Exit "
-        "codes: 0 no regression; 1 a row REGRESSED, or a test of CURRENT recorded no measurement (it failed or "
-        "errored before measuring), or with --fail-on-suspected an undecided row whose estimate is beyond its "
-        "tolerance, or with --fail-on-missing a test without baseline or one of BASE not in CURRENT; 2 unusable "
+        "codes: 0 no regression; 1 a row REGRESSED, or a test of CURRENT recorded no measurement or errored before "
+        "measuring (its server did not start), or with --fail-on-suspected an undecided row whose estimate is beyond "
+        "its tolerance, or with --fail-on-missing a test without baseline or one of BASE not in CURRENT; 2 unusable "
         "input or nothing compared.",
         short_errors=True,
     )
@@ -179,7 +179,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--fail-on-missing",
         action="store_true",
         help="Exit 1 also when a test of CURRENT has no baseline, or a test of BASE is not in CURRENT (deselected, "
-        "renamed, or errored before it measured: a run file holds only the tests that measured) (default: listed "
+        "renamed, or errored before it measured in a run stored before run files listed those) (default: listed "
         "and counted only)",
     )
     compare.add_argument(

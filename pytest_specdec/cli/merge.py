@@ -82,6 +82,8 @@ def merge_command(
     print(f"merged {runs} run{'s' if runs != 1 else ''} ({results} result{'s' if results != 1 else ''}) into {saved}")
     for line in summary_lines((r.test_id, r.profile, r.metrics, r.outcome) for r in run.results):
         print(line)
+    for entry in run.errored:  # kept in the merged run: a compare of it exits 1 on them
+        print(f"errored before it measured: {entry.test_id}: {entry.error}")
     for path, append in markdown_targets(None if markdown is None else str(markdown), os.environ):
         write_markdown(merged_markdown(run, shards, saved), path, append=append)
         print(f"wrote {path}")

@@ -18,7 +18,7 @@ __all__ = ["save_command"]
 def save_command(args: argparse.Namespace) -> int:
     """``save RUN NAME [--force] [--results-dir DIR]``: point NAME at stored run RUN (a name, run id or unique
     prefix, a run file in DIR, or ``latest``). A run with a test that is not clean (failed, undecided, interrupted:
-    ``ResultRecord.baseline_problem``) is refused unless ``--force``.
+    ``ResultRecord.baseline_problem``; errored before it measured: ``RunFile.errored``) is refused unless ``--force``.
 
     :returns: ``EXIT_OK`` named; ``EXIT_REFUSED`` (1) a run that is not clean, without ``--force``; ``EXIT_USAGE``
         (2) a bad name, no such run, or a run file outside DIR.
@@ -36,6 +36,7 @@ def save_command(args: argparse.Namespace) -> int:
               "pass --results-dir)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     unclean = [f"{r.test_id} ({p})" for r in run.results if (p := r.baseline_problem())]
+    unclean += [f"{e.test_id} (errored before it measured)" for e in run.errored]  # absent from it: not clean
     if unclean and not args.force:
         print(f"save: refused: {len(unclean)} test(s) of run {run.run_id} not clean: {shown(unclean)}; a baseline "
               "completed, passed and every verdict passed (--force names it anyway)")  # fmt: skip

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FINGERPRINT_PACKAGES",
+    "ErroredTest",
     "RequestSample",
     "ResultRecord",
     "ResultStore",
@@ -57,7 +58,8 @@ __all__ = [
     "read_run_file",
 ]
 
-#: Version of the JSON layout written by :class:`ResultStore`; readers accept any version.
+#: Version of the JSON layout written by :class:`ResultStore`; readers accept any version. A key added that older
+#: readers ignore and newer ones default when absent (``errored``) keeps the version.
 SCHEMA_VERSION = 1
 #: Distributions whose versions go into the fingerprint when installed in the server's Python environment.
 FINGERPRINT_PACKAGES = (
@@ -577,16 +579,60 @@ class ResultRecord:
         return cls(**kw)
 
 
+#: The phases of a test that can fail before it measured (``specdec_run`` measures in its setup).
+_ERRORED_WHEN = ("setup", "call")
+
+
+@dataclass(frozen=True, slots=True)
+class ErroredTest:
+    """A specdec test that errored or failed before it measured: its server did not start, or its setup (or body)
+    raised before ``specdec_run`` returned. It has no :class:`ResultRecord`, and a compare of its run could not have
+    seen a regression of it. Kept at run level (``RunFile.errored``), apart from the records, so every reader that
+    iterates records (summary, trend, plot, merge, calibrate) sees what it saw before.
+
+    Example: ``ErroredTest("t.py::test_run[eagle3]", "eagle3", "setup", "server 'eagle3' exited with code 3 before
+    it was ready after 0.4 s ...")``.
+    """
+
+    #: The pytest node id.
+    test_id: str
+    #: The profile of its ``specdec_profile`` parametrization; None where it is not known.
+    profile: str | None
+    #: The phase that failed: ``"setup"`` or ``"call"``.
+    when: str
+    #: The first line of the error (its exception's message).
+    error: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"test_id": self.test_id, "profile": self.profile, "when": self.when, "error": self.error}
+
+    @classmethod
+    def from_dict(cls, data: object) -> ErroredTest:
+        """:raises ValueError: not an object, or ``test_id`` missing or not a string (no run writes one)."""
+        if not isinstance(data, dict) or not isinstance(data.get("test_id"), str):
+            raise ValueError(f'expected {{"test_id": "...", ...}}, got {json.dumps(data, default=str)[:200]}')
+        profile = data.get("profile")
+        return cls(
+            test_id=data["test_id"],
+            profile=profile if isinstance(profile, str) else None,
+            when=str(data.get("when") or ""),
+            error=str(data.get("error") or ""),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class RunFile:
     """One pytest session's results: ``run_id`` (also the file stem), start wall time (``time.time()``), machine
-    info (:func:`machine_info`) and one record per specdec test."""
+    info (:func:`machine_info`), one record per specdec test that measured, and the specdec tests that errored or
+    failed before they measured (``errored``: empty in a run where none did, and in files written before the key
+    was)."""
 
     run_id: str
     started: float
     machine: dict[str, Any] = field(default_factory=dict)
     results: tuple[ResultRecord, ...] = ()
     schema: int = SCHEMA_VERSION
+    errored: tuple[ErroredTest, ...] = ()
 
     def find(self, test_id: str) -> ResultRecord | None:
         """The record of ``test_id``, or None."""
@@ -601,6 +647,7 @@ class RunFile:
             "machine": self.machine,
             "metric_definitions": metric_definitions(),
             "results": [r.to_dict() for r in self.results],
+            "errored": [e.to_dict() for e in self.errored],
         }
 
     def to_json(self, *, compact: bool = False) -> str:
@@ -612,18 +659,33 @@ class RunFile:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunFile:
-        """:raises ValueError: not a run file (no ``run_id`` or ``results`` list), or a bad record."""
+        """Lenient as :meth:`ResultRecord.from_dict`; ``errored`` absent (files written before it was) reads as none.
+
+        :raises ValueError: not a run file (no ``run_id`` or ``results`` list), a bad record, or an ``errored`` that
+            is not a list of ``{"test_id": ...}`` objects.
+        """
         if not isinstance(data, dict) or not isinstance(data.get("run_id"), str):
             raise ValueError("not a pytest-specdec run file: no 'run_id'")
         results = data.get("results", [])
         if not isinstance(results, list):
             raise ValueError("not a pytest-specdec run file: 'results' is not a list")
+        errored = data.get("errored") or []
+        if not isinstance(errored, list):
+            raise ValueError(f"errored: expected a list of the tests that errored before they measured, got "
+                             f"{json.dumps(errored, default=str)[:200]}; {_EDITED_FIX}")  # fmt: skip
+        found = []
+        for i, entry in enumerate(errored):
+            try:
+                found.append(ErroredTest.from_dict(entry))
+            except ValueError as exc:
+                raise ValueError(f"errored[{i}]: {exc}; {_EDITED_FIX}") from None
         return cls(
             run_id=data["run_id"],
             started=float(data.get("started") or 0.0),
             machine=dict(data.get("machine") or {}),
             results=tuple(ResultRecord.from_dict(r) for r in results),
             schema=int(data.get("schema") or SCHEMA_VERSION),
+            errored=tuple(found),
         )
 
 

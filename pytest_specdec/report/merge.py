@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.core.errors import CompareError
-from pytest_specdec.measure.results import ResultRecord, RunFile, metric_definitions
+from pytest_specdec.measure.results import ErroredTest, ResultRecord, RunFile, metric_definitions
 
 __all__ = [
     "Shard",
@@ -236,7 +236,8 @@ def merged_run_id(shards: Sequence[Shard]) -> str:
 
 def merge_runs(shards: Sequence[Shard], *, forced: Sequence[str] = ()) -> RunFile:
     """One run holding every shard's results, in shard start order (a test measured twice keeps the later shard's
-    record, at the later position).
+    record, at the later position), and every shard's tests that errored before they measured (``RunFile.errored``)
+    but those measured in another shard (a retried shard measured them: they are not errored), each once.
 
     ``machine`` is the first shard's, plus ``shards``: one ``{"run_id", "host", "gpus", "started", "results"}`` per
     shard; and ``merge_forced``: the problems overridden with ``--force`` (absent when none).
@@ -263,11 +264,18 @@ def merge_runs(shards: Sequence[Shard], *, forced: Sequence[str] = ()) -> RunFil
     ]
     if forced:
         machine["merge_forced"] = list(forced)
+    errored: dict[str, ErroredTest] = {}
+    for shard in shards:
+        for entry in shard.run.errored:
+            if entry.test_id not in by_test:
+                errored.pop(entry.test_id, None)
+                errored[entry.test_id] = entry
     return RunFile(
         run_id=merged_run_id(shards),
         started=min(s.run.started for s in shards),
         machine=machine,
         results=tuple(by_test.values()),
+        errored=tuple(errored.values()),
     )
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "check_lines",
     "compare_lines",
     "cost_lines",
+    "errored_lines",
     "fail_lines",
     "finish",
     "note_lines",
@@ -144,17 +145,28 @@ def finish(
     started: float,
     profiles: Mapping[str, Profile],
     options: OutputOptions,
+    errored: Sequence[results.ErroredTest] = (),
 ) -> Outputs:
-    """Save the run's records as a result file (``results.ResultStore`` under ``<out_dir>/results``), then the sweep
-    table and plot, the position plot, ``--specdec-report``, the markdown summary. Nothing when no test recorded a
-    result. A sweep in which no point met its thresholds (or whose configured point is too far below the best) is a
-    run-level failure (:attr:`Outputs.fails_run`)."""
-    if not records:
+    """Save the run's records and the tests that errored before they measured as a result file
+    (``results.ResultStore`` under ``<out_dir>/results``), then the sweep table and plot, the position plot,
+    ``--specdec-report``, the markdown summary. Nothing when no test recorded a result and none errored; only the
+    result file (and ``--specdec-report``) when every selected test errored before it measured: ``latest`` is then
+    this run, which ``compare`` fails on, not the run before it. A sweep in which no point met its thresholds (or
+    whose configured point is too far below the best) is a run-level failure (:attr:`Outputs.fails_run`).
+
+    :param errored: the specdec tests of the run that errored or failed before they measured (``RunFile.errored``).
+    """
+    if not records and not errored:
         return Outputs()
-    run = results.RunFile(run_id=run_id, started=started, machine=results.machine_info(), results=tuple(records))
+    run = results.RunFile(run_id=run_id, started=started, machine=results.machine_info(), results=tuple(records),
+                          errored=tuple(errored))  # fmt: skip
     store = results.ResultStore(options.out_dir / "results", current=run_id)
     saved_path = store.save(run)
     name_path, name_refused = _save_name(store, run, options.save_name)
+    if not records:
+        # Nothing measured to tabulate, plot or compare (the errors fail the run already).
+        report_path = write_json_report(run, Path(options.report)) if options.report else None
+        return Outputs(saved_path=saved_path, name_path=name_path, name_refused=name_refused, report_path=report_path)
     compare_red = nothing_compared(records) if options.compare else ""
     sweep_table: list[str] = []
     sweep_red: tuple[str, ...] = ()
@@ -227,13 +239,16 @@ def nothing_compared(records: Sequence[results.ResultRecord]) -> str:
 
 def _save_name(store: results.ResultStore, run: results.RunFile, name: str | None) -> tuple[Path | None, str]:
     """``--specdec-save NAME``: name ``run`` NAME when every test of it is clean (a baseline must be: completed,
-    passed, every verdict passed); else leave the name where it was and say why.
+    passed, every verdict passed; a test that errored before it measured is not); else leave the name where it was
+    and say why.
 
     :returns: (the name's file, ""), or (None, why not) when the run is not clean; (None, "") without a name.
     """
     if not name:
         return None, ""
     unclean = [f"{r.test_id.split('::', 1)[-1]} ({p})" for r in run.results if (p := r.baseline_problem())]
+    # A test that errored before it measured is missing from the run: a baseline without it compares nothing of it.
+    unclean += [f"{e.test_id.split('::', 1)[-1]} (errored before it measured)" for e in run.errored]
     if unclean:
         before = store.named(name)
         kept = f"{name} still names run {before}" if before else f"no run is named {name}"
@@ -276,7 +291,8 @@ def compare_lines(outcomes: Outcomes) -> list[Line]:
         # "undecided" alone: whether it failed the test is --specdec-undecided's (a fresh-user trial read "not failed"
         # above a test that policy had failed); the count line at the end says which.
         label = {"undecided": "undecided", "not measured further": "not measured further, not failed"}.get(
-            outcome, "no regression")
+            outcome, "no regression"
+        )
         names = shown([test_id.split("::", 1)[-1] for test_id in readers])
         out.append(Line(f"specdec compare: {names} ({label})", sep="-"))
         out.extend(Line(line) for line in table)
@@ -373,6 +389,7 @@ def summary_report(
     splits: Mapping[str, CycleSplit] | None = None,
     benchmark_table: bool = False,
     verbose: bool = False,
+    errored: Sequence[results.ErroredTest] = (),
 ) -> SummaryReport:
     """The terminal summary: ``--specdec-check`` sections, leftover shared servers, then (when tests recorded
     results) the ``specdec summary`` table, paired speedups, costs, per-category and per-position acceptance, notes,
@@ -385,6 +402,8 @@ def summary_report(
     :param benchmark_table: pytest-benchmark's table follows (:data:`BENCHMARK_OPS_NOTE` explains its OPS).
     :param verbose: ``-v``: every latency percentile, the throughputs and goodput in a table of their own
         (``terminal.serving_lines``).
+    :param errored: the specdec tests that errored before they measured (:func:`errored_lines`); when no test
+        measured, the summary is their line and where the result file went.
     """
     out: list[Line] = []
     if checked:
@@ -397,7 +416,7 @@ def summary_report(
     measured = {r.test_id for r in records}
     notes = note_lines(preflight_notes, outcomes.overrides, measured, traces)
     if not records:
-        return SummaryReport(tuple(out + notes))
+        return SummaryReport(tuple(out + notes + errored_lines(errored) + _output_lines(outputs)))
     out.append(Line("specdec summary", sep="="))
     rows = [(r.test_id, r.profile, r.metrics, r.outcome) for r in records]
     plain = [
@@ -425,11 +444,26 @@ def summary_report(
         out.append(Line("specdec acceptance by draft position", sep="-"))
         out.extend(Line(line) for line in [report.POSITION_LEGEND, *by_position])
     out.extend(notes)
+    out.extend(errored_lines(errored))
     out.extend(compare_lines(outcomes))
     out.extend(Line(f"specdec compare: {note}") for note in outcomes.compare_notes)
     out.extend(_output_lines(outputs))
     out.extend(baseline_lines(records))
     return SummaryReport(tuple(out), tuple(outputs.final_lines()), outputs.written, outputs.fails_run)
+
+
+def errored_lines(errored: Sequence[results.ErroredTest]) -> list[Line]:
+    """One line naming the specdec tests that errored or failed before they measured, which the result file lists
+    (``RunFile.errored``) and a ``compare`` of the run exits 1 on (pytest's own lines above say why each failed).
+    Example: ``specdec: 2 tests errored before they measured (listed in the result file; compare exits 1 on them):
+    test_run[eagle3], test_latency[eagle3]``."""
+    if not errored:
+        return []
+    n = len(errored)
+    tests = shown([e.test_id.split("::", 1)[-1] for e in errored])
+    what, it, them = ("1 test", "it", "it") if n == 1 else (f"{n} tests", "they", "them")
+    text = f"specdec: {what} errored before {it} measured (listed in the result file; compare exits 1 on {them})"
+    return [Line(f"{text}: {tests}", {"yellow": True})]
 
 
 def _output_lines(outputs: Outputs) -> list[Line]:
@@ -502,4 +536,3 @@ def undecided_lines(records: Iterable[results.ResultRecord], policy: str) -> lis
         f"(--specdec-undecided={policy}); {where} above says what would decide it"
     )
     return [Line(text, {"red" if policy == "fail" else "yellow": True, "bold": True})]
-

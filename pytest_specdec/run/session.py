@@ -14,17 +14,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_specdec.core import xdistnode
-from pytest_specdec.core.errors import SpecdecWarning
+from pytest_specdec.core.errors import SpecdecError, SpecdecWarning
 from pytest_specdec.core.tolerances import Tolerance, merge_tolerances
 from pytest_specdec.judge.outcomes import Outcomes
 from pytest_specdec.measure.store import MeasurementStore
-from pytest_specdec.run import fixtures, selection
+from pytest_specdec.run import fixtures, marker, selection
 from pytest_specdec.run.keys import (
     CHECKS_PROPERTY,
     OVERRIDES_PROPERTY,
@@ -37,11 +37,18 @@ from pytest_specdec.run.settings import RunSettings
 
 if TYPE_CHECKING:
     from pytest_specdec.measure import runner
-    from pytest_specdec.measure.results import ResultRecord
+    from pytest_specdec.measure.results import ErroredTest, ResultRecord
     from pytest_specdec.profiles.schema import Profile
     from pytest_specdec.report.summary import Outputs, SummaryReport
 
 __all__ = ["SpecdecSession", "session_key"]
+
+#: A failed setup or call report's ``user_properties`` entry: the test errored before it measured
+#: (``ErroredTest.to_dict`` as JSON). Added where the report is made, which has the item (an xdist worker), and read
+#: where reports are logged (the controller); only the teardown report's properties reach JUnit XML.
+_ERRORED_PROPERTY = "specdec_errored"
+#: An errored test's first error line is cut here: a startup death's line carries its launch command.
+_ERROR_CHARS = 500
 
 
 class SpecdecSession:
@@ -91,6 +98,10 @@ class SpecdecSession:
         self.server_stop = fixtures.ServerStop()
         #: (profile, text) of the verdict warnings already given: each is given to the first test that reads it.
         self.warned: set[tuple[str, str]] = set()
+        #: Node id -> the specdec test that errored or failed before it measured (``_ERRORED_PROPERTY``), stored in
+        #: the run file's ``errored`` (a server that died at startup left no trace there, and a session in which no
+        #: test measured wrote no run file: ``compare ... latest`` then read the run before it, exit 0).
+        self.errored: dict[str, ErroredTest] = {}
 
     def _read_noise(self) -> None:
         """Read every selected profile's calibrated noise now (``Outcomes.noise`` keeps it): a broken noise file is
@@ -178,6 +189,7 @@ class SpecdecSession:
         a later ``--specdec-compare`` judges it with; stored with it and said at the end of the run."""
         from pytest_specdec.judge import verdict
         from pytest_specdec.judge.baseline import baseline_notes
+
         design = verdict.design_for(profile, self.settings.repeats_of(profile))
         return tuple(baseline_notes(record, tolerances, design))
 
@@ -204,10 +216,31 @@ class SpecdecSession:
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
         return True if self.settings.check else None
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        # A test that measures (specdec_run, which measures in its setup) and failed with no record yet errored
+        # before it measured: said on its report, for the run file (pytest_runtest_logreport, on the controller).
+        report = yield
+        if not report.failed or call.when not in ("setup", "call") or record_key in item.stash:
+            return report
+        profile = marker.item_profile(item)
+        if profile is None or "specdec_run" not in getattr(item, "fixturenames", ()):
+            return report
+        entry = {"test_id": item.nodeid, "profile": profile, "when": call.when, "error": _first_line(call, report)}
+        report.user_properties.append((_ERRORED_PROPERTY, json.dumps(entry)))
+        return report
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # Runs on the controller under xdist too: records travel in user_properties.
         if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
             return
+        for name, value in report.user_properties:
+            if name == _ERRORED_PROPERTY:
+                from pytest_specdec.measure.results import ErroredTest
+
+                self.errored[report.nodeid] = ErroredTest.from_dict(json.loads(str(value)))
         checks = {
             str(k): str(v)
             for name, value in report.user_properties
@@ -241,7 +274,8 @@ class SpecdecSession:
             self.shared_leftovers = sharing.sweep_shared(root)
             if self.shared_leftovers:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        if self.outcomes.records:
+        errored = self.errored_tests()
+        if self.outcomes.records or errored:
             from pytest_specdec.report import summary
 
             if session.exitstatus == pytest.ExitCode.INTERRUPTED:
@@ -249,7 +283,7 @@ class SpecdecSession:
                 self.outcomes.mark_interrupted()
             self.outputs = summary.finish(self.outcomes.records, self.outcomes.failures, run_id=self.run_id,
                                           started=self.started, profiles=self.profiles or {},
-                                          options=self.settings.output_options())  # fmt: skip
+                                          options=self.settings.output_options(), errored=errored)  # fmt: skip
             if self.outputs.fails_run:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -267,8 +301,14 @@ class SpecdecSession:
         """The terminal summary (``summary.summary_report``); None when there is nothing to print (a run without
         specdec tests does not import the summary's modules)."""
         sel = self.selection
+        errored = self.errored_tests()
         if not (
-            sel.checked or self.shared_leftovers or self.outcomes.records or sel.preflight_notes or self.store.runs
+            sel.checked
+            or self.shared_leftovers
+            or self.outcomes.records
+            or sel.preflight_notes
+            or self.store.runs
+            or errored
         ):
             return None
         from pytest_specdec.report import benchmark, summary
@@ -280,8 +320,14 @@ class SpecdecSession:
             self.outcomes, self.outputs or summary.Outputs(), checked=sel.checked, check_failed=sel.check_failed,
             profile_path=self.settings.profile_path, shared_leftovers=self.shared_leftovers,
             preflight_notes=sel.preflight_notes, traces=traces, splits=splits, benchmark_table=benchmark_table,
-            verbose=self.config.get_verbosity() > 0,
+            verbose=self.config.get_verbosity() > 0, errored=errored,
         )  # fmt: skip
+
+    def errored_tests(self) -> list[ErroredTest]:
+        """The specdec tests that errored or failed before they measured, in the order they were reported; a test
+        that recorded a result after all (a rerun) is not one."""
+        measured = {r.test_id for r in self.outcomes.records}
+        return [e for test_id, e in self.errored.items() if test_id not in measured]
 
     def write_final_lines(self, terminalreporter: Any) -> None:
         """The run-level failure lines and the count of undecided verdicts, right above pytest's final line
@@ -292,6 +338,18 @@ class SpecdecSession:
             from pytest_specdec.report import summary
 
             _write(terminalreporter, summary.undecided_lines(self.outcomes.records, self.settings.undecided))
+
+
+def _first_line(call: pytest.CallInfo[None], report: pytest.TestReport) -> str:
+    """The first non-blank line of a failed phase's error: the message of ours (``SpecdecError``) or of pytest's
+    ``fail`` (the plugin turns a server that did not start into one), else ``Type: message``; cut to
+    :data:`_ERROR_CHARS`."""
+    exc = call.excinfo.value if call.excinfo is not None else None
+    text = str(exc) if exc is not None else report.longreprtext
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if exc is not None and not isinstance(exc, SpecdecError | pytest.fail.Exception):
+        first = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return first if len(first) <= _ERROR_CHARS else first[: _ERROR_CHARS - 3] + "..."
 
 
 def _write(terminalreporter: Any, lines: Any) -> None:

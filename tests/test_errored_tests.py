@@ -1,0 +1,224 @@
+"""Specdec tests that errored or failed before they measured, kept in the run file (``RunFile.errored``).
+
+A run file held records only for the tests that measured: a night whose server died at startup left no trace of
+its tests, and a session in which no test measured wrote no run file at all, so ``compare night-1 latest`` compared
+an older run and could exit 0 (even with ``--fail-on-missing``) on a night that could not have seen a regression.
+The session now lists those tests at run level (not as records: readers that iterate records are unchanged), writes
+the run file when none measured, and ``compare`` exits 1 on them; ``merge`` carries the list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.cli.main import main
+from pytest_specdec.cli.save import save_command
+from pytest_specdec.core.errors import CompareError
+from pytest_specdec.engines.rules import BUNDLED_TARGET
+from pytest_specdec.measure.results import (
+    SCHEMA_VERSION,
+    ErroredTest,
+    ResultRecord,
+    ResultStore,
+    RunFile,
+    read_run_file,
+)
+from pytest_specdec.report.merge import Shard, merge_runs
+
+FAKE = Path(__file__).resolve().parent / "fakesglang"
+#: The fake SGLang's startup death: log a line no cause matches, exit 3 before serving.
+DIES = {"exit_at_startup": {"code": 3, "line": "Loading weights took 1.2 s"}}
+TEST = "test_fake_errored.py::test_run[eagle3]"
+DEATH = "server 'eagle3' exited with code 3 before it was ready after "
+
+
+def _profiles(script: dict[str, object]) -> str:
+    """One profile, ``eagle3`` (no speculation needed to measure), on the fake SGLang with ``script``; 2 requests."""
+    env = json.dumps({"PYTHONPATH": str(FAKE), "SPECDEC_FAKE_SGLANG": json.dumps(script)})
+    return f"""
+profiles:
+  eagle3:
+    server: sglang
+    model_path: {BUNDLED_TARGET}
+    env: {env}
+    startup_timeout_s: 60
+    workload: {{max_new_tokens: 15, num_requests: 2, warmup_requests: 0, repeats: 1}}
+"""
+
+
+def _night(pytester: pytest.Pytester, script: dict[str, object], *args: str) -> pytest.RunResult:
+    """One pytest session of ``test_run`` on ``eagle3`` (in process: the server is a subprocess either way)."""
+    pytester.makefile(".yaml", specdec=_profiles(script))
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly",
+                                        "--server-profile=eagle3", *args)  # fmt: skip
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(test_fake_errored="def test_run(specdec_run):\n    pass\n")
+    pytester.makeini(
+        "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n"
+        "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n"
+    )
+    return pytester
+
+
+def _stored(pytester: pytest.Pytester) -> list[dict[str, object]]:
+    """Every run file of the project, oldest first, as JSON."""
+    return [json.loads(p.read_text()) for p in ResultStore(pytester.path / ".specdec/results").list()]
+
+
+def test_a_night_whose_server_died_at_startup_is_stored_and_compare_exits_1_on_it(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Night 1 measures and is saved; night 2's server dies at startup, so no test measures. Night 2 still writes
+    its run file, listing the test (``latest`` is night 2, not night 1), is not saved under a name, and ``compare
+    night-1 latest`` exits 1 naming it. Before, night 2 wrote nothing and the command compared night 1 with
+    itself."""
+    first = _night(project, {}, "--specdec-save=night-1")
+    assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+    assert "errored before" not in first.stdout.str()
+    (normal,) = _stored(project)
+    # A normal run's file: the keys it had, and an empty list of errored tests.
+    assert list(normal) == ["schema", "run_id", "started", "started_utc", "machine", "metric_definitions",
+                            "results", "errored"]  # fmt: skip
+    assert normal["schema"] == SCHEMA_VERSION == 1
+    assert normal["errored"] == []
+    assert [r["test_id"] for r in normal["results"]] == [TEST]  # type: ignore[union-attr]
+
+    second = _night(project, DIES, "--specdec-save=night-2")
+    assert second.ret == pytest.ExitCode.TESTS_FAILED, second.stdout.str()
+    second.assert_outcomes(errors=1)
+    second.stdout.fnmatch_lines(
+        [
+            "specdec: 1 test errored before it measured (listed in the result file; compare exits 1 on it): "
+            "test_run[[]eagle3[]]",
+            "*- specdec results: *.specdec/results/*.json -*",
+            "specdec: not saved as night-2: 1 test(s) not clean: test_run[[]eagle3[]] (errored before it measured); "
+            "no run is named night-2. Name it anyway: python -m pytest_specdec save * night-2 --force",
+        ]
+    )
+    stored = _stored(project)
+    assert len(stored) == 2
+    night2 = stored[-1]
+    assert night2["results"] == []
+    (entry,) = night2["errored"]  # type: ignore[misc]
+    assert entry["test_id"] == TEST and entry["profile"] == "eagle3" and entry["when"] == "setup"
+    assert entry["error"].startswith(DEATH), entry
+
+    capsys.readouterr()
+    results = str(project.path / ".specdec/results")
+    assert main(["compare", "night-1", "latest", "--results-dir", results]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"specdec compare: baseline {normal['run_id']} -> current {night2['run_id']}"
+    errored = [line for line in out if line.startswith("errored in CURRENT")]
+    assert len(errored) == 1 and errored[0].startswith(f"errored in CURRENT before it measured: {TEST}: {DEATH}")
+    assert not [line for line in out if line.startswith("in the baseline, not in CURRENT")]  # said once, as errored
+    assert out[-1] == ("specdec compare: 0 tests compared, 0 regressed, 0 undecided, 0 without baseline, 0 refused, "
+                       "1 errored before measuring")  # fmt: skip
+
+
+def test_a_measured_test_beside_an_errored_one_is_compared_and_the_errored_one_fails_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run in which one profile measured and another's server died: the measured test is compared as before, the
+    errored one is said and counted, and the status is 1 without ``--fail-on-missing``."""
+    fp = {"workload": {"max_new_tokens": 64, "num_requests": 16, "concurrency": 1}, "prompt_hash": "abc"}
+    steady = {"output_tok_s": [100.0, 101.0, 99.0]}
+    measured = ResultRecord("t.py::test_x[baseline]", "baseline", {"output_tok_s": 100.0}, steady, fp,
+                            outcome="passed")  # fmt: skip
+    other = ResultRecord("t.py::test_x[eagle3]", "eagle3", {"output_tok_s": 100.0}, steady, fp, outcome="passed")
+    store = ResultStore(tmp_path)
+    base = store.save(RunFile("base", 0.0, results=(measured, other)))
+    died = ErroredTest("t.py::test_x[eagle3]", "eagle3", "setup", "server 'eagle3' exited with code 3 before ...")
+    current = store.save(RunFile("cur", 1.0, results=(measured,), errored=(died,)))
+    assert main(["compare", str(base), str(current), "-t", "output_tok_s:65%"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "== t.py::test_x[baseline] (profile baseline)" in out
+    assert ("errored in CURRENT before it measured: t.py::test_x[eagle3]: server 'eagle3' exited with code 3 "
+            "before ...") in out  # fmt: skip
+    assert not [line for line in out if line.startswith("in the baseline, not in CURRENT")]
+    assert out[-1] == ("specdec compare: 1 test compared, 0 regressed, 0 undecided, 0 without baseline, 0 refused, "
+                       "1 errored before measuring")  # fmt: skip
+
+
+def _record(test_id: str) -> ResultRecord:
+    return ResultRecord(test_id, "eagle3", {"output_tok_s": 100.0}, {"output_tok_s": [100.0]}, {}, outcome="passed")
+
+
+def test_a_run_file_without_errored_reads_as_none_and_one_with_it_round_trips(tmp_path: Path) -> None:
+    """Files written before the key was (no ``errored``) read as before; the key written reads back the same."""
+    record = _record("t.py::a[eagle3]").to_dict()
+    old = {"schema": 1, "run_id": "r1", "started": 1.0, "machine": {}, "results": [record]}
+    path = tmp_path / "r1.json"
+    path.write_text(json.dumps(old))
+    run = read_run_file(path)
+    assert run.errored == () and [r.test_id for r in run.results] == ["t.py::a[eagle3]"]
+    entry = ErroredTest("t.py::b[eagle3]", "eagle3", "setup", "server 'eagle3' exited with code 3")
+    saved = ResultStore(tmp_path).save(RunFile("r2", 2.0, errored=(entry, ErroredTest("t.py::c", None, "call", ""))))
+    assert read_run_file(saved).errored == (entry, ErroredTest("t.py::c", None, "call", ""))
+    assert json.loads(saved.read_text())["schema"] == 1
+
+
+@pytest.mark.parametrize(
+    ("errored", "said"),
+    [
+        ({"a": 1}, 'errored: expected a list of the tests that errored before they measured, got {"a": 1}'),
+        ([{"profile": "eagle3"}], 'errored[0]: expected {"test_id": "...", ...}, got {"profile": "eagle3"}'),
+    ],
+)
+def test_an_errored_list_no_run_writes_is_refused_naming_the_file_and_key(
+    tmp_path: Path, errored: object, said: str
+) -> None:
+    path = tmp_path / "r1.json"
+    path.write_text(json.dumps({"run_id": "r1", "results": [], "errored": errored}))
+    with pytest.raises(CompareError) as info:
+        read_run_file(path)
+    assert str(info.value) == (f"{path}: {said}; the file was edited or damaged: store the run again (rerun its "
+                               "tests) or remove the file")  # fmt: skip
+
+
+def test_merge_keeps_errored_tests_but_those_another_shard_measured(tmp_path: Path) -> None:
+    """A test measured in one shard and errored in another (a retried shard) is not errored in the merged run."""
+
+    def died(test: str) -> ErroredTest:
+        return ErroredTest(f"t.py::{test}[eagle3]", "eagle3", "setup", "server 'eagle3' exited with code 3")
+
+    first = RunFile("20261201T020000Z-aaaaaa", 0.0, results=(_record("t.py::a[eagle3]"),), errored=(died("b"),))
+    second = RunFile("20261201T020100Z-bbbbbb", 60.0, errored=(died("a"), died("c")))
+    merged = merge_runs([Shard(tmp_path / "a.json", first), Shard(tmp_path / "b.json", second)])
+    assert [r.test_id for r in merged.results] == ["t.py::a[eagle3]"]
+    assert [e.test_id for e in merged.errored] == ["t.py::b[eagle3]", "t.py::c[eagle3]"]
+
+
+def test_merge_command_writes_the_errored_tests_into_the_merged_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    commit = {"commit": {"id": "1a2b3c", "dirty": False}}
+    died = ErroredTest("t.py::b[eagle3]", "eagle3", "setup", "server 'eagle3' exited with code 3")
+    ResultStore(tmp_path / "s1").save(RunFile("20261201T020000Z-aaaaaa", 0.0, commit, (_record("t.py::a[eagle3]"),)))
+    ResultStore(tmp_path / "s2").save(RunFile("20261201T020100Z-bbbbbb", 60.0, commit, errored=(died,)))
+    store = tmp_path / "store"
+    assert main(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--results-dir", str(store)]) == 0
+    assert "errored before it measured: t.py::b[eagle3]: server 'eagle3' exited with code 3" in capsys.readouterr().out
+    (merged,) = ResultStore(store).list()
+    assert read_run_file(merged).errored == (died,)
+
+
+def test_save_refuses_a_run_with_an_errored_test_unless_forced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    died = ErroredTest("t.py::b[eagle3]", "eagle3", "setup", "server 'eagle3' exited with code 3")
+    ResultStore(tmp_path).save(RunFile("r1", 0.0, errored=(died,)))
+    args = argparse.Namespace(run="r1", name="night-1", force=False, results_dir=str(tmp_path))
+    assert save_command(args) == 1
+    assert capsys.readouterr().out == (
+        "save: refused: 1 test(s) of run r1 not clean: t.py::b[eagle3] (errored before it measured); a baseline "
+        "completed, passed and every verdict passed (--force names it anyway)\n"
+    )
+    assert ResultStore(tmp_path).named("night-1") is None
