@@ -222,3 +222,21 @@ def test_save_refuses_a_run_with_an_errored_test_unless_forced(
         "completed, passed and every verdict passed (--force names it anyway)\n"
     )
     assert ResultStore(tmp_path).named("night-1") is None
+
+
+@pytest.mark.slow
+def test_under_xdist_the_controller_stores_the_errored_tests_of_its_workers(project: pytest.Pytester) -> None:
+    """The errored test is marked on its report where the report is made (a worker, which has the item); the
+    controller writes the run file from the reports it receives."""
+    profiles = _profiles({}) + '  broken:\n    extends: eagle3\n    extra_args: ["--no-such-flag"]\n'
+    project.makefile(".yaml", specdec=profiles)
+    plugins = ["-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly"]
+    result = project.runpytest_subprocess("-n", "2", *plugins, "--server-profile=eagle3,broken", timeout=180)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(passed=1, errors=1)
+    (run,) = _stored(project)
+    assert [r["test_id"] for r in run["results"]] == [TEST]  # type: ignore[union-attr]
+    (entry,) = run["errored"]  # type: ignore[misc]
+    assert entry["test_id"] == "test_fake_errored.py::test_run[broken]" and entry["profile"] == "broken"
+    assert entry["when"] == "setup"
+    assert entry["error"].startswith("server 'broken' exited with code 2 before it was ready (cause: bad flag)")
