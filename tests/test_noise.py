@@ -276,3 +276,16 @@ def test_a_broken_noise_file_stops_pytest_before_any_server_starts(
         "calibrate (python -m pytest_specdec calibrate PROFILE_FILE --profile base --runs K) or delete the file"
     ])  # fmt: skip
     assert not (pytester.path / ".specdec" / "logs").exists()  # no server was started
+
+
+def test_the_gate_is_sized_for_a_baseline_of_the_profiles_repeats_not_the_calibration_runs() -> None:
+    """``calibrate --from`` over nights that measured 8 repeats (their sequential verdicts asked for more) sized the
+    gate for an 8-repeat baseline and said "(workload.repeats)", where the named baseline had the profile's 3 (a
+    fresh-user trial): the stored runs are the design's first look long."""
+    noise = FieldNoise("output_tok_s", "output_tok_s", 0.05, 0.03, 8)
+    sizing = GateSizing(sequential.Design(3, 24), 2)
+    case = unchanged_case(noise, sizing, higher_is_better=True)
+    assert [len(run) for run in case.runs] == [3, 3] and len(case.today) == 24
+    assert gate_tolerance(noise, sizing, higher_is_better=True) != gate_tolerance(
+        dataclasses.replace(noise, repeats=3), GateSizing(sequential.Design(8, 24), 2), higher_is_better=True
+    )

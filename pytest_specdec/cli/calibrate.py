@@ -201,8 +201,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
 def _assumes_line(sizing: GateSizing, found: Mapping[str, FieldNoise]) -> str:
     """The line under the heading that says what every proposal assumes (the gate's repeats, budget, stored runs)
     and what a wider or narrower tolerance does."""
-    repeats = sorted({n.repeats for n in found.values()})
-    base = "/".join(map(str, repeats)) or "?"
+    base = max(sizing.design.start, 2)
     budget = f"today measured to the budget of {sizing.design.max_repeats} repeats (workload.max_repeats"
     if sizing.design.max_server_s is not None:
         budget += f"; max_server_s {sizing.design.max_server_s:g} may end it sooner, which needs more"

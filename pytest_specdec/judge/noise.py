@@ -214,17 +214,19 @@ class UnchangedCase:
 
 def unchanged_case(noise: FieldNoise, sizing: GateSizing, *, higher_is_better: bool) -> UnchangedCase:
     """Values for :func:`gate_tolerance`, synthetic and exact: ``sizing.stored_runs`` stored runs of
-    ``noise.repeats`` (2 or more) repeats whose logs spread exactly at the within-run sd, their means (after the
-    first, the level) spread so that their sd is a run's mean's (``sqrt(r^2 + w^2 / n_base)``: run to run and its
-    repeats; offsets 0, +1, -1, +2, ...); today's ``design.max_repeats`` repeats at the same within-run sd, their
-    mean off the level by the ``probability`` quantile of an unchanged run's difference, in the worse direction.
-    The history is the compare's (``compare._Judging.pooled``): one stored run, the noise file's sds around it
-    (``compare.calibrated_history``, the run-to-run sd ``compare.run_to_run_sd`` takes); more, the runs pooled by
-    ``History.from_runs``."""
+    ``sizing.design.start`` (the profile's ``workload.repeats``, 2 or more) repeats whose logs spread exactly at the
+    within-run sd, their means (after the first, the level) spread so that their sd is a run's mean's (``sqrt(r^2 + w^2
+    / n_base)``: run to run and its repeats; offsets 0, +1, -1, +2, ...); today's ``design.max_repeats`` repeats at the
+    same within-run sd, their mean off the level by the ``probability`` quantile of an unchanged run's difference, in
+    the worse direction. The history is the compare's (``compare._Judging.pooled``): one stored run, the noise file's
+    sds around it (``compare.calibrated_history``, the run-to-run sd ``compare.run_to_run_sd`` takes); more, the runs
+    pooled by ``History.from_runs``."""
     from pytest_specdec.judge.compare import calibrated_history, run_to_run_sd
 
     w, r = math.log1p(noise.within), math.log1p(noise.run_to_run)
-    n_base, n_today, k = max(noise.repeats, 2), max(sizing.design.max_repeats, 2), max(sizing.stored_runs, 1)
+    # The baseline is saved with the profile's repeats (the design's first look), not the calibration runs' own: a
+    # trial's --from over undecided nights of 8 repeats sized the gate for an 8-repeat baseline where its had 3.
+    n_base, n_today, k = max(sizing.design.start, 2), max(sizing.design.max_repeats, 2), max(sizing.stored_runs, 1)
     worse = NormalDist().inv_cdf(sizing.probability) * math.sqrt(2 * r * r + w * w * (1 / n_base + 1 / n_today))
     offsets = [0.0] + [(-1.0) ** j * ((j + 1) // 2) for j in range(1, k)]
     scale = math.sqrt(r * r + w * w / n_base) / statistics.stdev(offsets) if k >= 2 else 0.0
