@@ -10,6 +10,7 @@ the run file when none measured, and ``compare`` exits 1 on them; ``merge`` carr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -85,9 +86,9 @@ def test_a_night_whose_server_died_at_startup_is_stored_and_compare_exits_1_on_i
     (normal,) = _stored(project)
     # A normal run's file: the keys it had, and an empty list of errored tests.
     assert list(normal) == ["schema", "run_id", "started", "started_utc", "machine", "metric_definitions",
-                            "results", "errored"]  # fmt: skip
+                            "results", "errored", "interrupted"]  # fmt: skip
     assert normal["schema"] == SCHEMA_VERSION == 1
-    assert normal["errored"] == []
+    assert normal["errored"] == [] and normal["interrupted"] is False
     assert [r["test_id"] for r in normal["results"]] == [TEST]  # type: ignore[union-attr]
 
     second = _night(project, DIES, "--specdec-save=night-2")
@@ -146,6 +147,29 @@ def test_a_measured_test_beside_an_errored_one_is_compared_and_the_errored_one_f
                        "1 errored before measuring")  # fmt: skip
 
 
+def test_compare_exits_1_on_an_interrupted_current_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run interrupted after its first test measured: that test compares clean, yet the run is said interrupted,
+    counted and the status is 1 (before: 0, the tests it never ran were only listed as not in CURRENT)."""
+    fp = {"workload": {"max_new_tokens": 64, "num_requests": 16, "concurrency": 1}, "prompt_hash": "abc"}
+    steady = {"output_tok_s": [100.0, 101.0, 99.0]}
+    first = ResultRecord("t.py::test_x[baseline]", "baseline", {"output_tok_s": 100.0}, steady, fp, outcome="passed")
+    store = ResultStore(tmp_path)
+    base = store.save(RunFile("base", 0.0, results=(first,)))
+    current = store.save(RunFile("cur", 1.0, results=(dataclasses.replace(first, interrupted=True),), interrupted=True))
+    assert main(["compare", str(base), str(current), "-t", "output_tok_s:65%"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "== t.py::test_x[baseline] (profile baseline)" in out
+    assert ("interrupted: CURRENT (cur) ended early (Ctrl-C): the tests it never ran are not in it, so it could not "
+            "show their regressions; rerun it") in out  # fmt: skip
+    assert out[-1] == ("specdec compare: 1 test compared, 0 regressed, 0 undecided, 0 without baseline, 0 refused, "
+                       "CURRENT interrupted")  # fmt: skip
+    # The same run not interrupted exits 0: the flag alone made it 1.
+    clean = store.save(RunFile("clean", 2.0, results=(first,)))
+    assert main(["compare", str(base), str(clean), "-t", "output_tok_s:65%"]) == 0
+
+
 def _record(test_id: str) -> ResultRecord:
     return ResultRecord(test_id, "eagle3", {"output_tok_s": 100.0}, {"output_tok_s": [100.0]}, {}, outcome="passed")
 
@@ -162,6 +186,9 @@ def test_a_run_file_without_errored_reads_as_none_and_one_with_it_round_trips(tm
     saved = ResultStore(tmp_path).save(RunFile("r2", 2.0, errored=(entry, ErroredTest("t.py::c", None, "call", ""))))
     assert read_run_file(saved).errored == (entry, ErroredTest("t.py::c", None, "call", ""))
     assert json.loads(saved.read_text())["schema"] == 1
+    assert read_run_file(saved).interrupted is False and read_run_file(path).interrupted is False
+    stopped = ResultStore(tmp_path).save(RunFile("r3", 3.0, interrupted=True))
+    assert json.loads(stopped.read_text())["interrupted"] is True and read_run_file(stopped).interrupted is True
 
 
 @pytest.mark.parametrize(

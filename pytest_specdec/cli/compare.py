@@ -345,7 +345,8 @@ def compare_command(
           included, at the design its record was judged with, against the baseline and its stored runs of the same
           fingerprint); or a test of ``current`` recorded no measurement, or ``current`` lists it as errored
           before it measured (``RunFile.errored``: its server did not start; it could not have shown a
-          regression); or, with ``fail_on_suspected``, a row undecided beyond its
+          regression); or ``current`` was interrupted (``RunFile.interrupted``); or, with ``fail_on_suspected``, a
+          row undecided beyond its
           tolerance; or, with ``fail_on_missing``, a test without baseline or absent from ``current``;
         - 2: unusable input: a bad tolerance, an unreadable file, no matching run, nothing compared (no test in
           common), a refused workload mismatch. Where 1 and 2 both apply: 1.
@@ -417,6 +418,9 @@ def compare_command(
     absent = _absent(base, current, mapper)
     for line in absent:
         print(line, file=out)
+    if current.interrupted:  # tests it never ran are in neither of its lists: it cannot be judged whole
+        print(f"interrupted: CURRENT ({current.run_id}) ended early (Ctrl-C): the tests it never ran are not in it, "
+              "so it could not show their regressions; rerun it", file=out)  # fmt: skip
     if (absent or result.missing) and not fail_on_missing:
         print("note: tests without baseline or not in CURRENT do not change the exit status; --fail-on-missing "
               "exits 1 on them", file=out)  # fmt: skip
@@ -441,12 +445,13 @@ def compare_command(
         f"{still_open}, {len(result.missing)} without baseline, {len(result.refused)} refused"
         + (f", {len(unmeasured)} without measurement" if unmeasured else "")
         + (f", {len(errored)} errored before measuring" if errored else "")
-        + (f", {len(absent)} not in CURRENT" if absent else ""),
+        + (f", {len(absent)} not in CURRENT" if absent else "")
+        + (", CURRENT interrupted" if current.interrupted else ""),
         file=out,
     )
     if fail_on_suspected and suspected:
         regressed += suspected
-    if regressed or unmeasured or errored:  # a test CURRENT could not measure could not have shown a regression
+    if regressed or unmeasured or errored or current.interrupted:  # what CURRENT did not measure could not regress
         return 1
     if result.refused or not result.comparisons:
         return 2

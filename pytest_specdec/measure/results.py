@@ -598,7 +598,8 @@ class ErroredTest:
     test_id: str
     #: The profile of its ``specdec_profile`` parametrization; None where it is not known.
     profile: str | None
-    #: The phase that failed: ``"setup"`` or ``"call"``.
+    #: The phase that failed: ``"setup"`` or ``"call"``; ``"crash"`` where its xdist worker crashed while running it
+    #: (pytest-xdist does not know the phase).
     when: str
     #: The first line of the error (its exception's message).
     error: str
@@ -625,7 +626,8 @@ class RunFile:
     """One pytest session's results: ``run_id`` (also the file stem), start wall time (``time.time()``), machine
     info (:func:`machine_info`), one record per specdec test that measured, and the specdec tests that errored or
     failed before they measured (``errored``: empty in a run where none did, and in files written before the key
-    was)."""
+    was). ``interrupted``: the session ended early (Ctrl-C, an xdist worker's KeyboardInterrupt): tests it selected
+    may be in neither list, so the run cannot be judged whole (False in files written before the key was)."""
 
     run_id: str
     started: float
@@ -633,6 +635,7 @@ class RunFile:
     results: tuple[ResultRecord, ...] = ()
     schema: int = SCHEMA_VERSION
     errored: tuple[ErroredTest, ...] = ()
+    interrupted: bool = False
 
     def find(self, test_id: str) -> ResultRecord | None:
         """The record of ``test_id``, or None."""
@@ -648,6 +651,7 @@ class RunFile:
             "metric_definitions": metric_definitions(),
             "results": [r.to_dict() for r in self.results],
             "errored": [e.to_dict() for e in self.errored],
+            "interrupted": self.interrupted,
         }
 
     def to_json(self, *, compact: bool = False) -> str:
@@ -686,6 +690,7 @@ class RunFile:
             results=tuple(ResultRecord.from_dict(r) for r in results),
             schema=int(data.get("schema") or SCHEMA_VERSION),
             errored=tuple(found),
+            interrupted=data.get("interrupted") is True,
         )
 
 
