@@ -238,7 +238,9 @@ def test_the_looks_grow_geometrically_and_share_alpha() -> None:
     assert Design(3, 24).points == (3, 5, 8, 12, 18, 24)
     assert Design(3, 24).alpha_per_look == pytest.approx(0.05 / 6)
     assert Design(3, 3).points == (3,) and Design(3, 3).alpha_per_look == ALPHA  # fixed repeats: one look
-    assert Design(3, 24).is_look(8) and not Design(3, 24).is_look(9) and Design(3, 24).is_look(30)
+    # A step from the last look passes the points after it; past the last point it looks where it ends.
+    assert Design(3, 24).looks_between(5, 8) == (8,) and Design(3, 24).looks_between(8, 9) == ()
+    assert Design(3, 24).looks_between(3, 24) == (5, 8, 12, 18, 24) and Design(3, 24).looks_between(24, 30) == (30,)
 
 
 def test_decide_floor_on_hand_made_values() -> None:

@@ -149,17 +149,27 @@ class Design:
         """``alpha / looks``: each look's one-sided level (Bonferroni)."""
         return self.alpha / self.looks
 
-    def is_look(self, n: int) -> bool:
-        """Whether a decision is taken at ``n`` repeats (a scheduled look, or past the last)."""
-        return n in self.points or n >= self.max_repeats
+    def looks_between(self, last: int, n: int) -> tuple[int, ...]:
+        """The looks a step from ``last`` repeats (the last look; 0: none yet) to ``n`` passes, in order: the points
+        in ``(last, n]``, or ``(n,)`` past the last point when none is left there. A step of several repeats (a
+        bracketed pairing's block) passes each such point: its look is taken on the step's first ``p`` repeats
+        (``verdict._measure_until``), so the looks are the points the design planned, each spending
+        :attr:`alpha_per_look` once, whatever the steps' sizes.
+
+        Example: ``Design(3, 24).looks_between(3, 12)`` is ``(5, 8, 12)``; ``looks_between(8, 8)`` is ``()``.
+        """
+        passed = tuple(p for p in self.points if last < p <= n)
+        if not passed and n > last and n >= self.max_repeats:
+            return (n,)
+        return passed
 
     def look_due(self, n: int, last: int) -> bool:
         """Whether a look is taken at ``n`` repeats when the last was taken at ``last`` (0: none yet): a point in
-        ``(last, n]``. A step of several repeats (a bracketed pairing's block) may pass a point without landing on
-        it: the look is taken where the step ends. Each look still consumes a point, so at most :attr:`looks` looks
-        spend ``alpha / looks`` each and the Bonferroni bound holds; looking later, with more repeats, costs no
-        error (when a step ends depends on costs, not on the values)."""
-        return n > last and (any(last < p <= n for p in self.points) or n >= self.max_repeats)
+        ``(last, n]`` (:meth:`looks_between`), looked at where the step ends. A compare looks so: its stored record
+        holds every repeat, and the ``compare`` command judges it on all of them. Each look still consumes a point,
+        so at most :attr:`looks` looks spend ``alpha / looks`` each and the Bonferroni bound holds; looking later,
+        with more repeats, costs no error (when a step ends depends on costs, not on the values)."""
+        return bool(self.looks_between(last, n))
 
     def may_continue(self, n: int, server_s: float, next_s: float | None = None, step: int = 1) -> bool:
         """Whether another measuring step fits the budget after ``n`` repeats that took ``server_s`` server-seconds.

@@ -294,25 +294,63 @@ def _per_repeat(run: runner.RunResult, field_name: str) -> list[float]:
 
 
 def _measure_until(
-    measurements: MeasureHandle, name: str, vs: str | None, design: sequential.Design, decided: Callable[[], bool]
-) -> None:
-    """Ask for one more repeat (with ``vs``: one more pair) at a time until ``decided()`` at a look of ``design``,
+    measurements: MeasureHandle,
+    name: str,
+    vs: str | None,
+    design: sequential.Design,
+    decided: Callable[[int], bool],
+) -> int:
+    """Ask for one more repeat (with ``vs``: one more pair) at a time until ``decided(p)`` at a look of ``design``,
     or the budget is spent, or nothing more can be measured. The next repeat is started only when its expected
-    cost (the mean so far; a bracketed block's with its server switches) fits ``max_server_s``."""
-    last = 0
+    cost (the mean so far; a bracketed block's with its server switches) fits ``max_server_s``.
+
+    A bracketed block of several pairs passes several looks: each is taken in order on the block's first ``p``
+    pairs (``decided(p)``: judged on what was measured up to ``p``) and the first that decides ends the loop, so a
+    block decides where pairs measured one at a time would have (its later pairs were measured and count in the
+    budget, but not in the verdict; ``sequential.Design.looks_between``). Before, one look where the block ended:
+    with 15-minute starts, one block of the whole budget had one look (replayed on an H100's pairs, a 20% slower
+    target FAILED 103 of 200 times instead of 124; ``benchmarks/bench_bracketed.py``). The first look is where the
+    loop starts (what earlier checks measured, all of it), as for pairs measured one at a time.
+
+    :param decided: whether the verdict is decided on the first ``p`` pairs (repeats without ``vs``).
+    :returns: the pairs (repeats) the verdict is judged on: where it decided, else all that were measured.
+    """
+    n = _count(measurements, name, vs)
+    if design.look_due(n, 0) and decided(n):
+        return n
+    last = n
     while True:
-        n = _count(measurements, name, vs)
-        if design.look_due(n, last):
-            last = n
-            if decided():
-                return
         step = _next_step(measurements, name, vs, design, n, in_phases=False)
         if not design.may_continue(n, measurements.spent_s(name, vs), step.cost_s, step=step.pairs) or (
             not measurements.can_measure(name)
         ):
-            return
+            return n
         if not measurements.more(name, vs, step.pairs):
-            return
+            return n
+        n = _count(measurements, name, vs)
+        for point in design.looks_between(last, n):
+            last = point
+            if decided(point):
+                return point
+
+
+def _first_measurements(
+    measurements: MeasureHandle, name: str, vs: str | None, count: int
+) -> tuple[runner.Measurement, ...]:
+    """The profile's repeats measured by its first ``count`` pairs (repeats without ``vs``): a look inside a
+    bracketed block judges them. Every pair added since the first measurement appended its target phases to the
+    run (``MeasurementStore.more``), so the phases of the pairs after ``count`` are the run's last ones."""
+    run = measurements.run(name).measurements
+    arms = measurements.arms(name, vs) if vs else None
+    if arms is None:
+        return run[:count]
+    later = sum(len(group) for group in arms.target[count:])
+    return run[: max(len(run) - later, 0)]
+
+
+def _first_pairs(arms: PairedArms, count: int) -> PairedArms:
+    """``arms``' first ``count`` pairs (a look inside a bracketed block judges their ratios)."""
+    return dataclasses.replace(arms, target=arms.target[:count], reference=arms.reference[:count])
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,12 +505,13 @@ def sequential_checks(
     """
     from pytest_specdec.core.metric_table import is_exact
 
-    def values_of(floor: _Floor) -> list[float]:
-        found = (floor.value(m.metrics) for m in measurements.run(profile.name).measurements)
+    def values_of(floor: _Floor, count: int) -> list[float]:
+        found = (floor.value(m.metrics) for m in _first_measurements(measurements, profile.name, vs, count))
         return [v for v in found if v is not None]
 
-    def decision(floor: _Floor) -> sequential.Decision | None:
-        values = values_of(floor)
+    def decision(floor: _Floor, count: int) -> sequential.Decision | None:
+        """The decision on the first ``count`` pairs (repeats without ``vs``): a look inside a bracketed block."""
+        values = values_of(floor, count)
         if not values:  # "not reported": evaluate's median rule says so
             return None
         # Exact only as part of an exact run (every accept figure agrees across its repeats, not this one alone by
@@ -482,11 +521,12 @@ def sequential_checks(
         return sequential.decide_floor(values, floor.threshold, design, exact=exact)
 
     def judge(floor: _Floor) -> tuple[Check, dict[str, Any]] | None:
-        _measure_until(measurements, profile.name, vs, design, lambda: _decided(decision(floor)))
-        found = decision(floor)
+        # Judged at the look that decided (a bracketed block's later pairs do not move its figures).
+        count = _measure_until(measurements, profile.name, vs, design, lambda p: _decided(decision(floor, p)))
+        found = decision(floor, count)
         if found is None:
             return None
-        return _floor_check(floor, found, values_of(floor), measurements, profile.name, vs, design)
+        return _floor_check(floor, found, values_of(floor, count), measurements, profile.name, vs, design)
 
     out: dict[str, Check] = {}
     for floor in _floors(profile, thresholds, *sweep):
@@ -757,22 +797,25 @@ def speedup_check(
         return Check("min_speedup", f"speedup vs {ms.vs}", ">=", ms.ratio, None, "x", False, text=text)
 
     def judge() -> tuple[Check, dict[str, Any], dict[str, Any]]:
-        def ratios() -> list[float]:
+        def ratios(count: int) -> list[float]:
             arms = measurements.arms(name, ms.vs)
-            return arms.ratios() if arms is not None else []
+            return _first_pairs(arms, count).ratios() if arms is not None else []
 
-        _measure_until(measurements, name, ms.vs, design,
-                       lambda: sequential.decide_floor(ratios(), ms.ratio, design).decided)  # fmt: skip
+        count = _measure_until(measurements, name, ms.vs, design,
+                               lambda p: sequential.decide_floor(ratios(p), ms.ratio, design).decided)  # fmt: skip
         arms = measurements.arms(name, ms.vs)
         assert arms is not None  # measured above, and more pairs only extend them
+        # The line judges the pairs of the look that decided; the server-seconds are all that were spent, the rest
+        # of a bracketed block included (it was measured).
+        judged_on = _first_pairs(arms, count).ratios()
         spent = measurements.spent_s(name, ms.vs)
-        decision = sequential.decide_floor(arms.ratios(), ms.ratio, design)
-        needed = None if decision.decided else sequential.repeats_needed(arms.ratios(), ms.ratio, design)
+        decision = sequential.decide_floor(judged_on, ms.ratio, design)
+        needed = None if decision.decided else sequential.repeats_needed(judged_on, ms.ratio, design)
         judged = speedup.judge_speedup_sequential(
-            arms.ratios(), ms.ratio, design, vs=ms.vs, mode=arms.mode, first=arms.first, exhausted=True,
+            judged_on, ms.ratio, design, vs=ms.vs, mode=arms.mode, first=arms.first, exhausted=True,
             detail=lambda d: sequential.detail(d, unit="pairs", server_s=spent, needed=needed, exhausted=True),
         )  # fmt: skip
-        cost = {"verdict": judged.verdict, "repeats": arms.pairs, "server_s": round(spent, 3)}
+        cost = {"verdict": judged.verdict, "repeats": min(count, arms.pairs), "server_s": round(spent, 3)}
         check = judged.check()
         if check.undecided and halt:
             check = _not_measured(check, halt, f"{arms.pairs} pair{'s' if arms.pairs != 1 else ''}")
@@ -818,8 +861,7 @@ def judge_compare(
     server_s: Callable[[], float] = lambda: 0.0,
     current_run: str = "",
     bisect_hint: BisectHint | None = None,
-    step: Callable[[], int] = lambda: 1,
-    next_s: Callable[[], float | None] = lambda: None,
+    next_step: Callable[[], tuple[int, float | None]] = lambda: (1, None),
 ) -> CompareVerdict:
     """Compare ``record`` with the stored ``base`` (of run ``run_id``, found under ``test_id``), every statistical
     row decided on its interval (``compare.compare_results`` at the look's alpha). While a row is undecided at a
@@ -830,9 +872,9 @@ def judge_compare(
     :param force: compare although the workloads differ (``--specdec-compare-force``).
     :param history: the baseline's other stored runs of the same fingerprint (``history.StoredHistory.of``).
     :param server_s: seconds the current record's phases held servers (the cost line and the budget).
-    :param step: the repeats (target phases) the next ``more()`` adds: the budget counts them before asking;
-        :param next_s: its expected seconds (a bracketed block's with its server switches; None: ``step`` mean
-        repeats).
+    :param next_step: (the repeats, i.e. target phases, the next ``more()`` adds; its expected seconds, a bracketed
+        block's with its server switches, None: that many mean repeats): the budget counts them before asking.
+        Asked once before each ``more()``, which measures that step.
     :param current_run: this session's run id: with more than one fingerprint difference, the head is followed by
         the ``bisect`` command over the two runs (``bisect_hint``, i.e. ``bisection.bisect_hint``; none without).
     """
@@ -864,9 +906,11 @@ def judge_compare(
                 # A regressed row is final at its look (exact, or its interval spent at this look's alpha): the
                 # compare has failed, and its open rows would cost repeats of a night already red (replayed: a 20%
                 # regression decided after 3 pairs, not 5; the open rows, even a -87% tok/s at 2 repeats, say so).
-                stopped_at_failure = design.may_continue(n, server_s(), next_s(), step=step())
+                adds, cost_s = next_step()
+                stopped_at_failure = design.may_continue(n, server_s(), cost_s, step=adds)
                 break
-        if not design.may_continue(n, server_s(), next_s(), step=step()):
+        adds, cost_s = next_step()
+        if not design.may_continue(n, server_s(), cost_s, step=adds):
             break
         nxt = more()
         if nxt is None:
@@ -1120,12 +1164,17 @@ def compare_item(
     run, base = found.run, found.record
     vs = (record.paired or {}).get("vs")
 
-    def step() -> _Step:
+    # The step judge_compare's budget counted is the one ``more()`` measures: planned once per step (it was
+    # computed three times: for its repeats, its seconds and the pairs asked for).
+    planned: list[_Step] = []
+
+    def next_step() -> tuple[int, float | None]:
         n = len(case.record.values("output_tok_s"))
-        return _next_step(measurements, profile.name, vs, design, n, in_phases=True)
+        planned[:] = [_next_step(measurements, profile.name, vs, design, n, in_phases=True)]
+        return planned[0].phases, planned[0].cost_s
 
     def more() -> results.ResultRecord | None:
-        if not measurements.more(profile.name, vs, step().pairs):
+        if not measurements.more(profile.name, vs, planned[0].pairs if planned else None):
             return None
         _rebuild_record(case, measurements, profile.name, vs)
         return case.record
@@ -1136,7 +1185,7 @@ def compare_item(
             noise=outcomes.noise(profile.name), force=setup.force, more=more, design=design,
             history=others,
             server_s=lambda: measurements.spent_s(profile.name, vs), current_run=setup.run_id,
-            bisect_hint=setup.bisect_hint, step=lambda: step().phases, next_s=lambda: step().cost_s,
+            bisect_hint=setup.bisect_hint, next_step=next_step,
         )  # fmt: skip
 
     history = setup.history
