@@ -1,19 +1,22 @@
 """Bracketed pairing (one server at a time, SGLang's default) under a sequential ``min_speedup``: what one verdict
-costs in server restarts and wall time, blocks of the first block's pairs (the rule before 2026-12-06) against blocks
-sized to reach a look and outlast their restarts (``judge.verdict._bracket_pairs``).
+costs in server restarts and wall time, and what it decides, under three rules: ``first``, blocks of the first
+block's pairs, a look where a block lands on a point (before 2026-12-06); ``end``, blocks sized to reach a look and
+outlast their restarts (``judge.verdict._bracket_pairs``), one look where a block ends (085d5a7); ``in``, the same
+blocks, a look at each point a block passes, on its first pairs (``verdict._measure_until``, now).
 
-    python benchmarks/bench_bracketed.py             # 200 verdicts a cell, seeded, a few seconds
+    python benchmarks/bench_bracketed.py             # 200 verdicts a cell, seeded, about 15 s on 2 cores
     python benchmarks/bench_bracketed.py --runs 500 --seed 3
 
 Per-pair speedup ratios are resampled from real SGLang 0.5.17 runs with CUDA graphs on three lent H100 machines
-(``benchmarks/gpu/results-2026-12-05-b`` and ``results-2026-12-06``, the ``pgate`` task: eagle3 paired bracketed
-with baseline; each run's log ratios centred on 0, so a cell sets the level): machine A 14 pairs (sd of the log
-0.13), B 8 (0.02), C 24 (0.25). A cell's true speedup is 1.0 against a floor of 0.9 (``passed`` is right) or 0.8
-against 0.9 (``FAILED`` is right), ``Design(3, 24)``, the plugin's own loop (``verdict._measure_until``) and decision
-(``sequential.decide_floor``) over a scripted handle. Two cost regimes: the bundled tiny model on an H100 (2.6 s a
-phase, a block's two restarts 75 s, as measured on 2026-12-06) and an 8B model with a 15-minute start (10 s a phase,
-1800 s). Printed per cell and rule: verdicts passed/FAILED/undecided, the median blocks (each two restarts) and the
-median wall minutes of one verdict (its phases and restarts, the first block's included). Nothing is started or timed.
+(``benchmarks/gpu/results-2026-12-05-b`` and ``results-2026-12-06``, the ``pgate`` task: eagle3 paired bracketed with
+baseline; each run's log ratios centred on 0, so a cell sets the level): machine A 14 pairs (sd of the log 0.13), B 8
+(0.02), C 24 (0.25). A cell's true speedup is 1.0 against a floor of 0.9 (``passed`` is right) or 0.8 against 0.9
+(``FAILED`` is right), ``Design(3, 24)``, the plugin's own loop (``verdict._measure_until``) and decision
+(``sequential.decide_floor``, on the pairs of the look) over a scripted handle. Two cost regimes: the bundled tiny model
+on an H100 (2.6 s a phase, a block's two restarts 75 s, as measured on 2026-12-06) and an 8B model with a 15-minute
+start (10 s a phase, 1800 s). Printed per cell and rule: verdicts passed/FAILED/undecided, the median blocks (each two
+restarts) and the median wall minutes of one verdict (its phases and restarts, the first block's included). Nothing is
+started or timed.
 """
 
 from __future__ import annotations
@@ -129,15 +132,30 @@ class NewRule:
         return self.s.wall_s()
 
 
-def old_rule(s: Scripted, design: sequential.Design, decided: Callable[[], bool]) -> None:
+def first_rule(s: Scripted, design: sequential.Design, decided: Callable[[int], bool]) -> int:
     """The loop before 2026-12-06: looks only where the pairs land on a point, blocks of the first block's pairs."""
     while True:
         n = s.arms.pairs
-        if design.is_look(n) and decided():
-            return
+        if (n in design.points or n >= design.max_repeats) and decided(n):
+            return n
         if not design.may_continue(n, s.arms.measuring_s(), step=s.arms.first):
-            return
+            return n
         s.more(None)
+
+
+def end_rule(s: Scripted, design: sequential.Design, decided: Callable[[int], bool]) -> int:
+    """The loop of 085d5a7: blocks sized as now, one look where a block passes a point, on all its pairs."""
+    handle, last = NewRule(s), 0
+    while True:
+        n = s.arms.pairs
+        if design.look_due(n, last):
+            last = n
+            if decided(n):
+                return n
+        step = verdict._next_step(handle, "eagle3", "baseline", design, n, in_phases=False)
+        if not design.may_continue(n, s.wall_s(), step.cost_s, step=step.pairs):
+            return n
+        s.more(step.pairs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,30 +165,35 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     design = sequential.Design(3, 24)
     print(f"min_speedup floor {FLOOR}, Design(3, 24), {args.runs} verdicts a cell, seed {args.seed}")
-    print(f"{'machine':8} {'regime':18} {'true':>5} {'rule':4} {'passed':>6} {'FAILED':>6} {'undec':>6} "
+    print(f"{'machine':8} {'regime':18} {'true':>5} {'rule':5} {'passed':>6} {'FAILED':>6} {'undec':>6} "
           f"{'blocks':>6} {'wall min':>8}")  # fmt: skip
     for machine, files in STREAMS.items():
         logs = centred_log_ratios(files)
         for regime, phase_s, switch_s in REGIMES:
             for true in (1.0, 0.8):
-                for rule in ("old", "new"):
+                for rule in ("first", "end", "in"):
                     rng = np.random.default_rng(args.seed)  # the same draws for both rules
                     outcomes: dict[str, int] = {"passed": 0, "FAILED": 0, "undecided": 0}
                     blocks, walls = [], []
                     for _ in range(args.runs):
                         s = Scripted(functools.partial(_draw, rng, logs, true), 3, phase_s, switch_s)
 
-                        def decided(s: Scripted = s) -> bool:
-                            return sequential.decide_floor(s.arms.ratios(), FLOOR, design).decided
+                        def ratios(p: int, s: Scripted = s) -> list[float]:
+                            return verdict._first_pairs(s.arms, p).ratios()
 
-                        if rule == "old":
-                            old_rule(s, design, decided)
+                        def decided(p: int) -> bool:
+                            return sequential.decide_floor(ratios(p), FLOOR, design).decided
+
+                        if rule == "first":
+                            count = first_rule(s, design, decided)
+                        elif rule == "end":
+                            count = end_rule(s, design, decided)
                         else:
-                            verdict._measure_until(NewRule(s), "eagle3", "baseline", design, decided)
-                        outcomes[sequential.decide_floor(s.arms.ratios(), FLOOR, design).outcome] += 1
+                            count = verdict._measure_until(NewRule(s), "eagle3", "baseline", design, decided)
+                        outcomes[sequential.decide_floor(ratios(count), FLOOR, design).outcome] += 1
                         blocks.append(s.arms.brackets)
                         walls.append(s.wall_s() / 60)
-                    print(f"{machine:8} {regime:18} {true:5.2f} {rule:4} {outcomes['passed']:6d} "
+                    print(f"{machine:8} {regime:18} {true:5.2f} {rule:5} {outcomes['passed']:6d} "
                           f"{outcomes['FAILED']:6d} {outcomes['undecided']:6d} {statistics.median(blocks):6.0f} "
                           f"{statistics.median(walls):8.1f}")  # fmt: skip
     return 0
