@@ -160,7 +160,8 @@ def test_fingerprint_diff_lines_first() -> None:
         "argv --speculative-num-steps: 3 -> 5",
     ]
     comp = compare_results(
-        rec(output_tok_s=[88.8, 89.5, 88.1]), rec(fp=cur_fp, output_tok_s=[62.9, 63.4, 62.4]),
+        rec(output_tok_s=[88.8, 89.5, 88.1]),
+        rec(fp=cur_fp, output_tok_s=[62.9, 63.4, 62.4]),
         parse_tolerances("output_tok_s:5%"),
     )
     assert comp.lines()[:3] == [
@@ -168,8 +169,8 @@ def test_fingerprint_diff_lines_first() -> None:
         "  flashinfer-python: (absent) -> 0.3.1",
         "  torch: 2.13.0 -> 2.14.1",
     ]
-    assert (
-        comp.lines()[-1].startswith("output_tok_s  higher      88.8     62.9  -25.9   -29.2%  5% (σ 0.8%)  REGRESSED")
+    assert comp.lines()[-1].startswith(
+        "output_tok_s  higher      88.8     62.9  -25.9   -29.2%  5% (σ 0.8%)  REGRESSED"
     )
 
 
@@ -214,9 +215,7 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         "",
         "== t.py::test_x[eagle3] (profile eagle3)",
     ]
-    assert out[-1] == (
-        "specdec compare: 1 test compared, 1 regressed, 0 undecided, 0 without baseline, 0 refused"
-    )
+    assert out[-1] == ("specdec compare: 1 test compared, 1 regressed, 0 undecided, 0 without baseline, 0 refused")
     # run ids and "latest" resolve in --results-dir; a 65 % tolerance passes
     assert main(["compare", "20260101", "latest", "--results-dir", str(tmp_path), "-t", "output_tok_s:65%"]) == 0
     capsys.readouterr()
@@ -318,8 +317,10 @@ def test_paired_throughput_is_judged_raw_and_on_its_ratio_to_the_reference_arm()
     wide = _paired(rec(output_tok_s=[101.0, 99.0, 102.0]), [101.0, 99.0, 102.0], [60.0, 90.0, 75.0])
     comp = compare_results(base, wide, parse_tolerances("output_tok_s:5%"))
     assert {r.metric: r.verdict for r in comp.rows}["output_tok_s / baseline"] == "undecided"
-    assert comp.notes[-1] == ("output_tok_s: raw REGRESSED, the ratio to 'baseline' undecided: both arms slower, or "
-                              "the target alone; more pairs would tell which")
+    assert comp.notes[-1] == (
+        "output_tok_s: raw REGRESSED, the ratio to 'baseline' undecided: both arms slower, or "
+        "the target alone; more pairs would tell which"
+    )
     # Both unchanged: both rows pass.
     same = _paired(rec(output_tok_s=[139.0, 141.0, 140.0]), [139.0, 141.0, 140.0], [100.0, 101.0, 100.0])
     assert compare_results(base, same, parse_tolerances("output_tok_s:5%")).outcome == "passed"
@@ -746,8 +747,9 @@ def test_cli_judges_a_stored_record_with_the_noise_pytest_judged_it_with(
 ) -> None:
     # Fresh-user trial: pytest left a row undecided; a calibrate run afterwards wrote the profile's noise file, and
     # the command then read the same row ok. The record keeps the noise its compare was judged with (none here).
-    judged_with_none = {"verdicts": {"compare": {"verdict": "undecided", "noise": {"sigma_rel": {},
-                                                                                     "run_to_run_rel": {}, "runs": 0}}}}
+    judged_with_none = {
+        "verdicts": {"compare": {"verdict": "undecided", "noise": {"sigma_rel": {}, "run_to_run_rel": {}, "runs": 0}}}
+    }
     results_dir = tmp_path / "results"
     _write(results_dir, "20260101T000000Z-aaaaaa", rec(output_tok_s=[100.0, 101.0, 99.0]))
     _write(results_dir, "20260102T000000Z-bbbbbb",
@@ -939,3 +941,39 @@ def test_a_category_rows_interval_and_what_would_decide_it_are_at_its_share_of_a
     whole = sequential.shift_repeats_needed(base.values("tpot_ms_p50[code]"), cur.values("tpot_ms_p50[code]"), 0.10,
                                             design, higher_is_better=False)  # fmt: skip
     assert whole == 6
+
+
+@pytest.mark.usefixtures("same_instances")  # the within-run arithmetic (tests/conftest.py)
+def test_a_category_row_is_judged_at_its_own_tolerance_where_one_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fresh-user trial: per-category medians spread 10-15% where the top row's spread 7-8%, and
+    ``-t 'tpot_ms_p50[code]:80%'`` was refused as an unknown metric. ``tpot_ms_p50[code]`` 20% slower: REGRESSED at
+    its field's 10%, ok at its own 30%, while chat stays at the field's; the same from the compare command's ``-t``,
+    and a tolerance naming a category the runs do not have is said, not ignored."""
+    steady, slower = [10.0, 10.1, 9.9, 10.0, 10.2], [12.0, 12.1, 11.9, 12.0, 12.2]
+    base = _per_category({"chat": {"tpot_ms_p50": steady}, "code": {"tpot_ms_p50": steady}}, top=False)
+    cur = _per_category({"chat": {"tpot_ms_p50": steady}, "code": {"tpot_ms_p50": slower}}, top=False)
+    before = {r.metric: r for r in compare_results(base, cur).rows}
+    assert before["tpot_ms_p50[code]"].regressed and before["tpot_ms_p50[code]"].tolerance == Tolerance(rel=0.10)
+    comparison = compare_results(base, cur, parse_tolerances("tpot_ms_p50[code]:30% tpot_ms_p50[cod]:30%"))
+    rows = {r.metric: r for r in comparison.rows}
+    assert (rows["tpot_ms_p50[code]"].verdict, rows["tpot_ms_p50[code]"].tolerance) == ("ok", Tolerance(rel=0.30))
+    assert rows["tpot_ms_p50[chat]"].tolerance == Tolerance(rel=0.10)
+    assert not comparison.failed
+    assert comparison.notes == (
+        "tolerance tpot_ms_p50[cod]:30%: no category 'cod' in both runs (their categories: chat, code); no row takes "
+        'it: check the name against the prompts\' "category"',
+    )
+    # The compare command reads it from -t (before: "unknown metric 'tpot_ms_p50[code]'", exit 2).
+    _write(tmp_path, "20260101T000000Z-aaaaaa", base)
+    _write(tmp_path, "20260102T000000Z-bbbbbb", cur)
+    args = ["compare", "20260101", "20260102", "--results-dir", str(tmp_path)]
+    assert main(args) == 1
+    capsys.readouterr()
+    assert main([*args, "-t", "tpot_ms_p50[code]:30%"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[:2] for line in out.splitlines() if line.startswith("tpot_ms_p50[code]")] == [
+        ["tpot_ms_p50[code]", "lower"]
+    ]
+    assert "  30% (σ 1.0%)  ok (x1.2, CI 1.181-1.218 (95.0%), n=5)" in out

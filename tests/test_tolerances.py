@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec.core.tolerances import Tolerance, format_tolerances, merge_tolerances, parse_tolerances
+from pytest_specdec.core.tolerances import (
+    Tolerance,
+    Tolerances,
+    format_tolerances,
+    merge_tolerances,
+    parse_tolerances,
+)
 from pytest_specdec.profiles.schema import Profile
 
 
@@ -46,6 +52,28 @@ def test_parse_tolerances_forms() -> None:
             "decode_tok_s, e2e_ms, goodput_per_s, input_tok_s, itl_ms, output_tok_s, requests_per_s, slo_attainment, "
             "total_tok_s, tpot_ms, ttft_ms, or a field like ttft_ms_p99)",
         ),
+        (
+            "tpot[code]:80%",
+            "bad tolerance 'tpot[code]:80%': unknown metric 'tpot' (known: accept_length, accept_rate, "
+            "decode_tok_s, e2e_ms, goodput_per_s, input_tok_s, itl_ms, output_tok_s, requests_per_s, slo_attainment, "
+            "total_tok_s, tpot_ms, ttft_ms, or a field like ttft_ms_p99)",
+        ),
+        (
+            "output_tok_s[code]:20%",
+            "bad tolerance 'output_tok_s[code]:20%': output_tok_s has no rows per category (the compare judges "
+            "accept_length, accept_rate, ttft_ms_p50, itl_ms_p50, tpot_ms_p50 per prompt category), e.g. "
+            "tpot_ms_p50[code]:30%",
+        ),
+        (
+            "tpot_ms_p50[]:80%",
+            "bad tolerance 'tpot_ms_p50[]:80%': expected FIELD[CATEGORY]:TOL for one prompt category's row, e.g. "
+            "tpot_ms_p50[code]:30%",
+        ),
+        (
+            "tpot_ms_p50[code:80%",
+            "bad tolerance 'tpot_ms_p50[code:80%': expected FIELD[CATEGORY]:TOL for one prompt category's row, e.g. "
+            "tpot_ms_p50[code]:30%",
+        ),
     ],
 )
 def test_parse_tolerances_errors(spec: str, message: str) -> None:
@@ -80,3 +108,60 @@ def test_a_profile_tolerance_is_parsed_where_the_file_is_read(
     )
     good = Profile.model_validate({"name": "p", "tolerances": ["output_tok_s:3%", "ttft_ms:10%+5"]})
     assert good.tolerance_layer == {"output_tok_s": Tolerance(rel=0.03), "ttft_ms": Tolerance(rel=0.10, abs=5.0)}
+
+
+def test_a_category_row_has_a_tolerance_of_its_own() -> None:
+    """Fresh-user trial: ``-t 'tpot_ms_p50[code]:80%'`` was refused as an unknown metric, and a category row whose
+    medians spread 10-15% could only be given room by widening its field's top row too. ``FIELD[CATEGORY]:TOL``
+    parses (a metric names its category field, ``ttft_ms`` -> ``ttft_ms_p50``; a category is free text, spaces
+    included), and a row without one takes its field's."""
+    got = parse_tolerances(["tpot_ms_p50:51%, tpot_ms_p50[code]:80%", "ttft_ms[creative writing]:20%+5"])
+    assert dict(got) == {"tpot_ms_p50": Tolerance(rel=0.51)}
+    assert got.categories == {("tpot_ms_p50", "code"): Tolerance(rel=0.80),
+                              ("ttft_ms", "creative writing"): Tolerance(rel=0.20, abs=5.0)}  # fmt: skip
+    merged = merge_tolerances(got)
+    assert merged.row("tpot_ms_p50", "code") == Tolerance(rel=0.80)
+    assert merged.row("tpot_ms_p50", "chat") == Tolerance(rel=0.51)
+    assert merged.row("ttft_ms_p50", "creative writing") == Tolerance(rel=0.20, abs=5.0)
+    assert merged.row("itl_ms_p50", "code") == Tolerance(rel=0.10)  # the default, as the field's top row
+    # What a stored record keeps (verdict's cost) reads back to the same tolerances, categories included.
+    text = format_tolerances(merged)
+    assert text.endswith(" ttft_ms_p50[creative writing]:20%+5 tpot_ms_p50[code]:80%")
+    assert merge_tolerances(parse_tolerances(text)) == merged
+    assert merged != merge_tolerances(dict(merged))  # the categories count in the equality
+
+
+def test_a_later_layer_naming_the_field_sets_its_category_rows_too() -> None:
+    # The rule of the fields: the later layer wins for every row it names; a field names its category rows unless
+    # the same layer gives them their own.
+    ini = parse_tolerances("tpot_ms_p50:51% tpot_ms_p50[code]:80% itl_ms_p50[code]:30%")
+    marker = parse_tolerances("tpot_ms:5%")
+    merged = merge_tolerances(ini, marker)
+    assert merged.row("tpot_ms_p50", "code") == Tolerance(rel=0.05)
+    assert merged.row("itl_ms_p50", "code") == Tolerance(rel=0.30)
+    again = merge_tolerances(ini, parse_tolerances("tpot_ms_p50:5% tpot_ms:7% tpot_ms[code]:60% tpot_ms_p50[code]:70%"))
+    assert (again["tpot_ms_p50"], again.row("tpot_ms_p50", "code")) == (Tolerance(rel=0.05), Tolerance(rel=0.70))
+    assert merge_tolerances(Tolerances()) == merge_tolerances()
+
+
+def test_a_category_tolerance_reads_from_the_ini_the_profile_and_the_marker(pytester: pytest.Pytester) -> None:
+    """The same grammar in every layer pytest merges (ini, profile, marker), the category rows' merged with the
+    fields' rule; a bad one in the ini stops the run at configure, naming the key and the token."""
+    from pytest_specdec.run.settings import RunSettings
+    from tests.helpers import plugin_args
+
+    pytester.makeini("[pytest]\nspecdec_tolerances =\n    tpot_ms_p50:51%\n    tpot_ms_p50[code]:80%\n"
+                     "    itl_ms_p50[creative writing]:40%\n")  # fmt: skip
+    settings = RunSettings.from_config(pytester.parseconfigure(*plugin_args()))
+    profile = Profile.model_validate({"name": "p", "tolerances": ["itl_ms_p50[creative writing]:45%"]})
+    marker = parse_tolerances(["ttft_ms[code]:25%"])
+    merged = merge_tolerances(settings.tolerances, profile.tolerance_layer, marker)
+    assert merged.categories == {("ttft_ms_p50", "code"): Tolerance(rel=0.25),
+                                 ("itl_ms_p50", "creative writing"): Tolerance(rel=0.45),
+                                 ("tpot_ms_p50", "code"): Tolerance(rel=0.80)}  # fmt: skip
+    pytester.makeini("[pytest]\nspecdec_tolerances =\n    tpot[code]:80%\n")
+    result = pytester.runpytest(*plugin_args())
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    # fnmatch would read [code] as a character class: the line is compared as it is.
+    error = "ERROR: ini specdec_tolerances: bad tolerance 'tpot[code]:80%': unknown metric 'tpot' (known: "
+    assert [line for line in result.stderr.lines if line.startswith(error)], result.stderr.str()

@@ -148,7 +148,8 @@ def _build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="SPEC",
-        help="Per-metric tolerance, e.g. output_tok_s:5%% accept_length:0.02 ttft_ms:10%%+5 (repeatable; each one "
+        help="Per-metric tolerance, e.g. output_tok_s:5%% accept_length:0.02 ttft_ms:10%%+5, or one prompt category's "
+        "row: tpot_ms_p50[code]:30%% (repeatable; each one "
         "replaces that metric's tolerance for every test, the others stay as each run was judged: the tolerances "
         "stored with it, else its profile's, else the defaults: "
         + format_tolerances(DEFAULT_TOLERANCES).replace("%", "%%")

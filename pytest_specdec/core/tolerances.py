@@ -6,6 +6,7 @@ Tolerance strings (``parse_tolerances``)::
     accept_length:0.02    absolute, in the metric's unit
     ttft_ms:10%+5         both: 10 % of the baseline plus 5 ms
     ttft_ms_p99:20%       one statistic field; a metric name (ttft_ms) covers all its fields (mean, p50, p90, p99)
+    tpot_ms_p50[code]:30% the compare's row of one prompt category (CATEGORY_FIELDS); without one it takes the field's
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from dataclasses import dataclass
 from pytest_specdec.core.metric_table import METRICS, MetricSpec
 
 __all__ = [
+    "CATEGORY_FIELDS",
     "DEFAULT_TOLERANCES",
     "Tolerance",
+    "Tolerances",
     "field_specs",
     "format_tolerances",
     "layered_tolerances",
@@ -27,6 +30,9 @@ __all__ = [
 ]
 _FORMAT_HELP = "expected METRIC:TOL with TOL as 5% (relative), 0.02 (absolute) or 10%+5 (both), e.g. output_tok_s:5%"
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+#: A token: ``NAME:TOL`` or ``NAME[CATEGORY]:TOL``; a category may hold spaces and commas (the bracket keeps them).
+_TOKEN_RE = re.compile(r"(?:\[[^\]]*\]?|[^\s,\[])+")
+_CATEGORY_RE = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<category>[^\[\]]*)\]$")
 _TOL_RE = re.compile(rf"^(?:(?P<rel>{_NUMBER})%(?:\+(?P<both_abs>{_NUMBER}))?|(?P<abs>{_NUMBER}))$")
 
 
@@ -58,6 +64,49 @@ def field_specs() -> dict[str, MetricSpec]:
     return {f: spec for spec in METRICS.values() for f in spec.fields}
 
 
+#: Fields the compare also judges per prompt category (``accept_length[code]``, ``judge.compare``): the only ones a
+#: ``FIELD[CATEGORY]`` tolerance may name.
+CATEGORY_FIELDS = ("accept_length", "accept_rate", "ttft_ms_p50", "itl_ms_p50", "tpot_ms_p50")
+
+
+class Tolerances(dict[str, Tolerance]):
+    """Tolerances of one layer (:func:`parse_tolerances`: keys as written, metric names or fields) or of a test
+    (:func:`merge_tolerances`: every compared field): key -> :class:`Tolerance`, plus :attr:`categories`, ``(key,
+    category)`` -> the tolerance of that key's row for one prompt category (``tpot_ms_p50[code]:30%``).
+
+    A dict of the top rows, so that every reader of a field's tolerance reads it as before; a category row asks
+    :meth:`row`, which falls back to its field's.
+
+    >>> t = parse_tolerances("tpot_ms_p50:10% tpot_ms_p50[code]:30%")
+    >>> t.row("tpot_ms_p50", "code"), t.row("tpot_ms_p50", "chat")
+    (Tolerance(rel=0.3, abs=0.0), Tolerance(rel=0.1, abs=0.0))
+    """
+
+    def __init__(
+        self,
+        fields: Mapping[str, Tolerance] | None = None,
+        categories: Mapping[tuple[str, str], Tolerance] | None = None,
+    ) -> None:
+        super().__init__(fields or {})
+        self.categories: dict[tuple[str, str], Tolerance] = dict(categories or {})
+
+    def row(self, field: str, category: str) -> Tolerance | None:
+        """The tolerance of ``field``'s row for ``category``: its own when given, else the field's (None: none)."""
+        return self.categories.get((field, category), self.get(field))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Tolerances) and self.categories != other.categories:
+            return False
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:  # dict's own would ignore the categories
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __repr__(self) -> str:
+        return f"Tolerances({dict.__repr__(self)}, categories={self.categories!r})"
+
+
 #: Every compare checks these fields; ini ``specdec_tolerances``, the profile and the marker change a field's
 #: tolerance, never remove it (:func:`merge_tolerances`).
 DEFAULT_TOLERANCES: Mapping[str, Tolerance] = {
@@ -70,53 +119,85 @@ DEFAULT_TOLERANCES: Mapping[str, Tolerance] = {
 }
 
 
-def parse_tolerances(spec: str | Sequence[str]) -> dict[str, Tolerance]:
+def parse_tolerances(spec: str | Sequence[str]) -> Tolerances:
     """Parse ``"output_tok_s:5%, accept_length:0.02"`` (or a list of such strings; comma or whitespace separated).
+    ``FIELD[CATEGORY]:TOL`` (``tpot_ms_p50[code]:30%``) is the tolerance of that field's compare row for one prompt
+    category: any category name (the prompts' ``category``, spaces and commas included), a field of
+    :data:`CATEGORY_FIELDS` or a metric with one (``tpot_ms[code]`` is ``tpot_ms_p50[code]``).
 
-    :returns: metric name or field -> Tolerance, in input order (a later token for the same key wins).
+    :returns: metric name or field -> Tolerance, in input order (a later token for the same key wins), with the
+        category ones in :attr:`Tolerances.categories`.
     :raises ValueError: ``bad tolerance 'TOKEN': expected METRIC:TOL with TOL as 5% (relative), 0.02 (absolute)
-        or 10%+5 (both), e.g. output_tok_s:5%``, or ``bad tolerance 'TOKEN': unknown metric 'NAME' (known: ...)``.
+        or 10%+5 (both), e.g. output_tok_s:5%``, ``bad tolerance 'TOKEN': unknown metric 'NAME' (known: ...)``, or
+        ``bad tolerance 'TOKEN': output_tok_s has no rows per category (...)``.
     """
     parts = [spec] if isinstance(spec, str) else list(spec)
-    tokens = [t for part in parts for t in re.split(r"[,\s]+", part.strip()) if t]
+    tokens = [t for part in parts for t in _TOKEN_RE.findall(part.strip())]
     known = set(METRICS) | set(field_specs())
-    out: dict[str, Tolerance] = {}
+    out = Tolerances()
     for token in tokens:
-        name, sep, value = token.partition(":")
+        name, sep, value = token.rpartition(":")
         match = _TOL_RE.match(value.strip()) if sep else None
         if not name or match is None:
             raise ValueError(f"bad tolerance {token!r}: {_FORMAT_HELP}")
+        category = None
+        if "[" in name or "]" in name:
+            found = _CATEGORY_RE.match(name)
+            if found is None or not found.group("category").strip():
+                raise ValueError(f"bad tolerance {token!r}: expected FIELD[CATEGORY]:TOL for one prompt category's "
+                                 "row, e.g. tpot_ms_p50[code]:30%")  # fmt: skip
+            name, category = found.group("name"), found.group("category").strip()
         if name not in known:
             listed = ", ".join(sorted(METRICS))
             raise ValueError(
                 f"bad tolerance {token!r}: unknown metric {name!r} (known: {listed}, or a field like ttft_ms_p99)"
             )
+        if category is not None and not _category_fields(name):
+            raise ValueError(f"bad tolerance {token!r}: {name} has no rows per category (the compare judges "
+                             f"{', '.join(CATEGORY_FIELDS)} per prompt category), e.g. "
+                             f"tpot_ms_p50[{category}]:30%")  # fmt: skip
         if match.group("abs") is not None:
             tol = Tolerance(abs=float(match.group("abs")))
         else:
             tol = Tolerance(rel=float(match.group("rel")) / 100.0, abs=float(match.group("both_abs") or 0.0))
-        out[name] = tol
+        if category is None:
+            out[name] = tol
+        else:
+            out.categories[(name, category)] = tol
     return out
 
 
+def _category_fields(name: str) -> list[str]:
+    """The fields of :data:`CATEGORY_FIELDS` a tolerance key (a field or a metric) names."""
+    spec = METRICS.get(name)
+    fields = spec.fields if spec is not None else (name,)
+    return [f for f in fields if f in CATEGORY_FIELDS]
+
+
 def format_tolerances(tolerances: Mapping[str, Tolerance]) -> str:
-    """The inverse of :func:`parse_tolerances`: ``"output_tok_s:5% accept_length:2%"``."""
-    return " ".join(f"{name}:{tol}" for name, tol in tolerances.items())
+    """The inverse of :func:`parse_tolerances`: ``"output_tok_s:5% accept_length:2% tpot_ms_p50[code]:30%"``."""
+    rows = getattr(tolerances, "categories", {}).items()
+    return " ".join([f"{name}:{tol}" for name, tol in tolerances.items()]
+                    + [f"{name}[{category}]:{tol}" for (name, category), tol in rows])  # fmt: skip
 
 
-def _resolve(tolerances: Mapping[str, Tolerance]) -> dict[str, Tolerance]:
-    """Field -> tolerance in METRICS order; a field key beats its metric's key."""
+def _resolve(tolerances: Mapping[str, Tolerance]) -> Tolerances:
+    """Field -> tolerance in METRICS order; a field key beats its metric's key, for the category rows too."""
     by_field = field_specs()
-    out: dict[str, Tolerance] = {}
+    out = Tolerances()
     for fname, spec in by_field.items():
         if fname in tolerances:
             out[fname] = tolerances[fname]
         elif spec.name in tolerances:
             out[fname] = tolerances[spec.name]
+    given: dict[tuple[str, str], Tolerance] = getattr(tolerances, "categories", {})
+    for (name, category), tol in sorted(given.items(), key=lambda kv: kv[0][0] in by_field):  # metric keys first
+        for fname in _category_fields(name):
+            out.categories[(fname, category)] = tol
     return out
 
 
-def merge_tolerances(*layers: Mapping[str, Tolerance] | None) -> dict[str, Tolerance]:
+def merge_tolerances(*layers: Mapping[str, Tolerance] | None) -> Tolerances:
     """The tolerance of every compared field: :data:`DEFAULT_TOLERANCES`, then each layer over it, key by key.
 
     A layer never switches the other checks off: ``output_tok_s:3%`` changes the tok/s tolerance and leaves accept
@@ -125,19 +206,29 @@ def merge_tolerances(*layers: Mapping[str, Tolerance] | None) -> dict[str, Toler
     ``ttft_ms:20%`` overrides a profile's ``ttft_ms_p50:5%``. The plugin's layers, in order: ini
     ``specdec_tolerances``, the profile's ``tolerances:``, the marker's ``tolerances=``.
 
+    A category row (``tpot_ms_p50[code]``) takes its own tolerance where a layer gives one, else its field's; a later
+    layer that names the field (or its metric) sets the field's category rows too, unless it gives them their own:
+    a marker's ``tpot_ms_p50:5%`` holds ``tpot_ms_p50[code]`` to 5% whatever the ini said of it.
+
     Example: ``merge_tolerances({"output_tok_s": Tolerance(rel=0.03)})`` -> output_tok_s 3 %, accept_length 2 %,
     accept_rate 0.02, ttft/itl/tpot p50 10 %.
 
-    :returns: field (``RunMetrics`` attribute) -> Tolerance, in ``METRICS`` order.
+    :returns: field (``RunMetrics`` attribute) -> Tolerance, in ``METRICS`` order, with the category rows given their
+        own in :attr:`Tolerances.categories` (field, category), in field order.
     """
     merged = _resolve(DEFAULT_TOLERANCES)
     for layer in layers:
-        if layer:
-            merged.update(_resolve(layer))
-    return {fname: merged[fname] for fname in field_specs() if fname in merged}
+        if layer is not None and (layer or getattr(layer, "categories", None)):  # category rows alone: empty dict
+            resolved = _resolve(layer)
+            merged.update(resolved)
+            merged.categories = {key: tol for key, tol in merged.categories.items() if key[0] not in resolved}
+            merged.categories.update(resolved.categories)
+    order = list(field_specs())
+    rows = sorted(merged.categories.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1]))
+    return Tolerances({fname: merged[fname] for fname in order if fname in merged}, dict(rows))
 
 
-def layered_tolerances(*specs: str | Sequence[str]) -> dict[str, Tolerance]:
+def layered_tolerances(*specs: str | Sequence[str]) -> Tolerances:
     """The tolerances of a test from its layers, lowest first (ini ``specdec_tolerances``, then the profile's
     ``tolerances``, then the marker's): each layer changes the fields it names; the defaults stay checked
     (``merge_tolerances``).

@@ -28,7 +28,14 @@ from pytest_specdec.core import hoststate, metric_table, stats
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.core.metric_table import EXACT_FIELDS, PAIRED_FIELDS, TAIL_PERCENTILES, tail_samples_needed
 from pytest_specdec.core.table import Column, text_table
-from pytest_specdec.core.tolerances import Tolerance, field_specs, merge_tolerances, parse_tolerances
+from pytest_specdec.core.tolerances import (
+    CATEGORY_FIELDS,
+    Tolerance,
+    Tolerances,
+    field_specs,
+    merge_tolerances,
+    parse_tolerances,
+)
 from pytest_specdec.judge import sequential
 from pytest_specdec.judge.fingerprint import fingerprint_diff, workload_differences
 from pytest_specdec.judge.pair_ratios import paired_ratios
@@ -58,6 +65,7 @@ __all__ = [
 
 #: Beside a row whose figure the baseline had and this run does not.
 _LOST_NOTE = "not reported by this run; the baseline had it"
+
 
 @dataclass(frozen=True, slots=True)
 class CompareRow:
@@ -276,7 +284,9 @@ def compare_results(
 
     For each metric field with a tolerance (``tolerances`` keys are metric names or fields, merged over
     :data:`DEFAULT_TOLERANCES` by :func:`merge_tolerances`, so naming one metric never drops the others): medians
-    over repeats (``stats.repeat_summary``), delta = current - baseline, delta % = delta / |baseline| * 100.
+    over repeats (``stats.repeat_summary``), delta = current - baseline, delta % = delta / |baseline| * 100. A
+    category row takes its own tolerance where one is given (``Tolerances.categories``), else its field's; one given
+    for a category not in both records is said in a note.
 
     :param force: compare even when the workload differs (the differences stay in the fingerprint diff and a
         note says the comparison was forced).
@@ -323,6 +333,7 @@ def compare_results(
         rows.append(_judge(fname, higher, tol, b_vals, c_vals, judging, key=fname, exact=is_exact))
     # A field's category rows share the full alpha among themselves (alpha / k each; the top rows keep theirs).
     rows.extend(_category_rows(base, current, merged, temperature, judging, paired=vs if ratio_rows else None))
+    notes.extend(_unused_category_tolerances(merged, base, current))
     if ratio_rows:
         notes.append(
             f"throughput and latency judged twice: raw (a slowdown of both arms alike: runner load, a lost NCCL env, "
@@ -332,8 +343,10 @@ def compare_results(
         # Only where it is true: the ratio row decided not slower (an undecided ratio may still be the target alone)
         # and the reference arm's own values slower too (a trial read it beside ratio rows that improved).
         slower = [r for r in raw_regressed if _reference_slower(base, current, r.metric, r.higher_is_better)]
-        for verdict, what in (("ok", "alike (raw REGRESSED, the ratio to {vs!r} held)"),
-                              ("improved", "(raw REGRESSED), the reference arm more (the ratio to {vs!r} improved)")):
+        for verdict, what in (
+            ("ok", "alike (raw REGRESSED, the ratio to {vs!r} held)"),
+            ("improved", "(raw REGRESSED), the reference arm more (the ratio to {vs!r} improved)"),
+        ):
             both = [r.metric for r in slower if ratio_rows[r.metric].verdict == verdict]
             if both:
                 notes.append(
@@ -354,8 +367,10 @@ def compare_results(
         kinds = sorted(taken.items(), key=lambda kv: kv[0] != "raw")
         sds = ", ".join(f"{_percent_range(values)} {kind}" for kind, values in kinds)
         starts = judging.calibrated_run_to_run()
-        source = (f"assumed: {sequential.ASSUMED_INSTANCE_SD:.0%} raw or the row's within-run sd where larger, "
-                  f"{sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio")
+        source = (
+            f"assumed: {sequential.ASSUMED_INSTANCE_SD:.0%} raw or the row's within-run sd where larger, "
+            f"{sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio"
+        )
         source += f", or calibrate's over {starts} server starts where larger" if starts else ""
         notes.append(
             f"run-to-run: too few stored runs to measure how server instances differ; timing rows take a run-to-run "
@@ -389,8 +404,9 @@ def _reference_slower(base: ResultRecord, current: ResultRecord, fname: str, hig
     return b is not None and c is not None and (c < b if higher else c > b)
 
 
-#: Fields compared per prompt category (``RunMetrics.by_category``), with the tolerance of the field itself.
-CATEGORY_COMPARE_FIELDS = ("accept_length", "accept_rate", "ttft_ms_p50", "itl_ms_p50", "tpot_ms_p50")
+#: Fields compared per prompt category (``RunMetrics.by_category``), each row at its own tolerance where one is
+#: given (``tpot_ms_p50[code]:30%``), else at the field's (``core.tolerances.CATEGORY_FIELDS``).
+CATEGORY_COMPARE_FIELDS = CATEGORY_FIELDS
 #: A category row gets a verdict only when the category has at least this many successful requests in every repeat
 #: of both runs (exact rows excepted): a p50 of fewer requests moves with one request (a 1-request
 #: ``tpot_ms_p50[structured]`` was once called REGRESSED at +20%).
@@ -400,14 +416,15 @@ MIN_CATEGORY_REQUESTS = 8
 def _category_rows(
     base: ResultRecord,
     current: ResultRecord,
-    tolerances: Mapping[str, Tolerance],
+    tolerances: Tolerances,
     temperature: float | None,
     judging: _Judging,
     *,
     paired: str | None = None,
 ) -> list[CompareRow]:
-    """Rows ``accept_length[code]`` ... for every category both records have, judged by the rule of the field's own
-    row:
+    """Rows ``accept_length[code]`` ... for every category both records have, each at its own tolerance where one
+    is given (``tpot_ms_p50[code]:30%``: ``Tolerances.row``), else at its field's, judged by the rule of the field's
+    own row:
 
     - the field's top row judged on its ratio to the paired arm ``paired`` (:func:`_paired_rows`): the category's
       row on the per-pair ratio of the category's values (``itl_ms_p50[code] / baseline``), or ``n/a`` with the
@@ -431,7 +448,7 @@ def _category_rows(
         counts = base.values(f"num_ok[{category}]") + current.values(f"num_ok[{category}]")
         fewest = int(min(counts)) if counts else None
         for fname in CATEGORY_COMPARE_FIELDS:
-            tol = tolerances.get(fname)
+            tol = tolerances.row(fname, category)
             if tol is None:
                 continue
             name = f"{fname}[{category}]"
@@ -482,6 +499,18 @@ class _CategoryCase:
     key: str
     #: The row's name in the table: ``name``, or ``field[cat] / vs``.
     metric: str
+
+
+def _unused_category_tolerances(tolerances: Tolerances, base: ResultRecord, current: ResultRecord) -> list[str]:
+    """A note for each category tolerance no row of this comparison takes (its category is not in both records):
+    a misspelt category (``tpot_ms_p50[cod]:30%``) would otherwise leave the row at its field's tolerance unsaid.
+    Example: ``tolerance tpot_ms_p50[cod]:30%: no category 'cod' in both runs (their categories: chat, code); no
+    row takes it: check the name against the prompts' "category"``."""
+    compared = set(base.categories) & set(current.categories)
+    unused = [(f, c, t) for (f, c), t in tolerances.categories.items() if c not in compared]
+    listed = ", ".join(sorted(set(base.categories) | set(current.categories))) or "none"
+    return [f"tolerance {f}[{c}]:{t}: no category {c!r} in both runs (their categories: {listed}); no row takes it: "
+            'check the name against the prompts\' "category"' for f, c, t in unused]  # fmt: skip
 
 
 def _split_alpha(judging: _Judging, rows: int) -> _Judging:
@@ -540,8 +569,6 @@ def _no_verdict(
     """A row shown with its medians and change but no verdict (``n/a``), saying why."""
     note = f"top row paired; {why}" if paired else why
     return CompareRow(name, higher, *_change(b_vals, c_vals), tol, "n/a", note=note)
-
-
 
 
 def _exact_record(record: ResultRecord) -> bool:
@@ -856,8 +883,12 @@ def compare_runs(
         try:
             comparisons.append(
                 compare_results(
-                    old, record, judged_tolerances(record, tolerances), force=force,
-                    noise=noise(record) if callable(noise) else noise, design=design_of(record),
+                    old,
+                    record,
+                    judged_tolerances(record, tolerances),
+                    force=force,
+                    noise=noise(record) if callable(noise) else noise,
+                    design=design_of(record),
                     history=history(old) if history is not None else (),
                 )  # fmt: skip
             )
