@@ -22,7 +22,7 @@ import pytest
 from pytest_specdec.core import xdistnode
 from pytest_specdec.run import marker, options, schedule
 from pytest_specdec.run.keys import record_key, thresholds_key, tolerances_key
-from pytest_specdec.run.session import SpecdecSession, session_key
+from pytest_specdec.run.session import SpecdecSession, XdistCrashes, session_key
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.runner import RunningServer, RunResult
@@ -60,6 +60,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config.pluginmanager.register(bridge, "specdec-benchmark")
     if session.selected and config.pluginmanager.hasplugin("xdist") and not xdistnode.is_worker(config):
         config.pluginmanager.register(schedule.XdistSchedule(config), "specdec-xdist-schedule")
+        config.pluginmanager.register(XdistCrashes(session), "specdec-xdist-crashes")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -67,7 +68,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if session is not None:
         del config.stash[session_key]
         config.pluginmanager.unregister(session)
-    for name in ("specdec-benchmark", "specdec-xdist-schedule"):
+    for name in ("specdec-benchmark", "specdec-xdist-schedule", "specdec-xdist-crashes"):
         plugin = config.pluginmanager.get_plugin(name)
         if plugin is not None:
             config.pluginmanager.unregister(plugin)

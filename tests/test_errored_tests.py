@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,9 @@ from pytest_specdec.measure.results import (
     RunFile,
     read_run_file,
 )
-from pytest_specdec.report.merge import Shard, merge_runs
+from pytest_specdec.report.markdown import markdown_summary
+from pytest_specdec.report.merge import Shard, merge_runs, merged_markdown
+from tests.helpers import record
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
 #: The fake SGLang's startup death: log a line no cause matches, exit 3 before serving.
@@ -52,10 +55,11 @@ profiles:
 
 
 def _night(pytester: pytest.Pytester, script: dict[str, object], *args: str) -> pytest.RunResult:
-    """One pytest session of ``test_run`` on ``eagle3`` (in process: the server is a subprocess either way)."""
+    """One pytest session of ``test_run`` on ``eagle3`` (in process: the server is a subprocess either way; a Ctrl-C
+    ends the session, not the test running it)."""
     pytester.makefile(".yaml", specdec=_profiles(script))
     return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly",
-                                        "--server-profile=eagle3", *args)  # fmt: skip
+                                        "--server-profile=eagle3", *args, no_reraise_ctrlc=True)  # fmt: skip
 
 
 @pytest.fixture
@@ -91,7 +95,7 @@ def test_a_night_whose_server_died_at_startup_is_stored_and_compare_exits_1_on_i
     assert normal["errored"] == [] and normal["interrupted"] is False
     assert [r["test_id"] for r in normal["results"]] == [TEST]  # type: ignore[union-attr]
 
-    second = _night(project, DIES, "--specdec-save=night-2")
+    second = _night(project, DIES, "--specdec-save=night-2", "--specdec-markdown=night-2.md")
     assert second.ret == pytest.ExitCode.TESTS_FAILED, second.stdout.str()
     second.assert_outcomes(errors=1)
     second.stdout.fnmatch_lines(
@@ -103,6 +107,11 @@ def test_a_night_whose_server_died_at_startup_is_stored_and_compare_exits_1_on_i
             "no run is named night-2. Name it anyway: python -m pytest_specdec save * night-2 --force",
         ]
     )
+    # The markdown summary is written though nothing measured, and names the test with its cause.
+    md = (project.path / "night-2.md").read_text().splitlines()
+    assert md[:3] == ["## specdec summary: 1 test not judged (errored before it measured)", "", "No test measured."]
+    (item,) = [line for line in md if line.startswith("- ")]
+    assert item.startswith(f"- `test_run[eagle3]` (profile `eagle3`, setup): `{DEATH}"), item
     stored = _stored(project)
     assert len(stored) == 2
     night2 = stored[-1]
@@ -121,6 +130,39 @@ def test_a_night_whose_server_died_at_startup_is_stored_and_compare_exits_1_on_i
     assert not [line for line in out if line.startswith("in the baseline, not in CURRENT")]  # said once, as errored
     assert out[-1] == ("specdec compare: 0 tests compared, 0 regressed, 0 undecided, 0 without baseline, 0 refused, "
                        "1 errored before measuring")  # fmt: skip
+
+
+def test_a_night_interrupted_before_it_measured_is_stored_as_interrupted_and_compare_exits_1_on_it(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C (a test raising KeyboardInterrupt) before any test measured: the run file is written, says
+    ``interrupted: true``, is not saved under a name, the markdown summary says so, and ``compare night-1 latest``
+    exits 1 naming it. Before, nothing was written: ``latest`` was night 1, compared with itself, exit 0."""
+    first = _night(project, {}, "--specdec-save=night-1", "test_fake_errored.py")
+    assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+    project.makepyfile(test_a_stop="def test_stop(specdec_profile):\n    raise KeyboardInterrupt\n")
+    second = _night(project, {}, "--specdec-save=night-2", "--specdec-markdown=night-2.md")
+    assert second.ret == pytest.ExitCode.INTERRUPTED, second.stdout.str()
+    second.stdout.fnmatch_lines(
+        [
+            "specdec: the session was interrupted: the result file says so (interrupted: true) and compare exits 1 on "
+            "it; rerun it to judge the run",
+            "*- specdec results: *.specdec/results/*.json -*",
+            "specdec: not saved as night-2: the session was interrupted before any test measured; no run is named "
+            "night-2. Name it anyway: python -m pytest_specdec save * night-2 --force",
+        ]
+    )
+    night1, night2 = _stored(project)
+    assert night1["interrupted"] is False
+    assert night2["interrupted"] is True and night2["results"] == [] and night2["errored"] == []
+    md = (project.path / "night-2.md").read_text().splitlines()
+    assert md[:5] == ["## specdec summary: interrupted", "", "No test measured.", "", "### Interrupted"]
+    capsys.readouterr()
+    assert main(["compare", "night-1", "latest", "--results-dir", str(project.path / ".specdec/results")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"specdec compare: baseline {night1['run_id']} -> current {night2['run_id']}"
+    said = f"interrupted: CURRENT ({night2['run_id']}) ended early (Ctrl-C): the tests it never ran are not in it"
+    assert f"{said}, so it could not show their regressions; rerun it" in out
 
 
 def test_a_measured_test_beside_an_errored_one_is_compared_and_the_errored_one_fails_the_command(
@@ -168,6 +210,55 @@ def test_compare_exits_1_on_an_interrupted_current_naming_it(
     # The same run not interrupted exits 0: the flag alone made it 1.
     clean = store.save(RunFile("clean", 2.0, results=(first,)))
     assert main(["compare", str(base), str(clean), "-t", "output_tok_s:65%"]) == 0
+
+
+def test_the_markdown_summary_of_a_night_whose_eagle3_server_never_started_names_it_and_its_cause() -> None:
+    """The baseline measured, eagle3 died at startup: the heading says a test was not judged, and a section names it
+    with its profile, phase and error line (before: the baseline's table alone, as on a clean night)."""
+    died = ErroredTest("t.py::test_run[eagle3]", "eagle3", "setup", "server 'eagle3' exited with code 3 before it "
+                       "was ready after 0.4 s; `python -m sglang.launch_server ...`")  # fmt: skip
+    lines = markdown_summary([record("baseline", 88.8, None)], results_path="r.json", errored=[died])
+    assert lines == [
+        "## specdec summary: 1 test not judged (errored before it measured)",
+        "",
+        "| test | profile | tok/s | accept len | accept rate | TTFT p50 ms | ITL p50 ms | result |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+        "| `test_run[baseline]` | baseline | 88.8 | n/a | n/a | 40.0 | 11.26 | ✅ passed |",
+        "",
+        "### Errored before measuring",
+        "",
+        "The run could not show a regression of these tests and `compare` exits 1 on them; the first line of each "
+        "one's error:",
+        "",
+        "- `test_run[eagle3]` (profile `eagle3`, setup): `` server 'eagle3' exited with code 3 before it was ready "
+        "after 0.4 s; `python -m sglang.launch_server ...` ``",
+        "",
+        "Results: `r.json`",
+    ]
+
+
+def test_the_markdown_summary_of_an_interrupted_run_with_nothing_measured_says_so() -> None:
+    crashed = ErroredTest("t.py::test_run[eagle3]", None, "crash", "worker 'gw0' crashed while running 't.py::x'")
+    lines = markdown_summary([], errored=[crashed, dataclasses.replace(crashed, test_id="t.py::y", error="")],
+                             interrupted=True)  # fmt: skip
+    assert lines == [
+        "## specdec summary: interrupted; 2 tests not judged (errored before they measured)",
+        "",
+        "No test measured.",
+        "",
+        "### Interrupted",
+        "",
+        "The session ended early (Ctrl-C, or an xdist worker interrupted): tests it selected may be in no table here, "
+        "so the run cannot be judged whole and `compare` exits 1 on it. Rerun it.",
+        "",
+        "### Errored before measuring",
+        "",
+        "The run could not show a regression of these tests and `compare` exits 1 on them; the first line of each "
+        "one's error:",
+        "",
+        "- `test_run[eagle3]` (crash): `worker 'gw0' crashed while running 't.py::x'`",
+        "- `y` (crash): no error line recorded",
+    ]
 
 
 def _record(test_id: str) -> ResultRecord:
@@ -220,6 +311,14 @@ def test_merge_keeps_errored_tests_but_those_another_shard_measured(tmp_path: Pa
     merged = merge_runs([Shard(tmp_path / "a.json", first), Shard(tmp_path / "b.json", second)])
     assert [r.test_id for r in merged.results] == ["t.py::a[eagle3]"]
     assert [e.test_id for e in merged.errored] == ["t.py::b[eagle3]", "t.py::c[eagle3]"]
+    assert merged.interrupted is False
+    stopped = merge_runs(
+        [Shard(tmp_path / "a.json", first), Shard(tmp_path / "b.json", RunFile("r", 9.0, interrupted=True))]
+    )
+    assert stopped.interrupted is True
+    md = merged_markdown(merged, [Shard(tmp_path / "a.json", first)], tmp_path / "m.json")
+    assert md[0] == "## specdec summary (1 shards merged): 2 tests not judged (errored before they measured)"
+    assert "- `c[eagle3]` (profile `eagle3`, setup): `server 'eagle3' exited with code 3`" in md
 
 
 def test_merge_command_writes_the_errored_tests_into_the_merged_run(
@@ -267,3 +366,48 @@ def test_under_xdist_the_controller_stores_the_errored_tests_of_its_workers(proj
     assert entry["test_id"] == "test_fake_errored.py::test_run[broken]" and entry["profile"] == "broken"
     assert entry["when"] == "setup"
     assert entry["error"].startswith("server 'broken' exited with code 2 before it was ready (cause: bad flag)")
+
+
+@pytest.mark.slow
+def test_under_xdist_a_test_whose_worker_crashed_is_listed_as_errored(project: pytest.Pytester) -> None:
+    """A worker that dies while running a specdec test (``os._exit``, as a segfault would) sends no report of it;
+    pytest-xdist's controller makes one (``worker 'gw0' crashed while running '...'``), which the run file lists
+    with the profile, ``crash`` and that line. Before, the run file held the other test's record alone: a shorter
+    clean night."""
+    project.makefile(".yaml", specdec=_profiles({}))
+    project.makepyfile(test_zcrash="import os\n\ndef test_crash(specdec_run):\n    os._exit(1)\n")
+    plugins = ["-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly"]
+    # No restart: xdist would run the crashed test again on a new worker, up to 4 x -n times.
+    result = project.runpytest_subprocess("-n", "2", "--max-worker-restart=0", *plugins, "--server-profile=eagle3",
+                                          timeout=180)  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["specdec: 1 test errored before it measured (listed in the result file; compare exits 1 on it): "
+         "test_crash[[]eagle3[]]"]
+    )  # fmt: skip
+    (run,) = _stored(project)
+    assert [r["test_id"] for r in run["results"]] == [TEST]  # type: ignore[union-attr]
+    crashed = "test_zcrash.py::test_crash[eagle3]"
+    (entry,) = run["errored"]  # type: ignore[misc]
+    assert entry == {"test_id": crashed, "profile": "eagle3", "when": "crash", "error": entry["error"]}
+    assert re.fullmatch(rf"worker 'gw\d' crashed while running '{re.escape(crashed)}'", entry["error"]), entry
+    assert run["interrupted"] is False
+
+
+@pytest.mark.parametrize(
+    ("nodeid", "unit", "profile"),
+    [
+        ("t.py::test_x[eagle3-wrong-layers]", "specdec", "eagle3-wrong-layers"),  # the longest, not eagle3
+        ("t.py::test_x[eagle3-64]", "specdec", "eagle3"),
+        ("t.py::test_x[other]", "specdec:baseline", "baseline"),  # a non-exclusive profile's unit names it
+        ("t.py::test_x[other]", "specdec", None),
+        ("t.py::test_x", "specdec", None),
+    ],
+)
+def test_the_profile_of_a_crashed_test_is_read_from_its_unit_or_node_id(
+    nodeid: str, unit: str, profile: str | None
+) -> None:
+    from pytest_specdec.run.session import _profile_of
+
+    assert _profile_of(nodeid, unit, ("baseline", "eagle3", "eagle3-wrong-layers")) == profile

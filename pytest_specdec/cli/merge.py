@@ -84,6 +84,9 @@ def merge_command(
         print(line)
     for entry in run.errored:  # kept in the merged run: a compare of it exits 1 on them
         print(f"errored before it measured: {entry.test_id}: {entry.error}")
+    stopped = [s.run.run_id for s in shards if s.run.interrupted]
+    if stopped:  # the merged run is interrupted too: a compare of it exits 1
+        print(f"interrupted: shard run(s) ended early (Ctrl-C): {', '.join(stopped)}")
     for path, append in markdown_targets(None if markdown is None else str(markdown), os.environ):
         write_markdown(merged_markdown(run, shards, saved), path, append=append)
         print(f"wrote {path}")

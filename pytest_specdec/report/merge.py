@@ -237,7 +237,8 @@ def merged_run_id(shards: Sequence[Shard]) -> str:
 def merge_runs(shards: Sequence[Shard], *, forced: Sequence[str] = ()) -> RunFile:
     """One run holding every shard's results, in shard start order (a test measured twice keeps the later shard's
     record, at the later position), and every shard's tests that errored before they measured (``RunFile.errored``)
-    but those measured in another shard (a retried shard measured them: they are not errored), each once.
+    but those measured in another shard (a retried shard measured them: they are not errored), each once. It is
+    ``interrupted`` when a shard was.
 
     ``machine`` is the first shard's, plus ``shards``: one ``{"run_id", "host", "gpus", "started", "results"}`` per
     shard; and ``merge_forced``: the problems overridden with ``--force`` (absent when none).
@@ -276,17 +277,19 @@ def merge_runs(shards: Sequence[Shard], *, forced: Sequence[str] = ()) -> RunFil
         machine=machine,
         results=tuple(by_test.values()),
         errored=tuple(errored.values()),
+        interrupted=any(shard.run.interrupted for shard in shards),
     )
 
 
 def merged_markdown(run: RunFile, shards: Sequence[Shard], saved: Path) -> list[str]:
     """The merged run's summary as markdown lines (``markdown.markdown_summary`` titled ``specdec summary (N shards
-    merged)``), then a table of the shards (run id, host, results), then what ``--force`` merged despite, if
-    anything."""
+    merged)``, with the shards' tests that errored before they measured and whether one was interrupted), then a
+    table of the shards (run id, host, results), then what ``--force`` merged despite, if anything."""
     from pytest_specdec.core.table import Column, markdown_table
     from pytest_specdec.report.markdown import markdown_summary
 
-    lines = markdown_summary(run.results, title=f"specdec summary ({len(shards)} shards merged)", results_path=saved)
+    lines = markdown_summary(run.results, title=f"specdec summary ({len(shards)} shards merged)", results_path=saved,
+                             errored=run.errored, interrupted=run.interrupted)  # fmt: skip
     columns = [Column("shard run"), Column("host"), Column("results", "right")]
     rows = [[f"`{s.run.run_id}`", str(s.run.machine.get("host", "?")), len(s.run.results)] for s in shards]
     lines += ["", *markdown_table(columns, rows)]

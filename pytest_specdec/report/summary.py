@@ -38,6 +38,7 @@ __all__ = [
     "errored_lines",
     "fail_lines",
     "finish",
+    "interrupted_lines",
     "note_lines",
     "nothing_compared",
     "speedup_lines",
@@ -146,27 +147,36 @@ def finish(
     profiles: Mapping[str, Profile],
     options: OutputOptions,
     errored: Sequence[results.ErroredTest] = (),
+    interrupted: bool = False,
 ) -> Outputs:
     """Save the run's records and the tests that errored before they measured as a result file
     (``results.ResultStore`` under ``<out_dir>/results``), then the sweep table and plot, the position plot,
-    ``--specdec-report``, the markdown summary. Nothing when no test recorded a result and none errored; only the
-    result file (and ``--specdec-report``) when every selected test errored before it measured: ``latest`` is then
-    this run, which ``compare`` fails on, not the run before it. A sweep in which no point met its thresholds (or
-    whose configured point is too far below the best) is a run-level failure (:attr:`Outputs.fails_run`).
+    ``--specdec-report``, the markdown summary. Nothing when no test recorded a result, none errored and the run was
+    not interrupted; only the result file, ``--specdec-report`` and the markdown summary when no test measured:
+    ``latest`` is then this run, which ``compare`` fails on, not the run before it. A sweep in which no point met its
+    thresholds (or whose configured point is too far below the best) is a run-level failure
+    (:attr:`Outputs.fails_run`).
 
     :param errored: the specdec tests of the run that errored or failed before they measured (``RunFile.errored``).
+    :param interrupted: the session ended early (``RunFile.interrupted``): written even when nothing measured, so
+        ``latest`` is this run (the caller passes it only when profiles were selected).
     """
-    if not records and not errored:
+    if not records and not errored and not interrupted:
         return Outputs()
     run = results.RunFile(run_id=run_id, started=started, machine=results.machine_info(), results=tuple(records),
-                          errored=tuple(errored))  # fmt: skip
+                          errored=tuple(errored), interrupted=interrupted)  # fmt: skip
     store = results.ResultStore(options.out_dir / "results", current=run_id)
     saved_path = store.save(run)
     name_path, name_refused = _save_name(store, run, options.save_name)
+    targets = markdown.markdown_targets(options.markdown, os.environ)
     if not records:
-        # Nothing measured to tabulate, plot or compare (the errors fail the run already).
+        # Nothing measured to tabulate, plot or compare (the errors fail the run already); the markdown summary
+        # still says which tests were not judged (a CI page showed nothing of them).
         report_path = write_json_report(run, Path(options.report)) if options.report else None
-        return Outputs(saved_path=saved_path, name_path=name_path, name_refused=name_refused, report_path=report_path)
+        _write_markdown(targets, markdown.markdown_summary((), failures, results_path=saved_path, errored=errored,
+                                                           interrupted=interrupted))  # fmt: skip
+        return Outputs(saved_path=saved_path, name_path=name_path, name_refused=name_refused, report_path=report_path,
+                       markdown_paths=tuple(path for path, _ in targets))  # fmt: skip
     compare_red = nothing_compared(records) if options.compare else ""
     sweep_table: list[str] = []
     sweep_red: tuple[str, ...] = ()
@@ -203,11 +213,9 @@ def finish(
             position_plot_error = str(exc)
     if options.report:
         report_path = write_json_report(run, Path(options.report))
-    targets = markdown.markdown_targets(options.markdown, os.environ)
-    if targets:
-        lines = markdown.markdown_summary(records, failures, results_path=saved_path, sweep_lines=sweep_table)
-        for path, append in targets:
-            markdown.write_markdown(lines, path, append=append)
+    _write_markdown(targets, markdown.markdown_summary(records, failures, results_path=saved_path,
+                                                       sweep_lines=sweep_table, errored=errored,
+                                                       interrupted=interrupted))  # fmt: skip
     return Outputs(
         saved_path=saved_path,
         name_path=name_path,
@@ -225,6 +233,12 @@ def finish(
     )
 
 
+def _write_markdown(targets: Sequence[tuple[Path, bool]], lines: Sequence[str]) -> None:
+    """``lines`` to each (path, append) of ``markdown.markdown_targets``."""
+    for path, append in targets:
+        markdown.write_markdown(lines, path, append=append)
+
+
 def nothing_compared(records: Sequence[results.ResultRecord]) -> str:
     """Under ``--specdec-compare``: why the run fails when none of its tests was compared with a stored run (no
     record has a ``compare`` verdict in ``cost["verdicts"]``), else ``""``. Read from the records, so it holds on
@@ -239,8 +253,8 @@ def nothing_compared(records: Sequence[results.ResultRecord]) -> str:
 
 def _save_name(store: results.ResultStore, run: results.RunFile, name: str | None) -> tuple[Path | None, str]:
     """``--specdec-save NAME``: name ``run`` NAME when every test of it is clean (a baseline must be: completed,
-    passed, every verdict passed; a test that errored before it measured is not); else leave the name where it was
-    and say why.
+    passed, every verdict passed; a test that errored before it measured is not, nor an interrupted run); else leave
+    the name where it was and say why.
 
     :returns: (the name's file, ""), or (None, why not) when the run is not clean; (None, "") without a name.
     """
@@ -249,11 +263,14 @@ def _save_name(store: results.ResultStore, run: results.RunFile, name: str | Non
     unclean = [f"{r.test_id.split('::', 1)[-1]} ({p})" for r in run.results if (p := r.baseline_problem())]
     # A test that errored before it measured is missing from the run: a baseline without it compares nothing of it.
     unclean += [f"{e.test_id.split('::', 1)[-1]} (errored before it measured)" for e in run.errored]
-    if unclean:
+    problem = f"{len(unclean)} test(s) not clean: {shown(unclean)}" if unclean else ""
+    if not problem and run.interrupted:  # its records would say "interrupted": it has none
+        problem = "the session was interrupted before any test measured"
+    if problem:
         before = store.named(name)
         kept = f"{name} still names run {before}" if before else f"no run is named {name}"
         why = (
-            f"not saved as {name}: {len(unclean)} test(s) not clean: {shown(unclean)}; {kept}. Name it anyway: "
+            f"not saved as {name}: {problem}; {kept}. Name it anyway: "
             f"python -m pytest_specdec save {run.run_id} {name} --force"
         )
         return None, why
@@ -390,6 +407,7 @@ def summary_report(
     benchmark_table: bool = False,
     verbose: bool = False,
     errored: Sequence[results.ErroredTest] = (),
+    interrupted: bool = False,
 ) -> SummaryReport:
     """The terminal summary: ``--specdec-check`` sections, leftover shared servers, then (when tests recorded
     results) the ``specdec summary`` table, paired speedups, costs, per-category and per-position acceptance, notes,
@@ -404,6 +422,7 @@ def summary_report(
         (``terminal.serving_lines``).
     :param errored: the specdec tests that errored before they measured (:func:`errored_lines`); when no test
         measured, the summary is their line and where the result file went.
+    :param interrupted: the session ended early and its run file says so (:func:`interrupted_lines`).
     """
     out: list[Line] = []
     if checked:
@@ -416,7 +435,8 @@ def summary_report(
     measured = {r.test_id for r in records}
     notes = note_lines(preflight_notes, outcomes.overrides, measured, traces)
     if not records:
-        return SummaryReport(tuple(out + notes + errored_lines(errored) + _output_lines(outputs)))
+        unjudged = errored_lines(errored) + interrupted_lines(interrupted)
+        return SummaryReport(tuple(out + notes + unjudged + _output_lines(outputs)))
     out.append(Line("specdec summary", sep="="))
     rows = [(r.test_id, r.profile, r.metrics, r.outcome) for r in records]
     plain = [
@@ -445,6 +465,7 @@ def summary_report(
         out.extend(Line(line) for line in [report.POSITION_LEGEND, *by_position])
     out.extend(notes)
     out.extend(errored_lines(errored))
+    out.extend(interrupted_lines(interrupted))
     out.extend(compare_lines(outcomes))
     out.extend(Line(f"specdec compare: {note}") for note in outcomes.compare_notes)
     out.extend(_output_lines(outputs))
@@ -464,6 +485,16 @@ def errored_lines(errored: Sequence[results.ErroredTest]) -> list[Line]:
     what, it, them = ("1 test", "it", "it") if n == 1 else (f"{n} tests", "they", "them")
     text = f"specdec: {what} errored before {it} measured (listed in the result file; compare exits 1 on {them})"
     return [Line(f"{text}: {tests}", {"yellow": True})]
+
+
+def interrupted_lines(interrupted: bool) -> list[Line]:
+    """One line when the session ended early: its run file says ``interrupted: true`` (tests it selected may be in
+    neither its results nor its errored list) and a ``compare`` of it exits 1."""
+    if not interrupted:
+        return []
+    text = ("specdec: the session was interrupted: the result file says so (interrupted: true) and compare exits 1 "
+            "on it; rerun it to judge the run")  # fmt: skip
+    return [Line(text, {"yellow": True})]
 
 
 def _output_lines(outputs: Outputs) -> list[Line]:

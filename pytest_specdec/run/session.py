@@ -24,7 +24,7 @@ from pytest_specdec.core.errors import SpecdecError, SpecdecWarning
 from pytest_specdec.core.tolerances import Tolerance, merge_tolerances
 from pytest_specdec.judge.outcomes import Outcomes
 from pytest_specdec.measure.store import MeasurementStore
-from pytest_specdec.run import fixtures, marker, selection
+from pytest_specdec.run import fixtures, marker, schedule, selection
 from pytest_specdec.run.keys import (
     CHECKS_PROPERTY,
     OVERRIDES_PROPERTY,
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from pytest_specdec.profiles.schema import Profile
     from pytest_specdec.report.summary import Outputs, SummaryReport
 
-__all__ = ["SpecdecSession", "session_key"]
+__all__ = ["SpecdecSession", "XdistCrashes", "session_key"]
 
 #: A failed setup or call report's ``user_properties`` entry: the test errored before it measured
 #: (``ErroredTest.to_dict`` as JSON). Added where the report is made, which has the item (an xdist worker), and read
@@ -102,6 +102,9 @@ class SpecdecSession:
         #: the run file's ``errored`` (a server that died at startup left no trace there, and a session in which no
         #: test measured wrote no run file: ``compare ... latest`` then read the run before it, exit 0).
         self.errored: dict[str, ErroredTest] = {}
+        #: The session ended early (Ctrl-C; under xdist also a worker's KeyboardInterrupt) with profiles selected:
+        #: the run file says so (``RunFile.interrupted``), since the tests never run are in neither of its lists.
+        self.interrupted = False
 
     def _read_noise(self) -> None:
         """Read every selected profile's calibrated noise now (``Outcomes.noise`` keeps it): a broken noise file is
@@ -275,7 +278,10 @@ class SpecdecSession:
             if self.shared_leftovers:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         errored = self.errored_tests()
-        if self.outcomes.records or errored:
+        # An interrupted run is stored even when nothing measured: else 'latest' is the night before, and a compare
+        # of it reads a clean night.
+        self.interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED and bool(self.selected)
+        if self.outcomes.records or errored or self.interrupted:
             from pytest_specdec.report import summary
 
             if session.exitstatus == pytest.ExitCode.INTERRUPTED:
@@ -283,7 +289,8 @@ class SpecdecSession:
                 self.outcomes.mark_interrupted()
             self.outputs = summary.finish(self.outcomes.records, self.outcomes.failures, run_id=self.run_id,
                                           started=self.started, profiles=self.profiles or {},
-                                          options=self.settings.output_options(), errored=errored)  # fmt: skip
+                                          options=self.settings.output_options(), errored=errored,
+                                          interrupted=self.interrupted)  # fmt: skip
             if self.outputs.fails_run:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -309,6 +316,7 @@ class SpecdecSession:
             or sel.preflight_notes
             or self.store.runs
             or errored
+            or self.interrupted
         ):
             return None
         from pytest_specdec.report import benchmark, summary
@@ -320,8 +328,24 @@ class SpecdecSession:
             self.outcomes, self.outputs or summary.Outputs(), checked=sel.checked, check_failed=sel.check_failed,
             profile_path=self.settings.profile_path, shared_leftovers=self.shared_leftovers,
             preflight_notes=sel.preflight_notes, traces=traces, splits=splits, benchmark_table=benchmark_table,
-            verbose=self.config.get_verbosity() > 0, errored=errored,
+            verbose=self.config.get_verbosity() > 0, errored=errored, interrupted=self.interrupted,
         )  # fmt: skip
+
+    def crashed(self, report: pytest.TestReport) -> None:
+        """Under xdist, on the controller: a worker crashed while running ``report.nodeid`` (a segfault,
+        ``os._exit``), so the worker sent no report of it, and pytest-xdist made this one (``worker 'gw0' crashed
+        while running '...'``). A specdec test (one the workers put in a work unit, ``schedule.write_units``) is
+        listed as errored before it measured, with that line: else the run file read as a shorter clean night."""
+        root = xdistnode.shared_dir(self.config)
+        unit = schedule.read_units(root).get(report.nodeid) if root is not None else None
+        if unit is None:
+            return
+        from pytest_specdec.measure.results import ErroredTest
+
+        # str(longrepr): xdist's message alone (longreprtext starts with the worker's "[gw0] linux -- Python" line).
+        first = next((line.strip() for line in str(report.longrepr).splitlines() if line.strip()), "")
+        profile = _profile_of(report.nodeid, unit, self.selected)
+        self.errored[report.nodeid] = ErroredTest(report.nodeid, profile, "crash", first[:_ERROR_CHARS])
 
     def errored_tests(self) -> list[ErroredTest]:
         """The specdec tests that errored or failed before they measured, in the order they were reported; a test
@@ -338,6 +362,37 @@ class SpecdecSession:
             from pytest_specdec.report import summary
 
             _write(terminalreporter, summary.undecided_lines(self.outcomes.records, self.settings.undecided))
+
+
+class XdistCrashes:
+    """Registered on the xdist controller only (``pytest_handlecrashitem`` is a pytest-xdist hook): hands each test
+    a crashed worker was running to :meth:`SpecdecSession.crashed`."""
+
+    def __init__(self, session: SpecdecSession) -> None:
+        self.session = session
+
+    @pytest.hookimpl(trylast=True, optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        # Last, so a plugin that reschedules the test (report.outcome = "rerun") has done so: then it is not errored.
+        if report.failed:
+            self.session.crashed(report)
+
+
+def _profile_of(nodeid: str, unit: str, selected: tuple[str, ...]) -> str | None:
+    """The profile of a specdec test known by node id only (the controller has no items): its work unit's
+    (``specdec:<profile>``), else the longest selected profile whose name is a run of the dash-joined parameter ids
+    (``test_x[eagle3-wrong-layers]``: ``eagle3-wrong-layers``, not ``eagle3``); None when none is."""
+    if unit.startswith("specdec:"):
+        return unit.split(":", 1)[1]
+    ids = nodeid.rpartition("[")[2][:-1].split("-") if nodeid.endswith("]") else []
+    found = [name for name in selected if _is_run_of(name.split("-"), ids)]
+    return max(found, key=len) if found else None
+
+
+def _is_run_of(part: list[str], whole: list[str]) -> bool:
+    """``part`` occurs in ``whole`` as consecutive items."""
+    n = len(part)
+    return any(whole[i : i + n] == part for i in range(len(whole) - n + 1))
 
 
 def _first_line(call: pytest.CallInfo[None], report: pytest.TestReport) -> str:
