@@ -348,6 +348,11 @@ def test_save_refuses_a_run_with_an_errored_test_unless_forced(
         "completed, passed and every verdict passed (--force names it anyway)\n"
     )
     assert ResultStore(tmp_path).named("night-1") is None
+    ResultStore(tmp_path).save(RunFile("r2", 1.0, interrupted=True))
+    assert save_command(argparse.Namespace(run="r2", name="night-1", force=False, results_dir=str(tmp_path))) == 1
+    assert capsys.readouterr().out.startswith(
+        "save: refused: 1 test(s) of run r2 not clean: none measured before the session was interrupted; "
+    )
 
 
 @pytest.mark.slow

@@ -18,7 +18,8 @@ __all__ = ["save_command"]
 def save_command(args: argparse.Namespace) -> int:
     """``save RUN NAME [--force] [--results-dir DIR]``: point NAME at stored run RUN (a name, run id or unique
     prefix, a run file in DIR, or ``latest``). A run with a test that is not clean (failed, undecided, interrupted:
-    ``ResultRecord.baseline_problem``; errored before it measured: ``RunFile.errored``) is refused unless ``--force``.
+    ``ResultRecord.baseline_problem``; errored before it measured: ``RunFile.errored``), or an interrupted one in which
+    none measured (``RunFile.interrupted``), is refused unless ``--force``.
 
     :returns: ``EXIT_OK`` named; ``EXIT_REFUSED`` (1) a run that is not clean, without ``--force``; ``EXIT_USAGE``
         (2) a bad name, no such run, or a run file outside DIR.
@@ -37,6 +38,8 @@ def save_command(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     unclean = [f"{r.test_id} ({p})" for r in run.results if (p := r.baseline_problem())]
     unclean += [f"{e.test_id} (errored before it measured)" for e in run.errored]  # absent from it: not clean
+    if run.interrupted and not run.results:  # its records would say "interrupted": it has none
+        unclean.append("none measured before the session was interrupted")
     if unclean and not args.force:
         print(f"save: refused: {len(unclean)} test(s) of run {run.run_id} not clean: {shown(unclean)}; a baseline "
               "completed, passed and every verdict passed (--force names it anyway)")  # fmt: skip
