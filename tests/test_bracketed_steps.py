@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import fingerprint, run_metrics
+from helpers import fingerprint, rec, run_metrics
 
+from pytest_specdec.core.tolerances import layered_tolerances
 from pytest_specdec.judge import sequential, verdict
 from pytest_specdec.judge.outcomes import Outcomes
 from pytest_specdec.judge.verdict import ItemVerdict
@@ -203,3 +204,28 @@ def test_looks_inside_blocks_spend_alpha_as_pairs_one_at_a_time() -> None:
     margin = 3 * (0.05 * 0.95 / runs) ** 0.5
     assert outcomes["FAILED"] / runs <= sequential.ALPHA + margin, outcomes
     assert outcomes["passed"] / runs <= sequential.ALPHA + margin, outcomes
+
+
+def test_a_compare_plans_each_step_once_before_measuring_it() -> None:
+    """``judge_compare`` asks ``next_step`` once before each ``more()``, and ``compare_item``'s ``more()`` measures
+    that step (it computed the step three times: for its repeats, its seconds and the pairs asked for)."""
+    events: list[str] = []
+    stream = [80.0, 120.0] * 4  # wide: open at every look of Design(2, 8)
+    shown = [2]
+
+    def next_step() -> tuple[int, float | None]:
+        events.append("step")
+        return 2, 10.0
+
+    def more() -> results.ResultRecord | None:
+        events.append("more")
+        shown[0] += 2
+        return rec(output_tok_s=stream[: shown[0]])
+
+    verdict.judge_compare(rec(output_tok_s=[100.0, 101.0, 99.0]), rec(output_tok_s=stream[:2]), run_id="R1",
+                          test_id="t.py::test_x[eagle3]", tolerances=layered_tolerances(), noise={}, force=False,
+                          more=more, design=sequential.Design(2, 8), server_s=lambda: 10.0 * shown[0],
+                          next_step=next_step)  # fmt: skip
+    # Each more() after exactly one plan of its step (where it stops is the compare's business: here at 6 repeats).
+    assert events.count("more") >= 2
+    assert set(events[0::2]) == {"step"} and set(events[1::2]) == {"more"}, events
