@@ -3,7 +3,8 @@
 - ``check PROFILE_FILE [--profile NAME] [--strict]``: preflight, launches nothing (``cli.check``);
 - ``compare BASE CURRENT [--tolerance METRIC:TOL ...] [--force] [--compare-profile NAME] [--noise FILE]
   [--results-dir DIR] [--fail-on-suspected] [--fail-on-missing]``: the baseline compare (``cli.compare``), decided
-  as pytest decided; exit 1 on a regression or a test of CURRENT without measurement or errored before it measured;
+  as pytest decided; exit 1 on a regression, a test of CURRENT without measurement or errored before it measured, or
+  an interrupted CURRENT;
 - ``calibrate PROFILE_FILE --profile NAME [--runs K]`` (or ``--from RUN ...``): propose tolerances from the spread
   (``cli.calibrate``);
 - ``trend [RUN ...] [--metric FIELD] [--profile NAME] [--results-dir DIR]``: change points over stored runs, exit 1
@@ -134,9 +135,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "id, a run file, or 'latest'): fingerprint diff, then one row per metric, each "
         "decided as pytest decided it (ok, REGRESSED or undecided, at the design the run was judged with). Exit "
         "codes: 0 no regression; 1 a row REGRESSED, or a test of CURRENT recorded no measurement or errored before "
-        "measuring (its server did not start), or with --fail-on-suspected an undecided row whose estimate is beyond "
-        "its tolerance, or with --fail-on-missing a test without baseline or one of BASE not in CURRENT; 2 unusable "
-        "input or nothing compared.",
+        "measuring (its server did not start), or CURRENT was interrupted, or with --fail-on-suspected an undecided "
+        "row whose estimate is beyond its tolerance, or with --fail-on-missing a test without baseline or one of "
+        "BASE not in CURRENT; 2 unusable input or nothing compared.",
         short_errors=True,
     )
     compare.add_argument("base", metavar="BASE", help="baseline: a name (save, --specdec-save), a run file, a run id "

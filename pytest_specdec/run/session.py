@@ -332,7 +332,7 @@ class SpecdecSession:
         )  # fmt: skip
 
     def crashed(self, report: pytest.TestReport) -> None:
-        """Under xdist, on the controller: a worker crashed while running ``report.nodeid`` (a segfault,
+        """Under xdist, on the controller: a worker crashed while running the test ``report`` names (a segfault,
         ``os._exit``), so the worker sent no report of it, and pytest-xdist made this one (``worker 'gw0' crashed
         while running '...'``). A specdec test (one the workers put in a work unit, ``schedule.write_units``) is
         listed as errored before it measured, with that line: else the run file read as a shorter clean night."""
