@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
+import statistics
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -14,10 +16,11 @@ from pathlib import Path
 from pytest_specdec.cli.exits import EXIT_BAD_PROFILE, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from pytest_specdec.core.errors import CompareError, ProfileError, ServerError, ServerStartError
 from pytest_specdec.core.metric_table import PAIRED_FIELDS
-from pytest_specdec.core.tolerances import field_specs, format_tolerances
+from pytest_specdec.core.table import Column, text_table
+from pytest_specdec.core.tolerances import CATEGORY_FIELDS, Tolerance, Tolerances, field_specs
 from pytest_specdec.engines.rules import load_profiles
 from pytest_specdec.judge import sequential
-from pytest_specdec.judge.compare import design_of, run_to_run_sd
+from pytest_specdec.judge.compare import MIN_CATEGORY_REQUESTS, design_of, run_to_run_sd
 from pytest_specdec.judge.history import MAX_HISTORY_RUNS
 from pytest_specdec.judge.noise import (
     MAX_NOISE_SD,
@@ -32,6 +35,7 @@ from pytest_specdec.judge.noise import (
     proposal_sds,
 )
 from pytest_specdec.judge.pair_ratios import paired_ratios
+from pytest_specdec.judge.sequential import RunEffect
 from pytest_specdec.judge.verdict import design_for
 from pytest_specdec.measure import pairing, runner
 from pytest_specdec.measure.results import ResultRecord, ResultStore
@@ -41,18 +45,24 @@ __all__ = ["calibrate_command"]
 
 #: Server starts from which a run-to-run sd is not called rough (on one H100, 4 starts read 3.3 %, the next 6 14.8 %).
 _FIRM_RUNS = 6
+#: The stored runs the table of tolerances shows (with --stored-runs): the first night, the last that takes the
+#: run-to-run sd as known (``sequential.ASSUMED_UP_TO_RUNS``), a history between, a full one (``MAX_HISTORY_RUNS``).
+_TABLE_RUNS = (1, 3, 5, 10)
 
 
 def calibrate_command(args: argparse.Namespace) -> int:
     """``calibrate PROFILE_FILE --profile NAME [--runs K]`` or ``calibrate --from RUN ...``: prints each run's
-    figures, writes the noise file (``noise.calibrate_noise``) and prints an ini block of proposed tolerances
-    (``noise.calibrate_proposal``: per field the least tolerance at which the compare passes an unchanged run of
-    this noise 90 % of the time, ``noise.gate_tolerance``, against ``--stored-runs`` stored runs at the profile's
-    budget; from per-pair ratios where the compare judges those), counting measurements, not tests
-    (``noise.measurements``: the tests of a profile in one run file share one). A line per field shows the sds it
-    is sized for and, where more, what 1-3 stored runs (the first nights) need; for a paired field, a comment says
-    what its raw row needs at the ratio row's tolerance (:func:`_raw_line`). Returns ``EXIT_FINDINGS`` when a server
-    failed, ``EXIT_USAGE``/``EXIT_BAD_PROFILE`` on bad input, else ``EXIT_OK``."""
+    figures, writes the noise file (``noise.calibrate_noise``, and each category row's sds: :func:`_category_noise`)
+    and prints an ini block of proposed tolerances (``noise.calibrate_proposal``: per field the least tolerance at
+    which the compare passes an unchanged run of this noise 90 % of the time, ``noise.gate_tolerance``, against
+    ``--stored-runs`` stored runs at the profile's budget; from per-pair ratios where the compare judges those),
+    counting measurements, not tests (``noise.measurements``: the tests of a profile in one run file share one).
+    Each category row the compare judges (``tpot_ms_p50[code]``) is sized the same way at its field's alpha / k and
+    printed beside the field's, pasted as ``FIELD[CATEGORY]:X%`` where wider. A table gives every row's least
+    tolerance against 1, 3, 5 and 10 stored runs and the run-to-run sd a compare against 1-3 takes
+    (:func:`_table_lines`); for a paired field, a comment says what its raw row needs at the ratio row's tolerance
+    (:func:`_raw_line`). Returns ``EXIT_FINDINGS`` when a server failed, ``EXIT_USAGE``/``EXIT_BAD_PROFILE`` on bad
+    input, else ``EXIT_OK``."""
     if not 1 <= args.stored_runs <= MAX_HISTORY_RUNS:
         print(f"error: --stored-runs={args.stored_runs}: expected the stored runs of the baseline a compare will pool, "
               f"1 to {MAX_HISTORY_RUNS} (it pools at most {MAX_HISTORY_RUNS}), e.g. --stored-runs {MAX_HISTORY_RUNS}",
@@ -122,10 +132,14 @@ def calibrate_command(args: argparse.Namespace) -> int:
               "runs", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     noise = calibrate_noise(records)
-    wild = [f"{key}: sd {sd:.0%} {kind}" for kind, sds in (("within a run", noise), ("run to run", noise.run_to_run))
-            for key, sd in sds.items() if sd > MAX_NOISE_SD]  # fmt: skip
-    if wild:  # read_noise would refuse the file
-        shown = "; ".join(wild)
+    vs = paired_arm(records)
+    by_category, no_verdict = _category_noise(records, vs)
+    sds = [(f"{key}: sd {sd:.0%} {kind}") for kind, pairs in (
+        ("within a run", [*noise.items(), *((n.key, n.within) for n in by_category.values())]),
+        ("run to run", [*noise.run_to_run.items(), *((n.key, n.run_to_run) for n in by_category.values())]),
+    ) for key, sd in pairs if sd > MAX_NOISE_SD]  # fmt: skip
+    if sds:  # read_noise would refuse the file
+        shown = "; ".join(sds)
         print(f"error: {shown} across {len(records)} measurement(s): beyond {MAX_NOISE_SD:.0%}, more than a steady "
               "server's noise (a slowed or broken run pooled?); calibrate from runs that measured normally (no noise "
               "file written)", file=sys.stderr)  # fmt: skip
@@ -133,8 +147,12 @@ def calibrate_command(args: argparse.Namespace) -> int:
     name = args.profile or (records[0].profile if records else "profile")
     out = Path(args.noise_out or Path(".specdec/noise") / f"{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"profile": name, "runs": noise.runs, "sigma_rel": dict(noise),
-                               "run_to_run_rel": noise.run_to_run}, indent=1) + "\n")  # fmt: skip
+    # The category rows' sds go in too: without them a compare against 1 stored run sized a category row from its
+    # own few repeats, with a run-to-run sd of its own within-run spread (11-16% where calibrate printed 8.4%).
+    sigma = {**noise, **{n.key: n.within for n in by_category.values()}}
+    run_to_run = {**noise.run_to_run, **{n.key: n.run_to_run for n in by_category.values()}}
+    out.write_text(json.dumps({"profile": name, "runs": noise.runs, "sigma_rel": sigma,
+                               "run_to_run_rel": run_to_run}, indent=1) + "\n")  # fmt: skip
     counted = f"{len(records)} measurement(s)"
     if tests > len(records):
         counted += f" ({tests} tests: the tests of a profile in one run share its measurement)"
@@ -142,10 +160,15 @@ def calibrate_command(args: argparse.Namespace) -> int:
         f"# noise from {counted} -> {out} (--specdec-compare reads it until 4 stored runs of the profile measure "
         "their own)"
     )
-    for key, sigma in noise.items():
+    for key, sd in noise.items():
         run = noise.run_to_run.get(key)
-        print(f"#   {key}: sd {sigma * 100:.2f}% within a run" + (f", {run * 100:.2f}% run to run" if run is not None
-                                                                   else ""))  # fmt: skip
+        print(f"#   {key}: sd {sd * 100:.2f}% within a run" + (f", {run * 100:.2f}% run to run" if run is not None
+                                                                else ""))  # fmt: skip
+    if by_category:
+        within = [n.within for n in by_category.values()]
+        between = [n.run_to_run for n in by_category.values()]
+        print(f"#   {len(by_category)} category rows (FIELD[CATEGORY], in the file too): sd {_span(within)} within a "
+              f"run, {_span(between)} run to run")  # fmt: skip
     print(
         "# a compare takes each run-to-run sd where it is larger than its assumed one (7% raw or the row's "
         "within-run sd, 2% ratio): a few server starts size it poorly"
@@ -153,12 +176,12 @@ def calibrate_command(args: argparse.Namespace) -> int:
     if len(records) < _FIRM_RUNS:
         print(f"# only {len(records)} server start(s): the run-to-run sds above are rough (a compare takes one only "
               f"where larger than its assumed 7%); {_FIRM_RUNS} or more size them better")  # fmt: skip
-    vs = paired_arm(records)
     print(f"# proposed from {len(records)} measurement(s); paste into pytest's ini (or a profile's tolerances:)")
     print(_assumes_line(sizing, proposal_sds(records)))
     specs = field_specs()
-    first = dataclasses.replace(sizing, stored_runs=1)
     lines: list[str] = []
+    table: list[_TableRow] = []
+    pasted = Tolerances({f: t for f, t in proposal.items() if t is not None})
     for fname, found in proposal_sds(records).items():
         tol = proposal[fname]
         higher = specs[fname].higher_is_better if fname in specs else True
@@ -166,36 +189,158 @@ def calibrate_command(args: argparse.Namespace) -> int:
         shown = _percent(tol.rel) if tol is not None else f"none below {TOLERANCE_CAP:.1%}"
         if tol is not None and found.within > 0 and tol.rel == 0.01:
             shown += " (the 1% floor)"
-        sds = f"sd {found.within * 100:.2f}% " + (
+        spread = f"sd {found.within * 100:.2f}% " + (
             f"within a run, {found.run_to_run * 100:.2f}% run to run"
             if found.key in noise
             else "of all values (one repeat per run)"
         )
         if found.within <= 0:
             print(f"#   {found.key}: {shown}, the floor: no spread (identical values decide exactly)")
-            continue
-        line = f"#   {found.key}: {shown} for {sds}"
-        if sizing.stored_runs > 1 and tol is not None:
-            early = gate_tolerance(found, first, higher_is_better=higher, shared=is_paired)
-            if early is None or early > tol.rel:
-                line += f"; {_first_nights(found, early)}"
-            else:
-                line += _more_than_one(found, sizing, early, tol.rel)
-        print(line)
+        else:
+            print(f"#   {found.key}: {shown} for {spread}")
+            table.append(_TableRow(_row_name(found.row, vs), found, higher, sizing, is_paired))
         if is_paired and tol is not None:
             raw = dataclasses.replace(found, key=fname, row=fname, within=noise.get(fname, found.within),
                                       run_to_run=noise.run_to_run.get(fname, 0.0))  # fmt: skip
             lines.append(_raw_line(raw, vs or "", tol.rel, sizing, higher))
+            table.append(_TableRow(fname, raw, higher, sizing, True))
+        rows = {category: n for (f, category), n in by_category.items() if f == fname}
+        if rows:
+            # The compare judges a field's k category rows at alpha / k each (compare._category_rows).
+            split = dataclasses.replace(sizing.design, alpha=sizing.design.alpha / len(rows))
+            share = dataclasses.replace(sizing, design=split)
+            parts = []
+            for category, n in rows.items():
+                row = _TableRow(_row_name(n.row, vs), n, higher, share, False)
+                need = row.least(sizing.stored_runs)
+                parts.append(f"{category} {_percent(need) if need is not None else 'none'}")
+                table.append(row)
+                if need is not None and (tol is None or need > tol.rel):
+                    pasted.categories[(fname, category)] = Tolerance(rel=need)
+            wider = [c for f, c in pasted.categories if f == fname]
+            print(f"#     {fname} per category, each at alpha / {len(rows)}: {', '.join(parts)}"
+                  + (f"; pasted below where wider than {fname}'s: {', '.join(wider)}" if wider else ""))  # fmt: skip
+    if no_verdict:
+        print(f"#   no verdict per category, nothing to size: {'; '.join(no_verdict)}")
+    if table:
+        print("\n".join(_table_lines(table, sizing)))
     if vs:
         print(f"# {', '.join(f for f in PAIRED_FIELDS if f in proposal)}: from the per-pair ratios to {vs!r} (the "
               "ratio rows, e.g. output_tok_s / " f"{vs}; their raw spread includes the runner's load); the compare "
               "judges the raw rows at the same tolerances too (below)")  # fmt: skip
     print("specdec_tolerances =")
-    for line in format_tolerances({f: t for f, t in proposal.items() if t is not None}).split():
-        print(f"    {line}")
+    for name, tol in pasted.items():
+        print(f"    {name}:{tol}")
+    for (fname, category), tol in pasted.categories.items():  # one a line: a category may hold spaces
+        print(f"    {fname}[{category}]:{tol}")
     if lines:
         print("\n".join(lines))
     return EXIT_OK
+
+
+def _span(values: Sequence[float]) -> str:
+    """``2.1%`` or ``2.1-9.8%``: the range of some relative sds."""
+    low, high = f"{min(values) * 100:.2g}", f"{max(values) * 100:.2g}"
+    return f"{high}%" if low == high else f"{low}-{high}%"
+
+
+def _row_name(row: str, vs: str | None) -> str:
+    """A compare row's name as its table prints it: ``output_tok_s``, ``tpot_ms_p50[code] / baseline``."""
+    return f"{row}{vs}" if row.endswith(" / ") and vs else row
+
+
+def _category_noise(
+    records: Sequence[ResultRecord], vs: str | None
+) -> tuple[dict[tuple[str, str], FieldNoise], list[str]]:
+    """The noise of each category row the compare judges statistically (``compare._category_rows``), from the
+    records' per-category values (``by_category``): per field of ``CATEGORY_FIELDS`` and category every record has,
+    the within-run and run-to-run sds (``sequential.RunEffect``, as ``noise.calibrate_noise``), of the per-pair
+    ratios (``tpot_ms_p50[code]/baseline``) where the field's top row is paired. Rows the compare gives no verdict
+    (fewer than ``MIN_CATEGORY_REQUESTS`` requests a repeat, no paired values per category) are said instead; rows
+    with no spread (exact) are left out. None at all with one category (the compare shows no category rows then).
+
+    :returns: (field, category) -> FieldNoise (key ``field[cat]`` or ``field[cat]/vs``), and why the rows left out
+        get no verdict (``structured: 3 requests < 8 per repeat``).
+    """
+    every = sorted({c for r in records for c in r.categories})
+    if len(every) <= 1:
+        return {}, []
+    common = [c for c in every if all(c in r.categories for r in records)]
+    found: dict[tuple[str, str], FieldNoise] = {}
+    skipped: list[str] = []
+    for category in common:
+        counts = [v for r in records for v in r.values(f"num_ok[{category}]")]
+        fewest = int(min(counts)) if counts else None
+        if fewest is not None and fewest < MIN_CATEGORY_REQUESTS:
+            skipped.append(f"{category}: {fewest} request{'s' if fewest != 1 else ''} < {MIN_CATEGORY_REQUESTS} per "
+                           "repeat")  # fmt: skip
+            continue
+        unpaired = []
+        for fname in CATEGORY_FIELDS:
+            name = f"{fname}[{category}]"
+            paired = vs is not None and fname in PAIRED_FIELDS
+            per_run = [paired_ratios(r, name) if paired else r.values(name) for r in records]
+            if paired and not all(per_run) and any(r.values(name) for r in records):
+                unpaired.append(fname)  # the compare: n/a (top row paired; no paired values per category)
+                continue
+            anova = RunEffect.of(per_run)
+            if anova is None:
+                continue
+            within = round(math.expm1(math.sqrt(anova.var)), 5)
+            if within <= 0:
+                continue  # identical values: decided equal-or-not, at any tolerance
+            between = round(math.expm1(math.sqrt(anova.between)), 5) if anova.runs >= 2 else 0.0
+            key, row = (f"{name}/{vs}", f"{name} / ") if paired else (name, name)
+            repeats = int(statistics.median_low([len(v) for v in per_run if v]))
+            found[(fname, category)] = FieldNoise(key, row, within, between, repeats)
+        if unpaired:
+            skipped.append(f"{category}: {', '.join(unpaired)} (no paired values per category)")
+    return found, skipped
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _TableRow:
+    """One compare row of :func:`_table_lines`: its name, its noise, its direction, and the gate it is judged at
+    (``sizing``: a category row's at its field's alpha / k; ``shared``: a paired field's two rows, half each)."""
+
+    name: str
+    noise: FieldNoise
+    higher: bool
+    sizing: GateSizing
+    shared: bool
+
+    def least(self, stored_runs: int) -> float | None:
+        """The least tolerance (at least 1%) at which this row passes an unchanged run (``noise.gate_tolerance``)
+        against ``stored_runs`` stored runs; None where none below ``TOLERANCE_CAP`` does."""
+        sizing = dataclasses.replace(self.sizing, stored_runs=stored_runs)
+        need = gate_tolerance(self.noise, sizing, higher_is_better=self.higher, shared=self.shared)
+        return max(need, 0.01) if need is not None else None
+
+    def first_nights_sd(self) -> float:
+        """The run-to-run sd a compare against 1-3 stored runs takes for the row, with this noise file
+        (``compare.run_to_run_sd``: what ``compare._Judging`` gives the row's history; 2-3 runs' own estimate where
+        larger)."""
+        return run_to_run_sd(self.noise.row, self.noise.within, self.noise.run_to_run)
+
+
+def _table_lines(rows: Sequence[_TableRow], sizing: GateSizing) -> list[str]:
+    """The least tolerance of every row against 1, 3, 5 and 10 stored runs (and ``--stored-runs``), with the
+    run-to-run sd the first nights take: what a team gets from the first night to a full history."""
+    runs = sorted({*_TABLE_RUNS, sizing.stored_runs})
+    head = (f"# the least tolerance by stored runs of the baseline's fingerprint (proposed: {sizing.stored_runs}; "
+            f"none: not below {TOLERANCE_CAP:.1%}): against 1-{sequential.ASSUMED_UP_TO_RUNS} a compare takes the "
+            "last column's run-to-run sd as known (2-3 runs' own estimate where larger), from "
+            f"{sequential.ASSUMED_UP_TO_RUNS + 1} it estimates it from the runs, whose few degrees of freedom can "
+            "widen the interval (the run-to-run spread sets it, which a quieter runner narrows, not fewer stored "
+            "runs); below a row's figure unchanged nights stay undecided more often (--specdec-undecided=warn, the "
+            "default, passes them with a warning)")  # fmt: skip
+    columns = [Column("row"), *(Column(f"{k} stored", "right") for k in runs), Column("run-to-run sd, 1-3", "right")]
+    cells = []
+    for row in rows:
+        needs = [row.least(k) for k in runs]
+        cells.append([row.name, *(_percent(n) if n is not None else "none" for n in needs),
+                      f"{row.first_nights_sd() * 100:.2g}%"])  # fmt: skip
+    return [head, *(f"#   {line}" for line in text_table(columns, cells))]
 
 
 def _assumes_line(sizing: GateSizing, found: Mapping[str, FieldNoise]) -> str:
@@ -213,30 +358,6 @@ def _assumes_line(sizing: GateSizing, found: Mapping[str, FieldNoise]) -> str:
             "repeats), a narrower one leaves more unchanged nights undecided")  # fmt: skip
 
 
-def _first_nights(found: FieldNoise, early: float | None) -> str:
-    """What the first nights need: a compare against one stored run with this noise file (and against 2-3, which
-    take the same run-to-run sd as known)."""
-    need = f"~{_percent(early)}" if early is not None else f"no tolerance below {TOLERANCE_CAP:.1%}"
-    run_sd = run_to_run_sd(found.row, found.within, found.run_to_run)
-    return (f"against 1-3 stored runs (the first nights, with this noise file: run-to-run sd {run_sd * 100:.2g}% "
-            f"taken as known for each server instance) it takes {need}: until then unchanged nights stay undecided "
-            "more often (--specdec-undecided=warn, the default, passes them with a warning)")  # fmt: skip
-
-
-def _more_than_one(found: FieldNoise, sizing: GateSizing, early: float | None, tol: float) -> str:
-    """Why more stored runs may need a wider tolerance than one, in words that do not read as advice to store fewer:
-    1-3 stored runs take the run-to-run sd as known (assumed, or calibrate's), from
-    ``sequential.ASSUMED_UP_TO_RUNS + 1`` the compare estimates it from the stored runs, with their few degrees of
-    freedom; both size the same real spread. "" where one stored run needs as much."""
-    if early is None or early >= tol:
-        return ""
-    return (f" (1-3 stored runs take ~{_percent(early)}, with the run-to-run sd taken as known, "
-            f"{run_to_run_sd(found.row, found.within, found.run_to_run) * 100:.2g}%; from "
-            f"{sequential.ASSUMED_UP_TO_RUNS + 1} the compare estimates it from the stored runs, whose few degrees of "
-            "freedom widen the interval: the width comes from the run-to-run spread itself, which a quieter runner "
-            "narrows, not fewer stored runs)")  # fmt: skip
-
-
 def _percent(rel: float) -> str:
     return f"{rel * 100:g}%"
 
@@ -244,18 +365,14 @@ def _percent(rel: float) -> str:
 def _raw_line(raw: FieldNoise, vs: str, tol: float, sizing: GateSizing, higher: bool) -> str:
     """The comment under the ini block for a paired field's raw row: the proposal ``tol`` is its ratio row's
     (``field / vs``); what the raw row, judged at the same tolerance with the raw spread, needs against the same
-    stored runs (and against 1-3, the first nights)."""
+    stored runs (against others: the table)."""
     fname = raw.row
     need = gate_tolerance(raw, sizing, higher_is_better=higher, shared=True)
-    early = gate_tolerance(raw, dataclasses.replace(sizing, stored_runs=1), higher_is_better=higher, shared=True)
     runs = f"{sizing.stored_runs} stored run{'s' if sizing.stored_runs != 1 else ''}"
     shown = f"~{_percent(need)}" if need is not None else f"no tolerance below {TOLERANCE_CAP:.1%}"
     head = (f"# {fname}: {_percent(tol)} is proposed for the ratio row ({fname} / {vs}); the raw row {fname} is "
             f"judged at it too, with the raw spread (sd {raw.within * 100:.2f}% within a run, "
             f"{raw.run_to_run * 100:.2f}% run to run): against {runs} it takes {shown}")  # fmt: skip
-    if sizing.stored_runs > 1 and need is not None:
-        head += (f"; {_first_nights(raw, early)}" if early is None or early > need
-                 else _more_than_one(raw, sizing, early, need))  # fmt: skip
     warn = "--specdec-undecided=warn, the default, passes such a night with a warning; =fail fails it"
     if need is not None and tol >= need:
         return f"{head}: {_percent(tol)} decides it too"
