@@ -132,6 +132,7 @@ def test_a_night_whose_server_died_at_startup_is_stored_and_compare_exits_1_on_i
                        "1 errored before measuring")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_night_interrupted_before_it_measured_is_stored_as_interrupted_and_compare_exits_1_on_it(
     project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
