@@ -167,37 +167,16 @@ def test_preflight_error_stops_before_launch(project: pytest.Pytester) -> None:
 
 
 @pytest.mark.slow
-def test_wrong_layers_fail_on_accept_length_naming_value_and_threshold(project: pytest.Pytester) -> None:
-    project.makepyfile(
-        test_specdec="""
-        import pytest
-
-        @pytest.mark.specdec(min_accept_length=99)
-        def test_accept(specdec_run):
-            pass
-        """
-    )
-    result = project.runpytest_subprocess("--server-profile=eagle3-wrong-layers", timeout=600)
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
-        [
-            "*accept_length * tok/verify < min 99 (margin -*%) [[]exact; temperature 0, 3 identical repeats: decided "
-            "by the first, * server-s[]] [[]profile eagle3-wrong-layers, 6 requests x 3 repeats[]]",
-            # The likely cause, in the failure itself (not only in the header): the ids the draft was trained on.
-            "preflight said before the launch:",
-            "  note: *specdec.yaml:*: profiles.eagle3-wrong-layers.speculative.aux_hidden_state_layer_ids: differs "
-            "from the ids the draft was trained on ([[]1, 3, 5[]], *(got [[]0, 1, 2[]]); "
-            "fix: remove the override to use *",
-        ]
-    )
-    assert not _our_servers(project)
-
-
-@pytest.mark.slow
-def test_per_position_and_category_floors_fail_and_summary_shows_both(project: pytest.Pytester) -> None:
-    cats = "  eagle3-cats:\n    extends: eagle3\n    workload: {prompts: prompts.jsonl}\n"
-    project.makefile(".yaml", specdec=PROFILES.replace("@TAG@", _tag(project)) + cats)
+def test_wrong_layers_and_per_position_and_category_floors_fail_naming_value_and_threshold(
+    project: pytest.Pytester,
+) -> None:
+    """Two tests on one server (one start, not two): the wrong aux layers fail an accept-length floor, naming value,
+    threshold and preflight's note on the ids; per-position and per-category floors fail, and the summary shows the
+    acceptance by category and by draft position."""
+    aux = "    speculative: {aux_hidden_state_layer_ids: [0, 1, 2]}\n"
+    profiles = PROFILES.replace(aux, aux + "    workload: {prompts: prompts.jsonl}\n")
+    assert profiles != PROFILES
+    project.makefile(".yaml", specdec=profiles.replace("@TAG@", _tag(project)))
     (project.path / "prompts.jsonl").write_text(
         '{"prompt": "def read_config(path):\\n    result = {}\\n    with open(path", "category": "code"}\n'
         '{"prompt": "# This module reads files. Each line ", "category": "prose"}\n'
@@ -207,6 +186,10 @@ def test_per_position_and_category_floors_fail_and_summary_shows_both(project: p
         test_specdec="""
         import pytest
 
+        @pytest.mark.specdec(min_accept_length=99)
+        def test_accept(specdec_run):
+            pass
+
         @pytest.mark.specdec(min_accept_rate_at={1: 0.5, 3: 0.99}, categories={"prose": {"min_accept_length": 99}})
         def test_positions(specdec_run):
             assert len(specdec_run.metrics.accept_rate_at) == 3
@@ -215,11 +198,22 @@ def test_per_position_and_category_floors_fail_and_summary_shows_both(project: p
     )
     plot = project.path / "positions.png"
     result = project.runpytest_subprocess(
-        "--server-profile=eagle3-cats", f"--specdec-position-plot={plot}", timeout=600
+        "--server-profile=eagle3-wrong-layers", f"--specdec-position-plot={plot}", timeout=600
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
-    result.assert_outcomes(failed=1)
-    context = "[[]profile eagle3-cats, 6 requests x 3 repeats[]]"
+    result.assert_outcomes(failed=2)
+    context = "[[]profile eagle3-wrong-layers, 6 requests x 3 repeats[]]"
+    result.stdout.fnmatch_lines(
+        [
+            f"*accept_length * tok/verify < min 99 (margin -*%) [[]exact; temperature 0, 3 identical repeats: decided "
+            f"by the first, * server-s[]] {context}",
+            # The likely cause, in the failure itself (not only in the header): the ids the draft was trained on.
+            "preflight said before the launch:",
+            "  note: *specdec.yaml:*: profiles.eagle3-wrong-layers.speculative.aux_hidden_state_layer_ids: differs "
+            "from the ids the draft was trained on ([[]1, 3, 5[]], *(got [[]0, 1, 2[]]); "
+            "fix: remove the override to use *",
+        ]
+    )
     result.stdout.fnmatch_lines(
         [
             f"*accept_rate_at[[]3[]] 0.* < min 0.99 (margin -0.*) [[]exact; temperature 0, 3 identical repeats: "
@@ -227,23 +221,24 @@ def test_per_position_and_category_floors_fail_and_summary_shows_both(project: p
             f"*accept_length[[]prose[]] * tok/verify < min 99 (margin -*) [[]exact; temperature 0, 3 identical "
             f"repeats: decided by the first, * server-s[]] {context}",
             # Each floor's cost: an exact one decided by one repeat.
-            "specdec server time: test_positions[[]eagle3-cats[]]: *; min_accept_rate_at[[]1[]] passed after 1 repeat "
-            "(*); min_accept_rate_at[[]3[]] FAILED after 1 repeat (*); min_accept_length[[]prose[]] FAILED after 1 "
-            "repeat (*)",
+            "specdec server time: test_positions[[]eagle3-wrong-layers[]]: *; min_accept_rate_at[[]1[]] passed after 1 "
+            "repeat (*); min_accept_rate_at[[]3[]] FAILED after 1 repeat (*); min_accept_length[[]prose[]] FAILED "
+            "after 1 repeat (*)",
             "*- specdec accept length by prompt category (requests) -*",
             "test * profile * code * prose",
-            "test_positions[[]eagle3-cats[]] * eagle3-cats * *.** (4) * *.** (2)",
+            "test_positions[[]eagle3-wrong-layers[]] * eagle3-wrong-layers * *.** (4) * *.** (2)",
             "*- specdec acceptance by draft position -*",
             "rate/cond per draft position k: rate = steps accepting draft k / verify steps; "
             "cond = steps accepting draft k / steps that reached k",
             "test * profile * k=1 * k=2 * k=3  source",
-            "test_positions[[]eagle3-cats[]] * eagle3-cats * 0.*/0.* * 0.*/0.* * 0.*/0.*  "
+            "test_positions[[]eagle3-wrong-layers[]] * eagle3-wrong-layers * 0.*/0.* * 0.*/0.* * 0.*/0.*  "
             "meta_info.spec_correct_drafts_histogram",
             "*- specdec position plot: *positions.png -*",
         ]
     )
     assert not re.search(r"^\S*accept_rate_at\[1\] ", result.stdout.str(), re.M)  # passed floors print no line
     assert plot.stat().st_size > 0
+    assert not _our_servers(project)
 
 
 @pytest.mark.slow
@@ -266,7 +261,8 @@ def test_embedding_layer_id_crash_is_named_like_real_sglang(project: pytest.Pyte
     result.stdout.fnmatch_lines([
         "*server 'embedding' was killed by signal 9 (SIGKILL) * (cause: scheduler exception) after * s: "
         "TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType' at "
-        "pytest_specdec/refserver/decoding.py:*; the server then stopped its own process tree (signal 9); log: *"
+        "pytest_specdec/refserver/decoding.py:*; the server then stopped its own process tree (signal 9); its last 3 "
+        "lines: *; log: *; fix: run its launch command by hand to see why it exits: * -m pytest_specdec.refserver *"
     ])  # fmt: skip
     assert "OOM" not in result.stdout.str()
     assert not _our_servers(project)
