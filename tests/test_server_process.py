@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import signal
@@ -146,14 +147,17 @@ def test_oom_at_startup(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 30  # fails fast, not after the 600 s budget
     err = info.value
     log = tmp_path / "logs" / "eagle3.log"
-    first = str(err).splitlines()[0]
+    # One line, as a death with no cause found: cause, exit code, the log's last lines once, launch command (a
+    # fresh-user trial read no command here, and the 20-line tail appended to the message twice, once per test).
+    command = f"{sys.executable} {FAKE} --port {proc.spec.port} --crash-at 1.0"
     assert re.fullmatch(
         rf"server 'eagle3' exited with code 1 before it was ready \(cause: out of memory\) after \d+\.\d s: "
-        rf"torch.OutOfMemoryError: CUDA out of memory\..* at sglang/srt/model_executor/cuda_graph_runner.py:391; log: "
-        rf"{re.escape(str(log))}",
-        first,
-    ), first
-    assert str(err).splitlines()[-1].startswith("torch.OutOfMemoryError: CUDA out of memory.")
+        rf"torch.OutOfMemoryError: CUDA out of memory\..* at sglang/srt/model_executor/cuda_graph_runner.py:391; "
+        r'its last 3 lines: "File "[^"]+cuda_graph_runner.py", line 391, in capture", '
+        r'"out = self.capture_one_batch_size\(bs, forward\)", "torch.OutOfMemoryError: CUDA out of memory\.[^"]*"; '
+        rf"log: {re.escape(str(log))}; fix: run its launch command by hand to see why it exits: {re.escape(command)}",
+        str(err),
+    ), str(err)
     assert err.cause == "out of memory"
     assert err.profile == "eagle3"
     assert err.log_path == log
@@ -340,12 +344,14 @@ def test_check_alive_after_death(tmp_path: Path) -> None:
         time.sleep(0.05)
     with pytest.raises(ServerError) as info:
         proc.check_alive()
-    first, *rest = str(info.value).splitlines()
-    assert first == (
+    # One line: the log's last lines quoted once (no 20-line tail under them), then the launch command.
+    assert str(info.value) == (
         f"server 'eagle3' (pid {proc.pid}) exited with code 3 while running (cause: exception): "
-        f"RuntimeError: scheduler died; log: {proc.log_path}"
+        f'RuntimeError: scheduler died; its last 3 lines: "fake server pid {proc.pid} starting on port '
+        f'{proc.spec.port}", "The server is fired up and ready to roll!", "RuntimeError: scheduler died"; '
+        f"log: {proc.log_path}; fix: run its launch command by hand to see why it exits: {sys.executable} {FAKE} "
+        f"--port {proc.spec.port} --die-after 2.0"
     )
-    assert rest[-1] == "RuntimeError: scheduler died"
     assert info.value.log_path == proc.log_path
 
 
@@ -568,13 +574,14 @@ def test_reference_server_dying_after_requests_is_named_by_its_fault(tmp_path: P
         time.sleep(0.05)
     with pytest.raises(ServerError) as info:
         proc.check_alive("while running, after 2 of 4 measured requests succeeded")
-    first, *rest = str(info.value).splitlines()
-    assert first == (
+    expected = (
         f"server 'ref' (pid {proc.pid}) exited with code 1 while running, after 2 of 4 measured requests succeeded "
         "(cause: reference server fault): ref fault: --ref-fault-die-after-requests 2 reached; exiting with status 1; "
-        f"log: {proc.log_path}"
+        'its last 3 lines: "Prefill batch, *", "ref fault: --ref-fault-die-after-requests 2 reached; exiting with '
+        f'status 1"; log: {proc.log_path}; fix: run its launch command by hand to see why it exits: *'
     )
-    assert rest[-1].endswith("ref fault: --ref-fault-die-after-requests 2 reached; exiting with status 1")
+    assert fnmatch.fnmatchcase(str(info.value), expected), str(info.value)
+    assert "\n" not in str(info.value)
     # A later check (a second measurement on the dead server: its requests all failed) repeats the first diagnosis.
     with pytest.raises(ServerError) as again:
         proc.check_alive("while running, before any of 4 measured requests succeeded")

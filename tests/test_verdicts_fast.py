@@ -543,9 +543,11 @@ def test_a_scheduler_crash_mid_run_is_diagnosed_with_how_far_the_phase_got(pytes
             "server 'eagle3' (pid *) was killed by signal 9 (SIGKILL) while running, after 2 of 4 measured requests "
             "succeeded (cause: scheduler exception): TypeError: unsupported operand type(s) for +: 'Tensor' and "
             "'NoneType' at sglang/srt/models/llama.py:437; the server then stopped its own process tree (signal 9); "
-            "log: *eagle3.*Z-*.log",
+            'its last * lines: "*"; log: *eagle3.*Z-*.log; fix: run its launch command by hand to see why it exits: '
+            f"PYTHONPATH={FAKE} * -m sglang.launch_server *",
         ]
     )
+    assert "\n" not in first, first  # the log's lines quoted once, no 20-line tail under them
 
 
 def test_a_startup_death_with_no_cause_in_the_log_shows_what_is_known(pytester: pytest.Pytester) -> None:
@@ -565,6 +567,35 @@ def test_a_startup_death_with_no_cause_in_the_log_shows_what_is_known(pytester: 
         ]
     )
     assert "cause: unknown" not in result.stdout.str()
+
+
+def test_a_startup_death_with_a_known_cause_says_it_once_with_the_launch_command(pytester: pytest.Pytester) -> None:
+    """A death whose log names its cause (a traceback): the message gave no launch command, and the log's 20-line
+    tail under it, shown by each of the two tests, was read twice (a fresh-user trial). Now it says, as a death with
+    no cause does, the cause, the exit code, the log's last lines once and the launch command; each test of the
+    measurement shows that one message and no tail beside it."""
+    tests = "def test_run(specdec_run):\n    pass\n\n\ndef test_latency(specdec_run):\n    pass\n"
+    line = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    _project(pytester, tests, script={"exit_at_startup": {"code": 1, "line": line}}, workload=ONE_REPEAT)
+    result = _run(pytester, "--server-profile=eagle3")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(errors=2)
+    errors = [str(r.longrepr) for r in result.reprec.getreports("pytest_runtest_logreport") if r.failed]
+    assert len(errors) == 2 and errors[0] == errors[1], errors
+    assert re.fullmatch(
+        r"server 'eagle3' exited with code 1 before it was ready \(cause: out of memory\) after \d+\.\d s: "
+        + re.escape(line)
+        + r'; its last 2 lines: "[^"]*UserWarning: [^"]*", "'
+        + re.escape(line)
+        + r'"; log: \S+eagle3\.\S+Z-\S+\.log; fix: run its launch command by hand to see why it exits: '
+        + re.escape(f"PYTHONPATH={FAKE} ")
+        + r".* -m sglang\.launch_server --model-path "
+        + re.escape(str(BUNDLED_TARGET))
+        + " .*",
+        errors[0],
+    ), errors[0]
+    # The log's lines are quoted once in the message; the tail is not printed under it.
+    assert result.stdout.str().count(f"] {line}") == 0, result.stdout.str()
 
 
 def test_log_and_counter_warnings_reach_the_test(pytester: pytest.Pytester) -> None:

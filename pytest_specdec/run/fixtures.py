@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pytest
 
 from pytest_specdec.core import xdistnode
-from pytest_specdec.core.errors import LoadWarning, ServerStartError, SpecdecError, SpecdecWarning
+from pytest_specdec.core.errors import LoadWarning, SpecdecError, SpecdecWarning
 from pytest_specdec.run import marker
 from pytest_specdec.run.keys import RECORD_PROPERTY, record_key
 
@@ -233,14 +233,13 @@ def _request_log(config: pytest.Config, path: Path) -> Any:
 
 
 def or_fail(call: Callable[[], T]) -> T:
-    """Run ``call``; our errors become one clean pytest failure (message, cause, log path and tail), not a
-    traceback through the plugin. In a session fixture pytest caches it: one launch, every dependent test ERRORs."""
+    """Run ``call``; our errors become one clean pytest failure (their message, which says what the log shows), not
+    a traceback through the plugin. In a session fixture pytest caches it: one launch, every dependent test ERRORs.
+    ``ServerStartError.log_tail`` is not added: a death's message quotes the log's last lines itself
+    (``readiness.exit_error``), and the tail beside them said them twice."""
     message = None
     try:
         return call()
     except SpecdecError as exc:
         message = str(exc)
-        tail = exc.log_tail if isinstance(exc, ServerStartError) else ""
-        if tail and tail not in message:
-            message += "\n" + tail
     pytest.fail(message, pytrace=False)

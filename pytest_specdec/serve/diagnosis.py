@@ -90,8 +90,8 @@ class ExitDiagnosis:
         which explains a SIGKILL exit.
     :ivar evidence: a dmesg line naming one of the server's pids, when one was found.
     :ivar last_lines: the log's last meaningful lines (at most 3, oldest first) as a terminal shows them, logger
-        prefix dropped (:func:`last_lines`): what a message can still quote when the cause is ``"unknown"``; empty
-        for a log without one.
+        prefix dropped (:func:`last_lines`): what a death's message quotes, with or without a cause found; empty for
+        a log without one.
     """
 
     cause: str
@@ -117,25 +117,35 @@ class ExitDiagnosis:
                 parts.append("no error in the log: " + _KILLED_FROM_OUTSIDE)
         return "; ".join(parts)
 
-    def explain(self, returncode: int | None) -> str:
+    def quoted(self) -> str:
+        """The log's last meaningful lines as a message quotes them, each cut to 200 characters: ``its last line:
+        "..."``, ``its last 3 lines: "...", "...", "..."``, or ``its log is empty``."""
+        quoted = [f'"{_cut(line)}"' for line in self.last_lines]
+        if not quoted:
+            return "its log is empty"
+        if len(quoted) == 1:
+            return f"its last line: {quoted[0]}"
+        return f"its last {len(quoted)} lines: " + ", ".join(quoted)
+
+    def explain(self, returncode: int | None, *, quote: bool = False) -> str:
         """The cause and its detail as a message puts them after the exit status, e.g. ``"(cause: scheduler
         exception): TypeError: ... at sglang/srt/models/llama.py:437; the server then stopped its own process tree
         (signal 9)"``. With no cause found, what is known instead of "unknown": ``(no cause found in its log; its
         last line: "Decode batch, ...")`` or ``(no cause found in its log; its last 3 lines: "...", "...", "...")``
-        (each cut to 200 characters), and for a SIGKILL that something outside killed it.
+        (:meth:`quoted`), and for a SIGKILL that something outside killed it.
 
         :param returncode: ``Popen.returncode`` (negative: killed by that signal), None when unknown.
+        :param quote: with a cause found, append the log's last lines too (``; its last 3 lines: ...``): for a
+            message that shows them instead of the log's tail.
         """
         if self.cause != "unknown":
             detail = self.detail(returncode)
-            return f"(cause: {self.cause})" + (f": {detail}" if detail else "")
-        quoted = [f'"{_cut(line)}"' for line in self.last_lines]
-        if not quoted:
+            said = f"(cause: {self.cause})" + (f": {detail}" if detail else "")
+            return said + (f"; {self.quoted()}" if quote else "")
+        if not self.last_lines:
             known = "no cause found in its log, which is empty"
-        elif len(quoted) == 1:
-            known = f"no cause found in its log; its last line: {quoted[0]}"
         else:
-            known = f"no cause found in its log; its last {len(quoted)} lines: " + ", ".join(quoted)
+            known = f"no cause found in its log; {self.quoted()}"
         # The SIGKILL note's own "no error in the log" would repeat what precedes it.
         detail = self.detail(returncode).removeprefix("no error in the log: ")
         return f"({known})" + (f": {detail}" if detail else "")

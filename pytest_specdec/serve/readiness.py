@@ -89,31 +89,31 @@ def _safe_probe(probe: Callable[[], bool]) -> bool:
 
 
 def exit_error(server: Waitable, elapsed: float, *, when: str) -> ServerStartError:
-    """The error for a server that ended ``when`` (e.g. "before it was ready"): exit status, diagnosed cause and
-    detail (``diagnosis.diagnose_exit``), seconds since launch, log path, then the last 20 log lines (secrets
-    redacted). With no cause found in the log, what is known instead of "cause: unknown": the log's last meaningful
-    lines (``ExitDiagnosis.explain``), and the fix to try: the launch command, to run by hand and see the error,
-    e.g. ``server 'eagle3' exited with code 1 before it was ready after 2.1 s (no cause found in its log; its last
-    line: "Load weight begin"); log: ...; fix: run its launch command by hand to see why it exits: PYTHONPATH=/src
-    /venv/bin/python -m sglang.launch_server ...``. ``ServerStartError.cause`` stays ``"unknown"`` then."""
+    """The error for a server that ended ``when`` (e.g. "before it was ready"), one message whether or not its log
+    names a cause: the diagnosed cause and its detail (``diagnosis.diagnose_exit``) or, with none found, what is
+    known instead of "cause: unknown"; the exit status and seconds since launch; the log's last meaningful lines,
+    once (``ExitDiagnosis.quoted``); the log's path; and the fix to try: the launch command, to run by hand, e.g.
+    ``server 'eagle3' exited with code 1 before it was ready (cause: out of memory) after 2.1 s:
+    torch.OutOfMemoryError: CUDA out of memory; its last line: "torch.OutOfMemoryError: ..."; log: ...; fix: run
+    its launch command by hand to see why it exits: PYTHONPATH=/src /venv/bin/python -m sglang.launch_server ...``
+    or ``server 'eagle3' exited with code 1 before it was ready after 2.1 s (no cause found in its log; its last
+    line: "Load weight begin"); log: ...; fix: ...``. Secrets are redacted. The log's 20-line tail is kept in
+    ``ServerStartError.log_tail``, not in the message: every test of the profile shows the message, and a trial
+    read the tail twice in it. ``ServerStartError.cause`` is ``"unknown"`` when no cause was found."""
     returncode = server.returncode()
     tail = redact(tail_lines(server.log_path), server.secrets)
     found = diagnose_exit(read_tail(server.log_path), returncode, pids=server.known_pids())
+    status = f"server '{server.name}' {describe_exit(returncode)} {when}"
     if found.cause == "unknown":
-        explained = redact(found.explain(returncode), server.secrets)
-        command = redact(launch_command(server.spec.argv, server.spec.env), server.secrets)
-        text = (
-            f"server '{server.name}' {describe_exit(returncode)} {when} after {elapsed:.1f} s {explained}; "
-            f"log: {server.log_path}; fix: run its launch command by hand to see why it exits: {command}"
-        )
+        said = f"{status} after {elapsed:.1f} s {found.explain(returncode)}"
     else:
-        detail = redact(found.detail(returncode), server.secrets)
-        text = (
-            f"server '{server.name}' {describe_exit(returncode)} {when} (cause: {found.cause}) after {elapsed:.1f} s"
-            f"{': ' + detail if detail else ''}; log: {server.log_path}"
-        )
+        detail = found.detail(returncode)
+        said = f"{status} (cause: {found.cause}) after {elapsed:.1f} s" + (f": {detail}" if detail else "")
+        said += f"; {found.quoted()}"
+    command = launch_command(server.spec.argv, server.spec.env)
+    text = f"{said}; log: {server.log_path}; fix: run its launch command by hand to see why it exits: {command}"
     return ServerStartError(
-        f"{text}\n{tail}",
+        redact(text, server.secrets),
         profile=server.name,
         log_path=server.log_path,
         cause=found.cause,
@@ -153,9 +153,8 @@ def wait_ready(
     stay silent. On KeyboardInterrupt (or any other exception) the server is stopped before re-raising.
 
     :returns: seconds from launch to ready.
-    :raises ServerStartError: the process exited (message: exit code or signal, classified cause, seconds,
-        log path, then the last 20 log lines), the log stalled (cause "stalled", naming the last line), or the
-        budget ran out (cause "timeout").
+    :raises ServerStartError: the process exited (message: :func:`exit_error`), the log stalled (cause "stalled",
+        naming the last line, then the last 20 log lines), or the budget ran out (cause "timeout").
     """
     log = _LogFollower(server.log_path, since=server.started)
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"specdec-probe-{server.name}")

@@ -34,7 +34,7 @@ from pytest_specdec.serve import registry
 from pytest_specdec.serve.diagnosis import diagnose_exit
 from pytest_specdec.serve.launch import Launched, launch, owners
 from pytest_specdec.serve.ports import find_free_port, port_holder
-from pytest_specdec.serve.process_exit import describe_exit, read_tail, tail_lines
+from pytest_specdec.serve.process_exit import describe_exit, launch_command, read_tail
 from pytest_specdec.serve.proctree import Descendants, StopReport, stop_process_tree, zombie
 from pytest_specdec.serve.readiness import ProgressCallback
 from pytest_specdec.serve.readiness import wait_ready as _wait_ready
@@ -194,7 +194,8 @@ class ServerProcess:
         (``readiness.wait_ready``, which documents the arguments).
 
         :returns: seconds from launch to ready.
-        :raises ServerStartError: exited (exit status, classified cause, log tail), stalled, or timed out.
+        :raises ServerStartError: exited (cause, exit status, last log lines, launch command), stalled, or timed
+            out.
         """
         return _wait_ready(self, probe, timeout_s=timeout_s, stall_s=stall_s, on_progress=on_progress, poll_s=poll_s)
 
@@ -222,7 +223,10 @@ class ServerProcess:
         """Raise if the server died during the run (then its remaining processes are stopped).
 
         The cause comes from its log and exit status as for a death before ready (``diagnosis.diagnose_exit``);
-        with none found, the message says what is known (exit status, ``when``, the log's last lines). The first
+        with none found, the message says what is known (exit status, ``when``, the log's last lines). Either way it
+        quotes the log's last meaningful lines once and ends with the launch command to run by hand, as
+        ``readiness.exit_error`` does; the 20-line tail is left to the log (every test of the measurement shows
+        this message, and a trial read the tail twice). The first
         call that finds the server dead decides the message: later calls raise the same one, whatever their
         ``when`` (a second test of the same measurement saw "before any of 4 measured requests" where the first
         had seen "after 2 of 4": its requests all failed on the server already dead).
@@ -230,8 +234,9 @@ class ServerProcess:
         :param when: what the server was doing, as the message says it; ``measure.runner.measure`` passes how many
             measured requests had succeeded, e.g. ``"while running, after 3 of 8 measured requests succeeded"``.
         :raises ServerError: "server 'eagle3' (pid 12) exited with code 3 while running, after 3 of 8 measured
-            requests succeeded (cause: scheduler exception): TypeError: ... at sglang/srt/models/llama.py:437; log:
-            ..." (or "(no cause found in its log; its last line: "...")"), followed by the last 20 log lines.
+            requests succeeded (cause: scheduler exception): TypeError: ... at sglang/srt/models/llama.py:437; its
+            last 3 lines: "...", "...", "..."; log: ...; fix: run its launch command by hand to see why it exits:
+            ..." (or "(no cause found in its log; its last line: "...")" in place of the cause).
         """
         if self._death is None:
             if not self.exited():
@@ -239,12 +244,13 @@ class ServerProcess:
             pids = self.known_pids()
             self.stop()
             returncode = self.returncode()
-            tail = redact(tail_lines(self.log_path), self.secrets)
             found = diagnose_exit(read_tail(self.log_path), returncode, pids=pids)
-            explained = redact(found.explain(returncode), self.secrets)
-            self._death = (
-                f"server '{self.name}' (pid {self.pid}) {describe_exit(returncode)} {when} {explained}; "
-                f"log: {self.log_path}\n{tail}"
+            command = launch_command(self.spec.argv, self.spec.env)
+            self._death = redact(
+                f"server '{self.name}' (pid {self.pid}) {describe_exit(returncode)} {when} "
+                f"{found.explain(returncode, quote=True)}; log: {self.log_path}; fix: run its launch command by hand "
+                f"to see why it exits: {command}",
+                self.secrets,
             )
         raise ServerError(self._death, profile=self.name, log_path=self.log_path)
 
