@@ -61,6 +61,36 @@ def test_compare_exits_1_on_an_exact_regression(tmp_path: Path, capsys: pytest.C
     assert "specdec compare: 1 test compared, 1 regressed (1 undecided row in them), 0 undecided" in out
 
 
+def test_compare_counts_the_undecided_rows_of_one_measurement_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two tests of one profile read one measurement (the same figures): a trial's summary said "8 undecided rows in
+    them" beside tables of 4. Their open rows are counted once; a test of another measurement adds its own."""
+    fp = {**FP, "workload": {**FP["workload"], "temperature": 0.0}}
+
+    def stored(run_id: str, accept: float, tests: tuple[tuple[str, list[float]], ...]) -> Path:
+        records = tuple(
+            ResultRecord(f"t.py::{name}[eagle3]", "eagle3", {"output_tok_s": tok_s[1], "accept_length": accept},
+                         {"output_tok_s": tok_s, "accept_length": [accept] * 3}, fp)
+            for name, tok_s in tests
+        )  # fmt: skip
+        return ResultStore(tmp_path).save(RunFile(run_id=run_id, started=0.0, results=records))
+
+    one = ([99.0, 100.0, 101.0],)
+    base = stored("base", 2.6, (("test_x", *one), ("test_y", *one)))
+    worse = stored("worse", 2.4, (("test_x", *one), ("test_y", *one)))
+    assert main(["compare", str(base), str(worse)]) == 1
+    out = capsys.readouterr().out
+    assert out.count("undecided") >= 2, out  # each test's table shows its open tok/s row
+    assert "specdec compare: 2 tests compared, 2 regressed (1 undecided row in them), 0 undecided" in out, out
+    # Another measurement (other figures) has its own row.
+    base = stored("base2", 2.6, (("test_x", *one), ("test_y", [98.0, 100.0, 102.0])))
+    worse = stored("worse2", 2.4, (("test_x", *one), ("test_y", [98.0, 100.0, 102.0])))
+    assert main(["compare", str(base), str(worse)]) == 1
+    out = capsys.readouterr().out
+    assert "specdec compare: 2 tests compared, 2 regressed (2 undecided rows in them), 0 undecided" in out, out
+
+
 def _profiles_run(root: Path, run_id: str, rows: list[tuple[str, bool, float]]) -> Path:
     """One record per (profile, speculative, accept length) with steady tok/s."""
     records = []

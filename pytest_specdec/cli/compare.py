@@ -435,7 +435,11 @@ def compare_command(
     # "1 verdict undecided" from pytest and "2 undecided" here on the same two tests of one profile); a regressed
     # test's open rows are said beside it (a fresh user read "0 undecided" above tables that each had 3 undecided rows).
     n = len(result.comparisons)
-    open_rows = sum(len(c.undecided) for c in result.comparisons if c.failed)
+    # Each measurement's rows once: the tests of a profile read one measurement, and a trial's two tests of it
+    # said "8 undecided rows in them" beside tables of 4. A row of the same measurement has the same figures (tests
+    # of one profile measured in different shards of a merged run do not).
+    open_rows = len({(c.profile, r.metric, r.baseline, r.current) for c in result.comparisons if c.failed
+                     for r in c.undecided})  # fmt: skip
     in_regressed = f" ({open_rows} undecided row{'s' if open_rows != 1 else ''} in them)" if open_rows else ""
     profiles = list(dict.fromkeys(c.profile for c in result.comparisons if c.undecided and not c.failed))
     still_open = (undecided_count(len(undecided), profiles, f"{len(suspected)} suspected: estimate beyond the "
