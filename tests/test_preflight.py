@@ -281,6 +281,33 @@ def test_rule7_removed_flag_for_the_installed_sglang(tmp_path: Path) -> None:
     assert f.fix == "use --cuda-graph-max-bs-decode / --cuda-graph-max-bs-prefill"
 
 
+def test_rule7_a_flag_value_the_installed_sglang_cannot_parse(tmp_path: Path) -> None:
+    """``--max-running-requests abc`` passed preflight and the server died 0.3 s after launch (a fresh-user trial):
+    a typed flag's value is parsed as SGLang's argparse would (int, float, choices), in both spellings."""
+    target, draft = make_models(tmp_path)
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    python.write_text(f"#!{sys.executable}\nprint('0.5.17')\n")
+    python.chmod(0o755)
+    bad = ["--max-running-requests", "abc", "--mem-fraction-static=lots", "--dtype", "fp8", "--tp-size", "2"]
+    p = profile(target, draft, server="sglang", python=str(python), extra_args=bad)
+    found = [(f.severity, f.key, f.value, f.why, f.fix) for f in run_preflight(p) if f.key.endswith("extra_args")]
+    assert found == [
+        ("error", "extra_args", "--max-running-requests abc",
+         "SGLang's --max-running-requests takes an integer, got 'abc'; the server would exit at startup",
+         "give --max-running-requests an integer"),
+        ("error", "extra_args", "--mem-fraction-static=lots",
+         "SGLang's --mem-fraction-static takes a number, got 'lots'; the server would exit at startup",
+         "give --mem-fraction-static a number"),
+        ("error", "extra_args", "--dtype fp8",
+         "SGLang's --dtype takes one of auto, half, float16, bfloat16, float, float32, got 'fp8'; the server would "
+         "exit at startup", "give --dtype one of auto, half, float16, bfloat16, float, float32"),
+    ], found  # fmt: skip
+    good = ["--max-running-requests", "8", "--mem-fraction-static=0.8", "--dtype", "bfloat16"]
+    assert not [f for f in run_preflight(profile(target, draft, server="sglang", python=str(python), extra_args=good))
+                if f.key.endswith("extra_args")]  # fmt: skip
+
+
 def test_rule7_aux_id_convention_of_the_other_engine(tmp_path: Path) -> None:
     class VllmLike(ReferenceEngine):
         aux_id_convention = "vllm"

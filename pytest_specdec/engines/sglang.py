@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,10 +47,12 @@ __all__ = [
     "NODE_JOINED",
     "NODE_RENDEZVOUS",
     "SGLANG_FLAGS",
+    "SGLANG_FLAG_TYPES",
     "VERSIONS",
     "DecodeLine",
     "SglangEngine",
     "SglangVersion",
+    "flag_value_issues",
     "graph_warning",
     "node_flag_issues",
     "parse_decode_line",
@@ -123,6 +125,197 @@ VERSIONS: tuple[SglangVersion, ...] = (
         },
     ),
 )
+
+
+#: The value each typed flag of SGLang's server takes, the same in 0.5.17 and 0.5.23: ``"int"``, ``"float"``
+#: (argparse ``type=int``/``float``) or the tuple of its ``choices``. Recorded from the wheels'
+#: ``python/sglang/srt/server_args.py`` (0.5.17) and ``python/sglang/srt/arg_groups/fields/*.py`` (0.5.23): the
+#: fields ``A[int | float | Optional[...], ...]`` and ``Arg(choices=[...])`` literals, whose flag is
+#: ``"--" + field.replace("_", "-")`` and whose argparse ``type=`` is ``arg_utils.py::_infer_type_func``; fields with
+#: a ``type_parser``, ``nargs`` or ``action``, and choices that name a constant, are left out. A flag whose value
+#: does not parse makes the server exit at once (a fresh-user trial: ``--max-running-requests abc``, dead in 0.3 s):
+#: preflight rejects it first.
+SGLANG_FLAG_TYPES: Mapping[str, str | tuple[str, ...]] = {
+    "--asr-max-buffer-seconds": "int",
+    "--asr-max-concurrent-sessions": "int",
+    "--attn-cp-size": "int",
+    "--base-gpu-id": "int",
+    "--batch-notify-size": "int",
+    "--chunked-prefill-size": "int",
+    "--cp-strategy": ("zigzag", "interleave"),
+    "--cpu-offload-gb": "int",
+    "--cuda-graph-max-bs-decode": "int",
+    "--cuda-graph-max-bs-prefill": "int",
+    "--dcp-comm-backend": ("ag_rs", "a2a", "fi_a2a"),
+    "--dcp-size": "int",
+    "--decode-log-interval": "int",
+    "--decoupled-spec-rank": "int",
+    "--default-priority-value": "int",
+    "--detokenizer-worker-num": "int",
+    "--disaggregation-bootstrap-port": "int",
+    "--disaggregation-decode-extra-slots": "int",
+    "--disaggregation-decode-polling-interval": "int",
+    "--dist-timeout": "int",
+    "--dp-size": "int",
+    "--dtype": ("auto", "half", "float16", "bfloat16", "float", "float32"),
+    "--dwdp-size": "int",
+    "--dynamic-batch-tokenizer-batch-size": "int",
+    "--dynamic-batch-tokenizer-batch-timeout": "float",
+    "--elastic-ep-initial-size": "int",
+    "--elastic-ep-join-rank-offset": "int",
+    "--elastic-ep-scale-timeout": "float",
+    "--encoder-bootstrap-port": "int",
+    "--engine-info-bootstrap-port": "int",
+    "--ep-num-redundant-experts": "int",
+    "--ep-size": "int",
+    "--eplb-min-rebalancing-utilization-threshold": "float",
+    "--eplb-rebalance-layers-per-chunk": "int",
+    "--eplb-rebalance-num-iterations": "int",
+    "--expert-distribution-recorder-buffer-size": "int",
+    "--gc-warning-threshold-secs": "float",
+    "--gpu-id-step": "int",
+    "--grpc-port": "int",
+    "--hicache-io-backend": ("direct", "kernel", "kernel_ascend"),
+    "--hicache-mem-layout": ("layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head"),
+    "--hicache-ratio": "float",
+    "--hicache-size": "int",
+    "--hicache-storage-prefetch-policy": ("best_effort", "wait_complete", "timeout"),
+    "--hicache-write-policy": ("write_back", "write_through", "write_through_selective"),
+    "--int8-mamba-ckpt-size": "int",
+    "--kt-cpuinfer": "int",
+    "--kt-max-deferred-experts-per-token": "int",
+    "--kt-num-gpu-experts": "int",
+    "--kt-threadpool-count": "int",
+    "--kv-canary": ("none", "log", "raise"),
+    "--kv-canary-sweep-interval": "int",
+    "--linear-replayssm-cache-len": "int",
+    "--load-balance-method": ("auto", "round_robin", "follow_bootstrap_room", "total_requests", "total_tokens"),
+    "--load-snapshot-publish-interval": "int",
+    "--log-requests-format": ("text", "json"),
+    "--log-requests-level": ("0", "1", "2", "3"),
+    "--lora-drain-wait-threshold": "float",
+    "--lora-eviction-policy": ("lru", "fifo"),
+    "--mamba-cache-philox-rounds": "int",
+    "--mamba-full-memory-ratio": "float",
+    "--mamba-max-states-per-path": "int",
+    "--mamba-ssm-dtype": ("float32", "bfloat16", "float16"),
+    "--mamba-track-interval": "int",
+    "--max-ep-size": "int",
+    "--max-loaded-loras": "int",
+    "--max-lora-chunk-size": ("16", "32", "64", "128"),
+    "--max-lora-rank": "int",
+    "--max-loras-per-batch": "int",
+    "--max-mamba-cache-size": "int",
+    "--max-queued-requests": "int",
+    "--max-running-requests": "int",
+    "--mem-fraction-static": "float",
+    "--min-free-slots-delay": "int",
+    "--mm-attention-backend": (
+        "sdpa", "fa3", "fa4", "triton_attn", "ascend_attn", "aiter_attn", "flashinfer_cudnn", "amx_attn", "xpu_attn",
+    ),
+    "--mm-io-worker-num": "int",
+    "--mm-processor-worker-num": "int",
+    "--moe-dense-tp-size": "int",
+    "--moe-dp-size": "int",
+    "--nccl-port": "int",
+    "--nnodes": "int",
+    "--node-rank": "int",
+    "--num-continuous-decode-steps": "int",
+    "--num-reserved-decode-tokens": "int",
+    "--offload-group-size": "int",
+    "--offload-num-in-group": "int",
+    "--offload-prefetch-step": "int",
+    "--optimistic-prefill-attempts": "int",
+    "--page-size": "int",
+    "--port": "int",
+    "--pp-async-batch-depth": "int",
+    "--pp-max-micro-batch-size": "int",
+    "--pp-size": "int",
+    "--prefill-delayer-max-delay-ms": "float",
+    "--prefill-delayer-max-delay-passes": "int",
+    "--prefill-delayer-queue-min-ratio": "float",
+    "--prefill-delayer-token-usage-low-watermark": "float",
+    "--prefill-max-requests": "int",
+    "--priority-scheduling-preemption-threshold": "int",
+    "--random-seed": "int",
+    "--remote-instance-weight-loader-seed-instance-service-port": "int",
+    "--return-hidden-states-mode": ("last", "full"),
+    "--sampling-defaults": ("openai", "model"),
+    "--schedule-conservativeness": "float",
+    "--scheduler-recv-interval": "int",
+    "--sm-group-num": "int",
+    "--smg-http-sidecar-port": "int",
+    "--soft-watchdog-timeout": "float",
+    "--speculative-accept-threshold-acc": "float",
+    "--speculative-accept-threshold-single": "float",
+    "--speculative-attention-mode": ("prefill", "decode"),
+    "--speculative-dflash-block-size": "int",
+    "--speculative-draft-window-size": "int",
+    "--speculative-dspark-block-size": "int",
+    "--speculative-eagle-topk": "int",
+    "--speculative-ngram-capacity": "int",
+    "--speculative-ngram-external-corpus-max-tokens": "int",
+    "--speculative-ngram-external-sam-budget": "int",
+    "--speculative-ngram-max-bfs-breadth": "int",
+    "--speculative-ngram-max-trie-depth": "int",
+    "--speculative-ngram-min-bfs-breadth": "int",
+    "--speculative-num-draft-tokens": "int",
+    "--speculative-num-steps": "int",
+    "--stream-interval": "int",
+    "--swa-full-tokens-ratio": "float",
+    "--tbo-token-distribution-threshold": "float",
+    "--tokenizer-backend": ("huggingface", "fastokens"),
+    "--tokenizer-mode": ("auto", "slow"),
+    "--tokenizer-worker-num": "int",
+    "--torch-compile-max-bs": "int",
+    "--tp-size": "int",
+    "--triton-attention-num-kv-splits": "int",
+    "--triton-attention-split-tile-size": "int",
+    "--watchdog-timeout": "float",
+    "--weight-cache-mode": ("off", "daemon", "client"),
+    "--weight-cache-timeout": "int",
+    "--weight-loader-prefetch-num-threads": "int",
+}
+
+
+def flag_value_issues(
+    extra_args: Sequence[str], types: Mapping[str, str | tuple[str, ...]], engine: str
+) -> list[FlagIssue]:
+    """Errors for values in ``extra_args`` that ``types`` (:data:`SGLANG_FLAG_TYPES`) says the server cannot parse,
+    as its argparse would: ``int(value)``, ``float(value)``, or a value not among the choices. Both spellings are
+    read, ``["--flag", "value"]`` and ``"--flag=value"``; a typed flag with no value after it is left to the server.
+
+    Example: ``["--max-running-requests", "abc"]`` -> an error at ``extra_args`` naming the flag, ``'abc'`` and
+    "an integer".
+    """
+    issues: list[FlagIssue] = []
+    for i, arg in enumerate(extra_args):
+        flag, eq, inline = arg.partition("=")
+        kind = types.get(flag)
+        if kind is None or not flag.startswith("--"):
+            continue
+        if eq:
+            value = inline
+        elif i + 1 < len(extra_args) and not extra_args[i + 1].startswith("--"):
+            value = extra_args[i + 1]
+        else:
+            continue
+        if isinstance(kind, tuple):
+            if value in kind:
+                continue
+            expected = "one of " + ", ".join(kind)
+        else:
+            try:
+                (int if kind == "int" else float)(value)
+                continue
+            except ValueError:
+                expected = "an integer" if kind == "int" else "a number"
+        issues.append(
+            FlagIssue("error", "extra_args", arg if eq else f"{flag} {value}",
+                      f"{engine}'s {flag} takes {expected}, got {value!r}; the server would exit at startup",
+                      f"give {flag} {expected}")
+        )  # fmt: skip
+    return issues
 
 
 #: SGLang's multi-node flags, the same in every release we support (0.5.23:
@@ -502,6 +695,7 @@ class SglangEngine(GpuEngine):
                               f"use {row.deprecated_flags[flag]}")
                 )  # fmt: skip
         issues += node_flag_issues(profile)
+        issues += flag_value_issues(profile.extra_args, SGLANG_FLAG_TYPES, "SGLang")
         forcing = [a for a in profile.extra_args if flag_name(a) in ("--enable-nccl-nvls", "--enable-symm-mem")]
         if forcing and "NCCL_NVLS_ENABLE" in profile.env:
             issues.append(
