@@ -383,7 +383,7 @@ def test_under_xdist_a_test_whose_worker_crashed_is_listed_as_errored(project: p
     project.makefile(".yaml", specdec=_profiles({}))
     project.makepyfile(test_zcrash="import os\n\ndef test_crash(specdec_run):\n    os._exit(1)\n")
     plugins = ["-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly"]
-    # No restart: xdist would run the crashed test again on a new worker, up to 4 x -n times.
+    # No restart: no replacement worker is started after the crash, which keeps this test short.
     result = project.runpytest_subprocess("-n", "2", "--max-worker-restart=0", *plugins, "--server-profile=eagle3",
                                           timeout=180)  # fmt: skip
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
