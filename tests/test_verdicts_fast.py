@@ -510,14 +510,16 @@ def test_startup_failures_are_diagnosed_as_real_sglang_fails(pytester: pytest.Py
             "allow_embedding_capture); stock SGLang crashes on it at the first forward*",
             "server 'eagle3-embedding' was killed by signal 9 (SIGKILL) before it was ready (cause: scheduler "
             "exception) after * s: TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType' at "
-            "sglang/srt/models/llama.py:437; the server then stopped its own process tree (signal 9); log: "
-            "*eagle3-embedding.*Z-*.log",
+            "sglang/srt/models/llama.py:437; the server then stopped its own process tree (signal 9); its last 3 "
+            'lines: *"kill_process_tree called: *"; log: *eagle3-embedding.*Z-*.log; fix: run its launch command by '
+            "hand to see why it exits: *",
         ]
     )
     result.stdout.fnmatch_lines(
         [
             "server 'renamed-flag' exited with code 2 before it was ready (cause: bad flag) after * s: sglang serve: "
-            "error: unrecognized arguments: --speculative-aux-layer-ids 1,3,5; log: *renamed-flag.*Z-*.log",
+            "error: unrecognized arguments: --speculative-aux-layer-ids 1,3,5; its last * lines: *; log: "
+            "*renamed-flag.*Z-*.log; fix: run its launch command by hand to see why it exits: *",
         ]
     )
     assert "OOM" not in result.stdout.str()
