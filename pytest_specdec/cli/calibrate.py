@@ -9,27 +9,31 @@ import json
 import math
 import statistics
 import sys
+import zlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from pytest_specdec.cli.exits import EXIT_BAD_PROFILE, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from pytest_specdec.core import stats
 from pytest_specdec.core.errors import CompareError, ProfileError, ServerError, ServerStartError
 from pytest_specdec.core.metric_table import PAIRED_FIELDS
 from pytest_specdec.core.table import Column, text_table
 from pytest_specdec.core.tolerances import CATEGORY_FIELDS, Tolerance, Tolerances, field_specs
 from pytest_specdec.engines.rules import load_profiles
 from pytest_specdec.judge import sequential
-from pytest_specdec.judge.compare import MIN_CATEGORY_REQUESTS, design_of, run_to_run_sd
+from pytest_specdec.judge.compare import MIN_CATEGORY_REQUESTS, calibrated_history, design_of, run_to_run_sd
 from pytest_specdec.judge.history import MAX_HISTORY_RUNS
 from pytest_specdec.judge.noise import (
     MAX_NOISE_SD,
+    PASS_PROBABILITY,
     TOLERANCE_CAP,
+    CalibratedNoise,
     FieldNoise,
     GateSizing,
     calibrate_noise,
-    calibrate_proposal,
-    gate_tolerance,
     measurements,
     paired_arm,
     proposal_sds,
@@ -41,7 +45,7 @@ from pytest_specdec.measure import pairing, runner
 from pytest_specdec.measure.results import ResultRecord, ResultStore
 from pytest_specdec.profiles.schema import Profile, Workload
 
-__all__ = ["calibrate_command"]
+__all__ = ["calibrate_command", "night_row_probability"]
 
 #: Server starts from which a run-to-run sd is not called rough (on one H100, 4 starts read 3.3 %, the next 6 14.8 %).
 _FIRM_RUNS = 6
@@ -53,16 +57,18 @@ _TABLE_RUNS = (1, 3, 5, 10)
 def calibrate_command(args: argparse.Namespace) -> int:
     """``calibrate PROFILE_FILE --profile NAME [--runs K]`` or ``calibrate --from RUN ...``: prints each run's
     figures, writes the noise file (``noise.calibrate_noise``, and each category row's sds: :func:`_category_noise`)
-    and prints an ini block of proposed tolerances (``noise.calibrate_proposal``: per field the least tolerance at
-    which the compare passes an unchanged run of this noise 90 % of the time, ``noise.gate_tolerance``, against
-    ``--stored-runs`` stored runs at the profile's budget; from per-pair ratios where the compare judges those),
-    counting measurements, not tests (``noise.measurements``: the tests of a profile in one run file share one).
-    Each category row the compare judges (``tpot_ms_p50[code]``) is sized the same way at its field's alpha / k and
-    printed beside the field's, pasted as ``FIELD[CATEGORY]:X%`` where wider. A table gives every row's least
-    tolerance against 1, 3, 5 and 10 stored runs and the run-to-run sd a compare against 1-3 takes
-    (:func:`_table_lines`); for a paired field, a comment says what its raw row needs at the ratio row's tolerance
-    (:func:`_raw_line`). Returns ``EXIT_FINDINGS`` when a server failed, ``EXIT_USAGE``/``EXIT_BAD_PROFILE`` on bad
-    input, else ``EXIT_OK``."""
+    and prints an ini block of proposed tolerances sized for the night: the least at which an unchanged night passes
+    every row the compare judges statistically (:func:`_judged_rows`: R of them) 90 % of the time, each row at
+    ``1 - 0.1 / R`` (:func:`night_row_probability`; ``--per-row``: 0.9 each, as before), its figure from unchanged
+    nights drawn from this noise and judged by the compare's own verdict against ``--stored-runs`` stored runs at the
+    profile's budget (:meth:`_Row.needs`; from per-pair ratios where the compare judges those), counting
+    measurements, not tests (``noise.measurements``: the tests of a profile in one run file share one). Each
+    category row the compare judges (``tpot_ms_p50[code]``) is sized at its field's alpha / k, printed beside the
+    field's, pasted as ``FIELD[CATEGORY]:X%`` where wider. A table gives every row's least tolerance against 1, 3, 5
+    and 10 stored runs and the run-to-run sd a compare against 1-3 takes (:func:`_table_lines`); for a paired field,
+    a comment says what its raw row needs at the ratio row's tolerance (:func:`_raw_line`); a line says how often the
+    drawn nights pass every row at the proposal (:func:`_night_line`). Returns ``EXIT_FINDINGS`` when a server
+    failed, ``EXIT_USAGE``/``EXIT_BAD_PROFILE`` on bad input, else ``EXIT_OK``."""
     if not 1 <= args.stored_runs <= MAX_HISTORY_RUNS:
         print(f"error: --stored-runs={args.stored_runs}: expected the stored runs of the baseline a compare will pool, "
               f"1 to {MAX_HISTORY_RUNS} (it pools at most {MAX_HISTORY_RUNS}), e.g. --stored-runs {MAX_HISTORY_RUNS}",
@@ -125,15 +131,20 @@ def calibrate_command(args: argparse.Namespace) -> int:
             print(f"run {i + 1}/{args.runs}: {record.metrics.get('output_tok_s', 0):.1f} tok/s, "
                   f"accept length {shown}{paired}")  # fmt: skip
     design = design or sequential.Design(Workload().repeats, sequential.DEFAULT_MAX_REPEATS)
-    sizing = GateSizing(design, args.stored_runs)
-    proposal = calibrate_proposal(records, sizing)
-    if not proposal:
+    found_sds = proposal_sds(records)
+    if not found_sds:
         print("error: not enough values to propose tolerances: a metric needs 2 or more values above 0 across the "
               "runs", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     noise = calibrate_noise(records)
     vs = paired_arm(records)
     by_category, no_verdict = _category_noise(records, vs)
+    per_row = bool(args.per_row)
+    sizing = GateSizing(design, args.stored_runs)
+    judged = _judged_rows(found_sds, noise, by_category, vs, sizing)
+    sizing = dataclasses.replace(sizing, probability=_row_probability(len(judged), per_row=per_row))
+    judged = [dataclasses.replace(row, sizing=sizing) for row in judged]
+    proposal, pasted = _proposal(found_sds, judged)
     sds = [(f"{key}: sd {sd:.0%} {kind}") for kind, pairs in (
         ("within a run", [*noise.items(), *((n.key, n.within) for n in by_category.values())]),
         ("run to run", [*noise.run_to_run.items(), *((n.key, n.run_to_run) for n in by_category.values())]),
@@ -177,15 +188,11 @@ def calibrate_command(args: argparse.Namespace) -> int:
         print(f"# only {len(records)} server start(s): the run-to-run sds above are rough (a compare takes one only "
               f"where larger than its assumed 7%); {_FIRM_RUNS} or more size them better")  # fmt: skip
     print(f"# proposed from {len(records)} measurement(s); paste into pytest's ini (or a profile's tolerances:)")
-    print(_assumes_line(sizing, proposal_sds(records)))
-    specs = field_specs()
+    print(_assumes_line(sizing, len(judged), per_row=per_row))
     lines: list[str] = []
-    table: list[_TableRow] = []
-    pasted = Tolerances({f: t for f, t in proposal.items() if t is not None})
-    for fname, found in proposal_sds(records).items():
+    short: list[str] = []  # rows the pasted tolerances leave below their own figure: the night line names them
+    for fname, found in found_sds.items():
         tol = proposal[fname]
-        higher = specs[fname].higher_is_better if fname in specs else True
-        is_paired = found.row != fname
         shown = _percent(tol.rel) if tol is not None else f"none below {TOLERANCE_CAP:.1%}"
         if tol is not None and found.within > 0 and tol.rel == 0.01:
             shown += " (the 1% floor)"
@@ -198,36 +205,30 @@ def calibrate_command(args: argparse.Namespace) -> int:
             print(f"#   {found.key}: {shown}, the floor: no spread (identical values decide exactly)")
         else:
             print(f"#   {found.key}: {shown} for {spread}")
-            table.append(_TableRow(_row_name(found.row, vs), found, higher, sizing, is_paired))
-        if is_paired and tol is not None:
-            raw = dataclasses.replace(found, key=fname, row=fname, within=noise.get(fname, found.within),
-                                      run_to_run=noise.run_to_run.get(fname, 0.0))  # fmt: skip
-            lines.append(_raw_line(raw, vs or "", tol.rel, sizing, higher))
-            table.append(_TableRow(fname, raw, higher, sizing, True))
-        rows = {category: n for (f, category), n in by_category.items() if f == fname}
-        if rows:
+        mine = [row for row in judged if row.field == fname]
+        for row in mine:
+            if row.category is None and row.noise.row == fname and row.shared and tol is not None:
+                lines.append(_raw_line(row, vs or "", tol.rel))
+        short += [row.name for row in mine if not row.covered(pasted)]
+        categories = [row for row in mine if row.category is not None]
+        if categories:
             # The compare judges a field's k category rows at alpha / k each (compare._category_rows).
-            split = dataclasses.replace(sizing.design, alpha=sizing.design.alpha / len(rows))
-            share = dataclasses.replace(sizing, design=split)
             parts = []
-            for category, n in rows.items():
-                row = _TableRow(_row_name(n.row, vs), n, higher, share, False)
-                need = row.least(sizing.stored_runs)
-                parts.append(f"{category} {_percent(need) if need is not None else 'none'}")
-                table.append(row)
-                if need is not None and (tol is None or need > tol.rel):
-                    pasted.categories[(fname, category)] = Tolerance(rel=need)
+            for row in categories:
+                need = row.least()
+                parts.append(f"{row.category} {_percent(need) if need is not None else 'none'}")
             wider = [c for f, c in pasted.categories if f == fname]
-            print(f"#     {fname} per category, each at alpha / {len(rows)}: {', '.join(parts)}"
+            print(f"#     {fname} per category, each at alpha / {len(categories)}: {', '.join(parts)}"
                   + (f"; pasted below where wider than {fname}'s: {', '.join(wider)}" if wider else ""))  # fmt: skip
     if no_verdict:
         print(f"#   no verdict per category, nothing to size: {'; '.join(no_verdict)}")
-    if table:
-        print("\n".join(_table_lines(table, sizing)))
+    if judged:
+        print("\n".join(_table_lines(judged, sizing)))
     if vs:
         print(f"# {', '.join(f for f in PAIRED_FIELDS if f in proposal)}: from the per-pair ratios to {vs!r} (the "
               "ratio rows, e.g. output_tok_s / " f"{vs}; their raw spread includes the runner's load); the compare "
               "judges the raw rows at the same tolerances too (below)")  # fmt: skip
+    print(_night_line(judged, pasted, short, per_row=per_row))
     print("specdec_tolerances =")
     for name, tol in pasted.items():
         print(f"    {name}:{tol}")
@@ -236,6 +237,210 @@ def calibrate_command(args: argparse.Namespace) -> int:
     if lines:
         print("\n".join(lines))
     return EXIT_OK
+
+
+def night_row_probability(rows: int) -> float:
+    """The chance with which each of a night's ``rows`` statistically judged rows must end passed for the night to
+    pass them all with ``noise.PASS_PROBABILITY`` (0.9): ``1 - 0.1 / rows`` (Bonferroni: the night fails to pass
+    only where a row does, at most ``rows x 0.1 / rows`` of the time).
+
+    Example: 6 rows (tok/s and TPOT top rows, 4 TPOT categories) -> 0.98333 each (0.9 each passes about 0.9^6 =
+    53 % of unchanged nights where the rows move independently; a fresh-user trial passed 1 of 6).
+    """
+    return 1.0 - (1.0 - PASS_PROBABILITY) / max(rows, 1)
+
+
+def _row_probability(rows: int, *, per_row: bool) -> float:
+    """Each row's pass chance: the night's share (:func:`night_row_probability`), or 90 % alone (``--per-row``)."""
+    return PASS_PROBABILITY if per_row else night_row_probability(rows)
+
+
+#: The fewest unchanged nights simulated per row and stored runs (:meth:`_Row.needs`); more where a row's chance
+#: leaves fewer than 2 nights beyond it (``2 / (1 - p)``: 40 rows and up). Each costs one compare's history and
+#: verdict, 0.1 ms against 1 stored run to 1 ms against 10 (their ANOVA and quantiles).
+_NIGHTS = 400
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Row:
+    """One row an unchanged night's compare judges statistically (:func:`_judged_rows`): its name as the compare
+    prints it, its noise, its direction, its field and category (None: a top row), how many category rows of its
+    field share the field's alpha (``compare._category_rows``: ``alpha / k`` each; 1 for a top row), whether it
+    shares the field's alpha with the field's other row (a paired field's raw and ratio rows: half each), and the
+    gate it is sized for (``sizing.probability``: its chance of ending passed). Its simulated nights are kept per
+    stored runs (``_needs``)."""
+
+    name: str
+    noise: FieldNoise
+    higher: bool
+    field: str
+    category: str | None
+    k: int
+    shared: bool
+    sizing: GateSizing
+    _needs: dict[int, np.ndarray] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def design(self) -> sequential.Design:
+        """The design the compare judges the row at: the field's alpha, halved where shared, over k categories."""
+        parts = self.k * (2 if self.shared else 1)
+        return dataclasses.replace(self.sizing.design, alpha=self.sizing.design.alpha / parts)
+
+    def needs(self, stored_runs: int) -> np.ndarray:
+        """The least tolerance at which each of :data:`_NIGHTS` (or more) simulated unchanged nights passes the row,
+        by the compare's own verdict (``sequential.decide_shift`` at the budget's last look, on the history the
+        compare builds: ``compare._Judging.pooled``), against ``stored_runs`` stored runs of the profile's repeats,
+        today measured to ``max_repeats``; each run one server instance, its log level off by the row's run-to-run
+        sd, its repeats by its within-run sd (the calibrated ones). Drawn, not exact (``noise.unchanged_case``):
+        the sds' estimates spread from night to night (a few stored runs' run effect, its F-test at 25%, the t
+        quantile), and that spread sets the tail a night's many rows reach: sized on the exact case, rows at 98.3%
+        passed 85-95% of these nights against 10 stored runs, and 6 of them together 52%. Seeded by the row's name
+        and ``stored_runs``: the same noise proposes the same figures.
+
+        :returns: per night the relative tolerance at which the interval's worse end is inside it (inf: none).
+        """
+        if stored_runs in self._needs:
+            return self._needs[stored_runs]
+        nights = max(_NIGHTS, math.ceil(2 / (1 - self.sizing.probability)))
+        rng = np.random.default_rng([stored_runs, nights, zlib.crc32(self.name.encode())])
+        w, r = math.log1p(self.noise.within), math.log1p(self.noise.run_to_run)
+        n_base, n_today = max(self.design.start, 2), max(self.design.max_repeats, 2)
+        out = np.empty(nights)
+        for j in range(nights):
+            runs = [list(100.0 * np.exp(rng.normal(0.0, r) + rng.normal(0.0, w, n_base))) for _ in range(stored_runs)]
+            today = list(100.0 * np.exp(rng.normal(0.0, r) + rng.normal(0.0, w, n_today)))
+            if stored_runs == 1:  # the noise file's sds around the baseline, taken as known
+                assumed = run_to_run_sd(self.noise.row, self.noise.within, self.noise.run_to_run)
+                history = calibrated_history(runs[0], self.noise.within, assumed)
+            else:  # the stored runs pooled, with the run-to-run sd at least their own within-run sd
+                own = math.expm1(stats.pooled_sd(*runs, log=True))
+                assumed = run_to_run_sd(self.noise.row, own, self.noise.run_to_run)
+                history = sequential.History.from_runs(runs, assumed)
+            decision = sequential.decide_shift(runs[0], today, 0.0, self.design, higher_is_better=self.higher,
+                                               history=history)  # fmt: skip
+            if decision.low is None or decision.high is None:
+                out[j] = math.inf
+            else:
+                out[j] = 1.0 - decision.low if self.higher else decision.high - 1.0
+        self._needs[stored_runs] = out
+        return out
+
+    def least(self, stored_runs: int | None = None) -> float | None:
+        """The least tolerance (rounded up to 0.1%, at least 1%) at which the row passes an unchanged night with
+        ``sizing.probability`` against ``stored_runs`` (default: the sizing's) stored runs: the order statistic of
+        :meth:`needs` whose expected coverage is that chance (rank ``ceil(p (n + 1))``); None where it is above
+        :data:`TOLERANCE_CAP`."""
+        found = np.sort(self.needs(stored_runs or self.sizing.stored_runs))
+        rank = min(math.ceil(self.sizing.probability * (found.size + 1)), found.size)
+        need = float(found[rank - 1])
+        if not math.isfinite(need) or need > TOLERANCE_CAP:
+            return None
+        return max(math.ceil(round(need * 1000, 6)) / 1000, 0.01)
+
+    def passes(self, pasted: Tolerances) -> np.ndarray:
+        """Per simulated night (against the sizing's stored runs), whether the row passes at what ``pasted`` gives
+        it (``Tolerances.row`` for a category row)."""
+        tol = pasted.row(self.field, self.category) if self.category is not None else pasted.get(self.field)
+        needs = self.needs(self.sizing.stored_runs)
+        return needs <= tol.rel + 1e-9 if tol is not None else np.zeros(needs.size, dtype=bool)
+
+    def covered(self, pasted: Tolerances) -> bool:
+        """Whether ``pasted`` gives the row at least its own figure (a paired field's raw row is judged at its
+        ratio row's tolerance, and may need more)."""
+        tol = pasted.row(self.field, self.category) if self.category is not None else pasted.get(self.field)
+        need = self.least()
+        return need is not None and tol is not None and tol.rel >= need
+
+    def first_nights_sd(self) -> float:
+        """The run-to-run sd a compare against 1-3 stored runs takes for the row, with this noise file
+        (``compare.run_to_run_sd``: what ``compare._Judging`` gives the row's history; 2-3 runs' own estimate where
+        larger)."""
+        return run_to_run_sd(self.noise.row, self.noise.within, self.noise.run_to_run)
+
+
+def _judged_rows(
+    found: Mapping[str, FieldNoise],
+    noise: CalibratedNoise,
+    by_category: Mapping[tuple[str, str], FieldNoise],
+    vs: str | None,
+    sizing: GateSizing,
+) -> list[_Row]:
+    """The rows an unchanged night's compare judges statistically, each of which must end passed for the night to
+    pass, field by field: its top row with a spread (its ratio row where paired), a paired field's raw row beside it
+    (``compare._paired_rows``), its category rows :func:`_category_noise` sizes. Exact rows (no spread: accept
+    length at temperature 0) and category rows given no verdict (``n/a``) are decided without statistics and do not
+    count."""
+    specs = field_specs()
+    per_field = Counter(f for f, _ in by_category)
+    rows: list[_Row] = []
+    for fname in [*found, *(f for f in per_field if f not in found)]:
+        higher = specs[fname].higher_is_better if fname in specs else True
+        n = found.get(fname)
+        if n is not None and n.within > 0:
+            rows.append(_Row(_row_name(n.row, vs), n, higher, fname, None, 1, n.row != fname, sizing))
+        if n is not None and n.row != fname:
+            raw = dataclasses.replace(n, key=fname, row=fname, within=noise.get(fname, n.within),
+                                      run_to_run=noise.run_to_run.get(fname, 0.0))  # fmt: skip
+            if raw.within > 0:
+                rows.append(_Row(fname, raw, higher, fname, None, 1, True, sizing))
+        rows += [_Row(_row_name(c.row, vs), c, higher, fname, category, per_field[fname], False, sizing)
+                 for (f, category), c in by_category.items() if f == fname]  # fmt: skip
+    return rows
+
+
+def _proposal(found: Mapping[str, FieldNoise], rows: Sequence[_Row]) -> tuple[dict[str, Tolerance | None],
+                                                                                Tolerances]:  # fmt: skip
+    """The proposal per field and the ini block it pastes: per field its top row's least tolerance (its ratio row's
+    where paired; 1% for a field with no spread; None where none below the cap), and ``FIELD[CATEGORY]`` where a
+    category row needs more than its field's."""
+    proposal: dict[str, Tolerance | None] = {}
+    for fname, n in found.items():
+        top = next((r for r in rows if r.field == fname and r.category is None and r.noise.row == n.row), None)
+        need = top.least() if top is not None else 0.01
+        proposal[fname] = Tolerance(rel=need) if need is not None else None
+    pasted = Tolerances({f: t for f, t in proposal.items() if t is not None})
+    for row in rows:
+        if row.category is not None:
+            need, tol = row.least(), proposal.get(row.field)
+            if need is not None and (tol is None or need > tol.rel):
+                pasted.categories[(row.field, row.category)] = Tolerance(rel=need)
+    return proposal, pasted
+
+
+def _night_line(rows: Sequence[_Row], pasted: Tolerances, short: Sequence[str], *, per_row: bool) -> str:
+    """The line above the ini block that says how often an unchanged night passes all its judged ``rows`` at the
+    ``pasted`` tolerances, on the nights simulated to size them (:meth:`_Row.needs`, each row drawn on its own: the
+    compare's noise model has no term between rows); ``short``: rows whose own figure is above what is pasted for
+    them (a paired field's raw row, judged at its ratio row's tolerance) or that none below the cap decides."""
+    if not rows:
+        return "# no row is judged statistically (every row exact: decided equal-or-not): an unchanged night passes"
+    sizing = rows[0].sizing
+    # Nights are drawn per row; the i-th of each row's (its first 400) makes the i-th night.
+    nights = min(len(row.needs(sizing.stored_runs)) for row in rows)
+    passed = np.ones(nights, dtype=bool)
+    for row in rows:
+        passed &= row.passes(pasted)[:nights]
+    stored = f"{sizing.stored_runs} stored run{'s' if sizing.stored_runs != 1 else ''}"
+    if len(rows) == 1:
+        them, sized = "its 1 row", f"the row sized to pass {_chance(sizing.probability)}"
+    else:
+        them = f"all {len(rows)} rows"
+        sized = (f"--per-row: each row sized to pass {_chance(sizing.probability)} alone" if per_row else
+                 f"each row sized to pass {_chance(sizing.probability)}, 1 - 10% / {len(rows)}")  # fmt: skip
+        sized += "; rows of one field that move together pass together more often"
+    line = (f"# an unchanged night passes {them} {passed.mean():.0%} of the time at these tolerances (of {nights} "
+            f"unchanged nights drawn from the noise above, each row judged as the compare judges it at the budget "
+            f"against {stored}; {sized})")  # fmt: skip
+    if short:
+        line += (f"; {', '.join(short)} need{'s' if len(short) == 1 else ''} more than is pasted for "
+                 f"{'it' if len(short) == 1 else 'them'} and leave{'s' if len(short) == 1 else ''} more nights "
+                 "undecided")  # fmt: skip
+    return line
+
+
+def _chance(probability: float) -> str:
+    """``98.3%``, ``90%``: a pass chance as the lines print it."""
+    return f"{probability * 100:.3g}%"
 
 
 def _span(values: Sequence[float]) -> str:
@@ -298,37 +503,13 @@ def _category_noise(
     return found, skipped
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _TableRow:
-    """One compare row of :func:`_table_lines`: its name, its noise, its direction, and the gate it is judged at
-    (``sizing``: a category row's at its field's alpha / k; ``shared``: a paired field's two rows, half each)."""
-
-    name: str
-    noise: FieldNoise
-    higher: bool
-    sizing: GateSizing
-    shared: bool
-
-    def least(self, stored_runs: int) -> float | None:
-        """The least tolerance (at least 1%) at which this row passes an unchanged run (``noise.gate_tolerance``)
-        against ``stored_runs`` stored runs; None where none below ``TOLERANCE_CAP`` does."""
-        sizing = dataclasses.replace(self.sizing, stored_runs=stored_runs)
-        need = gate_tolerance(self.noise, sizing, higher_is_better=self.higher, shared=self.shared)
-        return max(need, 0.01) if need is not None else None
-
-    def first_nights_sd(self) -> float:
-        """The run-to-run sd a compare against 1-3 stored runs takes for the row, with this noise file
-        (``compare.run_to_run_sd``: what ``compare._Judging`` gives the row's history; 2-3 runs' own estimate where
-        larger)."""
-        return run_to_run_sd(self.noise.row, self.noise.within, self.noise.run_to_run)
-
-
-def _table_lines(rows: Sequence[_TableRow], sizing: GateSizing) -> list[str]:
+def _table_lines(rows: Sequence[_Row], sizing: GateSizing) -> list[str]:
     """The least tolerance of every row against 1, 3, 5 and 10 stored runs (and ``--stored-runs``), with the
     run-to-run sd the first nights take: what a team gets from the first night to a full history."""
     runs = sorted({*_TABLE_RUNS, sizing.stored_runs})
     head = (f"# the least tolerance by stored runs of the baseline's fingerprint (proposed: {sizing.stored_runs}; "
-            f"none: not below {TOLERANCE_CAP:.1%}): against 1-{sequential.ASSUMED_UP_TO_RUNS} a compare takes the "
+            f"each row passing {_chance(sizing.probability)} of unchanged nights, as proposed; none: not below "
+            f"{TOLERANCE_CAP:.1%}): against 1-{sequential.ASSUMED_UP_TO_RUNS} a compare takes the "
             "last column's run-to-run sd as known (2-3 runs' own estimate where larger), from "
             f"{sequential.ASSUMED_UP_TO_RUNS + 1} it estimates it from the runs, whose few degrees of freedom can "
             "widen the interval (the run-to-run spread sets it, which a quieter runner narrows, not fewer stored "
@@ -343,17 +524,25 @@ def _table_lines(rows: Sequence[_TableRow], sizing: GateSizing) -> list[str]:
     return [head, *(f"#   {line}" for line in text_table(columns, cells))]
 
 
-def _assumes_line(sizing: GateSizing, found: Mapping[str, FieldNoise]) -> str:
-    """The line under the heading that says what every proposal assumes (the gate's repeats, budget, stored runs)
-    and what a wider or narrower tolerance does."""
+def _assumes_line(sizing: GateSizing, rows: int, *, per_row: bool) -> str:
+    """The line under the heading that says what every proposal assumes (each row's pass chance for the night's
+    ``rows`` judged rows, the gate's repeats, budget, stored runs) and what a wider or narrower tolerance does."""
     base = max(sizing.design.start, 2)
     budget = f"today measured to the budget of {sizing.design.max_repeats} repeats (workload.max_repeats"
     if sizing.design.max_server_s is not None:
         budget += f"; max_server_s {sizing.design.max_server_s:g} may end it sooner, which needs more"
     stored = (f"{sizing.stored_runs} stored run{'s' if sizing.stored_runs != 1 else ''} of the baseline's "
               f"fingerprint (--stored-runs; a compare pools up to {MAX_HISTORY_RUNS})")  # fmt: skip
-    return (f"# each the least tolerance at which an unchanged run of the noise above ends passed, not undecided, "
-            f"{sizing.probability:.0%} of the time by the compare's own verdict (at least 1%); it assumes a baseline "
+    if per_row:
+        why = "each row alone (--per-row)"
+    elif rows <= 1:
+        why = "the night's one row the compare judges statistically"
+    else:
+        why = (f"1 - {1 - PASS_PROBABILITY:.0%} / {rows} for the {rows} rows the compare judges statistically, so "
+               f"that an unchanged night passes all of them {PASS_PROBABILITY:.0%} of the time")  # fmt: skip
+    return (f"# each the least tolerance at which an unchanged run of the noise above ends its row passed, not "
+            f"undecided, {_chance(sizing.probability)} of the time by the compare's own verdict (at least 1%): {why}; "
+            "it assumes a baseline "
             f"of {base} repeats (workload.repeats), {budget}), {stored}; a wider tolerance decides sooner (fewer "
             "repeats), a narrower one leaves more unchanged nights undecided")  # fmt: skip
 
@@ -362,25 +551,25 @@ def _percent(rel: float) -> str:
     return f"{rel * 100:g}%"
 
 
-def _raw_line(raw: FieldNoise, vs: str, tol: float, sizing: GateSizing, higher: bool) -> str:
+def _raw_line(raw: _Row, vs: str, tol: float) -> str:
     """The comment under the ini block for a paired field's raw row: the proposal ``tol`` is its ratio row's
     (``field / vs``); what the raw row, judged at the same tolerance with the raw spread, needs against the same
     stored runs (against others: the table)."""
-    fname = raw.row
-    need = gate_tolerance(raw, sizing, higher_is_better=higher, shared=True)
+    fname, sizing = raw.field, raw.sizing
+    need = raw.least()
     runs = f"{sizing.stored_runs} stored run{'s' if sizing.stored_runs != 1 else ''}"
     shown = f"~{_percent(need)}" if need is not None else f"no tolerance below {TOLERANCE_CAP:.1%}"
     head = (f"# {fname}: {_percent(tol)} is proposed for the ratio row ({fname} / {vs}); the raw row {fname} is "
-            f"judged at it too, with the raw spread (sd {raw.within * 100:.2f}% within a run, "
-            f"{raw.run_to_run * 100:.2f}% run to run): against {runs} it takes {shown}")  # fmt: skip
+            f"judged at it too, with the raw spread (sd {raw.noise.within * 100:.2f}% within a run, "
+            f"{raw.noise.run_to_run * 100:.2f}% run to run): against {runs} it takes {shown}")  # fmt: skip
     warn = "--specdec-undecided=warn, the default, passes such a night with a warning; =fail fails it"
     if need is not None and tol >= need:
         return f"{head}: {_percent(tol)} decides it too"
     wider = (f"{fname}:{_percent(need)} decides it, and bounds the ratio row that loosely too" if need is not None
              else f"no tolerance below {TOLERANCE_CAP:.1%} decides it")  # fmt: skip
-    return (
-        f"{head}: at {_percent(tol)} the raw row leaves more than 1 unchanged night in 10 undecided ({warn}); {wider}"
-    )
+    nights = round(1 / (1 - sizing.probability))
+    return (f"{head}: at {_percent(tol)} the raw row leaves more than 1 unchanged night in {nights} undecided "
+            f"({warn}); {wider}")  # fmt: skip
 
 
 def _stored_records(refs: Sequence[str], profile: str | None, results_dir: Path) -> list[tuple[str, ResultRecord]]:

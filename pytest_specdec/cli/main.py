@@ -247,9 +247,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "calibrate",
         help="rerun a profile K times (separate server starts) and propose baseline-compare tolerances",
         description="Propose per-metric relative tolerances from K separate runs of one profile (or from stored run "
-        "files with --from): each the least tolerance at which the compare passes an unchanged run of the measured "
-        "noise 90% of the time, at the profile's budget against --stored-runs stored runs (at least 1%); prints an "
-        "ini block for specdec_tolerances.",
+        "files with --from): the least at which the compare passes an unchanged night of the measured noise, every "
+        "row it judges statistically, 90% of the time (each of R rows at 1 - 10%/R), at the profile's budget against "
+        "--stored-runs stored runs (at least 1%); prints an ini block for specdec_tolerances.",
     )
     calibrate.add_argument("profile_file", metavar="PROFILE_FILE", nargs="?", help="the specdec YAML file")
     calibrate.add_argument("--profile", metavar="NAME", help="the profile to rerun (with --from: the profile to "
@@ -269,6 +269,9 @@ def _build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--stored-runs", metavar="K", type=int, default=10,
                            help="stored runs of the baseline the proposal is sized for (default: 10, the most a "
                            "compare pools; 1: the first nights, with the noise file)")  # fmt: skip
+    calibrate.add_argument("--per-row", action="store_true",
+                           help="size each row to pass 90%% of unchanged nights alone, not the night (a night of R "
+                           "rows then passes them all about 0.9^R of the time)")  # fmt: skip
     calibrate.add_argument(
         "--noise-out",
         metavar="PATH",
