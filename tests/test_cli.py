@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 import subprocess
 import sys
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -17,7 +19,7 @@ from pytest_specdec.cli.main import main
 from pytest_specdec.core.tolerances import Tolerance, parse_tolerances
 from pytest_specdec.judge import sequential
 from pytest_specdec.judge.compare import compare_results
-from pytest_specdec.judge.noise import FieldNoise, GateSizing, proposal_sds, read_noise, unchanged_case
+from pytest_specdec.judge.noise import FieldNoise, GateSizing, proposal_sds, read_noise
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
 from pytest_specdec.serve import registry
 from tests.helpers import rec
@@ -730,6 +732,24 @@ def _exact(n: int, sd: float, shift: float = 0.0) -> list[float]:
     return [float(v) for v in np.exp(math.log(100.0) + shift + math.log1p(sd) * z / z.std(ddof=1))]
 
 
+def _unchanged_case(
+    found: FieldNoise, sizing: GateSizing, *, higher_is_better: bool
+) -> tuple[list[list[float]], list[float]]:
+    """An unchanged night at the ``sizing.probability`` quantile of its difference from the baseline, exact (no draws):
+    ``sizing.stored_runs`` stored runs of ``design.start`` repeats (the first the baseline) whose logs spread exactly
+    at the within-run sd, their means spread at a run's mean's sd (``sqrt(r^2 + w^2 / n_base)``; offsets 0, +1, -1,
+    +2, ...), and today's ``design.max_repeats`` repeats off the level by the quantile of an unchanged run's
+    difference (normal, sd ``sqrt(2 r^2 + w^2 (1/n_base + 1/n_today))`` of the log), the worse way. Calibrate draws
+    its nights instead (``cli.calibrate._Row.needs``); this one case checks its figure against the compare."""
+    w, r = math.log1p(found.within), math.log1p(found.run_to_run)
+    n_base, n_today, k = max(sizing.design.start, 2), max(sizing.design.max_repeats, 2), max(sizing.stored_runs, 1)
+    worse = NormalDist().inv_cdf(sizing.probability) * math.sqrt(2 * r * r + w * w * (1 / n_base + 1 / n_today))
+    offsets = [0.0] + [(-1.0) ** j * ((j + 1) // 2) for j in range(1, k)]
+    scale = math.sqrt(r * r + w * w / n_base) / statistics.stdev(offsets) if k >= 2 else 0.0
+    runs = [_exact(n_base, found.within, d * scale) for d in offsets]
+    return runs, _exact(n_today, found.within, -worse if higher_is_better else worse)
+
+
 def _calibrated(tmp_path: Path, capsys: pytest.CaptureFixture[str], within: float, step: float) -> tuple[
         list[ResultRecord], list[str]]:  # fmt: skip
     """4 stored runs of 3 repeats (each run's logs spread exactly ``within``, their means ``step`` apart),
@@ -751,19 +771,19 @@ def _gate_verdict(
     probability: float = 0.9,
 ) -> str:
     """The compare's verdict (``compare_results``, with the noise file calibrate wrote) of an unchanged run at the
-    ``probability`` quantile of its difference from the baseline (``noise.unchanged_case``: 24 repeats, the budget),
+    ``probability`` quantile of its difference from the baseline (``_unchanged_case``: 24 repeats, the budget),
     at tolerance ``tol``, against ``stored`` stored runs of this noise (the first the baseline, the others its
     history)."""
     sizing = GateSizing(sequential.Design(3, 24), stored, probability)
-    case = unchanged_case(found, sizing, higher_is_better=True)
+    runs, today = _unchanged_case(found, sizing, higher_is_better=True)
 
-    def record(values: tuple[float, ...]) -> ResultRecord:
+    def record(values: list[float]) -> ResultRecord:
         arms = {"vs": "baseline", "target": {"output_tok_s": list(values)},
                 "reference": {"output_tok_s": [50.0] * len(values)}}  # fmt: skip
         return dataclasses.replace(rec(output_tok_s=list(values)), paired=arms if paired else {})
 
-    records = [record(run) for run in case.runs]
-    comparison = compare_results(records[0], record(case.today), {"output_tok_s": Tolerance(rel=tol)},
+    records = [record(run) for run in runs]
+    comparison = compare_results(records[0], record(today), {"output_tok_s": Tolerance(rel=tol)},
                                  noise=read_noise(Path(".specdec/noise/eagle3.json")), design=sizing.design,
                                  history=records[1:])  # fmt: skip
     (found_row,) = [r for r in comparison.rows if r.metric == row]
@@ -802,6 +822,28 @@ def test_calibrate_proposes_the_least_tolerance_the_gate_decides_not_3_sd(
     ]
     found = proposal_sds(records)["output_tok_s"]
     assert (_gate_verdict(found, 0.063, stored=10), _gate_verdict(found, 0.046, stored=10)) == ("ok", "undecided")
+
+
+def test_calibrate_sizes_for_a_baseline_of_the_profiles_repeats_not_the_calibration_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``calibrate --from`` over nights that measured 8 repeats (their sequential verdicts asked for more) sized the
+    gate for an 8-repeat baseline and said "(workload.repeats)", where the named baseline had the profile's 3 (a
+    fresh-user trial): the baseline is the design's first look long, and its figure differs from an 8-repeat one."""
+    monkeypatch.chdir(tmp_path)
+
+    def proposed(start: int) -> list[str]:
+        design = {"design": {"start": start, "max_repeats": 24}}
+        runs = [str(ResultStore(tmp_path / str(start)).save(RunFile(run_id=f"r{i}", started=0.0, results=(
+                    dataclasses.replace(rec(output_tok_s=_exact(8, 0.05, 0.03 * d)), cost=design),))))
+                for i, d in enumerate((-1.5, -0.5, 0.5, 1.5))]  # fmt: skip
+        assert main(["calibrate", "--from", *runs]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assumes = next(line for line in out if line.startswith("# each the least tolerance"))
+        assert f"it assumes a baseline of {start} repeats (workload.repeats)" in assumes
+        return _pasted(out)
+
+    assert proposed(3) != proposed(8)
 
 
 @pytest.mark.slow
@@ -990,17 +1032,17 @@ def _category_verdict(
     found: FieldNoise, tol: float, *, stored: int, category: str = "code", probability: float = 0.9
 ) -> str:
     """The compare's verdict of ``tpot_ms_p50[category]`` (one of 4 categories, so at alpha / 4) on an unchanged run
-    at the ``probability`` quantile of its difference (``noise.unchanged_case`` at that share), at ``tol``, against
+    at the ``probability`` quantile of its difference (``_unchanged_case`` at that share), at ``tol``, against
     ``stored`` stored runs, with the noise file calibrate wrote."""
     design = sequential.Design(3, 24)
     sizing = GateSizing(dataclasses.replace(design, alpha=design.alpha / 4), stored, probability)
-    case = unchanged_case(found, sizing, higher_is_better=False)
+    runs, today = _unchanged_case(found, sizing, higher_is_better=False)
 
-    def record(values: tuple[float, ...]) -> ResultRecord:
+    def record(values: list[float]) -> ResultRecord:
         return _categorized({c: list(values) for c in CATEGORY_SDS}, [100.0] * len(values), [10.0] * len(values))
 
-    records = [record(run) for run in case.runs]
-    comparison = compare_results(records[0], record(case.today), parse_tolerances(f"tpot_ms_p50[{category}]:{tol:.1%}"),
+    records = [record(run) for run in runs]
+    comparison = compare_results(records[0], record(today), parse_tolerances(f"tpot_ms_p50[{category}]:{tol:.1%}"),
                                  noise=read_noise(Path(".specdec/noise/eagle3.json")), design=design,
                                  history=records[1:])  # fmt: skip
     (row,) = [r for r in comparison.rows if r.metric == f"tpot_ms_p50[{category}]"]

@@ -291,8 +291,8 @@ class _Row:
         by the compare's own verdict (``sequential.decide_shift`` at the budget's last look, on the history the
         compare builds: ``compare._Judging.pooled``), against ``stored_runs`` stored runs of the profile's repeats,
         today measured to ``max_repeats``; each run one server instance, its log level off by the row's run-to-run
-        sd, its repeats by its within-run sd (the calibrated ones). Drawn, not exact (``noise.unchanged_case``):
-        the sds' estimates spread from night to night (a few stored runs' run effect, its F-test at 25%, the t
+        sd, its repeats by its within-run sd (the calibrated ones). Drawn, not one exact case with the sds taken as
+        known: the sds' estimates spread from night to night (a few stored runs' run effect, its F-test at 25%, the t
         quantile), and that spread sets the tail a night's many rows reach: sized on the exact case, rows at 98.3%
         passed 85-95% of these nights against 10 stored runs, and 6 of them together 52%. Seeded by the row's name
         and ``stored_runs``: the same noise proposes the same figures.

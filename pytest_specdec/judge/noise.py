@@ -1,22 +1,21 @@
-"""Measured noise: the spread of repeated runs (separate server starts), as a proposal of tolerances
-(``calibrate``) and as what a compare knows of a profile's spread before its stored runs can measure it: the
-within-run sd of one repeat and the run-to-run sd of a server instance (``compare._Judging``)."""
+"""Measured noise: the spread of repeated runs (separate server starts), as what ``calibrate`` sizes its proposed
+tolerances for (``cli.calibrate``: :func:`proposal_sds`, :class:`GateSizing`) and as what a compare knows of a
+profile's spread before its stored runs can measure it: the within-run sd of one repeat and the run-to-run sd of a
+server instance (:func:`calibrate_noise`, :func:`read_noise`, read by ``compare._Judging``)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import NormalDist
 
 from pytest_specdec.core.errors import NoiseFileError
-from pytest_specdec.core.tolerances import DEFAULT_TOLERANCES, Tolerance, field_specs
+from pytest_specdec.core.tolerances import DEFAULT_TOLERANCES
 from pytest_specdec.judge.pair_ratios import paired_ratios
-from pytest_specdec.judge.sequential import Design, History, RunEffect, decide_shift
+from pytest_specdec.judge.sequential import Design, RunEffect
 from pytest_specdec.measure.results import ResultRecord
 
 __all__ = [
@@ -26,15 +25,11 @@ __all__ = [
     "CalibratedNoise",
     "FieldNoise",
     "GateSizing",
-    "UnchangedCase",
     "calibrate_noise",
-    "calibrate_proposal",
-    "gate_tolerance",
     "measurements",
     "paired_arm",
     "proposal_sds",
     "read_noise",
-    "unchanged_case",
 ]
 
 
@@ -65,10 +60,13 @@ def paired_arm(records: Sequence[ResultRecord]) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class FieldNoise:
-    """The noise one proposed tolerance is sized for (:func:`proposal_sds`): per field, the relative sd of one repeat
-    within a run (``within``), of a server instance's mean beyond its repeats (``run_to_run``), and the repeats a
-    stored run has (``repeats``, the median over the calibration's runs). ``key`` is the noise file's key (``field``
-    or ``field/vs``), ``row`` the compare row it sizes (``field``, or ``field / `` for the ratio to a paired arm)."""
+    """The noise one compare row's proposed tolerance is sized for (:func:`proposal_sds` for a top row,
+    ``cli.calibrate._category_noise`` for a category row; ``calibrate`` draws its unchanged nights from it): the
+    relative sd of one repeat within a run (``within``), of a server instance's mean beyond its repeats
+    (``run_to_run``), and the repeats a stored run has (``repeats``, the median over the calibration's runs; shown,
+    not sized with: a night's baseline is sized at the design's first look, ``workload.repeats``). ``key`` is the
+    noise file's key (``field`` or ``field/vs``), ``row`` the compare row it sizes (``field``, or ``field / `` for
+    the ratio to a paired arm)."""
 
     key: str
     row: str
@@ -77,38 +75,40 @@ class FieldNoise:
     repeats: int
 
 
-#: The chance with which an unchanged run ends passed (not undecided) at a proposed tolerance. 0.9, not 0.8: an
-#: unchanged night left undecided reads as a warning (``--specdec-undecided=warn``) or a failure (``=fail``), and one
-#: in five nights is too many to read; and the figure takes the run-to-run and within-run sds as known (their
-#: estimates' own spread, which the compare's t quantiles cover, leaves the true chance a little lower:
-#: ``tests/test_noise.py`` measures it by seeded simulation).
+#: The chance with which an unchanged night ends passed (not undecided) at ``calibrate``'s proposed tolerances: every
+#: row it judges statistically together (each row at ``1 - 0.1 / R``: ``cli.calibrate.night_row_probability``), or
+#: each row alone with ``--per-row``. 0.9, not 0.8: an unchanged night left undecided reads as a warning
+#: (``--specdec-undecided=warn``) or a failure (``=fail``), and one in five nights is too many to read.
 PASS_PROBABILITY = 0.9
 
 
 @dataclass(frozen=True, slots=True)
 class GateSizing:
-    """What a proposal assumes of the gate that will judge with it: today's run measured by ``design`` (its budget,
-    ``design.max_repeats``: a run still open there ends undecided), against ``stored_runs`` stored runs of the
-    baseline's fingerprint (1: the first nights, with the noise file ``calibrate`` writes; up to
-    ``history.MAX_HISTORY_RUNS``, what a compare pools at most), and the chance with which an unchanged run must end
-    passed (:data:`PASS_PROBABILITY`)."""
+    """What ``calibrate``'s proposal assumes of the gate that will judge with it (``cli.calibrate._Row`` sizes each
+    row at it): a baseline of ``design.start`` repeats (the profile's ``workload.repeats``), today's run measured
+    by ``design`` (its budget, ``design.max_repeats``: a run still open there ends undecided), against
+    ``stored_runs`` stored runs of the baseline's fingerprint (1: the first nights, with the noise file ``calibrate``
+    writes; up to ``history.MAX_HISTORY_RUNS``, what a compare pools at most), and the chance with which an
+    unchanged run must end the row passed (:data:`PASS_PROBABILITY`, or a night's share of it)."""
 
     design: Design
     stored_runs: int
     probability: float = PASS_PROBABILITY
 
 
-#: The largest tolerance :func:`gate_tolerance` looks for.
+#: The largest tolerance ``calibrate`` proposes (``cli.calibrate._Row.least``): a row that needs more is said to have
+#: none below it.
 TOLERANCE_CAP = 0.999
 
 
 def proposal_sds(records: Sequence[ResultRecord], fields: Sequence[str] | None = None) -> dict[str, FieldNoise]:
-    """The noise each proposed tolerance is sized for (:func:`calibrate_proposal`): per field, the within-run and
-    run-to-run sds of :func:`calibrate_noise` (the two sds ``calibrate`` prints and writes), with the repeats per
-    run. Where the compare judges a field on its ratio to a paired arm (every record paired with the same arm,
-    :func:`paired_arm`, and the field paired), the sds of the per-pair ratios (key ``field/vs``), which is what that
-    tolerance bounds. Records of one repeat each show no within-run sd: the sd of all their values (of the log,
-    ``expm1``), which is the two together, is taken as within a run, with no run-to-run part.
+    """The noise each of ``calibrate``'s proposed field tolerances is sized for (``cli.calibrate``: each field's
+    top row, its ratio row where paired; category rows: ``cli.calibrate._category_noise``): per field, the
+    within-run and run-to-run sds of :func:`calibrate_noise` (the two sds ``calibrate`` prints and writes), with the
+    repeats per run. Where the compare judges a field on its ratio to a paired arm (every record paired with the
+    same arm, :func:`paired_arm`, and the field paired), the sds of the per-pair ratios (key ``field/vs``), which is
+    what that tolerance bounds. Records of one repeat each show no within-run sd: the sd of all their values (of the
+    log, ``expm1``), which is the two together, is taken as within a run, with no run-to-run part.
 
     Example: tok/s runs [98, 100, 102] and [108, 110, 112] -> within 1.93 %, run to run 6.88 %, 3 repeats.
 
@@ -134,115 +134,6 @@ def proposal_sds(records: Sequence[ResultRecord], fields: Sequence[str] | None =
             sd = math.expm1(statistics.stdev(math.log(v) for v in values))
             out[fname] = FieldNoise(key, row, sd, 0.0, repeats)
     return out
-
-
-def calibrate_proposal(
-    records: Sequence[ResultRecord],
-    sizing: GateSizing,
-    fields: Sequence[str] | None = None,
-    *,
-    floor: float = 0.01,
-) -> dict[str, Tolerance | None]:
-    """Propose relative tolerances from repeated runs (separate server starts) of one profile on one machine: per
-    field, the least tolerance the gate decides for this noise (:func:`gate_tolerance`: an unchanged run ends passed
-    with ``sizing.probability``), at least ``floor``. A field with no spread (identical values: an exact accept
-    length) gets ``floor``; None where no tolerance below :data:`TOLERANCE_CAP` decides. Give one record per
-    measurement (:func:`measurements`).
-
-    A paired field's tolerance is its ratio row's, at half the alpha (the compare's raw and ratio rows share it).
-
-    :param fields: metric fields to propose for (default: the keys of :data:`DEFAULT_TOLERANCES`).
-    :returns: field -> Tolerance(rel=...) or None, for the fields :func:`proposal_sds` gives.
-    """
-    out: dict[str, Tolerance | None] = {}
-    specs = field_specs()
-    for fname, noise in proposal_sds(records, fields).items():
-        higher = specs[fname].higher_is_better if fname in specs else True
-        tol = gate_tolerance(noise, sizing, higher_is_better=higher, shared=noise.row != fname)
-        out[fname] = Tolerance(rel=max(tol, floor)) if tol is not None else None
-    return out
-
-
-def gate_tolerance(
-    noise: FieldNoise, sizing: GateSizing, *, higher_is_better: bool, shared: bool = False
-) -> float | None:
-    """The least relative tolerance (rounded up to 0.1 %) at which the compare passes an unchanged run of this noise
-    with probability ``sizing.probability``, by the compare's own verdict (``sequential.decide_shift`` at the
-    budget's last look, on the baseline history the compare builds: :func:`unchanged_case`). Passing needs the
-    interval's worse end inside the tolerance: the tolerance is the interval's half-width at the budget plus the
-    ``probability`` quantile of an unchanged run's difference from the baseline's level (normal, sd
-    ``sqrt(2 r^2 + w^2 (1/n_base + 1/n_today))`` on the log scale: each run one server instance). A run that passes
-    at an earlier look stops passed, so the chance is at least that. 0 for a field with no spread (every look
-    decides exactly); None where none up to :data:`TOLERANCE_CAP` passes.
-
-    :param shared: the row shares its field's alpha with another (a paired field's raw and ratio rows): half each.
-    """
-    if noise.within <= 0.0:
-        return 0.0
-    case = unchanged_case(noise, sizing, higher_is_better=higher_is_better)
-    design = dataclasses.replace(sizing.design, alpha=sizing.design.alpha / 2) if shared else sizing.design
-
-    def passes(tol: float) -> bool:
-        decision = decide_shift(case.baseline, case.today, tol, design, higher_is_better=higher_is_better,
-                                history=case.history)  # fmt: skip
-        return decision.verdict == "within"
-
-    low, high = 0.0, TOLERANCE_CAP
-    if not passes(high):
-        return None
-    while high - low > 1e-5:
-        mid = (low + high) / 2
-        low, high = (low, mid) if passes(mid) else (mid, high)
-    return math.ceil(round(high * 1000, 6)) / 1000
-
-
-@dataclass(frozen=True, slots=True)
-class UnchangedCase:
-    """An unchanged run at the ``probability`` quantile of its difference from the baseline (:func:`unchanged_case`):
-    the stored runs (``runs``, the baseline's own first), today's values, the baseline's history as the compare
-    builds it, and the quantile's shift (``shift``: log scale, signed worse)."""
-
-    runs: tuple[tuple[float, ...], ...]
-    today: tuple[float, ...]
-    history: History | None
-    shift: float
-
-    @property
-    def baseline(self) -> tuple[float, ...]:
-        return self.runs[0]
-
-
-def unchanged_case(noise: FieldNoise, sizing: GateSizing, *, higher_is_better: bool) -> UnchangedCase:
-    """Values for :func:`gate_tolerance`, synthetic and exact: ``sizing.stored_runs`` stored runs of
-    ``sizing.design.start`` (the profile's ``workload.repeats``, 2 or more) repeats whose logs spread exactly at the
-    within-run sd, their means (after the first, the level) spread so that their sd is a run's mean's (``sqrt(r^2 + w^2
-    / n_base)``: run to run and its repeats; offsets 0, +1, -1, +2, ...); today's ``design.max_repeats`` repeats at the
-    same within-run sd, their mean off the level by the ``probability`` quantile of an unchanged run's difference, in
-    the worse direction. The history is the compare's (``compare._Judging.pooled``): one stored run, the noise file's
-    sds around it (``compare.calibrated_history``, the run-to-run sd ``compare.run_to_run_sd`` takes); more, the runs
-    pooled by ``History.from_runs``."""
-    from pytest_specdec.judge.compare import calibrated_history, run_to_run_sd
-
-    w, r = math.log1p(noise.within), math.log1p(noise.run_to_run)
-    # The baseline is saved with the profile's repeats (the design's first look), not the calibration runs' own: a
-    # trial's --from over undecided nights of 8 repeats sized the gate for an 8-repeat baseline where its had 3.
-    n_base, n_today, k = max(sizing.design.start, 2), max(sizing.design.max_repeats, 2), max(sizing.stored_runs, 1)
-    worse = NormalDist().inv_cdf(sizing.probability) * math.sqrt(2 * r * r + w * w * (1 / n_base + 1 / n_today))
-    offsets = [0.0] + [(-1.0) ** j * ((j + 1) // 2) for j in range(1, k)]
-    scale = math.sqrt(r * r + w * w / n_base) / statistics.stdev(offsets) if k >= 2 else 0.0
-    runs = tuple(tuple(_exact_values(n_base, w, d * scale)) for d in offsets)
-    today = tuple(_exact_values(n_today, w, -worse if higher_is_better else worse))
-    assumed = run_to_run_sd(noise.row, noise.within, noise.run_to_run)
-    history = calibrated_history(runs[0], noise.within, assumed) if k == 1 else History.from_runs(runs, assumed)
-    return UnchangedCase(runs, today, history, worse)
-
-
-def _exact_values(n: int, log_sd: float, shift: float) -> list[float]:
-    """``n`` values around 100 whose logs have mean ``log 100 + shift`` and sd ``log_sd`` (n - 1) exactly."""
-    mid = (n - 1) / 2
-    z = [i - mid for i in range(n)]
-    sd = statistics.stdev(z) if n > 1 else 1.0
-    return [100.0 * math.exp(shift + log_sd * v / sd) for v in z]
 
 
 class CalibratedNoise(dict[str, float]):
