@@ -442,13 +442,17 @@ def test_an_undecided_probe_is_unresolved_after_the_last_look() -> None:
 
 
 def test_prior_ranks_what_the_docs_tie_to_the_symptom_first() -> None:
-    diffs = differences(GOOD, {**INCIDENT, "env": {**INCIDENT["env"], "CUDA_LAUNCH_BLOCKING": "1"}})
+    # The reference server's slowdown knobs are speed knobs, the relative one too (tests/test_probes.py's incident).
+    env = {**INCIDENT["env"], "CUDA_LAUNCH_BLOCKING": "1", "SPECDEC_REF_FORWARD_SLOWDOWN": "3"}
+    diffs = differences(GOOD, {**INCIDENT, "env": env})
     keys = [d.key for d in diffs]
     assert [keys[i] for i in bisection.prior.rank(diffs, "exact")][:1] == ["speculative.aux_hidden_state_layer_ids"]
     assert [keys[i] for i in bisection.prior.rank(diffs, "throughput")] == [
-        "env CUDA_LAUNCH_BLOCKING", "env SPECDEC_REF_FORWARD_DELAY_MS", "speculative.aux_hidden_state_layer_ids",
+        "env CUDA_LAUNCH_BLOCKING", "env SPECDEC_REF_FORWARD_DELAY_MS", "env SPECDEC_REF_FORWARD_SLOWDOWN",
+        "speculative.aux_hidden_state_layer_ids",
         "env HF_HUB_OFFLINE", "extra_args --log-level", "extra_args --served-model-name",
     ]  # fmt: skip
+    assert [bisection.prior.kind(d) for d in diffs if "SPECDEC_REF" in d.key] == ["speed", "speed"]
 
 
 @pytest.mark.parametrize(("count", "exact", "expected"), [(1, True, (2, 2)), (2, True, (3, 4)), (5, True, (4, 12)),

@@ -43,7 +43,7 @@ _TABLE: tuple[tuple[str, tuple[str, ...]], ...] = (
     )),
     ("speed", (
         r"env (CUDA_LAUNCH_BLOCKING|CUDA_VISIBLE_DEVICES|CUDA_DEVICE_MAX_CONNECTIONS|NCCL_.*|OMP_NUM_THREADS|"
-        r"MKL_NUM_THREADS|TORCH_.*|PYTORCH_.*|SGLANG_.*|VLLM_.*|SPECDEC_REF_FORWARD_DELAY_MS|NVIDIA_.*|"
+        r"MKL_NUM_THREADS|TORCH_.*|PYTORCH_.*|SGLANG_.*|VLLM_.*|SPECDEC_REF_FORWARD_.*|NVIDIA_.*|"
         r"TORCHINDUCTOR_.*|TRITON_.*)$",
         r"extra_args --(cuda-graph.*|disable-cuda-graph.*|enforce-eager|attention-backend|.*-backend|tp.*|"
         r"tensor-parallel-size|dp.*|data-parallel-size|pp.*|ep.*|mem-fraction-static|gpu-memory-utilization|"

@@ -152,7 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     faults = p.add_argument_group(
         "test affordances",
         "Fault knobs for testing a harness (reference server only, off by default). Env SPECDEC_REF_FORWARD_DELAY_MS "
-        "sleeps that many milliseconds per target forward, to make the server measurably slower.",
+        "sleeps that many milliseconds per target forward, to make the server measurably slower; env "
+        "SPECDEC_REF_FORWARD_SLOWDOWN=F makes every target forward take F times its compute time, a slowdown that "
+        "keeps its size when a busy CPU stretches the compute.",
     )
     faults.add_argument("--ref-fault-oom-at-startup", type=float, metavar="SECONDS", default=None,
                         help="Print a CUDA out-of-memory style traceback, then exit 1 after SECONDS.")

@@ -38,6 +38,7 @@ __all__ = [
     "SpecEngine",
     "StepOutput",
     "capture_indices",
+    "forward_slowdown",
     "load_models",
     "speculative_accept",
 ]
@@ -48,6 +49,32 @@ logger = logging.getLogger("pytest_specdec.refserver")
 #: ``max_total_num_tokens``; the reference server has no fixed pool, so this is a nominal figure.
 TOKEN_POOL_SIZE = 65536
 FORWARD_DELAY_ENV = "SPECDEC_REF_FORWARD_DELAY_MS"
+FORWARD_SLOWDOWN_ENV = "SPECDEC_REF_FORWARD_SLOWDOWN"
+
+
+def forward_slowdown(value: str | None) -> float:
+    """The factor of ``SPECDEC_REF_FORWARD_SLOWDOWN``: every target forward takes that many times its own compute
+    time (it sleeps ``(factor - 1) x`` the forward's measured seconds). Unset or empty: 1.0, no fault.
+
+    Unlike ``SPECDEC_REF_FORWARD_DELAY_MS`` (fixed milliseconds), the fault keeps its relative size when CPU
+    contention stretches the compute: a forward of 10 ms quiet and 30 ms on a busy runner becomes 20 and 60 ms at
+    factor 2 (x0.5 both times), where a 15 ms delay makes 25 and 45 ms (x0.40, then x0.67).
+
+    :param value: the variable's text, e.g. ``"2.5"``.
+    :raises ValueError: not a number, or below 1 (a server cannot be made faster).
+    """
+    if value is None or not value.strip():
+        return 1.0
+    try:
+        factor = float(value)
+    except ValueError:
+        factor = float("nan")
+    if not factor >= 1.0 or factor == float("inf"):
+        raise ValueError(
+            f"{FORWARD_SLOWDOWN_ENV}={value!r}: expected a finite factor >= 1 (2 makes every target forward take "
+            f'twice its compute time); set it in the profile\'s env: as a string, e.g. "2", or unset it'
+        )
+    return factor
 
 
 def capture_indices(layer_ids: list[int] | None, num_layers: int) -> list[int]:
@@ -293,6 +320,7 @@ class SpecEngine:
         self.max_running = args.max_running_requests or 1024
         self.gen = torch.Generator().manual_seed(args.random_seed)
         self.delay_s = float(os.environ.get(FORWARD_DELAY_ENV, "0") or 0) / 1000.0
+        self.slowdown = forward_slowdown(os.environ.get(FORWARD_SLOWDOWN_ENV))
         self._waiting: collections.deque[Sequence] = collections.deque()
         self._running: list[Sequence] = []
         # Popped from _waiting, not yet in _running: in prefill. Still busy for /flush_cache.
@@ -416,7 +444,11 @@ class SpecEngine:
 
     # ---- model math ------------------------------------------------------------------------------------------
     def _target(self, ids: torch.Tensor, cache: Any, hidden: bool) -> tuple[Any, torch.Tensor]:
+        tic = time.perf_counter()
         out = self.m.target(input_ids=ids[None], cache=cache, use_cache=True, output_hidden_states=hidden)
+        if self.slowdown > 1.0:
+            # Measured on this forward, so the sleep stretches with the compute when the CPU is contended.
+            time.sleep((self.slowdown - 1.0) * (time.perf_counter() - tic))
         if self.delay_s:
             time.sleep(self.delay_s)
         return out, out.logits[0]

@@ -74,7 +74,7 @@ def test_help_lists_test_affordances_group() -> None:
     assert "test affordances:" in res.stdout
     for flag in ("--ref-fault-oom-at-startup", "--ref-fault-never-ready", "--ref-fault-slow-start",
                  "--ref-fault-stall-after-tokens", "--ref-fault-die-after-requests", "--ref-fault-orphan",
-                 "--ref-fault-hold-port", "SPECDEC_REF_FORWARD_DELAY_MS"):
+                 "--ref-fault-hold-port", "SPECDEC_REF_FORWARD_DELAY_MS", "SPECDEC_REF_FORWARD_SLOWDOWN"):
         assert flag in res.stdout
 
 

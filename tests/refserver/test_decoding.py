@@ -99,3 +99,60 @@ def test_a_request_in_prefill_counts_as_busy() -> None:
     while engine.busy() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not engine.busy()
+
+
+@pytest.mark.parametrize(("delay_ms", "slowdown"), [("15", None), (None, "2")])
+def test_forward_slowdown_keeps_its_size_when_contention_stretches_the_compute(
+    monkeypatch: pytest.MonkeyPatch, delay_ms: str | None, slowdown: str | None
+) -> None:
+    """Issue 45: a fixed sleep a forward (SPECDEC_REF_FORWARD_DELAY_MS) shrinks against a forward a busy CPU
+    stretches, so a bisect's probe measured at another load than BAD drifted to the midpoint and stayed undecided.
+    SPECDEC_REF_FORWARD_SLOWDOWN sleeps in proportion to the forward's own time. The forward's 10 ms quiet and 30 ms
+    loaded are a fake clock's, and the sleeps are recorded, not slept."""
+    import types
+
+    from pytest_specdec.refserver import decoding
+
+    for name, value in (("SPECDEC_REF_FORWARD_DELAY_MS", delay_ms), ("SPECDEC_REF_FORWARD_SLOWDOWN", slowdown)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    now, slept, compute_s = [100.0], [], [0.0]
+
+    def forward(**kwargs: object) -> types.SimpleNamespace:
+        now[0] += compute_s[0]
+        return types.SimpleNamespace(logits=torch.zeros(1, 1, 4))
+
+    monkeypatch.setattr(decoding.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(decoding.time, "sleep", slept.append)
+    args = types.SimpleNamespace(speculative_num_steps=None, speculative_num_draft_tokens=None,
+                                 speculative_draft_window_size=None, ref_fault_verify_delay_ms=None,
+                                 max_running_requests=None, random_seed=0)  # fmt: skip
+    engine = decoding.SpecEngine(types.SimpleNamespace(target=forward), args)  # type: ignore[arg-type]
+    ratios = []
+    for seconds in (0.010, 0.030):  # quiet, then a CPU 3x contended
+        compute_s[0], slept[:] = seconds, []
+        engine._target(torch.tensor([1]), None, False)
+        ratios.append(round(seconds / (seconds + sum(slept)), 3))  # tok/s of the faulty server / a sound one's
+    # The fixed 15 ms: x0.4 quiet, x0.667 loaded (a midpoint between x0.4 and 1 is x0.632); the factor: x0.5 both.
+    assert ratios == ([0.4, 0.667] if delay_ms else [0.5, 0.5])
+
+
+@pytest.mark.parametrize(("value", "factor"), [(None, 1.0), ("", 1.0), ("1", 1.0), ("2.5", 2.5)])
+def test_forward_slowdown_reads_its_factor(value: str | None, factor: float) -> None:
+    from pytest_specdec.refserver.decoding import forward_slowdown
+
+    assert forward_slowdown(value) == factor
+
+
+@pytest.mark.parametrize("value", ["abc", "0.5", "nan", "inf", "-2"])
+def test_forward_slowdown_refuses_what_is_no_factor(value: str) -> None:
+    from pytest_specdec.refserver.decoding import forward_slowdown
+
+    with pytest.raises(ValueError) as info:
+        forward_slowdown(value)
+    assert str(info.value) == (
+        f"SPECDEC_REF_FORWARD_SLOWDOWN={value!r}: expected a finite factor >= 1 (2 makes every target forward take "
+        'twice its compute time); set it in the profile\'s env: as a string, e.g. "2", or unset it'
+    )
