@@ -52,6 +52,30 @@ def test_compare_decides_a_stored_throughput_loss_as_pytest_would(
     assert same in capsys.readouterr().out
 
 
+def test_compare_shows_a_bare_t_tolerance_with_its_unit_and_says_when_it_is_under_1_percent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``-t output_tok_s:5`` is 5 tok/s, not 5% (pytest-benchmark's grammar): the header and the row say the unit,
+    and at 0.41% of the baseline's 1210 tok/s a note says how to write 5% (exit 0: an absolute tolerance is
+    legitimate). ``-t output_tok_s:5%`` gets no note."""
+    base = _run(tmp_path, "base", [1205, 1210, 1215], [2.6] * 3)
+    assert (
+        main(["compare", str(base), str(base), "-t", "output_tok_s:5", "-t", "ttft_ms:10%+5 accept_length:0.05"]) == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [
+        "specdec compare: baseline base -> current base",
+        "tolerances (-t, over each test's own): output_tok_s 5 tok/s, ttft_ms 10%+5 ms, accept_length 0.05",
+    ]
+    assert next(line for line in out if line.startswith("output_tok_s ")).split()[6:8] == ["5", "tok/s"]
+    note = "output_tok_s:5 is 5 tok/s, 0.41% of the baseline's 1210 tok/s; write 5% if you meant relative"
+    assert note in out
+    assert main(["compare", str(base), str(base), "-t", "output_tok_s:5%"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "tolerances (-t, over each test's own): output_tok_s 5%"
+    assert not [line for line in out if "meant relative" in line]
+
+
 def test_compare_exits_1_on_an_exact_regression(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Accept length at temperature 0 with identical repeats: pytest fails it at once (nothing to re-measure)."""
     base = _run(tmp_path, "base", [100, 101, 99], [2.6] * 3, temperature=0.0)

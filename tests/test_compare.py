@@ -210,8 +210,9 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     # one stored run (whose instance may differ from today's by the assumed run-to-run spread).
     assert main(["compare", str(base), str(bad), "-t", "output_tok_s:5%"]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[:3] == [
+    assert out[:4] == [
         "specdec compare: baseline 20260101T000000Z-aaaaaa -> current 20260102T000000Z-bbbbbb",
+        "tolerances (-t, over each test's own): output_tok_s 5%",
         "",
         "== t.py::test_x[eagle3] (profile eagle3)",
     ]
@@ -558,6 +559,30 @@ def test_the_tolerance_column_gives_an_absolute_part_its_unit_and_a_derived_perc
     derived = dataclasses.replace(rows["output_tok_s"], metric="output_tok_s / baseline",
                                   tolerance=Tolerance(rel=5 / 97.5))  # fmt: skip
     assert derived.limit_text().startswith("5.13% (σ")
+
+
+def test_a_bare_absolute_tolerance_below_1_percent_of_the_baseline_is_said_with_its_unit() -> None:
+    """``-t output_tok_s:5`` is 5 tok/s (pytest-benchmark's grammar: a bare number is absolute), a 0.41% gate at
+    1210 tok/s where 5% was likely meant: the row shows the unit and one note says what it is, without an error.
+    A relative tolerance, one with a relative part, one above 1% of the baseline and accept length's bare number
+    (no unit) get no note."""
+    base = rec(output_tok_s=[1205.0, 1210.0, 1215.0], ttft_ms_p50=[299.0, 300.0, 301.0], accept_length=[2.6] * 3)
+    comp = compare_results(base, base, parse_tolerances("output_tok_s:5 ttft_ms_p50:10%+1 accept_length:0.05"))
+    rows = {r.metric: r for r in comp.rows}
+    assert rows["output_tok_s"].limit_text() == "5 tok/s (σ 0.4%)"
+    assert rows["ttft_ms_p50"].limit_text() == "10%+1 ms (σ 0.3%)"
+    assert rows["accept_length"].limit_text() == "0.05"
+    note = "output_tok_s:5 is 5 tok/s, 0.41% of the baseline's 1210 tok/s; write 5% if you meant relative"
+    assert [n for n in comp.notes if "meant relative" in n] == [note]
+    assert note in comp.lines()
+    for quiet in ("output_tok_s:5%", "output_tok_s:5%+5", "output_tok_s:15"):
+        assert not [n for n in compare_results(base, base, parse_tolerances(quiet)).notes if "meant relative" in n]
+    # Two rows: one line naming both, each with its relative spelling.
+    both = compare_results(base, base, parse_tolerances("output_tok_s:5 ttft_ms_p50:2")).notes
+    assert [n for n in both if "meant relative" in n] == [
+        "output_tok_s:5 is 5 tok/s, 0.41% of the baseline's 1210 tok/s; ttft_ms_p50:2 is 2 ms, 0.67% of the "
+        "baseline's 300 ms; write output_tok_s:5%, ttft_ms_p50:2% if you meant relative"
+    ]
 
 
 def test_a_mistyped_run_reference_gets_a_suggestion(tmp_path: Path) -> None:

@@ -15,8 +15,15 @@ from pathlib import Path
 from typing import TextIO
 
 from pytest_specdec.core.errors import CompareError, NoiseFileError
-from pytest_specdec.core.tolerances import Tolerance, parse_tolerances
-from pytest_specdec.judge.compare import compare_runs, design_of, judged_tolerances, single_look, swap_profile_id
+from pytest_specdec.core.tolerances import Tolerance, Tolerances, parse_tolerances
+from pytest_specdec.judge.compare import (
+    compare_runs,
+    design_of,
+    judged_tolerances,
+    single_look,
+    swap_profile_id,
+    tolerance_text,
+)
 from pytest_specdec.judge.history import StoredHistory
 from pytest_specdec.judge.noise import CalibratedNoise, read_noise
 from pytest_specdec.judge.verdict import undecided_block, undecided_reason
@@ -89,6 +96,16 @@ def _latest_notes(
                      f"--specdec-compare would compare it with {instead}: name that run as BASE to decide as pytest "
                      "did")  # fmt: skip
     return notes
+
+
+def _tolerances_line(given: Tolerances) -> str:
+    """The header line that says what ``-t`` set, an absolute part with its unit (a bare number is absolute, as in
+    pytest-benchmark's grammar): ``tolerances (-t, over each test's own): output_tok_s 5 tok/s, ttft_ms 10%+5 ms,
+    accept_length 0.05, tpot_ms_p50[code] 30%``. The other fields keep the tolerances each test was judged with
+    (``compare.judged_tolerances``), shown in its rows."""
+    shown = [f"{name} {tolerance_text(name, tol)}" for name, tol in given.items()]
+    shown += [f"{name}[{category}] {tolerance_text(name, tol)}" for (name, category), tol in given.categories.items()]
+    return f"tolerances (-t, over each test's own): {', '.join(shown)}"
 
 
 def _unmeasured(record: ResultRecord, tolerances: Mapping[str, Tolerance] | None) -> str:
@@ -377,6 +394,8 @@ def compare_command(
         history=lambda record: stored.of(base.run_id, record),
     )  # fmt: skip
     print(f"specdec compare: baseline {base.run_id} -> current {current.run_id}", file=out)
+    if parsed is not None:
+        print(_tolerances_line(parsed), file=out)
     for problem in stored.skipped:  # read by compare_runs above: said, not dropped silently
         print(f"note: stored run left out of the history: {problem}", file=out)
     if noise_path:

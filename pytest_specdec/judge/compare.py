@@ -60,11 +60,37 @@ __all__ = [
     "single_look",
     "swap_profile_id",
     "tail_samples_needed",
+    "tolerance_text",
 ]
 
 
 #: Beside a row whose figure the baseline had and this run does not.
 _LOST_NOTE = "not reported by this run; the baseline had it"
+#: Units an absolute tolerance part is shown with (``5 tok/s``, ``10%+5 ms``): throughput and latency. Accept length
+#: and the fractions (accept rate, SLO attainment) show the bare number: their units are ratios, not read as units.
+_SHOWN_UNITS = ("tok/s", "req/s", "ms")
+#: A bare absolute tolerance on a field of these units below this share of the baseline gets a note
+#: (:func:`_small_absolute_note`): ``output_tok_s:5`` reads as 5% to someone used to relative tolerances.
+_SMALL_ABSOLUTE = 0.01
+
+
+def _unit(metric: str) -> str:
+    """The unit an absolute tolerance part of a compare row or tolerance key is shown with, "" for none:
+    ``output_tok_s`` -> ``tok/s``, ``ttft_ms`` and ``tpot_ms_p50[code]`` -> ``ms``, ``accept_length`` -> ""."""
+    name = metric.partition(" / ")[0].partition("[")[0]
+    spec = field_specs().get(name) or metric_table.METRICS.get(name)
+    return spec.unit if spec is not None and spec.unit in _SHOWN_UNITS else ""
+
+
+def tolerance_text(metric: str, tol: Tolerance) -> str:
+    """A tolerance as the compare shows it, an absolute part with its unit: ``5%``, ``5 tok/s``, ``10%+5 ms``,
+    ``0.05`` (accept length: no unit shown). ``metric`` is a field, a metric name, or a compare row's name
+    (``tpot_ms_p50[code]``)."""
+    unit = f" {_unit(metric)}" if _unit(metric) else ""
+    rel = f"{tol.rel * 100:g}%" if tol.rel else ""
+    if rel and tol.abs:
+        return f"{rel}+{tol.abs:g}{unit}"
+    return rel or f"{tol.abs:g}{unit}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,10 +156,8 @@ class CompareRow:
         """The tolerance, with the per-repeat noise beside it when known: ``5%`` or ``5% (σ 7.2%)``; an absolute
         part with its unit (``10%+5 ms``), a relative one derived from it (a ratio row) to 3 digits (``5.13%``)."""
         tol = self.tolerance
-        rel = f"{tol.rel * 100:.3g}%" if tol.rel else ""
-        spec = field_specs().get(self.metric.partition(" / ")[0].partition("[")[0])
-        unit = f" {spec.unit}" if spec is not None and spec.unit in ("ms", "tok/s", "req/s") and tol.abs else ""
-        text = f"{rel}+{tol.abs:g}{unit}" if rel and tol.abs else rel or f"{tol.abs:g}{unit}"
+        # A derived relative part (a ratio row's, from an absolute one) to 3 digits: "5.12754%" was read as noise.
+        text = tolerance_text(self.metric, dataclasses.replace(tol, rel=float(f"{tol.rel:.3g}")))
         if self.noise and self.baseline:
             text += f" (σ {self.noise / abs(self.baseline) * 100:.1f}%)"
         return text
@@ -334,6 +358,7 @@ def compare_results(
     # A field's category rows share the full alpha among themselves (alpha / k each; the top rows keep theirs).
     rows.extend(_category_rows(base, current, merged, temperature, judging, paired=vs if ratio_rows else None))
     notes.extend(_unused_category_tolerances(merged, base, current))
+    notes.extend(_small_absolute_note(rows, merged))
     if ratio_rows:
         notes.append(
             f"throughput and latency judged twice: raw (a slowdown of both arms alike: runner load, a lost NCCL env, "
@@ -511,6 +536,37 @@ def _unused_category_tolerances(tolerances: Tolerances, base: ResultRecord, curr
     listed = ", ".join(sorted(set(base.categories) | set(current.categories))) or "none"
     return [f"tolerance {f}[{c}]:{t}: no category {c!r} in both runs (their categories: {listed}); no row takes it: "
             'check the name against the prompts\' "category"' for f, c, t in unused]  # fmt: skip
+
+
+def _small_absolute_note(rows: Sequence[CompareRow], tolerances: Tolerances) -> list[str]:
+    """One note naming each bare absolute tolerance on a throughput or latency row (``output_tok_s:5``: 5 tok/s, as in
+    pytest-benchmark's grammar, where ``5%`` is relative) below 1% of the row's baseline, which a relative reading was
+    likely meant: ``output_tok_s:5 is 5 tok/s, 0.41% of the baseline's 1210 tok/s; write 5% if you meant relative``.
+    Not an error: an absolute tolerance is legitimate. A category row is named only for a tolerance of its own
+    (``tpot_ms_p50[code]:1``), not for one its field's passed down; ``10%+5`` has a relative part and is not named.
+    The preflight warns of a profile's bare number on a throughput before a run (``engines.preflight``); this note
+    also covers the ini, the marker and the ``compare`` command's ``-t``, against the baseline's value.
+
+    :returns: the note, or nothing when no row qualifies.
+    """
+    named: list[tuple[str, str]] = []  # (what it reads as, the token meant as relative)
+    for r in rows:
+        tol, unit = r.tolerance, _unit(r.metric)
+        if tol.rel or not tol.abs or not unit or not r.baseline or " / " in r.metric:
+            continue
+        field_name, _, category = r.metric.partition("[")
+        if category and (field_name, category.rstrip("]")) not in tolerances.categories:
+            continue
+        share = tol.abs / abs(r.baseline)
+        if share < _SMALL_ABSOLUTE:
+            level = f"{r.baseline:.4g}" if abs(r.baseline) < 1000 else f"{r.baseline:.0f}"
+            said = f"{r.metric}:{tol} is {tol.abs:g} {unit}, {share * 100:.2g}% of the baseline's {level} {unit}"
+            named.append((said, f"{r.metric}:{tol.abs:g}%"))
+    if not named:
+        return []
+    # One row: the relative spelling alone, as the user would retype it; several: each token, so none is guessed.
+    fix = f"{named[0][1].rpartition(':')[2]}" if len(named) == 1 else ", ".join(token for _, token in named)
+    return [f"{'; '.join(said for said, _ in named)}; write {fix} if you meant relative"]
 
 
 def _split_alpha(judging: _Judging, rows: int) -> _Judging:
