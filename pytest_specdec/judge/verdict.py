@@ -1128,7 +1128,7 @@ def undecided_reason(
     shown = f"{row.metric} x{d.estimate:.3g}, {d.interval()}" if d is not None else row.metric
     data = _row_data(base, current, row, history)  # read once: both estimates below ask of it
     needed = _ask(sequential.shift_repeats_needed, data, row, design) if data is not None else None
-    text = f"{shown} holds the tolerance {row.tolerance}"
+    text = f"{shown} holds the tolerance {compare.tolerance_text(row.metric, row.tolerance)}"
     if row.tolerance.abs:
         if _difference_decidable(base, current, row, design):
             return OpenRow(text + " (more repeats would narrow it: raise workload.max_repeats)")
