@@ -185,8 +185,10 @@ def test_rule2_an_override_of_the_trained_ids_is_named_up_front(tmp_path: Path) 
     f = only(run_preflight(profile(target, draft, spec={"aux_hidden_state_layer_ids": [0, 1, 2]})),
              "speculative.aux_hidden_state_layer_ids")  # fmt: skip
     assert (f.severity, f.value) == ("note", [0, 1, 2])
-    assert f.why == (f"differs from the ids the draft was trained on ([1, 3, 5], {draft / 'config.json'}); a drafter "
-                     "fed other layers accepts fewer drafts (a reported case: 47% -> 19% per draft token)")
+    assert f.why == (
+        f"differs from the ids the draft was trained on ([1, 3, 5], {draft / 'config.json'}); a drafter "
+        "fed other layers accepts fewer drafts (a reported case: 47% -> 19% per draft token)"
+    )
     assert run_preflight(profile(target, draft, spec={"aux_hidden_state_layer_ids": [1, 3, 5]})) == []
 
 
@@ -306,6 +308,50 @@ def test_rule7_a_flag_value_the_installed_sglang_cannot_parse(tmp_path: Path) ->
     good = ["--max-running-requests", "8", "--mem-fraction-static=0.8", "--dtype", "bfloat16"]
     assert not [f for f in run_preflight(profile(target, draft, server="sglang", python=str(python), extra_args=good))
                 if f.key.endswith("extra_args")]  # fmt: skip
+
+
+def test_rule7_a_value_the_reference_servers_own_parser_rejects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fresh-user trial: ``--random-seed abc``, ``--max-running-requests -3``, ``--ref-fault-verify-delay-ms x``,
+    a bare ``--decode-log-interval`` and ``--log-level loud`` in a reference profile's extra_args each printed
+    ``profile ...: ok`` and the server died at startup. They are parsed by the server's own argparse parser, and
+    check exits 1 naming the file, key, flag, value and argparse's message."""
+    target, draft = make_models(tmp_path)
+    bad = ["--random-seed", "abc", "--max-running-requests", "-3", "--ref-fault-verify-delay-ms", "x",
+           "--log-level", "loud", "--decode-log-interval"]  # fmt: skip
+    found = [(f.severity, f.value, f.why) for f in run_preflight(profile(target, draft, extra_args=bad))
+             if f.key == "extra_args"]  # fmt: skip
+    assert found == [
+        ("error", "--random-seed abc", "the reference server's --random-seed takes an integer, got 'abc' (its parser: "
+         "argument --random-seed: invalid int value: 'abc'); the server would exit at startup"),
+        ("error", "--max-running-requests -3", "the reference server's --max-running-requests takes an integer >= 0, "
+         "got -3: below 0 the scheduler admits no request, so the server never answers one (0 is read as unset)"),
+        ("error", "--ref-fault-verify-delay-ms x", "the reference server's --ref-fault-verify-delay-ms takes a number, "
+         "got 'x' (its parser: argument --ref-fault-verify-delay-ms: invalid float value: 'x'); the server would exit "
+         "at startup"),
+        ("error", "--log-level loud", "the reference server's --log-level takes one of debug, info, warning, error, "
+         "critical, got 'loud' (its parser: argument --log-level: invalid choice: 'loud' (choose from 'debug', "
+         "'info', 'warning', 'error', 'critical')); the server would exit at startup"),
+        ("error", "--decode-log-interval", "the reference server's --decode-log-interval takes an integer, got no "
+         "value (its parser: argument --decode-log-interval: expected one argument); the server would exit at "
+         "startup"),
+    ], found  # fmt: skip
+    good = ["--random-seed=7", "--max-running-requests", "0", "--log-level", "debug", "--enable-metrics",
+            "--decode-log-interval", "4", "--ref-fault-verify-delay-ms", "2.5"]  # fmt: skip
+    assert not [f for f in run_preflight(profile(target, draft, extra_args=good)) if f.key == "extra_args"]
+
+    path = write_profile_file(tmp_path / "cli", "num_steps: 3, eagle_topk: 1, num_draft_tokens: 4")
+    path.write_text(path.read_text() + "    extra_args: [--random-seed, abc]\n")
+    assert main(["check", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert "ok" not in out
+    assert err.splitlines()[0] == (
+        f"error: {path}:6: profiles.e3.extra_args: the reference server's --random-seed takes an integer, got 'abc' "
+        "(its parser: argument --random-seed: invalid int value: 'abc'); the server would exit at startup (got "
+        "'--random-seed abc'); fix: give --random-seed an integer (python -m pytest_specdec.refserver --help lists "
+        "its flags)"
+    )
 
 
 def test_rule7_aux_id_convention_of_the_other_engine(tmp_path: Path) -> None:

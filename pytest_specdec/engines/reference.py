@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pytest_specdec.core.errors import ProfileError
@@ -15,7 +16,7 @@ from pytest_specdec.engines.prometheus import per_position, sum_samples
 from pytest_specdec.engines.sglang import SGLANG_FLAGS, SglangEngine, SglangVersion, node_flag_issues
 from pytest_specdec.profiles.schema import Profile
 
-__all__ = ["PER_POSITION_SERIES", "REFERENCE_FLAGS", "ReferenceEngine"]
+__all__ = ["PER_POSITION_SERIES", "REFERENCE_FLAGS", "ReferenceEngine", "reference_value_issues"]
 
 #: The reference server's per-position counter: vLLM's ``spec_decode_num_accepted_tokens_per_pos`` (same
 #: semantics, 0-based ``position`` label) under its own prefix, since SGLang 0.5.23 exports no such series.
@@ -34,6 +35,108 @@ def _reference_flags() -> frozenset[str]:
 
 #: Flags the reference server accepts (see ``_reference_flags``).
 REFERENCE_FLAGS: frozenset[str] = _reference_flags()
+
+#: Values the reference server's parser takes but its start (``refserver.args.resolve_args``) or its scheduler
+#: cannot run: flag -> (least value, why a smaller one fails). ``--max-running-requests`` 0 is read as unset
+#: (``decoding.SpecEngine``: ``or 1024``); below 0 no request is ever admitted, so its warmup waits forever.
+_REFERENCE_MINIMUMS: Mapping[str, tuple[int, str]] = {
+    "--max-running-requests": (
+        0,
+        "below 0 the scheduler admits no request, so the server never answers one (0 is read as unset)",
+    ),
+    "--decode-log-interval": (1, "the server exits at startup on a value below 1"),
+    "--speculative-draft-window-size": (1, "the server raises ValueError at startup on a value below 1"),
+}
+
+
+class _ParseError(Exception):
+    """argparse's error message, raised in place of its usage print and exit status 2."""
+
+
+def _raise_parse_error(message: str) -> None:
+    raise _ParseError(message)
+
+
+def _flag_groups(extra_args: Sequence[str]) -> list[list[str]]:
+    """``extra_args`` cut into one list per flag with the words after it (``["--port", "1"]``, ``["--x=1"]``); a
+    word starting with ``--`` starts a list, so a negative number such as ``-3`` stays with its flag."""
+    groups: list[list[str]] = []
+    for arg in extra_args:
+        if arg.startswith("--") or not groups:
+            groups.append([arg])
+        else:
+            groups[-1].append(arg)
+    return groups
+
+
+def _expected(action: argparse.Action) -> str:
+    """What ``action`` takes, as a message says it: "an integer", "a number", "one of a, b", "no value" (a switch such
+    as ``--enable-metrics``) or "a value"."""
+    if action.nargs == 0:
+        return "no value"
+    if action.choices is not None:
+        return "one of " + ", ".join(str(c) for c in action.choices)
+    return {int: "an integer", float: "a number"}.get(action.type, "a value")  # type: ignore[call-overload]
+
+
+def reference_value_issues(extra_args: Sequence[str]) -> list[FlagIssue]:
+    """Errors for values in ``extra_args`` the reference server would exit on at startup, found by its own parser
+    (``refserver.args.build_parser``, standard library only: nothing is started and torch is not imported): each flag
+    with the words after it is parsed as ``python -m pytest_specdec.refserver`` parses it, and argparse's error
+    (``invalid int value``, ``invalid choice``, ``expected one argument``) becomes the finding's reason; then the
+    values the parser takes but the server cannot run (:data:`_REFERENCE_MINIMUMS`). Flags the server does not
+    implement are left to ``ReferenceEngine._unsupported``.
+
+    Example: ``["--random-seed", "abc"]`` -> an error at ``extra_args``, value ``"--random-seed abc"``, why "the
+    reference server's --random-seed takes an integer, got 'abc' (its parser: argument --random-seed: invalid int
+    value: 'abc'); the server would exit at startup".
+    """
+    from pytest_specdec.refserver.args import build_parser
+
+    parser = build_parser()
+    # argparse calls self.error (print usage, exit 2); raise instead, so no SystemExit and nothing on stderr.
+    parser.error = _raise_parse_error  # type: ignore[method-assign,assignment]
+    actions = parser._option_string_actions
+    issues: list[FlagIssue] = []
+    for group in _flag_groups(extra_args):
+        flag, eq, inline = group[0].partition("=")
+        action = actions.get(flag)
+        if action is None or flag not in REFERENCE_FLAGS:
+            continue
+        shown = " ".join(group)
+        value = inline if eq else (group[1] if len(group) > 1 else None)
+        expected = _expected(action)
+        try:
+            # --model-path is required by the parser: a placeholder, never read.
+            ns, rest = parser.parse_known_args(["--model-path", "-", *group])
+        except _ParseError as exc:
+            got = "no value" if value is None else repr(value)
+            issues.append(
+                FlagIssue("error", "extra_args", shown,
+                          f"the reference server's {flag} takes {expected}, got {got} (its parser: {exc}); the "
+                          "server would exit at startup",
+                          f"give {flag} {expected} (python -m pytest_specdec.refserver --help lists its flags)")
+            )  # fmt: skip
+            continue
+        if rest:
+            # refserver.args.parse_args exits on any word its parser left ("unsupported flag").
+            issues.append(
+                FlagIssue("error", "extra_args", shown,
+                          f"the reference server's {flag} takes {expected}; {' '.join(rest)!r} after it is left over, "
+                          "and the server exits at startup on a word it cannot place",
+                          f"remove {' '.join(rest)!r} or give it its flag")
+            )  # fmt: skip
+            continue
+        least = _REFERENCE_MINIMUMS.get(flag)
+        parsed = getattr(ns, action.dest, None)
+        if least is not None and isinstance(parsed, int) and parsed < least[0]:
+            issues.append(
+                FlagIssue("error", "extra_args", shown,
+                          f"the reference server's {flag} takes an integer >= {least[0]}, got {parsed}: {least[1]}",
+                          f"give {flag} an integer >= {least[0]}, or leave it out")
+            )  # fmt: skip
+    return issues
+
 
 _ROW = SglangVersion(
     since="reference",
@@ -112,13 +215,15 @@ class ReferenceEngine(SglangEngine):
 
     def flag_issues(self, profile: Profile) -> list[FlagIssue]:
         """Errors for what the reference server rejects at startup (``refserver.args.resolve_args``): a flag it
-        does not implement, ``tp_size`` other than 1, an algorithm other than EAGLE/EAGLE3/NEXTN, ``eagle_topk`` > 1
+        does not implement, a value its parser rejects or it cannot run (:func:`reference_value_issues`), ``tp_size``
+        other than 1, an algorithm other than EAGLE/EAGLE3/NEXTN, ``eagle_topk`` > 1
         (it drafts chains only)."""
         issues = [
             FlagIssue("error", "extra_args", flag, "the reference server does not implement this flag",
                       f"remove it; supported: {', '.join(sorted(REFERENCE_FLAGS))}")
             for flag in self._unsupported(profile)
         ]  # fmt: skip
+        issues += reference_value_issues(profile.extra_args)
         issues += node_flag_issues(profile)
         nnodes = len(profile.nodes.hosts) if profile.nodes is not None else 1
         if profile.tp_size != 1 and not (nnodes > 1 and profile.tp_size == nnodes):
