@@ -28,23 +28,14 @@ WARMUP_PROMPT = "The capital city of France is"
 
 def _configure_logging(level: str) -> None:
     # SGLang utils/common.py:configure_logger: "[%(asctime)s] %(message)s", datefmt "%Y-%m-%d %H:%M:%S".
-    logging.basicConfig(
-        format="[%(asctime)s] %(message)s",
-        datefmt="%Y-%m-%d %H:%M:%S",
-        level=getattr(logging, level.upper()),
-        stream=sys.stdout,
-        force=True,
-    )
+    logging.basicConfig(format="[%(asctime)s] %(message)s", datefmt="%Y-%m-%d %H:%M:%S",
+                        level=getattr(logging, level.upper()), stream=sys.stdout, force=True)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the warmup client's request lines
 
 
 def _warmup(state: AppState, server: object, base_url: str, api_key: str | None) -> None:
-    """SGLang ``http_server.py::_execute_server_warmup``: poll /model_info, then one /generate; exit 1 on failure.
-
-    Through ``urllib``: httpx cost its import (0.1-0.15 s of CPU) on every start for these two requests.
-    """
-    import json
-    import urllib.error
-    import urllib.request
+    """SGLang ``http_server.py::_execute_server_warmup``: poll /model_info, then one /generate; exit 1 on failure."""
+    import httpx
 
     from pytest_specdec.core.auth import bearer_headers
 
@@ -52,28 +43,19 @@ def _warmup(state: AppState, server: object, base_url: str, api_key: str | None)
     try:
         while not getattr(server, "started", False):
             time.sleep(0.05)
-        for _ in range(120):
-            try:
-                with urllib.request.urlopen(
-                    urllib.request.Request(base_url + "/model_info", headers=headers), timeout=600
-                ) as resp:
-                    if resp.status == 200:
+        with httpx.Client(base_url=base_url, headers=headers, timeout=600) as client:
+            for _ in range(120):
+                try:
+                    if client.get("/model_info").status_code == 200:
                         break
-            except (urllib.error.URLError, ConnectionError):  # HTTPError (a status >= 400) included
-                pass
-            time.sleep(1)
-        body = json.dumps(
-            {
-                "text": WARMUP_PROMPT,
-                "sampling_params": {"max_new_tokens": 8, "temperature": 0},
+                except httpx.TransportError:
+                    pass
+                time.sleep(1)
+            resp = client.post("/generate", json={
+                "text": WARMUP_PROMPT, "sampling_params": {"max_new_tokens": 8, "temperature": 0},
                 "log_metrics": False,
-            }
-        ).encode()
-        request = urllib.request.Request(
-            base_url + "/generate", data=body, method="POST", headers={**headers, "Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=600) as resp:  # a status >= 400 raises HTTPError
-            resp.read()
+            })
+            resp.raise_for_status()
     except Exception:
         logger.error(f"Initialization failed. warmup error: {traceback.format_exc()}")
         os._exit(1)
@@ -140,24 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     shown_argv = [("<redacted>" if args.api_key is not None and v == args.api_key else v) for v in argv]
     metrics = MetricsCollector(args, args.enable_metrics, on_measured_finish)
     engine = SpecEngine(models, args, metrics)
-    state = AppState(
-        args=args,
-        models=models,
-        engine=engine,
-        metrics=metrics,
-        launch_command=shlex.join([sys.executable, "-m", "pytest_specdec.refserver", *shown_argv]),
-    )
+    state = AppState(args=args, models=models, engine=engine, metrics=metrics,
+                     launch_command=shlex.join([sys.executable, "-m", "pytest_specdec.refserver", *shown_argv]))
     engine.start()
     app = create_app(state)
-    config = uvicorn.Config(
-        app,
-        host=args.host,
-        port=args.port,
-        log_config=None,
-        access_log=False,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=2,
-    )
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=False,
+                            log_level=args.log_level, timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     if args.skip_server_warmup:
         state.status = "Up" if not args.ref_fault_never_ready else "Starting"
