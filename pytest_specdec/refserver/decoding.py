@@ -176,7 +176,7 @@ class Sequence:
     draft_s: float = 0.0
     verify_s: float = 0.0
     # Engine-private state.
-    target_cache: Any = None  # llama.TargetCache
+    target_cache: Any = None  # transformers DynamicCache
     draft_cache: DraftCache | None = None
     last_token: int = 0
     draft_tokens_in: Any = None  # [n] tokens / [n, K*Ht] states still to extend the draft with
@@ -187,8 +187,8 @@ class Sequence:
 class Models:
     """Loaded models: target in fp32; draft (None without speculation) with its capture plan."""
 
-    target: Any  # llama.LlamaTarget
-    tokenizer: Any  # tokenizer.Tokenizer
+    target: Any  # transformers LlamaForCausalLM
+    tokenizer: Any  # transformers PreTrainedTokenizerFast
     num_layers: int
     vocab_size: int
     eos_token_id: int | None
@@ -203,24 +203,20 @@ class Models:
 def load_models(args: ServerArgs) -> Models:
     """Load target (fp32 from bf16 safetensors), tokenizer, and the draft when speculation is on.
 
-    The target is :class:`~pytest_specdec.refserver.llama.LlamaTarget` and the tokenizer
-    :class:`~pytest_specdec.refserver.tokenizer.Tokenizer`: HF ``LlamaForCausalLM``'s and ``AutoTokenizer``'s
-    outputs, bit for bit, without importing transformers (4.3 s of a 7 s start).
-
     EAGLE3: capture indices from the draft's nested ``eagle_config`` (:func:`capture_indices`). EAGLE/NEXTN with an
     EAGLE-3 draft: no capture, the draft gets HF ``hidden_states[L]`` and the target's ``lm_head`` (SGLang
     ``speculative/eagle_worker_v2.py:init_lm_head`` for non-EAGLE3), so drafting degrades without an error.
 
     :raises OSError, RuntimeError: unreadable assets or weight shapes not matching the config (a traceback, exit 1).
-    :raises ValueError: a target ``config.json`` that is not a Llama the reference server runs.
     """
     from safetensors.torch import load_file
+    from transformers import AutoTokenizer, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
 
-    from pytest_specdec.refserver.llama import load_target
-    from pytest_specdec.refserver.tokenizer import Tokenizer
-
-    target = load_target(args.model_path)
-    tokenizer = Tokenizer(args.tokenizer_path)
+    hf_logging.disable_progress_bar()
+    target = LlamaForCausalLM.from_pretrained(args.model_path, dtype=torch.float32)
+    target.eval()
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_path)
     cfg = target.config
     models = Models(
         target=target,
@@ -229,7 +225,7 @@ def load_models(args: ServerArgs) -> Models:
         vocab_size=cfg.vocab_size,
         eos_token_id=cfg.eos_token_id if isinstance(cfg.eos_token_id, int) else tokenizer.eos_token_id,
         context_len=cfg.max_position_embeddings,
-        architectures=list(cfg.architectures),
+        architectures=list(cfg.architectures or ["LlamaForCausalLM"]),
         model_type=cfg.model_type,
     )
     if not args.speculative:
@@ -484,8 +480,10 @@ class SpecEngine:
         return int(torch.multinomial(probs, 1, generator=self.gen))
 
     def _prefill(self, seq: Sequence) -> None:
+        from transformers import DynamicCache
+
         ids = torch.tensor(seq.prompt_ids, dtype=torch.long)
-        seq.target_cache = self.m.target.new_cache()
+        seq.target_cache = DynamicCache()
         spec = self.m.draft is not None
         out, logits = self._target(ids, seq.target_cache, spec)
         last = logits[-1]
