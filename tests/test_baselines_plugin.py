@@ -230,11 +230,24 @@ def test_pytest_and_the_compare_command_count_undecided_tests_alike(
     # (per test) of the same two tests of one profile. Both count tests now, and say of which profiles.
     from pytest_specdec.cli.main import main
 
-    clean, undecided = _slow_night(pytester)
+    clean, undecided = _slow_night(pytester, "--specdec-markdown=summary.md")
     undecided.assert_outcomes(passed=2)
     undecided.stdout.fnmatch_lines(["specdec: 2 tests undecided (1 profile: baseline on compare) at the budget: not "
                                     "failed (--specdec-undecided=warn); each profile's warning above says what would "
                                     "decide it"])  # fmt: skip
+    # The markdown summary counts them too, and gives each open row as the warning did (a fresh-user trial's step
+    # summary said "passed" and nothing else), read from the stored record: the same lines reach `merge --markdown`.
+    warning = undecided.stdout.str().partition(": compare against run ")[2].partition("\n\n")[0].splitlines()[1:]
+    rows = [line.strip() for line in warning if " holds the tolerance " in line]  # not the source line under it
+    md = (pytester.path / "summary.md").read_text(encoding="utf-8").splitlines()
+    assert md[0] == "## specdec summary: 2 tests undecided (could not tell at their budget)"
+    assert [line.endswith("| ⚠️ undecided |") for line in md[4:6]] == [True, True], md
+    said = [f"`compare: {row}`" for row in rows]
+    items = [f"- `test_run[baseline]` (profile `baseline`): {said[0]}"] if len(said) == 1 else [
+        "- `test_run[baseline]` (profile `baseline`):", *(f"  - {item}" for item in said)]  # fmt: skip
+    items.append("- `test_again[baseline]` (profile `baseline`): the same verdicts as `test_run[baseline]`")
+    start = md.index("### Undecided") + 4
+    assert rows and md[start : md.index("", start)] == items, (rows, md)
     results = pytester.path / ".specdec" / "results"
     capsys.readouterr()
     assert main(["compare", _run_id(clean), _run_id(undecided), "--results-dir", str(results)]) == 0

@@ -7,13 +7,15 @@ import dataclasses
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pytest_specdec.measure.results import RunFile, read_run_file
+from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile, read_run_file
 from pytest_specdec.report.json_report import write_json_report
 from pytest_specdec.report.junit import junit_properties
 from pytest_specdec.report.markdown import markdown_summary, markdown_targets, write_markdown
+from pytest_specdec.report.merge import Shard, merge_runs, merged_markdown
 from pytest_specdec.report.terminal import category_lines, position_lines
 from tests.helpers import record
 
@@ -57,6 +59,89 @@ def test_markdown_summary_table_and_failed_verdicts() -> None:
         "",
         "Results: `.specdec/results/r1.json`",
     ]
+
+
+#: An open compare row as ``verdict.judge_compare`` stores it (``cost["verdicts"]["compare"]["open"]``), from a
+#: fresh-user trial's night whose markdown said only ``✅ passed``.
+OPEN_ROW = (
+    "output_tok_s x0.948, CI 0.4554-1.975 (99.2%) holds the tolerance 5%; about 40 repeats in all would decide it "
+    "(raise workload.max_repeats or max_server_s)"
+)
+OPEN_FLOOR = (
+    "output_tok_s 101.2 tok/s: undecided vs min 100 [undecided after 24 repeats, CI 97.1-105.4 (99.2%) contains the "
+    "limit, 31.0 server-s; about 110 repeats in all would decide it at this spread (~310 more server-s: raise "
+    "workload.max_repeats or max_server_s)]"
+)
+
+
+def _undecided(rec: ResultRecord, *, floor: bool = False, outcome: str = "passed") -> ResultRecord:
+    """``rec`` with its compare (and with ``floor``, its min_tok_s) undecided at the budget, as the plugin stores it."""
+    verdicts: dict[str, Any] = {"compare": {"verdict": "undecided", "repeats": 24, "server_s": 31.0,
+                                            "suspected": ["output_tok_s"], "open": [OPEN_ROW]}}  # fmt: skip
+    checks = {}
+    if floor:
+        verdicts["min_tok_s"] = {"verdict": "undecided", "repeats": 24, "server_s": 31.0}
+        checks["min_tok_s"] = f"undecided: {OPEN_FLOOR}"
+    return dataclasses.replace(rec, outcome=outcome, checks=checks, cost={"server_s": 31.0, "verdicts": verdicts})
+
+
+def test_markdown_summary_says_a_night_it_could_not_tell_undecided_not_passed() -> None:
+    # A fresh-user trial: the terminal said "specdec: 1 test undecided ... not failed (--specdec-undecided=warn)" and
+    # the step summary showed "✅ passed" and nothing else; green where the night could not tell.
+    passed = dataclasses.replace(record("baseline", 88.8, None),
+                                 cost={"verdicts": {"compare": {"verdict": "passed", "repeats": 3}}})  # fmt: skip
+    lines = markdown_summary([passed, _undecided(record("eagle3", 94.0, 2.4))], results_path="r1.json")
+    assert lines == [
+        "## specdec summary: 1 test undecided (could not tell at its budget)",
+        "",
+        "| test | profile | tok/s | accept len | accept rate | TTFT p50 ms | ITL p50 ms | result |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+        "| `test_run[baseline]` | baseline | 88.8 | n/a | n/a | 40.0 | 11.26 | ✅ passed |",
+        "| `test_run[eagle3]` | eagle3 | 94.0 | 2.40 | 0.467 | 40.0 | 10.64 | ⚠️ undecided |",
+        "",
+        "### Undecided",
+        "",
+        "At its budget each verdict below could neither pass nor fail: the run could not tell. A test that passed "
+        "with one shows `⚠️ undecided` (`--specdec-undecided=warn`; `=fail` fails it). What would decide each:",
+        "",
+        f"- `test_run[eagle3]` (profile `eagle3`): `compare: {OPEN_ROW}`",
+        "",
+        "Results: `r1.json`",
+    ]
+
+
+def test_merged_markdown_of_shard_run_files_counts_and_says_undecided_tests(tmp_path: Path) -> None:
+    # Several open verdicts are listed under their test; a second test of the profile shares them (one measurement)
+    # and refers to the first; a test the fail policy failed stays failed but is counted, as the terminal counts it.
+    # Through the run file, as `merge --markdown` reads the shards: the lines are stored with the records.
+    first = _undecided(record("eagle3", 94.0, 2.4), floor=True)
+    again = dataclasses.replace(first, test_id="tests/test_x.py::test_again[eagle3]")
+    failed = _undecided(record("eagle3-k2", 90.0, 2.1), outcome="failed")
+    not_measured = dataclasses.replace(  # stopped by a decisive failure: not undecided at the budget, not counted
+        record("eagle3-k3", 60.0, 1.2, outcome="failed"),
+        cost={"verdicts": {"compare": {"verdict": "not measured further", "open": [OPEN_ROW]}}},
+    )
+    shard = ResultStore(tmp_path).save(RunFile("s1", 0.0, results=(first, again, failed, not_measured)))
+    run = read_run_file(shard)
+    lines = merged_markdown(merge_runs([Shard(shard, run)]), [Shard(shard, run)], tmp_path / "m.json")
+    assert lines[0] == "## specdec summary (1 shards merged): 3 tests undecided (could not tell at their budget)"
+    cells = [line.rsplit(" | ", 1)[-1] for line in lines[4:8]]
+    assert cells == ["⚠️ undecided |", "⚠️ undecided |", "❌ failed |", "❌ failed |"]
+    start = lines.index("### Undecided") + 4
+    assert lines[start : lines.index("", start)] == [
+        "- `test_run[eagle3]` (profile `eagle3`):",
+        f"  - `compare: {OPEN_ROW}`",
+        f"  - `{OPEN_FLOOR}`",
+        "- `test_again[eagle3]` (profile `eagle3`): the same verdicts as `test_run[eagle3]`",
+        f"- `test_run[eagle3-k2]` (profile `eagle3-k2`): `compare: {OPEN_ROW}`",
+    ]
+
+
+def test_markdown_summary_of_a_record_stored_without_what_would_decide_it() -> None:
+    old = dataclasses.replace(record("eagle3", 94.0, 2.4), cost={"verdicts": {"compare": {"verdict": "undecided"}}})
+    lines = markdown_summary([old])
+    said = "`compare: undecided (what would decide it is in the run's warnings)`"
+    assert lines[-1] == f"- `test_run[eagle3]` (profile `eagle3`): {said}"
 
 
 def test_markdown_summary_sweep_section_and_escaping() -> None:

@@ -91,6 +91,8 @@ def test_an_undecided_compare_says_what_would_decide_it() -> None:
     assert len(rows) == 1 and rows[0].startswith("  output_tok_s x0.")
     assert "holds the tolerance 5%; about " in rows[0]
     assert judged.cost["verdict"] == "undecided"
+    # Stored with the record: the markdown summary (and a merge of shards, which has no baseline) says the same rows.
+    assert judged.cost["open"] == [row.strip() for row in rows]
     # The open row's estimate (x0.946) is beyond the 5% tolerance: suspected, so this run joins no later history
     # (ResultRecord.history_problem); an unchanged-looking one has none and may.
     assert judged.cost["suspected"] == ["output_tok_s"]

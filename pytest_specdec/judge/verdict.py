@@ -842,7 +842,8 @@ class CompareVerdict:
     notes: tuple[str, ...] = ()
     #: A passing or undecided compare's table (``compare.Comparison.lines``), shown under the summary.
     table: tuple[str, ...] = ()
-    #: ``passed``, ``FAILED`` or ``undecided`` (``compare.Comparison.outcome``), with its repeats and server-s.
+    #: ``passed``, ``FAILED`` or ``undecided`` (``compare.Comparison.outcome``), with its repeats and server-s;
+    #: undecided: ``suspected`` (the open rows beyond their tolerance) and ``open`` (each open row's line).
     cost: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -938,6 +939,9 @@ def judge_compare(
         return CompareVerdict("\n".join([head, *lines]), notes=notes, cost=cost)
     if comparison.undecided:
         reasons = [undecided_reason(base, current, r, design, history) for r in comparison.undecided]
+        # Each open row's line as the warning gives it (the markdown summary, and a merge of shards, read it from the
+        # stored record: the run file has no baseline to say it again).
+        cost["open"] = [str(r) for r in reasons]
         k = len(reasons)
         head = (f"compare against run {run_id} undecided after {n} repeat{'s' if n != 1 else ''} "
                 f"({cost['server_s']:.1f} server-s), {k} row{'s' if k != 1 else ''} open")  # fmt: skip

@@ -9,7 +9,7 @@ from pathlib import Path
 from pytest_specdec.core.table import Column, markdown_table
 from pytest_specdec.measure.results import ErroredTest, ResultRecord
 
-__all__ = ["MARKDOWN_COLUMNS", "markdown_summary", "markdown_targets", "write_markdown"]
+__all__ = ["MARKDOWN_COLUMNS", "markdown_summary", "markdown_targets", "undecided_lines", "write_markdown"]
 
 #: (metrics key, header, format) of the markdown table, between the test/profile and the result columns.
 MARKDOWN_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -20,6 +20,8 @@ MARKDOWN_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("itl_ms_p50", "ITL p50 ms", "{:.2f}"),
 )
 _RESULT = {"passed": "✅ passed", "failed": "❌ failed", "skipped": "skipped"}
+#: The result cell of a test that passed with a verdict undecided at its budget (``--specdec-undecided=warn``).
+_UNDECIDED = "⚠️ undecided"
 
 
 def markdown_summary(
@@ -35,14 +37,17 @@ def markdown_summary(
     """The summary as markdown lines (no trailing newlines).
 
     Layout: ``## <title>``, followed by what the run could not judge (``: interrupted; 1 test not judged (errored
-    before it measured)``) when it was interrupted or a test errored before it measured; a table with columns test
-    (node id without the file), profile, tok/s, accept len, accept rate, TTFT p50 ms, ITL p50 ms, result (``n/a``
-    where a metric does not apply), or ``No test measured.``; then ``### Interrupted`` when it was; then ``### Errored
-    before measuring`` with one item per such test: its profile, phase and the first line of its error; then, when a
-    test failed, ``### Failed`` with each failed test's verdict text in a fenced block; then the sweep table
-    (``sweep_table.sweep_table`` lines) in a fenced block under ``### Sweep``; then ``Results: `<path>```.
+    before it measured); 2 tests undecided (could not tell at their budget)``) when it was interrupted, a test errored
+    before it measured or a verdict stayed undecided; a table with columns test (node id without the file), profile,
+    tok/s, accept len, accept rate, TTFT p50 ms, ITL p50 ms, result (``n/a`` where a metric does not apply; ``⚠️
+    undecided`` for a test that passed with an undecided verdict), or ``No test measured.``; then ``### Interrupted``
+    when it was; then ``### Errored before measuring`` with one item per such test: its profile, phase and the first
+    line of its error; then ``### Undecided`` with one item per test with an undecided verdict: what would decide it,
+    in the verdict's own words (:func:`undecided_lines`); then, when a test failed, ``### Failed`` with each failed
+    test's verdict text in a fenced block; then the sweep table (``sweep_table.sweep_table`` lines) in a fenced block
+    under ``### Sweep``; then ``Results: `<path>```.
 
-    :param records: the session's ``ResultRecord``s, in run order.
+    :param records: the session's ``ResultRecord``s, in run order (a merge's: every shard's, from the run file).
     :param failures: node id -> failure text (the test report's ``longreprtext``: verdict lines, compare table).
     :param results_path: the stored run file, named on the last line.
     :param sweep_lines: ``sweep_table.sweep_table`` output, or empty.
@@ -57,16 +62,19 @@ def markdown_summary(
         *(Column(header, "right", fmt) for _, header, fmt in MARKDOWN_COLUMNS),
         Column("result"),
     ]
+    undecided = {record.test_id: (record, lines) for record in records if (lines := undecided_lines(record))}
     rows = [
         [
             f"`{record.test_id.split('::', 1)[-1]}`",
             record.profile,
             *(record.metrics.get(key) for key, _, _ in MARKDOWN_COLUMNS),
-            _RESULT.get(record.outcome, record.outcome or "?"),
+            # A test the warn policy passed with an open verdict is not green: the night could not tell.
+            _UNDECIDED if record.outcome == "passed" and record.test_id in undecided
+            else _RESULT.get(record.outcome, record.outcome or "?"),
         ]
         for record in records
-    ]
-    unjudged = [*(["interrupted"] if interrupted else []), *_not_judged(len(errored))]
+    ]  # fmt: skip
+    unjudged = [*(["interrupted"] if interrupted else []), *_not_judged(len(errored)), *_undecided(len(undecided))]
     heading = f"## {title}: {'; '.join(unjudged)}" if unjudged else f"## {title}"
     lines = [heading, "", *(markdown_table(columns, rows) if rows else ["No test measured."])]
     if interrupted:
@@ -80,6 +88,22 @@ def markdown_summary(
             where = ", ".join(x for x in (f"profile `{entry.profile}`" if entry.profile else "", entry.when) if x)
             said = _code(entry.error) if entry.error else "no error line recorded"
             lines.append(f"- `{entry.test_id.split('::', 1)[-1]}` ({where}): {said}")
+    if undecided:
+        lines += ["", "### Undecided", "", "At its budget each verdict below could neither pass nor fail: the run "
+                  f"could not tell. A test that passed with one shows `{_UNDECIDED}` (`--specdec-undecided=warn`; "
+                  "`=fail` fails it). What would decide each:", ""]  # fmt: skip
+        shared: dict[tuple[str, tuple[str, ...]], str] = {}
+        for record, open_lines in undecided.values():
+            name = record.test_id.split("::", 1)[-1]
+            head = f"- `{name}` (profile `{record.profile}`)"
+            # Every test of a profile reads one measurement and shares its verdicts: said once, as the terminal does.
+            first = shared.setdefault((record.profile, tuple(open_lines)), name)
+            if first != name:
+                lines.append(f"{head}: the same verdicts as `{first}`")
+            elif len(open_lines) == 1:
+                lines.append(f"{head}: {_code(open_lines[0])}")
+            else:
+                lines += [f"{head}:", *(f"  - {_code(line)}" for line in open_lines)]
     failed = [(nodeid, text) for nodeid, text in failures.items() if text.strip()]
     if failed:
         lines += ["", "### Failed", ""]
@@ -100,6 +124,43 @@ def _not_judged(n: int) -> list[str]:
         return []
     return ["1 test not judged (errored before it measured)" if n == 1
             else f"{n} tests not judged (errored before they measured)"]  # fmt: skip
+
+
+def _undecided(n: int) -> list[str]:
+    """The heading's words for ``n`` tests with a verdict undecided at its budget: ``2 tests undecided (could not
+    tell at their budget)``; none for 0."""
+    if not n:
+        return []
+    return ["1 test undecided (could not tell at its budget)" if n == 1
+            else f"{n} tests undecided (could not tell at their budget)"]  # fmt: skip
+
+
+def undecided_lines(record: ResultRecord) -> list[str]:
+    """What would decide each verdict of ``record`` left undecided at its budget, one line each, as the run's
+    warnings said it; empty when none was. The verdicts are those the terminal's count reads
+    (``report.summary.undecided_lines``: ``cost["verdicts"]`` undecided; not measured further is not counted); the
+    text is stored with the record, so a merge of shards says the same: a threshold's line from ``checks``
+    (``output_tok_s 101.2 tok/s: undecided vs min 100 [...; about 110 repeats in all would decide it ...]``), a
+    compare's open rows from ``cost["verdicts"]["compare"]["open"]`` (``verdict.judge_compare``), each headed
+    ``compare:`` (``compare: output_tok_s x0.948, CI 0.4554-1.975 (99.2%) holds the tolerance 5%; about 40 repeats in
+    all would decide it ...``). A record stored before the text was says ``<key>: undecided`` and where to read it.
+    """
+    verdicts = (record.cost or {}).get("verdicts") or {}
+    if not isinstance(verdicts, Mapping):
+        return []
+    lines: list[str] = []
+    for key, cost in verdicts.items():
+        if not isinstance(cost, Mapping) or cost.get("verdict") != "undecided":
+            continue
+        rows = cost.get("open") if key == "compare" else None
+        check = str(record.checks.get(str(key), ""))
+        if isinstance(rows, list) and rows:
+            lines += [f"compare: {row}" for row in rows]
+        elif check.startswith("undecided: "):
+            lines.append(check.removeprefix("undecided: "))
+        else:
+            lines.append(f"{key}: undecided (what would decide it is in the run's warnings)")
+    return lines
 
 
 def _code(text: str) -> str:
