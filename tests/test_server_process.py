@@ -153,8 +153,8 @@ def test_oom_at_startup(tmp_path: Path) -> None:
     assert re.fullmatch(
         rf"server 'eagle3' exited with code 1 before it was ready \(cause: out of memory\) after \d+\.\d s: "
         rf"torch.OutOfMemoryError: CUDA out of memory\..* at sglang/srt/model_executor/cuda_graph_runner.py:391; "
-        r'its last 3 lines: "File "[^"]+cuda_graph_runner.py", line 391, in capture", '
-        r'"out = self.capture_one_batch_size\(bs, forward\)", "torch.OutOfMemoryError: CUDA out of memory\.[^"]*"; '
+        r'its last lines besides that one: "File "[^"]+cuda_graph_runner.py", line 391, in capture", '
+        r'"out = self.capture_one_batch_size\(bs, forward\)"; '
         rf"log: {re.escape(str(log))}; fix: run its launch command by hand to see why it exits: {re.escape(command)}",
         str(err),
     ), str(err)
@@ -347,8 +347,8 @@ def test_check_alive_after_death(tmp_path: Path) -> None:
     # One line: the log's last lines quoted once (no 20-line tail under them), then the launch command.
     assert str(info.value) == (
         f"server 'eagle3' (pid {proc.pid}) exited with code 3 while running (cause: exception): "
-        f'RuntimeError: scheduler died; its last 3 lines: "fake server pid {proc.pid} starting on port '
-        f'{proc.spec.port}", "The server is fired up and ready to roll!", "RuntimeError: scheduler died"; '
+        f'RuntimeError: scheduler died; its last lines besides that one: "fake server pid {proc.pid} starting on port '
+        f'{proc.spec.port}", "The server is fired up and ready to roll!"; '
         f"log: {proc.log_path}; fix: run its launch command by hand to see why it exits: {sys.executable} {FAKE} "
         f"--port {proc.spec.port} --die-after 2.0"
     )
@@ -577,8 +577,8 @@ def test_reference_server_dying_after_requests_is_named_by_its_fault(tmp_path: P
     expected = (
         f"server 'ref' (pid {proc.pid}) exited with code 1 while running, after 2 of 4 measured requests succeeded "
         "(cause: reference server fault): ref fault: --ref-fault-die-after-requests 2 reached; exiting with status 1; "
-        'its last 3 lines: "Prefill batch, *", "ref fault: --ref-fault-die-after-requests 2 reached; exiting with '
-        f'status 1"; log: {proc.log_path}; fix: run its launch command by hand to see why it exits: *'
+        'its last lines besides that one: "Prefill batch, *", "Prefill batch, *"; log: '
+        f"{proc.log_path}; fix: run its launch command by hand to see why it exits: *"
     )
     assert fnmatch.fnmatchcase(str(info.value), expected), str(info.value)
     assert "\n" not in str(info.value)
@@ -694,12 +694,50 @@ def test_a_cause_found_in_the_log_is_explained_with_its_line_without_the_time_pr
     )
 
 
+def test_an_argparse_death_quotes_its_error_line_once_without_the_usage_lines(tmp_path: Path) -> None:
+    """A fresh-user trial: the reference server's argparse death said its error in the cause, then "its last 3
+    lines" quoted two usage continuation lines and the error line again. The usage block is no meaningful line, and
+    a line the cause already says is not quoted again (here none is left)."""
+    proc = ServerProcess.start(ref_spec("--random-seed", "abc"), name="ref", log_path=tmp_path / "r.log")
+    with pytest.raises(ServerStartError) as info:
+        proc.wait_ready(health(proc.base_url), timeout_s=60)
+    error = "python -m pytest_specdec.refserver: error: argument --random-seed: invalid int value: 'abc'"
+    expected = (
+        f"server 'ref' exited with code 2 before it was ready (cause: bad flag) after * s: {error}; "
+        f"log: {proc.log_path}; fix: run its launch command by hand to see why it exits: *--random-seed abc"
+    )
+    assert fnmatch.fnmatchcase(str(info.value), expected), str(info.value)
+    assert str(info.value).count("invalid int value") == 1 and "[--" not in str(info.value)
+    # SGLang's recorded argparse death: its usage block (420 lines) is skipped, the lines above it are quoted.
+    flag = diagnose_exit((SGLANG_DATA / "bad-flag.log").read_text(), 2)
+    error = "sglang serve: error: unrecognized arguments: --speculative-aux-layer-ids 1,3,5"
+    assert flag.last_lines[0] == "Example: sglang serve --model-path <model> [options]"
+    assert "is deprecated" in flag.last_lines[1] and flag.last_lines[2] == error
+    assert flag.explain(2, quote=True).startswith(
+        f'(cause: bad flag): {error}; its last lines besides that one: "Example: sglang serve --model-path <model> '
+        '[options]", "'
+    )
+
+
+def test_a_quoted_line_the_cause_already_says_is_left_out() -> None:
+    found = diagnose_exit(
+        "[2026-12-05 21:11:00] Decode batch, #running-req: 1\n"
+        "[2026-12-05 21:11:01] ref fault: --ref-fault-die-after-requests 3 reached; exiting with status 1\n",
+        1,
+    )
+    assert found.explain(1, quote=True) == (
+        "(cause: reference server fault): ref fault: --ref-fault-die-after-requests 3 reached; exiting with status 1; "
+        'its last line besides that one: "Decode batch, #running-req: 1"'
+    )
+
+
 def test_real_bad_flag_and_jit_failure() -> None:
     from pytest_specdec.serve.diagnosis import diagnose_exit
 
     flag = diagnose_exit((SGLANG_DATA / "bad-flag.log").read_text(), 2)
     assert (flag.cause, flag.exception) == (
-        "bad flag", "sglang serve: error: unrecognized arguments: --speculative-aux-layer-ids 1,3,5"
+        "bad flag",
+        "sglang serve: error: unrecognized arguments: --speculative-aux-layer-ids 1,3,5",
     )
     jit = diagnose_exit((SGLANG_DATA / "plugin" / "plugin_jit-build-failure.txt").read_text(), -signal.SIGKILL)
     assert jit.cause == "kernel build failed"
@@ -746,5 +784,6 @@ def test_sglang_subprocess_sigkilled_mid_run_is_named() -> None:
     dmesg = "[9.1] Out of memory: Killed process 4184 (sglang::schedu) total-vm:1kB, anon-rss:1kB\n"
     oom = diagnose_exit(log, -signal.SIGKILL, pids=[4130], kernel_log=dmesg)
     assert (oom.cause, oom.exception) == (
-        "killed by the OOM killer", "SGLang subprocess scheduler_0 (pid 4184) killed by signal 9 (SIGKILL)"
+        "killed by the OOM killer",
+        "SGLang subprocess scheduler_0 (pid 4184) killed by signal 9 (SIGKILL)",
     )

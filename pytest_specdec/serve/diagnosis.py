@@ -119,7 +119,20 @@ class ExitDiagnosis:
 
     def quoted(self) -> str:
         """The log's last meaningful lines as a message quotes them, each cut to 200 characters: ``its last line:
-        "..."``, ``its last 3 lines: "...", "...", "..."``, or ``its log is empty``."""
+        "..."``, ``its last 3 lines: "...", "...", "..."``, or ``its log is empty``. A line that is the exception (or
+        the line standing in for it, which the message says before) is not quoted again: then ``its last lines
+        besides that one: "...", "..."``, or ``""`` when no other is left (the reference server's argparse error: its
+        usage lines are no meaningful lines, :func:`last_lines`)."""
+        lines = [line for line in self.last_lines if line != self.exception]
+        if len(lines) < len(self.last_lines):
+            if not lines:
+                return ""
+            shown = ", ".join(f'"{_cut(line)}"' for line in lines)
+            return (
+                f"its last line besides that one: {shown}"
+                if len(lines) == 1
+                else f"its last lines besides that one: {shown}"
+            )
         quoted = [f'"{_cut(line)}"' for line in self.last_lines]
         if not quoted:
             return "its log is empty"
@@ -141,7 +154,8 @@ class ExitDiagnosis:
         if self.cause != "unknown":
             detail = self.detail(returncode)
             said = f"(cause: {self.cause})" + (f": {detail}" if detail else "")
-            return said + (f"; {self.quoted()}" if quote else "")
+            quoted = self.quoted() if quote else ""
+            return said + (f"; {quoted}" if quoted else "")
         if not self.last_lines:
             known = "no cause found in its log, which is empty"
         else:
@@ -163,12 +177,16 @@ def last_line(log_text: str) -> str | None:
 
 def last_lines(log_text: str, n: int = _QUOTE_LINES) -> tuple[str, ...]:
     """The last ``n`` meaningful lines of ``log_text`` (oldest first) as :func:`last_line` shows one; progress bars,
-    lines without a letter or digit, ``warnings.warn(`` echoes and the supervisor's own line are skipped. A log of
-    such lines only gives its last line; an empty log, nothing."""
+    lines without a letter or digit, ``warnings.warn(`` echoes, the supervisor's own line and argparse's usage
+    block (``usage: prog [-h] ...`` and its indented continuation lines, printed above its ``error:`` line) are
+    skipped. A log of such lines only gives its last line; an empty log, nothing."""
     found: list[str] = []
-    for raw in reversed(log_text.split("\n")):
+    raws = log_text.split("\n")
+    usage = _usage_lines(raws)
+    for i in range(len(raws) - 1, -1, -1):
+        raw = raws[i]
         line = _LOG_PREFIX.sub("", raw.rstrip("\r").rsplit("\r", 1)[-1].strip())
-        if line and not _NOISE.search(line):
+        if line and not _NOISE.search(line) and i not in usage:
             found.append(line)
             if len(found) == n:
                 break
@@ -176,6 +194,21 @@ def last_lines(log_text: str, n: int = _QUOTE_LINES) -> tuple[str, ...]:
         last = last_line(log_text)
         return (last,) if last else ()
     return tuple(reversed(found))
+
+
+def _usage_lines(raws: list[str]) -> set[int]:
+    """Indexes of argparse's usage blocks in ``raws``: a line starting ``usage:`` and the lines after it that start
+    with a space (argparse wraps the usage there, indented under the program name)."""
+    found: set[int] = set()
+    inside = False
+    for i, raw in enumerate(raws):
+        if raw.startswith("usage: "):
+            inside = True
+        elif not (inside and raw.startswith(" ")):
+            inside = False
+            continue
+        found.add(i)
+    return found
 
 
 def _cut(line: str) -> str:

@@ -92,9 +92,10 @@ def exit_error(server: Waitable, elapsed: float, *, when: str) -> ServerStartErr
     """The error for a server that ended ``when`` (e.g. "before it was ready"), one message whether or not its log
     names a cause: the diagnosed cause and its detail (``diagnosis.diagnose_exit``) or, with none found, what is
     known instead of "cause: unknown"; the exit status and seconds since launch; the log's last meaningful lines,
-    once (``ExitDiagnosis.quoted``); the log's path; and the fix to try: the launch command, to run by hand, e.g.
+    once (``ExitDiagnosis.quoted``: not the line the cause says, nor argparse's usage lines); the log's path; and the
+    fix to try: the launch command, to run by hand, e.g.
     ``server 'eagle3' exited with code 1 before it was ready (cause: out of memory) after 2.1 s:
-    torch.OutOfMemoryError: CUDA out of memory; its last line: "torch.OutOfMemoryError: ..."; log: ...; fix: run
+    torch.OutOfMemoryError: CUDA out of memory; its last line besides that one: "Capturing batches"; log: ...; fix: run
     its launch command by hand to see why it exits: PYTHONPATH=/src /venv/bin/python -m sglang.launch_server ...``
     or ``server 'eagle3' exited with code 1 before it was ready after 2.1 s (no cause found in its log; its last
     line: "Load weight begin"); log: ...; fix: ...``. Secrets are redacted. The log's 20-line tail is kept in
@@ -109,7 +110,8 @@ def exit_error(server: Waitable, elapsed: float, *, when: str) -> ServerStartErr
     else:
         detail = found.detail(returncode)
         said = f"{status} (cause: {found.cause}) after {elapsed:.1f} s" + (f": {detail}" if detail else "")
-        said += f"; {found.quoted()}"
+        quoted = found.quoted()
+        said += f"; {quoted}" if quoted else ""
     command = launch_command(server.spec.argv, server.spec.env)
     text = f"{said}; log: {server.log_path}; fix: run its launch command by hand to see why it exits: {command}"
     return ServerStartError(

@@ -235,8 +235,8 @@ class ServerProcess:
             measured requests had succeeded, e.g. ``"while running, after 3 of 8 measured requests succeeded"``.
         :raises ServerError: "server 'eagle3' (pid 12) exited with code 3 while running, after 3 of 8 measured
             requests succeeded (cause: scheduler exception): TypeError: ... at sglang/srt/models/llama.py:437; its
-            last 3 lines: "...", "...", "..."; log: ...; fix: run its launch command by hand to see why it exits:
-            ..." (or "(no cause found in its log; its last line: "...")" in place of the cause).
+            last lines besides that one: "...", "..."; log: ...; fix: run its launch command by hand to see why it
+            exits: ..." (or "(no cause found in its log; its last line: "...")" in place of the cause).
         """
         if self._death is None:
             if not self.exited():
