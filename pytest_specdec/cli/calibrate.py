@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from pytest_specdec.cli.exits import EXIT_BAD_PROFILE, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
-from pytest_specdec.core import stats
+from pytest_specdec.core import hoststate, stats
 from pytest_specdec.core.errors import CompareError, ProfileError, ServerError, ServerStartError
-from pytest_specdec.core.metric_table import PAIRED_FIELDS
+from pytest_specdec.core.metric_table import EXACT_FIELDS, PAIRED_FIELDS
 from pytest_specdec.core.table import Column, text_table
-from pytest_specdec.core.tolerances import CATEGORY_FIELDS, Tolerance, Tolerances, field_specs
+from pytest_specdec.core.tolerances import CATEGORY_FIELDS, DEFAULT_TOLERANCES, Tolerance, Tolerances, field_specs
 from pytest_specdec.engines.rules import load_profiles
 from pytest_specdec.judge import sequential
 from pytest_specdec.judge.compare import MIN_CATEGORY_REQUESTS, calibrated_history, design_of, run_to_run_sd
@@ -52,6 +52,12 @@ _FIRM_RUNS = 6
 #: The stored runs the table of tolerances shows (with --stored-runs): the first night, the last that takes the
 #: run-to-run sd as known (``sequential.ASSUMED_UP_TO_RUNS``), a history between, a full one (``MAX_HISTORY_RUNS``).
 _TABLE_RUNS = (1, 3, 5, 10)
+#: Runs from which the runs' tok/s are checked for a trend (:func:`_trend_line`): 4 unordered instances all step
+#: one way 1 time in 12 (2 / 4!), 3 of them 1 time in 3.
+_TREND_RUNS = 4
+#: A drift from the first run's median tok/s to the last's beyond this many within-run sds (of one repeat) is a trend
+#: (fresh-user trial: 116.5 -> 159.4 tok/s while the load average fell 4.5 -> 2.2, with a few % within a run).
+_TREND_SDS = 3.0
 
 
 def calibrate_command(args: argparse.Namespace) -> int:
@@ -118,11 +124,15 @@ def calibrate_command(args: argparse.Namespace) -> int:
             return EXIT_BAD_PROFILE
         design = design_for(profile, profile.workload.repeats)
         for i in range(args.runs):
+            before = hoststate.snapshot()
             try:
                 record = _calibration_run(profile, reference, Path(args.log_dir))
             except (ServerStartError, ServerError) as exc:
                 print(f"error: run {i + 1}/{args.runs}: {exc}", file=sys.stderr)
                 return EXIT_FINDINGS
+            # The runner's state as a stored run's fingerprint has it: the trend line reads its load average.
+            runner_state = hoststate.runner_entry(before, hoststate.snapshot())
+            record = dataclasses.replace(record, fingerprint={**record.fingerprint, "runner": runner_state})
             records.append(record)
             ratios = paired_ratios(record, "output_tok_s")
             paired = f", {sorted(ratios)[len(ratios) // 2]:.3f}x {vs} (paired)" if ratios else ""
@@ -141,10 +151,10 @@ def calibrate_command(args: argparse.Namespace) -> int:
     by_category, no_verdict = _category_noise(records, vs)
     per_row = bool(args.per_row)
     sizing = GateSizing(design, args.stored_runs)
-    judged = _judged_rows(found_sds, noise, by_category, vs, sizing)
+    judged = _judged_rows(found_sds, noise, by_category, vs, sizing, _absolute_levels(records, found_sds, by_category))
     sizing = dataclasses.replace(sizing, probability=_row_probability(len(judged), per_row=per_row))
     judged = [dataclasses.replace(row, sizing=sizing) for row in judged]
-    proposal, pasted = _proposal(found_sds, judged)
+    proposal, pasted, unsized = _proposal(found_sds, judged)
     sds = [(f"{key}: sd {sd:.0%} {kind}") for kind, pairs in (
         ("within a run", [*noise.items(), *((n.key, n.within) for n in by_category.values())]),
         ("run to run", [*noise.run_to_run.items(), *((n.key, n.run_to_run) for n in by_category.values())]),
@@ -187,13 +197,24 @@ def calibrate_command(args: argparse.Namespace) -> int:
     if len(records) < _FIRM_RUNS:
         print(f"# only {len(records)} server start(s): the run-to-run sds above are rough (a compare takes one only "
               f"where larger than its assumed 7%); {_FIRM_RUNS} or more size them better")  # fmt: skip
+    trend = _trend_line(records, found_sds.get("output_tok_s"), given=bool(args.from_runs))
+    if trend:
+        print(trend)
     print(f"# proposed from {len(records)} measurement(s); paste into pytest's ini (or a profile's tolerances:)")
     print(_assumes_line(sizing, len(judged), per_row=per_row))
     lines: list[str] = []
     short: list[str] = []  # rows the pasted tolerances leave below their own figure: the night line names them
     for fname, found in found_sds.items():
+        mine = [row for row in judged if row.field == fname]
+        top = next((r for r in mine if r.category is None and r.noise.row == found.row), None)
+        if fname not in proposal:
+            print(f"#   {found.key}: not proposed: no spread (identical values: the compare judges it equal-or-not, "
+                  f"and its tolerance, the default {DEFAULT_TOLERANCES[fname]}, is the drop that fails, which noise "
+                  "does not size)")  # fmt: skip
+            continue
         tol = proposal[fname]
-        shown = _percent(tol.rel) if tol is not None else f"none below {TOLERANCE_CAP:.1%}"
+        shown = top.shown(tol) if top is not None and tol is not None else (
+            _percent(tol.rel) if tol is not None else f"none below {TOLERANCE_CAP:.1%}")  # fmt: skip
         if tol is not None and found.within > 0 and tol.rel == 0.01:
             shown += " (the 1% floor)"
         spread = f"sd {found.within * 100:.2f}% " + (
@@ -205,7 +226,6 @@ def calibrate_command(args: argparse.Namespace) -> int:
             print(f"#   {found.key}: {shown}, the floor: no spread (identical values decide exactly)")
         else:
             print(f"#   {found.key}: {shown} for {spread}")
-        mine = [row for row in judged if row.field == fname]
         for row in mine:
             if row.category is None and row.noise.row == fname and row.shared and tol is not None:
                 lines.append(_raw_line(row, vs or "", tol.rel))
@@ -216,7 +236,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
             parts = []
             for row in categories:
                 need = row.least()
-                parts.append(f"{row.category} {_percent(need) if need is not None else 'none'}")
+                parts.append(f"{row.category} {row.shown(row.tolerance(need)) if need is not None else 'none'}")
             wider = [c for f, c in pasted.categories if f == fname]
             print(f"#     {fname} per category, each at alpha / {len(categories)}: {', '.join(parts)}"
                   + (f"; pasted below where wider than {fname}'s: {', '.join(wider)}" if wider else ""))  # fmt: skip
@@ -234,6 +254,9 @@ def calibrate_command(args: argparse.Namespace) -> int:
         print(f"    {name}:{tol}")
     for (fname, category), tol in pasted.categories.items():  # one a line: a category may hold spaces
         print(f"    {fname}[{category}]:{tol}")
+    # Indented, inside the ini value: pytest's ini reader skips a comment line there.
+    for line in unsized:
+        print(f"    # {line}")
     if lines:
         print("\n".join(lines))
     return EXIT_OK
@@ -267,8 +290,11 @@ class _Row:
     prints it, its noise, its direction, its field and category (None: a top row), how many category rows of its
     field share the field's alpha (``compare._category_rows``: ``alpha / k`` each; 1 for a top row), whether it
     shares the field's alpha with the field's other row (a paired field's raw and ratio rows: half each), and the
-    gate it is sized for (``sizing.probability``: its chance of ending passed). Its simulated nights are kept per
-    stored runs (``_needs``)."""
+    gate it is sized for (``sizing.probability``: its chance of ending passed). ``level``: for a field whose default
+    tolerance is absolute (accept_rate 0.02), the runs' median value, at which its relative figure is pasted as an
+    absolute one (:meth:`tolerance`; the compare judges an absolute tolerance on the runs' difference, which the
+    relative draws approximate for a spread of a few %); None for a relative field. Its simulated nights are kept
+    per stored runs (``_needs``)."""
 
     name: str
     noise: FieldNoise
@@ -278,6 +304,7 @@ class _Row:
     k: int
     shared: bool
     sizing: GateSizing
+    level: float | None = None
     _needs: dict[int, np.ndarray] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -337,19 +364,36 @@ class _Row:
             return None
         return max(math.ceil(round(need * 1000, 6)) / 1000, 0.01)
 
+    def tolerance(self, need: float) -> Tolerance:
+        """The tolerance a relative figure ``need`` is pasted as: relative, or for an absolute field (``level``)
+        absolute, its share of the level rounded up to 0.001 (``accept_rate:0.012``), as its default is written."""
+        if self.level is None:
+            return Tolerance(rel=need)
+        return Tolerance(abs=math.ceil(round(need * self.level * 1000, 6)) / 1000)
+
+    def relative(self, tol: Tolerance) -> float:
+        """``tol`` as a share of the row's level (an absolute part over ``level``; a relative field's ``rel``)."""
+        return tol.rel + (tol.abs / self.level if self.level else 0.0)
+
+    def shown(self, tol: Tolerance) -> str:
+        """``6.3%``, or for an absolute field ``0.012 (2.2% of 0.546)``: its share of the runs' median."""
+        if self.level is None:
+            return _percent(tol.rel)
+        return f"{tol} ({self.relative(tol) * 100:.2g}% of {self.level:.3g})"
+
     def passes(self, pasted: Tolerances) -> np.ndarray:
         """Per simulated night (against the sizing's stored runs), whether the row passes at what ``pasted`` gives
         it (``Tolerances.row`` for a category row)."""
         tol = pasted.row(self.field, self.category) if self.category is not None else pasted.get(self.field)
         needs = self.needs(self.sizing.stored_runs)
-        return needs <= tol.rel + 1e-9 if tol is not None else np.zeros(needs.size, dtype=bool)
+        return needs <= self.relative(tol) + 1e-9 if tol is not None else np.zeros(needs.size, dtype=bool)
 
     def covered(self, pasted: Tolerances) -> bool:
         """Whether ``pasted`` gives the row at least its own figure (a paired field's raw row is judged at its
         ratio row's tolerance, and may need more)."""
         tol = pasted.row(self.field, self.category) if self.category is not None else pasted.get(self.field)
         need = self.least()
-        return need is not None and tol is not None and tol.rel >= need
+        return need is not None and tol is not None and self.relative(tol) >= need - 1e-9
 
     def first_nights_sd(self) -> float:
         """The run-to-run sd a compare against 1-3 stored runs takes for the row, with this noise file
@@ -364,47 +408,133 @@ def _judged_rows(
     by_category: Mapping[tuple[str, str], FieldNoise],
     vs: str | None,
     sizing: GateSizing,
+    levels: Mapping[str, float] | None = None,
 ) -> list[_Row]:
     """The rows an unchanged night's compare judges statistically, each of which must end passed for the night to
     pass, field by field: its top row with a spread (its ratio row where paired), a paired field's raw row beside it
     (``compare._paired_rows``), its category rows :func:`_category_noise` sizes. Exact rows (no spread: accept
     length at temperature 0) and category rows given no verdict (``n/a``) are decided without statistics and do not
-    count."""
+    count. ``levels``: noise key -> the runs' median, for the rows of absolutely tolerated fields
+    (:func:`_absolute_levels`)."""
     specs = field_specs()
+    levels = levels or {}
     per_field = Counter(f for f, _ in by_category)
     rows: list[_Row] = []
     for fname in [*found, *(f for f in per_field if f not in found)]:
         higher = specs[fname].higher_is_better if fname in specs else True
         n = found.get(fname)
         if n is not None and n.within > 0:
-            rows.append(_Row(_row_name(n.row, vs), n, higher, fname, None, 1, n.row != fname, sizing))
+            rows.append(_Row(_row_name(n.row, vs), n, higher, fname, None, 1, n.row != fname, sizing,
+                             levels.get(n.key)))  # fmt: skip
         if n is not None and n.row != fname:
             raw = dataclasses.replace(n, key=fname, row=fname, within=noise.get(fname, n.within),
                                       run_to_run=noise.run_to_run.get(fname, 0.0))  # fmt: skip
             if raw.within > 0:
                 rows.append(_Row(fname, raw, higher, fname, None, 1, True, sizing))
-        rows += [_Row(_row_name(c.row, vs), c, higher, fname, category, per_field[fname], False, sizing)
-                 for (f, category), c in by_category.items() if f == fname]  # fmt: skip
+        rows += [_Row(_row_name(c.row, vs), c, higher, fname, category, per_field[fname], False, sizing,
+                      levels.get(c.key)) for (f, category), c in by_category.items() if f == fname]  # fmt: skip
     return rows
 
 
 def _proposal(found: Mapping[str, FieldNoise], rows: Sequence[_Row]) -> tuple[dict[str, Tolerance | None],
-                                                                                Tolerances]:  # fmt: skip
-    """The proposal per field and the ini block it pastes: per field its top row's least tolerance (its ratio row's
-    where paired; 1% for a field with no spread; None where none below the cap), and ``FIELD[CATEGORY]`` where a
-    category row needs more than its field's."""
+                                                                                Tolerances, list[str]]:  # fmt: skip
+    """The proposal per field, the ini block it pastes, and a comment for each row it pastes nothing for.
+
+    Per field its top row's least tolerance (its ratio row's where paired; absolute for a field whose default is,
+    :meth:`_Row.tolerance`; 1% for a field with no spread; None where none below the cap); an exact field with no
+    spread (accept length and rate: the compare judges them equal-or-not, their tolerance is the drop that fails,
+    not noise) is not proposed and keeps its default. ``FIELD[CATEGORY]`` is pasted where a category row needs more
+    than its field's proposal, and only beside one: a field with no figure stays at its default, which its category
+    rows would otherwise pass under a figure of their own. Each judged row with nothing pasted for it gets a comment:
+    the gate cannot decide it at this noise and budget, and what to do.
+    """
     proposal: dict[str, Tolerance | None] = {}
+    unsized: list[str] = []
     for fname, n in found.items():
+        if n.within <= 0 and fname in EXACT_FIELDS:
+            continue
         top = next((r for r in rows if r.field == fname and r.category is None and r.noise.row == n.row), None)
         need = top.least() if top is not None else 0.01
-        proposal[fname] = Tolerance(rel=need) if need is not None else None
+        if need is not None:
+            proposal[fname] = top.tolerance(need) if top is not None else Tolerance(rel=need)
+        else:
+            proposal[fname] = None
+        if need is None:
+            unsized.append(f"{fname}: no tolerance below {TOLERANCE_CAP:.1%} decides this row at this noise and budget "
+                           f"(it stays at the default {DEFAULT_TOLERANCES.get(fname, Tolerance(rel=0.1))}, and "
+                           f"unchanged nights end it undecided): {_UNSIZED_FIX}")  # fmt: skip
     pasted = Tolerances({f: t for f, t in proposal.items() if t is not None})
     for row in rows:
-        if row.category is not None:
-            need, tol = row.least(), proposal.get(row.field)
-            if need is not None and (tol is None or need > tol.rel):
-                pasted.categories[(row.field, row.category)] = Tolerance(rel=need)
-    return proposal, pasted
+        if row.category is None:
+            continue
+        need, tol = row.least(), proposal.get(row.field)
+        name = f"{row.field}[{row.category}]"
+        if need is None:
+            unsized.append(f"{name}: no tolerance below {TOLERANCE_CAP:.1%} decides this row at this noise and budget "
+                           f"(it takes {row.field}'s, and unchanged nights end it undecided): more requests a repeat "
+                           f"in {row.category!r}, or {_UNSIZED_FIX}")  # fmt: skip
+        elif tol is None:
+            unsized.append(f"{name}: not pasted (its own figure {row.shown(row.tolerance(need))}): its field "
+                           f"{row.field} has no figure (above), and a category row is pasted only where wider than "
+                           "its field's")  # fmt: skip
+        elif need > row.relative(tol) + 1e-9:
+            pasted.categories[(row.field, row.category)] = row.tolerance(need)
+    return proposal, pasted, unsized
+
+
+#: What decides a row no tolerance below the cap decides (:func:`_proposal`'s comments). The compare has no way to
+#: leave a default row out: each layer changes a field's tolerance, never removes it (``merge_tolerances``).
+_UNSIZED_FIX = ("raise workload.max_repeats or workload.repeats, store more runs (the table above gives each number's "
+                "figure), or calibrate on a quieter runner; the compare cannot leave a default row out (its defaults "
+                "are always checked)")  # fmt: skip
+
+
+def _absolute_levels(
+    records: Sequence[ResultRecord], found: Mapping[str, FieldNoise], by_category: Mapping[tuple[str, str], FieldNoise]
+) -> dict[str, float]:
+    """Noise key -> the median of the runs' values, for the rows of a field whose default tolerance is absolute
+    (``DEFAULT_TOLERANCES``: accept_rate 0.02) and its category rows: the level at which :meth:`_Row.tolerance`
+    turns a relative figure into an absolute one."""
+    absolute = {f for f, t in DEFAULT_TOLERANCES.items() if t.abs and not t.rel}
+    keys = [n.key for f, n in found.items() if f in absolute and n.key == f]
+    keys += [n.key for (f, _), n in by_category.items() if f in absolute and n.key == n.row]
+    levels = {}
+    for key in keys:
+        values = [v for r in records for v in r.values(key)]
+        if values and statistics.median(values) > 0:
+            levels[key] = statistics.median(values)
+    return levels
+
+
+def _trend_line(records: Sequence[ResultRecord], found: FieldNoise | None, *, given: bool) -> str | None:
+    """One line when the runs' median tok/s moved one way from each run to the next (with :data:`_TREND_RUNS` or
+    more runs) and from the first to the last by more than :data:`_TREND_SDS` within-run sds of one repeat: a load
+    that changed during calibration, not instance noise, which the run-to-run sd then includes. With the load
+    averages the runs' runner state recorded (``fingerprint["runner"]``, ``hoststate.runner_entry``: each run's
+    mean of before and after), where the first and last have them. The figures are left as they are.
+
+    :param given: the records are stored runs in the order given (``--from``), not calibrate's own in order of start.
+    """
+    medians = [statistics.median(v) for r in records if (v := r.values("output_tok_s")) and min(v) > 0]
+    if len(records) < _TREND_RUNS or len(medians) != len(records) or found is None:
+        return None
+    steps = [b - a for a, b in zip(medians, medians[1:], strict=False)]
+    if not (all(d > 0 for d in steps) or all(d < 0 for d in steps)):
+        return None
+    if abs(math.log(medians[-1] / medians[0])) <= _TREND_SDS * math.log1p(found.within):
+        return None
+    loads = []
+    for r in (records[0], records[-1]):
+        state = r.fingerprint.get("runner") or {}
+        seen = [v for v in (state.get("load1_before"), state.get("load1_after")) if isinstance(v, int | float)]
+        loads.append(sum(seen) / len(seen) if seen else None)
+    load = f" (load average {loads[0]:.1f} -> {loads[1]:.1f})" if None not in loads else ""
+    moved = "rose" if steps[0] > 0 else "fell"
+    order = "in the order given" if given else "in order of start"
+    return (
+        f"# the runs' tok/s {moved} {medians[0]:.0f} -> {medians[-1]:.0f} {order}{load}: the run-to-run sd "
+        "includes a load trend; calibrate on a quiet or steady runner"
+    )
 
 
 def _night_line(rows: Sequence[_Row], pasted: Tolerances, short: Sequence[str], *, per_row: bool) -> str:
@@ -514,12 +644,13 @@ def _table_lines(rows: Sequence[_Row], sizing: GateSizing) -> list[str]:
             f"{sequential.ASSUMED_UP_TO_RUNS + 1} it estimates it from the runs, whose few degrees of freedom can "
             "widen the interval (the run-to-run spread sets it, which a quieter runner narrows, not fewer stored "
             "runs); below a row's figure unchanged nights stay undecided more often (--specdec-undecided=warn, the "
-            "default, passes them with a warning)")  # fmt: skip
+            "default, passes them with a warning); a night is stored as one of these runs when it passed, or ended "
+            "undecided with no row's estimate beyond its tolerance (a regressed night is not)")  # fmt: skip
     columns = [Column("row"), *(Column(f"{k} stored", "right") for k in runs), Column("run-to-run sd, 1-3", "right")]
     cells = []
     for row in rows:
         needs = [row.least(k) for k in runs]
-        cells.append([row.name, *(_percent(n) if n is not None else "none" for n in needs),
+        cells.append([row.name, *(str(row.tolerance(n)) if n is not None else "none" for n in needs),
                       f"{row.first_nights_sd() * 100:.2g}%"])  # fmt: skip
     return [head, *(f"#   {line}" for line in text_table(columns, cells))]
 
