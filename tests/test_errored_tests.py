@@ -417,3 +417,51 @@ def test_the_profile_of_a_crashed_test_is_read_from_its_unit_or_node_id(
     from pytest_specdec.run.session import _profile_of
 
     assert _profile_of(nodeid, unit, ("baseline", "eagle3", "eagle3-wrong-layers")) == profile
+
+
+def test_a_death_shared_by_two_tests_is_said_once_in_full_with_how_much_of_the_run_had_run(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fresh-user trial: with 2 tests sharing 1 measurement, the whole death message (launch command included)
+    appeared twice in the terminal, the markdown, the run file's ``errored`` and ``compare``, which cut its fix to
+    "fix: run its launch command by hand to see why it exits: ..." without the command; and a death in repeat 2
+    said "before any of N measured requests succeeded" though repeat 1 had run. The first test shows the message
+    whole, with the run's count; the second, the same verdict (errored in setup) with a one-line reference."""
+    pytester.makepyfile(test_fake_errored="def test_run(specdec_run):\n    pass\n\n\ndef test_latency(specdec_run):\n"
+                        "    pass\n")  # fmt: skip
+    pytester.makeini("[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n")
+    # The fake SGLang's scheduler crashes on the 4th measured request: repeat 1's 2 succeed, then 1 of repeat 2's.
+    profiles = _profiles({"crash_after_requests": 3}).replace("repeats: 1", "repeats: 2")
+    pytester.makefile(".yaml", specdec=profiles)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly",
+                                          "--server-profile=eagle3", "--specdec-markdown=night.md")  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(errors=2)
+    first_id, second_id = "test_fake_errored.py::test_run[eagle3]", "test_fake_errored.py::test_latency[eagle3]"
+    errors = {r.nodeid: str(r.longrepr) for r in result.reprec.getreports("pytest_runtest_logreport") if r.failed}
+    assert list(errors) == [first_id, second_id]
+    death = errors[first_id]
+    how_far = (
+        ") was killed by signal 9 (SIGKILL) while running, after 3 measured requests to this server succeeded "
+        "(1 repeat done), during repeat 2 (1 of its 2 succeeded) (cause: scheduler exception): "
+    )
+    assert death.startswith("server 'eagle3' (pid ") and how_far in death, death
+    command = death.partition("fix: run its launch command by hand to see why it exits: ")[2]
+    assert command.startswith(f"PYTHONPATH={FAKE} ") and " -m sglang.launch_server " in command, death
+    short = f"same failure as {first_id} (the tests of profile 'eagle3' share one measurement): see its message above"
+    assert errors[second_id] == short
+    assert result.stdout.str().count(command) == 1  # in the first test's error section only
+    (stored,) = _stored(pytester)
+    assert [(e["test_id"], e["when"], e["error"]) for e in stored["errored"]] == [  # type: ignore[union-attr]
+        (first_id, "setup", death),
+        (second_id, "setup", short),
+    ]
+    md = (pytester.path / "night.md").read_text()
+    assert md.count(command) == 1 and short in md, md
+    capsys.readouterr()
+    results = str(pytester.path / ".specdec/results")
+    run_id = str(stored["run_id"])
+    assert main(["compare", run_id, run_id, "--results-dir", results]) == 1
+    out = capsys.readouterr().out
+    assert f"errored in CURRENT before it measured: {first_id}: {death}\n" in out
+    assert f"errored in CURRENT before it measured: {second_id}: {short}\n" in out

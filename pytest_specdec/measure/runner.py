@@ -64,6 +64,11 @@ def client_load_of(server: RunningServer) -> client.ClientLoad | None:
     return _client_loads.get(server)
 
 
+#: Server process (``RunningServer.process``, new on a restart) -> (measured phases it completed, their requests that
+#: succeeded): what a death's message says ran before the phase it died in (:func:`_progress`).
+_served: weakref.WeakKeyDictionary[object, tuple[int, int]] = weakref.WeakKeyDictionary()
+
+
 def _keep_load(server: RunningServer, load: client.ClientLoad | None) -> None:
     if load is not None:
         _client_loads[server] = load
@@ -149,6 +154,9 @@ def measure(
     after = _counters(server)
     _keep_load(server, phase.load)
     _check_alive(server, phase.records)
+    if server.process is not None:
+        phases, succeeded = _served.get(server.process, (0, 0))
+        _served[server.process] = (phases + 1, succeeded + sum(1 for r in phase.records if r.ok))
     spec = profile.speculative
     num_steps = None
     scheduler_length = None
@@ -212,13 +220,26 @@ def _check_alive(server: RunningServer, records: Sequence[RequestRecord]) -> Non
         deadline = clock.now() + DEATH_GRACE_S
         while process.alive() and clock.now() < deadline:
             time.sleep(0.02)
-    process.check_alive(_progress(records))
+    process.check_alive(_progress(records, *_served.get(process, (0, 0))))
 
 
-def _progress(records: Sequence[RequestRecord]) -> str:
-    """How far a measured phase got, for the error of a server that died in it (its requests after the death fail
-    at once, so the successes count the requests it served)."""
+def _progress(records: Sequence[RequestRecord], phases_done: int = 0, succeeded_before: int = 0) -> str:
+    """How far the server got, for the error of one that died in a measured phase (its requests after the death
+    fail at once, so the successes count the requests it served). The phase's own count alone read "before any of 8
+    measured requests succeeded" after a whole repeat had run (a fresh-user trial), so once a phase of this server
+    completed, the message counts the run's requests and says which repeat it died in.
+
+    :param phases_done: measured phases (repeats, paired arms) this server process completed before this one.
+    :param succeeded_before: their requests that succeeded.
+
+    Example: 8 requests a repeat, dead after 20: ``"while running, after 20 measured requests to this server
+    succeeded (2 repeats done), during repeat 3 (4 of its 8 succeeded)"``.
+    """
     done = sum(1 for r in records if r.ok)
+    if phases_done:
+        repeats = f"{phases_done} repeat{'s' if phases_done != 1 else ''} done"
+        return (f"while running, after {succeeded_before + done} measured requests to this server succeeded "
+                f"({repeats}), during repeat {phases_done + 1} ({done} of its {len(records)} succeeded)")  # fmt: skip
     if done == 0:
         return f"while running, before any of {len(records)} measured requests succeeded"
     return f"while running, after {done} of {len(records)} measured requests succeeded"

@@ -27,12 +27,12 @@ if TYPE_CHECKING:
     from pytest_specdec.measure.store import MeasurementStore
     from pytest_specdec.profiles.schema import Profile
 
-__all__ = ["ServerStop", "measure_for", "measure_lock", "or_fail", "serve"]
+__all__ = ["ServerStop", "measure_for", "measure_lock", "or_fail", "same_failure", "serve"]
 
 T = TypeVar("T")
 
-#: profile -> the message its failed measurement failed with (:func:`measure_for`).
-_failed_measurements: pytest.StashKey[dict[str, str]] = pytest.StashKey()
+#: profile -> (node id of the test its failed measurement failed in, that failure's message) (:func:`measure_for`).
+_failed_measurements: pytest.StashKey[dict[str, tuple[str, str]]] = pytest.StashKey()
 
 
 def measure_for(
@@ -41,10 +41,12 @@ def measure_for(
     """The ``specdec_run`` fixture: the profile's measurement (made now when none exists yet in this session, under
     xdist in any worker), attached to the test as its result record, JUnit properties and benchmark entry.
 
-    A measurement that failed (its server died, stalled, ...) is not made again for the next test of the profile:
-    that test fails with the first one's message. Measuring again sent the next test's requests to a server already
-    dead, and its message said "before any of 4 measured requests succeeded" where the first said "after 2 of 4"
-    (a fresh-user trial): one measurement, one answer."""
+    A measurement that failed (its server did not start, died, stalled, ...) is not made again for the next test of
+    the profile: that test fails too, in the same phase, with a one-line reference to the first one's message
+    (:func:`same_failure`). Measuring again sent the next test's requests to a server already dead, and its message
+    said "before any of 4 measured requests succeeded" where the first said "after 2 of 4" (a fresh-user trial): one
+    measurement, one answer; and the whole message, launch command included, repeated for every test of the
+    measurement in the terminal, the markdown summary, the run file and ``compare`` (another trial): it is said once."""
     from pytest_specdec.measure import results
     from pytest_specdec.report import benchmark, junit
 
@@ -55,13 +57,14 @@ def measure_for(
         if store.needs(profile.name, vs):
             failed = item.config.stash.setdefault(_failed_measurements, {})
             if profile.name in failed:
-                pytest.fail(failed[profile.name], pytrace=False)
-            specdec_server: runner.RunningServer = request.getfixturevalue("specdec_server")  # launch only now
-            store.attach(specdec_server)
+                pytest.fail(same_failure(profile.name, failed[profile.name][0]), pytrace=False)
             try:
+                # A server that did not start fails here: pytest caches the fixture's failure for the session.
+                specdec_server: runner.RunningServer = request.getfixturevalue("specdec_server")  # launch only now
+                store.attach(specdec_server)
                 or_fail(lambda: store.measure_once(specdec_server, vs))
             except pytest.fail.Exception as exc:
-                failed[profile.name] = exc.msg
+                failed[profile.name] = (item.nodeid, exc.msg)
                 raise
         run = store.run(profile.name)
         for message in dict.fromkeys([*run.cross_checks, *run.log_warnings]):
@@ -82,6 +85,13 @@ def measure_for(
     item.user_properties.extend(junit.junit_properties(record.metrics))  # JUnit <property name="specdec_...">
     benchmark.record(request, run.measurements, fingerprint)
     return run
+
+
+def same_failure(profile: str, first: str) -> str:
+    """What a later test of a profile whose measurement failed says, in place of that failure's whole message (its
+    cause, log and launch command, shown once, by ``first``): e.g. ``same failure as t.py::test_run[eagle3] (the
+    tests of profile 'eagle3' share one measurement): see its message above``."""
+    return f"same failure as {first} (the tests of profile '{profile}' share one measurement): see its message above"
 
 
 def serve(
@@ -203,7 +213,6 @@ def measure_lock(config: pytest.Config, requests_out: Path | None = None) -> Ite
     token = runner.phase_watcher.set(status)
     recorder = None
     if requests_out is not None:
-
         recorder = runner.phase_recorder.set(_request_log(config, requests_out))
     try:
         root = xdistnode.shared_dir(config) if xdistnode.is_worker(config) else None
