@@ -47,7 +47,9 @@ __all__ = ["SpecdecSession", "XdistCrashes", "session_key"]
 #: (``ErroredTest.to_dict`` as JSON). Added where the report is made, which has the item (an xdist worker), and read
 #: where reports are logged (the controller); only the teardown report's properties reach JUnit XML.
 _ERRORED_PROPERTY = "specdec_errored"
-#: An errored test's first error line is cut here: a startup death's line carries its launch command.
+#: An errored test's first error line is cut here, unless it is ours (``SpecdecError``, the plugin's ``pytest.fail``):
+#: a server death's line ends with its launch command, kept whole for the run file, markdown and compare (the
+#: profile's later tests say only ``fixtures.same_failure``, so it is written once per measurement).
 _ERROR_CHARS = 500
 
 
@@ -397,12 +399,14 @@ def _is_run_of(part: list[str], whole: list[str]) -> bool:
 
 def _first_line(call: pytest.CallInfo[None], report: pytest.TestReport) -> str:
     """The first non-blank line of a failed phase's error: the message of ours (``SpecdecError``) or of pytest's
-    ``fail`` (the plugin turns a server that did not start into one), else ``Type: message``; cut to
+    ``fail`` (the plugin turns a server that did not start into one), whole, else ``Type: message`` cut to
     :data:`_ERROR_CHARS`."""
     exc = call.excinfo.value if call.excinfo is not None else None
     text = str(exc) if exc is not None else report.longreprtext
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    if exc is not None and not isinstance(exc, SpecdecError | pytest.fail.Exception):
+    if isinstance(exc, SpecdecError | pytest.fail.Exception):
+        return first
+    if exc is not None:
         first = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
     return first if len(first) <= _ERROR_CHARS else first[: _ERROR_CHARS - 3] + "..."
 
