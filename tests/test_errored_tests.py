@@ -10,10 +10,17 @@ the run file when none measured, and ``compare`` exits 1 on them; ``merge`` carr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import os
+import queue
 import re
+import signal
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -31,6 +38,7 @@ from pytest_specdec.measure.results import (
 )
 from pytest_specdec.report.markdown import markdown_summary
 from pytest_specdec.report.merge import Shard, merge_runs, merged_markdown
+from pytest_specdec.run import schedule
 from tests.helpers import record
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
@@ -465,3 +473,186 @@ def test_a_death_shared_by_two_tests_is_said_once_in_full_with_how_much_of_the_r
     out = capsys.readouterr().out
     assert f"errored in CURRENT before it measured: {first_id}: {death}\n" in out
     assert f"errored in CURRENT before it measured: {second_id}: {short}\n" in out
+
+
+#: Writes ``reported`` once the controller (not a worker: no PYTEST_XDIST_WORKER) logged a test that passed.
+_REPORTED_CONFTEST = """
+import os
+from pathlib import Path
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.passed and "PYTEST_XDIST_WORKER" not in os.environ:
+        Path("reported").touch()
+"""
+
+
+@pytest.mark.slow
+def test_under_xdist_a_sigint_to_the_controller_alone_stores_an_interrupted_run_and_stops_its_server(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fresh-user trial: ``pytest -n 2`` and SIGINT to the controller's pid alone (a CI cancel, ``timeout -s
+    INT``) ended with exit 1, the run file not interrupted (or none when nothing had measured), no interrupted line,
+    and the shared server still running at session end (its worker ran on), so ``compare night-1 latest`` exited
+    0. The controller now interrupts its workers and takes their last reports: exit 2, the measured test kept in a
+    run file that says ``interrupted: true``, the markdown says so, the server its worker stopped is named and gone,
+    and the compare exits 1."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    first = _night(project, {}, "--specdec-save=night-1", "test_fake_errored.py")
+    assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+    # After test_run measured, test_wait (same profile and worker) holds the server until the SIGINT.
+    project.makepyfile(test_zwait="import time\n\ndef test_wait(specdec_run):\n    time.sleep(120)\n")
+    project.makeconftest(_REPORTED_CONFTEST)
+    servers = project.path / ".specdec" / "servers"
+    # Python keeps SIGINT ignored when its parent ignored it (a run started with '&' by a non-interactive shell): the
+    # controller restores the handler; a session of its own keeps the signal off any other process group.
+    restore = "import signal, sys, pytest; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    proc = subprocess.Popen(
+        [sys.executable, "-c", restore + "sys.exit(pytest.main(sys.argv[1:]))", "-n", "2", "-p", "no:cacheprovider",
+         "-p", "no:benchmark", "-p", "no:randomly", "--server-profile=eagle3", "--specdec-markdown=night-2.md"],
+        cwd=project.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        record = None
+        while record is None and time.monotonic() < deadline and proc.poll() is None:
+            if (project.path / "reported").exists():
+                found = [json.loads(p.read_text()) for p in servers.glob("*.json")] if servers.is_dir() else []
+                record = next((r for r in found if r.get("profile") == "eagle3"), None)
+            time.sleep(0.05)
+        assert record is not None, proc.communicate(timeout=60)[0] if proc.poll() is not None else "no report"
+        proc.send_signal(signal.SIGINT)  # the controller's pid only
+        out, _ = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            _kill_tree(proc.pid)
+            proc.wait()
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "was still running at session end" not in out, out
+    assert re.search(rf"^specdec: interrupted; stopped the servers this run launched: eagle3 \(pid {record['pid']}\)$",
+                     out, re.M), out  # fmt: skip
+    assert ("specdec: the session was interrupted: the result file says so (interrupted: true) and compare exits 1 "
+            "on it; rerun it to judge the run") in out  # fmt: skip
+    night1, night2 = _stored(project)
+    assert night2["interrupted"] is True and night2["errored"] == []
+    assert [r["test_id"] for r in night2["results"]] == [TEST]  # type: ignore[union-attr]
+    md = (project.path / "night-2.md").read_text().splitlines()
+    assert md[0] == "## specdec summary: interrupted" and "### Interrupted" in md
+    assert not psutil.pid_exists(record["pid"]) or psutil.Process(record["pid"]).status() == psutil.STATUS_ZOMBIE
+    assert list(servers.glob("*.json")) == []
+    capsys.readouterr()
+    assert main(["compare", "night-1", "latest", "--results-dir", str(project.path / ".specdec/results")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"specdec compare: baseline {night1['run_id']} -> current {night2['run_id']}"
+    assert out[-1].endswith(", CURRENT interrupted"), out[-1]
+
+
+def _kill_tree(pid: int) -> None:
+    """Kill a process and its descendants (a test that failed before its run ended leaves nothing behind)."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        parent = psutil.Process(pid)
+        for proc in [*parent.children(recursive=True), parent]:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+
+
+class _Node:
+    """An xdist ``WorkerController`` as ``interrupt_workers`` reads it: its id, and the ``Popen`` of its process
+    (execnet's popen gateway's ``_io.popen``)."""
+
+    def __init__(self, name: str, popen: object) -> None:
+        self.gateway = SimpleNamespace(id=name, _io=SimpleNamespace(popen=popen))
+
+
+class _DSession:
+    """What ``schedule.interrupt_workers`` uses of xdist's ``DSession``: the event queue, the workers not finished,
+    the hooks, and the ``worker_<event>`` handlers (recorded here)."""
+
+    def __init__(self, nodes: list[_Node]) -> None:
+        self.queue: queue.Queue[tuple[str, dict[str, object]]] = queue.Queue()
+        self._active_nodes = set(nodes)
+        self.handled: list[tuple[str, object]] = []
+        self.down: list[tuple[str, object]] = []
+
+        def nodedown(node: _Node, error: object) -> None:
+            self.down.append((node.gateway.id, error))
+
+        self.config = SimpleNamespace(hook=SimpleNamespace(pytest_testnodedown=nodedown))
+
+    def worker_testreport(self, node: _Node, rep: object) -> None:
+        self.handled.append(("testreport", rep))
+
+
+def test_the_controller_interrupts_the_workers_a_ctrl_c_did_not_reach_and_takes_their_last_reports(
+    tmp_path: Path,
+) -> None:
+    """gw0 wrote its interrupted file (a Ctrl-C reached it): no second SIGINT, which would cut its teardown short;
+    gw1 did not: it is sent one after the grace. Reports are handed to xdist's handler until both finished;
+    scheduling events are dropped."""
+    import subprocess
+
+    reached, running = (subprocess.Popen(["sleep", "30"]) for _ in range(2))
+    try:
+        gw0 = _Node("gw0", reached)
+        gw1 = _Node("gw1", running)
+        dsession = _DSession([gw0, gw1])
+        schedule.mark_interrupted(tmp_path, "gw0")
+        dsession.queue.put(("runtest_protocol_complete", {"node": gw1, "item_index": 1, "duration": 0.1}))
+        dsession.queue.put(("testreport", {"node": gw1, "rep": "report of test_run"}))
+        dsession.queue.put(("workerfinished", {"node": gw0}))
+        # gw1 finishes when the SIGINT ended it (a real worker sends its last reports, then workerfinished).
+        threading.Thread(
+            target=lambda: (running.wait(), dsession.queue.put(("workerfinished", {"node": gw1}))), daemon=True
+        ).start()
+        assert schedule.interrupt_workers(dsession, tmp_path, grace_s=0.2, stop_s=20) == ["gw1"]
+        assert running.wait(timeout=5) == -signal.SIGINT
+        assert reached.poll() is None  # never signalled
+        assert dsession.handled == [("testreport", "report of test_run")]
+        assert sorted(dsession.down) == [("gw0", None), ("gw1", None)]
+        assert dsession._active_nodes == set()
+    finally:
+        for proc in (reached, running):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_worker_whose_process_is_gone_is_not_signalled_and_the_wait_ends_at_its_budget(tmp_path: Path) -> None:
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    node = _Node("gw0", gone)
+    dsession = _DSession([node])
+    assert schedule.interrupt_workers(dsession, tmp_path, grace_s=0.0, stop_s=0.3) == []
+    assert dsession._active_nodes == {node}  # never finished: xdist's teardown ends it
+    # An xdist without the attributes read here: nothing is done.
+    assert schedule.interrupt_workers(SimpleNamespace(), tmp_path) == []
+
+
+def test_a_worker_sigint_writes_its_interrupted_file_then_raises_keyboard_interrupt(tmp_path: Path) -> None:
+    """The file is written in the SIGINT handler, before pytest reports the interrupt: a trial's worker formatted
+    the traceback for over a second first, and the controller's SIGINT then cut that worker's teardown short."""
+    # As in a worker: Python's own handler (this process may have been started with SIGINT ignored).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        restore = schedule.mark_interrupts(tmp_path, "gw3")
+        assert restore is not None
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)  # the handler runs at once; the sleep keeps the signal inside the block
+        finally:
+            restore()
+        assert (tmp_path / "specdec-interrupted-gw3").is_file()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        # A handler of someone else's is left alone.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        assert schedule.mark_interrupts(tmp_path, "gw4") is None
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)

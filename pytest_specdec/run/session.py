@@ -95,6 +95,9 @@ class SpecdecSession:
             self._read_noise()
         #: Shared servers the xdist workers left behind (``sharing.sweep_shared``), red in the summary.
         self.shared_leftovers: list[str] = []
+        #: Under xdist, an interrupted run's shared servers that are stopped at its end (``sharing.stopped_shared``):
+        #: the workers launched and stopped them, so the controller's ``store.stopped`` is empty.
+        self.shared_stopped: list[str] = []
         self.outputs: Outputs | None = None
         #: Stops a profile's server after its last test (``plugin.py``'s fixture-setup and teardown hooks).
         self.server_stop = fixtures.ServerStop()
@@ -263,6 +266,16 @@ class SpecdecSession:
                 profile, changed = json.loads(str(value))
                 self.outcomes.add_override(report.nodeid, str(profile), [str(c) for c in changed])
 
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # On an xdist worker: a SIGINT tells the controller it reached this worker, so that the controller sends no
+        # second one into the teardown that stops the worker's servers (schedule.interrupt_workers).
+        root = xdistnode.shared_dir(self.config) if self.selected else None
+        worker = xdistnode.worker_id(self.config)
+        if root is not None and worker is not None:
+            restore = schedule.mark_interrupts(root, worker)
+            if restore is not None:
+                self.config.add_cleanup(restore)  # after teardown: a Ctrl-C during it is marked too
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.settings.check:
@@ -270,6 +283,9 @@ class SpecdecSession:
             return
         if xdistnode.is_worker(self.config):
             return
+        # An interrupted run is stored even when nothing measured: else 'latest' is the night before, and a compare
+        # of it reads a clean night.
+        self.interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED and bool(self.selected)
         xdist = self.selected and self.config.pluginmanager.hasplugin("xdist")
         root = xdistnode.shared_dir(self.config) if xdist else None
         if root is not None:
@@ -277,12 +293,12 @@ class SpecdecSession:
             from pytest_specdec.serve import sharing
 
             self.shared_leftovers = sharing.sweep_shared(root)
-            if self.shared_leftovers:
+            if self.interrupted:
+                self.shared_stopped = sharing.stopped_shared(root)
+            elif self.shared_leftovers:
+                # An interrupted run keeps pytest's exit status 2: its leftovers are said, and stopped, all the same.
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         errored = self.errored_tests()
-        # An interrupted run is stored even when nothing measured: else 'latest' is the night before, and a compare
-        # of it reads a clean night.
-        self.interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED and bool(self.selected)
         if self.outcomes.records or errored or self.interrupted:
             from pytest_specdec.report import summary
 
@@ -297,9 +313,10 @@ class SpecdecSession:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
-        if exitstatus == pytest.ExitCode.INTERRUPTED and self.store.stopped:
+        stopped = [*self.store.stopped, *self.shared_stopped]
+        if exitstatus == pytest.ExitCode.INTERRUPTED and stopped:
             # Teardown already ran (pytest_sessionfinish precedes the summary): say so, not just "KeyboardInterrupt".
-            names = ", ".join(dict.fromkeys(self.store.stopped))
+            names = ", ".join(dict.fromkeys(stopped))
             terminalreporter.write_line(f"specdec: interrupted; stopped the servers this run launched: {names}",
                                         yellow=True)  # fmt: skip
         report = self.summary()

@@ -50,7 +50,7 @@ from pytest_specdec.core.errors import ServerError, ServerStartError
 from pytest_specdec.serve.proctree import StopReport, running, stop_process_tree
 from pytest_specdec.serve.server import ServerHandle
 
-__all__ = ["SharedServer", "shared_server", "sweep_shared"]
+__all__ = ["SharedServer", "shared_server", "stopped_shared", "sweep_shared"]
 
 _PREFIX = "specdec-server-"
 
@@ -83,7 +83,6 @@ class SharedServer:
 def _paths(root: Path, key: str) -> tuple[Path, Path]:
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", key)
     return root / f"{_PREFIX}{safe}.json", root / f"{_PREFIX}{safe}.lock"
-
 
 
 def _me() -> list[Any]:
@@ -318,6 +317,20 @@ def sweep_shared(root: Path, *, timeout_s: float = 30.0) -> list[str]:
             _record_stop(state, report, by="controller sweep")
             _write(state_path, state)
     return lines
+
+
+def stopped_shared(root: Path) -> list[str]:
+    """Controller side, at session end: the shared servers of this run that were launched and are stopped now (by
+    their last user or :func:`sweep_shared`), for the interrupted-run line, as a run without xdist names the servers
+    it stopped.
+
+    :param root: the shared directory (controller: ``tmp_path_factory.getbasetemp()``).
+    :returns: ``["eagle3 (pid 4242)", ...]`` in key order; empty when none.
+    """
+    if not root.is_dir():
+        return []
+    found = [_read(path) for path in sorted(root.glob(f"{_PREFIX}*.json"))]
+    return [f"{s['key']} (pid {s['pid']})" for s in found if s.get("status") == "stopped" and s.get("pid")]
 
 
 def load_run(path: Path) -> Any:
