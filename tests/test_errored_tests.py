@@ -437,7 +437,12 @@ def test_a_death_shared_by_two_tests_is_said_once_in_full_with_how_much_of_the_r
     whole, with the run's count; the second, the same verdict (errored in setup) with a one-line reference."""
     pytester.makepyfile(test_fake_errored="def test_run(specdec_run):\n    pass\n\n\ndef test_latency(specdec_run):\n"
                         "    pass\n")  # fmt: skip
-    pytester.makeini("[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n")
+    # As the project fixture: in process, the package is already imported (by the outer session) when pytest
+    # marks it for rewriting; that warning must not become the inner session's internal error (seen in CI).
+    pytester.makeini(
+        "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n"
+        "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n"
+    )
     # The fake SGLang's scheduler crashes on the 4th measured request: repeat 1's 2 succeed, then 1 of repeat 2's.
     profiles = _profiles({"crash_after_requests": 3}).replace("repeats: 1", "repeats: 2")
     pytester.makefile(".yaml", specdec=profiles)
