@@ -152,7 +152,8 @@ pgate() {  # N (2026-12-05, late): the gate above with eagle3 paired with baseli
   # p-base (8 pairs), 2 and 3 compare the unchanged profile (must pass), 4 compares eagle3 with CUDA_LAUNCH_BLOCKING=1
   # in its env only (its paired baseline arm unchanged; about -20% tok/s: must fail). Own cache in /tmp/pgate.
   # 5 (2026-12-06): eagle3 with SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH=1 (the draft extend runs eagerly; a real
-  # env left from debugging a capture; accept length unchanged; its size measured by this night).
+  # env left from debugging a capture; accept length unchanged; measured: no effect, x1.01 raw). 6: eagle3 with
+  # --disable-overlap-schedule (the scheduler's non-overlapped loop, scheduler.py:414; its size measured by this night).
   local n=$1 G=/tmp/pgate; night_setup; mkdir -p $G
   [ -e $ST/profiles-paired-clb.yaml ] || PGATE_MAX=${PGATE_MAX:-16} $PY - $ST/profiles.yaml $ST <<'PY'
 import sys
@@ -169,11 +170,15 @@ eagle3["env"] = {**doc["profiles"]["baseline"]["env"], "CUDA_LAUNCH_BLOCKING": "
 Path(sys.argv[2], "profiles-paired-clb.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 eagle3["env"] = {**doc["profiles"]["baseline"]["env"], "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH": "1"}
 Path(sys.argv[2], "profiles-paired-dxg.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+eagle3["env"] = dict(doc["profiles"]["baseline"]["env"])
+eagle3["extra_args"] = [*doc["profiles"]["baseline"]["extra_args"], "--disable-overlap-schedule"]
+Path(sys.argv[2], "profiles-paired-noov.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 PY
   case $n in
     1) SAVE_AS=p-base SAVE_REPEATS=${PGATE_SAVE:-8} STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-1 $ST/profiles-paired.yaml ;;
     4) BASELINE=p-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-4 $ST/profiles-paired-clb.yaml ;;
     5) BASELINE=p-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-5 $ST/profiles-paired-dxg.yaml ;;
+    6) BASELINE=p-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-6 $ST/profiles-paired-noov.yaml ;;
     *) BASELINE=p-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-$n $ST/profiles-paired.yaml ;;
   esac > $G/pgate-$n.console.txt 2>&1
   grep -E "^(=====|preflight exit|pgate-[0-9] )|specdec compare|output_tok_s|accept_length|  draft|REGRESSED|undecided|FAILED|passed in|failed in|specdec server time|saved as|CUDA_LAUNCH|DRAFT_EXTEND|speedup" \
