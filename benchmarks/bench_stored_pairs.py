@@ -2,13 +2,15 @@
 
     python benchmarks/bench_stored_pairs.py RUN.json[.gz] RUN.json[.gz] ...      # 2 or more stored runs
     python benchmarks/bench_stored_pairs.py --h200                              # the H200 nights in tests/data
+    python benchmarks/bench_stored_pairs.py --h100                              # the H100 nights in tests/data
 
 Each stored run is one server instance per profile (its measurement: the record with the most repeats). For each
 profile, every ordered pair (baseline, current) of runs is judged by ``compare.compare_results`` with one stored run
 as the baseline (no history), at the tolerances and design the current record was judged with in pytest
 (``compare.judged_tolerances``, ``compare.design_of``). The runs are of one unchanged config, so every REGRESSED is
 a false alarm. The table gives, per profile and row, the verdict counts over the pairs; ``--instance-sd`` replaces
-the assumed run-to-run sd of raw timing rows (``sequential.ASSUMED_INSTANCE_SD``) to show what it buys.
+the assumed run-to-run sd of raw timing rows (``sequential.ASSUMED_INSTANCE_SD``, and ``ASSUMED_GPU_INSTANCE_SD``
+which runs measured on a GPU host take) to show what it buys.
 
 The pairs share runs, so they are not independent: read the counts as what these recordings would have said, not
 as a rate with a binomial interval. Nothing is timed; it runs in seconds.
@@ -36,6 +38,12 @@ H200 = ROOT / "tests" / "data" / "sglang" / "0.5.17-graphs"
 H200_RUNS = ["gate/gate-1", "gate/gate-2", "gate/gate-3", "nightly/night-1a", "nightly/night-1b", "nightly/night-2",
              "halt/night-1c", "halt/night-2c"]  # fmt: skip
 
+H100 = H200 / "h100"
+#: The unchanged H100 runs (SGLang 0.5.17, CUDA graphs, eagle3 paired with baseline interleaved, 2026-12-06; README
+#: in benchmarks/gpu/results-2026-12-06-c): 9 runs on 4 machines (a-d). Left out: the CLB runs (changed) and the two
+#: bracketed runs (e, f: their ratio pairs arms of separate server lifetimes, another level than interleaved pairs).
+H100_RUNS = ["a-base", "a-night2", "a-night3", "b-base", "b-night2", "c-base", "c-night2", "d-base", "d-night2"]
+
 
 def _read(path: Path, scratch: Path) -> dict[str, ResultRecord]:
     """profile -> its measurement in the run file (the record with the most repeats)."""
@@ -57,6 +65,12 @@ def read_h200() -> list[dict[str, ResultRecord]]:
         return [_read(H200 / f"{name}.json.gz", Path(scratch)) for name in H200_RUNS]
 
 
+def read_h100() -> list[dict[str, ResultRecord]]:
+    """The unchanged H100 runs of :data:`H100_RUNS`, each as profile -> its measurement."""
+    with tempfile.TemporaryDirectory() as scratch:
+        return [_read(H100 / f"{name}.json.gz", Path(scratch)) for name in H100_RUNS]
+
+
 def count(runs: list[dict[str, ResultRecord]]) -> dict[str, dict[str, Counter[str]]]:
     """profile -> row metric -> verdict counts over every ordered pair of runs that both have the profile."""
     out: dict[str, dict[str, Counter[str]]] = {}
@@ -75,23 +89,32 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="*", type=Path, help="stored run files (.json or .json.gz) of one config")
     parser.add_argument("--h200", action="store_true", help="the unchanged H200 nights stored in tests/data")
+    parser.add_argument("--h100", action="store_true", help="the unchanged H100 nights stored in tests/data")
     parser.add_argument("--instance-sd", type=float, default=None, help="assumed run-to-run sd of raw timing rows")
     parser.add_argument("--rows", default="output_tok_s,ttft_ms_p50,itl_ms_p50,itl_ms_p95,tpot_ms_p50",
                         help="rows to show (comma separated; 'all' for every row)")  # fmt: skip
     args = parser.parse_args(argv)
-    paths = [H200 / f"{name}.json.gz" for name in H200_RUNS] if args.h200 else list(args.runs)
+    paths = list(args.runs)
+    if args.h200:
+        paths = [H200 / f"{name}.json.gz" for name in H200_RUNS]
+    elif args.h100:
+        paths = [H100 / f"{name}.json.gz" for name in H100_RUNS]
     if len(paths) < 2:
-        parser.error("give 2 or more stored runs (or --h200)")
+        parser.error("give 2 or more stored runs (or --h200, --h100)")
     if args.instance_sd is not None:
-        sequential.ASSUMED_INSTANCE_SD = args.instance_sd
+        sequential.ASSUMED_INSTANCE_SD = sequential.ASSUMED_GPU_INSTANCE_SD = args.instance_sd
     if args.h200:
         runs = read_h200()
+    elif args.h100:
+        runs = read_h100()
     else:
         with tempfile.TemporaryDirectory() as scratch:
             runs = [_read(p, Path(scratch)) for p in paths]
     counts = count(runs)
     wanted = None if args.rows == "all" else set(args.rows.split(","))
-    print(f"{len(paths)} stored runs, assumed run-to-run sd {sequential.ASSUMED_INSTANCE_SD:.0%} raw "
+    gpu = any(compare.measured_on_gpu(*run.values()) for run in runs)
+    raw = sequential.ASSUMED_GPU_INSTANCE_SD if gpu else sequential.ASSUMED_INSTANCE_SD
+    print(f"{len(paths)} stored runs, assumed run-to-run sd {raw:.0%} raw{' (GPU host)' if gpu else ''} "
           f"({sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio); every REGRESSED is a false alarm")  # fmt: skip
     print(f"{'profile':<10} {'row':<28} {'pairs':>5} {'REGRESSED':>9} {'undecided':>9} {'ok':>4} {'improved':>8}")
     for profile, rows in counts.items():

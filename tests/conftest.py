@@ -51,11 +51,12 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
 
 @pytest.fixture
 def same_instances(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Compares judged as if server instances never differed (``judge.sequential.ASSUMED_INSTANCE_SD`` and the
-    ratio's at 0): tests of the within-run arithmetic on hand-made records of one stored run."""
+    """Compares judged as if server instances never differed (``judge.sequential.ASSUMED_INSTANCE_SD``, its GPU
+    one and the ratio's at 0): tests of the within-run arithmetic on hand-made records of one stored run."""
     from pytest_specdec.judge import sequential
 
     monkeypatch.setattr(sequential, "ASSUMED_INSTANCE_SD", 0.0)
+    monkeypatch.setattr(sequential, "ASSUMED_GPU_INSTANCE_SD", 0.0)
     monkeypatch.setattr(sequential, "ASSUMED_RATIO_INSTANCE_SD", 0.0)
 
 

@@ -24,7 +24,14 @@ from pytest_specdec.core.table import Column, text_table
 from pytest_specdec.core.tolerances import CATEGORY_FIELDS, DEFAULT_TOLERANCES, Tolerance, Tolerances, field_specs
 from pytest_specdec.engines.rules import load_profiles
 from pytest_specdec.judge import sequential
-from pytest_specdec.judge.compare import MIN_CATEGORY_REQUESTS, calibrated_history, design_of, run_to_run_sd
+from pytest_specdec.judge.compare import (
+    MIN_CATEGORY_REQUESTS,
+    assumed_instance_sd,
+    calibrated_history,
+    design_of,
+    measured_on_gpu,
+    run_to_run_sd,
+)
 from pytest_specdec.judge.history import MAX_HISTORY_RUNS
 from pytest_specdec.judge.noise import (
     MAX_NOISE_SD,
@@ -150,7 +157,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
     vs = paired_arm(records)
     by_category, no_verdict = _category_noise(records, vs)
     per_row = bool(args.per_row)
-    sizing = GateSizing(design, args.stored_runs)
+    sizing = GateSizing(design, args.stored_runs, gpu=measured_on_gpu(*records))
     judged = _judged_rows(found_sds, noise, by_category, vs, sizing, _absolute_levels(records, found_sds, by_category))
     sizing = dataclasses.replace(sizing, probability=_row_probability(len(judged), per_row=per_row))
     judged = [dataclasses.replace(row, sizing=sizing) for row in judged]
@@ -190,13 +197,14 @@ def calibrate_command(args: argparse.Namespace) -> int:
         between = [n.run_to_run for n in by_category.values()]
         print(f"#   {len(by_category)} category rows (FIELD[CATEGORY], in the file too): sd {_span(within)} within a "
               f"run, {_span(between)} run to run")  # fmt: skip
+    raw_sd = f"{assumed_instance_sd('output_tok_s', gpu=sizing.gpu):.0%}" + (" on a GPU host" if sizing.gpu else "")
     print(
-        "# a compare takes each run-to-run sd where it is larger than its assumed one (7% raw or the row's "
-        "within-run sd, 2% ratio): a few server starts size it poorly"
+        f"# a compare takes each run-to-run sd where it is larger than its assumed one ({raw_sd} raw or the row's "
+        f"within-run sd, {sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio): a few server starts size it poorly"
     )
     if len(records) < _FIRM_RUNS:
         print(f"# only {len(records)} server start(s): the run-to-run sds above are rough (a compare takes one only "
-              f"where larger than its assumed 7%); {_FIRM_RUNS} or more size them better")  # fmt: skip
+              f"where larger than its assumed {raw_sd}); {_FIRM_RUNS} or more size them better")  # fmt: skip
     trend = _trend_line(records, found_sds.get("output_tok_s"), given=bool(args.from_runs))
     if trend:
         print(trend)
@@ -337,11 +345,11 @@ class _Row:
             runs = [list(100.0 * np.exp(rng.normal(0.0, r) + rng.normal(0.0, w, n_base))) for _ in range(stored_runs)]
             today = list(100.0 * np.exp(rng.normal(0.0, r) + rng.normal(0.0, w, n_today)))
             if stored_runs == 1:  # the noise file's sds around the baseline, taken as known
-                assumed = run_to_run_sd(self.noise.row, self.noise.within, self.noise.run_to_run)
+                assumed = run_to_run_sd(self.noise.row, self.noise.within, self.noise.run_to_run, gpu=self.sizing.gpu)
                 history = calibrated_history(runs[0], self.noise.within, assumed)
             else:  # the stored runs pooled, with the run-to-run sd at least their own within-run sd
                 own = math.expm1(stats.pooled_sd(*runs, log=True))
-                assumed = run_to_run_sd(self.noise.row, own, self.noise.run_to_run)
+                assumed = run_to_run_sd(self.noise.row, own, self.noise.run_to_run, gpu=self.sizing.gpu)
                 history = sequential.History.from_runs(runs, assumed)
             decision = sequential.decide_shift(runs[0], today, 0.0, self.design, higher_is_better=self.higher,
                                                history=history)  # fmt: skip
@@ -399,7 +407,7 @@ class _Row:
         """The run-to-run sd a compare against 1-3 stored runs takes for the row, with this noise file
         (``compare.run_to_run_sd``: what ``compare._Judging`` gives the row's history; 2-3 runs' own estimate where
         larger)."""
-        return run_to_run_sd(self.noise.row, self.noise.within, self.noise.run_to_run)
+        return run_to_run_sd(self.noise.row, self.noise.within, self.noise.run_to_run, gpu=self.sizing.gpu)
 
 
 def _judged_rows(

@@ -50,6 +50,7 @@ __all__ = [
     "Comparison",
     "RunComparison",
     "assumed_instance_sd",
+    "measured_on_gpu",
     "calibrated_history",
     "compare_results",
     "compare_runs",
@@ -328,7 +329,8 @@ def compare_results(
         notes.append(f"workload differs ({'; '.join(mismatch)}); compared anyway (--force)")
     specs = field_specs()
     rows = []
-    judging = _Judging(design or single_look(current), (base, *history), noise or {})
+    judging = _Judging(design or single_look(current), (base, *history), noise or {},
+                       gpu=measured_on_gpu(base, current, *history))  # fmt: skip
     merged = merge_tolerances(tolerances)
     # A paired field is judged twice (raw and ratio) and fails on either: the two share the field's alpha
     # (Bonferroni), so that an unchanged run fails a field at most alpha, not twice that (benchmarks/bench_verdicts.py).
@@ -392,9 +394,10 @@ def compare_results(
         kinds = sorted(taken.items(), key=lambda kv: kv[0] != "raw")
         sds = ", ".join(f"{_percent_range(values)} {kind}" for kind, values in kinds)
         starts = judging.calibrated_run_to_run()
+        raw_sd = sequential.ASSUMED_GPU_INSTANCE_SD if judging.gpu else sequential.ASSUMED_INSTANCE_SD
         source = (
-            f"assumed: {sequential.ASSUMED_INSTANCE_SD:.0%} raw or the row's within-run sd where larger, "
-            f"{sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio"
+            f"assumed: {raw_sd:.0%} raw{' on a GPU host' if judging.gpu else ''} or the row's within-run sd where "
+            f"larger, {sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio"
         )
         source += f", or calibrate's over {starts} server starts where larger" if starts else ""
         notes.append(
@@ -648,6 +651,8 @@ class _Judging:
     design: sequential.Design
     history: tuple[ResultRecord, ...]
     noise: Mapping[str, float]
+    #: The runs were measured on a host with a GPU (:func:`measured_on_gpu`): raw rows assume its instance spread.
+    gpu: bool = False
 
     def _noise_key(self, key: str) -> str:
         fname, sep, _ = key.partition(" / ")
@@ -656,7 +661,8 @@ class _Judging:
 
     def assumed_sd(self, key: str, within: float = 0.0) -> float:
         """:func:`run_to_run_sd` of a row, with what ``calibrate`` measured for it (its noise file)."""
-        return run_to_run_sd(key, within, getattr(self.noise, "run_to_run", {}).get(self._noise_key(key)))
+        measured = getattr(self.noise, "run_to_run", {}).get(self._noise_key(key))
+        return run_to_run_sd(key, within, measured, gpu=self.gpu)
 
     def pooled(self, key: str, b_vals: Sequence[float]) -> sequential.History | None:
         """The baseline's :class:`~sequential.History` for a row: its stored runs' values of ``key`` (``field`` or
@@ -687,7 +693,7 @@ def history_values(records: Sequence[ResultRecord], key: str) -> list[list[float
     return [list(values) for values in found if values] if found and found[0] else []
 
 
-def run_to_run_sd(key: str, within: float = 0.0, measured: float | None = None) -> float:
+def run_to_run_sd(key: str, within: float = 0.0, measured: float | None = None, *, gpu: bool = False) -> float:
     """The run-to-run sd a row (``key``: ``field``, or ``field / `` for a paired ratio) takes for each server
     instance while its stored runs cannot measure one (fewer than 4): :func:`assumed_instance_sd` (0 for accept
     rows), for a raw timing row at least ``within`` (the relative sd of one repeat within a run: the stored runs' and
@@ -702,7 +708,7 @@ def run_to_run_sd(key: str, within: float = 0.0, measured: float | None = None) 
     Why calibrate's only where larger: a few starts size the spread poorly; on one H100, 4 starts of one SGLang
     config read 3.3 % run to run and the next 6 starts 14.8 % (docs/measurements/verdicts.md).
     """
-    default = assumed_instance_sd(key)
+    default = assumed_instance_sd(key, gpu=gpu)
     if default and " / " not in key:
         default = max(default, within)
     return max(default, float(measured)) if measured is not None and default else default
@@ -731,16 +737,25 @@ def _percent_range(values: Sequence[float]) -> str:
     return f"{high}%" if low == high else f"{low}-{high}%"
 
 
-def assumed_instance_sd(key: str) -> float:
+def assumed_instance_sd(key: str, *, gpu: bool = False) -> float:
     """The run-to-run sd a row judged without a history (fewer than 2 stored runs, no calibrated noise) assumes
     for each server instance: ``sequential.ASSUMED_INSTANCE_SD`` for a timing row (throughput, latency),
+    ``ASSUMED_GPU_INSTANCE_SD`` for one measured on a GPU host (``gpu``: :func:`measured_on_gpu`),
     ``ASSUMED_RATIO_INSTANCE_SD`` for its ratio to a paired arm (``field / `` keys), 0 for accept length and rate (a
     property of the models and prompts, not of a server instance)."""
     fname, sep, _ = key.partition(" / ")
     spec = field_specs().get(fname.partition("[")[0])
     if spec is None or spec.exact:
         return 0.0
-    return sequential.ASSUMED_RATIO_INSTANCE_SD if sep else sequential.ASSUMED_INSTANCE_SD
+    if sep:
+        return sequential.ASSUMED_RATIO_INSTANCE_SD
+    return sequential.ASSUMED_GPU_INSTANCE_SD if gpu else sequential.ASSUMED_INSTANCE_SD
+
+
+def measured_on_gpu(*records: ResultRecord) -> bool:
+    """Any of ``records`` was measured on a host with a GPU: its fingerprint lists one (``gpus``, read from
+    ``nvidia-smi`` by ``measure.results.gpu_info``)."""
+    return any(record.fingerprint.get("gpus") for record in records)
 
 
 def row_values(record: ResultRecord, key: str) -> list[float]:

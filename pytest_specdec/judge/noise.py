@@ -89,11 +89,14 @@ class GateSizing:
     by ``design`` (its budget, ``design.max_repeats``: a run still open there ends undecided), against
     ``stored_runs`` stored runs of the baseline's fingerprint (1: the first nights, with the noise file ``calibrate``
     writes; up to ``history.MAX_HISTORY_RUNS``, what a compare pools at most), and the chance with which an
-    unchanged run must end the row passed (:data:`PASS_PROBABILITY`, or a night's share of it)."""
+    unchanged run must end the row passed (:data:`PASS_PROBABILITY`, or a night's share of it). ``gpu``: the runs
+    were measured on a GPU host, whose raw rows a compare judges at a larger assumed instance spread
+    (``compare.assumed_instance_sd``)."""
 
     design: Design
     stored_runs: int
     probability: float = PASS_PROBABILITY
+    gpu: bool = False
 
 
 #: The largest tolerance ``calibrate`` proposes (``cli.calibrate._Row.least``): a row that needs more is said to have
