@@ -35,6 +35,8 @@
 #             starts (default 4): the run-to-run sd on one machine, by the shipped command. calibrate-PROFILE.txt.
 #   trace     (2026-12-04) the nightly profiles with `trace:` on both and eagle3 paired with baseline (min_speedup):
 #             the cycle-cost line with the split SGLang's own profiler spans timed. trace.tar.gz (traces, pytest.txt).
+# Never begin a device command with `git checkout`: the device's checkout restores the commit the session started at,
+# not the working tree sent (2026-12-06: pgate 5 and 6 ran the unchanged profile).
 # NPARTS (default 5): the bundle's parts, each staged by its stage.sh before this command; the last carries sgenv.sh.
 # Each step stops starting work when too little of the command's LIMIT (default 570 s) is left.
 set -uo pipefail
