@@ -221,3 +221,17 @@ def test_unchanged_h100_instances_judged_against_each_other_rarely_read_regresse
     regressed = {row: counts[row]["REGRESSED"] for row in ("output_tok_s", "itl_ms_p95", "output_tok_s / baseline")}
     assert regressed == {"output_tok_s": 1, "itl_ms_p95": 2, "output_tok_s / baseline": 2}, regressed
     assert counts["accept_length"]["REGRESSED"] == 0
+
+
+def test_an_open_row_never_says_the_repeats_it_measured_would_decide_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The c night at a 12% run-to-run sd: its tok/s row is open after 3 repeats, and the estimate of what would decide
+    # it read "about 3 repeats in all" (its degrees of freedom differ from the test's): at least 4.
+    from pytest_specdec.judge import sequential
+
+    monkeypatch.setattr(sequential, "ASSUMED_GPU_INSTANCE_SD", 0.12)
+    code, out = _compare(tmp_path, "c-base", "c-night2", H100)
+    line = next(x for x in out.splitlines() if x.startswith("  output_tok_s x0.713"))
+    found = re.search(r"about (\d+) repeats in all would decide it", line)
+    assert found is not None and int(found.group(1)) > 3, line
