@@ -197,9 +197,9 @@ def calibrate_command(args: argparse.Namespace) -> int:
         between = [n.run_to_run for n in by_category.values()]
         print(f"#   {len(by_category)} category rows (FIELD[CATEGORY], in the file too): sd {_span(within)} within a "
               f"run, {_span(between)} run to run")  # fmt: skip
-    raw_sd = f"{assumed_instance_sd('output_tok_s', gpu=sizing.gpu):.0%}" + (" on a GPU host" if sizing.gpu else "")
+    raw_sd = f"{assumed_instance_sd('output_tok_s', gpu=sizing.gpu):.0%} raw" + (" on a GPU host" if sizing.gpu else "")
     print(
-        f"# a compare takes each run-to-run sd where it is larger than its assumed one ({raw_sd} raw or the row's "
+        f"# a compare takes each run-to-run sd where it is larger than its assumed one ({raw_sd} or the row's "
         f"within-run sd, {sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio): a few server starts size it poorly"
     )
     if len(records) < _FIRM_RUNS:
