@@ -614,7 +614,7 @@ def test_calibrate_from_takes_names_and_run_ids_in_the_results_store(
     out = capsys.readouterr().out.splitlines()
     assert "#   output_tok_s: sd 1.64% within a run, 0.04% run to run" in out
     assert ("# only 2 server start(s): the run-to-run sds above are rough (a compare takes one only where larger "
-            "than its assumed 7%); 6 or more size them better") in out  # fmt: skip
+            "than its assumed 7% raw); 6 or more size them better") in out  # fmt: skip
     assert main(["calibrate", "--from", "night-9", "20260102", "--results-dir", str(store)]) == 2
     assert capsys.readouterr().err.startswith("error: no run 'night-9' (did you mean 'night-1'?): not a file")
 
