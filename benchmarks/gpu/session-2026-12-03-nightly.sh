@@ -154,7 +154,8 @@ pgate() {  # N (2026-12-05, late): the gate above with eagle3 paired with baseli
   # p-base (8 pairs), 2 and 3 compare the unchanged profile (must pass), 4 compares eagle3 with CUDA_LAUNCH_BLOCKING=1
   # in its env only (its paired baseline arm unchanged; about -20% tok/s: must fail). Own cache in /tmp/pgate.
   # 5 (2026-12-06): eagle3 with SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH=1 (the draft extend runs eagerly; a real
-  # env left from debugging a capture; accept length unchanged; measured: no effect, x1.01 raw). 6: eagle3 with
+  # env left from debugging a capture; accept length unchanged; not measured yet: its 2026-12-06 night ran the
+  # unchanged profile, see results-2026-12-06-c). 6: eagle3 with
   # --disable-overlap-schedule (the scheduler's non-overlapped loop, scheduler.py:414; its size measured by this night).
   local n=$1 G=/tmp/pgate; night_setup; mkdir -p $G
   [ -e $ST/profiles-paired-clb.yaml ] || PGATE_MAX=${PGATE_MAX:-16} $PY - $ST/profiles.yaml $ST <<'PY'
