@@ -159,15 +159,37 @@ def test_min_speedup_is_measured_in_any_order_and_fails_when_unmet(pytester: pyt
 
 
 @pytest.mark.slow
-def test_min_speedup_passes_with_its_paired_ratio_in_the_summary(pytester: pytest.Pytester) -> None:
+def test_min_speedup_passes_with_its_paired_ratio_and_fails_naming_a_reference_arm_that_cannot_start(
+    pytester: pytest.Pytester,
+) -> None:
+    """One run of two profiles (one pytest start, not two; each still launches its own servers), the baseline not
+    listed: eagle3 passes with its paired ratio in the summary; eagle3-arm-dies, whose reference arm dies at startup,
+    fails with the reason and the arm's log."""
     _project(pytester, 0.5)
-    result = pytester.runpytest_subprocess("--server-profile=eagle3", "-p", "no:cacheprovider", timeout=600)
-    result.assert_outcomes(passed=1)
+    (pytester.path / "specdec.yaml").write_text(
+        (pytester.path / "specdec.yaml").read_text().rstrip("\n")
+        + "\n  eagle3-arm-dies:\n    extends: eagle3\n    thresholds: {min_speedup: {vs: crashes, ratio: 1.05}}\n"
+        + '  crashes:\n    extends: baseline\n    extra_args: ["--ref-fault-oom-at-startup", "0.2"]\n'
+    )
+    result = pytester.runpytest_subprocess(
+        "--server-profile=eagle3,eagle3-arm-dies", "-p", "no:cacheprovider", "-rA", timeout=600
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["PASSED test_speed.py::test_speed[[]eagle3[]]*"])
     result.stdout.re_match_lines(
-        [r"specdec eagle3: speedup vs baseline [0-9.]+x >= min 0.5x \[geometric mean of [0-9]+ paired ratios, "
-         r"interleaved; decided after .*\]"]
+        [
+            r"specdec eagle3: speedup vs baseline [0-9.]+x >= min 0.5x \[geometric mean of [0-9]+ paired ratios, "
+            r"interleaved; decided after .*\]"
+        ]
     )
     assert (pytester.path / ".specdec/logs/baseline.paired.log").is_file()
+    result.stdout.re_match_lines(
+        [
+            r"speedup vs crashes: not measured: reference arm 'crashes': server 'crashes' exited with code 1 before it "
+            r"was ready \(cause: out of memory\).*log: .*/crashes.paired.\d{8}T\d{6}Z-\w+.log"
+        ]  # fmt: skip
+    )
+    result.stdout.fnmatch_lines(["FAILED test_speed.py::test_speed[[]eagle3-arm-dies[]]*"])
 
 
 @pytest.mark.slow
@@ -185,26 +207,12 @@ def test_min_speedup_vs_unknown_profile_is_a_usage_error(pytester: pytest.Pytest
     result = pytester.runpytest_subprocess("--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["error: */specdec.yaml:*: profiles.eagle3.thresholds.min_speedup.vs: 'basline' is not another profile of "
-         "this file (did you mean 'baseline'?) (available: baseline)"]  # fmt: skip
+        [
+            "error: */specdec.yaml:*: profiles.eagle3.thresholds.min_speedup.vs: 'basline' is not another profile of "
+            "this file (did you mean 'baseline'?) (available: baseline)"
+        ]  # fmt: skip
     )
     # The check CLI runs the same check (a fresh user's finding: it said "profile eagle3: ok").
     cli = pytester.run(sys.executable, "-m", "pytest_specdec", "check", "specdec.yaml")
     assert cli.ret == 2
     cli.stderr.fnmatch_lines(["error: specdec.yaml:*: profiles.eagle3.thresholds.min_speedup.vs: 'basline' is not *"])
-
-
-@pytest.mark.slow
-def test_min_speedup_fails_with_the_reason_when_its_reference_arm_cannot_start(pytester: pytest.Pytester) -> None:
-    pytester.makefile(
-        ".yaml",
-        specdec=PROFILES.replace("@RATIO@", "1.05").replace("vs: baseline", "vs: crashes")
-        + '  crashes:\n    extends: baseline\n    extra_args: ["--ref-fault-oom-at-startup", "0.2"]\n',
-    )
-    pytester.makepyfile(test_speed=TESTS)
-    result = pytester.runpytest_subprocess("--server-profile=eagle3", "-p", "no:cacheprovider", timeout=600)
-    result.assert_outcomes(failed=1)
-    result.stdout.re_match_lines(
-        [r"speedup vs crashes: not measured: reference arm 'crashes': server 'crashes' exited with code 1 before it "
-         r"was ready \(cause: out of memory\).*log: .*/crashes.paired.\d{8}T\d{6}Z-\w+.log"]  # fmt: skip
-    )
