@@ -275,13 +275,26 @@ def test_servers_dying_at_startup_error_fast_naming_their_cause(project: pytest.
 
 
 @pytest.mark.slow
-def test_two_profiles_one_server_at_a_time_eagle3_summary_and_baseline_not_applicable(project: pytest.Pytester) -> None:
-    """One run of two profiles checks what three runs did (4 server starts, now 2): the servers run one at a time;
+def test_two_profiles_one_server_at_a_time_eagle3_summary_baseline_not_applicable_and_client_load(
+    project: pytest.Pytester,
+) -> None:
+    """One run of two profiles checks what four runs did (5 server starts, now 2): the servers run one at a time;
     eagle3 passes and prints the summary, and its run file's accept lengths agree across their three sources; the
-    baseline's accept thresholds are n/a."""
+    plain profile's accept thresholds are n/a. Issue 13.3 on the plain profile (``watched``: two client worker
+    processes, concurrency 2): every lag counts as overload (fraction 0), and as the client's own (busy from 0
+    cores), so the warning path runs deterministically; the load lands in the results."""
+    profiles = PROFILES.replace("@TAG@", _tag(project)) + (
+        "  watched:\n    extends: baseline\n"
+        "    workload: {max_new_tokens: 24, num_requests: 6, warmup_requests: 1, concurrency: 2, client_workers: 2}\n"
+    )
+    project.makefile(".yaml", specdec=profiles)
     project.makeconftest(
         f"""
         import psutil, pytest
+        import pytest_specdec.measure.metrics
+
+        pytest_specdec.measure.metrics.CLIENT_LAG_FRACTION = 0.0
+        pytest_specdec.measure.metrics.CLIENT_BUSY_CORES = 0.0
 
         def _tagged(proc):
             try:
@@ -296,13 +309,13 @@ def test_two_profiles_one_server_at_a_time_eagle3_summary_and_baseline_not_appli
         """
     )
     # The profile's 3 repeats (not 1): the run file's per-repeat figures below are checked on each of them.
-    result = project.runpytest_subprocess("-m", "specdec", "--server-profile=baseline,eagle3", "-v", timeout=900)
+    result = project.runpytest_subprocess("-m", "specdec", "--server-profile=watched,eagle3", "-v", timeout=900)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(
         [
-            "*test_accept[[]baseline[]] PASSED*",
-            "*test_server_info[[]baseline[]] PASSED*",
+            "*test_accept[[]watched[]] PASSED*",
+            "*test_server_info[[]watched[]] PASSED*",
             "*test_accept[[]eagle3[]] PASSED*",
         ]
     )
@@ -311,13 +324,20 @@ def test_two_profiles_one_server_at_a_time_eagle3_summary_and_baseline_not_appli
             "*= specdec summary =*",
             "test * profile * tok/s * accept_len * accept_rate * TTFT p50 ms * ITL p50 ms *",
             # No speculation, so no accept length or rate: n/a, and min_accept_length does not apply.
-            "test_accept[[]baseline[]] * baseline * n/a * n/a * passed",
+            "test_accept[[]watched[]] * watched * n/a * n/a * passed",
             "test_accept[[]eagle3[]] * eagle3 * passed",
             "accept_len = 1 + accepted drafts / verify steps (prefill token excluded); "
             "accept_rate = (accept_len - 1) / num_steps",
             "accept_len in the engine's own definition: eagle3 * (Σcompletion_tokens / Σspec_verify_ct)",
-            "prefix cache before each measured phase: reset: POST /flush_cache (baseline, eagle3)",
+            "prefix cache before each measured phase: reset: POST /flush_cache (watched, eagle3)",
             "*- specdec results: *.json -*",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*LoadWarning: profile watched: client overloaded: event-loop lag p99 * ms > 0% of ITL p50 * ms "
+            "(client CPU * cores, 2 worker processes); TTFT and ITL include the client's own delay; fix: raise "
+            "workload.client_workers or lower workload.concurrency",
         ]
     )
     assert not _our_servers(project)
@@ -327,6 +347,9 @@ def test_two_profiles_one_server_at_a_time_eagle3_summary_and_baseline_not_appli
     (run_file,) = (project.path / ".specdec" / "results").glob("*.json")
     data = json.loads(run_file.read_text())
     assert data["metric_definitions"]["accept_length"].startswith("1 + accepted draft tokens / verify steps")
+    (watched,) = [r["repeats"] for r in data["results"] if r["test_id"].endswith("test_accept[watched]")]
+    assert watched["client_workers"] == [2, 2, 2]
+    assert all(lag is not None and lag >= 0 for lag in watched["client_lag_ms_p99"])
     (repeats,) = [r["repeats"] for r in data["results"] if r["test_id"].endswith("test_accept[eagle3]")]
     assert repeats["cache_reset"] == ["reset: POST /flush_cache"] * 3
     for client, server in zip(repeats["accept_length"], repeats["server_accept_length"], strict=True):
@@ -473,37 +496,6 @@ def test_reap_stops_only_servers_whose_pytest_is_gone(project: pytest.Pytester) 
     assert not _our_servers(project)
     assert port_is_free("127.0.0.1", _port(entry))
     assert not list((project.path / ".specdec" / "servers").glob("*.json"))
-
-
-@pytest.mark.slow
-def test_client_load_is_recorded_and_an_overloaded_client_warns(project: pytest.Pytester) -> None:
-    # Issue 13.3 end to end: two client worker processes; every lag counts as overload (fraction 0), and as the
-    # client's own (busy from 0 cores), so the warning path runs deterministically; the load lands in the results.
-    profiles = PROFILES.replace("@TAG@", _tag(project)) + (
-        "  watched:\n    extends: baseline\n"
-        "    workload: {max_new_tokens: 24, num_requests: 6, warmup_requests: 1, concurrency: 2, client_workers: 2}\n"
-    )
-    project.makefile(".yaml", specdec=profiles)
-    project.makeconftest(
-        "import pytest_specdec.measure.metrics\npytest_specdec.measure.metrics.CLIENT_LAG_FRACTION = 0.0\n"
-        "pytest_specdec.measure.metrics.CLIENT_BUSY_CORES = 0.0\n"
-    )
-    project.makepyfile(test_specdec="def test_run(specdec_run):\n    assert specdec_run.metrics.num_ok == 6\n")
-    project.makeini("[pytest]\n")
-    result = project.runpytest_subprocess("--server-profile=watched", "-W", "default", timeout=600)
-    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    result.stdout.fnmatch_lines(
-        [
-            "*LoadWarning: profile watched: client overloaded: event-loop lag p99 * ms > 0% of ITL p50 * ms "
-            "(client CPU * cores, 2 worker processes); TTFT and ITL include the client's own delay; fix: raise "
-            "workload.client_workers or lower workload.concurrency",
-        ]
-    )
-    (run_file,) = (project.path / ".specdec" / "results").glob("*.json")
-    repeats = json.loads(run_file.read_text())["results"][0]["repeats"]
-    assert repeats["client_workers"] == [2, 2, 2]
-    assert all(lag is not None and lag >= 0 for lag in repeats["client_lag_ms_p99"])
-    assert not _our_servers(project)
 
 
 class _ServerSampler:
