@@ -125,6 +125,22 @@ def test_a_test_without_baseline_fails_and_a_run_that_compared_nothing_is_not_gr
                                  "stored run (each one's line says why); *"])  # fmt: skip
 
 
+@pytest.mark.slow
+def test_a_test_whose_stored_nights_were_never_clean_is_not_called_new(pytester: pytest.Pytester) -> None:
+    # A fresh-user trial: eagle3's min_speedup never decided, so no night was clean, and the failure advised
+    # --specdec-compare-missing=warn "for its first night", which would have switched its compare off for good.
+    _project(pytester, "def test_run(specdec_run):\n    assert False, 'broken'\n")
+    _run(pytester, "--server-profile=baseline").assert_outcomes(failed=1)
+    _project(pytester)
+    night = _run(pytester, "--server-profile=baseline", "--specdec-compare")
+    night.assert_outcomes(failed=1)
+    night.stdout.fnmatch_lines(["*: 1 stored run(s) have it, none clean: * (failed); not compared: store a night whose "
+                                "verdicts decide (raise workload.max_repeats, or measure on a quieter runner), or name "
+                                "one of these runs after reading why it was not clean: python -m pytest_specdec save "
+                                "RUN NAME --force, then --specdec-compare=NAME"])  # fmt: skip
+    assert "a new test?" not in night.stdout.str()
+
+
 def test_compare_options_without_a_compare_are_a_usage_error(pytester: pytest.Pytester) -> None:
     # A fresh-user trial measured 60 s with --specdec-compare-profile (of a profile that does not exist) and no
     # --specdec-compare, and read "2 passed": the option had done nothing.

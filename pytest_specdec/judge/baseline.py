@@ -135,11 +135,18 @@ class Baselines:
         head = f"no baseline for {test_id} in {self.where()}"
         if self.run is not None:
             return f"{head}: the run has no result of this test"
-        skipped = [f"{run.run_id} ({p})" for run in self._runs() if (r := run.find(test_id)) is not None
-                   if (p := r.baseline_problem())]  # fmt: skip
+        skipped = self.unclean(test_id)
         if not skipped:
             return f"{head}: no stored run has it"
         return f"{head}: {len(skipped)} stored run(s) have it, none clean: {shown(skipped)}"
+
+    def unclean(self, test_id: str) -> list[str]:
+        """The stored runs that have ``test_id`` but not clean, newest first: ``R2 (undecided: compare)``; empty for
+        a named run (it is the baseline, clean or not)."""
+        if self.run is not None:
+            return []
+        return [f"{run.run_id} ({p})" for run in self._runs() if (r := run.find(test_id)) is not None
+                if (p := r.baseline_problem())]  # fmt: skip
 
     def where(self) -> str:
         """Where baselines come from, for "no baseline for ... in <where>": ``run <id>`` (``night-1 (run <id>)``

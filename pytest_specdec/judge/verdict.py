@@ -1168,6 +1168,12 @@ def compare_item(
     test_id, found = _baseline_of(record, setup, profile)
     if found is None:
         text = f"{setup.baselines.missing(test_id)}; not compared"
+        if setup.missing == "fail" and setup.baselines.unclean(test_id):
+            # Not a new test: its nights never ended clean (a fresh-user trial followed the advice below, which would
+            # have switched its compare off for good).
+            return (f"{text}: store a night whose verdicts decide (raise workload.max_repeats, or measure on a "
+                    "quieter runner), or name one of these runs after reading why it was not clean: python -m "
+                    "pytest_specdec save RUN NAME --force, then --specdec-compare=NAME")  # fmt: skip
         if setup.missing == "fail":
             return f"{text}: a new test? --specdec-compare-missing=warn passes it for its first night"
         case.warnings.append(f"{text} (--specdec-compare-missing=warn)")
