@@ -258,6 +258,9 @@ def test_pytest_and_the_compare_command_count_undecided_tests_alike(
     md = (pytester.path / "summary.md").read_text(encoding="utf-8").splitlines()
     assert md[0] == "## specdec summary: 2 tests undecided (could not tell at their budget)"
     assert [line.endswith("| ⚠️ undecided |") for line in md[4:6]] == [True, True], md
+    # The terminal's table says so too (it read "passed": a fresh-user trial).
+    table = undecided.stdout.str().partition("specdec summary")[2]
+    assert len(re.findall(r"^test_(?:run|again)\[baseline\] .* undecided$", table, re.M)) == 2, table
     said = [f"`compare: {row}`" for row in rows]
     items = [f"- `test_run[baseline]` (profile `baseline`): {said[0]}"] if len(said) == 1 else [
         "- `test_run[baseline]` (profile `baseline`):", *(f"  - {item}" for item in said)]  # fmt: skip

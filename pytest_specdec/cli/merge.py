@@ -11,7 +11,7 @@ from pathlib import Path
 from pytest_specdec.cli.exits import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.measure.results import ResultStore, read_run_file
-from pytest_specdec.report.markdown import markdown_targets, write_markdown
+from pytest_specdec.report.markdown import markdown_targets, shown_outcome, write_markdown
 from pytest_specdec.report.merge import DEFAULT_TREND_RUNS, load_shards, merge_problems, merge_runs, merged_markdown
 from pytest_specdec.report.plots import DEFAULT_TREND_METRICS, plot_trend, trend_fields
 from pytest_specdec.report.terminal import summary_lines
@@ -80,7 +80,7 @@ def merge_command(
         print(f"WARNING (--force): {problem}")
     runs, results = len(shards), len(run.results)
     print(f"merged {runs} run{'s' if runs != 1 else ''} ({results} result{'s' if results != 1 else ''}) into {saved}")
-    for line in summary_lines((r.test_id, r.profile, r.metrics, r.outcome) for r in run.results):
+    for line in summary_lines((r.test_id, r.profile, r.metrics, shown_outcome(r)) for r in run.results):
         print(line)
     for entry in run.errored:  # kept in the merged run: a compare of it exits 1 on them
         print(f"errored before it measured: {entry.test_id}: {entry.error}")

@@ -9,7 +9,14 @@ from pathlib import Path
 from pytest_specdec.core.table import Column, markdown_table
 from pytest_specdec.measure.results import ErroredTest, ResultRecord
 
-__all__ = ["MARKDOWN_COLUMNS", "markdown_summary", "markdown_targets", "undecided_lines", "write_markdown"]
+__all__ = [
+    "MARKDOWN_COLUMNS",
+    "markdown_summary",
+    "markdown_targets",
+    "shown_outcome",
+    "undecided_lines",
+    "write_markdown",
+]
 
 #: (metrics key, header, format) of the markdown table, between the test/profile and the result columns.
 MARKDOWN_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -133,6 +140,14 @@ def _undecided(n: int) -> list[str]:
         return []
     return ["1 test undecided (could not tell at its budget)" if n == 1
             else f"{n} tests undecided (could not tell at their budget)"]  # fmt: skip
+
+
+def shown_outcome(record: ResultRecord) -> str:
+    """The result a summary table shows for ``record``: ``undecided`` for a test that passed with a verdict open at
+    its budget (``--specdec-undecided=warn``: pytest's outcome, but the night could not tell), else its outcome (a
+    fresh-user trial read ``passed`` in the terminal's table on every undecided night, ``⚠️ undecided`` in the
+    markdown)."""
+    return "undecided" if record.outcome == "passed" and undecided_lines(record) else record.outcome
 
 
 def undecided_lines(record: ResultRecord) -> list[str]:

@@ -438,7 +438,7 @@ def summary_report(
         unjudged = errored_lines(errored) + interrupted_lines(interrupted)
         return SummaryReport(tuple(out + notes + unjudged + _output_lines(outputs)))
     out.append(Line("specdec summary", sep="="))
-    rows = [(r.test_id, r.profile, r.metrics, r.outcome) for r in records]
+    rows = [(r.test_id, r.profile, r.metrics, markdown.shown_outcome(r)) for r in records]
     plain = [
         *report.summary_lines(rows),
         *speedup_lines(records),
