@@ -12,6 +12,7 @@ import gzip
 import io
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,18 @@ DATA = Path(__file__).parent / "data" / "sglang" / "0.5.17-graphs" / "nightly"
 GATE = DATA.parent / "gate"
 HALT = DATA.parent / "halt"
 ROW = re.compile(r"^[a-z_0-9\[\]]+(?: / \w+)?\s+(?:higher|lower)\s+")
+
+
+def _bench_stored_pairs() -> Any:
+    """benchmarks/bench_stored_pairs.py, imported from its path (benchmarks/ is not a package)."""
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "benchmarks" / "bench_stored_pairs.py"
+    spec = importlib.util.spec_from_file_location("bench_stored_pairs", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
 
 
 def _rows(text: str) -> set[str]:
@@ -158,13 +171,7 @@ def test_unchanged_h200_instances_judged_against_each_other_rarely_read_regresse
     # with a 7% run-to-run sd on relative rows only, tok/s read REGRESSED in 7 of 56 pairs, ITL p50 7, ITL p95 9,
     # TPOT p50 9: the instances differ by 13-15% run to run. Every timing row now takes the spread, at least its
     # within-run sd; what remains are x0.66-0.70 pairs (a fast machine's instance against the other machine's).
-    import importlib.util
-
-    path = Path(__file__).parents[1] / "benchmarks" / "bench_stored_pairs.py"
-    spec = importlib.util.spec_from_file_location("bench_stored_pairs", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench_stored_pairs()
     counts = bench.count(bench.read_h200())["eagle3"]
     regressed = {row: counts[row]["REGRESSED"] for row in ("output_tok_s", "itl_ms_p50", "itl_ms_p95", "tpot_ms_p50")}
     assert sum(counts["output_tok_s"].values()) == 56
@@ -209,13 +216,7 @@ def test_unchanged_h100_instances_judged_against_each_other_rarely_read_regresse
     # Every ordered pair of the 9 unchanged interleaved H100 runs (4 machines): at the 7% assumed before, raw tok/s
     # read REGRESSED in 4 of 72 pairs and ITL p95 in 5; at a GPU host's 14%, 1 and 2 (pairs across machines, whose
     # level differs more). The paired ratio row: 2 (a 3-pair run whose ratios agreed by chance).
-    import importlib.util
-
-    path = Path(__file__).parents[1] / "benchmarks" / "bench_stored_pairs.py"
-    spec = importlib.util.spec_from_file_location("bench_stored_pairs", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench_stored_pairs()
     counts = bench.count(bench.read_h100())["eagle3"]
     assert sum(counts["output_tok_s"].values()) == 72
     regressed = {row: counts[row]["REGRESSED"] for row in ("output_tok_s", "itl_ms_p95", "output_tok_s / baseline")}
