@@ -236,3 +236,46 @@ def test_an_open_row_never_says_the_repeats_it_measured_would_decide_it(
     line = next(x for x in out.splitlines() if x.startswith("  output_tok_s x0.713"))
     found = re.search(r"about (\d+) repeats in all would decide it", line)
     assert found is not None and int(found.group(1)) > 3, line
+
+
+@pytest.mark.parametrize(
+    ("current", "exit_code", "ratio_row"),
+    [
+        ("g-night2", 0, r"undecided \(x0\.869"),
+        ("g-night3", 0, r"undecided \(x0\.931"),
+        ("g-night4", 0, r"undecided \(x0\.933"),
+        ("g-night5", 0, r"undecided \(x0\.987"),
+        ("g-dxg1", 1, r"REGRESSED \(x0\.794"),
+        ("g-dxg3", 1, r"REGRESSED \(x0\.773"),
+        ("g-clb", 1, r"REGRESSED \(x0\.594"),
+    ],
+)
+def test_one_h100_tells_a_20_percent_slower_draft_extend_from_unchanged_nights(
+    tmp_path: Path, current: str, exit_code: int, ratio_row: str
+) -> None:
+    # H100, 2026-12-06 (machine g, results-2026-12-06-d): p-base stored (16 interleaved pairs), then on the same
+    # machine, new server instances each night: the unchanged profile four times (not failed: the raw rows need 4+
+    # stored runs, the ratio row ~23-52 pairs at 15%), eagle3 with SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH=1 three
+    # times (the ratio row -21 to -23%: failed live each time; here dxg1 and dxg3 on the ratio row, dxg2's ratio row
+    # open at this store's sd, its night failing on the ITL/TPOT ratio rows) and CUDA_LAUNCH_BLOCKING=1 (-41%).
+    code, out = _compare(tmp_path, "g-base", current, H100)
+    assert code == exit_code
+    eagle3 = out[out.index("test_profile_thresholds[eagle3]"):]
+    assert re.search(rf"^output_tok_s / baseline +higher .* {ratio_row}", eagle3, re.M), eagle3
+    if exit_code == 0:
+        assert "REGRESSED" not in eagle3, eagle3
+    else:  # the env difference leads the table
+        assert any(line.startswith("  env ") for line in eagle3.splitlines()[1:4]), eagle3
+
+
+def test_one_h100s_changed_nights_judged_against_each_unchanged_night() -> None:
+    # Machine g's 5 unchanged runs, each as the stored run: no ordered pair of unchanged runs fails (20 pairs), and of
+    # the 4 changed runs judged against each (20 pairs) 11 fail: CLB against every one, the -21% draft-extend runs
+    # against 6 of 15 (a stored 8-pair night holds its ratio's CI wide). `benchmarks/bench_stored_pairs.py --h100-g`.
+    bench = _bench_stored_pairs()
+    unchanged, changed = bench.read_g()
+    assert bench.count(unchanged)["eagle3"][bench.NIGHT] == {"undecided": 20}
+    caught = bench.count(unchanged, changed)["eagle3"][bench.NIGHT]
+    assert caught == {"REGRESSED": 11, "undecided": 9}, caught
+    clb = bench.count(unchanged, changed[-1:])["eagle3"][bench.NIGHT]
+    assert clb == {"REGRESSED": 5}, clb
