@@ -80,8 +80,8 @@ def test_latest_never_takes_a_failed_undecided_or_interrupted_run(pytester: pyte
     _project(pytester, "def test_run(specdec_run):\n    assert False, 'broken'\n")
     failed = _run(pytester, "--server-profile=baseline", "--specdec-save=night-2")
     failed.assert_outcomes(failed=1)
-    failed.stdout.fnmatch_lines(["specdec: not saved as night-2: 1 test(s) not clean: test_run[[]baseline[]] (failed); "
-                                 "no run is named night-2. Name it anyway: *"])  # fmt: skip
+    failed.stdout.fnmatch_lines(["FAIL specdec save: not saved as night-2: 1 test(s) not clean: test_run[[]baseline[]] "
+                                 "(failed); no run is named night-2. Name it anyway: *"])  # fmt: skip
     # One repeat and no more: a min_tok_s floor cannot be decided (no spread), so the test passes undecided.
     _project(pytester, workload="{repeats: 1, max_repeats: 1}", thresholds="{min_tok_s: 1}")
     undecided = _run(pytester, "--server-profile=baseline")

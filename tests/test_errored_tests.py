@@ -111,8 +111,8 @@ def test_a_night_whose_server_died_at_startup_is_stored_and_compare_exits_1_on_i
             "specdec: 1 test errored before it measured (listed in the result file; compare exits 1 on it): "
             "test_run[[]eagle3[]]",
             "*- specdec results: *.specdec/results/*.json -*",
-            "specdec: not saved as night-2: 1 test(s) not clean: test_run[[]eagle3[]] (errored before it measured); "
-            "no run is named night-2. Name it anyway: python -m pytest_specdec save * night-2 --force",
+            "FAIL specdec save: not saved as night-2: 1 test(s) not clean: test_run[[]eagle3[]] (errored before it "
+            "measured); no run is named night-2. Name it anyway: python -m pytest_specdec save * night-2 --force",
         ]
     )
     # The markdown summary is written though nothing measured, and names the test with its cause.
@@ -157,8 +157,8 @@ def test_a_night_interrupted_before_it_measured_is_stored_as_interrupted_and_com
             "specdec: the session was interrupted: the result file says so (interrupted: true) and compare exits 1 on "
             "it; rerun it to judge the run",
             "*- specdec results: *.specdec/results/*.json -*",
-            "specdec: not saved as night-2: the session was interrupted before any test measured; no run is named "
-            "night-2. Name it anyway: python -m pytest_specdec save * night-2 --force",
+            "FAIL specdec save: not saved as night-2: the session was interrupted before any test measured; no run is "
+            "named night-2. Name it anyway: python -m pytest_specdec save * night-2 --force",
         ]
     )
     night1, night2 = _stored(project)

@@ -171,7 +171,8 @@ def register(parser: pytest.Parser) -> None:
         metavar="NAME",
         help="Save the current run under NAME as well (.specdec/results/names/NAME names its run id), when every test "
         "of it is clean (completed, passed, every verdict passed); --specdec-compare=NAME compares against it. A "
-        "name saved again moves to the new run",
+        "name saved again moves to the new run. A session that names nothing (a run not clean, no specdec test run) "
+        "fails, saying why",
     )
     group.addoption(
         "--specdec-compare",

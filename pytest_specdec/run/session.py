@@ -110,6 +110,9 @@ class SpecdecSession:
         #: The session ended early (Ctrl-C; under xdist also a worker's KeyboardInterrupt) with profiles selected:
         #: the run file says so (``RunFile.interrupted``), since the tests never run are in neither of its lists.
         self.interrupted = False
+        #: ``--specdec-save NAME`` given and the run not named NAME (:meth:`_save_failure`): the red line above
+        #: pytest's last and a failed session; empty otherwise.
+        self.save_red = ""
 
     def _read_noise(self) -> None:
         """Read every selected profile's calibrated noise now (``Outcomes.noise`` keeps it): a broken noise file is
@@ -311,6 +314,39 @@ class SpecdecSession:
                                           interrupted=self.interrupted)  # fmt: skip
             if self.outputs.fails_run:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        self.save_red = self._save_failure()
+        if self.save_red and session.exitstatus == pytest.ExitCode.OK:
+            # A nightly that stores its baseline with --specdec-save learnt only the next day that nothing was named
+            # (fresh-user trial): a name asked for and not given fails the session. A status already non-zero
+            # (tests failed, none collected, interrupted) says so already and is kept.
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _save_failure(self) -> str:
+        """Under ``--specdec-save NAME``, why the run was not named NAME, with the fix; ``""`` when it was, or
+        without the option. Two cases: the run was stored but is not clean (``summary.finish``'s refusal:
+        ``not saved as NAME: 1 test(s) not clean: ...``), or no specdec test measured, errored or was interrupted,
+        so no run was stored at all (no profile selected, every specdec test deselected or skipped): ``--specdec-save=
+        night-1: nothing saved: no specdec test ran in this session (no --server-profile given) ...``."""
+        name = self.settings.save
+        if not name:
+            return ""
+        if self.outputs is not None and self.outputs.name_path is not None:
+            return ""
+        if self.outputs is not None and self.outputs.name_refused:
+            return self.outputs.name_refused
+        from pytest_specdec.measure.results import ResultStore
+
+        before = ResultStore(self.settings.out_dir / "results").named(name)
+        kept = f"{name} still names run {before}" if before else f"no run is named {name}"
+        if not self.selected:
+            why = "no --server-profile given, so every specdec test was skipped"
+            fix = f"add --server-profile=NAME (e.g. pytest -m specdec --server-profile=eagle3 --specdec-save={name})"
+        else:
+            why = (f"none of the tests of profile(s) {', '.join(self.selected)} ran (deselected by -m/-k, skipped, "
+                   "or none collected)")  # fmt: skip
+            fix = "select tests that use specdec_run (e.g. -m specdec)"
+        return (f"--specdec-save={name}: nothing saved: {why}, so no run was stored; {kept}. Fix: {fix}, or name a "
+                f"stored run: python -m pytest_specdec save RUN {name}")  # fmt: skip
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
         stopped = [*self.store.stopped, *self.shared_stopped]
@@ -376,7 +412,13 @@ class SpecdecSession:
         """The run-level failure lines and the count of undecided verdicts, right above pytest's final line
         (``plugin.py``'s trylast summary hook)."""
         if self.outputs is not None:
-            _write(terminalreporter, self.outputs.final_lines())
+            # A refused name fails the run (save_red): said once, red, below; not also as finish's yellow note.
+            outputs = dataclasses.replace(self.outputs, name_refused="") if self.save_red else self.outputs
+            _write(terminalreporter, outputs.final_lines())
+        if self.save_red:
+            from pytest_specdec.report.summary import Line
+
+            _write(terminalreporter, [Line(f"FAIL specdec save: {self.save_red}", {"red": True, "bold": True})])
         if self.outcomes.records:
             from pytest_specdec.report import summary
 
