@@ -228,14 +228,16 @@ def test_an_open_row_never_says_the_repeats_it_measured_would_decide_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The c night at a 12% run-to-run sd: its tok/s row is open after 3 repeats, and the estimate of what would decide
-    # it read "about 3 repeats in all" (its degrees of freedom differ from the test's): at least 4.
+    # it read "about 3 repeats in all" (its degrees of freedom differ from the test's): the search starts above the
+    # repeats measured (``shift_repeats_needed(more_than=)``).
     from pytest_specdec.judge import sequential
 
     monkeypatch.setattr(sequential, "ASSUMED_GPU_INSTANCE_SD", 0.12)
     code, out = _compare(tmp_path, "c-base", "c-night2", H100)
     line = next(x for x in out.splitlines() if x.startswith("  output_tok_s x0.713"))
-    found = re.search(r"about (\d+) repeats in all would decide it", line)
-    assert found is not None and int(found.group(1)) > 3, line
+    # At 12% taken as known, the two instances' run effect alone holds the interval wider than the gap: no number of
+    # today's repeats decides it, stored runs do (the estimate searched from the 3 measured said 3).
+    assert "about" not in line and ": 4+ stored runs would decide it" in line, line
 
 
 @pytest.mark.parametrize(

@@ -297,6 +297,9 @@ def test_budget_and_what_more_would_take() -> None:
     base, current = [100, 103, 97], [99, 102, 98, 101]
     needed = shift_repeats_needed(base, current, 0.10, Design(4, 4), higher_is_better=True)
     assert needed == 4 and decide_shift(base, current, 0.10, Design(4, 4), higher_is_better=True).decided
+    # Asked for a row left open at 4 repeats, the total is never the 4 it was measured at.
+    more = shift_repeats_needed(base, current, 0.10, Design(4, 24), higher_is_better=True, more_than=4)
+    assert more is not None and more > 4
 
 
 @pytest.mark.slow

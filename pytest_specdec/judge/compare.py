@@ -394,7 +394,7 @@ def compare_results(
         kinds = sorted(taken.items(), key=lambda kv: kv[0] != "raw")
         sds = ", ".join(f"{_percent_range(values)} {kind}" for kind, values in kinds)
         starts = judging.calibrated_run_to_run()
-        raw_sd = sequential.ASSUMED_GPU_INSTANCE_SD if judging.gpu else sequential.ASSUMED_INSTANCE_SD
+        raw_sd = assumed_instance_sd("output_tok_s", gpu=judging.gpu)
         source = (
             f"assumed: {raw_sd:.0%} raw{' on a GPU host' if judging.gpu else ''} or the row's within-run sd where "
             f"larger, {sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio"

@@ -753,9 +753,14 @@ def shift_repeats_needed(
     higher_is_better: bool,
     history: History | None = None,
     instance_sd: float = 0.0,
+    more_than: int = 0,
 ) -> int | None:
     """:func:`repeats_needed` for :func:`decide_shift`: the smallest number of current repeats at which the
     current ratio and spreads would decide (within, or worse), the baseline's side staying as it is.
+
+    ``more_than``: the repeats a row left open was measured at; the total is at least one more (the estimate's
+    approximations, Satterthwaite's degrees of freedom with the run effect taken as known, can put it at the repeats
+    that left the row open: an unchanged H100 night read "about 3 repeats in all would decide it" after 3).
 
     :returns: the total, or None when no number would: the estimate sits on the tolerance (or on no change), or
         the baseline's spread alone keeps the interval across it (record the baseline with more repeats or runs),
@@ -781,7 +786,7 @@ def shift_repeats_needed(
         df = round(_satterthwaite([(per / total, cur_df), (base_se2, base_df)]), 1)
         return _t_quantile(1.0 - _look_alpha(design, total), df) * math.sqrt(per / total + base_se2) < gap
 
-    return _smallest(int(c.size), decides)
+    return _smallest(max(int(c.size), more_than + 1), decides)
 
 
 def baseline_repeats_needed(

@@ -993,22 +993,22 @@ def _repeats_needed(
     data = _row_data(base, current, row, history)
     if data is None:
         return None
-    return _ask(sequential.shift_repeats_needed, data, row, design)
+    return _shift_needed(data, row, design)
 
 
 def _ask(estimate: Callable[..., int | None], data: _RowData, row: compare.CompareRow,
-         design: sequential.Design) -> int | None:  # fmt: skip
-    """``estimate`` (``sequential.shift_repeats_needed`` or ``baseline_repeats_needed``) asked of a row's data."""
-    needed = estimate(data.baseline, data.current, data.limit, row.design or design,
-                      higher_is_better=row.higher_is_better, history=data.history,
-                      instance_sd=data.instance_sd)  # fmt: skip
+         design: sequential.Design, **more: int) -> int | None:  # fmt: skip
+    """``estimate`` (``sequential.shift_repeats_needed`` or ``baseline_repeats_needed``) asked of a row's data;
+    ``more``: the estimate's own keywords (``more_than``)."""
+    return estimate(data.baseline, data.current, data.limit, row.design or design,
+                    higher_is_better=row.higher_is_better, history=data.history,
+                    instance_sd=data.instance_sd, **more)  # fmt: skip
+
+
+def _shift_needed(data: _RowData, row: compare.CompareRow, design: sequential.Design) -> int | None:
+    """``sequential.shift_repeats_needed`` of an open row: more than the repeats it was left open at."""
     measured = row.decision.n if row.decision is not None else 0
-    if estimate is sequential.shift_repeats_needed and needed is not None and needed <= measured:
-        # The estimate's approximations (Satterthwaite's degrees of freedom with the run effect taken as known)
-        # can put the total at the repeats measured, which left the row open: an unchanged H100 night read "about 3
-        # repeats in all would decide it" after 3. At least one more.
-        needed = measured + 1
-    return needed
+    return _ask(sequential.shift_repeats_needed, data, row, design, more_than=measured)
 
 
 def _other_fix(row: compare.CompareRow, vs: str | None) -> str:
@@ -1138,7 +1138,7 @@ def undecided_reason(
     d = row.decision
     shown = f"{row.metric} x{d.estimate:.3g}, {d.interval()}" if d is not None else row.metric
     data = _row_data(base, current, row, history)  # read once: both estimates below ask of it
-    needed = _ask(sequential.shift_repeats_needed, data, row, design) if data is not None else None
+    needed = _shift_needed(data, row, design) if data is not None else None
     text = f"{shown} holds the tolerance {compare.tolerance_text(row.metric, row.tolerance)}"
     if row.tolerance.abs:
         if _difference_decidable(base, current, row, design):

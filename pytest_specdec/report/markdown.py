@@ -26,9 +26,9 @@ MARKDOWN_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("ttft_ms_p50", "TTFT p50 ms", "{:.1f}"),
     ("itl_ms_p50", "ITL p50 ms", "{:.2f}"),
 )
-_RESULT = {"passed": "✅ passed", "failed": "❌ failed", "skipped": "skipped"}
 #: The result cell of a test that passed with a verdict undecided at its budget (``--specdec-undecided=warn``).
 _UNDECIDED = "⚠️ undecided"
+_RESULT = {"passed": "✅ passed", "failed": "❌ failed", "skipped": "skipped", "undecided": _UNDECIDED}
 
 
 def markdown_summary(
@@ -76,8 +76,7 @@ def markdown_summary(
             record.profile,
             *(record.metrics.get(key) for key, _, _ in MARKDOWN_COLUMNS),
             # A test the warn policy passed with an open verdict is not green: the night could not tell.
-            _UNDECIDED if record.outcome == "passed" and record.test_id in undecided
-            else _RESULT.get(record.outcome, record.outcome or "?"),
+            _RESULT.get(outcome := _shown(record.outcome, record.test_id in undecided), outcome or "?"),
         ]
         for record in records
     ]  # fmt: skip
@@ -147,7 +146,13 @@ def shown_outcome(record: ResultRecord) -> str:
     its budget (``--specdec-undecided=warn``: pytest's outcome, but the night could not tell), else its outcome (a
     fresh-user trial read ``passed`` in the terminal's table on every undecided night, ``⚠️ undecided`` in the
     markdown)."""
-    return "undecided" if record.outcome == "passed" and undecided_lines(record) else record.outcome
+    return _shown(record.outcome, bool(undecided_lines(record)))
+
+
+def _shown(outcome: str, open_verdict: bool) -> str:
+    """:func:`shown_outcome` of a test whose outcome is ``outcome`` and that has (``open_verdict``) a verdict left
+    undecided at its budget, for a caller that has read its undecided lines already."""
+    return "undecided" if outcome == "passed" and open_verdict else outcome
 
 
 def undecided_lines(record: ResultRecord) -> list[str]:
