@@ -7,6 +7,7 @@ The product's promise: exit 0 only when the run could have seen a regression of 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from pytest_specdec.cli.main import main
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
+from tests.helpers import rec
 
 FP = {"workload": {"max_new_tokens": 64, "num_requests": 16, "concurrency": 1}, "prompt_hash": "abc"}
 NOTE = "note: tests without baseline or not in CURRENT do not change the exit status; --fail-on-missing exits 1 on them"
@@ -151,6 +153,44 @@ def test_a_failed_test_that_measured_is_compared(tmp_path: Path, capsys: pytest.
     out = capsys.readouterr().out.splitlines()
     assert "== t.py::test_x[eagle3] (profile eagle3)" in out
     assert out[-1] == "specdec compare: 1 test compared, 0 regressed, 0 undecided, 0 without baseline, 0 refused"
+
+
+#: min_speedup as pytest stores a missed one (``ThresholdChecks.outcomes``): the verdict, then its line.
+SPEEDUP_FAILED = ("FAILED: speedup vs baseline 0.98x < min 1.05x [geometric mean of 3 paired ratios, interleaved; "
+                  "decided after 3 pairs, CI 0.95-1.01 (98.3%), 9.1 server-s]")
+
+
+def _pytest_exit(run: RunFile) -> pytest.ExitCode:
+    """The exit status pytest gave the session that stored ``run`` (no test errored nor interrupted): a test whose
+    outcome is ``failed`` failed the session."""
+    return pytest.ExitCode.TESTS_FAILED if any(r.outcome == "failed" for r in run.results) else pytest.ExitCode.OK
+
+
+@pytest.mark.parametrize("speedup", ["passed", SPEEDUP_FAILED])
+def test_compare_exits_as_pytest_did_on_a_night_with_a_failed_min_speedup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], speedup: str
+) -> None:
+    """A night pytest failed on ``min_speedup`` (its record's ``checks``) while its compare rows are unchanged:
+    compare judged the rows alone and exited 0 (fresh-user trial, finding 4); now it says the stored failed check,
+    its name and verdict, counts it and exits 1, as pytest did. A night whose checks passed exits 0 in both."""
+    fast = {"output_tok_s": [100.0, 101.0, 99.0], "accept_length": [2.6, 2.6, 2.6]}
+    base = rec(**fast)
+    night = dataclasses.replace(rec(**fast), checks={"min_accept_length": "passed", "min_speedup": speedup},
+                                outcome="passed" if speedup == "passed" else "failed")  # fmt: skip
+    stored = RunFile(run_id="cur", started=0.0, results=(night,))
+    base_path = ResultStore(tmp_path).save(RunFile(run_id="base", started=0.0, results=(base,)))
+    current = ResultStore(tmp_path).save(stored)
+    code = _compare(base_path, current)
+    assert code == _pytest_exit(stored) == (0 if speedup == "passed" else 1)
+    out = capsys.readouterr().out.splitlines()
+    said = [line for line in out if line.startswith("failed check")]
+    if speedup == "passed":
+        assert said == []
+        assert out[-1] == "specdec compare: 1 test compared, 0 regressed, 0 undecided, 0 without baseline, 0 refused"
+    else:
+        assert said == [f"failed check in CURRENT: t.py::test_x[eagle3]: min_speedup: {SPEEDUP_FAILED}"]
+        assert out[-1] == ("specdec compare: 1 test compared, 0 regressed, 0 undecided, 0 without baseline, 0 refused, "
+                           "1 failed check")  # fmt: skip
 
 
 def test_nothing_in_common_stays_unusable_input_with_fail_on_missing(

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from pytest_specdec.cli.exits import EXIT_FINDINGS
 from pytest_specdec.core.errors import CompareError, NoiseFileError
 from pytest_specdec.core.tolerances import Tolerance, Tolerances, parse_tolerances
 from pytest_specdec.judge.compare import (
@@ -150,6 +151,17 @@ def _errored(current: RunFile) -> list[str]:
     measured = {r.test_id for r in current.results}
     return [f"errored in CURRENT before it measured: {e.test_id}: {e.error or 'no error line recorded'}"
             for e in current.errored if e.test_id not in measured]  # fmt: skip
+
+
+def _failed_checks(current: RunFile) -> list[str]:
+    """One line per threshold check that pytest FAILED for a test of ``current``, as its record stores it
+    (``ResultRecord.checks``: ``min_speedup``, ``min_tok_s``, ``min_accept_length[code]`` ...): the check name and
+    the stored verdict. pytest failed the test and exited 1 on it; the command judges the compare rows again but
+    not the thresholds (they need no baseline), so it repeats pytest's verdict and exits 1 too (a fresh-user trial
+    read exit 0 from ``compare`` on a night pytest had failed on ``min_speedup``). Example: ``failed check in
+    CURRENT: t.py::test_x[eagle3]: min_speedup: FAILED: speedup vs baseline 0.98x < min 1.05x ...``."""
+    return [f"failed check in CURRENT: {r.test_id}: {key}: {text}"
+            for r in current.results for key, text in r.checks.items() if text.startswith("FAILED")]  # fmt: skip
 
 
 def load_pair(store: ResultStore, base_ref: str, current_ref: str) -> tuple[RunFile, RunFile]:
@@ -362,7 +374,9 @@ def compare_command(
           included, at the design its record was judged with, against the baseline and its stored runs of the same
           fingerprint); or a test of ``current`` recorded no measurement, or ``current`` lists it as errored
           before it measured (``RunFile.errored``: its server did not start; it could not have shown a
-          regression); or ``current`` was interrupted (``RunFile.interrupted``); or, with ``fail_on_suspected``, a
+          regression); or a threshold check of a test of ``current`` FAILED in pytest (its record's ``checks``:
+          ``min_speedup``, ``min_tok_s`` ..., each said with its stored verdict, as pytest exited 1 on it); or
+          ``current`` was interrupted (``RunFile.interrupted``); or, with ``fail_on_suspected``, a
           row undecided beyond its
           tolerance; or, with ``fail_on_missing``, a test without baseline or absent from ``current``;
         - 2: unusable input: a bad tolerance, an unreadable file, no matching run, nothing compared (no test in
@@ -437,6 +451,9 @@ def compare_command(
     absent = _absent(base, current, mapper)
     for line in absent:
         print(line, file=out)
+    failed_checks = _failed_checks(current)
+    for line in failed_checks:
+        print(line, file=out)
     if current.interrupted:  # tests it never ran are in neither of its lists: it cannot be judged whole
         print(f"interrupted: CURRENT ({current.run_id}) ended early (Ctrl-C): the tests it never ran are not in it, "
               "so it could not show their regressions; rerun it", file=out)  # fmt: skip
@@ -469,13 +486,15 @@ def compare_command(
         + (f", {len(unmeasured)} without measurement" if unmeasured else "")
         + (f", {len(errored)} errored before measuring" if errored else "")
         + (f", {len(absent)} not in CURRENT" if absent else "")
+        + (f", {len(failed_checks)} failed check{'s' if len(failed_checks) != 1 else ''}" if failed_checks else "")
         + (", CURRENT interrupted" if current.interrupted else ""),
         file=out,
     )
     if fail_on_suspected and suspected:
         regressed += suspected
-    if regressed or unmeasured or errored or current.interrupted:  # what CURRENT did not measure could not regress
-        return 1
+    # What CURRENT did not measure could not regress; a threshold pytest failed fails here too, as in pytest.
+    if regressed or unmeasured or errored or failed_checks or current.interrupted:
+        return EXIT_FINDINGS
     if result.refused or not result.comparisons:
         return 2
     if fail_on_missing and (result.missing or absent):
