@@ -159,9 +159,91 @@ def test_a_category_tolerance_reads_from_the_ini_the_profile_and_the_marker(pyte
     assert merged.categories == {("ttft_ms_p50", "code"): Tolerance(rel=0.25),
                                  ("itl_ms_p50", "creative writing"): Tolerance(rel=0.45),
                                  ("tpot_ms_p50", "code"): Tolerance(rel=0.80)}  # fmt: skip
-    pytester.makeini("[pytest]\nspecdec_tolerances =\n    tpot[code]:80%\n")
+    ini = pytester.makeini("[pytest]\nspecdec_tolerances =\n    tpot[code]:80%\n")
     result = pytester.runpytest(*plugin_args())
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     # fnmatch would read [code] as a character class: the line is compared as it is.
-    error = "ERROR: ini specdec_tolerances: bad tolerance 'tpot[code]:80%': unknown metric 'tpot' (known: "
+    error = f"ERROR: ini specdec_tolerances ({ini}): bad tolerance 'tpot[code]:80%': unknown metric 'tpot' (known: "
     assert [line for line in result.stderr.lines if line.startswith(error)], result.stderr.str()
+
+
+def test_an_absolute_part_may_carry_its_fields_unit() -> None:
+    """``5tok/s``, ``10%+5ms``, ``0.5req/s``: absolute, as a bare number reads from a stored spec; another unit is
+    refused with the field's own."""
+    got = parse_tolerances("output_tok_s:5tok/s ttft_ms:10%+5ms requests_per_s:0.5req/s", strict=True)
+    assert got == {"output_tok_s": Tolerance(abs=5.0), "ttft_ms": Tolerance(rel=0.10, abs=5.0),
+                   "requests_per_s": Tolerance(abs=0.5)}  # fmt: skip
+    # A stored record's spec (format_tolerances) is read as written: a bare number is absolute.
+    assert parse_tolerances("output_tok_s:5") == {"output_tok_s": Tolerance(abs=5.0)}
+    with pytest.raises(ValueError) as info:
+        parse_tolerances("output_tok_s:5ms")
+    assert str(info.value) == ("bad tolerance 'output_tok_s:5ms': output_tok_s is in tok/s, not ms; e.g. "
+                               "output_tok_s:5% or output_tok_s:5tok/s")  # fmt: skip
+    with pytest.raises(ValueError) as info:
+        parse_tolerances("accept_length:1tok/s")
+    assert str(info.value) == ("bad tolerance 'accept_length:1tok/s': accept_length takes a bare number (no unit), "
+                               "not tok/s; e.g. accept_length:5% or accept_length:0.02")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("token", "fixes"),
+    [
+        ("output_tok_s:5", "output_tok_s (tok/s) is ambiguous: write output_tok_s:5% for 5 percent of the baseline, "
+                           "or output_tok_s:5tok/s for 5 tok/s absolute"),
+        ("ttft_ms_p99:20", "ttft_ms_p99 (ms) is ambiguous: write ttft_ms_p99:20% for 20 percent of the baseline, or "
+                           "ttft_ms_p99:20ms for 20 ms absolute"),
+        ("tpot_ms_p50[code]:2.5", "tpot_ms_p50 (ms) is ambiguous: write tpot_ms_p50[code]:2.5% for 2.5 percent of "
+                                  "the baseline, or tpot_ms_p50[code]:2.5ms for 2.5 ms absolute"),
+    ],
+)  # fmt: skip
+def test_a_bare_number_on_a_rate_or_time_field_is_refused_from_a_user(token: str, fixes: str) -> None:
+    """A fresh-user trial wrote ``output_tok_s:5`` meaning 5%: it was 5 tok/s, a 0.5% gate at 1000 tok/s."""
+    with pytest.raises(ValueError) as info:
+        parse_tolerances(f"output_tok_s:5% {token}", strict=True)
+    assert str(info.value) == f"bad tolerance {token!r}: a bare number on {fixes}"
+
+
+def test_exact_fields_and_a_written_relative_part_keep_bare_numbers() -> None:
+    got = parse_tolerances("accept_length:0.05 accept_rate:0.02 slo_attainment:0.05 ttft_ms:10%+5 itl_ms:0%+1",
+                           strict=True)  # fmt: skip
+    assert got == {"accept_length": Tolerance(abs=0.05), "accept_rate": Tolerance(abs=0.02),
+                   "slo_attainment": Tolerance(abs=0.05), "ttft_ms": Tolerance(rel=0.10, abs=5.0),
+                   "itl_ms": Tolerance(abs=1.0)}  # fmt: skip
+
+
+BARE = ("bad tolerance 'output_tok_s:5': a bare number on output_tok_s (tok/s) is ambiguous: write output_tok_s:5% for "
+        "5 percent of the baseline, or output_tok_s:5tok/s for 5 tok/s absolute")
+
+
+def test_a_bare_rate_tolerance_in_the_ini_is_a_usage_error_naming_the_file(pytester: pytest.Pytester) -> None:
+    from tests.helpers import plugin_args
+
+    ini = pytester.makeini("[pytest]\nspecdec_tolerances =\n    accept_length:0.05\n    output_tok_s:5\n")
+    result = pytester.runpytest(*plugin_args())
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"ERROR: ini specdec_tolerances ({ini}): {BARE}" in result.stderr.lines, result.stderr.str()
+
+
+def test_a_bare_rate_tolerance_in_a_profile_names_the_file_line_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_specdec.cli.main import main
+
+    path = tmp_path / "specdec.yaml"
+    path.write_text('profiles:\n  eagle3:\n    server: reference\n    tolerances: ["output_tok_s:5", "ttft_ms:10%"]\n')
+    assert main(["check", str(path)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {path}:4: profiles.eagle3.tolerances: {BARE}")
+
+
+def test_a_bare_rate_tolerance_in_the_marker_errors_the_test(pytester: pytest.Pytester) -> None:
+    from tests.helpers import plugin_args
+
+    pytester.makepyfile(
+        "import pytest\n\n"
+        "@pytest.mark.specdec(tolerances=['output_tok_s:5'])\n"
+        "def test_x():\n    pass\n"
+    )
+    result = pytester.runpytest(*plugin_args())
+    result.assert_outcomes(errors=1)
+    # The ERROR header names the test; its one line, the argument, the value and both fixes.
+    assert f"@pytest.mark.specdec(tolerances=...): {BARE}" in result.stdout.lines, result.stdout.str()

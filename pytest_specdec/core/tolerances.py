@@ -3,8 +3,14 @@
 Tolerance strings (``parse_tolerances``)::
 
     output_tok_s:5%       relative: 5 % of the baseline median (above 100 % allowed: 150%)
-    accept_length:0.02    absolute, in the metric's unit
-    ttft_ms:10%+5         both: 10 % of the baseline plus 5 ms
+    output_tok_s:5tok/s   absolute, with the field's unit (tok/s, req/s, ms): 5 tok/s
+    accept_length:0.02    absolute, in the metric's unit: a bare number, on accept length/rate and SLO attainment only
+    ttft_ms:10%+5         both: 10 % of the baseline plus 5 ms (``10%+5ms`` too)
+
+A bare number on a rate or time field (``output_tok_s:5``) is refused where a user writes it for pytest (``strict``:
+ini ``specdec_tolerances``, a profile's ``tolerances:``, the marker): it was read as 5 tok/s where 5% was meant
+(fresh-user trial). Stored specs (``format_tolerances`` of a record) and the ``compare`` command's ``-t`` (which
+prints each absolute part with its unit) read it as absolute, as pytest-benchmark's grammar does.
     ttft_ms_p99:20%       one statistic field; a metric name (ttft_ms) covers all its fields (mean, p50, p90, p99)
     tpot_ms_p50[code]:30% the compare's row of one prompt category (CATEGORY_FIELDS); without one it takes the field's
 """
@@ -28,12 +34,20 @@ __all__ = [
     "merge_tolerances",
     "parse_tolerances",
 ]
+# Stored records and their readers' tests quote it; the refusal of a bare number on a rate or time field (strict)
+# names the unit forms itself.
 _FORMAT_HELP = "expected METRIC:TOL with TOL as 5% (relative), 0.02 (absolute) or 10%+5 (both), e.g. output_tok_s:5%"
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+#: Units an absolute tolerance may be written with (``5tok/s``, ``10%+5ms``): those of the rate and time metrics, on
+#: which a bare number is refused from a user (``parse_tolerances(strict=True)``).
+_UNITS = ("tok/s", "req/s", "ms")
+_UNIT = "|".join(re.escape(u) for u in _UNITS)
 #: A token: ``NAME:TOL`` or ``NAME[CATEGORY]:TOL``; a category may hold spaces and commas (the bracket keeps them).
 _TOKEN_RE = re.compile(r"(?:\[[^\]]*\]?|[^\s,\[])+")
 _CATEGORY_RE = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<category>[^\[\]]*)\]$")
-_TOL_RE = re.compile(rf"^(?:(?P<rel>{_NUMBER})%(?:\+(?P<both_abs>{_NUMBER}))?|(?P<abs>{_NUMBER}))$")
+_TOL_RE = re.compile(
+    rf"^(?:(?P<rel>{_NUMBER})%(?:\+(?P<both_abs>{_NUMBER})(?P<both_unit>{_UNIT})?)?|(?P<abs>{_NUMBER})(?P<unit>{_UNIT})?)$"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,17 +133,26 @@ DEFAULT_TOLERANCES: Mapping[str, Tolerance] = {
 }
 
 
-def parse_tolerances(spec: str | Sequence[str]) -> Tolerances:
+def parse_tolerances(spec: str | Sequence[str], *, strict: bool = False) -> Tolerances:
     """Parse ``"output_tok_s:5%, accept_length:0.02"`` (or a list of such strings; comma or whitespace separated).
     ``FIELD[CATEGORY]:TOL`` (``tpot_ms_p50[code]:30%``) is the tolerance of that field's compare row for one prompt
     category: any category name (the prompts' ``category``, spaces and commas included), a field of
     :data:`CATEGORY_FIELDS` or a metric with one (``tpot_ms[code]`` is ``tpot_ms_p50[code]``).
 
+    An absolute part may carry its field's unit (``output_tok_s:5tok/s``, ``ttft_ms:10%+5ms``); another unit is
+    refused.
+
+    :param strict: the spec is a user's for pytest (ini, profile, marker): a bare number on a rate or time field
+        (unit tok/s, req/s or ms: ``output_tok_s:5``) is refused, since it reads as 5 tok/s where 5% is almost always
+        meant; exact fields (``accept_length:0.05``, ``accept_rate:0.02``) keep bare numbers. False: a stored spec or
+        ``compare -t``, read as written (a bare number is absolute).
     :returns: metric name or field -> Tolerance, in input order (a later token for the same key wins), with the
         category ones in :attr:`Tolerances.categories`.
-    :raises ValueError: ``bad tolerance 'TOKEN': expected METRIC:TOL with TOL as 5% (relative), 0.02 (absolute)
-        or 10%+5 (both), e.g. output_tok_s:5%``, ``bad tolerance 'TOKEN': unknown metric 'NAME' (known: ...)``, or
-        ``bad tolerance 'TOKEN': output_tok_s has no rows per category (...)``.
+    :raises ValueError: ``bad tolerance 'TOKEN': expected METRIC:TOL with TOL as 5% (relative), ...``, ``bad
+        tolerance 'TOKEN': unknown metric 'NAME' (known: ...)``, ``bad tolerance 'TOKEN': output_tok_s has no rows
+        per category (...)``, ``bad tolerance 'output_tok_s:5ms': output_tok_s is in tok/s, not ms ...``, or (strict)
+        ``bad tolerance 'output_tok_s:5': a bare number on output_tok_s (tok/s) is ambiguous: write output_tok_s:5%
+        for 5 percent of the baseline, or output_tok_s:5tok/s for 5 tok/s absolute``.
     """
     parts = [spec] if isinstance(spec, str) else list(spec)
     tokens = [t for part in parts for t in _TOKEN_RE.findall(part.strip())]
@@ -156,6 +179,16 @@ def parse_tolerances(spec: str | Sequence[str]) -> Tolerances:
             raise ValueError(f"bad tolerance {token!r}: {name} has no rows per category (the compare judges "
                              f"{', '.join(CATEGORY_FIELDS)} per prompt category), e.g. "
                              f"tpot_ms_p50[{category}]:30%")  # fmt: skip
+        unit = _field_unit(name)
+        written = match.group("unit") or match.group("both_unit")
+        if written is not None and written != unit:
+            said = f"is in {unit}" if unit in _UNITS else "takes a bare number (no unit)"
+            raise ValueError(f"bad tolerance {token!r}: {name} {said}, not {written}; e.g. {_example(name)}")
+        if strict and match.group("abs") is not None and written is None and unit in _UNITS:
+            number = match.group("abs")
+            raise ValueError(f"bad tolerance {token!r}: a bare number on {name} ({unit}) is ambiguous: write "
+                             f"{token.rpartition(':')[0]}:{number}% for {number} percent of the baseline, or "
+                             f"{token.rpartition(':')[0]}:{number}{unit} for {number} {unit} absolute")  # fmt: skip
         if match.group("abs") is not None:
             tol = Tolerance(abs=float(match.group("abs")))
         else:
@@ -165,6 +198,19 @@ def parse_tolerances(spec: str | Sequence[str]) -> Tolerances:
         else:
             out.categories[(name, category)] = tol
     return out
+
+
+def _field_unit(name: str) -> str:
+    """The unit of a tolerance key (a metric or one of its fields): ``output_tok_s`` and ``ttft_ms_p99`` -> ``tok/s``,
+    ``ms``; ``accept_length`` -> its spec's (``tokens/verify step``)."""
+    spec = METRICS.get(name) or field_specs()[name]
+    return spec.unit
+
+
+def _example(name: str) -> str:
+    """A tolerance of ``name`` as written: ``output_tok_s:5%`` or ``output_tok_s:5tok/s``; ``accept_rate:0.02``."""
+    unit = _field_unit(name)
+    return f"{name}:5% or {name}:5{unit}" if unit in _UNITS else f"{name}:5% or {name}:0.02"
 
 
 def _category_fields(name: str) -> list[str]:

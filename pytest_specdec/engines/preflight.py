@@ -568,22 +568,16 @@ def _rule_goodput(ctx: _Ctx) -> None:
 
 
 def _rule_tolerances(ctx: _Ctx) -> None:
-    """Tolerances that do not do what they seem to: a bare number on a throughput (tok/s, req/s) is absolute
-    (``output_tok_s:5`` is 5 tok/s: a 0.5% gate at 1000 tok/s, where 5% was meant: seen in a fresh-user trial); a
-    tail percentile field (``ttft_ms_p99:20%``) on fewer samples per repeat than its compare row needs
-    (``metric_table.tail_samples_needed``: 100 for p99) only ever reads n/a."""
+    """Tolerances that do not do what they seem to: a tail percentile field (``ttft_ms_p99:20%``) on fewer samples
+    per repeat than its compare row needs (``metric_table.tail_samples_needed``: 100 for p99) only ever reads n/a.
+    (A bare number on a rate or time field, ``output_tok_s:5``, is refused where the profile is read:
+    ``tolerances.parse_tolerances(strict=True)``.)"""
     specs = {**METRICS, **field_specs()}
     wl = ctx.profile.workload
-    written = {t.partition(":")[0]: t for part in ctx.profile.tolerances for t in re.split(r"[,\s]+", part) if t}
-    for key, tol in ctx.profile.tolerance_layer.items():
+    for key in ctx.profile.tolerance_layer:
         spec = specs.get(key)
         if spec is None:
             continue
-        if spec.unit in ("tok/s", "req/s") and "%" not in written.get(key, "%") and tol.abs > 0:
-            ctx.at_profile("warning", "tolerances", written[key],
-                           f"a bare number is absolute: {key} may fall by {tol.abs:g} {spec.unit}, however large it is",
-                           f"write {key}:{tol.abs:g}% for {tol.abs:g} percent, or {key}:0%+{tol.abs:g} to keep it "
-                           "absolute")  # fmt: skip
         needed = tail_samples_needed(key) if key != spec.name else None
         if needed is None:
             continue

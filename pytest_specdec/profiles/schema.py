@@ -474,11 +474,11 @@ class Profile(_Strict):
     @field_validator("tolerances")
     @classmethod
     def _tolerances_parse(cls, value: list[str]) -> list[str]:
-        parse_tolerances(value)  # ValueError naming the spec and the accepted forms
+        parse_tolerances(value, strict=True)  # ValueError naming the spec and the accepted forms
         return value
 
     def model_post_init(self, context: Any, /) -> None:
-        self._tolerance_layer = parse_tolerances(self.tolerances)
+        self._tolerance_layer = parse_tolerances(self.tolerances, strict=True)
 
     @property
     def tolerance_layer(self) -> dict[str, Tolerance]:

@@ -72,7 +72,7 @@ def setup_item(item: pytest.Item, profiles: Mapping[str, Profile] | None, profil
             item.user_properties.append((OVERRIDES_PROPERTY, json.dumps([profile_param, changed])))
     if tolerances is not None and error is None:
         try:
-            item.stash[tolerances_key] = parse_tolerances(tolerances)
+            item.stash[tolerances_key] = parse_tolerances(tolerances, strict=True)
         except ValueError as exc:
             error = f"@pytest.mark.specdec(tolerances=...): {exc}"
     if error is not None:

@@ -121,9 +121,10 @@ class RunSettings:
             out_dir = config.rootpath / (config.getini("specdec_dir") or ".specdec")
         profile_path, searched = _profile_path(config, ancestor)
         try:
-            tolerances = parse_tolerances(list(config.getini("specdec_tolerances")))
+            tolerances = parse_tolerances(list(config.getini("specdec_tolerances")), strict=True)
         except ValueError as exc:
-            raise pytest.UsageError(f"ini specdec_tolerances: {exc}") from None
+            where = f" ({config.inipath})" if config.inipath is not None else ""
+            raise pytest.UsageError(f"ini specdec_tolerances{where}: {exc}") from None
         selected = tuple(n.strip() for n in (option.server_profile or "").split(",") if n.strip())
         if not option.specdec_check and not selected and option.specdec_sweep:
             raise pytest.UsageError("--specdec-sweep: no profile selected; add --server-profile=NAME (e.g. eagle3)")
