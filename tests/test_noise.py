@@ -14,6 +14,7 @@ from pytest_specdec.judge.noise import (
     FieldNoise,
     calibrate_noise,
     measurements,
+    outlying_runs,
     paired_arm,
     proposal_sds,
     read_noise,
@@ -90,6 +91,34 @@ def test_calibrate_noise_splits_the_spread_within_a_run_from_the_spread_between_
                             ["output_tok_s"])  # fmt: skip
     assert noise == {"output_tok_s": pytest.approx(0.0193, abs=1e-4)} and noise.runs == 2
     assert noise.run_to_run == {"output_tok_s": pytest.approx(0.0688, abs=1e-4)}
+
+
+def _levels(*levels: float) -> list[ResultRecord]:
+    return [rec(output_tok_s=[v * 0.99, v, v * 1.01]) for v in levels]
+
+
+def test_an_outlying_run_is_found_against_the_other_runs_even_among_3() -> None:
+    """A run's level is judged against the other runs' median and MAD, not the whole set's: with 3 runs the whole
+    set's MAD is the smaller distance of the other two from the middle one, and 58 tok/s beside 111 and 129 reads 2.9
+    sds there (masked). Against the other two it is 6.5; and among 5 runs 10.2 (their MAD, 7.3%). Neither 129 nor
+    111 is one."""
+    (found,) = outlying_runs(_levels(111.0, 58.0, 129.0), instance_sd=0.07)
+    assert (found.index, round(found.others, 1), round(found.z, 1)) == (1, 119.7, -6.5)
+    (found,) = outlying_runs(_levels(58.0, 111.0, 115.0, 122.0, 129.0), instance_sd=0.07)
+    assert (found.index, round(found.level, 1), round(found.others, 1), round(found.z, 1), round(found.sd, 3)) == (
+        0, 58.0, 118.4, -10.2, 0.073)  # fmt: skip
+
+
+def test_no_run_is_called_an_outlier_within_the_noise_or_in_a_split() -> None:
+    """Two runs 1% apart do not make a third 11% off an outlier (their MAD is below the 7% run-to-run sd a compare
+    assumes, which is the floor; 24% off is one); half the runs apart from the other half is a split, not an
+    outlier; fewer than 3 runs show none; a run without tok/s values leaves the check out."""
+    assert outlying_runs(_levels(100.0, 101.0, 112.0), instance_sd=0.07) == []
+    assert [o.index for o in outlying_runs(_levels(100.0, 101.0, 128.0), instance_sd=0.07)] == [2]
+    assert outlying_runs(_levels(100.0, 101.0, 128.0), instance_sd=0.14) == []
+    assert outlying_runs(_levels(60.0, 61.0, 120.0, 121.0), instance_sd=0.07) == []
+    assert outlying_runs(_levels(58.0, 120.0), instance_sd=0.07) == []
+    assert outlying_runs([*_levels(58.0, 111.0, 129.0), rec(accept_length=[2.6])], instance_sd=0.07) == []
 
 
 def test_a_noise_file_written_before_the_run_to_run_part_reads_without_it(tmp_path: Path) -> None:

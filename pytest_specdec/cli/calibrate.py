@@ -35,13 +35,16 @@ from pytest_specdec.judge.compare import (
 from pytest_specdec.judge.history import MAX_HISTORY_RUNS
 from pytest_specdec.judge.noise import (
     MAX_NOISE_SD,
+    OUTLIER_Z,
     PASS_PROBABILITY,
     TOLERANCE_CAP,
     CalibratedNoise,
     FieldNoise,
     GateSizing,
+    OutlyingRun,
     calibrate_noise,
     measurements,
+    outlying_runs,
     paired_arm,
     proposal_sds,
 )
@@ -80,19 +83,24 @@ def calibrate_command(args: argparse.Namespace) -> int:
     field's, pasted as ``FIELD[CATEGORY]:X%`` where wider. A table gives every row's least tolerance against 1, 3, 5
     and 10 stored runs and the run-to-run sd a compare against 1-3 takes (:func:`_table_lines`); for a paired field,
     a comment says what its raw row needs at the ratio row's tolerance (:func:`_raw_line`); a line says how often the
-    drawn nights pass every row at the proposal (:func:`_night_line`). Returns ``EXIT_FINDINGS`` when a server
-    failed, ``EXIT_USAGE``/``EXIT_BAD_PROFILE`` on bad input, else ``EXIT_OK``."""
+    drawn nights pass every row at the proposal (:func:`_night_line`); under each field's proposal, the least loss a
+    night at the budget fails 95% of the time at it (:func:`_caught_line`). A run whose tok/s is an outlier against
+    the other runs' (``noise.outlying_runs``, from 3 runs) is named, with the load averages it recorded, and left out
+    of the noise file and the proposal, the proposal with it pooled shown beside (:func:`_outlier_lines`);
+    ``--keep-outliers`` pools it (and shows the proposal without it). Returns ``EXIT_FINDINGS`` when a server
+    failed or a run was left out, ``EXIT_USAGE``/``EXIT_BAD_PROFILE`` on bad input, else ``EXIT_OK``."""
     if not 1 <= args.stored_runs <= MAX_HISTORY_RUNS:
         print(f"error: --stored-runs={args.stored_runs}: expected the stored runs of the baseline a compare will pool, "
               f"1 to {MAX_HISTORY_RUNS} (it pools at most {MAX_HISTORY_RUNS}), e.g. --stored-runs {MAX_HISTORY_RUNS}",
               file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     records: list[ResultRecord] = []
-    tests = 0
+    labels: list[str] = []  # per record: the run as the outlier line names it
+    tests: Counter[int] = Counter()  # per record: the tests that share its measurement
     design: sequential.Design | None = None
     if args.from_runs:
         try:
-            stored = _stored_records(args.from_runs, args.profile, Path(args.results_dir))
+            stored, refs = _stored_records(args.from_runs, args.profile, Path(args.results_dir))
         except CompareError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -103,7 +111,11 @@ def calibrate_command(args: argparse.Namespace) -> int:
             print(f"# left out {len(stored) - len(kept)} test record(s) ({shown}): a failed or interrupted test's run "
                   "may not have measured normally (undecided ones are kept)")  # fmt: skip
         # Every test of a profile in one run reads one measurement: count (and pool) measurements, not tests.
-        records, tests = measurements(kept), len(kept)
+        records = measurements(kept)
+        run_of = {id(r): run_id for run_id, r in kept}
+        labels = [_run_label(run_of[id(r)], refs.get(run_of[id(r)])) for r in records]
+        # measurements() keeps one record of a (run, profile): the others are its tests.
+        tests = Counter(next(i for i, m in enumerate(records) if run_of[id(m)] == run_id) for run_id, _ in kept)
         if len(records) < 2:
             runs = ", ".join(dict.fromkeys(run_id for run_id, _ in kept)) or "none"
             print(f"error: calibrate --from needs K >= 2 runs of the profile (separate server starts: a run-to-run "
@@ -141,6 +153,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
             runner_state = hoststate.runner_entry(before, hoststate.snapshot())
             record = dataclasses.replace(record, fingerprint={**record.fingerprint, "runner": runner_state})
             records.append(record)
+            labels.append(f"run {i + 1}/{args.runs}")
             ratios = paired_ratios(record, "output_tok_s")
             paired = f", {sorted(ratios)[len(ratios) // 2]:.3f}x {vs} (paired)" if ratios else ""
             length = record.metrics.get("accept_length")
@@ -148,30 +161,34 @@ def calibrate_command(args: argparse.Namespace) -> int:
             print(f"run {i + 1}/{args.runs}: {record.metrics.get('output_tok_s', 0):.1f} tok/s, "
                   f"accept length {shown}{paired}")  # fmt: skip
     design = design or sequential.Design(Workload().repeats, sequential.DEFAULT_MAX_REPEATS)
-    found_sds = proposal_sds(records)
-    if not found_sds:
+    per_row = bool(args.per_row)
+    # A run measured beside another job (load 5.5: 58 tok/s where the others read 111-129) widened every proposal
+    # to 31-74% in a fresh-user trial; it is left out unless --keep-outliers keeps it (docs/ci.md says why).
+    outliers = outlying_runs(records, instance_sd=assumed_instance_sd("output_tok_s", gpu=measured_on_gpu(*records)))
+    odd = {o.index for o in outliers}
+    without = [r for i, r in enumerate(records) if i not in odd]
+    pooled, other = (records, without) if args.keep_outliers else (without, records)
+    made = _size(pooled, design, args.stored_runs, per_row=per_row)
+    if made is None:
         print("error: not enough values to propose tolerances: a metric needs 2 or more values above 0 across the "
               "runs", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
-    noise = calibrate_noise(records)
-    vs = paired_arm(records)
-    by_category, no_verdict = _category_noise(records, vs)
-    per_row = bool(args.per_row)
-    sizing = GateSizing(design, args.stored_runs, gpu=measured_on_gpu(*records))
-    judged = _judged_rows(found_sds, noise, by_category, vs, sizing, _absolute_levels(records, found_sds, by_category))
-    sizing = dataclasses.replace(sizing, probability=_row_probability(len(judged), per_row=per_row))
-    judged = [dataclasses.replace(row, sizing=sizing) for row in judged]
-    proposal, pasted, unsized = _proposal(found_sds, judged)
+    found_sds, noise, vs, by_category, no_verdict = made.found, made.noise, made.vs, made.by_category, made.no_verdict
+    sizing, judged, proposal, pasted, unsized = made.sizing, made.judged, made.proposal, made.pasted, made.unsized
     sds = [(f"{key}: sd {sd:.0%} {kind}") for kind, pairs in (
         ("within a run", [*noise.items(), *((n.key, n.within) for n in by_category.values())]),
         ("run to run", [*noise.run_to_run.items(), *((n.key, n.run_to_run) for n in by_category.values())]),
     ) for key, sd in pairs if sd > MAX_NOISE_SD]  # fmt: skip
     if sds:  # read_noise would refuse the file
         shown = "; ".join(sds)
-        print(f"error: {shown} across {len(records)} measurement(s): beyond {MAX_NOISE_SD:.0%}, more than a steady "
+        print(f"error: {shown} across {len(pooled)} measurement(s): beyond {MAX_NOISE_SD:.0%}, more than a steady "
               "server's noise (a slowed or broken run pooled?); calibrate from runs that measured normally (no noise "
               "file written)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
+    if outliers:
+        alternate = _size(other, design, args.stored_runs, per_row=per_row)
+        for line in _outlier_lines(outliers, records, labels, made, alternate, kept=bool(args.keep_outliers)):
+            print(line)
     name = args.profile or (records[0].profile if records else "profile")
     out = Path(args.noise_out or Path(".specdec/noise") / f"{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -181,9 +198,10 @@ def calibrate_command(args: argparse.Namespace) -> int:
     run_to_run = {**noise.run_to_run, **{n.key: n.run_to_run for n in by_category.values()}}
     out.write_text(json.dumps({"profile": name, "runs": noise.runs, "sigma_rel": sigma,
                                "run_to_run_rel": run_to_run}, indent=1) + "\n")  # fmt: skip
-    counted = f"{len(records)} measurement(s)"
-    if tests > len(records):
-        counted += f" ({tests} tests: the tests of a profile in one run share its measurement)"
+    counted = f"{len(pooled)} measurement(s)"
+    shared = sum(n for i, n in tests.items() if records[i] in pooled)
+    if shared > len(pooled):
+        counted += f" ({shared} tests: the tests of a profile in one run share its measurement)"
     print(
         f"# noise from {counted} -> {out} (--specdec-compare reads it until 4 stored runs of the profile measure "
         "their own)"
@@ -202,13 +220,13 @@ def calibrate_command(args: argparse.Namespace) -> int:
         f"# a compare takes each run-to-run sd where it is larger than its assumed one ({raw_sd} or the row's "
         f"within-run sd, {sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio): a few server starts size it poorly"
     )
-    if len(records) < _FIRM_RUNS:
-        print(f"# only {len(records)} server start(s): the run-to-run sds above are rough (a compare takes one only "
+    if len(pooled) < _FIRM_RUNS:
+        print(f"# only {len(pooled)} server start(s): the run-to-run sds above are rough (a compare takes one only "
               f"where larger than its assumed {raw_sd}); {_FIRM_RUNS} or more size them better")  # fmt: skip
     trend = _trend_line(records, found_sds.get("output_tok_s"), given=bool(args.from_runs))
     if trend:
         print(trend)
-    print(f"# proposed from {len(records)} measurement(s); paste into pytest's ini (or a profile's tolerances:)")
+    print(f"# proposed from {len(pooled)} measurement(s); paste into pytest's ini (or a profile's tolerances:)")
     print(_assumes_line(sizing, len(judged), per_row=per_row))
     lines: list[str] = []
     short: list[str] = []  # rows the pasted tolerances leave below their own figure: the night line names them
@@ -234,6 +252,8 @@ def calibrate_command(args: argparse.Namespace) -> int:
             print(f"#   {found.key}: {shown}, the floor: no spread (identical values decide exactly)")
         else:
             print(f"#   {found.key}: {shown} for {spread}")
+            if top is not None and tol is not None:
+                print(_caught_line(top, tol))
         for row in mine:
             if row.category is None and row.noise.row == fname and row.shared and tol is not None:
                 lines.append(_raw_line(row, vs or "", tol.rel))
@@ -267,7 +287,44 @@ def calibrate_command(args: argparse.Namespace) -> int:
         print(f"    # {line}")
     if lines:
         print("\n".join(lines))
-    return EXIT_OK
+    return EXIT_FINDINGS if outliers and not args.keep_outliers else EXIT_OK
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Sized:
+    """A proposal and what it is made of, for one set of runs (:func:`_size`): each field's noise (``found``,
+    ``noise.proposal_sds``), the noise file's sds (``noise``), the paired arm (``vs``), the category rows' noise and
+    why some get no verdict, the gate sizing with each row's pass chance, the rows judged, the proposal per field,
+    the ini block it pastes and the comments for rows it pastes nothing for (:func:`_proposal`)."""
+
+    found: dict[str, FieldNoise]
+    noise: CalibratedNoise
+    vs: str | None
+    by_category: dict[tuple[str, str], FieldNoise]
+    no_verdict: list[str]
+    sizing: GateSizing
+    judged: list[_Row]
+    proposal: dict[str, Tolerance | None]
+    pasted: Tolerances
+    unsized: list[str]
+
+
+def _size(records: Sequence[ResultRecord], design: sequential.Design, stored_runs: int, *,
+          per_row: bool) -> _Sized | None:  # fmt: skip
+    """The proposal from ``records`` (each one server start), sized at ``design`` against ``stored_runs`` stored
+    runs, each row at its share of the night (:func:`_row_probability`); None where no field has 2 values above 0."""
+    found = proposal_sds(records)
+    if not found:
+        return None
+    noise = calibrate_noise(records)
+    vs = paired_arm(records)
+    by_category, no_verdict = _category_noise(records, vs)
+    sizing = GateSizing(design, stored_runs, gpu=measured_on_gpu(*records))
+    judged = _judged_rows(found, noise, by_category, vs, sizing, _absolute_levels(records, found, by_category))
+    sizing = dataclasses.replace(sizing, probability=_row_probability(len(judged), per_row=per_row))
+    judged = [dataclasses.replace(row, sizing=sizing) for row in judged]
+    proposal, pasted, unsized = _proposal(found, judged)
+    return _Sized(found, noise, vs, by_category, no_verdict, sizing, judged, proposal, pasted, unsized)
 
 
 def night_row_probability(rows: int) -> float:
@@ -286,6 +343,11 @@ def _row_probability(rows: int, *, per_row: bool) -> float:
     return PASS_PROBABILITY if per_row else night_row_probability(rows)
 
 
+#: The chance with which a night fails a change, for the smallest change calibrate says a tolerance catches
+#: (:meth:`_Row.caught`): the power a change-detection budget is usually sized for (95%, as 1 - beta in sample-size
+#: tables), above the 90% an unchanged night passes at.
+_CAUGHT = 0.95
+
 #: The fewest unchanged nights simulated per row and stored runs (:meth:`_Row.needs`); more where a row's chance
 #: leaves fewer than 2 nights beyond it (``2 / (1 - p)``: 40 rows and up). Each costs one compare's history and
 #: verdict, 0.1 ms against 1 stored run to 1 ms against 10 (their ANOVA and quantiles).
@@ -302,7 +364,7 @@ class _Row:
     tolerance is absolute (accept_rate 0.02), the runs' median value, at which its relative figure is pasted as an
     absolute one (:meth:`tolerance`; the compare judges an absolute tolerance on the runs' difference, which the
     relative draws approximate for a spread of a few %); None for a relative field. Its simulated nights are kept
-    per stored runs (``_needs``)."""
+    per stored runs (``_drawn``)."""
 
     name: str
     noise: FieldNoise
@@ -313,7 +375,7 @@ class _Row:
     shared: bool
     sizing: GateSizing
     level: float | None = None
-    _needs: dict[int, np.ndarray] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    _drawn: dict[int, np.ndarray] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @property
     def design(self) -> sequential.Design:
@@ -334,13 +396,18 @@ class _Row:
 
         :returns: per night the relative tolerance at which the interval's worse end is inside it (inf: none).
         """
-        if stored_runs in self._needs:
-            return self._needs[stored_runs]
+        return self._draws(stored_runs)[0]
+
+    def _draws(self, stored_runs: int) -> np.ndarray:
+        """The nights :meth:`needs` draws, shape (3, nights): per night the tolerance it needs, the estimate
+        (today / baseline) and the interval's better end (its high end where higher is better), NaN without one."""
+        if stored_runs in self._drawn:
+            return self._drawn[stored_runs]
         nights = max(_NIGHTS, math.ceil(2 / (1 - self.sizing.probability)))
         rng = np.random.default_rng([stored_runs, nights, zlib.crc32(self.name.encode())])
         w, r = math.log1p(self.noise.within), math.log1p(self.noise.run_to_run)
         n_base, n_today = max(self.design.start, 2), max(self.design.max_repeats, 2)
-        out = np.empty(nights)
+        out = np.full((3, nights), math.nan)
         for j in range(nights):
             runs = [list(100.0 * np.exp(rng.normal(0.0, r) + rng.normal(0.0, w, n_base))) for _ in range(stored_runs)]
             today = list(100.0 * np.exp(rng.normal(0.0, r) + rng.normal(0.0, w, n_today)))
@@ -354,11 +421,38 @@ class _Row:
             decision = sequential.decide_shift(runs[0], today, 0.0, self.design, higher_is_better=self.higher,
                                                history=history)  # fmt: skip
             if decision.low is None or decision.high is None:
-                out[j] = math.inf
+                out[0, j] = math.inf
             else:
-                out[j] = 1.0 - decision.low if self.higher else decision.high - 1.0
-        self._needs[stored_runs] = out
+                out[0, j] = 1.0 - decision.low if self.higher else decision.high - 1.0
+                out[1:, j] = decision.estimate, decision.high if self.higher else decision.low
+        self._drawn[stored_runs] = out
         return out
+
+    def caught(self, tol: float) -> float | None:
+        """The least change the compare fails (REGRESSED) at relative tolerance ``tol`` on :data:`_CAUGHT` of the
+        nights at the budget against the sizing's stored runs: a factor the worse way (x0.88 of tok/s, x1.12 of
+        TPOT), None where no change is. From the unchanged nights :meth:`needs` draws, each moved by the change:
+        today's values times ``c`` move the estimate and the interval by ``c`` and leave its width (the logs' sds are
+        unchanged), and the compare fails a row whose interval's better end is worse than no change and whose
+        estimate is beyond the tolerance (``sequential.decide_shift``: ``worse``). At the budget's last look: a night
+        failed at an earlier one fails too, so the chance is at least this.
+
+        Example: tok/s nights whose estimates spread 1% with intervals +-3% at a 5% tolerance: a night fails from
+        about x0.95 of its estimate, and 95% of nights fail a change of x0.935 (x0.95 / 1.0165, the estimates' 95th
+        percentile).
+        """
+        _, estimate, better = self._draws(self.sizing.stored_runs)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if self.higher:  # fails where c < 1 / better and c < (1 - tol) / estimate
+                needed = -np.log(np.minimum(1.0 / better, (1.0 - tol) / estimate))
+            else:  # fails where c > 1 / better and c > (1 + tol) / estimate
+                needed = np.log(np.maximum(1.0 / better, (1.0 + tol) / estimate))
+        found = np.sort(np.where(np.isnan(needed), math.inf, needed))
+        rank = min(math.ceil(_CAUGHT * (found.size + 1)), found.size)
+        shift = float(found[rank - 1])
+        if not math.isfinite(shift):
+            return None
+        return math.exp(-shift) if self.higher else math.exp(shift)
 
     def least(self, stored_runs: int | None = None) -> float | None:
         """The least tolerance (rounded up to 0.1%, at least 1%) at which the row passes an unchanged night with
@@ -531,11 +625,7 @@ def _trend_line(records: Sequence[ResultRecord], found: FieldNoise | None, *, gi
         return None
     if abs(math.log(medians[-1] / medians[0])) <= _TREND_SDS * math.log1p(found.within):
         return None
-    loads = []
-    for r in (records[0], records[-1]):
-        state = r.fingerprint.get("runner") or {}
-        seen = [v for v in (state.get("load1_before"), state.get("load1_after")) if isinstance(v, int | float)]
-        loads.append(sum(seen) / len(seen) if seen else None)
+    loads = [_loads(r)[2] for r in (records[0], records[-1])]
     load = f" (load average {loads[0]:.1f} -> {loads[1]:.1f})" if None not in loads else ""
     moved = "rose" if steps[0] > 0 else "fell"
     order = "in the order given" if given else "in order of start"
@@ -543,6 +633,69 @@ def _trend_line(records: Sequence[ResultRecord], found: FieldNoise | None, *, gi
         f"# the runs' tok/s {moved} {medians[0]:.0f} -> {medians[-1]:.0f} {order}{load}: the run-to-run sd "
         "includes a load trend; calibrate on a quiet or steady runner"
     )
+
+
+def _loads(record: ResultRecord) -> tuple[float | None, float | None, float | None]:
+    """The 1-minute load averages a run's runner state recorded before and after it (``fingerprint["runner"]``,
+    ``hoststate.runner_entry``), and their mean (of those recorded); None where not recorded."""
+    state = record.fingerprint.get("runner") or {}
+    before, after = (v if isinstance(v, int | float) else None for v in (state.get("load1_before"),
+                                                                          state.get("load1_after")))  # fmt: skip
+    seen = [v for v in (before, after) if v is not None]
+    return before, after, sum(seen) / len(seen) if seen else None
+
+
+def _outlier_lines(outliers: Sequence[OutlyingRun], records: Sequence[ResultRecord], labels: Sequence[str],
+                   made: _Sized, alternate: _Sized | None, *, kept: bool) -> list[str]:  # fmt: skip
+    """The lines that name each outlying run (``noise.outlying_runs`` on tok/s): its level against the others', the
+    load averages recorded, whether it was left out (the default) or pooled (``kept``: --keep-outliers), and one
+    line with the proposal the other way (``alternate``: with it pooled, or without it)."""
+    lines = []
+    for o in outliers:
+        before, after, _ = _loads(records[o.index])
+        load = ""
+        if before is not None and after is not None:
+            load = f"; load average {before:.1f} -> {after:.1f} over it"
+            rest = [_loads(r)[2] for i, r in enumerate(records) if i != o.index]
+            if all(v is not None for v in rest):
+                load += f", {_span_plain([v for v in rest if v is not None])} over the others"
+        fate = ("pooled, as --keep-outliers asks" if kept else "left out of the noise file and the proposal below "
+                "(exit status 1; --keep-outliers pools it)")  # fmt: skip
+        lines.append(f"# {labels[o.index]}: {o.level:.1f} tok/s where the other {len(records) - 1} runs read "
+                     f"{o.low:.1f}-{o.high:.1f} (median {o.others:.1f}): x{o.level / o.others:.3g}, {abs(o.z):.1f} "
+                     f"robust sds ({o.sd:.1%} each) {'below' if o.z < 0 else 'above'} them, beyond {OUTLIER_Z:g}: "
+                     f"an outlier{load}: {fate}")  # fmt: skip
+    them = "it" if len(outliers) == 1 else "them"
+    shown = (", ".join(_pasted_items(alternate.pasted)) or "nothing pasted") if alternate else "no proposal"
+    head = f"#   without {them}: {shown}" if kept else f"#   with {them} pooled (--keep-outliers): {shown}"
+    tok = made.found.get("output_tok_s")
+    other = alternate.found.get("output_tok_s") if alternate else None
+    if tok is not None and other is not None:
+        head += (f" ({other.key} sd {other.run_to_run:.1%} run to run, {tok.run_to_run:.1%} "
+                 f"{'with' if kept else 'without'} {them})")  # fmt: skip
+    return [*lines, head]
+
+
+def _pasted_items(pasted: Tolerances) -> list[str]:
+    """``output_tok_s:4.2%``, ``tpot_ms_p50[code]:9%``: the ini block's lines, unindented."""
+    return [f"{name}:{tol}" for name, tol in pasted.items()] + [
+        f"{fname}[{category}]:{tol}" for (fname, category), tol in pasted.categories.items()]  # fmt: skip
+
+
+def _caught_line(top: _Row, tol: Tolerance) -> str:
+    """The line under a field's proposal that says what it cannot see: the least change a night at the budget
+    fails 95% of the time at the tolerance (:meth:`_Row.caught`), smaller ones beyond it left undecided more often."""
+    sizing, rel = top.sizing, top.relative(tol)
+    unit = "pairs" if top.noise.row.endswith(" / ") else "repeats"
+    night = (f"a night of {top.design.max_repeats} {unit} against {sizing.stored_runs} stored "
+             f"run{'s' if sizing.stored_runs != 1 else ''}")  # fmt: skip
+    change = "loss" if top.higher else "rise"
+    factor = top.caught(rel)
+    if factor is None:
+        return f"#     at {top.shown(tol)} {night} fails no {change} {_chance(_CAUGHT)} of the time"
+    size = (1.0 - factor) if top.higher else (factor - 1.0)
+    return (f"#     at {top.shown(tol)} {night} fails a {change} of >= {size * 100:.3g}% (x{factor:.3g}) "
+            f"{_chance(_CAUGHT)} of the time; smaller ones beyond {top.shown(tol)} may read undecided")  # fmt: skip
 
 
 def _night_line(rows: Sequence[_Row], pasted: Tolerances, short: Sequence[str], *, per_row: bool) -> str:
@@ -579,6 +732,12 @@ def _night_line(rows: Sequence[_Row], pasted: Tolerances, short: Sequence[str], 
 def _chance(probability: float) -> str:
     """``98.3%``, ``90%``: a pass chance as the lines print it."""
     return f"{probability * 100:.3g}%"
+
+
+def _span_plain(values: Sequence[float]) -> str:
+    """``1.2`` or ``1.1-2.3``: the range of some load averages."""
+    low, high = f"{min(values):.1f}", f"{max(values):.1f}"
+    return low if low == high else f"{low}-{high}"
 
 
 def _span(values: Sequence[float]) -> str:
@@ -711,9 +870,12 @@ def _raw_line(raw: _Row, vs: str, tol: float) -> str:
             f"({warn}); {wider}")  # fmt: skip
 
 
-def _stored_records(refs: Sequence[str], profile: str | None, results_dir: Path) -> list[tuple[str, ResultRecord]]:
+def _stored_records(
+    refs: Sequence[str], profile: str | None, results_dir: Path
+) -> tuple[list[tuple[str, ResultRecord]], dict[str, str]]:
     """(run id, record) of every test of ``profile`` in the runs ``refs`` name: each a run file, a name, a run id or
-    unique prefix in ``results_dir``, or ``latest`` (``ResultStore.load``, as ``compare`` reads BASE and CURRENT).
+    unique prefix in ``results_dir``, or ``latest`` (``ResultStore.load``, as ``compare`` reads BASE and CURRENT);
+    and run id -> the ref that named it.
 
     :raises CompareError: a run cannot be loaded; ``profile`` is in none of the runs; no ``profile`` given and the
         runs hold more than one (pooling profiles measures their difference, not noise).
@@ -727,7 +889,14 @@ def _stored_records(refs: Sequence[str], profile: str | None, results_dir: Path)
     if profile is not None and profile not in found:
         raise CompareError(f"--profile={profile}: no results of it in the runs given (profiles there: "
                            f"{', '.join(found) or 'none'})")  # fmt: skip
-    return [(run.run_id, r) for run in runs for r in run.results if profile is None or r.profile == profile]
+    named = {run.run_id: ref for run, ref in zip(runs, refs, strict=True)}
+    return [(run.run_id, r) for run in runs for r in run.results if profile is None or r.profile == profile], named
+
+
+def _run_label(run_id: str, ref: str | None) -> str:
+    """``run night-4`` or ``run 20260104T0100Z (.specdec/results/x.json)``: a stored run as calibrate names it, with
+    the file or name it was given by where that is not its run id."""
+    return f"run {run_id}" + (f" ({ref})" if ref and ref != run_id else "")
 
 
 def _left_out(record: ResultRecord) -> str:

@@ -272,6 +272,9 @@ def _build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--per-row", action="store_true",
                            help="size each row to pass 90%% of unchanged nights alone, not the night (a night of R "
                            "rows then passes them all about 0.9^R of the time)")  # fmt: skip
+    calibrate.add_argument("--keep-outliers", action="store_true",
+                           help="pool a run whose tok/s is an outlier against the other runs' (3 runs or more; "
+                           "default: it is named, left out, and calibrate exits 1)")  # fmt: skip
     calibrate.add_argument(
         "--noise-out",
         metavar="PATH",

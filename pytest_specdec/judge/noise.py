@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_specdec.core import stats
 from pytest_specdec.core.errors import NoiseFileError
 from pytest_specdec.core.tolerances import DEFAULT_TOLERANCES
 from pytest_specdec.judge.pair_ratios import paired_ratios
@@ -23,10 +24,13 @@ __all__ = [
     "PASS_PROBABILITY",
     "TOLERANCE_CAP",
     "CalibratedNoise",
+    "OUTLIER_Z",
     "FieldNoise",
     "GateSizing",
+    "OutlyingRun",
     "calibrate_noise",
     "measurements",
+    "outlying_runs",
     "paired_arm",
     "proposal_sds",
     "read_noise",
@@ -137,6 +141,72 @@ def proposal_sds(records: Sequence[ResultRecord], fields: Sequence[str] | None =
             sd = math.expm1(statistics.stdev(math.log(v) for v in values))
             out[fname] = FieldNoise(key, row, sd, 0.0, repeats)
     return out
+
+
+#: The cut-off of :func:`outlying_runs`: Iglewicz and Hoaglin's for a modified z-score (a distance from the median in
+#: MAD-based sds), "How to Detect and Handle Outliers" (ASQC, 1993), also NIST/SEMATECH e-Handbook 1.3.5.17.
+OUTLIER_Z = 3.5
+#: 1 / Phi^-1(0.75): a MAD times this estimates the sd of normal values.
+_MAD_SD = 1.4826
+
+
+@dataclass(frozen=True, slots=True)
+class OutlyingRun:
+    """A run whose level is an outlier against the other runs (:func:`outlying_runs`): ``index`` in the records,
+    its level (``level``: the geometric mean of its values, in the field's unit), the other runs' median level
+    (``others``) and their range (``low``, ``high``), and ``z``: how many robust sds (``sd``, relative, ``expm1`` of
+    the log scale) its log level is from the others' median (signed: below is negative)."""
+
+    index: int
+    level: float
+    others: float
+    low: float
+    high: float
+    z: float
+    sd: float
+
+
+def outlying_runs(
+    records: Sequence[ResultRecord], field: str = "output_tok_s", *, instance_sd: float
+) -> list[OutlyingRun]:
+    """The runs (each record one server start) whose level of ``field`` is an outlier against the others': a run's
+    level is the mean of its log values; it is an outlier when it is more than :data:`OUTLIER_Z` robust sds from the
+    median of the *other* runs' levels (Iglewicz and Hoaglin's modified z-score, taken leave-one-out). Leave-one-out,
+    because with 3 runs the whole set's MAD is the smaller of the two other runs' distances from the middle one, so
+    the outlier masks itself (58 tok/s beside 111 and 129 reads 2.9 MADs on the log scale; against the other two,
+    6.5). The robust sd is the larger of the other runs' (``1.4826 x`` the MAD of their levels, which 2-3 runs size
+    poorly: two runs 1% apart would call a third 5% off an outlier) and the sd a run's level spreads by as noise
+    expects (``sqrt(instance_sd^2 + within^2 / repeats)``, ``within`` the other runs' pooled within-run sd of one
+    repeat, ``instance_sd`` the run-to-run sd a compare assumes, ``compare.assumed_instance_sd``): at 7% a run is
+    called an outlier from about x0.78 or x1.28 of the others. Not a studentized leave-one-out test: with 2 other
+    runs its t has 1 degree of freedom, and no run is ever beyond its quantile. Only a minority of the runs can be
+    outliers: where half or more would be, the runs split in groups, and none is called one. Needs 3 runs or more,
+    every one with a value of ``field`` above 0.
+
+    Example: tok/s levels 58, 111, 115, 122, 129 (3 repeats each, 1% apart): 58 is x0.49 of the others' median
+    118.4, 10.2 robust sds (7.3%, their MAD's) below it; the others are not outliers. Levels 100, 101, 112: none (112
+    is 15 MADs of the other two from their median, but 1.6 sds of 7%).
+
+    :returns: the outlying runs in the order of ``records`` (none: an empty list).
+    """
+    per_run = [[v for v in r.values(field)] for r in records]
+    if len(per_run) < 3 or not all(per_run) or any(v <= 0 for run in per_run for v in run):
+        return []
+    levels = [statistics.fmean(math.log(v) for v in run) for run in per_run]
+    found = []
+    for i, level in enumerate(levels):
+        rest = levels[:i] + levels[i + 1 :]
+        middle = statistics.median(rest)
+        mad = _MAD_SD * statistics.median(abs(x - middle) for x in rest)
+        within = stats.pooled_sd(*(per_run[:i] + per_run[i + 1 :]), log=True)
+        repeats = statistics.median(len(run) for run in per_run)
+        noise = math.sqrt(math.log1p(instance_sd) ** 2 + within**2 / repeats)
+        sd = max(mad, noise)
+        z = (level - middle) / sd if sd > 0 else 0.0
+        if abs(z) > OUTLIER_Z:
+            found.append(OutlyingRun(i, math.exp(level), math.exp(middle), math.exp(min(rest)), math.exp(max(rest)),
+                                     z, math.expm1(sd)))  # fmt: skip
+    return found if 2 * len(found) < len(records) else []
 
 
 class CalibratedNoise(dict[str, float]):
