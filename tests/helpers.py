@@ -11,6 +11,7 @@ import dataclasses
 import importlib.metadata
 import json
 import re
+import signal
 import socket
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -269,3 +270,10 @@ class ScriptedHandle:
 
     def spent_s(self, profile: str, vs: str | None) -> float:
         return float(len(self.measured))
+
+
+def sigint_default() -> None:
+    """``preexec_fn`` for a child process a test interrupts with SIGINT: the signal's default action back. A run
+    started with '&' by a non-interactive shell (a CI step, a flake hunt in the background) ignores SIGINT, and a
+    child inherits that: ``sleep`` would not die, Python would install no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

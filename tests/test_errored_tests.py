@@ -39,7 +39,7 @@ from pytest_specdec.measure.results import (
 from pytest_specdec.report.markdown import markdown_summary
 from pytest_specdec.report.merge import Shard, merge_runs, merged_markdown
 from pytest_specdec.run import schedule
-from tests.helpers import record
+from tests.helpers import record, sigint_default
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
 #: The fake SGLang's startup death: log a line no cause matches, exit 3 before serving.
@@ -604,7 +604,7 @@ def test_the_controller_interrupts_the_workers_a_ctrl_c_did_not_reach_and_takes_
     scheduling events are dropped."""
     import subprocess
 
-    reached, running = (subprocess.Popen(["sleep", "30"]) for _ in range(2))
+    reached, running = (subprocess.Popen(["sleep", "30"], preexec_fn=sigint_default) for _ in range(2))
     try:
         gw0 = _Node("gw0", reached)
         gw1 = _Node("gw1", running)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.engines.rules import BUNDLED_TARGET
-from tests.helpers import STRICT_INI
+from tests.helpers import STRICT_INI, sigint_default
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
 
@@ -54,7 +54,7 @@ def test_ctrl_c_while_a_server_starts_names_it_with_the_one_already_stopped_and_
     servers = pytester.path / ".specdec" / "servers"
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "--server-profile=up,slow", "-p", "no:cacheprovider", "-p", "no:randomly"],
-        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=sigint_default,
     )  # fmt: skip
     try:
         # The slow server is launched (recorded for reap, with its pid) and sleeping before it listens: Ctrl-C now.
