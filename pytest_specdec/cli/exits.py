@@ -15,7 +15,7 @@ __all__ = [
 #: Done, nothing found (``check``: no finding that fails; ``trend``: no worse change point).
 EXIT_OK = 0
 #: Something found (``check``: findings; ``trend``: a worse change point; ``bisect``: no culprit named; ``compare``:
-#: a regression, a threshold pytest failed, a test not measured).
+#: a regression, a threshold pytest failed, a test not measured; ``calibrate``: a run left out as an outlier).
 EXIT_FINDINGS = 1
 #: ``merge``: the runs differ (commit, profile or metric definitions, a test measured twice); see ``--force``.
 EXIT_REFUSED = 1

@@ -3,10 +3,10 @@
 - ``check PROFILE_FILE [--profile NAME] [--strict]``: preflight, launches nothing (``cli.check``);
 - ``compare BASE CURRENT [--tolerance METRIC:TOL ...] [--force] [--compare-profile NAME] [--noise FILE]
   [--results-dir DIR] [--fail-on-suspected] [--fail-on-missing]``: the baseline compare (``cli.compare``), decided
-  as pytest decided; exit 1 on a regression, a test of CURRENT without measurement or errored before it measured, or
-  an interrupted CURRENT;
+  as pytest decided; exit 1 on a regression, a threshold pytest failed in CURRENT, a test of CURRENT without
+  measurement or errored before it measured, or an interrupted CURRENT;
 - ``calibrate PROFILE_FILE --profile NAME [--runs K]`` (or ``--from RUN ...``): propose tolerances from the spread
-  (``cli.calibrate``);
+  (``cli.calibrate``), exit 1 when an outlying run was left out;
 - ``trend [RUN ...] [--metric FIELD] [--profile NAME] [--results-dir DIR]``: change points over stored runs, exit 1
   on a worse one (``cli.trend``);
 - ``plot [RUN ...] -o trend.png [--metric FIELD] [--threshold FIELD=VALUE] [--profile NAME] [--results-dir DIR]``:
@@ -130,7 +130,7 @@ def _build_parser() -> argparse.ArgumentParser:
     reap.set_defaults(func=_cmd_reap)
     compare = sub.add_parser(
         "compare",
-        help="compare two stored runs; exit 1 on a regression",
+        help="compare two stored runs; exit 1 on a regression or a threshold pytest failed",
         description="Compare a specdec run with a baseline run (each a name given by save or --specdec-save, a run "
         "id, a run file, or 'latest'): fingerprint diff, then one row per metric, each "
         "decided as pytest decided it (ok, REGRESSED or undecided, at the design the run was judged with). Exit "
