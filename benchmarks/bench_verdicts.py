@@ -15,6 +15,9 @@ Streams (recorded once, replayed here; nothing is started):
 - ``data/h200-graphs-c1-pairs.json``: real SGLang 0.5.17 on an H200 with CUDA graphs, EAGLE-3 vs baseline, 35
   pairs of the unchanged profile over 5 runs (fresh servers each run). Regressions are the same pairs scaled by
   1 - pct (a bootstrap with a shift: the real spread, a known effect).
+- ``data/h100-g-pairs.json``: the same on one H100 (2026-12-06), 52 pairs of the unchanged profile over 5 runs and
+  15 pairs of eagle3 with ``SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH=1`` over 3 runs (a real ~20% regression: the
+  ``h100 dxg`` cell draws today's pairs from them, its effect as measured).
 
 A replayed run is what ``pytest --specdec-compare`` does with it: ``--history`` stored baseline runs of
 ``--history-pairs`` pairs
@@ -44,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_specdec.core.tolerances import Tolerance  # noqa: E402
 from pytest_specdec.judge import sequential  # noqa: E402
+from pytest_specdec.judge import verdict as judging  # noqa: E402
 from pytest_specdec.judge.verdict import judge_compare  # noqa: E402
 from pytest_specdec.measure.results import ResultRecord  # noqa: E402
 
@@ -161,6 +165,17 @@ def _h200_pool() -> Pool:
     return Pool("h200", pairs)
 
 
+def _h100_pools() -> tuple[Pool, Pool]:
+    """Machine g's pairs: (the unchanged profile, eagle3 with its draft extend off the CUDA graph)."""
+    data = json.loads((DATA / "h100-g-pairs.json").read_text())
+    pools = []
+    for key in ("runs", "changed"):
+        pairs = [(t, r, 16 * 64 / t + 16 * 64 / r) for run in data[key]
+                 for t, r in zip(run["target_tok_s"], run["reference_tok_s"], strict=True)]  # fmt: skip
+        pools.append(Pool(f"h100 {key}", pairs))
+    return pools[0], pools[1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=200, help="replayed runs a cell (default 200)")
@@ -176,9 +191,13 @@ def main() -> int:
     parser.add_argument("--false-alarm-runs", type=int, default=0,
                         help="only count false alarms: this many replayed unchanged runs per stream, fixed 3 and "
                              "sequential (docs/measurements/verdicts.md used 300 at seed 7)")  # fmt: skip
+    parser.add_argument("--futility-shift-se", type=float, default=judging.FUTILITY_SHIFT_SE,
+                        help="measure an open row on while it would decide with today's estimate this many "
+                             "standard errors further from the limit (default: verdict.FUTILITY_SHIFT_SE)")
     parser.add_argument("--cells", default="",
                         help="only cells whose name starts with one of these, comma separated (e.g. 'h200,ref quiet')")
     args = parser.parse_args()
+    judging.FUTILITY_SHIFT_SE = args.futility_shift_se
     if args.false_alarm_runs:
         _false_alarms(args)
         return 0
@@ -198,12 +217,15 @@ def main() -> int:
             cells.append((f"ref {load} x{1 - pct / 100:.1f}", null, null, 1.0 - pct / 100))
     for pct in (0, 5, 10, 20):
         cells.append((f"h200 {pct}%", h200, h200, 1.0 - pct / 100))
+    h100, dxg = _h100_pools()
+    cells += [("h100 0%", h100, h100, 1.0), ("h100 dxg", dxg, h100, 1.0), ("h100 20%", h100, h100, 0.8)]
     if args.cells:
         cells = [c for c in cells if c[0].startswith(tuple(args.cells.split(",")))]
     cell_loads = {k: v["load"] for k, v in json.loads((DATA / "ref-streams.json").read_text())["cells"].items()}
     loads = ", ".join(f"{k} {statistics.median(cell_loads[k]):.1f}" for k in sorted(ref))
     print(f"reference streams: {meta['workload']}, recorded {meta['date']} ({meta['machine']}); 'quiet' = no busy "
           f"process of ours beside (other work was running), 'busy' = one more; median load average per cell: {loads}")
+    print(f"h100 streams: {len(h100.pairs)} pairs unchanged, {len(dxg.pairs)} with the draft extend off its graph")
     print(f"h200 streams: {len(h200.pairs)} pairs; {args.runs} runs a cell, seed {args.seed}, history "
           f"{args.history} stored runs x {args.history_pairs} pairs; F/U/P = FAILED/undecided/passed, pairs = median "
           "pairs measured, s = mean server-seconds of the current run")  # fmt: skip

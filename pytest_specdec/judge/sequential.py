@@ -70,6 +70,7 @@ __all__ = [
     "History",
     "RunEffect",
     "baseline_repeats_needed",
+    "bound_of",
     "decide_floor",
     "decide_shift",
     "detail",
@@ -425,8 +426,9 @@ def decide_floor(values: Sequence[float | None], floor: float, design: Design, *
     return Decision(verdict, n, back(mean), back(low), back(high), conf, method)
 
 
-def _bound(limit_rel: float, higher_is_better: bool) -> float:
-    """The tolerance on the log worsening scale: ``-log(1 - tol)`` (higher is better) or ``log(1 + tol)``."""
+def bound_of(limit_rel: float, higher_is_better: bool) -> float:
+    """The tolerance ``limit_rel`` (a fraction of the baseline) on the log worsening scale a shift is judged on:
+    ``-log(1 - tol)`` (higher is better) or ``log(1 + tol)``."""
     return -math.log(max(1.0 - limit_rel, 1e-12)) if higher_is_better else math.log(1.0 + limit_rel)
 
 
@@ -562,7 +564,7 @@ def decide_shift(
     if not b.size or not n_c or not _log_scale(np.concatenate([b, c])):
         return Decision("open", n_c, math.nan, None, None, conf, "no value")
     sign = -1.0 if higher_is_better else 1.0
-    bound = _bound(limit_rel, higher_is_better)
+    bound = bound_of(limit_rel, higher_is_better)
     spread = _spread(b, c, history, _instance_var(instance_sd, history))
     if spread is None:
         diff = float(np.log(c).mean() - np.log(b).mean())
@@ -738,7 +740,7 @@ def _open_gap(
     if spread is None:
         return None
     worse = (-1.0 if higher_is_better else 1.0) * spread.diff
-    bound = _bound(limit_rel, higher_is_better)
+    bound = bound_of(limit_rel, higher_is_better)
     # Passing needs the worse end inside the tolerance; failing, the better end past no change.
     gap = bound - worse if worse < bound else worse if worse > bound else 0.0
     return (b, c, spread, gap) if gap > 0.0 else None
