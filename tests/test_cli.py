@@ -52,16 +52,20 @@ def test_compare_decides_a_stored_throughput_loss_as_pytest_would(
     assert same in capsys.readouterr().out
 
 
-def test_compare_shows_a_bare_t_tolerance_with_its_unit_and_says_when_it_is_under_1_percent(
+def test_compare_refuses_a_bare_t_tolerance_on_tok_s_and_notes_an_absolute_one_under_1_percent(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``-t output_tok_s:5`` is 5 tok/s, not 5% (pytest-benchmark's grammar): the header and the row say the unit,
-    and at 0.41% of the baseline's 1210 tok/s a note says how to write 5% (exit 0: an absolute tolerance is
+    """``-t output_tok_s:5`` is refused as the ini, a profile and the marker refuse it (a trial read 5 tok/s where 5%
+    was meant): exit 2 naming both fixes. ``-t output_tok_s:5tok/s`` is 5 tok/s: the header and the row say the
+    unit, and at 0.41% of the baseline's 1210 tok/s a note says how to write 5% (exit 0: an absolute tolerance is
     legitimate). ``-t output_tok_s:5%`` gets no note."""
     base = _run(tmp_path, "base", [1205, 1210, 1215], [2.6] * 3)
-    assert (
-        main(["compare", str(base), str(base), "-t", "output_tok_s:5", "-t", "ttft_ms:10%+5 accept_length:0.05"]) == 0
-    )
+    assert main(["compare", str(base), str(base), "-t", "output_tok_s:5"]) == 2
+    err = capsys.readouterr().err
+    assert "a bare number on output_tok_s (tok/s) is ambiguous: write output_tok_s:5% " in err, err
+    assert "or output_tok_s:5tok/s for 5 tok/s absolute" in err, err
+    args = ["-t", "output_tok_s:5tok/s", "-t", "ttft_ms:10%+5ms accept_length:0.05"]
+    assert main(["compare", str(base), str(base), *args]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[:2] == [
         "specdec compare: baseline base -> current base",
@@ -725,7 +729,7 @@ def test_a_run_file_with_an_edited_design_or_tolerances_is_refused(
     for cost, problem in [
         ({"design": {"start": "three", "max_repeats": 24}}, 'cost.design.start: expected an integer >= 1, got "three"'),
         ({"tolerances": "output_tok_s:5% x"}, "cost.tolerances: bad tolerance 'x': expected METRIC:TOL with TOL as "
-                                              "5% (relative), 0.02 (absolute) or 10%+5 (both), e.g. output_tok_s:5%"),
+                                              "5% (relative), 5tok/s or 0.05 (absolute) or 10%+5ms (both), e.g. output_tok_s:5%"),
     ]:  # fmt: skip
         data["results"][0]["cost"] = cost
         cur.write_text(json.dumps(data))

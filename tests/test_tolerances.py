@@ -33,18 +33,18 @@ def test_parse_tolerances_forms() -> None:
     [
         (
             "output_tok_s=5%",
-            "bad tolerance 'output_tok_s=5%': expected METRIC:TOL with TOL as 5% (relative), 0.02 "
-            "(absolute) or 10%+5 (both), e.g. output_tok_s:5%",
+            "bad tolerance 'output_tok_s=5%': expected METRIC:TOL with TOL as 5% (relative), 5tok/s or 0.05 "
+            "(absolute) or 10%+5ms (both), e.g. output_tok_s:5%",
         ),
         (
             "ttft_ms:+5",
-            "bad tolerance 'ttft_ms:+5': expected METRIC:TOL with TOL as 5% (relative), 0.02 (absolute) "
-            "or 10%+5 (both), e.g. output_tok_s:5%",
+            "bad tolerance 'ttft_ms:+5': expected METRIC:TOL with TOL as 5% (relative), 5tok/s or 0.05 (absolute) "
+            "or 10%+5ms (both), e.g. output_tok_s:5%",
         ),
         (
             "ttft_ms:-5%",
-            "bad tolerance 'ttft_ms:-5%': expected METRIC:TOL with TOL as 5% (relative), 0.02 "
-            "(absolute) or 10%+5 (both), e.g. output_tok_s:5%",
+            "bad tolerance 'ttft_ms:-5%': expected METRIC:TOL with TOL as 5% (relative), 5tok/s or 0.05 "
+            "(absolute) or 10%+5ms (both), e.g. output_tok_s:5%",
         ),
         (
             "tok_s:5%",

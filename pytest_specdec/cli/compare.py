@@ -385,7 +385,8 @@ def compare_command(
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     try:
-        parsed = parse_tolerances(tolerances) if tolerances else None
+        # A user's spec, as for pytest: a bare number on a rate or time field is refused (5% or 5tok/s).
+        parsed = parse_tolerances(tolerances, strict=True) if tolerances else None
         store = ResultStore(Path(results_dir))
         base, current = load_pair(store, base_ref, current_ref)
         mapper = profile_mapper(compare_profile, base, current) if compare_profile else None

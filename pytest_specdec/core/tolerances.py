@@ -36,7 +36,8 @@ __all__ = [
 ]
 # Stored records and their readers' tests quote it; the refusal of a bare number on a rate or time field (strict)
 # names the unit forms itself.
-_FORMAT_HELP = "expected METRIC:TOL with TOL as 5% (relative), 0.02 (absolute) or 10%+5 (both), e.g. output_tok_s:5%"
+_FORMAT_HELP = ("expected METRIC:TOL with TOL as 5% (relative), 5tok/s or 0.05 (absolute) or 10%+5ms (both), e.g. "
+                "output_tok_s:5%")
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
 #: Units an absolute tolerance may be written with (``5tok/s``, ``10%+5ms``): those of the rate and time metrics, on
 #: which a bare number is refused from a user (``parse_tolerances(strict=True)``).
