@@ -729,7 +729,8 @@ def test_a_run_file_with_an_edited_design_or_tolerances_is_refused(
     for cost, problem in [
         ({"design": {"start": "three", "max_repeats": 24}}, 'cost.design.start: expected an integer >= 1, got "three"'),
         ({"tolerances": "output_tok_s:5% x"}, "cost.tolerances: bad tolerance 'x': expected METRIC:TOL with TOL as "
-                                              "5% (relative), 5tok/s or 0.05 (absolute) or 10%+5ms (both), e.g. output_tok_s:5%"),
+                                              "5% (relative), 5tok/s or 0.05 (absolute) or 10%+5ms (both), e.g. "
+                                              "output_tok_s:5%"),
     ]:  # fmt: skip
         data["results"][0]["cost"] = cost
         cur.write_text(json.dumps(data))
