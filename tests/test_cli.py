@@ -356,6 +356,21 @@ def _table(out: list[str]) -> dict[str, list[str]]:
     return rows
 
 
+def test_calibrate_from_refuses_runs_of_another_workload(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trial pooled a 32-token run with 64-token ones: a 68% proposal, exit 0, and the noise file written for the
+    gate. Now exit 2 naming the runs and the key, and no noise file."""
+    monkeypatch.chdir(tmp_path)
+    a = _run(tmp_path, "a", [98, 100, 101], [2.6, 2.6, 2.6], temperature=1.0)
+    b = _run(tmp_path, "b", [103, 100, 100], [2.6, 2.6, 2.6], temperature=0.0)
+    assert main(["calibrate", "--from", str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert f"run {b} measured another workload than run {a} (temperature 1 -> 0)" in err, err
+    assert "pooling them measures the workloads' difference, not noise: give runs of one workload" in err, err
+    assert not (tmp_path / ".specdec" / "noise").exists()
+
+
 def test_calibrate_from_stored_runs_proposes_tolerances(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

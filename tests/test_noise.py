@@ -111,11 +111,15 @@ def test_an_outlying_run_is_found_against_the_other_runs_even_among_3() -> None:
 
 def test_no_run_is_called_an_outlier_within_the_noise_or_in_a_split() -> None:
     """Two runs 1% apart do not make a third 11% off an outlier (their MAD is below the 7% run-to-run sd a compare
-    assumes, which is the floor; 24% off is one); half the runs apart from the other half is a split, not an
+    assumes, which is the floor; 23% slower is one); half the runs apart from the other half is a split, not an
     outlier; fewer than 3 runs show none; a run without tok/s values leaves the check out."""
     assert outlying_runs(_levels(100.0, 101.0, 112.0), instance_sd=0.07) == []
-    assert [o.index for o in outlying_runs(_levels(100.0, 101.0, 128.0), instance_sd=0.07)] == [2]
-    assert outlying_runs(_levels(100.0, 101.0, 128.0), instance_sd=0.14) == []
+    assert [o.index for o in outlying_runs(_levels(100.0, 101.0, 77.0), instance_sd=0.07)] == [2]
+    assert outlying_runs(_levels(100.0, 101.0, 77.0), instance_sd=0.14) == []
+    # A run faster than the others is the quiet one (load never speeds a server up): a trial on a loaded runner saw
+    # its two quiet nights left out and the one beside a busy loop kept.
+    assert outlying_runs(_levels(100.0, 101.0, 128.0), instance_sd=0.07) == []
+    assert outlying_runs(_levels(86.0, 81.0, 84.0, 157.0, 135.0), instance_sd=0.07) == []
     assert outlying_runs(_levels(60.0, 61.0, 120.0, 121.0), instance_sd=0.07) == []
     assert outlying_runs(_levels(58.0, 120.0), instance_sd=0.07) == []
     assert outlying_runs([*_levels(58.0, 111.0, 129.0), rec(accept_length=[2.6])], instance_sd=0.07) == []

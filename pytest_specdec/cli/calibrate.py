@@ -32,6 +32,7 @@ from pytest_specdec.judge.compare import (
     measured_on_gpu,
     run_to_run_sd,
 )
+from pytest_specdec.judge.fingerprint import workload_differences
 from pytest_specdec.judge.history import MAX_HISTORY_RUNS
 from pytest_specdec.judge.noise import (
     MAX_NOISE_SD,
@@ -878,7 +879,8 @@ def _stored_records(
     and run id -> the ref that named it.
 
     :raises CompareError: a run cannot be loaded; ``profile`` is in none of the runs; no ``profile`` given and the
-        runs hold more than one (pooling profiles measures their difference, not noise).
+        runs hold more than one (pooling profiles measures their difference, not noise); the runs measured
+        different workloads (``fingerprint.workload_differences``: the prompt set, tokens, requests, concurrency ...).
     """
     store = ResultStore(results_dir)
     runs = [store.load(ref) for ref in refs]
@@ -890,7 +892,18 @@ def _stored_records(
         raise CompareError(f"--profile={profile}: no results of it in the runs given (profiles there: "
                            f"{', '.join(found) or 'none'})")  # fmt: skip
     named = {run.run_id: ref for run, ref in zip(runs, refs, strict=True)}
-    return [(run.run_id, r) for run in runs for r in run.results if profile is None or r.profile == profile], named
+    found_records = [(run.run_id, r) for run in runs for r in run.results if profile is None or r.profile == profile]
+    if found_records:
+        # Runs of another workload measure the workloads' difference, not noise (a trial's 32- and 64-token runs
+        # were pooled into a 68% proposal, and its noise file was written for the gate to read).
+        first_id, first = found_records[0]
+        for run_id, record in found_records[1:]:
+            differences = workload_differences(first, record)
+            if differences:
+                raise CompareError(f"--from: run {named.get(run_id, run_id)} measured another workload than run "
+                                   f"{named.get(first_id, first_id)} ({'; '.join(differences)}); pooling them measures "
+                                   "the workloads' difference, not noise: give runs of one workload")  # fmt: skip
+    return found_records, named
 
 
 def _run_label(run_id: str, ref: str | None) -> str:

@@ -180,8 +180,9 @@ def outlying_runs(
     repeat, ``instance_sd`` the run-to-run sd a compare assumes, ``compare.assumed_instance_sd``): at 7% a run is
     called an outlier from about x0.78 or x1.28 of the others. Not a studentized leave-one-out test: with 2 other
     runs its t has 1 degree of freedom, and no run is ever beyond its quantile. Only a minority of the runs can be
-    outliers: where half or more would be, the runs split in groups, and none is called one. Needs 3 runs or more,
-    every one with a value of ``field`` above 0.
+    outliers: where half or more would be, the runs split in groups, and none is called one. Only a run *below* the
+    others is one (``field`` is a rate, higher is better): load slows a server and never speeds one up, so a run
+    faster than the rest is the quiet one. Needs 3 runs or more, every one with a value of ``field`` above 0.
 
     Example: tok/s levels 58, 111, 115, 122, 129 (3 repeats each, 1% apart): 58 is x0.49 of the others' median
     118.4, 10.2 robust sds (7.3%, their MAD's) below it; the others are not outliers. Levels 100, 101, 112: none (112
@@ -203,7 +204,9 @@ def outlying_runs(
         noise = math.sqrt(math.log1p(instance_sd) ** 2 + within**2 / repeats)
         sd = max(mad, noise)
         z = (level - middle) / sd if sd > 0 else 0.0
-        if abs(z) > OUTLIER_Z:
+        # Only a slower run: load and a busy neighbour slow a server, nothing they do speeds one up; a run faster than
+        # the rest is the quiet one (a trial on a loaded runner saw its two quiet nights left out, the busy one kept).
+        if z < -OUTLIER_Z:
             found.append(OutlyingRun(i, math.exp(level), math.exp(middle), math.exp(min(rest)), math.exp(max(rest)),
                                      z, math.expm1(sd)))  # fmt: skip
     return found if 2 * len(found) < len(records) else []
