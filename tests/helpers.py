@@ -14,6 +14,7 @@ import re
 import signal
 import socket
 from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -277,3 +278,20 @@ def sigint_default() -> None:
     started with '&' by a non-interactive shell (a CI step, a flake hunt in the background) ignores SIGINT, and a
     child inherits that: ``sleep`` would not die, Python would install no KeyboardInterrupt handler."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+#: The fake SGLang server (tests/fakesglang): a process that speaks SGLang's HTTP API from a script.
+FAKE_SGLANG = Path(__file__).resolve().parent / "fakesglang"
+
+
+def fake_sglang_profiles(script: dict[str, object], *, thresholds: str = "", workload: str = "repeats: 1") -> str:
+    """A profile file's text with one profile, ``eagle3``, on the fake SGLang running ``script`` (2 requests a
+    repeat, 15 tokens); ``thresholds``: a flow mapping for its ``thresholds:`` (none when empty); ``workload``: more
+    ``workload`` keys (``repeats: 1``)."""
+    from pytest_specdec.engines.rules import BUNDLED_TARGET
+
+    env = json.dumps({"PYTHONPATH": str(FAKE_SGLANG), "SPECDEC_FAKE_SGLANG": json.dumps(script)})
+    lines = ["profiles:", "  eagle3:", "    server: sglang", f"    model_path: {BUNDLED_TARGET}", f"    env: {env}",
+             "    startup_timeout_s: 60", *([f"    thresholds: {thresholds}"] if thresholds else []),
+             f"    workload: {{max_new_tokens: 15, num_requests: 2, warmup_requests: 0, {workload}}}"]  # fmt: skip
+    return "\n" + "\n".join(lines) + "\n"

@@ -27,7 +27,6 @@ import pytest
 from pytest_specdec.cli.main import main
 from pytest_specdec.cli.save import save_command
 from pytest_specdec.core.errors import CompareError
-from pytest_specdec.engines.rules import BUNDLED_TARGET
 from pytest_specdec.measure.results import (
     SCHEMA_VERSION,
     ErroredTest,
@@ -39,7 +38,7 @@ from pytest_specdec.measure.results import (
 from pytest_specdec.report.markdown import markdown_summary
 from pytest_specdec.report.merge import Shard, merge_runs, merged_markdown
 from pytest_specdec.run import schedule
-from tests.helpers import record, sigint_default
+from tests.helpers import fake_sglang_profiles, record, sigint_default
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
 #: The fake SGLang's startup death: log a line no cause matches, exit 3 before serving.
@@ -50,16 +49,7 @@ DEATH = "server 'eagle3' exited with code 3 before it was ready after "
 
 def _profiles(script: dict[str, object]) -> str:
     """One profile, ``eagle3`` (no speculation needed to measure), on the fake SGLang with ``script``; 2 requests."""
-    env = json.dumps({"PYTHONPATH": str(FAKE), "SPECDEC_FAKE_SGLANG": json.dumps(script)})
-    return f"""
-profiles:
-  eagle3:
-    server: sglang
-    model_path: {BUNDLED_TARGET}
-    env: {env}
-    startup_timeout_s: 60
-    workload: {{max_new_tokens: 15, num_requests: 2, warmup_requests: 0, repeats: 1}}
-"""
+    return fake_sglang_profiles(script)
 
 
 def _night(pytester: pytest.Pytester, script: dict[str, object], *args: str) -> pytest.RunResult:

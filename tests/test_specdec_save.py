@@ -9,14 +9,10 @@ now end in a red ``FAIL specdec save: ...`` line right above pytest's last, nami
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from pytest_specdec.engines.rules import BUNDLED_TARGET
+from tests.helpers import fake_sglang_profiles
 
-FAKE = Path(__file__).resolve().parent / "fakesglang"
 INI = (
     "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n"
     "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n"
@@ -25,17 +21,7 @@ INI = (
 
 def _project(pytester: pytest.Pytester, workload: str = "repeats: 1", thresholds: str = "{}") -> None:
     """One profile, ``eagle3``, on the fake SGLang (2 requests a repeat), and one test that measures it."""
-    env = json.dumps({"PYTHONPATH": str(FAKE), "SPECDEC_FAKE_SGLANG": "{}"})
-    pytester.makefile(".yaml", specdec=f"""
-profiles:
-  eagle3:
-    server: sglang
-    model_path: {BUNDLED_TARGET}
-    env: {env}
-    startup_timeout_s: 60
-    thresholds: {thresholds}
-    workload: {{max_new_tokens: 15, num_requests: 2, warmup_requests: 0, {workload}}}
-""")  # fmt: skip
+    pytester.makefile(".yaml", specdec=fake_sglang_profiles({}, thresholds=thresholds, workload=workload))
     pytester.makepyfile(test_night="def test_run(specdec_run):\n    pass\n")
     pytester.makeini(INI)
 
