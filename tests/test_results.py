@@ -359,8 +359,9 @@ COST = {"design": {"start": 3, "max_repeats": 24}, "tolerances": "output_tok_s:5
         ("tolerances", "", f'{NOT_TOLERANCES}""'),
         ("tolerances", ["output_tok_s:5%", 3], f'{NOT_TOLERANCES}["output_tok_s:5%", 3]'),
         ("tolerances", "output_tok_s:five accept_length:2%", "cost.tolerances: bad tolerance 'output_tok_s:five': "
-                                                             "expected METRIC:TOL with TOL as 5% (relative), 0.02 "
-                                                             "(absolute) or 10%+5 (both), e.g. output_tok_s:5%"),
+                                                             "expected METRIC:TOL with TOL as 5% (relative), 5tok/s "
+                                                             "or 0.05 (absolute) or 10%+5ms (both), e.g. "
+                                                             "output_tok_s:5%"),
         ("tolerances", "tok_s:5%", "cost.tolerances: bad tolerance 'tok_s:5%': unknown metric 'tok_s' (known: "),
     ],
 )  # fmt: skip
