@@ -328,6 +328,25 @@ def test_paired_throughput_is_judged_raw_and_on_its_ratio_to_the_reference_arm()
 
 
 @pytest.mark.usefixtures("same_instances")  # the within-run arithmetic (tests/conftest.py)
+def test_a_ratio_row_takes_its_own_tolerance_and_the_raw_row_the_fields() -> None:
+    # Both arms 28 % slower, the target 10 % slower still: at output_tok_s:40% the raw row passes and the ratio row,
+    # held to its own 5 %, fails; at the field's 40 % alone both pass. A tolerance for an arm the runs are not paired
+    # with is said, not taken silently.
+    base = _paired(rec(output_tok_s=[140.0, 138.0, 142.0]), [140.0, 138.0, 142.0], [100.0, 100.0, 101.0])
+    cur = _paired(rec(output_tok_s=[91.0, 89.0, 92.0]), [91.0, 89.0, 92.0], [72.0, 71.0, 73.0])
+    comp = compare_results(base, cur, parse_tolerances("output_tok_s:40% output_tok_s/baseline:5%"))
+    rows = {r.metric: r for r in comp.rows}
+    assert (rows["output_tok_s"].verdict, str(rows["output_tok_s"].tolerance)) == ("ok", "40%")
+    assert (rows["output_tok_s / baseline"].verdict, str(rows["output_tok_s / baseline"].tolerance)) == (
+        "REGRESSED", "5%")
+    loose = compare_results(base, cur, parse_tolerances("output_tok_s:40% output_tok_s/basline:5%"))
+    assert {r.metric: r.verdict for r in loose.rows if r.metric.startswith("output_tok_s")} == {
+        "output_tok_s": "ok", "output_tok_s / baseline": "ok"}
+    assert ("tolerance output_tok_s/basline:5%: no ratio row to 'basline' (the runs are paired with 'baseline'); "
+            "no row takes it: name the arm min_speedup names") in loose.notes
+
+
+@pytest.mark.usefixtures("same_instances")  # the within-run arithmetic (tests/conftest.py)
 def test_a_paired_fields_rows_carry_the_halved_design_and_the_repeats_estimate_uses_it() -> None:
     # Raw and ratio rows of a paired field share its alpha (half each): "about N repeats would decide it" must be
     # estimated at that alpha too, or it promises fewer repeats than the verdict will need.
@@ -343,7 +362,9 @@ def test_a_paired_fields_rows_carry_the_halved_design_and_the_repeats_estimate_u
         assert rows[name].design is not None and rows[name].design.alpha == design.alpha / 2
     raw = rows["output_tok_s"]
     assert raw.undecided
-    at_row = verdict._repeats_needed(base, cur, raw, design, [])
+    data = verdict._row_data(base, cur, raw, [])
+    assert data is not None
+    at_row = verdict._shift_needed(data, raw, design)
     at_run = sequential.shift_repeats_needed(
         base.values("output_tok_s"), cur.values("output_tok_s"), raw.tolerance.rel, design, higher_is_better=True
     )

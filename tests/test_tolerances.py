@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,8 @@ def test_parse_tolerances_forms() -> None:
         ),
         (
             "ttft_ms:-5%",
-            "bad tolerance 'ttft_ms:-5%': expected METRIC:TOL with TOL as 5% (relative), 5tok/s or 0.05 "
-            "(absolute) or 10%+5ms (both), e.g. output_tok_s:5%",
+            "bad tolerance 'ttft_ms:-5%': a tolerance is how much worse ttft_ms may get, a positive amount: write "
+            "ttft_ms:5% (the metric's direction is its own: lower tok/s and higher latency are worse)",
         ),
         (
             "tok_s:5%",
@@ -247,3 +248,64 @@ def test_a_bare_rate_tolerance_in_the_marker_errors_the_test(pytester: pytest.Py
     result.assert_outcomes(errors=1)
     # The ERROR header names the test; its one line, the argument, the value and both fixes.
     assert f"@pytest.mark.specdec(tolerances=...): {BARE}" in result.stdout.lines, result.stdout.str()
+
+
+def test_a_ratio_row_has_a_tolerance_of_its_own() -> None:
+    """GPU nights (issue 43): a paired field's raw row spreads with the server instance (14% run to run on one
+    H100), its ratio to the paired arm 0-5%; one tolerance for both left the raw row undecided on every unchanged
+    night. ``FIELD/ARM:TOL`` gives the ratio row its own (a metric names its paired field, ``ttft_ms`` ->
+    ``ttft_ms_p50``); without one it takes the field's; a later layer naming the field resets it, as for categories;
+    stored records read it back."""
+    got = parse_tolerances("output_tok_s:40% output_tok_s/baseline:15% ttft_ms/baseline:20%+5ms", strict=True)
+    assert dict(got) == {"output_tok_s": Tolerance(rel=0.40)}
+    merged = merge_tolerances(got)
+    assert merged.ratio("output_tok_s", "baseline") == Tolerance(rel=0.15)
+    assert merged.ratio("output_tok_s", "base") == Tolerance(rel=0.40)  # another arm: the field's
+    assert merged.ratio("ttft_ms_p50", "baseline") == Tolerance(rel=0.20, abs=5.0)
+    assert merged.ratio("itl_ms_p50", "baseline") == Tolerance(rel=0.10)  # the default
+    assert merge_tolerances(parse_tolerances(format_tolerances(merged))) == merged
+    # A marker naming the field holds both rows to it, unless it gives the ratio row its own.
+    assert merge_tolerances(got, parse_tolerances("output_tok_s:3%")).ratio("output_tok_s", "baseline") == (
+        Tolerance(rel=0.03))
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ("accept_length/baseline:1%", "accept_length has no ratio row"),
+        ("output_tok_s/:5%", "expected FIELD/ARM:TOL"),
+        ("output_tok_s:0%", "0 on output_tok_s leaves no room for noise"),
+        ("itl_ms:0ms", "0 on itl_ms leaves no room for noise"),
+        ("output_tok_s:500%", "output_tok_s cannot fall by 500% of itself, so no run can fail it"),
+        ("output_tok_s/baseline:100%", "cannot fall by 100% of itself"),
+    ],
+)
+def test_a_tolerance_no_run_can_pass_or_fail_is_refused(spec: str, fragment: str) -> None:
+    """Fresh-user trial: ``0%`` and ``500%`` on tok/s were accepted silently (one fails every unchanged run, the other
+    passes every regression)."""
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        parse_tolerances(spec, strict=True)
+
+
+def test_what_stays_accepted_and_a_space_after_the_colon() -> None:
+    # Latency may grow by more than itself; exact fields keep 0 (equal-or-not); a stored spec is read as written.
+    assert parse_tolerances("ttft_ms:500% accept_length:0", strict=True) == Tolerances(
+        {"ttft_ms": Tolerance(rel=5.0), "accept_length": Tolerance()})
+    assert parse_tolerances("output_tok_s:0%")["output_tok_s"] == Tolerance()
+    # ``output_tok_s: 5%`` as YAML is written: the space splits no token.
+    assert parse_tolerances("output_tok_s: 5%, ttft_ms: 10%+5ms", strict=True) == parse_tolerances(
+        "output_tok_s:5% ttft_ms:10%+5ms")
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        {"output_tok_s": "5%", "accept_length": 0.05},
+        [{"output_tok_s": "5%"}, "accept_length:0.05"],
+        "output_tok_s:5% accept_length:0.05",
+    ],
+)
+def test_a_profile_writes_its_tolerances_as_yaml_is_written(written: object) -> None:
+    """Fresh-user trial: ``tolerances: {output_tok_s: 5%}`` got pydantic's "Input should be a valid list"."""
+    profile = Profile.model_validate({"name": "p", "tolerances": written})
+    assert profile.tolerance_layer == {"output_tok_s": Tolerance(rel=0.05), "accept_length": Tolerance(abs=0.05)}

@@ -106,6 +106,7 @@ def _tolerances_line(given: Tolerances) -> str:
     (``compare.judged_tolerances``), shown in its rows."""
     shown = [f"{name} {tolerance_text(name, tol)}" for name, tol in given.items()]
     shown += [f"{name}[{category}] {tolerance_text(name, tol)}" for (name, category), tol in given.categories.items()]
+    shown += [f"{name}/{vs} {tolerance_text(name, tol)}" for (name, vs), tol in given.ratios.items()]
     return f"tolerances (-t, over each test's own): {', '.join(shown)}"
 
 

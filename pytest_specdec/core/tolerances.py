@@ -13,6 +13,12 @@ ini ``specdec_tolerances``, a profile's ``tolerances:``, the marker): it was rea
 prints each absolute part with its unit) read it as absolute, as pytest-benchmark's grammar does.
     ttft_ms_p99:20%       one statistic field; a metric name (ttft_ms) covers all its fields (mean, p50, p90, p99)
     tpot_ms_p50[code]:30% the compare's row of one prompt category (CATEGORY_FIELDS); without one it takes the field's
+    output_tok_s/baseline:15%  the ratio row of a paired field (``output_tok_s / baseline``: the profile's min_speedup
+                          arm); without one it takes the field's, which then holds the raw row alone
+
+A profile may write its ``tolerances:`` as a mapping (``{output_tok_s: 5%}``) as well as a list of strings
+(``profiles.schema``). Refused from a user (``strict``): a negative tolerance, 0 on a rate or time field (no unchanged
+run can pass it), and 100% or more on a higher-is-better field (tok/s cannot fall further: no run can fail it).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pytest_specdec.core.metric_table import METRICS, MetricSpec
+from pytest_specdec.core.metric_table import METRICS, PAIRED_FIELDS, MetricSpec
 
 __all__ = [
     "CATEGORY_FIELDS",
@@ -46,6 +52,8 @@ _UNIT = "|".join(re.escape(u) for u in _UNITS)
 #: A token: ``NAME:TOL`` or ``NAME[CATEGORY]:TOL``; a category may hold spaces and commas (the bracket keeps them).
 _TOKEN_RE = re.compile(r"(?:\[[^\]]*\]?|[^\s,\[])+")
 _CATEGORY_RE = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<category>[^\[\]]*)\]$")
+#: A paired arm's name in ``FIELD/VS`` (a profile name, as ``min_speedup: {vs: ...}`` names it).
+_ARM_RE = re.compile(r"^[\w.-]+$")
 _TOL_RE = re.compile(
     rf"^(?:(?P<rel>{_NUMBER})%(?:\+(?P<both_abs>{_NUMBER})(?P<both_unit>{_UNIT})?)?|(?P<abs>{_NUMBER})(?P<unit>{_UNIT})?)$"
 )
@@ -87,30 +95,40 @@ CATEGORY_FIELDS = ("accept_length", "accept_rate", "ttft_ms_p50", "itl_ms_p50", 
 class Tolerances(dict[str, Tolerance]):
     """Tolerances of one layer (:func:`parse_tolerances`: keys as written, metric names or fields) or of a test
     (:func:`merge_tolerances`: every compared field): key -> :class:`Tolerance`, plus :attr:`categories`, ``(key,
-    category)`` -> the tolerance of that key's row for one prompt category (``tpot_ms_p50[code]:30%``).
+    category)`` -> the tolerance of that key's row for one prompt category (``tpot_ms_p50[code]:30%``), and
+    :attr:`ratios`, ``(key, vs)`` -> the tolerance of a paired field's ratio row ``key / vs``
+    (``output_tok_s/baseline:15%``).
 
     A dict of the top rows, so that every reader of a field's tolerance reads it as before; a category row asks
-    :meth:`row`, which falls back to its field's.
+    :meth:`row`, a ratio row :meth:`ratio`, each falling back to its field's.
 
-    >>> t = parse_tolerances("tpot_ms_p50:10% tpot_ms_p50[code]:30%")
+    >>> t = parse_tolerances("tpot_ms_p50:10% tpot_ms_p50[code]:30% output_tok_s:40% output_tok_s/baseline:15%")
     >>> t.row("tpot_ms_p50", "code"), t.row("tpot_ms_p50", "chat")
     (Tolerance(rel=0.3, abs=0.0), Tolerance(rel=0.1, abs=0.0))
+    >>> t.ratio("output_tok_s", "baseline"), t.ratio("output_tok_s", "base")
+    (Tolerance(rel=0.15, abs=0.0), Tolerance(rel=0.4, abs=0.0))
     """
 
     def __init__(
         self,
         fields: Mapping[str, Tolerance] | None = None,
         categories: Mapping[tuple[str, str], Tolerance] | None = None,
+        ratios: Mapping[tuple[str, str], Tolerance] | None = None,
     ) -> None:
         super().__init__(fields or {})
         self.categories: dict[tuple[str, str], Tolerance] = dict(categories or {})
+        self.ratios: dict[tuple[str, str], Tolerance] = dict(ratios or {})
 
     def row(self, field: str, category: str) -> Tolerance | None:
         """The tolerance of ``field``'s row for ``category``: its own when given, else the field's (None: none)."""
         return self.categories.get((field, category), self.get(field))
 
+    def ratio(self, field: str, vs: str) -> Tolerance | None:
+        """The tolerance of ``field``'s ratio row to the paired arm ``vs``: its own when given, else the field's."""
+        return self.ratios.get((field, vs), self.get(field))
+
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, Tolerances) and self.categories != other.categories:
+        if isinstance(other, Tolerances) and (self.categories, self.ratios) != (other.categories, other.ratios):
             return False
         return dict.__eq__(self, other)
 
@@ -119,7 +137,7 @@ class Tolerances(dict[str, Tolerance]):
         return equal if equal is NotImplemented else not equal
 
     def __repr__(self) -> str:
-        return f"Tolerances({dict.__repr__(self)}, categories={self.categories!r})"
+        return f"Tolerances({dict.__repr__(self)}, categories={self.categories!r}, ratios={self.ratios!r})"
 
 
 #: Every compare checks these fields; ini ``specdec_tolerances``, the profile and the marker change a field's
@@ -156,21 +174,30 @@ def parse_tolerances(spec: str | Sequence[str], *, strict: bool = False) -> Tole
         for 5 percent of the baseline, or output_tok_s:5tok/s for 5 tok/s absolute``.
     """
     parts = [spec] if isinstance(spec, str) else list(spec)
-    tokens = [t for part in parts for t in _TOKEN_RE.findall(part.strip())]
+    tokens = _joined([t for part in parts for t in _TOKEN_RE.findall(part.strip())])
     known = set(METRICS) | set(field_specs())
     out = Tolerances()
     for token in tokens:
         name, sep, value = token.rpartition(":")
         match = _TOL_RE.match(value.strip()) if sep else None
+        if name and sep and value.strip().startswith("-") and _TOL_RE.match(value.strip()[1:]):
+            raise ValueError(f"bad tolerance {token!r}: a tolerance is how much worse {name} may get, a positive "
+                             f"amount: write {name}:{value.strip()[1:]} (the metric's direction is its own: lower "
+                             "tok/s and higher latency are worse)")  # fmt: skip
         if not name or match is None:
             raise ValueError(f"bad tolerance {token!r}: {_FORMAT_HELP}")
-        category = None
+        category = vs = None
         if "[" in name or "]" in name:
             found = _CATEGORY_RE.match(name)
             if found is None or not found.group("category").strip():
                 raise ValueError(f"bad tolerance {token!r}: expected FIELD[CATEGORY]:TOL for one prompt category's "
                                  "row, e.g. tpot_ms_p50[code]:30%")  # fmt: skip
             name, category = found.group("name"), found.group("category").strip()
+        elif "/" in name:
+            name, _, vs = name.partition("/")
+            if not _ARM_RE.match(vs):
+                raise ValueError(f"bad tolerance {token!r}: expected FIELD/ARM:TOL for a paired field's ratio row, "
+                                 "ARM the profile min_speedup names, e.g. output_tok_s/baseline:15%")  # fmt: skip
         if name not in known:
             listed = ", ".join(sorted(METRICS))
             raise ValueError(
@@ -180,6 +207,10 @@ def parse_tolerances(spec: str | Sequence[str], *, strict: bool = False) -> Tole
             raise ValueError(f"bad tolerance {token!r}: {name} has no rows per category (the compare judges "
                              f"{', '.join(CATEGORY_FIELDS)} per prompt category), e.g. "
                              f"tpot_ms_p50[{category}]:30%")  # fmt: skip
+        if vs is not None and not _paired_fields(name):
+            raise ValueError(f"bad tolerance {token!r}: {name} has no ratio row (the compare judges "
+                             f"{', '.join(PAIRED_FIELDS)} on their ratio to a paired arm), e.g. "
+                             f"output_tok_s/{vs}:15%")  # fmt: skip
         unit = _field_unit(name)
         written = match.group("unit") or match.group("both_unit")
         if written is not None and written != unit:
@@ -194,11 +225,44 @@ def parse_tolerances(spec: str | Sequence[str], *, strict: bool = False) -> Tole
             tol = Tolerance(abs=float(match.group("abs")))
         else:
             tol = Tolerance(rel=float(match.group("rel")) / 100.0, abs=float(match.group("both_abs") or 0.0))
-        if category is None:
-            out[name] = tol
-        else:
+        if strict:
+            _refuse_useless(token, name, tol, unit)
+        if category is not None:
             out.categories[(name, category)] = tol
+        elif vs is not None:
+            out.ratios[(name, vs)] = tol
+        else:
+            out[name] = tol
     return out
+
+
+def _joined(tokens: list[str]) -> list[str]:
+    """``["output_tok_s:", "5%"]`` -> ``["output_tok_s:5%"]``: a space after the colon (``output_tok_s: 5%``, as YAML
+    is written) splits a token; a name ending in a colon takes the next token as its value."""
+    out: list[str] = []
+    for token in tokens:
+        if out and out[-1].endswith(":") and ":" not in token:
+            out[-1] += token
+        else:
+            out.append(token)
+    return out
+
+
+def _refuse_useless(token: str, name: str, tol: Tolerance, unit: str) -> None:
+    """Refuse a user's tolerance no run can pass (0 on a rate or time field: an unchanged run's interval always
+    reaches below it) or fail (100 % or more of a higher-is-better field: tok/s cannot fall by all of itself).
+
+    :raises ValueError: naming the token and a usable form.
+    """
+    spec = METRICS.get(name) or field_specs()[name]
+    if unit in _UNITS and tol.rel == 0.0 and tol.abs == 0.0:
+        raise ValueError(f"bad tolerance {token!r}: 0 on {name} leaves no room for noise: an unchanged run can never "
+                         "pass it (its interval always reaches the worse side of no change); write the regression to "
+                         f"catch, e.g. {name}:5%, or ask `python -m pytest_specdec calibrate` what this runner can "
+                         "tell")  # fmt: skip
+    if spec.higher_is_better and tol.rel >= 1.0:
+        raise ValueError(f"bad tolerance {token!r}: {name} cannot fall by {tol.rel:.0%} of itself, so no run can fail "
+                         f"it; write the fall to catch, below 100%, e.g. {name}:15%")  # fmt: skip
 
 
 def _field_unit(name: str) -> str:
@@ -221,11 +285,21 @@ def _category_fields(name: str) -> list[str]:
     return [f for f in fields if f in CATEGORY_FIELDS]
 
 
+def _paired_fields(name: str) -> list[str]:
+    """The fields of :data:`PAIRED_FIELDS` a tolerance key (a field or a metric) names."""
+    spec = METRICS.get(name)
+    fields = spec.fields if spec is not None else (name,)
+    return [f for f in fields if f in PAIRED_FIELDS]
+
+
 def format_tolerances(tolerances: Mapping[str, Tolerance]) -> str:
-    """The inverse of :func:`parse_tolerances`: ``"output_tok_s:5% accept_length:2% tpot_ms_p50[code]:30%"``."""
+    """The inverse of :func:`parse_tolerances`: ``"output_tok_s:5% accept_length:2% tpot_ms_p50[code]:30%
+    output_tok_s/baseline:15%"``."""
     rows = getattr(tolerances, "categories", {}).items()
+    ratios = getattr(tolerances, "ratios", {}).items()
     return " ".join([f"{name}:{tol}" for name, tol in tolerances.items()]
-                    + [f"{name}[{category}]:{tol}" for (name, category), tol in rows])  # fmt: skip
+                    + [f"{name}[{category}]:{tol}" for (name, category), tol in rows]
+                    + [f"{name}/{vs}:{tol}" for (name, vs), tol in ratios])  # fmt: skip
 
 
 def _resolve(tolerances: Mapping[str, Tolerance]) -> Tolerances:
@@ -241,6 +315,10 @@ def _resolve(tolerances: Mapping[str, Tolerance]) -> Tolerances:
     for (name, category), tol in sorted(given.items(), key=lambda kv: kv[0][0] in by_field):  # metric keys first
         for fname in _category_fields(name):
             out.categories[(fname, category)] = tol
+    ratios: dict[tuple[str, str], Tolerance] = getattr(tolerances, "ratios", {})
+    for (name, vs), tol in sorted(ratios.items(), key=lambda kv: kv[0][0] in by_field):
+        for fname in _paired_fields(name):
+            out.ratios[(fname, vs)] = tol
     return out
 
 
@@ -255,24 +333,30 @@ def merge_tolerances(*layers: Mapping[str, Tolerance] | None) -> Tolerances:
 
     A category row (``tpot_ms_p50[code]``) takes its own tolerance where a layer gives one, else its field's; a later
     layer that names the field (or its metric) sets the field's category rows too, unless it gives them their own:
-    a marker's ``tpot_ms_p50:5%`` holds ``tpot_ms_p50[code]`` to 5% whatever the ini said of it.
+    a marker's ``tpot_ms_p50:5%`` holds ``tpot_ms_p50[code]`` to 5% whatever the ini said of it. A ratio row
+    (``output_tok_s/baseline``) follows the same rule.
 
     Example: ``merge_tolerances({"output_tok_s": Tolerance(rel=0.03)})`` -> output_tok_s 3 %, accept_length 2 %,
     accept_rate 0.02, ttft/itl/tpot p50 10 %.
 
     :returns: field (``RunMetrics`` attribute) -> Tolerance, in ``METRICS`` order, with the category rows given their
-        own in :attr:`Tolerances.categories` (field, category), in field order.
+        own in :attr:`Tolerances.categories` (field, category) and the ratio rows in :attr:`Tolerances.ratios`
+        (field, vs), in field order.
     """
     merged = _resolve(DEFAULT_TOLERANCES)
     for layer in layers:
-        if layer is not None and (layer or getattr(layer, "categories", None)):  # category rows alone: empty dict
+        # Category or ratio rows alone leave the dict itself empty.
+        if layer is not None and (layer or getattr(layer, "categories", None) or getattr(layer, "ratios", None)):
             resolved = _resolve(layer)
             merged.update(resolved)
             merged.categories = {key: tol for key, tol in merged.categories.items() if key[0] not in resolved}
             merged.categories.update(resolved.categories)
+            merged.ratios = {key: tol for key, tol in merged.ratios.items() if key[0] not in resolved}
+            merged.ratios.update(resolved.ratios)
     order = list(field_specs())
     rows = sorted(merged.categories.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1]))
-    return Tolerances({fname: merged[fname] for fname in order if fname in merged}, dict(rows))
+    ratios = sorted(merged.ratios.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1]))
+    return Tolerances({fname: merged[fname] for fname in order if fname in merged}, dict(rows), dict(ratios))
 
 
 def layered_tolerances(*specs: str | Sequence[str]) -> Tolerances:

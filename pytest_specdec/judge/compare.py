@@ -360,6 +360,7 @@ def compare_results(
     # A field's category rows share the full alpha among themselves (alpha / k each; the top rows keep theirs).
     rows.extend(_category_rows(base, current, merged, temperature, judging, paired=vs if ratio_rows else None))
     notes.extend(_unused_category_tolerances(merged, base, current))
+    notes.extend(_unused_ratio_tolerances(merged, vs))
     notes.extend(_small_absolute_note(rows, merged))
     if ratio_rows:
         notes.append(
@@ -539,6 +540,16 @@ def _unused_category_tolerances(tolerances: Tolerances, base: ResultRecord, curr
     listed = ", ".join(sorted(set(base.categories) | set(current.categories))) or "none"
     return [f"tolerance {f}[{c}]:{t}: no category {c!r} in both runs (their categories: {listed}); no row takes it: "
             'check the name against the prompts\' "category"' for f, c, t in unused]  # fmt: skip
+
+
+def _unused_ratio_tolerances(tolerances: Tolerances, vs: str | None) -> list[str]:
+    """A note for each ratio-row tolerance no row takes (the runs are not paired with that arm): a misspelt arm
+    (``output_tok_s/basline:15%``) would otherwise leave the ratio row at its field's tolerance unsaid. Example:
+    ``tolerance output_tok_s/basline:15%: no ratio row to 'basline' (the runs are paired with 'baseline'); no row
+    takes it: name the arm min_speedup names``."""
+    said = f"the runs are paired with {vs!r}" if vs else "the runs are not paired: no min_speedup arm"
+    return [f"tolerance {f}/{arm}:{t}: no ratio row to {arm!r} ({said}); no row takes it: name the arm "
+            "min_speedup names" for (f, arm), t in tolerances.ratios.items() if arm != vs]  # fmt: skip
 
 
 def _small_absolute_note(rows: Sequence[CompareRow], tolerances: Tolerances) -> list[str]:
@@ -872,15 +883,16 @@ def _compared(
 
 
 def _paired_rows(
-    base: ResultRecord, current: ResultRecord, tolerances: Mapping[str, Tolerance], judging: _Judging
+    base: ResultRecord, current: ResultRecord, tolerances: Tolerances, judging: _Judging
 ) -> tuple[dict[str, CompareRow], str | None]:
     """``metric / vs`` ratio rows for the paired fields, when both records carry the same paired reference arm.
 
     On a shared runner the raw throughput of two runs differs by the runner's load (-28 % measured on 2 busy
-    cores); the ratio to an arm measured in the same minutes does not. A relative tolerance applies to the ratio as
-    it is; an absolute one is turned relative at the baseline's raw median. Noise key: ``output_tok_s/baseline``.
-    Not every slowdown shows in the ratio: one that slows both arms alike (a lost NCCL setting) leaves it unchanged;
-    the raw rows beside it say so.
+    cores); the ratio to an arm measured in the same minutes does not. A ratio row takes its own tolerance where one
+    is given (``output_tok_s/baseline:15%``: ``Tolerances.ratio``), else its field's. A relative tolerance applies to
+    the ratio as it is; an absolute one is turned relative at the baseline's raw median. Noise key:
+    ``output_tok_s/baseline``. Not every slowdown shows in the ratio: one that slows both arms alike (a lost NCCL
+    setting) leaves it unchanged; the raw rows beside it say so.
     """
     vs = (base.paired or {}).get("vs")
     if not vs or vs != (current.paired or {}).get("vs"):
@@ -888,7 +900,7 @@ def _paired_rows(
     specs = field_specs()
     rows: dict[str, CompareRow] = {}
     for fname in PAIRED_FIELDS:
-        tol = tolerances.get(fname)
+        tol = tolerances.ratio(fname, vs) if fname in tolerances else None
         b_ratios, c_ratios = paired_ratios(base, fname), paired_ratios(current, fname)
         if tol is None or not b_ratios or not c_ratios:
             continue

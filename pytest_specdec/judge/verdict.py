@@ -981,22 +981,6 @@ def _row_data(
                     row.instance_sd)  # fmt: skip
 
 
-def _repeats_needed(
-    base: results.ResultRecord,
-    current: results.ResultRecord,
-    row: compare.CompareRow,
-    design: sequential.Design,
-    history: Sequence[results.ResultRecord],
-) -> int | None:
-    """``sequential.shift_repeats_needed`` for a compare row, at the design the row was judged with
-    (``CompareRow.design``; ``design`` for a row without one). None: no number of repeats would decide it, or the
-    row has an absolute tolerance, which the estimate does not cover."""
-    data = _row_data(base, current, row, history)
-    if data is None:
-        return None
-    return _shift_needed(data, row, design)
-
-
 def _ask(estimate: Callable[..., int | None], data: _RowData, row: compare.CompareRow,
          design: sequential.Design, **more: int) -> int | None:  # fmt: skip
     """``estimate`` (``sequential.shift_repeats_needed`` or ``baseline_repeats_needed``) asked of a row's data;
@@ -1013,12 +997,14 @@ def _shift_needed(data: _RowData, row: compare.CompareRow, design: sequential.De
 
 
 def _other_fix(row: compare.CompareRow, vs: str | None) -> str:
-    """What else decides a row the run-to-run spread keeps open: a wider tolerance; for a raw row also the ratio to
-    its paired arm ``vs`` (its run-to-run sd 0-2%), or, without one, pairing the profile with a reference arm."""
+    """What else decides a row the run-to-run spread keeps open: a wider tolerance; for a paired raw row one of its
+    own beside its ratio row's (``core.tolerances``: ``FIELD/ARM:TOL``), or, without a paired arm, pairing the profile
+    with a reference arm."""
     if " / " in row.metric:
         return "a wider tolerance"
     if vs:
-        return f"a wider tolerance, or the row's ratio to {vs!r} (paired arms differ 0-2% run to run)"
+        return (f"a wider tolerance for the raw row alone ({row.metric}:N%), its ratio row held to its own "
+                f"({row.metric}/{vs}:M%: paired arms differ 0-5% run to run)")
     return ("a wider tolerance, or a paired reference arm (min_speedup: {vs: ...}) whose ratio rows differ 0-2% run "
             "to run")
 
@@ -1071,7 +1057,9 @@ def _else_line(row: compare.CompareRow, vs: str | None) -> str:
     paired arm one line for its raw and ratio rows (the ratio is the fix only for a raw row: a ratio row is already
     judged on its paired arm)."""
     if vs:
-        return f"else: a wider tolerance, or for a raw row its ratio to {vs!r} (paired arms differ 0-2% run to run)"
+        return (f"else: a wider tolerance; for a raw row, one of its own (output_tok_s:40% beside "
+                f"output_tok_s/{vs}:15%: the ratio row, paired arms differing 0-5% run to run, still catches the "
+                "target's regressions)")
     return f"else: {_other_fix(row, vs)}"
 
 
@@ -1101,14 +1089,18 @@ def _worth_measuring(
     if row.tolerance.abs:
         return _difference_decidable(base, current, row, design)
     budget = WORTH_BUDGETS * (row.design or design).max_repeats
-    needed = _repeats_needed(base, current, row, design, history)
+    data = _row_data(base, current, row, history)  # once: the history's ANOVA is in it
+    if data is None:
+        return False
+    needed = _shift_needed(data, row, design)
     if needed is not None and needed <= budget:
         return True
-    data = _row_data(base, current, row, history) if FUTILITY_SHIFT_SE else None
-    if data is None or row.decision is None:
+    if not FUTILITY_SHIFT_SE or row.decision is None:
         return False
     # Asked again with today's estimate FUTILITY_SHIFT_SE standard errors further from the limit, the side it is on
     # (an estimate a few repeats made may sit near the limit by chance: an unchanged H100 night at x0.93 after 8 pairs).
+    # Today's own standard error, not the interval's: the chance the stop is about is that of today's few repeats;
+    # the baseline's and the run-to-run parts do not move with more of them.
     logs = [math.log(v) for v in data.current if v and v > 0]
     if len(logs) < 3:
         return False

@@ -414,6 +414,11 @@ class NodesConfig(_Strict):
         return value
 
 
+def _tolerances_as_strings_of(mapping: dict[Any, Any]) -> list[str]:
+    """``{output_tok_s: "5%", accept_length: 0.05}`` -> ``["output_tok_s:5%", "accept_length:0.05"]``."""
+    return [f"{key}:{value}" for key, value in mapping.items()]
+
+
 class Profile(_Strict):
     """One named server configuration plus its workload and thresholds.
 
@@ -451,7 +456,8 @@ class Profile(_Strict):
     #: run beside other non-exclusive ones (CPU servers, or servers pinned to disjoint GPUs); see ``schedule``.
     exclusive: bool = True
     #: Baseline-compare tolerances, e.g. ["output_tok_s:5%", "accept_length:0.02"] (``tolerances.parse_tolerances``),
-    #: parsed once when the profile is read: :attr:`tolerance_layer`.
+    #: parsed once when the profile is read: :attr:`tolerance_layer`. A YAML mapping (``{output_tok_s: 5%}``, or
+    #: list items written ``- output_tok_s: 5%``) is read as those strings.
     tolerances: list[str] = Field(default_factory=list)
     _tolerance_layer: dict[str, Tolerance] = PrivateAttr(default_factory=dict)
     thresholds: Thresholds = Field(default_factory=Thresholds)
@@ -470,6 +476,18 @@ class Profile(_Strict):
     @property
     def is_speculative(self) -> bool:
         return self.speculative is not None
+
+    @field_validator("tolerances", mode="before")
+    @classmethod
+    def _tolerances_as_strings(cls, value: Any) -> Any:
+        # `tolerances: {output_tok_s: 5%}` and `- output_tok_s: 5%` are how YAML is written: a trial got
+        # "Input should be a valid list" for the first, without the fix.
+        if isinstance(value, str):  # one string, as the ini writes it: "output_tok_s:5% ttft_ms:10%"
+            return [value]
+        items = value.items() if isinstance(value, dict) else None
+        if items is None and isinstance(value, list) and all(isinstance(v, str | dict) for v in value):
+            return [t for v in value for t in (_tolerances_as_strings_of(v) if isinstance(v, dict) else [v])]
+        return _tolerances_as_strings_of(value) if items is not None else value
 
     @field_validator("tolerances")
     @classmethod
