@@ -35,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pytest_specdec.core.tolerances import Tolerances, parse_tolerances  # noqa: E402
 from pytest_specdec.judge import compare, sequential  # noqa: E402
 from pytest_specdec.measure.results import ResultRecord, read_run_file  # noqa: E402
 
@@ -96,11 +97,13 @@ def read_g() -> tuple[list[dict[str, ResultRecord]], list[dict[str, ResultRecord
 
 
 def count(
-    runs: list[dict[str, ResultRecord]], changed: list[dict[str, ResultRecord]] | None = None
+    runs: list[dict[str, ResultRecord]], changed: list[dict[str, ResultRecord]] | None = None,
+    override: Tolerances | None = None,
 ) -> dict[str, dict[str, Counter[str]]]:
     """profile -> row metric -> verdict counts over every ordered pair of runs that both have the profile.
 
     With ``changed``: over every pair (a run of ``runs`` as the stored one, a run of ``changed`` as today's) instead.
+    ``override``: tolerances over those each run was judged with (the ``compare`` command's ``-t``).
     """
     out: dict[str, dict[str, Counter[str]]] = {}
     pairs = itertools.permutations(runs, 2) if changed is None else itertools.product(runs, changed)
@@ -108,7 +111,8 @@ def count(
         for profile in sorted(set(a) & set(b)):
             base, current = a[profile], b[profile]
             rows = compare.compare_results(
-                base, current, compare.judged_tolerances(current), force=True, design=compare.design_of(current)
+                base, current, compare.judged_tolerances(current, override), force=True,
+                design=compare.design_of(current)
             ).rows
             for row in rows:
                 out.setdefault(profile, {}).setdefault(row.metric, Counter())[row.verdict] += 1
@@ -126,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--h100", action="store_true", help="the unchanged H100 nights stored in tests/data")
     parser.add_argument("--h100-g", action="store_true", help="one H100's unchanged and changed nights (tests/data)")
     parser.add_argument("--instance-sd", type=float, default=None, help="assumed run-to-run sd of raw timing rows")
+    parser.add_argument("-t", "--tolerance", action="append", default=[], metavar="SPEC",
+                        help="tolerances over each run's own, as the compare command's -t (output_tok_s/baseline:15%%)")
     parser.add_argument("--rows", default="output_tok_s,ttft_ms_p50,itl_ms_p50,itl_ms_p95,tpot_ms_p50",
                         help="rows to show (comma separated; 'all' for every row)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -154,10 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     raw = sequential.ASSUMED_GPU_INSTANCE_SD if gpu else sequential.ASSUMED_INSTANCE_SD
     print(f"{len(paths)} stored runs, assumed run-to-run sd {raw:.0%} raw{' (GPU host)' if gpu else ''} "
           f"({sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio); every REGRESSED is a false alarm")  # fmt: skip
-    _table(count(runs), wanted)
+    override = parse_tolerances(args.tolerance, strict=True) if args.tolerance else None
+    _table(count(runs, override=override), wanted)
     if args.h100_g:
         print(f"\n{len(G_CHANGED)} changed runs, each judged against each unchanged run: every REGRESSED is a catch")
-        _table(count(runs, changed), wanted)
+        _table(count(runs, changed, override), wanted)
     return 0
 
 

@@ -45,7 +45,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_specdec.core.tolerances import Tolerance  # noqa: E402
+from pytest_specdec.core.tolerances import Tolerance, Tolerances  # noqa: E402
 from pytest_specdec.judge import sequential  # noqa: E402
 from pytest_specdec.judge import verdict as judging  # noqa: E402
 from pytest_specdec.judge.verdict import judge_compare  # noqa: E402
@@ -100,9 +100,11 @@ class Tally:
 
 
 def replay(current: Pool, null: Pool, scale: float, tol: float, design: sequential.Design, history: tuple[int, int],
-           rng: np.random.Generator, instance_sd: float = 0.0) -> tuple[str, int, float]:  # fmt: skip
+           rng: np.random.Generator, instance_sd: float = 0.0,
+           raw_tol: float | None = None) -> tuple[str, int, float]:  # fmt: skip
     """One replayed run: its compare verdict, the pairs it measured and their server-seconds. ``instance_sd``: each
-    run (stored or current) on a runner state of its own, both arms x exp(N(0, sd))."""
+    run (stored or current) on a runner state of its own, both arms x exp(N(0, sd)). ``raw_tol``: the raw row's own
+    tolerance, ``tol`` then the ratio row's (``output_tok_s:RAW output_tok_s/ref:TOL``); None: ``tol`` for both."""
 
     def runner() -> float:
         return math.exp(instance_sd * rng.standard_normal()) if instance_sd else 1.0
@@ -115,8 +117,10 @@ def replay(current: Pool, null: Pool, scale: float, tol: float, design: sequenti
         pairs.extend(current.draw(rng, 1, scale, today))
         return _record(pairs)
 
+    ratio = {("output_tok_s", "ref"): Tolerance(rel=tol)} if raw_tol is not None else {}
+    tolerances = Tolerances({"output_tok_s": Tolerance(rel=tol if raw_tol is None else raw_tol)}, ratios=ratio)
     judged = judge_compare(
-        stored[0], _record(pairs), run_id="base", test_id="bench", tolerances={"output_tok_s": Tolerance(rel=tol)},
+        stored[0], _record(pairs), run_id="base", test_id="bench", tolerances=tolerances,
         noise={}, force=True, more=more, design=design, history=stored[1:],
         server_s=lambda: sum(p[2] for p in pairs),
     )  # fmt: skip
@@ -184,6 +188,9 @@ def main() -> int:
     parser.add_argument("--history", type=int, default=3, help="stored baseline runs (default 3)")
     parser.add_argument("--history-pairs", type=int, default=12, help="pairs of each stored run (default 12)")
     parser.add_argument("--tolerances", default="0.05,0.10", help="relative tolerances (default 0.05,0.10)")
+    parser.add_argument("--raw-tolerance", type=float, default=None,
+                        help="the raw row's own relative tolerance, --tolerances then the ratio row's "
+                             "(output_tok_s:RAW output_tok_s/ref:TOL); default: one tolerance for both")
     parser.add_argument("--seed", type=int, default=43)
     parser.add_argument("--instance-sd", type=float, default=0.0,
                         help="a runner state per run, both arms x exp(N(0, sd)); 0.07 was measured live over 10 runs "
@@ -244,7 +251,7 @@ def main() -> int:
                     (t, sequential.Design(3, b)) for t, b in zip(seq, budgets, strict=True)
                 ]:
                     verdict, n, s = replay(pool, null, scale, tol, design, (args.history, args.history_pairs), rng,
-                                           args.instance_sd)  # fmt: skip
+                                           args.instance_sd, args.raw_tolerance)  # fmt: skip
                     tally.verdicts.append(verdict)
                     tally.pairs.append(n)
                     tally.server_s.append(s)

@@ -31,6 +31,8 @@
 #   pgate     (2026-12-05, late) the gate with eagle3 paired with baseline (min_speedup): p-base, 2 unchanged, CLB.
 #             (2026-12-06) PGATE_SAVE: p-base's pairs (default 8), PGATE_MAX: the profile's max_repeats (default 16).
 #             PGATE_PAIRING=interleaved: both servers alive (they fit at --mem-fraction-static 0.3), no restarts.
+#             PGATE_TOL (2026-12-06, late): the profiles' tolerances, space separated (the ratio rows' own,
+#             output_tok_s/baseline:15%, beside wide raw rows).
 #   calibrate (2026-12-05) PROFILE: `python -m pytest_specdec calibrate` on the nightly profile, CAL_RUNS server
 #             starts (default 4): the run-to-run sd on one machine, by the shipped command. calibrate-PROFILE.txt.
 #   trace     (2026-12-04) the nightly profiles with `trace:` on both and eagle3 paired with baseline (min_speedup):
@@ -167,6 +169,9 @@ doc["profiles"]["eagle3"]["thresholds"]["min_speedup"] = {"vs": "baseline", "rat
 doc["profiles"]["baseline"]["workload"]["max_repeats"] = int(__import__("os").environ["PGATE_MAX"])
 if __import__("os").environ.get("PGATE_PAIRING"):
     doc["profiles"]["eagle3"]["pairing"] = __import__("os").environ["PGATE_PAIRING"]
+if __import__("os").environ.get("PGATE_TOL"):  # the ratio rows' own tolerances beside the raw rows' (2026-12-06)
+    for name in ("baseline", "eagle3"):
+        doc["profiles"][name]["tolerances"] = __import__("os").environ["PGATE_TOL"].split()
 Path(sys.argv[2], "profiles-paired.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 eagle3 = doc["profiles"]["eagle3"]
 eagle3["env"] = {**doc["profiles"]["baseline"]["env"], "CUDA_LAUNCH_BLOCKING": "1"}
