@@ -16,12 +16,19 @@ from pathlib import Path
 
 import numpy as np
 
-from pytest_specdec.cli.exits import EXIT_BAD_PROFILE, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from pytest_specdec.cli.exits import EXIT_BAD_PROFILE, EXIT_FINDINGS, EXIT_NO_PROPOSAL, EXIT_OK, EXIT_USAGE
 from pytest_specdec.core import hoststate, stats
 from pytest_specdec.core.errors import CompareError, ProfileError, ServerError, ServerStartError
 from pytest_specdec.core.metric_table import EXACT_FIELDS, PAIRED_FIELDS
 from pytest_specdec.core.table import Column, text_table
-from pytest_specdec.core.tolerances import CATEGORY_FIELDS, DEFAULT_TOLERANCES, Tolerance, Tolerances, field_specs
+from pytest_specdec.core.tolerances import (
+    CATEGORY_FIELDS,
+    DEFAULT_TOLERANCES,
+    Tolerance,
+    Tolerances,
+    field_specs,
+    merge_tolerances,
+)
 from pytest_specdec.engines.rules import load_profiles
 from pytest_specdec.judge import sequential
 from pytest_specdec.judge.compare import (
@@ -88,8 +95,20 @@ def calibrate_command(args: argparse.Namespace) -> int:
     night at the budget fails 95% of the time at it (:func:`_caught_line`). A run whose tok/s is an outlier against
     the other runs' (``noise.outlying_runs``, from 3 runs) is named, with the load averages it recorded, and left out
     of the noise file and the proposal, the proposal with it pooled shown beside (:func:`_outlier_lines`);
-    ``--keep-outliers`` pools it (and shows the proposal without it). Returns ``EXIT_FINDINGS`` when a server
-    failed or a run was left out, ``EXIT_USAGE``/``EXIT_BAD_PROFILE`` on bad input, else ``EXIT_OK``."""
+    ``--keep-outliers`` pools it (and shows the proposal without it).
+
+    No block under which the night seldom passes (a fresh-user trial pasted ``output_tok_s:67.2%`` under a night line
+    of 0%, and a 22% slowdown then read ok): a field with a row the proposal leaves undecided more than its share (none
+    below ``noise.TOLERANCE_CAP`` decides it, or a paired field's raw row needs more than its ratio row's figure:
+    :func:`_short_rows`) is left out of the block, named with each such row's figure, the cap and what would decide
+    it (:func:`_left_out_lines`), and keeps the tolerance the user's ini or profile gives it; the night line counts the
+    pasted fields' rows. Where no field is left (or, as a guard, the block's rows would pass an unchanged night less
+    than the 90% sized for), no block is printed at all (:func:`_refusal_lines`, one ``error:`` line on stderr). The
+    noise file is written either way: it is measurement, not a proposal.
+
+    :returns: ``EXIT_NO_PROPOSAL`` when no block is printed; ``EXIT_FINDINGS`` when a server failed, a run was left
+        out or a field was left out of the block; ``EXIT_USAGE``/``EXIT_BAD_PROFILE`` on bad input; else
+        ``EXIT_OK``."""
     if not 1 <= args.stored_runs <= MAX_HISTORY_RUNS:
         print(f"error: --stored-runs={args.stored_runs}: expected the stored runs of the baseline a compare will pool, "
               f"1 to {MAX_HISTORY_RUNS} (it pools at most {MAX_HISTORY_RUNS}), e.g. --stored-runs {MAX_HISTORY_RUNS}",
@@ -175,7 +194,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
               "runs", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     found_sds, noise, vs, by_category, no_verdict = made.found, made.noise, made.vs, made.by_category, made.no_verdict
-    sizing, judged, proposal, pasted, unsized = made.sizing, made.judged, made.proposal, made.pasted, made.unsized
+    sizing, judged, proposal, pasted, short = made.sizing, made.judged, made.proposal, made.pasted, made.short
     sds = [(f"{key}: sd {sd:.0%} {kind}") for kind, pairs in (
         ("within a run", [*noise.items(), *((n.key, n.within) for n in by_category.values())]),
         ("run to run", [*noise.run_to_run.items(), *((n.key, n.run_to_run) for n in by_category.values())]),
@@ -227,10 +246,18 @@ def calibrate_command(args: argparse.Namespace) -> int:
     trend = _trend_line(records, found_sds.get("output_tok_s"), given=bool(args.from_runs))
     if trend:
         print(trend)
-    print(f"# proposed from {len(pooled)} measurement(s); paste into pytest's ini (or a profile's tolerances:)")
+    left = {row.field for row in short}
+    decided = [row for row in judged if row.field not in left]
+    rate = _night_rate(decided, pasted)
+    # Each decided row passes its share of the drawn nights at its own figure, so the block's rows pass together at
+    # least PASS_PROBABILITY of them (Bonferroni); --per-row asks each row's 90% alone, not the night's.
+    refused = bool(judged) and (not decided or (not per_row and rate < PASS_PROBABILITY))
+    if refused:
+        print(f"# figures from {len(pooled)} measurement(s), for reading: no ini block is proposed (below)")
+    else:
+        print(f"# proposed from {len(pooled)} measurement(s); paste into pytest's ini (or a profile's tolerances:)")
     print(_assumes_line(sizing, len(judged), per_row=per_row))
     lines: list[str] = []
-    short: list[str] = []  # rows the pasted tolerances leave below their own figure: the night line names them
     for fname, found in found_sds.items():
         mine = [row for row in judged if row.field == fname]
         top = next((r for r in mine if r.category is None and r.noise.row == found.row), None)
@@ -256,9 +283,8 @@ def calibrate_command(args: argparse.Namespace) -> int:
             if top is not None and tol is not None:
                 print(_caught_line(top, tol))
         for row in mine:
-            if row.category is None and row.noise.row == fname and row.shared and tol is not None:
+            if row.category is None and row.noise.row == fname and row.shared and tol is not None and fname in pasted:
                 lines.append(_raw_line(row, vs or "", tol.rel))
-        short += [row.name for row in mine if not row.covered(pasted)]
         categories = [row for row in mine if row.category is not None]
         if categories:
             # The compare judges a field's k category rows at alpha / k each (compare._category_rows).
@@ -277,18 +303,27 @@ def calibrate_command(args: argparse.Namespace) -> int:
         print(f"# {', '.join(f for f in PAIRED_FIELDS if f in proposal)}: from the per-pair ratios to {vs!r} (the "
               "ratio rows, e.g. output_tok_s / " f"{vs}; their raw spread includes the runner's load); the compare "
               "judges the raw rows at the same tolerances too (below)")  # fmt: skip
-    print(_night_line(judged, pasted, short, per_row=per_row))
+    if refused:
+        for line in _refusal_lines(short or judged, judged, sizing, vs, out, rate if decided else None):
+            print(line)
+        causes = _causes(short or judged)
+        them = "; ".join(f"{row.name} needs {_need_text(row)}" for row in causes)
+        print(f"error: no tolerances proposed: {them} (each row sized to end passed on {_chance(sizing.probability)} "
+              "of unchanged nights); the lines above say what would decide "
+              f"{'it' if len(causes) == 1 else 'them'}; the noise file is written", file=sys.stderr)  # fmt: skip
+        return EXIT_NO_PROPOSAL
+    if short:
+        for line in _left_out_lines(short, judged, sizing, vs):
+            print(line)
+    print(_night_line(decided, pasted, per_row=per_row, left_out=bool(short)))
     print("specdec_tolerances =")
     for name, tol in pasted.items():
         print(f"    {name}:{tol}")
     for (fname, category), tol in pasted.categories.items():  # one a line: a category may hold spaces
         print(f"    {fname}[{category}]:{tol}")
-    # Indented, inside the ini value: pytest's ini reader skips a comment line there.
-    for line in unsized:
-        print(f"    # {line}")
     if lines:
         print("\n".join(lines))
-    return EXIT_FINDINGS if outliers and not args.keep_outliers else EXIT_OK
+    return EXIT_FINDINGS if short or (outliers and not args.keep_outliers) else EXIT_OK
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -296,7 +331,8 @@ class _Sized:
     """A proposal and what it is made of, for one set of runs (:func:`_size`): each field's noise (``found``,
     ``noise.proposal_sds``), the noise file's sds (``noise``), the paired arm (``vs``), the category rows' noise and
     why some get no verdict, the gate sizing with each row's pass chance, the rows judged, the proposal per field,
-    the ini block it pastes and the comments for rows it pastes nothing for (:func:`_proposal`)."""
+    the ini block it pastes (:func:`_proposal`, less every field with a row in ``short``) and the judged rows the
+    proposal leaves undecided (:func:`_short_rows`)."""
 
     found: dict[str, FieldNoise]
     noise: CalibratedNoise
@@ -307,7 +343,7 @@ class _Sized:
     judged: list[_Row]
     proposal: dict[str, Tolerance | None]
     pasted: Tolerances
-    unsized: list[str]
+    short: list[_Row]
 
 
 def _size(records: Sequence[ResultRecord], design: sequential.Design, stored_runs: int, *,
@@ -324,8 +360,29 @@ def _size(records: Sequence[ResultRecord], design: sequential.Design, stored_run
     judged = _judged_rows(found, noise, by_category, vs, sizing, _absolute_levels(records, found, by_category))
     sizing = dataclasses.replace(sizing, probability=_row_probability(len(judged), per_row=per_row))
     judged = [dataclasses.replace(row, sizing=sizing) for row in judged]
-    proposal, pasted, unsized = _proposal(found, judged)
-    return _Sized(found, noise, vs, by_category, no_verdict, sizing, judged, proposal, pasted, unsized)
+    proposal, full = _proposal(found, judged)
+    short = _short_rows(judged, full)
+    left = {row.field for row in short}
+    pasted = Tolerances({f: t for f, t in full.items() if f not in left},
+                        {key: t for key, t in full.categories.items() if key[0] not in left})  # fmt: skip
+    return _Sized(found, noise, vs, by_category, no_verdict, sizing, judged, proposal, pasted, short)
+
+
+def _short_rows(rows: Sequence[_Row], full: Tolerances) -> list[_Row]:
+    """The judged ``rows`` the proposal ``full`` (every field's figure) leaves below their own figure: a row no
+    tolerance below the cap decides (``_Row.least`` None: its field gets no figure, or a category row takes its
+    field's), a paired field's raw row judged at its ratio row's smaller figure, and the other rows of a field with
+    no figure (they take its default).
+
+    A field with any such row is left out of the pasted block (:func:`_size`), all its rows with it: whatever were
+    pasted for the field, unchanged nights would end that row undecided all the same (a night passes only when every
+    row does), and a wider figure would only widen what the field's other rows let through (a fresh-user trial
+    pasted ``output_tok_s:67.2%`` under a night line of 0%: a 22% slowdown then read ok where the defaults failed
+    it). Left out, not pasted at its raw row's figure: that figure bounds the ratio row as loosely, which only the
+    user can choose knowingly (:func:`_left_out_lines` gives it). The fields every row of which the block decides
+    are still pasted: an unchanged night passes their rows as sized, and the rows left out keep the tolerance the
+    user's ini or profile gives them, as before calibrate."""
+    return [row for row in rows if not row.covered(full)]
 
 
 def night_row_probability(rows: int) -> float:
@@ -460,12 +517,18 @@ class _Row:
         ``sizing.probability`` against ``stored_runs`` (default: the sizing's) stored runs: the order statistic of
         :meth:`needs` whose expected coverage is that chance (rank ``ceil(p (n + 1))``); None where it is above
         :data:`TOLERANCE_CAP`."""
-        found = np.sort(self.needs(stored_runs or self.sizing.stored_runs))
-        rank = min(math.ceil(self.sizing.probability * (found.size + 1)), found.size)
-        need = float(found[rank - 1])
+        need = self.figure(stored_runs)
         if not math.isfinite(need) or need > TOLERANCE_CAP:
             return None
         return max(math.ceil(round(need * 1000, 6)) / 1000, 0.01)
+
+    def figure(self, stored_runs: int | None = None) -> float:
+        """The least relative tolerance, unrounded and uncapped, at which the row passes an unchanged night with
+        ``sizing.probability`` against ``stored_runs`` (default: the sizing's) stored runs (:meth:`least`'s order
+        statistic); inf where the nights at that rank have no interval."""
+        found = np.sort(self.needs(stored_runs or self.sizing.stored_runs))
+        rank = min(math.ceil(self.sizing.probability * (found.size + 1)), found.size)
+        return float(found[rank - 1])
 
     def tolerance(self, need: float) -> Tolerance:
         """The tolerance a relative figure ``need`` is pasted as: relative, or for an absolute field (``level``)
@@ -540,19 +603,18 @@ def _judged_rows(
 
 
 def _proposal(found: Mapping[str, FieldNoise], rows: Sequence[_Row]) -> tuple[dict[str, Tolerance | None],
-                                                                                Tolerances, list[str]]:  # fmt: skip
-    """The proposal per field, the ini block it pastes, and a comment for each row it pastes nothing for.
+                                                                                Tolerances]:  # fmt: skip
+    """The proposal per field and the ini block it would paste (before :func:`_size` leaves out the fields
+    :func:`_short_rows` names).
 
     Per field its top row's least tolerance (its ratio row's where paired; absolute for a field whose default is,
     :meth:`_Row.tolerance`; 1% for a field with no spread; None where none below the cap); an exact field with no
     spread (accept length and rate: the compare judges them equal-or-not, their tolerance is the drop that fails,
     not noise) is not proposed and keeps its default. ``FIELD[CATEGORY]`` is pasted where a category row needs more
     than its field's proposal, and only beside one: a field with no figure stays at its default, which its category
-    rows would otherwise pass under a figure of their own. Each judged row with nothing pasted for it gets a comment:
-    the gate cannot decide it at this noise and budget, and what to do.
+    rows would otherwise pass under a figure of their own.
     """
     proposal: dict[str, Tolerance | None] = {}
-    unsized: list[str] = []
     for fname, n in found.items():
         if n.within <= 0 and fname in EXACT_FIELDS:
             continue
@@ -562,34 +624,118 @@ def _proposal(found: Mapping[str, FieldNoise], rows: Sequence[_Row]) -> tuple[di
             proposal[fname] = top.tolerance(need) if top is not None else Tolerance(rel=need)
         else:
             proposal[fname] = None
-        if need is None:
-            unsized.append(f"{fname}: no tolerance below {TOLERANCE_CAP:.1%} decides this row at this noise and budget "
-                           f"(it stays at the default {DEFAULT_TOLERANCES.get(fname, Tolerance(rel=0.1))}, and "
-                           f"unchanged nights end it undecided): {_UNSIZED_FIX}")  # fmt: skip
     pasted = Tolerances({f: t for f, t in proposal.items() if t is not None})
     for row in rows:
         if row.category is None:
             continue
         need, tol = row.least(), proposal.get(row.field)
-        name = f"{row.field}[{row.category}]"
-        if need is None:
-            unsized.append(f"{name}: no tolerance below {TOLERANCE_CAP:.1%} decides this row at this noise and budget "
-                           f"(it takes {row.field}'s, and unchanged nights end it undecided): more requests a repeat "
-                           f"in {row.category!r}, or {_UNSIZED_FIX}")  # fmt: skip
-        elif tol is None:
-            unsized.append(f"{name}: not pasted (its own figure {row.shown(row.tolerance(need))}): its field "
-                           f"{row.field} has no figure (above), and a category row is pasted only where wider than "
-                           "its field's")  # fmt: skip
-        elif need > row.relative(tol) + 1e-9:
+        if need is not None and tol is not None and need > row.relative(tol) + 1e-9:
             pasted.categories[(row.field, row.category)] = row.tolerance(need)
-    return proposal, pasted, unsized
+    return proposal, pasted
 
 
-#: What decides a row no tolerance below the cap decides (:func:`_proposal`'s comments). The compare has no way to
-#: leave a default row out: each layer changes a field's tolerance, never removes it (``merge_tolerances``).
-_UNSIZED_FIX = ("raise workload.max_repeats or workload.repeats, store more runs (the table above gives each number's "
-                "figure), or calibrate on a quieter runner; the compare cannot leave a default row out (its defaults "
-                "are always checked)")  # fmt: skip
+def _causes(rows: Sequence[_Row]) -> list[_Row]:
+    """Of the ``rows`` a proposal leaves short (:func:`_short_rows`), those that leave their field out: no tolerance
+    below the cap decides them, or a paired field's raw row needs more than its ratio row (the others are short only
+    because their field is left out); all ``rows`` where none is."""
+    found = [row for row in rows if row.least() is None or (row.category is None and row.shared
+                                                              and row.noise.row == row.field)]  # fmt: skip
+    return found or list(rows)
+
+
+def _need_text(row: _Row) -> str:
+    """``36.6%``, ``~134% (above the cap, 99.9%)`` or ``none at any tolerance (no interval at the budget)``: the least
+    tolerance at which the row passes its share of unchanged nights against the sizing's stored runs."""
+    need = row.least()
+    if need is not None:
+        return row.shown(row.tolerance(need))
+    figure = row.figure()
+    if math.isfinite(figure):
+        return f"~{figure * 100:.3g}% (above the cap, {TOLERANCE_CAP:.1%})"
+    return "none at any tolerance (no interval at the budget)"
+
+
+def _cause_line(row: _Row, rows: Sequence[_Row]) -> str:
+    """One line per row that leaves its field out (:func:`_causes`): its figure against the sizing's stored runs, and
+    for a paired field's raw row, its ratio row's and what one tolerance for both would let through."""
+    sizing = row.sizing
+    runs = f"{sizing.stored_runs} stored run{'s' if sizing.stored_runs != 1 else ''}"
+    line = (f"#   {row.name}: needs {_need_text(row)} to end passed on {_chance(sizing.probability)} of unchanged "
+            f"nights against {runs}")  # fmt: skip
+    ratio = next((r for r in rows if r.field == row.field and r.category is None and r.noise.row != row.field), None)
+    need = row.least()
+    if ratio is not None and row.noise.row == row.field and row.shared:
+        other = ratio.least()
+        shown = ratio.shown(ratio.tolerance(other)) if other is not None else _need_text(ratio)
+        line += f"; its ratio row {ratio.name} needs {shown}, and one tolerance judges both"
+        if need is not None:
+            line += (f": {row.field}:{_percent(need)} decides both, and lets the ratio row lose up to "
+                     f"{_percent(need)} unflagged")  # fmt: skip
+    return line
+
+
+def _advice_line(rows: Sequence[_Row], vs: str | None) -> str:
+    """What would decide the rows that leave their fields out (``rows``: :func:`_causes`)."""
+    them = "it" if len(rows) == 1 else "them"
+    parts = ["more repeats a night (raise workload.max_repeats; workload.repeats for the baseline)"]
+    if any(row.category is not None and row.least() is None for row in rows):
+        parts.append("more requests a repeat in a category")
+    if vs is None and any(row.field in PAIRED_FIELDS for row in rows):
+        parts.append("a paired reference arm (min_speedup: {vs: PROFILE}: the compare then judges the field on the "
+                     "per-pair ratio, which a runner's load moves less than the raw figure)")  # fmt: skip
+    parts.append("a quieter runner (calibrate there)")
+    parts.append("another number of stored runs where the table above gives a figure in reach")
+    parts.append("or a wider tolerance you write yourself, knowing it lets a change of that size through (no "
+                 "tolerance below the cap decides a row marked above it)")  # fmt: skip
+    return (f"# what would decide {them}: {', '.join(parts)}; the compare cannot leave a default row out (its "
+            "defaults are always checked)")  # fmt: skip
+
+
+def _left_out_lines(short: Sequence[_Row], rows: Sequence[_Row], sizing: GateSizing, vs: str | None) -> list[str]:
+    """The lines above a partial block: the fields left out of it, the rows that leave each out and what each needs
+    (:func:`_cause_line`), what the field keeps, and what would decide them (:func:`_advice_line`)."""
+    causes = _causes(short)
+    fields = list(dict.fromkeys(row.field for row in short))
+    kept = ", ".join(f"{f} (default {_default(f)})" for f in fields)
+    return [
+        f"# left out of the block below (exit status 1): {', '.join(fields)}: a row of "
+        f"{'it' if len(fields) == 1 else 'each'} ends undecided on more than its share of unchanged nights at the "
+        f"figure calibrate would paste for the field (each row sized to end passed on {_chance(sizing.probability)}; "
+        f"the cap: {TOLERANCE_CAP:.1%}), and a wider figure would only widen what the field's other rows let through; "
+        f"{'it keeps' if len(fields) == 1 else 'they keep'} the tolerance your ini or profile gives "
+        f"(here: {kept}), and unchanged nights end {'that row' if len(causes) == 1 else 'those rows'} undecided "
+        "more often (--specdec-undecided=warn, the default, passes such a night with a warning; =fail fails it)",
+        *(_cause_line(row, rows) for row in causes),
+        _advice_line(causes, vs),
+    ]
+
+
+def _refusal_lines(short: Sequence[_Row], rows: Sequence[_Row], sizing: GateSizing, vs: str | None, out: Path,
+                   rate: float | None) -> list[str]:  # fmt: skip
+    """The lines that replace the ini block where no field's rows are all decided (or, ``rate``, where the block's
+    rows would pass an unchanged night less often than calibrate sizes it for): no block, the rows and their figures
+    (:func:`_cause_line`), what would decide them (:func:`_advice_line`), and that the noise file was written."""
+    causes = _causes(short)
+    fields = list(dict.fromkeys(row.field for row in rows))
+    why = (f"at the tolerances calibrate finds an unchanged night passes {rate:.0%} of the time, below the "
+           f"{PASS_PROBABILITY:.0%} it sizes for" if rate is not None else
+           f"every field judged statistically has a row that ends undecided on more than its share of unchanged nights "
+           f"at the figure calibrate would paste for the field (each row sized to end passed on "
+           f"{_chance(sizing.probability)}; the cap: {TOLERANCE_CAP:.1%}): under such a block unchanged nights would "
+           "rarely pass, and a wider figure would only widen what the field's other rows let through")  # fmt: skip
+    return [
+        f"# no ini block proposed (exit status {EXIT_NO_PROPOSAL}): {why}; every field keeps the tolerance your ini or "
+        f"profile gives it (here: {', '.join(f'{f} (default {_default(f)})' for f in fields)})",
+        *(_cause_line(row, rows) for row in causes),
+        _advice_line(causes, vs),
+        f"# the noise file {out} is written all the same: it is measurement, not a proposal (--specdec-compare reads "
+        "it)",
+    ]
+
+
+def _default(fname: str) -> Tolerance | None:
+    """The tolerance a compare gives ``fname`` where no layer names it (``merge_tolerances`` of no layer)."""
+    return merge_tolerances().get(fname)
 
 
 def _absolute_levels(
@@ -699,35 +845,52 @@ def _caught_line(top: _Row, tol: Tolerance) -> str:
             f"{_chance(_CAUGHT)} of the time; smaller ones beyond {top.shown(tol)} may read undecided")  # fmt: skip
 
 
-def _night_line(rows: Sequence[_Row], pasted: Tolerances, short: Sequence[str], *, per_row: bool) -> str:
-    """The line above the ini block that says how often an unchanged night passes all its judged ``rows`` at the
-    ``pasted`` tolerances, on the nights simulated to size them (:meth:`_Row.needs`, each row drawn on its own: the
-    compare's noise model has no term between rows); ``short``: rows whose own figure is above what is pasted for
-    them (a paired field's raw row, judged at its ratio row's tolerance) or that none below the cap decides."""
-    if not rows:
-        return "# no row is judged statistically (every row exact: decided equal-or-not): an unchanged night passes"
-    sizing = rows[0].sizing
-    # Nights are drawn per row; the i-th of each row's (its first 400) makes the i-th night.
-    nights = min(len(row.needs(sizing.stored_runs)) for row in rows)
+def _night_passes(rows: Sequence[_Row], pasted: Tolerances) -> np.ndarray:
+    """Per simulated night, whether it passes every one of ``rows`` at ``pasted`` (each row drawn on its own: the
+    compare's noise model has no term between rows; the i-th of each row's nights makes the i-th night)."""
+    nights = min(len(row.needs(row.sizing.stored_runs)) for row in rows)
     passed = np.ones(nights, dtype=bool)
     for row in rows:
         passed &= row.passes(pasted)[:nights]
+    return passed
+
+
+def _night_rate(rows: Sequence[_Row], pasted: Tolerances) -> float:
+    """How often an unchanged night passes every one of ``rows`` at ``pasted`` (:func:`_night_passes`); 1 without
+    rows."""
+    return float(_night_passes(rows, pasted).mean()) if rows else 1.0
+
+
+def _night_line(rows: Sequence[_Row], pasted: Tolerances, *, per_row: bool, left_out: bool = False) -> str:
+    """The line above the ini block that says how often an unchanged night passes all its judged ``rows`` at the
+    ``pasted`` tolerances, on the nights simulated to size them (:meth:`_Row.needs`, :func:`_night_passes`);
+    ``left_out``: the rows of fields left out of the block (:func:`_short_rows`) are not among ``rows``, which it
+    says."""
+    if not rows:
+        return "# no row is judged statistically (every row exact: decided equal-or-not): an unchanged night passes"
+    sizing = rows[0].sizing
+    passed = _night_passes(rows, pasted)
     stored = f"{sizing.stored_runs} stored run{'s' if sizing.stored_runs != 1 else ''}"
     if len(rows) == 1:
         them, sized = "its 1 row", f"the row sized to pass {_chance(sizing.probability)}"
     else:
         them = f"all {len(rows)} rows"
         sized = (f"--per-row: each row sized to pass {_chance(sizing.probability)} alone" if per_row else
-                 f"each row sized to pass {_chance(sizing.probability)}, 1 - 10% / {len(rows)}")  # fmt: skip
+                 f"each row sized to pass {_chance(sizing.probability)}, 1 - 10% / {_sizing_rows(sizing)}")  # fmt: skip
         sized += "; rows of one field that move together pass together more often"
-    line = (f"# an unchanged night passes {them} {passed.mean():.0%} of the time at these tolerances (of {nights} "
+    if left_out:
+        them = them.replace("its 1 row", "the 1 row").replace("all ", "the ") + " of the fields pasted"
+    line = (f"# an unchanged night passes {them} {passed.mean():.0%} of the time at these tolerances (of {passed.size} "
             f"unchanged nights drawn from the noise above, each row judged as the compare judges it at the budget "
             f"against {stored}; {sized})")  # fmt: skip
-    if short:
-        line += (f"; {', '.join(short)} need{'s' if len(short) == 1 else ''} more than is pasted for "
-                 f"{'it' if len(short) == 1 else 'them'} and leave{'s' if len(short) == 1 else ''} more nights "
-                 "undecided")  # fmt: skip
+    if left_out:
+        line += "; the rows of the fields left out (above) are not counted"
     return line
+
+
+def _sizing_rows(sizing: GateSizing) -> int:
+    """The rows a night's share was split over (``sizing.probability`` = 1 - 10% / R): R."""
+    return max(round((1.0 - PASS_PROBABILITY) / max(1.0 - sizing.probability, 1e-12)), 1)
 
 
 def _chance(probability: float) -> str:

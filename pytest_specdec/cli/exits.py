@@ -6,6 +6,7 @@ __all__ = [
     "EXIT_BAD_PROFILE",
     "EXIT_CLOSED_PIPE",
     "EXIT_FINDINGS",
+    "EXIT_NO_PROPOSAL",
     "EXIT_OK",
     "EXIT_REFUSED",
     "EXIT_STOPPED",
@@ -15,7 +16,8 @@ __all__ = [
 #: Done, nothing found (``check``: no finding that fails; ``trend``: no worse change point).
 EXIT_OK = 0
 #: Something found (``check``: findings; ``trend``: a worse change point; ``bisect``: no culprit named; ``compare``:
-#: a regression, a threshold pytest failed, a test not measured; ``calibrate``: a run left out as an outlier).
+#: a regression, a threshold pytest failed, a test not measured; ``calibrate``: a run left out as an outlier, or a
+#: proposal that leaves out a field whose rows no tolerance below the cap decides).
 EXIT_FINDINGS = 1
 #: ``merge``: the runs differ (commit, profile or metric definitions, a test measured twice); see ``--force``.
 EXIT_REFUSED = 1
@@ -25,6 +27,10 @@ EXIT_USAGE = 2
 EXIT_BAD_PROFILE = 2
 #: ``bisect``: stopped before the end (``--max-launches``, Ctrl-C, SIGTERM); the report says what is known.
 EXIT_STOPPED = 3
+#: ``calibrate``: no ini block proposed: no tolerance below the cap (``noise.TOLERANCE_CAP``) decides a row of every
+#: field an unchanged night is judged on statistically, so no block passes the night as calibrate sizes it (the rows,
+#: their figures and what would decide them are printed; the noise file is written: it is measurement).
+EXIT_NO_PROPOSAL = 4
 #: The reader closed the output pipe (``compare ... | head``): 128 + SIGPIPE, as a shell reports a process the signal
 #: ended; not 1, which is a verdict (a trial's ``| head`` read as REGRESSED, after a BrokenPipeError traceback).
 EXIT_CLOSED_PIPE = 141

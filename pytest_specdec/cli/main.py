@@ -6,7 +6,8 @@
   as pytest decided; exit 1 on a regression, a threshold pytest failed in CURRENT, a test of CURRENT without
   measurement or errored before it measured, or an interrupted CURRENT;
 - ``calibrate PROFILE_FILE --profile NAME [--runs K]`` (or ``--from RUN ...``): propose tolerances from the spread
-  (``cli.calibrate``), exit 1 when an outlying run was left out;
+  (``cli.calibrate``), exit 1 when an outlying run was left out or a field left out of the ini block (a row of it
+  no tolerance below the cap decides), exit 4 when no block is proposed at all;
 - ``trend [RUN ...] [--metric FIELD] [--profile NAME] [--results-dir DIR]``: change points over stored runs, exit 1
   on a worse one (``cli.trend``);
 - ``plot [RUN ...] -o trend.png [--metric FIELD] [--threshold FIELD=VALUE] [--profile NAME] [--results-dir DIR]``:
@@ -249,7 +250,8 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Propose per-metric relative tolerances from K separate runs of one profile (or from stored run "
         "files with --from): the least at which the compare passes an unchanged night of the measured noise, every "
         "row it judges statistically, 90% of the time (each of R rows at 1 - 10%/R), at the profile's budget against "
-        "--stored-runs stored runs (at least 1%); prints an ini block for specdec_tolerances.",
+        "--stored-runs stored runs (at least 1%); prints an ini block for specdec_tolerances (none, exit 4, where "
+        "no field has every row decided by a tolerance below 99.9%).",
     )
     calibrate.add_argument("profile_file", metavar="PROFILE_FILE", nargs="?", help="the specdec YAML file")
     calibrate.add_argument("--profile", metavar="NAME", help="the profile to rerun (with --from: the profile to "
