@@ -97,14 +97,15 @@ def calibrate_command(args: argparse.Namespace) -> int:
     of the noise file and the proposal, the proposal with it pooled shown beside (:func:`_outlier_lines`);
     ``--keep-outliers`` pools it (and shows the proposal without it).
 
-    No block under which the night seldom passes (a fresh-user trial pasted ``output_tok_s:67.2%`` under a night line
-    of 0%, and a 22% slowdown then read ok): a field with a row the proposal leaves undecided more than its share (none
-    below ``noise.TOLERANCE_CAP`` decides it, or a paired field's raw row needs more than its ratio row's figure:
-    :func:`_short_rows`) is left out of the block, named with each such row's figure, the cap and what would decide
-    it (:func:`_left_out_lines`), and keeps the tolerance the user's ini or profile gives it; the night line counts the
-    pasted fields' rows. Where no field is left (or, as a guard, the block's rows would pass an unchanged night less
-    than the 90% sized for), no block is printed at all (:func:`_refusal_lines`, one ``error:`` line on stderr). The
-    noise file is written either way: it is measurement, not a proposal.
+    No block under which the night seldom passes (a fresh-user trial pasted ``output_tok_s:67.2%`` under a night line of
+    0%, and a 22% slowdown then read ok): a field with a row the proposal leaves undecided more than its share (none
+    below ``noise.TOLERANCE_CAP`` decides it: :func:`_short_rows`) is left out of the block, named with each such row's
+    figure, the cap and what would decide it (:func:`_left_out_lines`), and keeps the tolerance the user's ini or
+    profile gives it; the night line counts the pasted fields' rows. Where no field is left (or, as a guard, the block's
+    rows would pass an unchanged night less than the 90% sized for), no block is printed at all (:func:`_refusal_lines`,
+    one ``error:`` line on stderr). The noise file is written either way: it is measurement, not a proposal. A paired
+    field whose raw row needs more than its ratio row's figure is pasted at the raw row's, beside the ratio row's own
+    (``output_tok_s:36.6%``, ``output_tok_s/baseline:3.4%``: :func:`_proposal`).
 
     :returns: ``EXIT_NO_PROPOSAL`` when no block is printed; ``EXIT_FINDINGS`` when a server failed, a run was left
         out or a field was left out of the block; ``EXIT_USAGE``/``EXIT_BAD_PROFILE`` on bad input; else
@@ -293,8 +294,10 @@ def calibrate_command(args: argparse.Namespace) -> int:
                 need = row.least()
                 parts.append(f"{row.category} {row.shown(row.tolerance(need)) if need is not None else 'none'}")
             wider = [c for f, c in pasted.categories if f == fname]
+            where = (f"each its own ({fname} holds its raw row's figure)" if any(f == fname for f, _ in pasted.ratios)
+                     else f"where wider than {fname}'s")  # fmt: skip
             print(f"#     {fname} per category, each at alpha / {len(categories)}: {', '.join(parts)}"
-                  + (f"; pasted below where wider than {fname}'s: {', '.join(wider)}" if wider else ""))  # fmt: skip
+                  + (f"; pasted below {where}: {', '.join(wider)}" if wider else ""))  # fmt: skip
     if no_verdict:
         print(f"#   no verdict per category, nothing to size: {'; '.join(no_verdict)}")
     if judged:
@@ -302,7 +305,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
     if vs:
         print(f"# {', '.join(f for f in PAIRED_FIELDS if f in proposal)}: from the per-pair ratios to {vs!r} (the "
               "ratio rows, e.g. output_tok_s / " f"{vs}; their raw spread includes the runner's load); the compare "
-              "judges the raw rows at the same tolerances too (below)")  # fmt: skip
+              "judges the raw rows at the field's tolerance (below)")  # fmt: skip
     if refused:
         for line in _refusal_lines(short or judged, judged, sizing, vs, out, rate if decided else None):
             print(line)
@@ -321,6 +324,8 @@ def calibrate_command(args: argparse.Namespace) -> int:
         print(f"    {name}:{tol}")
     for (fname, category), tol in pasted.categories.items():  # one a line: a category may hold spaces
         print(f"    {fname}[{category}]:{tol}")
+    for (fname, arm), tol in pasted.ratios.items():
+        print(f"    {fname}/{arm}:{tol}")
     if lines:
         print("\n".join(lines))
     return EXIT_FINDINGS if short or (outliers and not args.keep_outliers) else EXIT_OK
@@ -364,22 +369,22 @@ def _size(records: Sequence[ResultRecord], design: sequential.Design, stored_run
     short = _short_rows(judged, full)
     left = {row.field for row in short}
     pasted = Tolerances({f: t for f, t in full.items() if f not in left},
-                        {key: t for key, t in full.categories.items() if key[0] not in left})  # fmt: skip
+                        {key: t for key, t in full.categories.items() if key[0] not in left},
+                        {key: t for key, t in full.ratios.items() if key[0] not in left})  # fmt: skip
     return _Sized(found, noise, vs, by_category, no_verdict, sizing, judged, proposal, pasted, short)
 
 
 def _short_rows(rows: Sequence[_Row], full: Tolerances) -> list[_Row]:
     """The judged ``rows`` the proposal ``full`` (every field's figure) leaves below their own figure: a row no
     tolerance below the cap decides (``_Row.least`` None: its field gets no figure, or a category row takes its
-    field's), a paired field's raw row judged at its ratio row's smaller figure, and the other rows of a field with
-    no figure (they take its default).
+    field's; a paired field's raw row, whose field is pasted at its ratio row's figure), and the other rows of a field
+    with no figure (they take its default).
 
     A field with any such row is left out of the pasted block (:func:`_size`), all its rows with it: whatever were
     pasted for the field, unchanged nights would end that row undecided all the same (a night passes only when every
     row does), and a wider figure would only widen what the field's other rows let through (a fresh-user trial
     pasted ``output_tok_s:67.2%`` under a night line of 0%: a 22% slowdown then read ok where the defaults failed
-    it). Left out, not pasted at its raw row's figure: that figure bounds the ratio row as loosely, which only the
-    user can choose knowingly (:func:`_left_out_lines` gives it). The fields every row of which the block decides
+    it). The fields every row of which the block decides
     are still pasted: an unchanged night passes their rows as sized, and the rows left out keep the tolerance the
     user's ini or profile gives them, as before calibrate."""
     return [row for row in rows if not row.covered(full)]
@@ -547,17 +552,26 @@ class _Row:
             return _percent(tol.rel)
         return f"{tol} ({self.relative(tol) * 100:.2g}% of {self.level:.3g})"
 
+    def given(self, pasted: Tolerances) -> Tolerance | None:
+        """What ``pasted`` gives the row, as the compare reads it: a category row's own or its field's
+        (``Tolerances.row``), a paired field's ratio row its own or the field's (``Tolerances.ratio``), else the
+        field's."""
+        if self.category is not None:
+            return pasted.row(self.field, self.category)
+        if self.noise.row.endswith(" / "):
+            return pasted.ratio(self.field, self.name.partition(" / ")[2])
+        return pasted.get(self.field)
+
     def passes(self, pasted: Tolerances) -> np.ndarray:
         """Per simulated night (against the sizing's stored runs), whether the row passes at what ``pasted`` gives
-        it (``Tolerances.row`` for a category row)."""
-        tol = pasted.row(self.field, self.category) if self.category is not None else pasted.get(self.field)
+        it (:meth:`given`)."""
+        tol = self.given(pasted)
         needs = self.needs(self.sizing.stored_runs)
         return needs <= self.relative(tol) + 1e-9 if tol is not None else np.zeros(needs.size, dtype=bool)
 
     def covered(self, pasted: Tolerances) -> bool:
-        """Whether ``pasted`` gives the row at least its own figure (a paired field's raw row is judged at its
-        ratio row's tolerance, and may need more)."""
-        tol = pasted.row(self.field, self.category) if self.category is not None else pasted.get(self.field)
+        """Whether ``pasted`` gives the row at least its own figure (:meth:`given`)."""
+        tol = self.given(pasted)
         need = self.least()
         return need is not None and tol is not None and self.relative(tol) >= need - 1e-9
 
@@ -612,7 +626,10 @@ def _proposal(found: Mapping[str, FieldNoise], rows: Sequence[_Row]) -> tuple[di
     spread (accept length and rate: the compare judges them equal-or-not, their tolerance is the drop that fails,
     not noise) is not proposed and keeps its default. ``FIELD[CATEGORY]`` is pasted where a category row needs more
     than its field's proposal, and only beside one: a field with no figure stays at its default, which its category
-    rows would otherwise pass under a figure of their own.
+    rows would otherwise pass under a figure of their own. A paired field whose raw row needs more than its ratio
+    row's figure is pasted at the raw row's, its ratio row at its own (``output_tok_s/baseline:3.4%``, which the
+    compare gives the ratio row alone), and each of its category rows at its own: one tolerance for both would leave
+    the raw row undecided or let the ratio row lose as much as the raw row spreads.
     """
     proposal: dict[str, Tolerance | None] = {}
     for fname, n in found.items():
@@ -625,22 +642,33 @@ def _proposal(found: Mapping[str, FieldNoise], rows: Sequence[_Row]) -> tuple[di
         else:
             proposal[fname] = None
     pasted = Tolerances({f: t for f, t in proposal.items() if t is not None})
+    raised = set()
+    for raw in rows:
+        tol = proposal.get(raw.field)
+        need = raw.least()
+        if not (raw.category is None and raw.shared and raw.noise.row == raw.field) or tol is None or need is None:
+            continue
+        ratio = next(r for r in rows if r.field == raw.field and r.category is None and r.noise.row != raw.field)
+        if need > raw.relative(tol) + 1e-9:
+            # The field's tolerance holds the raw row alone beside a ratio row's own (``FIELD/VS``): each its figure.
+            pasted[raw.field] = raw.tolerance(need)
+            pasted.ratios[(raw.field, ratio.name.partition(" / ")[2])] = tol
+            raised.add(raw.field)
     for row in rows:
         if row.category is None:
             continue
         need, tol = row.least(), proposal.get(row.field)
-        if need is not None and tol is not None and need > row.relative(tol) + 1e-9:
+        # A raised field's category rows would take its raw row's figure: each gets its own.
+        if need is not None and tol is not None and (need > row.relative(tol) + 1e-9 or row.field in raised):
             pasted.categories[(row.field, row.category)] = row.tolerance(need)
     return proposal, pasted
 
 
 def _causes(rows: Sequence[_Row]) -> list[_Row]:
     """Of the ``rows`` a proposal leaves short (:func:`_short_rows`), those that leave their field out: no tolerance
-    below the cap decides them, or a paired field's raw row needs more than its ratio row (the others are short only
-    because their field is left out); all ``rows`` where none is."""
-    found = [row for row in rows if row.least() is None or (row.category is None and row.shared
-                                                              and row.noise.row == row.field)]  # fmt: skip
-    return found or list(rows)
+    below the cap decides them (the others are short only because their field is left out); all ``rows`` where none
+    is."""
+    return [row for row in rows if row.least() is None] or list(rows)
 
 
 def _need_text(row: _Row) -> str:
@@ -657,20 +685,18 @@ def _need_text(row: _Row) -> str:
 
 def _cause_line(row: _Row, rows: Sequence[_Row]) -> str:
     """One line per row that leaves its field out (:func:`_causes`): its figure against the sizing's stored runs, and
-    for a paired field's raw row, its ratio row's and what one tolerance for both would let through."""
+    for a paired field's raw row, its ratio row's (which ``FIELD/VS:X%`` would paste alone, knowing the raw row stays
+    undecided)."""
     sizing = row.sizing
     runs = f"{sizing.stored_runs} stored run{'s' if sizing.stored_runs != 1 else ''}"
     line = (f"#   {row.name}: needs {_need_text(row)} to end passed on {_chance(sizing.probability)} of unchanged "
             f"nights against {runs}")  # fmt: skip
     ratio = next((r for r in rows if r.field == row.field and r.category is None and r.noise.row != row.field), None)
-    need = row.least()
     if ratio is not None and row.noise.row == row.field and row.shared:
         other = ratio.least()
         shown = ratio.shown(ratio.tolerance(other)) if other is not None else _need_text(ratio)
-        line += f"; its ratio row {ratio.name} needs {shown}, and one tolerance judges both"
-        if need is not None:
-            line += (f": {row.field}:{_percent(need)} decides both, and lets the ratio row lose up to "
-                     f"{_percent(need)} unflagged")  # fmt: skip
+        line += (f"; its ratio row {ratio.name} needs {shown} ({row.field}/{ratio.name.partition(' / ')[2]}:X% "
+                 "sets the ratio row alone)")  # fmt: skip
     return line
 
 
@@ -826,7 +852,8 @@ def _outlier_lines(outliers: Sequence[OutlyingRun], records: Sequence[ResultReco
 def _pasted_items(pasted: Tolerances) -> list[str]:
     """``output_tok_s:4.2%``, ``tpot_ms_p50[code]:9%``: the ini block's lines, unindented."""
     return [f"{name}:{tol}" for name, tol in pasted.items()] + [
-        f"{fname}[{category}]:{tol}" for (fname, category), tol in pasted.categories.items()]  # fmt: skip
+        f"{fname}[{category}]:{tol}" for (fname, category), tol in pasted.categories.items()] + [
+        f"{fname}/{arm}:{tol}" for (fname, arm), tol in pasted.ratios.items()]  # fmt: skip
 
 
 def _caught_line(top: _Row, tol: Tolerance) -> str:
@@ -1014,24 +1041,22 @@ def _percent(rel: float) -> str:
 
 
 def _raw_line(raw: _Row, vs: str, tol: float) -> str:
-    """The comment under the ini block for a paired field's raw row: the proposal ``tol`` is its ratio row's
-    (``field / vs``); what the raw row, judged at the same tolerance with the raw spread, needs against the same
-    stored runs (against others: the table)."""
+    """The comment under the ini block for a paired field's raw row: ``tol`` is its ratio row's figure (``field /
+    vs``); what the raw row, judged with the raw spread, needs against the same stored runs (against others: the
+    table), and what is pasted for it: the ratio's figure where that decides it too, else its own beside the ratio
+    row's (:func:`_proposal`)."""
     fname, sizing = raw.field, raw.sizing
     need = raw.least()
     runs = f"{sizing.stored_runs} stored run{'s' if sizing.stored_runs != 1 else ''}"
     shown = f"~{_percent(need)}" if need is not None else f"no tolerance below {TOLERANCE_CAP:.1%}"
     head = (f"# {fname}: {_percent(tol)} is proposed for the ratio row ({fname} / {vs}); the raw row {fname} is "
-            f"judged at it too, with the raw spread (sd {raw.noise.within * 100:.2f}% within a run, "
+            f"judged with the raw spread (sd {raw.noise.within * 100:.2f}% within a run, "
             f"{raw.noise.run_to_run * 100:.2f}% run to run): against {runs} it takes {shown}")  # fmt: skip
-    warn = "--specdec-undecided=warn, the default, passes such a night with a warning; =fail fails it"
     if need is not None and tol >= need:
         return f"{head}: {_percent(tol)} decides it too"
-    wider = (f"{fname}:{_percent(need)} decides it, and bounds the ratio row that loosely too" if need is not None
-             else f"no tolerance below {TOLERANCE_CAP:.1%} decides it")  # fmt: skip
-    nights = round(1 / (1 - sizing.probability))
-    return (f"{head}: at {_percent(tol)} the raw row leaves more than 1 unchanged night in {nights} undecided "
-            f"({warn}); {wider}")  # fmt: skip
+    return (f"{head}: pasted as {fname}:{_percent(need or tol)} (the raw row alone), the ratio row keeping its own, "
+            f"{fname}/{vs}:{_percent(tol)}; one tolerance for both would leave the raw row undecided or let the ratio "
+            "row lose as much")  # fmt: skip
 
 
 def _stored_records(
