@@ -27,9 +27,9 @@ EXIT_USAGE = 2
 EXIT_BAD_PROFILE = 2
 #: ``bisect``: stopped before the end (``--max-launches``, Ctrl-C, SIGTERM); the report says what is known.
 EXIT_STOPPED = 3
-#: ``calibrate``: no ini block proposed: no tolerance below the cap (``noise.TOLERANCE_CAP``) decides a row of every
-#: field an unchanged night is judged on statistically, so no block passes the night as calibrate sizes it (the rows,
-#: their figures and what would decide them are printed; the noise file is written: it is measurement).
+#: ``calibrate``: no ini block proposed: every field an unchanged night is judged on statistically has a row that no
+#: tolerance below the cap (``noise.TOLERANCE_CAP``) decides, so no block passes the night as calibrate sizes it (the
+#: rows, their figures and what would decide them are printed; the noise file is written: it is measurement).
 EXIT_NO_PROPOSAL = 4
 #: The reader closed the output pipe (``compare ... | head``): 128 + SIGPIPE, as a shell reports a process the signal
 #: ended; not 1, which is a verdict (a trial's ``| head`` read as REGRESSED, after a BrokenPipeError traceback).
