@@ -208,6 +208,9 @@ def specdec_run(specdec_profile: Profile, request: pytest.FixtureRequest) -> Run
     return request.config.stash[session_key].measure_for(specdec_profile, request)
 
 
+# First, before pytest's own setup sets up the test's fixtures: a broken marker errors the test without starting
+# its profile's server (tests/test_check_markers.py).
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("specdec") is not None:
         session = item.config.stash[session_key]

@@ -79,8 +79,10 @@ def merge_marker(profile_thresholds: Thresholds, marker_kwargs: dict[str, Any]) 
     if unknown:
         close = difflib.get_close_matches(unknown[0], valid, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
+        given = ", ".join(f"{k}={marker_kwargs[k]!r}" for k in unknown)
         raise ValueError(
-            f"unknown threshold {', '.join(map(repr, unknown))} ({hint}valid: {', '.join(valid)}, tolerances)"
+            f"unknown threshold {', '.join(map(repr, unknown))} ({hint}valid: {', '.join(valid)}, tolerances); "
+            f"got {given}"
         )
     positions = marker_kwargs.get("min_accept_rate_at")
     if positions is not None and not isinstance(positions, dict):

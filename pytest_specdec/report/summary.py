@@ -338,10 +338,17 @@ def speedup_lines(records: Sequence[results.ResultRecord]) -> list[str]:
     return [f"specdec {profile}: {speedup}" for (profile, _), speedup in speedups.items()]
 
 
-def check_lines(checked: Sequence[tuple[str, Sequence[str]]], failed: bool, profile_path: Path) -> list[Line]:
-    """``--specdec-check``'s verdict line, after one section per profile (:func:`summary_report`)."""
+def check_lines(
+    checked: Sequence[tuple[str, Sequence[str]]], failed: bool, profile_path: Path, marked: int = 0
+) -> list[Line]:
+    """``--specdec-check``'s verdict line, after one section per profile and one for the markers
+    (:func:`summary_report`).
+
+    :param marked: how many collected tests have a ``specdec`` marker (named when any).
+    """
     verdict = "FAILED" if failed else "passed"
-    text = f"specdec check {verdict}: {len(checked)} profile(s) from {profile_path}; nothing launched"
+    tests = f", {marked} marked test(s)" if marked else ""
+    text = f"specdec check {verdict}: {len(checked)} profile(s) from {profile_path}{tests}; nothing launched"
     return [Line(text, {"red": failed, "green": not failed})]
 
 
@@ -399,6 +406,8 @@ def summary_report(
     *,
     checked: Sequence[tuple[str, Sequence[str]]] = (),
     check_failed: bool = False,
+    marker_errors: Sequence[str] = (),
+    marked: int = 0,
     profile_path: Path = Path(),
     shared_leftovers: Sequence[str] = (),
     preflight_notes: Sequence[str] = (),
@@ -414,6 +423,9 @@ def summary_report(
     compares, and where each output file went.
 
     :param checked: ``--specdec-check``'s (profile, finding lines), one section each; empty otherwise.
+    :param marker_errors: ``--specdec-check``'s ``error: NODEID: ...`` lines on the collected tests' markers.
+    :param marked: how many collected tests have a ``specdec`` marker; a ``markers`` section follows the profiles'
+        when this or ``marker_errors`` is non-empty.
     :param shared_leftovers: shared servers the xdist workers left (``sharing.sweep_shared``), one red line each.
     :param traces: (profile, ``RunResult.trace``) of the profiles measured in this process.
     :param splits: profile -> ``RunResult.cycle_split`` (a traced speculative profile), for the cycle lines.
@@ -429,7 +441,12 @@ def summary_report(
         for name, found in checked:
             out.append(Line(f"specdec check: {name}", sep="-"))
             out.extend(Line(line) for line in found)
-        out.extend(check_lines(checked, check_failed, profile_path))
+        if marked or marker_errors:
+            out.append(Line("specdec check: markers", sep="-"))
+            out.extend(Line(line) for line in marker_errors)
+            if not marker_errors:
+                out.append(Line(f"{marked} marked test(s): no findings"))
+        out.extend(check_lines(checked, check_failed, profile_path, marked))
     out.extend(Line(f"specdec: {line}", {"red": True}) for line in shared_leftovers)
     records = outcomes.records
     measured = {r.test_id for r in records}

@@ -139,7 +139,8 @@ def register(parser: pytest.Parser) -> None:
         "--specdec-check",
         action="store_true",
         default=False,
-        help="Run preflight checks on the selected profiles (all when none selected), launch nothing, and exit",
+        help="Run preflight checks on the selected profiles (all when none selected) and the collected tests' "
+        "specdec markers, launch nothing, and exit",
     )
     group.addoption(
         "--specdec-strict",

@@ -1,13 +1,15 @@
 """What a run makes ready before anything launches: its profiles (the profile file loaded, ``--server-url``
 applied, a ``--specdec-sweep`` expanded into one profile per point, preflight run: :func:`select`; for
-``--specdec-check`` preflight alone: :func:`check_only`) and its ``--specdec-compare`` baselines
-(:func:`compare_setup`). Every problem is a ``pytest.UsageError`` (exit 4, nothing launched).
+``--specdec-check`` preflight alone: :func:`check_only`, then the collected tests' markers: :func:`check_markers`)
+and its ``--specdec-compare`` baselines (:func:`compare_setup`). Every problem is a ``pytest.UsageError`` (exit 4,
+nothing launched), except ``--specdec-check``'s findings, which its summary lists (exit 1).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from pytest_specdec.judge.verdict import CompareSetup
     from pytest_specdec.profiles.schema import Profile, ProfileSet
 
-__all__ = ["Selection", "check_only", "compare_setup", "select"]
+__all__ = ["Selection", "check_markers", "check_only", "compare_setup", "select"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,10 @@ class Selection:
     #: ``--specdec-check``: (profile, finding lines) per profile checked, and whether any blocks a launch.
     checked: tuple[tuple[str, tuple[str, ...]], ...] = ()
     check_failed: bool = False
+    #: ``--specdec-check``: one ``error: NODEID: ...`` line per collected test whose ``specdec`` marker the run would
+    #: refuse (:func:`check_markers`), and how many collected tests have the marker.
+    marker_errors: tuple[str, ...] = ()
+    marked: int = 0
 
     @property
     def preflight_notes(self) -> tuple[str, ...]:
@@ -86,7 +92,8 @@ def select(settings: RunSettings) -> Selection:
 
 
 def check_only(settings: RunSettings) -> Selection:
-    """``--specdec-check``: preflight every selected profile (all when none is selected); launch nothing.
+    """``--specdec-check``: preflight every selected profile (all when none is selected); launch nothing. The
+    tests' markers are checked after collection (:func:`check_markers`).
 
     :raises pytest.UsageError: as :func:`select` for the profile file itself.
     """
@@ -101,6 +108,29 @@ def check_only(settings: RunSettings) -> Selection:
         checked.append((name, tuple(inputs + format_findings(findings) or ["no findings"])))
         failed = failed or bool(inputs) or bool(blocking(findings, strict=settings.strict))
     return Selection(profile_set, settings.selected, checked=tuple(checked), check_failed=failed)
+
+
+def check_markers(
+    checked: Selection, items: Sequence[pytest.Item], settings: RunSettings, *, collect_errors: int = 0
+) -> Selection:
+    """``--specdec-check``, after collection: read every collected test's ``specdec`` marker as the run's setup reads
+    it (``marker.read_marker``: unknown keyword, bad threshold value, bad tolerance, ``min_speedup`` against a profile
+    the file lacks), so a broken marker fails the check instead of erroring the test after a server start.
+
+    :param checked: :func:`check_only`'s result; :param items: the selected tests (after ``-m``/``-k``).
+    :param collect_errors: the collection's errors (``session.testsfailed``): a test file that does not import fails
+        the check too, with one line pointing at pytest's errors.
+    :returns: ``checked`` with :attr:`Selection.marker_errors` and :attr:`Selection.marked` filled, failed when either
+        found a problem.
+    """
+    from pytest_specdec.run.marker import marker_errors
+
+    errors, marked = marker_errors(items, checked.profiles, settings.profile_path)
+    if collect_errors:
+        errors.append(f"error: {collect_errors} error(s) during collection (listed above); the run would stop there")
+    return dataclasses.replace(
+        checked, marker_errors=tuple(errors), marked=marked, check_failed=checked.check_failed or bool(errors)
+    )
 
 
 def compare_setup(

@@ -221,7 +221,16 @@ class SpecdecSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> bool | None:
-        return True if self.settings.check else None
+        if not self.settings.check:
+            return None
+        # --specdec-check collects (imports the test files, runs nothing) to read each test's marker as its setup
+        # would: a broken marker (a fresh-user trial: tolerances=["output_tok_s:5"], min_tok_sec=5) passed the
+        # check, then errored the test in the real run.
+        session.perform_collect()
+        self.selection = selection.check_markers(
+            self.selection, session.items, self.settings, collect_errors=session.testsfailed
+        )
+        return True
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
@@ -282,7 +291,10 @@ class SpecdecSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.settings.check:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED if self.selection.check_failed else pytest.ExitCode.OK
+            if self.selection.check_failed:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            elif session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+                session.exitstatus = pytest.ExitCode.OK  # a check of the profile file alone
             return
         if xdistnode.is_worker(self.config):
             return
@@ -381,6 +393,7 @@ class SpecdecSession:
         splits = {run.profile: run.cycle_split for run in self.store.runs.values() if run.cycle_split is not None}
         return summary.summary_report(
             self.outcomes, self.outputs or summary.Outputs(), checked=sel.checked, check_failed=sel.check_failed,
+            marker_errors=sel.marker_errors, marked=sel.marked,
             profile_path=self.settings.profile_path, shared_leftovers=self.shared_leftovers,
             preflight_notes=sel.preflight_notes, traces=traces, splits=splits, benchmark_table=benchmark_table,
             verbose=self.config.get_verbosity() > 0, errored=errored, interrupted=self.interrupted,
