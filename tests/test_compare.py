@@ -344,6 +344,11 @@ def test_a_ratio_row_takes_its_own_tolerance_and_the_raw_row_the_fields() -> Non
         "output_tok_s": "ok", "output_tok_s / baseline": "ok"}
     assert ("tolerance output_tok_s/basline:5%: no ratio row to 'basline' (the runs are paired with 'baseline'); "
             "no row takes it: name the arm min_speedup names") in loose.notes
+    # 100% or more on tok/s: reported, not gated, and said (a trial's 500% passed silently).
+    off = compare_results(base, cur, parse_tolerances("output_tok_s:500% output_tok_s/baseline:5%"))
+    assert ("output_tok_s 500%: can never fail (a higher-is-better figure cannot fall by 100% or more): reported, "
+            "not gated; write less than 100% to gate it") in off.notes
+    assert not [n for n in loose.notes if "can never fail" in n]
 
 
 @pytest.mark.usefixtures("same_instances")  # the within-run arithmetic (tests/conftest.py)

@@ -185,7 +185,7 @@ PY
   case $n in
     1) SAVE_AS=p-base SAVE_REPEATS=${PGATE_SAVE:-8} STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-1 $ST/profiles-paired.yaml ;;
     4) BASELINE=p-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-4 $ST/profiles-paired-clb.yaml ;;
-    5) BASELINE=p-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-5 $ST/profiles-paired-dxg.yaml ;;
+    5|15) BASELINE=p-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-$n $ST/profiles-paired-dxg.yaml ;;
     6) BASELINE=p-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-6 $ST/profiles-paired-noov.yaml ;;
     *) BASELINE=p-base STATE=$G MATRIX_PROFILES=eagle3 bash benchmarks/gpu/nightly_night.sh pgate-$n $ST/profiles-paired.yaml ;;
   esac > $G/pgate-$n.console.txt 2>&1

@@ -17,8 +17,9 @@ prints each absolute part with its unit) read it as absolute, as pytest-benchmar
                           arm); without one it takes the field's, which then holds the raw row alone
 
 A profile may write its ``tolerances:`` as a mapping (``{output_tok_s: 5%}``) as well as a list of strings
-(``profiles.schema``). Refused from a user (``strict``): a negative tolerance, 0 on a rate or time field (no unchanged
-run can pass it), and 100% or more on a higher-is-better field (tok/s cannot fall further: no run can fail it).
+(``profiles.schema``). Refused from a user (``strict``): a negative tolerance and 0 on a rate or time field (no
+unchanged run can pass it). 100% or more on a higher-is-better field reports the row without gating it (tok/s cannot
+fall by all of itself), and the compare says so.
 """
 
 from __future__ import annotations
@@ -249,20 +250,18 @@ def _joined(tokens: list[str]) -> list[str]:
 
 
 def _refuse_useless(token: str, name: str, tol: Tolerance, unit: str) -> None:
-    """Refuse a user's tolerance no run can pass (0 on a rate or time field: an unchanged run's interval always
-    reaches below it) or fail (100 % or more of a higher-is-better field: tok/s cannot fall by all of itself).
+    """Refuse a user's tolerance no unchanged run can pass: 0 on a rate or time field (its interval always reaches
+    the worse side of no change). 100 % or more of a higher-is-better field is allowed, as the way to report a row
+    without gating it (tok/s cannot fall by all of itself); the compare says so under its table
+    (``judge.compare``).
 
     :raises ValueError: naming the token and a usable form.
     """
-    spec = METRICS.get(name) or field_specs()[name]
     if unit in _UNITS and tol.rel == 0.0 and tol.abs == 0.0:
         raise ValueError(f"bad tolerance {token!r}: 0 on {name} leaves no room for noise: an unchanged run can never "
                          "pass it (its interval always reaches the worse side of no change); write the regression to "
                          f"catch, e.g. {name}:5%, or ask `python -m pytest_specdec calibrate` what this runner can "
                          "tell")  # fmt: skip
-    if spec.higher_is_better and tol.rel >= 1.0:
-        raise ValueError(f"bad tolerance {token!r}: {name} cannot fall by {tol.rel:.0%} of itself, so no run can fail "
-                         f"it; write the fall to catch, below 100%, e.g. {name}:15%")  # fmt: skip
 
 
 def _field_unit(name: str) -> str:

@@ -362,6 +362,7 @@ def compare_results(
     notes.extend(_unused_category_tolerances(merged, base, current))
     notes.extend(_unused_ratio_tolerances(merged, vs))
     notes.extend(_small_absolute_note(rows, merged))
+    notes.extend(_never_fails_note(rows))
     if ratio_rows:
         notes.append(
             f"throughput and latency judged twice: raw (a slowdown of both arms alike: runner load, a lost NCCL env, "
@@ -452,8 +453,8 @@ def _category_rows(
     paired: str | None = None,
 ) -> list[CompareRow]:
     """Rows ``accept_length[code]`` ... for every category both records have, each at its own tolerance where one
-    is given (``tpot_ms_p50[code]:30%``: ``Tolerances.row``), else at its field's, judged by the rule of the field's
-    own row:
+    is given (``tpot_ms_p50[code]:30%``: ``Tolerances.row``), else at its field's (a row judged on its paired ratio:
+    its field's ratio row's, ``Tolerances.ratio``), judged by the rule of the field's own row:
 
     - the field's top row judged on its ratio to the paired arm ``paired`` (:func:`_paired_rows`): the category's
       row on the per-pair ratio of the category's values (``itl_ms_p50[code] / baseline``), or ``n/a`` with the
@@ -490,6 +491,8 @@ def _category_rows(
             if paired is not None and fname in PAIRED_FIELDS:
                 b_ratios, c_ratios = paired_ratios(base, name), paired_ratios(current, name)
                 if b_ratios and c_ratios and not few:
+                    # Judged on its ratio as its field's top row is: its own tolerance, else the ratio row's.
+                    tol = tolerances.categories.get((fname, category)) or tolerances.ratio(fname, paired) or tol
                     planned.append(_CategoryCase(fname, name, higher, _relative(tol, b_vals), b_ratios, c_ratios,
                                                  f"{name} / ", f"{name} / {paired}"))  # fmt: skip
                     continue
@@ -550,6 +553,19 @@ def _unused_ratio_tolerances(tolerances: Tolerances, vs: str | None) -> list[str
     said = f"the runs are paired with {vs!r}" if vs else "the runs are not paired: no min_speedup arm"
     return [f"tolerance {f}/{arm}:{t}: no ratio row to {arm!r} ({said}); no row takes it: name the arm "
             "min_speedup names" for (f, arm), t in tolerances.ratios.items() if arm != vs]  # fmt: skip
+
+
+def _never_fails_note(rows: Sequence[CompareRow]) -> list[str]:
+    """One note naming the higher-is-better rows whose tolerance is 100% or more of the baseline: no run can fail them
+    (``output_tok_s:500%``: tok/s cannot fall by more than itself), so they are reported, not gated; a fresh-user
+    trial's 500% passed silently. Example: ``output_tok_s 500%: can never fail (a higher-is-better figure cannot fall
+    by 100% or more): reported, not gated; write less than 100% to gate it``."""
+    named = [f"{r.metric} {tolerance_text(r.metric, r.tolerance)}" for r in rows
+             if r.higher_is_better and r.baseline and r.tolerance.allowed(r.baseline) >= abs(r.baseline)]  # fmt: skip
+    if not named:
+        return []
+    return [f"{', '.join(named)}: can never fail (a higher-is-better figure cannot fall by 100% or more): reported, "
+            "not gated; write less than 100% to gate it"]
 
 
 def _small_absolute_note(rows: Sequence[CompareRow], tolerances: Tolerances) -> list[str]:
