@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.core.errors import CompareError
+from pytest_specdec.core.tolerances import parse_tolerances
 from pytest_specdec.judge import sequential
 from pytest_specdec.judge.baseline import Baselines, baseline_notes
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile, check_name, read_run_file
@@ -307,3 +308,20 @@ def test_a_repeat_or_pair_a_few_percent_off_in_normal_noise_is_no_outlier() -> N
     for values in ([236.0, 215.0, 117.0], [100.0, 100.4, 54.0], [100.0, 103.0, 97.0, 100.5, 62.0]):
         notes = baseline_notes(with_repeats(record("baseline", values[0], None), values), {}, design)
         assert any(f"{values[-1]:.4g} is an outlier" in note for note in notes), (values, notes)
+
+
+def test_a_paired_baselines_note_names_and_reads_its_ratio_rows_own_tolerance() -> None:
+    """Fresh-user trial: the note on a ratio row said "widen the tolerance to ttft_ms_p50:30%", which widens the raw
+    row too; it names ``FIELD/ARM`` and sizes against the ratio row's own tolerance where one is given."""
+    design = sequential.Design(3, 24)
+    paired = dataclasses.replace(
+        with_repeats(record("eagle3", 130.0, 2.6), [136.0, 124.0, 130.0]),
+        paired={"vs": "baseline", "target": {"output_tok_s": [136.0, 124.0, 130.0]},
+                "reference": {"output_tok_s": [100.0, 108.0, 93.0]}},
+    )  # fmt: skip
+    (note,) = [n for n in baseline_notes(paired, parse_tolerances("output_tok_s:5%"), design)
+               if n.startswith("output_tok_s / baseline")]  # fmt: skip
+    assert "widen the tolerance to output_tok_s/baseline:" in note, note
+    # At its own 60% the ratio row needs nothing; the field's 5% alone would.
+    own = parse_tolerances("output_tok_s:5% output_tok_s/baseline:60%")
+    assert not [n for n in baseline_notes(paired, own, design) if n.startswith("output_tok_s / baseline")]

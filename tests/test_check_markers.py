@@ -66,6 +66,12 @@ def _check(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
             "'baseline'? available: baseline, eagle3)",
             id="unknown-profile",
         ),
+        pytest.param(
+            "min_speedup={'vs': 'baseline', 'ratio': 1.1}, tolerances=['output_tok_s/basline:10%']",
+            "@pytest.mark.specdec(tolerances=...): bad tolerance output_tok_s/basline:10%: this test's ratio rows are "
+            "to 'baseline' (min_speedup vs), so no row would take it *; write output_tok_s/baseline:10%",
+            id="ratio-tolerance-of-another-arm",
+        ),
     ],
 )
 def test_a_broken_marker_fails_the_check(pytester: pytest.Pytester, marker: str, message: str) -> None:

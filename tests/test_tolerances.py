@@ -307,3 +307,24 @@ def test_a_profile_writes_its_tolerances_as_yaml_is_written(written: object) -> 
     """Fresh-user trial: ``tolerances: {output_tok_s: 5%}`` got pydantic's "Input should be a valid list"."""
     profile = Profile.model_validate({"name": "p", "tolerances": written})
     assert profile.tolerance_layer == {"output_tok_s": Tolerance(rel=0.05), "accept_length": Tolerance(abs=0.05)}
+
+
+def test_a_ratio_tolerance_naming_another_arm_than_min_speedups_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fresh-user trial: ``output_tok_s/basline:10%`` passed every preflight, and at run time the -26% ratio row ran at
+    the raw row's 500%, ``ok``; only a note under the table said so. A profile with ``min_speedup`` knows its arm."""
+    from pytest_specdec.cli.main import main
+
+    path = tmp_path / "specdec.yaml"
+    path.write_text("profiles:\n  baseline:\n    server: reference\n  eagle3:\n    extends: baseline\n"
+                    "    tolerances: {output_tok_s: 40%, output_tok_s/basline: 10%}\n"
+                    "    thresholds:\n      min_speedup: {vs: baseline, ratio: 0.8}\n")  # fmt: skip
+    assert main(["check", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {path}:4: profiles.eagle3: tolerances: bad tolerance output_tok_s/basline:10%: this test's ratio "
+        "rows are to 'baseline' (min_speedup vs), so no row would take it and the ratio row would run at its field's "
+        "tolerance; write output_tok_s/baseline:10%"
+    )
+    # Without min_speedup the arm is not known here (an unpaired base profile's layer that a paired one extends).
+    assert Profile.model_validate({"name": "p", "tolerances": ["output_tok_s/base:10%"]}).tolerances

@@ -39,6 +39,7 @@ __all__ = [
     "format_tolerances",
     "layered_tolerances",
     "merge_tolerances",
+    "misnamed_arms",
     "parse_tolerances",
 ]
 # Stored records and their readers' tests quote it; the refusal of a bare number on a rate or time field (strict)
@@ -235,6 +236,20 @@ def parse_tolerances(spec: str | Sequence[str], *, strict: bool = False) -> Tole
         else:
             out[name] = tol
     return out
+
+
+def misnamed_arms(tolerances: Tolerances, vs: str) -> str | None:
+    """The error for ratio-row tolerances (``FIELD/ARM``) of a layer whose test is paired with ``vs`` but that name
+    another arm: no row would take them, and the ratio row would run at its field's tolerance (a fresh-user trial's
+    ``output_tok_s/basline:10%`` left a -26% ratio row ``ok`` at the raw row's 500%). None when every one names
+    ``vs``. Used where the arm is known: a profile with ``min_speedup`` (``profiles.schema``), a marker
+    (``run.marker``)."""
+    wrong = [f"{name}/{arm}:{tol}" for (name, arm), tol in tolerances.ratios.items() if arm != vs]
+    if not wrong:
+        return None
+    fixed = ", ".join(f"{t.partition('/')[0]}/{vs}:{t.rpartition(':')[2]}" for t in wrong)
+    return (f"bad tolerance {', '.join(wrong)}: this test's ratio rows are to {vs!r} (min_speedup vs), so no row "
+            f"would take it and the ratio row would run at its field's tolerance; write {fixed}")
 
 
 def _joined(tokens: list[str]) -> list[str]:

@@ -305,8 +305,11 @@ def baseline_notes(
     vs = (record.paired or {}).get("vs")
     zero = (record.workload.get("temperature") or 0) == 0
     notes = []
-    for fname, tol in merge_tolerances(tolerances).items():
+    merged = merge_tolerances(tolerances)
+    for fname, tol in merged.items():
         paired = bool(vs) and fname in PAIRED_FIELDS
+        if paired:  # judged on its ratio row, at that row's own tolerance where one is given
+            tol = merged.ratio(fname, str(vs)) or tol
         values = _row_values(record, fname, paired)
         if len(values) < 2 or (zero and fname in EXACT_FIELDS and max(values) == min(values)):
             continue
@@ -344,7 +347,8 @@ def baseline_notes(
         spread = needed is None or needed > design.max_repeats
         wider = _tolerance_that_passes(tuple(values), limit, design, higher) if spread else None
         widen = (
-            f"widen the tolerance to {fname}:{wider * 100:.0f}% (an unchanged run of this spread passes that within "
+            f"widen the tolerance to {fname}{'/' + str(vs) if paired else ''}:{wider * 100:.0f}% (an unchanged run "
+            "of this spread passes that within "
             f"{design.max_repeats} repeats)" if wider is not None else ""
         )  # fmt: skip
         if more is not None and more <= _PRACTICAL_BASELINE_FACTOR * design.max_repeats:

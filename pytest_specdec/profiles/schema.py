@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, 
 from pydantic_core import PydanticCustomError
 
 from pytest_specdec.core.errors import ProfileError
-from pytest_specdec.core.tolerances import Tolerance, parse_tolerances
+from pytest_specdec.core.tolerances import Tolerance, misnamed_arms, parse_tolerances
 
 __all__ = [
     "LAUNCHER_FIELDS",
@@ -514,6 +514,16 @@ class Profile(_Strict):
                 for k, v in value.items()
             }
         return value
+
+    @model_validator(mode="after")
+    def _ratio_arms(self) -> Profile:
+        # A ratio row's tolerance naming an arm this profile is not paired with would be taken by no row.
+        speedup = self.thresholds.min_speedup
+        if speedup is not None and self.tolerances:
+            problem = misnamed_arms(parse_tolerances(self.tolerances, strict=True), speedup.vs)
+            if problem:
+                raise ValueError(f"tolerances: {problem}")
+        return self
 
     @model_validator(mode="after")
     def _goodput(self) -> Profile:

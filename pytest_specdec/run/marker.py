@@ -53,7 +53,7 @@ def read_marker(item: pytest.Item, profiles: Mapping[str, Profile] | None, profi
         ``min_speedup`` against a profile the file lacks, or tolerances that do not parse: one message naming the
         keyword, its value and the fix, starting ``@pytest.mark.specdec``.
     """
-    from pytest_specdec.core.tolerances import parse_tolerances
+    from pytest_specdec.core.tolerances import misnamed_arms, parse_tolerances
     from pytest_specdec.judge.thresholds import merge_marker, overrides
     from pytest_specdec.profiles.schema import Thresholds
 
@@ -92,6 +92,9 @@ def read_marker(item: pytest.Item, profiles: Mapping[str, Profile] | None, profi
             parsed = parse_tolerances(tolerances, strict=True)
         except ValueError as exc:
             raise ValueError(f"@pytest.mark.specdec(tolerances=...): {exc}") from None
+        problem = misnamed_arms(parsed, vs) if vs is not None else None
+        if problem:
+            raise ValueError(f"@pytest.mark.specdec(tolerances=...): {problem}")
     changed = tuple(overrides(base, merged)) if profile_param else ()
     return MarkerArgs(merged, parsed, changed)
 
