@@ -14,6 +14,7 @@ flag). What covers each kind:
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -21,7 +22,6 @@ import sys
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 import pytest
@@ -200,6 +200,47 @@ def _run_help(argv: tuple[str, ...]) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
+#: Run in one ``python -c`` in the root: ``--help`` of each argv (JSON list on argv[1]) as ``python argv... --help``
+#: would print it (``-m X``: ``runpy.run_module``; a script: ``runpy.run_path`` with its folder first on sys.path),
+#: printed as JSON ``[[argv, stdout or null], ...]``; null where it exits non-zero or raises. One interpreter instead
+#: of one per argv: ~30 argvs cost ~30 interpreter starts and package imports (issue 45).
+_BATCH_HELP = """
+import contextlib, io, json, runpy, sys
+found = []
+for argv in json.loads(sys.argv[1]):
+    out, path = io.StringIO(), list(sys.path)
+    sys.argv = [argv[1] if argv[0] == "-m" else argv[0], *argv[2 if argv[0] == "-m" else 1:], "--help"]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            if argv[0] == "-m":
+                runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+            else:
+                sys.path.insert(0, argv[0].rsplit("/", 1)[0])
+                runpy.run_path(argv[0], run_name="__main__")
+        ok = True
+    except SystemExit as stop:
+        ok = stop.code in (None, 0)
+    except BaseException:
+        ok = False
+    sys.path[:] = path
+    found.append([argv, out.getvalue() if ok else None])
+sys.__stdout__.write(json.dumps(found))
+"""
+
+
+def _batch_help(argvs: Iterable[tuple[str, ...]]) -> dict[tuple[str, ...], str | None]:
+    """``_run_help`` of every argv from one interpreter (``_BATCH_HELP``); each argv on its own if that one fails."""
+    argvs = list(argvs)
+    if not argvs:
+        return {}
+    done = subprocess.run([sys.executable, "-c", _BATCH_HELP, json.dumps(argvs)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    try:
+        return {tuple(argv): text for argv, text in json.loads(done.stdout)}
+    except ValueError:  # the batch itself broke (a script that exits the interpreter): the slow way
+        return {argv: _run_help(argv) for argv in argvs}
+
+
 def help_argv(command: Command) -> tuple[str, ...] | None:
     """The argv whose ``--help`` vouches for the command's flags, or None for an allow-listed kind."""
     kind, program, arguments = _kind(_words(command.text))
@@ -261,10 +302,21 @@ def all_commands() -> list[Command]:
     return commands
 
 
-@cache
+#: ``--help`` texts already run in this process, by argv: ``pytest --help`` (the slowest) runs once for all tests.
+_HELPS: dict[tuple[str, ...], str | None] = {}
+
+
 def _helps(argvs: frozenset[tuple[str, ...]]) -> dict[tuple[str, ...], str | None]:
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(argvs, pool.map(_run_help, argvs), strict=True))
+    """``--help`` of each argv: ``pytest --help`` in its own interpreter (with the plugin and the root conftest, as a
+    user runs it) beside one interpreter for all the others (``_batch_help``)."""
+    todo = sorted(argvs - _HELPS.keys())
+    pytest_argv = ("-m", "pytest")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pytest_help = pool.submit(_run_help, pytest_argv) if pytest_argv in todo else None
+        _HELPS.update(_batch_help(argv for argv in todo if argv != pytest_argv))
+        if pytest_help is not None:
+            _HELPS[pytest_argv] = pytest_help.result()
+    return {argv: _HELPS[argv] for argv in argvs}
 
 
 def real_help(commands: list[Command]) -> HelpFor:
