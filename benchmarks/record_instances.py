@@ -3,6 +3,11 @@ against a single stored run cannot see (each run starts its own servers).
 
     python benchmarks/record_instances.py                        # 10 instances x 8 pairs, quiet
     python benchmarks/record_instances.py --instances 2 --pairs 2 --out /tmp/i.json   # a proof that it runs
+    python benchmarks/record_instances.py --load-procs 0,2,4 --instances 15 --out /tmp/busy.json   # under load
+
+``--load-procs`` runs that many CPU-bound processes beside each instance (``busy.Load``), cycling through the list
+instance by instance so that the load levels interleave in time (the speedup of speculative decoding on a CPU moves
+with the CPU share its servers get: the run effect a compare on a busy runner must assume).
 
 Each instance is a fresh pair of servers (the bundled ``eagle3`` as target, ``baseline`` as the reference arm,
 started one at a time), measured as the plugin measures a pairing (``pairing.measure_interleaved``), then stopped.
@@ -10,7 +15,8 @@ At the end a table gives, for the raw target tok/s and for the paired log ratio,
 between-instance sd of the log (one-way random-effects ANOVA, method of moments; the estimator of
 ``judge.sequential.History``).
 
-Output (JSON): ``{"meta": {...}, "runs": [{"target_tok_s": [...], "reference_tok_s": [...], "load": [...]}]}``,
+Output (JSON): ``{"meta": {...}, "runs": [{"target_tok_s": [...], "reference_tok_s": [...], "load": L,
+"load_before": L0, "load_procs": N}]}`` (1-minute load averages at the instance's end and start),
 the layout of ``benchmarks/data/h200-graphs-c1-pairs.json`` (``--analyse FILE`` prints the table of either).
 """
 
@@ -32,6 +38,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from busy import Load  # noqa: E402 - benchmarks/busy.py, beside this script
 
 from pytest_specdec.engines.rules import load_profiles  # noqa: E402
 from pytest_specdec.measure import pairing, runner  # noqa: E402
@@ -75,6 +84,17 @@ def analyse(path: Path) -> None:
     for name, groups in rows.items():
         within, between, f = run_effect(groups)
         print(f"| {name} | {within:.3f} | {between:.3f} | {f:.2f} |")
+    levels = sorted({r.get("load_procs", 0) for r in runs})
+    if len(levels) > 1:
+        print("\n| busy procs | instances | load (1-min) | speedup per instance (median ratio) | between sd (log) |")
+        print("|---|---|---|---|---|")
+        for level in levels:
+            these = [r for r in runs if r.get("load_procs", 0) == level]
+            ratios = [[t / b for t, b in zip(r["target_tok_s"], r["reference_tok_s"], strict=True)] for r in these]
+            between = run_effect(ratios)[1] if len(these) > 1 else float("nan")
+            loads = [r["load"] for r in these]
+            speedups = ", ".join(f"{float(np.median(g)):.2f}" for g in ratios)
+            print(f"| {level} | {len(these)} | {min(loads):.1f}-{max(loads):.1f} | {speedups} | {between:.3f} |")
 
 
 def main() -> int:
@@ -84,6 +104,8 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=4, help="requests per phase (default 4)")
     parser.add_argument("--tokens", type=int, default=32, help="max_new_tokens (default 32)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--load-procs", default="0", help="busy processes beside each instance, a list cycled "
+                        "instance by instance (default 0)")
     parser.add_argument("--analyse", type=Path, help="print the table of a recorded file and exit")
     args = parser.parse_args()
     if args.analyse:
@@ -101,26 +123,37 @@ def main() -> int:
         },
         "runs": [],
     }  # fmt: skip
+    cycle = [int(n) for n in args.load_procs.split(",")]
     for i in range(args.instances):
-        reference = runner.start_server(profiles.get("baseline"), log_dir=project / "logs")
+        load = Load(cycle[i % len(cycle)])
+        load.on()
         try:
-            target = runner.start_server(profiles.get("eagle3"), log_dir=project / "logs")
+            load_before = round(os.getloadavg()[0], 2)
+            reference = runner.start_server(profiles.get("baseline"), log_dir=project / "logs")
             try:
-                arms = pairing.measure_interleaved(target, reference, args.pairs)
+                target = runner.start_server(profiles.get("eagle3"), log_dir=project / "logs")
+                try:
+                    arms = pairing.measure_interleaved(target, reference, args.pairs)
+                finally:
+                    target.stop()
             finally:
-                target.stop()
+                reference.stop()
+            load_after = round(os.getloadavg()[0], 2)
         finally:
-            reference.stop()
+            load.off()
         run = {
             "target_tok_s": [float(t[0].metrics.output_tok_s or 0.0) for t in arms.target],
             "reference_tok_s": [float(r.metrics.output_tok_s or 0.0) for r in arms.reference],
-            "load": round(os.getloadavg()[0], 2),
+            "load": load_after,
+            "load_before": load_before,
+            "load_procs": load.procs,
         }
         out["runs"].append(run)  # type: ignore[attr-defined]  # our JSON
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(out, indent=1))
-        print(f"instance {i + 1}: target median {float(np.median(run['target_tok_s'])):.1f} tok/s, "
-              f"load {run['load']}", flush=True)  # fmt: skip
+        speedup = float(np.median([t / b for t, b in zip(run["target_tok_s"], run["reference_tok_s"], strict=True)]))
+        print(f"instance {i + 1}: {load.procs} busy, target median {float(np.median(run['target_tok_s'])):.1f} "
+              f"tok/s, speedup {speedup:.3f}, load {load_before} -> {load_after}", flush=True)  # fmt: skip
     analyse(args.out)
     return 0
 

@@ -437,6 +437,35 @@ def test_a_busy_runner_busier_still_is_a_changed_state() -> None:
     assert state_changes(runner(0.4), runner(1.2)) == []  # under 1 per CPU: each process still has its CPU
 
 
+def test_a_ratio_row_on_a_busy_cpu_runner_takes_the_speedups_own_run_to_run_spread() -> None:
+    # Fresh-user trial (issue 43): unchanged eagle3 paired with baseline on the 2-core reference server, the stored
+    # night at load 6.8 (speedup 1.25x), a later night beside two busy loops (0.92x): `output_tok_s / baseline
+    # -26.3% REGRESSED`. On an oversubscribed host without a GPU the speedup moves with the CPU share the servers
+    # get (benchmarks/bench_cpu_load_ratio.py): the ratio row assumes that spread and stays open, with a note.
+    def night(load1: float, ratio: float, gpus: list[str] | None = None) -> ResultRecord:
+        runner = {"load1_before": load1, "load1_after": load1, "cpus": 2}
+        target = [100.0 * ratio * f for f in (1.0, 1.01, 0.99, 1.0)]
+        fp = fingerprint(runner=runner, gpus=gpus or [])
+        return _paired(rec(fp=fp, output_tok_s=target), target, [100.0, 100.5, 99.5, 100.0])
+
+    tol = parse_tolerances("output_tok_s:500% output_tok_s/baseline:15%")
+    busy = compare_results(night(6.8, 1.25), night(8.0, 0.92), tol)
+    row = {r.metric: r for r in busy.rows}["output_tok_s / baseline"]
+    assert row.verdict == "undecided"
+    assert row.instance_sd == sequential.ASSUMED_BUSY_CPU_RATIO_SD
+    assert any(n.startswith("ratio rows: a busy runner without a GPU (load average per CPU 3.4 at the baseline, "
+                            "4 today)") for n in busy.notes), busy.notes  # fmt: skip
+    # The same nights on a quiet runner (load per CPU under 1 at both): the ratio row decides, and fails.
+    quiet = compare_results(night(0.8, 1.25), night(1.2, 0.92), tol)
+    assert {r.metric: r.verdict for r in quiet.rows}["output_tok_s / baseline"] == "REGRESSED"
+    assert not any(n.startswith("ratio rows: a busy runner") for n in quiet.notes)
+    # One busy side is enough; and a GPU host keeps its ratio spread (the pairing cancels a busy host's CPUs there).
+    one = compare_results(night(0.8, 1.25), night(8.0, 0.92), tol)
+    assert {r.metric: r.verdict for r in one.rows}["output_tok_s / baseline"] == "undecided"
+    gpu = compare_results(night(6.8, 1.25, ["H100"]), night(8.0, 0.92, ["H100"]), tol)
+    assert {r.metric: r.verdict for r in gpu.rows}["output_tok_s / baseline"] == "REGRESSED"
+
+
 def test_gpu_state_changes_name_other_processes_limits_and_throttling() -> None:
     from pytest_specdec.core.hoststate import state_changes
 

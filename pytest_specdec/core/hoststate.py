@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 
 __all__ = ["LOAD_CHANGE", "SHARE_CHANGE", "STEAL_CHANGE_PCT", "CLOCK_CHANGE", "snapshot", "state_changes",
-           "runner_entry"]
+           "runner_entry", "oversubscribed"]
 
 #: A change of the 1-minute load average per CPU by more than this is a changed runner state (e.g. 2 CPUs, 1 -> 3).
 LOAD_CHANGE = 0.5
@@ -131,6 +131,17 @@ def _load_per_cpu(state: Mapping[str, Any]) -> float | None:
     loads = [v for v in (state.get("load1_before"), state.get("load1_after")) if isinstance(v, int | float)]
     cpus = state.get("cpus") or 1
     return max(loads) / cpus if loads else None
+
+
+def oversubscribed(*states: Mapping[str, Any] | None) -> tuple[float, ...] | None:
+    """The 1-minute load average per CPU of each measurement (``fingerprint["runner"]``, the larger of before and
+    after) when any exceeds 1: more runnable threads than CPUs, so the servers' processes share them. None when none
+    does, or a measurement has no record (older runs)."""
+    loads = [_load_per_cpu(state) if state else None for state in states]
+    if not loads or any(load is None for load in loads):
+        return None
+    known = [float(load) for load in loads if load is not None]
+    return tuple(known) if max(known) > 1.0 else None
 
 
 def state_changes(base: Mapping[str, Any] | None, current: Mapping[str, Any] | None) -> list[str]:

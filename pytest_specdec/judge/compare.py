@@ -329,8 +329,11 @@ def compare_results(
         notes.append(f"workload differs ({'; '.join(mismatch)}); compared anyway (--force)")
     specs = field_specs()
     rows = []
-    judging = _Judging(design or single_look(current), (base, *history), noise or {},
-                       gpu=measured_on_gpu(base, current, *history))  # fmt: skip
+    gpu = measured_on_gpu(base, current, *history)
+    # On CPUs shared with other work the speedup itself moves with the CPU share the servers get: the pairing no
+    # longer cancels the runner (``sequential.ASSUMED_BUSY_CPU_RATIO_SD``).
+    busy = None if gpu else hoststate.oversubscribed(base.fingerprint.get("runner"), current.fingerprint.get("runner"))
+    judging = _Judging(design or single_look(current), (base, *history), noise or {}, gpu=gpu, busy_cpu=busy)
     merged = merge_tolerances(tolerances)
     # A paired field is judged twice (raw and ratio) and fails on either: the two share the field's alpha
     # (Bonferroni), so that an unchanged run fails a field at most alpha, not twice that (benchmarks/bench_verdicts.py).
@@ -392,6 +395,15 @@ def compare_results(
     for r in rows:
         if r.instance_sd and r.decision is not None and r.decision.low is not None:
             taken.setdefault("ratio" if " / " in r.metric else "raw", []).append(r.instance_sd)
+    if judging.busy_cpu is not None and any(" / " in r.metric and r.instance_sd for r in rows):
+        lb, lc = judging.busy_cpu
+        notes.append(
+            f"ratio rows: a busy runner without a GPU (load average per CPU {lb:.2g} at the baseline, {lc:.2g} "
+            "today): there the speedup of speculative decoding moves with the CPU share the servers get, so the "
+            f"ratio rows take a run-to-run sd of {sequential.ASSUMED_BUSY_CPU_RATIO_SD:.0%}, not "
+            f"{sequential.ASSUMED_RATIO_INSTANCE_SD:.0%}, until 4 stored runs measure it; on a quieter runner "
+            "(load per CPU under 1 at both runs) they can decide more"
+        )
     if taken:
         kinds = sorted(taken.items(), key=lambda kv: kv[0] != "raw")
         sds = ", ".join(f"{_percent_range(values)} {kind}" for kind, values in kinds)
@@ -680,6 +692,9 @@ class _Judging:
     noise: Mapping[str, float]
     #: The runs were measured on a host with a GPU (:func:`measured_on_gpu`): raw rows assume its instance spread.
     gpu: bool = False
+    #: Load per CPU at the baseline and today where either exceeds 1 on a host without a GPU
+    #: (``hoststate.oversubscribed``): ratio rows assume ``sequential.ASSUMED_BUSY_CPU_RATIO_SD``.
+    busy_cpu: tuple[float, ...] | None = None
 
     def _noise_key(self, key: str) -> str:
         fname, sep, _ = key.partition(" / ")
@@ -689,7 +704,7 @@ class _Judging:
     def assumed_sd(self, key: str, within: float = 0.0) -> float:
         """:func:`run_to_run_sd` of a row, with what ``calibrate`` measured for it (its noise file)."""
         measured = getattr(self.noise, "run_to_run", {}).get(self._noise_key(key))
-        return run_to_run_sd(key, within, measured, gpu=self.gpu)
+        return run_to_run_sd(key, within, measured, gpu=self.gpu, busy_cpu=self.busy_cpu is not None)
 
     def pooled(self, key: str, b_vals: Sequence[float]) -> sequential.History | None:
         """The baseline's :class:`~sequential.History` for a row: its stored runs' values of ``key`` (``field`` or
@@ -720,7 +735,9 @@ def history_values(records: Sequence[ResultRecord], key: str) -> list[list[float
     return [list(values) for values in found if values] if found and found[0] else []
 
 
-def run_to_run_sd(key: str, within: float = 0.0, measured: float | None = None, *, gpu: bool = False) -> float:
+def run_to_run_sd(
+    key: str, within: float = 0.0, measured: float | None = None, *, gpu: bool = False, busy_cpu: bool = False
+) -> float:
     """The run-to-run sd a row (``key``: ``field``, or ``field / `` for a paired ratio) takes for each server
     instance while its stored runs cannot measure one (fewer than 4): :func:`assumed_instance_sd` (0 for accept
     rows), for a raw timing row at least ``within`` (the relative sd of one repeat within a run: the stored runs' and
@@ -735,7 +752,7 @@ def run_to_run_sd(key: str, within: float = 0.0, measured: float | None = None, 
     Why calibrate's only where larger: a few starts size the spread poorly; on one H100, 4 starts of one SGLang
     config read 3.3 % run to run and the next 6 starts 14.8 % (docs/measurements/verdicts.md).
     """
-    default = assumed_instance_sd(key, gpu=gpu)
+    default = assumed_instance_sd(key, gpu=gpu, busy_cpu=busy_cpu)
     if default and " / " not in key:
         default = max(default, within)
     return max(default, float(measured)) if measured is not None and default else default
@@ -764,16 +781,20 @@ def _percent_range(values: Sequence[float]) -> str:
     return f"{high}%" if low == high else f"{low}-{high}%"
 
 
-def assumed_instance_sd(key: str, *, gpu: bool = False) -> float:
+def assumed_instance_sd(key: str, *, gpu: bool = False, busy_cpu: bool = False) -> float:
     """The run-to-run sd a row judged without a history (fewer than 2 stored runs, no calibrated noise) assumes
     for each server instance: ``sequential.ASSUMED_INSTANCE_SD`` for a timing row (throughput, latency),
     ``ASSUMED_GPU_INSTANCE_SD`` for one measured on a GPU host (``gpu``: :func:`measured_on_gpu`),
-    ``ASSUMED_RATIO_INSTANCE_SD`` for its ratio to a paired arm (``field / `` keys), 0 for accept length and rate (a
-    property of the models and prompts, not of a server instance)."""
+    ``ASSUMED_RATIO_INSTANCE_SD`` for its ratio to a paired arm (``field / `` keys), or
+    ``ASSUMED_BUSY_CPU_RATIO_SD`` where a run was measured on an oversubscribed host without a GPU (``busy_cpu``:
+    ``hoststate.oversubscribed``), 0 for accept length and rate (a property of the models and prompts, not of a
+    server instance)."""
     fname, sep, _ = key.partition(" / ")
     spec = field_specs().get(fname.partition("[")[0])
     if spec is None or spec.exact:
         return 0.0
+    if sep and busy_cpu and not gpu:
+        return sequential.ASSUMED_BUSY_CPU_RATIO_SD
     if sep:
         return sequential.ASSUMED_RATIO_INSTANCE_SD
     return sequential.ASSUMED_GPU_INSTANCE_SD if gpu else sequential.ASSUMED_INSTANCE_SD
