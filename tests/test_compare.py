@@ -455,6 +455,7 @@ def test_a_ratio_row_on_a_busy_cpu_runner_takes_the_speedups_own_run_to_run_spre
     assert row.instance_sd == sequential.ASSUMED_BUSY_CPU_RATIO_SD
     assert any(n.startswith("ratio rows: a busy runner without a GPU (load average per CPU 3.4 at the baseline, "
                             "4 today)") for n in busy.notes), busy.notes  # fmt: skip
+    assert any("2% ratio (13% on this busy runner)" in n for n in busy.notes), busy.notes
     # The same nights on a quiet runner (load per CPU under 1 at both): the ratio row decides, and fails.
     quiet = compare_results(night(0.8, 1.25), night(1.2, 0.92), tol)
     assert {r.metric: r.verdict for r in quiet.rows}["output_tok_s / baseline"] == "REGRESSED"

@@ -412,6 +412,7 @@ def compare_results(
         source = (
             f"assumed: {raw_sd:.0%} raw{' on a GPU host' if judging.gpu else ''} or the row's within-run sd where "
             f"larger, {sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio"
+            + (f" ({sequential.ASSUMED_BUSY_CPU_RATIO_SD:.0%} on this busy runner)" if judging.busy_cpu else "")
         )
         source += f", or calibrate's over {starts} server starts where larger" if starts else ""
         notes.append(
