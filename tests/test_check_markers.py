@@ -48,8 +48,8 @@ def _check(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
         ),
         pytest.param(
             "tolerances=5",
-            "@pytest.mark.specdec(tolerances=...): expected a string or a list of strings, got tolerances=5; "
-            "e.g. tolerances=['output_tok_s:5%', 'ttft_ms:10%']",
+            "@pytest.mark.specdec(tolerances=...): expected a string, a list of strings or a mapping of metric to "
+            "tolerance, got 5; e.g. ['output_tok_s:5%', 'ttft_ms:10%'] or {'output_tok_s': '5%'}",
             id="tolerances-not-strings",
         ),
         pytest.param(

@@ -483,3 +483,51 @@ def test_open_loop_and_goodput_errors_name_file_line_key_value_and_fix(in_tmp: P
     d = load_profiles("specdec.yaml").get("d")
     assert d.workload.request_rate == float("inf") and d.workload.slo is not None
     assert d.workload.slo.as_ms() == {"tpot_ms": 50.0}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            "  parent:\n    tolerances: {output_tok_s: 5}\n  child:\n    extends: parent\n"
+            "    tolerances: {ttft_ms: 10%}\n",
+            "specdec.yaml:3: profiles.parent.tolerances: bad tolerance 'output_tok_s:5': a bare number on output_tok_s "
+            "(tok/s) is ambiguous: write output_tok_s:5% for 5 percent of the baseline, or output_tok_s:5tok/s for 5 "
+            "tok/s absolute (inherited through extends: child -> parent)",
+            id="merged-mapping",
+        ),
+        pytest.param(
+            "  parent:\n    tolerances: ['output_tok_s/basline:10%']\n  child:\n    extends: parent\n"
+            "    thresholds: {min_speedup: {vs: parent, ratio: 1.1}}\n",
+            "specdec.yaml:2: profiles.parent: tolerances: bad tolerance output_tok_s/basline:10%: this test's ratio "
+            "rows are to 'parent' (min_speedup vs), so no row would take it and the ratio row would run at its "
+            "field's tolerance; write output_tok_s/parent:10% (inherited through extends: child -> parent)",
+            id="arm-of-the-childs-min-speedup",
+        ),
+        pytest.param(
+            "  parent:\n    tolerances: ['output_tok_s/basline:10%']\n"
+            "    thresholds: {min_speedup: {vs: child, ratio: 1.1}}\n  child:\n    extends: parent\n",
+            "specdec.yaml:2: profiles.parent: tolerances: bad tolerance output_tok_s/basline:10%: this test's ratio "
+            "rows are to 'child' (min_speedup vs), so no row would take it and the ratio row would run at its "
+            "field's tolerance; write output_tok_s/child:10% (inherited through extends: child -> parent)",
+            id="parents-own-error-once",
+        ),
+    ],
+)
+def test_an_inherited_tolerance_error_is_reported_under_the_profile_that_wrote_it(
+    in_tmp: Path, text: str, expected: str
+) -> None:
+    """Issue 43: a tolerance a child inherits was reported at the child's line (once more beside the parent's own),
+    without saying it was inherited; it is the parent's, at the parent's line, as any inherited key's error is."""
+    write(in_tmp, "profiles:\n" + text)
+    assert load_error("specdec.yaml").splitlines() == [expected]
+
+
+def test_a_childs_own_tolerance_error_stays_the_childs(in_tmp: Path) -> None:
+    write(in_tmp, "profiles:\n  parent:\n    tolerances: {output_tok_s: 5%}\n  child:\n    extends: parent\n"
+                  "    tolerances: {output_tok_s: 5}\n")  # fmt: skip
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml:6: profiles.child.tolerances: bad tolerance 'output_tok_s:5': a bare number on output_tok_s "
+        "(tok/s) is ambiguous: write output_tok_s:5% for 5 percent of the baseline, or output_tok_s:5tok/s for 5 tok/s "
+        "absolute"
+    )

@@ -15,6 +15,7 @@ from pytest_specdec.core.tolerances import (
     parse_tolerances,
 )
 from pytest_specdec.profiles.schema import Profile
+from pytest_specdec.run.marker import read_marker
 
 
 def test_parse_tolerances_forms() -> None:
@@ -328,3 +329,96 @@ def test_a_ratio_tolerance_naming_another_arm_than_min_speedups_is_refused(
     )
     # Without min_speedup the arm is not known here (an unpaired base profile's layer that a paired one extends).
     assert Profile.model_validate({"name": "p", "tolerances": ["output_tok_s/base:10%"]}).tolerances
+
+
+class _MarkedItem:
+    """The one part of a ``pytest.Item`` :func:`read_marker` reads without a profile: its ``specdec`` marker."""
+
+    def __init__(self, **kwargs: object) -> None:
+        self.mark = pytest.mark.specdec(**kwargs).mark
+
+    def get_closest_marker(self, name: str) -> pytest.Mark | None:
+        return self.mark if name == "specdec" else None
+
+
+def _marker_layer(written: object) -> Tolerances | None:
+    args = read_marker(_MarkedItem(tolerances=written), None, Path("specdec.yaml"))  # type: ignore[arg-type]
+    assert args is not None
+    return args.tolerances
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        {"output_tok_s": "5%", "accept_length": 0.05},
+        [{"output_tok_s": "5%"}, "accept_length:0.05"],
+        ("output_tok_s:5%", "accept_length:0.05"),
+        "output_tok_s:5% accept_length:0.05",
+    ],
+)
+def test_a_marker_takes_the_tolerance_shapes_a_profile_takes(written: object) -> None:
+    """Issue 43 (fresh-user trial): ``tolerances={"output_tok_s": "5%"}`` was refused by the marker ("expected a
+    string or a list of strings") while a profile's ``tolerances:`` took the same mapping."""
+    expected = {"output_tok_s": Tolerance(rel=0.05), "accept_length": Tolerance(abs=0.05)}
+    assert _marker_layer(written) == expected
+    assert Profile.model_validate({"name": "p", "tolerances": written}).tolerance_layer == expected
+
+
+@pytest.mark.parametrize(
+    ("written", "message"),
+    [
+        (5, "expected a string, a list of strings or a mapping of metric to tolerance, got 5; e.g. "
+            "['output_tok_s:5%', 'ttft_ms:10%'] or {'output_tok_s': '5%'}"),
+        ({"output_tok_s": 5}, "bad tolerance 'output_tok_s:5': a bare number on output_tok_s (tok/s) is ambiguous: "
+                              "write output_tok_s:5% for 5 percent of the baseline, or output_tok_s:5tok/s for 5 tok/s "
+                              "absolute"),
+    ],
+)  # fmt: skip
+def test_a_marker_and_a_profile_refuse_a_tolerance_alike(tmp_path: Path, written: object, message: str) -> None:
+    from pytest_specdec.core.errors import ProfileError
+    from pytest_specdec.engines.rules import load_profiles
+
+    with pytest.raises(ValueError) as marker:
+        _marker_layer(written)
+    assert str(marker.value) == f"@pytest.mark.specdec(tolerances=...): {message}"
+    path = tmp_path / "specdec.yaml"
+    path.write_text(f"profiles:\n  p:\n    tolerances: {written!r}\n")
+    with pytest.raises(ProfileError) as profile:
+        load_profiles(path)
+    assert str(profile.value) == f"{path}:3: profiles.p.tolerances: {message}"
+
+
+def test_each_row_says_which_layer_its_tolerance_came_from() -> None:
+    """Issue 43: which layer a row's tolerance came from (default, ini, profile, marker, compare -t) was shown
+    nowhere; a merge keeps it per row, and a later layer naming a field takes its rows' origin too."""
+    ini = parse_tolerances("output_tok_s:4% tpot_ms[code]:30%", strict=True, origin="ini specdec_tolerances")
+    profile = Profile.model_validate({"name": "eagle3", "tolerances": {"ttft_ms_p50": "20%",
+                                                                       "output_tok_s/baseline": "15%"}})  # fmt: skip
+    marker = _marker_layer("tpot_ms_p50:5%")
+    merged = merge_tolerances(ini, profile.tolerance_layer, marker)
+    assert [merged.describe("output_tok_s"), merged.describe("output_tok_s", vs="baseline"),
+            merged.describe("output_tok_s", vs="base"), merged.describe("ttft_ms_p50"),
+            merged.describe("tpot_ms_p50", "code"), merged.describe("accept_rate"),
+            merged.describe("ttft_ms_p99")] == [  # fmt: skip
+        "output_tok_s:4% (ini specdec_tolerances)",
+        "output_tok_s/baseline:15% (profile eagle3)",
+        "output_tok_s/base:4% (ini specdec_tolerances)",  # no ratio tolerance of its own: the field's
+        "ttft_ms_p50:20% (profile eagle3)",
+        "tpot_ms_p50[code]:5% (marker)",  # the marker's tpot_ms_p50 replaced the ini's category row
+        "accept_rate:0.02 (default)",
+        "ttft_ms_p99: no tolerance",
+    ]
+    assert merged.origin("ttft_ms_p99") is None
+    shown = {"output_tok_s", "ttft_ms_p50", "accept_rate"}
+    assert merged.origins_note(shown) == ("tolerances from: output_tok_s:4% (ini specdec_tolerances), ttft_ms_p50:20% "
+                                          "(profile eagle3), output_tok_s/baseline:15% (profile eagle3), the rest "
+                                          "default")  # fmt: skip
+    assert merge_tolerances(merged).origins == merged.origins  # merging a merged layer again keeps them
+    # An unnamed layer (a stored spec) gives no origin, and no "the rest default" that would not be true.
+    unnamed = merge_tolerances(ini, parse_tolerances("accept_length:0.05"))
+    assert unnamed.describe("accept_length") == "accept_length:0.05"
+    assert unnamed.origins_note({"output_tok_s", "accept_length"}) == (
+        "tolerances from: output_tok_s:4% (ini specdec_tolerances)")
+    assert merge_tolerances().origins_note() is None
+    # Origins are not compared: the same tolerances from another layer are equal.
+    assert parse_tolerances("output_tok_s:4%", origin="marker") == parse_tolerances("output_tok_s:4%")

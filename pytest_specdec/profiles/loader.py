@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pytest_specdec.core.errors import ProfileError
+from pytest_specdec.core.tolerances import ToleranceError, tolerance_key, tolerance_strings, tolerance_tokens
 from pytest_specdec.profiles.schema import (
     NodesConfig,
     Profile,
@@ -122,7 +123,9 @@ def read_profiles(path: str | Path, rules: ProfileRules) -> ProfileSet:
             profile = rules.complete(Profile.model_validate(merged))
         except ValidationError as exc:
             for err in exc.errors():
-                line, origin = profile_set.locate(str(name), tuple(str(part) for part in err["loc"]))
+                # A tolerance is reported under the profile that wrote it, as a parent's other keys are.
+                writer = _tolerance_writer(chains[str(name)], raw, err)
+                line, origin = profile_set.locate(writer, tuple(str(part) for part in err["loc"]))
                 message = _describe_error(f"{shown}:{line}" if line is not None else shown, origin, err)
                 heirs = schema.setdefault(message, [])
                 if origin != name:
@@ -147,6 +150,26 @@ def read_profiles(path: str | Path, rules: ProfileRules) -> ProfileSet:
         problems.sort(key=lambda p: int(m.group(1)) if (m := number.match(p)) else 0)
         raise ProfileError("\n".join(problems), path=file)
     return profile_set.model_copy(update={"profiles": profiles})
+
+
+def _tolerance_writer(chain: Sequence[str], raw: Mapping[str, Any], err: Any) -> str:
+    """The profile of an ``extends:`` chain (the profile itself first) that wrote the tolerances a schema error is
+    about (its ``ToleranceError``'s keys): the nearest whose own ``tolerances:`` names one of them. A child's
+    ``tolerances:`` mapping merges over its parent's (``_merge``), so an error in the merged layer may be the
+    parent's key; a trial saw it at the child's line, unsaid. ``chain[0]`` for any other error.
+    """
+    error = err.get("ctx", {}).get("error")
+    if not isinstance(error, ToleranceError) or not error.keys:
+        return chain[0]
+    for link in chain:
+        body = raw.get(link)
+        try:
+            written = tolerance_strings(body["tolerances"]) if isinstance(body, dict) and "tolerances" in body else []
+        except ValueError:
+            continue
+        if {tolerance_key(token) for token in tolerance_tokens(written)} & set(error.keys):
+            return link
+    return chain[0]
 
 
 def _read_profile_yaml(file: Path, shown: str) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:

@@ -28,7 +28,14 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, 
 from pydantic_core import PydanticCustomError
 
 from pytest_specdec.core.errors import ProfileError
-from pytest_specdec.core.tolerances import Tolerance, misnamed_arms, parse_tolerances
+from pytest_specdec.core.tolerances import (
+    ToleranceError,
+    Tolerances,
+    foreign_ratio_tolerances,
+    misnamed_arms,
+    parse_tolerances,
+    tolerance_strings,
+)
 
 __all__ = [
     "LAUNCHER_FIELDS",
@@ -414,9 +421,15 @@ class NodesConfig(_Strict):
         return value
 
 
-def _tolerances_as_strings_of(mapping: dict[Any, Any]) -> list[str]:
-    """``{output_tok_s: "5%", accept_length: 0.05}`` -> ``["output_tok_s:5%", "accept_length:0.05"]``."""
-    return [f"{key}:{value}" for key, value in mapping.items()]
+class _ToleranceStrings(list[str]):
+    """A profile's ``tolerances:`` strings carrying their parse (:attr:`layer`) from the field validator, which has
+    no model to put it on, to :meth:`Profile.model_post_init`: parsed once, with the field's error location."""
+
+    __slots__ = ("layer",)
+
+    def __init__(self, strings: list[str], layer: Tolerances) -> None:
+        super().__init__(strings)
+        self.layer = layer
 
 
 class Profile(_Strict):
@@ -457,9 +470,10 @@ class Profile(_Strict):
     exclusive: bool = True
     #: Baseline-compare tolerances, e.g. ["output_tok_s:5%", "accept_length:0.02"] (``tolerances.parse_tolerances``),
     #: parsed once when the profile is read: :attr:`tolerance_layer`. A YAML mapping (``{output_tok_s: 5%}``, or
-    #: list items written ``- output_tok_s: 5%``) is read as those strings.
+    #: list items written ``- output_tok_s: 5%``) is read as those strings (``tolerances.tolerance_strings``, the
+    #: marker's reader too).
     tolerances: list[str] = Field(default_factory=list)
-    _tolerance_layer: dict[str, Tolerance] = PrivateAttr(default_factory=dict)
+    _tolerance_layer: Tolerances = PrivateAttr(default_factory=Tolerances)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     workload: Workload = Field(default_factory=Workload)
     #: How a ``min_speedup`` reference arm is measured with this profile (``pairing.py``): ``interleaved`` (both
@@ -481,27 +495,28 @@ class Profile(_Strict):
     @classmethod
     def _tolerances_as_strings(cls, value: Any) -> Any:
         # `tolerances: {output_tok_s: 5%}` and `- output_tok_s: 5%` are how YAML is written: a trial got
-        # "Input should be a valid list" for the first, without the fix.
-        if isinstance(value, str):  # one string, as the ini writes it: "output_tok_s:5% ttft_ms:10%"
-            return [value]
-        items = value.items() if isinstance(value, dict) else None
-        if items is None and isinstance(value, list) and all(isinstance(v, str | dict) for v in value):
-            return [t for v in value for t in (_tolerances_as_strings_of(v) if isinstance(v, dict) else [v])]
-        return _tolerances_as_strings_of(value) if items is not None else value
+        # "Input should be a valid list" for the first, without the fix. The marker reads the same shapes.
+        return tolerance_strings(value)  # ValueError for another shape
 
     @field_validator("tolerances")
     @classmethod
-    def _tolerances_parse(cls, value: list[str]) -> list[str]:
-        parse_tolerances(value, strict=True)  # ValueError naming the spec and the accepted forms
-        return value
+    def _tolerances_parse(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        # ToleranceError (a ValueError) naming the spec and the accepted forms; the loader reads its keys.
+        layer = parse_tolerances(value, strict=True, origin=f"profile {info.data.get('name', '')}".rstrip())
+        return _ToleranceStrings(value, layer)
 
     def model_post_init(self, context: Any, /) -> None:
-        self._tolerance_layer = parse_tolerances(self.tolerances, strict=True)
+        # The field validator's parse (model_construct skips validation: parsed here then).
+        strings = self.tolerances
+        parsed = strings.layer if isinstance(strings, _ToleranceStrings) else None
+        self._tolerance_layer = parsed if parsed is not None else parse_tolerances(
+            strings, strict=True, origin=f"profile {self.name}")  # fmt: skip
 
     @property
-    def tolerance_layer(self) -> dict[str, Tolerance]:
-        """The ``tolerances:`` layer as typed values (metric or field -> :class:`Tolerance`), parsed when the profile
-        was read; merged over the ini's and under the marker's by ``tolerances.merge_tolerances``."""
+    def tolerance_layer(self) -> Tolerances:
+        """The ``tolerances:`` layer as typed values (metric or field -> :class:`Tolerance`, with its category and
+        ratio rows), parsed once when the profile was read, its origin ``profile NAME``; merged over the ini's and
+        under the marker's by ``tolerances.merge_tolerances``."""
         return self._tolerance_layer
 
     @field_validator("env", mode="before")
@@ -519,10 +534,10 @@ class Profile(_Strict):
     def _ratio_arms(self) -> Profile:
         # A ratio row's tolerance naming an arm this profile is not paired with would be taken by no row.
         speedup = self.thresholds.min_speedup
-        if speedup is not None and self.tolerances:
-            problem = misnamed_arms(parse_tolerances(self.tolerances, strict=True), speedup.vs)
-            if problem:
-                raise ValueError(f"tolerances: {problem}")
+        problem = misnamed_arms(self._tolerance_layer, speedup.vs) if speedup is not None else None
+        if speedup is not None and problem:
+            keys = [f"{name}/{arm}" for name, arm in foreign_ratio_tolerances(self._tolerance_layer, speedup.vs)]
+            raise ToleranceError(f"tolerances: {problem}", keys)
         return self
 
     @model_validator(mode="after")
