@@ -1,7 +1,8 @@
 """``python -m pytest_specdec bisect`` (``probes.py`` + ``__main__``): its inputs from profiles or stored runs, its
-usage errors, and, on the reference server, the incident's two causes named among harmless differences in 4
-launches, and a SIGTERM that leaves a report and no server. The search itself is tested on hand-made probe outcomes
-in ``tests/test_bisection.py``."""
+usage errors, and, on the reference server, the incident's exact cause named among harmless differences in 3
+launches, and a SIGTERM that leaves a report and no server; ``hold`` (the tok/s search on top of cause 1) on stand-in
+servers. The search itself, the incident's two causes included, is tested on hand-made probe outcomes in
+``tests/test_bisection.py``."""
 
 from __future__ import annotations
 
@@ -168,11 +169,22 @@ def test_the_estimate_counts_server_starts_and_the_paired_phases(
     ]
 
 
+#: The real servers' instance: the incident's exact cause among its harmless differences, without the tok/s one (a
+#: tok/s search on top of cause 1 is a 4th launch and ~8 pairs more, each arm of them 3x slower: issue 45). The
+#: search on both sides of cause 1 runs on hand-made probe outcomes (tests/test_bisection.py), ``hold`` on stand-in
+#: servers (below). Aux ids leave tok/s within a few % on the CPU (x1.06); the 80% tolerance passes BAD's tok/s at
+#: the first look even beside a busy runner's bursts (x1.24, CI 0.69-2.2 at load 8), and only a passed tok/s
+#: verdict calls the rest harmless.
+EXACT_INCIDENT = INCIDENT.replace('SPECDEC_REF_FORWARD_SLOWDOWN: "3", ', "").replace(
+    "output_tok_s:8%", "output_tok_s:80%"
+)
+
+
 @pytest.mark.slow
-def test_bisect_names_the_two_causes_of_the_incident_on_the_reference_server(
+def test_bisect_names_the_exact_cause_among_harmless_differences_on_the_reference_server(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "specdec.yaml").write_text(INCIDENT)
+    (tmp_path / "specdec.yaml").write_text(EXACT_INCIDENT)
     rc = main(["bisect", str(tmp_path / "specdec.yaml"), "--good", "good", "--bad", "bad",
                "--log-dir", str(tmp_path / "logs")])  # fmt: skip
     out = capsys.readouterr().out
@@ -180,21 +192,21 @@ def test_bisect_names_the_two_causes_of_the_incident_on_the_reference_server(
     assert rc == 0, out
     # A progress line per launch, the estimate once GOOD was measured.
     assert re.search(r"^launch 1: good: ready in \d+ s \([\d.]+ min so far\)$", out, re.M), out
-    assert re.search(r"^estimate: 4-12 launches if each symptom has one cause \(before the symptoms are known\): "
+    assert re.search(r"^estimate: 4-10 launches if each symptom has one cause \(before the symptoms are known\): "
                      r"~[\d.]+-[\d.]+ min from the start at the pace so far \(\d+ s to start GOOD, \d+ s a phase; "
                      r"BAD's tok/s: 3-24 pairs of ~\d+ s\); each probe measured for tok/s adds 3-24 pairs", out,
                      re.M), out  # fmt: skip
-    # The exact symptom first, the aux ids probed alone first (one measured phase decides), then tok/s with the aux
-    # ids on both sides: good, bad, 2 probes.
-    head = re.fullmatch(r"bisect: 2 causes \(2 of 5 differences\) in 4 launches, (\d+) server-s, [\d.]+ min", report[0])
-    assert head is not None, out
-    assert report[1].startswith("symptoms: accept_length ") and report[1].endswith("(FAILED)")
-    assert re.match(r"cause 1 \(exact symptom\): accept_length [\d.]+ -> [\d.]+ \(exact\); .*tok/s x", report[2])
+    # The aux ids probed alone first: one measured phase decides. Good, bad, 1 probe.
+    assert re.search(r"^probe speculative.aux_hidden_state_layer_ids: reproduces \[exact: accept_length [\d.]+ = bad; "
+                     r"accept_rate [\d.]+ = bad\] \(3 launches\)$", out, re.M), out  # fmt: skip
+    assert re.fullmatch(r"bisect: 1 cause \(1 of 4 differences\) in 3 launches, \d+ server-s, [\d.]+ min", report[0]), (
+        out
+    )
+    assert report[1].startswith("symptoms: accept_length ") and report[1].endswith("within 80% (passed)"), out
+    assert re.fullmatch(r"cause 1 \(exact symptom\): accept_length [\d.]+ -> [\d.]+ \(exact\); accept_rate [\d.]+ -> "
+                        r"[\d.]+ \(exact\)", report[2]), out  # fmt: skip
     assert report[3] == "  speculative.aux_hidden_state_layer_ids: (absent) -> [0, 1, 2]"
-    assert report[4].startswith("remainder: bad x") and report[4].endswith("tok/s bisected with cause 1 on both sides")
-    assert report[5].startswith("cause 2 (tok/s symptom, cause 1 on both sides): tok/s x0.")
-    assert report[6] == "  env SPECDEC_REF_FORWARD_SLOWDOWN: (unset) -> 3"
-    assert report[7:] == [
+    assert report[4:] == [
         "harmless: env HF_HUB_OFFLINE: (unset) -> 1; extra_args --log-level: (absent) -> warning; "
         "extra_args --served-model-name: (absent) -> demo"
     ]
@@ -204,7 +216,7 @@ def test_bisect_names_the_two_causes_of_the_incident_on_the_reference_server(
 
 @pytest.mark.slow
 def test_sigterm_stops_the_bisect_with_a_report_and_no_server_left(tmp_path: Path) -> None:
-    (tmp_path / "specdec.yaml").write_text(INCIDENT)
+    (tmp_path / "specdec.yaml").write_text(EXACT_INCIDENT)
     command = [sys.executable, "-m", "pytest_specdec", "bisect", str(tmp_path / "specdec.yaml"), "--good", "good",
                "--bad", "bad", "--log-dir", str(tmp_path / "logs")]  # fmt: skip
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
@@ -222,3 +234,49 @@ def test_sigterm_stops_the_bisect_with_a_report_and_no_server_left(tmp_path: Pat
     assert re.search(r"^bisect stopped \(SIGTERM\) after [12] launch", out, re.M), out
     assert "known so far: no cause yet" in out
     assert not list((tmp_path / "servers").glob("*.json")), out
+
+
+def test_hold_keeps_the_probe_server_as_the_reference_arm_and_stops_the_one_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tok/s search on top of cause 1 (``hold``), on stand-in servers: the probe server that serves the held
+    configuration becomes the reference arm with no launch, GOOD's server stops; a later probe pairs against it; a
+    held configuration not running is launched, and the probe and the old reference arm stop. The real servers run
+    the exact symptom's search end to end (above); this path is the hand-made one's (tests/test_bisection.py)."""
+    from pytest_specdec.bisection import apply, differences
+    from pytest_specdec.bisection.probes import Prober
+    from pytest_specdec.measure import runner
+    from pytest_specdec.serve.startup import RunningServer
+
+    events: list[str] = []
+
+    class Handle:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def stop(self) -> None:
+            events.append(f"stop {self.name}")
+
+    def start_server(profile: object, *, log_name: str, **kwargs: object) -> RunningServer:
+        events.append(f"start {log_name}")
+        return RunningServer(profile=profile, engine=None, base_url=f"http://{log_name}", api_key=None,  # type: ignore[arg-type]
+                             process=Handle(log_name))  # type: ignore[arg-type]  # fmt: skip
+
+    monkeypatch.setattr(runner, "start_server", start_server)
+    (tmp_path / "specdec.yaml").write_text(INCIDENT)
+    good, bad, name, source, _, _ = _bisect_inputs(_args(profile_file=str(tmp_path / "specdec.yaml")))
+    by_key = {d.key: d for d in differences(good, bad)}
+    aux = apply(good, [by_key["speculative.aux_hidden_state_layer_ids"]])
+    slow = apply(aux, [by_key["env SPECDEC_REF_FORWARD_SLOWDOWN"]])
+    offline = apply(aux, [by_key["env HF_HUB_OFFLINE"]])
+    prober = Prober(good, name=name, source=source, log_dir=tmp_path / "logs", log_prefix="p")
+    assert prober._server(aux, "cause 1").base_url == "http://p-02"  # GOOD first, then the probe
+    prober.hold(aux, "cause 1")
+    assert (prober.launches, prober.running()) == (2, None)
+    assert prober._server(slow, "slow on cause 1").base_url == "http://p-03"
+    assert prober._good_server().base_url == "http://p-02"  # the held probe server is the reference arm
+    prober.hold(offline, "offline on cause 1")
+    assert prober._good_server().base_url == "http://p-04"
+    prober.close()
+    assert events == ["start p-01", "start p-02", "stop p-01", "start p-03", "stop p-03", "start p-04", "stop p-02",
+                      "stop p-04"]  # fmt: skip
