@@ -133,3 +133,88 @@ def test_calibrate_pastes_its_block_and_exits_0_where_every_row_is_decided(
     assert not [line for line in out if "left out" in line or "no ini block" in line]
     night = next(line for line in out if line.startswith("# an unchanged night passes"))
     assert night.startswith("# an unchanged night passes all 2 rows 91% of the time at these tolerances")
+
+
+def _two_by_two(root: Path, *, tok_s: tuple[float, float], tpot: tuple[float, float] | None) -> list[str]:
+    """The fresh-user trial's shape: 2 stored runs of 2 repeats, each field ``(within-run sd, step)``: its values
+    that sd within a run, the two runs' means ``step`` apart (on the log scale). Their files."""
+    files = []
+    for i, d in enumerate((-0.5, 0.5)):
+        values = {"output_tok_s": _exact(2, tok_s[0], tok_s[1] * d)}
+        if tpot is not None:
+            values["tpot_ms_p50"] = [v / 10 for v in _exact(2, tpot[0], tpot[1] * d)]
+        record = rec(**values)
+        files.append(str(ResultStore(root).save(RunFile(run_id=f"r{i}", started=0.0, results=(record,)))))
+    return files
+
+
+#: What the lines say would size a row that no gate is at its figure (unpaired runs).
+SIZE_ADVICE = (
+    "# what would size it: more server starts to calibrate from (--runs K, or more --from runs: the run-to-run sd that "
+    "sets the figure is rough below 6), more repeats a night (raise workload.max_repeats; workload.repeats for the "
+    "baseline), a paired reference arm (min_speedup: {vs: PROFILE}: the compare then judges the field on the per-pair "
+    "ratio, which a runner's load moves less than the raw figure), a quieter runner (calibrate there), another number "
+    "of stored runs where the table above gives a figure in reach, or the figure above written yourself, knowing it "
+    "lets a change of that size through; the compare cannot leave a default row out (its defaults are always checked)"
+)
+
+
+def test_calibrate_proposes_no_tok_s_tolerance_that_lets_a_50_percent_loss_through(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 43: from 2 runs x 2 repeats calibrate pasted ``output_tok_s:92.8%`` under its own line saying the row
+    fails only losses >= 94.7%. Tok/s 5% within a run, the runs 30% apart: its figure (71.9%) is below the cap, but a
+    night at it fails only a loss >= 83.1%, not a halving (``calibrate.BLUNT_FACTOR``): no block (the night's one
+    field), the row named with what it catches and what would size it, exit 4, one error line; the noise file is
+    written. Before, ``output_tok_s:71.9%`` was pasted, exit 0."""
+    monkeypatch.chdir(tmp_path)
+    runs = _two_by_two(tmp_path, tok_s=(0.05, 0.3), tpot=None)
+    assert main(["calibrate", "--from", *runs]) == EXIT_NO_PROPOSAL
+    captured = capsys.readouterr()
+    out = captured.out.splitlines()
+    assert _block(out) is None
+    refusal = out[out.index(next(line for line in out if line.startswith("# no ini block proposed"))) :]
+    assert refusal == [
+        "# no ini block proposed (exit status 4): for every field judged statistically, the figure at which its row "
+        "ends passed on its share of unchanged nights (each row sized to end passed on 90%) is no gate: a night at it "
+        "fails neither a 50% loss (x0.5) of a rate such as tok/s nor a 100% rise (x2) of a time such as TPOT on 95% of "
+        "nights, the least change a proposed row must fail; every field keeps the tolerance your ini or profile gives "
+        "it (here: output_tok_s (default 5%))",
+        "#   output_tok_s: needs 71.9% to end passed on 90% of unchanged nights against 10 stored runs; at 71.9% a "
+        "night fails only a loss of >= 83.1% (x0.169) 95% of the time, not a 50% loss (x0.5): no gate, not proposed",
+        SIZE_ADVICE,
+        "# the noise file .specdec/noise/eagle3.json is written all the same: it is measurement, not a proposal "
+        "(--specdec-compare reads it)",
+    ]
+    assert captured.err == (
+        "error: no tolerances proposed: output_tok_s needs 71.9% (at 71.9% a night fails only a loss of >= 83.1% "
+        "(x0.169) 95% of the time, not a 50% loss (x0.5)) (each row sized to end passed on 90% of unchanged nights); "
+        "the lines above say what would size it; the noise file is written\n"
+    )
+    assert read_noise(Path(".specdec/noise/eagle3.json")).run_to_run["output_tok_s"] == pytest.approx(0.2328, abs=1e-4)
+
+
+def test_calibrate_leaves_out_a_tpot_tolerance_that_lets_a_doubling_through_and_pastes_tok_s(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2 runs x 2 repeats, TPOT 5% within a run and the runs 15% apart: its figure, 97.9%, is below the cap, but a
+    night at it fails only a rise >= 153% (x2.53), not a doubling: TPOT is left out of the block and keeps its
+    default, tok/s (6%, catching a loss >= 7.88%) is pasted, exit 1. Before, ``tpot_ms_p50:97.9%`` was pasted too,
+    exit 0."""
+    monkeypatch.chdir(tmp_path)
+    runs = _two_by_two(tmp_path, tok_s=(0.02, 0.01), tpot=(0.05, 0.15))
+    assert main(["calibrate", "--from", *runs]) == EXIT_FINDINGS
+    out = capsys.readouterr().out.splitlines()
+    assert _block(out) == ["    output_tok_s:6%"]
+    start = out.index(next(line for line in out if line.startswith("# left out of the block below")))
+    assert out[start : out.index("specdec_tolerances =") - 1] == [
+        "# left out of the block below (exit status 1): tpot_ms_p50: the figure at which its row ends passed on its "
+        "share of unchanged nights (each row sized to end passed on 95%) is no gate: a night at it fails neither a 50% "
+        "loss (x0.5) of a rate such as tok/s nor a 100% rise (x2) of a time such as TPOT on 95% of nights, the least "
+        "change a proposed row must fail; it keeps the tolerance your ini or profile gives (here: tpot_ms_p50 (default "
+        "10%))",
+        "#   tpot_ms_p50: needs 97.9% to end passed on 95% of unchanged nights against 10 stored runs; at 97.9% a "
+        "night fails only a rise of >= 153% (x2.53) 95% of the time, not a 100% rise (x2): no gate, not proposed",
+        SIZE_ADVICE,
+    ]
+    assert out[out.index("specdec_tolerances =") - 1].startswith("# an unchanged night passes the 1 row of the fields")

@@ -107,6 +107,12 @@ def calibrate_command(args: argparse.Namespace) -> int:
     field whose raw row needs more than its ratio row's figure is pasted at the raw row's, beside the ratio row's own
     (``output_tok_s:36.6%``, ``output_tok_s/baseline:3.4%``: :func:`_proposal`).
 
+    No figure that gates nothing (a fresh-user trial's 2 runs x 2 repeats proposed ``output_tok_s:92.8%``, under a line
+    saying it fails only losses >= 94.7%): a field with a row whose figure, below the cap, does not fail a 50% loss of
+    tok/s or a 2x rise of a time on 95% of nights (:data:`BLUNT_FACTOR`, :func:`_blunt_rows`; a paired field's raw
+    row excepted) is left out of the block the same way, the line saying what the figure catches and what would size
+    it (more server starts, more repeats, a paired arm, a quieter runner).
+
     :returns: ``EXIT_NO_PROPOSAL`` when no block is printed; ``EXIT_FINDINGS`` when a server failed, a run was left
         out or a field was left out of the block; ``EXIT_USAGE``/``EXIT_BAD_PROFILE`` on bad input; else
         ``EXIT_OK``."""
@@ -310,9 +316,11 @@ def calibrate_command(args: argparse.Namespace) -> int:
         for line in _refusal_lines(short or judged, judged, sizing, vs, out, rate if decided else None):
             print(line)
         causes = _causes(short or judged)
-        them = "; ".join(f"{row.name} needs {_need_text(row)}" for row in causes)
+        them = "; ".join(f"{row.name} needs {_need_text(row)}" + (f" ({_blunt_text(row)})" if row.blunt else "")
+                         for row in causes)  # fmt: skip
         print(f"error: no tolerances proposed: {them} (each row sized to end passed on {_chance(sizing.probability)} "
-              "of unchanged nights); the lines above say what would decide "
+              "of unchanged nights); the lines above say what would "
+              f"{'size' if all(row.blunt is not None for row in causes) else 'decide'} "
               f"{'it' if len(causes) == 1 else 'them'}; the noise file is written", file=sys.stderr)  # fmt: skip
         return EXIT_NO_PROPOSAL
     if short:
@@ -366,6 +374,8 @@ def _size(records: Sequence[ResultRecord], design: sequential.Design, stored_run
     sizing = dataclasses.replace(sizing, probability=_row_probability(len(judged), per_row=per_row))
     judged = [dataclasses.replace(row, sizing=sizing) for row in judged]
     proposal, full = _proposal(found, judged)
+    blunt = {row.name: row for row in _blunt_rows(judged, full)}
+    judged = [blunt.get(row.name, row) for row in judged]
     short = _short_rows(judged, full)
     left = {row.field for row in short}
     pasted = Tolerances({f: t for f, t in full.items() if f not in left},
@@ -387,7 +397,28 @@ def _short_rows(rows: Sequence[_Row], full: Tolerances) -> list[_Row]:
     it). The fields every row of which the block decides
     are still pasted: an unchanged night passes their rows as sized, and the rows left out keep the tolerance the
     user's ini or profile gives them, as before calibrate."""
-    return [row for row in rows if not row.covered(full)]
+    return [row for row in rows if not row.covered(full) or row.blunt is not None]
+
+
+def _blunt_rows(rows: Sequence[_Row], full: Tolerances) -> list[_Row]:
+    """The judged ``rows`` ``full`` decides (:meth:`_Row.covered`) at a figure that does not fail a change of
+    :data:`BLUNT_FACTOR` on :data:`_CAUGHT` of the nights at the budget (:meth:`_Row.caught`: a tok/s row that lets a
+    50% loss through, a TPOT row a doubling), each with ``blunt`` set: (the relative figure, the change it catches).
+    Such a proposal is no gate, and its field is left out of the block as one no figure decides (:func:`_short_rows`):
+    what would size it is more server starts, more repeats, a paired arm or a quieter runner, not a paste. A paired
+    field's raw row is not held to it: the field's ratio row, held to it, fails the change (the raw row's figure is
+    the runner's load spread, ``output_tok_s:60%`` beside ``output_tok_s/baseline:15%`` on one H100).
+    """
+    found = []
+    for row in rows:
+        if (row.category is None and row.shared and row.noise.row == row.field) or not row.covered(full):
+            continue
+        tol = row.given(full)
+        rel = row.relative(tol) if tol is not None else math.inf
+        factor = row.caught(rel)
+        if factor is None or (factor < 1.0 / BLUNT_FACTOR if row.higher else factor > BLUNT_FACTOR):
+            found.append(dataclasses.replace(row, blunt=(rel, factor)))
+    return found
 
 
 def night_row_probability(rows: int) -> float:
@@ -411,6 +442,14 @@ def _row_probability(rows: int, *, per_row: bool) -> float:
 #: tables), above the 90% an unchanged night passes at.
 _CAUGHT = 0.95
 
+#: The change a pasted row must fail on :data:`_CAUGHT` of the nights at its figure to be proposed, as a factor:
+#: half the tok/s (a 50% loss, x0.5) for a row where higher is better, twice the TPOT or TTFT (x2) for one where lower
+#: is. The same size on the log scale both ways, and a change a user sees with no gate at all: a row that cannot fail it
+#: passes a night that lost most of what speculative decoding buys (a 2x speedup is a good one), so pasting it would
+#: gate nothing (a fresh-user trial's 2 runs x 2 repeats proposed ``output_tok_s:92.8%``, catching only losses >=
+#: 94.7%). A paired field's raw row is not held to it: its ratio row gates the field (:func:`_blunt_rows`).
+BLUNT_FACTOR = 2.0
+
 #: The fewest unchanged nights simulated per row and stored runs (:meth:`_Row.needs`); more where a row's chance
 #: leaves fewer than 2 nights beyond it (``2 / (1 - p)``: 40 rows and up). Each costs one compare's history and
 #: verdict, 0.1 ms against 1 stored run to 1 ms against 10 (their ANOVA and quantiles).
@@ -427,7 +466,8 @@ class _Row:
     tolerance is absolute (accept_rate 0.02), the runs' median value, at which its relative figure is pasted as an
     absolute one (:meth:`tolerance`; the compare judges an absolute tolerance on the runs' difference, which the
     relative draws approximate for a spread of a few %); None for a relative field. Its simulated nights are kept
-    per stored runs (``_drawn``)."""
+    per stored runs (``_drawn``). ``blunt``: set where the figure pasted for the row would not fail a change of
+    :data:`BLUNT_FACTOR` (:func:`_blunt_rows`)."""
 
     name: str
     noise: FieldNoise
@@ -438,6 +478,9 @@ class _Row:
     shared: bool
     sizing: GateSizing
     level: float | None = None
+    #: Where the row is left out as too blunt (:func:`_blunt_rows`): the relative tolerance it would be pasted at and
+    #: the least change a night fails there on :data:`_CAUGHT` of the nights (``caught``; None: no change).
+    blunt: tuple[float, float | None] | None = None
     _drawn: dict[int, np.ndarray] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -666,9 +709,25 @@ def _proposal(found: Mapping[str, FieldNoise], rows: Sequence[_Row]) -> tuple[di
 
 def _causes(rows: Sequence[_Row]) -> list[_Row]:
     """Of the ``rows`` a proposal leaves short (:func:`_short_rows`), those that leave their field out: no tolerance
-    below the cap decides them (the others are short only because their field is left out); all ``rows`` where none
-    is."""
-    return [row for row in rows if row.least() is None] or list(rows)
+    below the cap decides them, or the figure that does fails no change of :data:`BLUNT_FACTOR` (``blunt``; the others
+    are short only because their field is left out); all ``rows`` where none is."""
+    return [row for row in rows if row.least() is None or row.blunt is not None] or list(rows)
+
+
+def _blunt_text(row: _Row) -> str:
+    """``at 75.1% a night fails only a loss of >= 85% (x0.15) 95% of the time, not a 50% loss (x0.5)``: why a
+    ``blunt`` row (:func:`_blunt_rows`) is not proposed; "" for another row."""
+    if row.blunt is None:
+        return ""
+    rel, factor = row.blunt
+    change, bound = ("loss", f"a {1 - 1 / BLUNT_FACTOR:.0%} loss (x{1 / BLUNT_FACTOR:g})") if row.higher else (
+        "rise", f"a {BLUNT_FACTOR - 1:.0%} rise (x{BLUNT_FACTOR:g})")  # fmt: skip
+    at = row.shown(row.tolerance(rel))
+    if factor is None:
+        return f"at {at} a night fails no {change} {_chance(_CAUGHT)} of the time, not even {bound}"
+    size = (1.0 - factor) if row.higher else (factor - 1.0)
+    return (f"at {at} a night fails only a {change} of >= {size * 100:.3g}% (x{factor:.3g}) {_chance(_CAUGHT)} of "
+            f"the time, not {bound}")  # fmt: skip
 
 
 def _need_text(row: _Row) -> str:
@@ -691,6 +750,8 @@ def _cause_line(row: _Row, rows: Sequence[_Row]) -> str:
     runs = f"{sizing.stored_runs} stored run{'s' if sizing.stored_runs != 1 else ''}"
     line = (f"#   {row.name}: needs {_need_text(row)} to end passed on {_chance(sizing.probability)} of unchanged "
             f"nights against {runs}")  # fmt: skip
+    if row.blunt is not None:
+        line += f"; {_blunt_text(row)}: no gate, not proposed"
     ratio = next((r for r in rows if r.field == row.field and r.category is None and r.noise.row != row.field), None)
     if ratio is not None and row.noise.row == row.field and row.shared:
         other = ratio.least()
@@ -704,6 +765,10 @@ def _advice_line(rows: Sequence[_Row], vs: str | None) -> str:
     """What would decide the rows that leave their fields out (``rows``: :func:`_causes`)."""
     them = "it" if len(rows) == 1 else "them"
     parts = ["more repeats a night (raise workload.max_repeats; workload.repeats for the baseline)"]
+    if any(row.blunt is not None for row in rows):
+        # The run-to-run sd sets a blunt row's figure, and 2-3 server starts size it poorly (too high as often as low).
+        parts.insert(0, "more server starts to calibrate from (--runs K, or more --from runs: the run-to-run sd "
+                        f"that sets the figure is rough below {_FIRM_RUNS})")  # fmt: skip
     if any(row.category is not None and row.least() is None for row in rows):
         parts.append("more requests a repeat in a category")
     if vs is None and any(row.field in PAIRED_FIELDS for row in rows):
@@ -711,9 +776,13 @@ def _advice_line(rows: Sequence[_Row], vs: str | None) -> str:
                      "per-pair ratio, which a runner's load moves less than the raw figure)")  # fmt: skip
     parts.append("a quieter runner (calibrate there)")
     parts.append("another number of stored runs where the table above gives a figure in reach")
-    parts.append("or a wider tolerance you write yourself, knowing it lets a change of that size through (no "
-                 "tolerance below the cap decides a row marked above it)")  # fmt: skip
-    return (f"# what would decide {them}: {', '.join(parts)}; the compare cannot leave a default row out (its "
+    if all(row.blunt is not None for row in rows):
+        parts.append("or the figure above written yourself, knowing it lets a change of that size through")
+    else:
+        parts.append("or a wider tolerance you write yourself, knowing it lets a change of that size through (no "
+                     "tolerance below the cap decides a row marked above it)")  # fmt: skip
+    verb = "size" if all(row.blunt is not None for row in rows) else "decide"
+    return (f"# what would {verb} {them}: {', '.join(parts)}; the compare cannot leave a default row out (its "
             "defaults are always checked)")  # fmt: skip
 
 
@@ -721,19 +790,36 @@ def _left_out_lines(short: Sequence[_Row], rows: Sequence[_Row], sizing: GateSiz
     """The lines above a partial block: the fields left out of it, the rows that leave each out and what each needs
     (:func:`_cause_line`), what the field keeps, and what would decide them (:func:`_advice_line`)."""
     causes = _causes(short)
-    fields = list(dict.fromkeys(row.field for row in short))
-    kept = ", ".join(f"{f} (default {_default(f)})" for f in fields)
-    return [
-        f"# left out of the block below (exit status 1): {', '.join(fields)}: a row of "
-        f"{'it' if len(fields) == 1 else 'each'} ends undecided on more than its share of unchanged nights at the "
-        f"figure calibrate would paste for the field (each row sized to end passed on {_chance(sizing.probability)}; "
-        f"the cap: {TOLERANCE_CAP:.1%}), and a wider figure would only widen what the field's other rows let through; "
-        f"{'it keeps' if len(fields) == 1 else 'they keep'} the tolerance your ini or profile gives "
-        f"(here: {kept}), and unchanged nights end {'that row' if len(causes) == 1 else 'those rows'} undecided "
-        "more often (--specdec-undecided=warn, the default, passes such a night with a warning; =fail fails it)",
-        *(_cause_line(row, rows) for row in causes),
-        _advice_line(causes, vs),
-    ]
+    undecided = [row for row in causes if row.blunt is None]
+    fields = list(dict.fromkeys(row.field for row in undecided))
+    blunt = list(dict.fromkeys(row.field for row in causes if row.field not in fields))
+    heads = []
+    if fields:
+        kept = ", ".join(f"{f} (default {_default(f)})" for f in fields)
+        heads.append(
+            f"# left out of the block below (exit status 1): {', '.join(fields)}: a row of "
+            f"{'it' if len(fields) == 1 else 'each'} ends undecided on more than its share of unchanged nights at the "
+            f"figure calibrate would paste for the field (each row sized to end passed on "
+            f"{_chance(sizing.probability)}; the cap: {TOLERANCE_CAP:.1%}), and a wider figure would only widen what "
+            f"the field's other rows let through; {'it keeps' if len(fields) == 1 else 'they keep'} the tolerance your "
+            f"ini or profile gives (here: {kept}), and unchanged nights end "
+            f"{'that row' if len(undecided) == 1 else 'those rows'} undecided more often (--specdec-undecided=warn, "
+            "the default, passes such a night with a warning; =fail fails it)"
+        )
+    if blunt:
+        heads.append(f"# left out of the block below (exit status 1): {', '.join(blunt)}: {_blunt_why(sizing)}; "
+                     f"{'it keeps' if len(blunt) == 1 else 'they keep'} the tolerance your ini or profile gives (here: "
+                     f"{', '.join(f'{f} (default {_default(f)})' for f in blunt)})")  # fmt: skip
+    return [*heads, *(_cause_line(row, rows) for row in causes), _advice_line(causes, vs)]
+
+
+def _blunt_why(sizing: GateSizing) -> str:
+    """Why a field with a ``blunt`` row (:func:`_blunt_rows`) is left out: the bound, :data:`BLUNT_FACTOR`."""
+    return (f"the figure at which its row ends passed on its share of unchanged nights (each row sized to end passed "
+            f"on {_chance(sizing.probability)}) is no gate: a night at it fails neither a {1 - 1 / BLUNT_FACTOR:.0%} "
+            f"loss (x{1 / BLUNT_FACTOR:g}) of a rate such as tok/s nor a {BLUNT_FACTOR - 1:.0%} rise "
+            f"(x{BLUNT_FACTOR:g}) of a time such as TPOT on {_chance(_CAUGHT)} of nights, the least change a proposed "
+            "row must fail")  # fmt: skip
 
 
 def _refusal_lines(short: Sequence[_Row], rows: Sequence[_Row], sizing: GateSizing, vs: str | None, out: Path,
@@ -743,12 +829,20 @@ def _refusal_lines(short: Sequence[_Row], rows: Sequence[_Row], sizing: GateSizi
     (:func:`_cause_line`), what would decide them (:func:`_advice_line`), and that the noise file was written."""
     causes = _causes(short)
     fields = list(dict.fromkeys(row.field for row in rows))
-    why = (f"at the tolerances calibrate finds an unchanged night passes {rate:.0%} of the time, below the "
-           f"{PASS_PROBABILITY:.0%} it sizes for" if rate is not None else
-           f"every field judged statistically has a row that ends undecided on more than its share of unchanged nights "
-           f"at the figure calibrate would paste for the field (each row sized to end passed on "
-           f"{_chance(sizing.probability)}; the cap: {TOLERANCE_CAP:.1%}): under such a block unchanged nights would "
-           "rarely pass, and a wider figure would only widen what the field's other rows let through")  # fmt: skip
+    undecided = (f"every field judged statistically has a row that ends undecided on more than its share of unchanged "
+                 f"nights at the figure calibrate would paste for the field (each row sized to end passed on "
+                 f"{_chance(sizing.probability)}; the cap: {TOLERANCE_CAP:.1%}): under such a block unchanged nights "
+                 "would rarely pass, and a wider figure would only widen what the field's other rows let "
+                 "through")  # fmt: skip
+    if rate is not None:
+        why = (f"at the tolerances calibrate finds an unchanged night passes {rate:.0%} of the time, below the "
+               f"{PASS_PROBABILITY:.0%} it sizes for")  # fmt: skip
+    elif all(row.blunt is not None for row in causes):
+        why = f"for every field judged statistically, {_blunt_why(sizing)}"
+    elif any(row.blunt is not None for row in causes):
+        why = f"{undecided}; or else {_blunt_why(sizing)}"
+    else:
+        why = undecided
     return [
         f"# no ini block proposed (exit status {EXIT_NO_PROPOSAL}): {why}; every field keeps the tolerance your ini or "
         f"profile gives it (here: {', '.join(f'{f} (default {_default(f)})' for f in fields)})",
