@@ -1,7 +1,8 @@
 """``python -m pytest_specdec compare``: two stored runs loaded, compared test by test, one table each.
 
 The judging is ``judge.compare.compare_runs``; this module finds the two runs (:func:`load_pair`), maps a profile's
-tests onto another profile's (:func:`profile_mapper`) and prints.
+tests onto another profile's (:func:`profile_mapper`; without ``--compare-profile``, as pytest mapped them:
+:func:`_pytest_baseline_id`) and prints.
 """
 
 from __future__ import annotations
@@ -248,6 +249,50 @@ def profile_mapper(spec: str, base: RunFile, current: RunFile) -> Callable[[Resu
     return baseline_id
 
 
+def _pytest_compared(record: ResultRecord) -> bool:
+    """Whether pytest compared ``record`` with a stored run: its compare verdict is in its cost
+    (``cost["verdicts"]["compare"]``, which ``verdict.compare_item`` stores only where it found a baseline)."""
+    verdicts = record.cost.get("verdicts")
+    return isinstance(verdicts, Mapping) and isinstance(verdicts.get("compare"), Mapping)
+
+
+def _pytest_baseline_id(record: ResultRecord, base: RunFile) -> tuple[str | None, str]:
+    """The test of ``base`` pytest compared ``record`` with under ``--specdec-compare-profile``, and ``""``; or None
+    and why none is taken. The record's compare verdict names it where stored (``cost["verdicts"]["compare"]
+    ["baseline_test"]``); else, as pytest maps (``verdict._baseline_of``: ``compare.swap_profile_id``), it is the test
+    of ``base`` whose id is ``record``'s with the profile part swapped for another profile's, of the record's kind
+    (with speculation or without) where more than one is found. Taken only where pytest compared the record
+    (:func:`_pytest_compared`) and ``base`` holds no result under the record's own id: a test stored under its own
+    id is what an unmapped pytest compares it with. None where no test of ``base`` is found, or several of one kind
+    (the reason names them: ``--compare-profile`` picks one).
+
+    Example: ``t.py::test_x[eagle3-shifted]`` compared by pytest with ``--specdec-compare-profile eagle3`` (or
+    ``eagle3-shifted=eagle3``), ``base`` holding ``t.py::test_x[eagle3]`` and ``t.py::test_x[baseline]`` ->
+    (``t.py::test_x[eagle3]``, ``""``).
+    """
+    if not _pytest_compared(record):
+        return None, "pytest did not compare it"
+    stored = record.cost["verdicts"]["compare"].get("baseline_test")
+    if isinstance(stored, str) and stored:
+        if base.find(stored) is not None:
+            return stored, ""
+        return None, f"pytest compared it with {stored}, which BASE ({base.run_id}) does not hold"
+    if base.find(record.test_id) is not None:
+        return None, "BASE holds its own test id"
+    found = [
+        r
+        for r in base.results
+        if r.profile != record.profile and swap_profile_id(record.test_id, record.profile, r.profile) == r.test_id
+    ]
+    same = [r for r in found if _speculates(r) == _speculates(record)] or found  # fmt: skip
+    if len(same) == 1:
+        return same[0].test_id, ""
+    if not same:
+        return None, f"BASE ({base.run_id}) holds no test of another profile in its place"
+    shown = ", ".join(r.test_id.split("::", 1)[-1] for r in same)
+    return None, f"BASE ({base.run_id}) holds several tests in its place ({shown}): name one with --compare-profile"
+
+
 def _tokens(name: str) -> list[str]:
     """A profile name's words: ``eagle3-shifted-layers`` -> ``["eagle3", "shifted", "layers"]``."""
     return [t for t in re.split(r"[-_.\s]+", name.lower()) if t]
@@ -360,7 +405,9 @@ def compare_command(
     :param tolerances: ``METRIC:TOL`` specs (:func:`parse_tolerances`), each replacing that metric's tolerance over
         the ones each record was judged with (``compare.judged_tolerances``).
     :param force: compare even when the workloads differ.
-    :param compare_profile: ``NAME`` or ``CUR=BASE[,...]`` (:func:`profile_mapper`); None: each test with itself.
+    :param compare_profile: ``NAME`` or ``CUR=BASE[,...]`` (:func:`profile_mapper`); None: each test with the test
+        pytest compared it with where its record says pytest compared it and BASE holds no result under its own id
+        (``--specdec-compare-profile``: :func:`_pytest_baseline_id`, one note line each), else with itself.
     :param noise_path: a noise file written by ``calibrate`` (:func:`read_noise`) for every test; None: each
         profile's own ``noise/<profile>.json`` beside ``results_dir``, as pytest reads it.
     :param fail_on_suspected: exit 1 on an undecided row whose estimate is beyond its tolerance as well.
@@ -394,6 +441,23 @@ def compare_command(
     except (ValueError, CompareError) as exc:
         print(f"error: {exc}", file=err)
         return 2
+    # Without --compare-profile, a test pytest compared with another profile's (--specdec-compare-profile) is
+    # compared with that one, so the command prints pytest's rows and exit (a trial read "1 without baseline", exit
+    # 0, on a night pytest failed).
+    as_pytest: dict[str, str] = {}
+    why_not: dict[str, str] = {}
+    if mapper is None:
+        for item in current.results:
+            wanted, why = _pytest_baseline_id(item, base)
+            if wanted is not None:
+                as_pytest[item.test_id] = wanted
+            elif _pytest_compared(item) and base.find(item.test_id) is None:
+                why_not[item.test_id] = why
+        if as_pytest:
+
+            def mapper(record: ResultRecord) -> str:
+                return as_pytest.get(record.test_id, record.test_id)
+
     noise: Mapping[str, float] | Callable[[ResultRecord], Mapping[str, float]]
     try:
         noise = _noise(noise_path, Path(results_dir).parent / "noise", current)
@@ -419,6 +483,10 @@ def compare_command(
         print(f"note: --noise {noise_path} stands in where a test has fewer than 2 stored runs (its within-run sd) "
               "or fewer than 4 (its run-to-run sd, where larger than the assumed one); more stored runs measure "
               "their own", file=out)  # fmt: skip
+    for test_id, wanted in as_pytest.items():
+        print(f"note: {test_id}: compared with {wanted.split('::', 1)[-1]}, the test pytest compared it with "
+              "(--specdec-compare-profile; CURRENT's record has pytest's compare verdict and BASE no result under its "
+              "own id); --compare-profile overrides", file=out)  # fmt: skip
     if base.run_id == current.run_id:  # "compare latest latest", or one file twice: say so, not a silent pass
         print(f"note: BASE and CURRENT are the same run ({base.run_id}): each test is compared with itself, "
               "which tells nothing of a change", file=out)  # fmt: skip
@@ -441,7 +509,8 @@ def compare_command(
         for line in _latest_notes(store, base, current, mapper):
             print(line, file=out)
     for test_id in result.missing:
-        print(f"no baseline for {test_id}", file=out)
+        said = f"; pytest compared it with a stored run, but {why_not[test_id]}" if test_id in why_not else ""
+        print(f"no baseline for {test_id}{said}", file=out)
     hint = _profile_hint(base, current, result.missing) if compare_profile is None else ""
     if hint:
         print(hint, file=out)
