@@ -1058,3 +1058,17 @@ def test_a_category_row_is_judged_at_its_own_tolerance_where_one_is_given(
         ["tpot_ms_p50[code]", "lower"]
     ]
     assert "  30% (σ 1.0%)  ok (x1.2, CI 1.181-1.218 (95.0%), n=5)" in out
+
+
+def test_the_notes_name_the_layer_each_non_default_tolerance_came_from() -> None:
+    # Trial t2: which layer a row's tolerance came from (ini, profile, marker, compare -t) was shown nowhere.
+    from pytest_specdec.core.tolerances import merge_tolerances
+
+    base = rec(output_tok_s=[100.0, 101.0, 99.0], ttft_ms_p50=[40.0, 41.0, 39.0])
+    layered = merge_tolerances(parse_tolerances("ttft_ms_p50:30%", origin="ini specdec_tolerances"),
+                               parse_tolerances("output_tok_s:40%", origin="profile eagle3"))  # fmt: skip
+    notes = compare_results(base, base, layered).notes
+    assert "tolerances from: output_tok_s:40% (profile eagle3), ttft_ms_p50:30% (ini specdec_tolerances)" in notes
+    # Tolerances of no named layer (a hand-made compare) say nothing.
+    assert not [n for n in compare_results(base, base, parse_tolerances("output_tok_s:40%")).notes
+                if n.startswith("tolerances from")]  # fmt: skip

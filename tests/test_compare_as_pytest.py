@@ -168,6 +168,9 @@ def test_compare_repeats_pytests_verdict_on_a_night_it_compared_across_profiles(
     slow.stdout.fnmatch_lines(["regression against run * (test_night.py::test_run[[]baseline[]]):",
                                "output_tok_s *REGRESSED*"])  # fmt: skip
     root = str(pytester.path / ".specdec" / "results")
+    # pytest stores the baseline test it compared with; the command takes that one.
+    (latest,) = [r for r in ResultStore(Path(root)).load("latest").results if r.profile == "baseline-slow"]
+    assert latest.cost["verdicts"]["compare"]["baseline_test"] == "test_night.py::test_run[baseline]"
     tolerances = [a for t in ("output_tok_s:80%", "ttft_ms:900%", "itl_ms:900%", "tpot_ms:900%") for a in ("-t", t)]
     capsys.readouterr()
     assert main(["compare", "night-1", "latest", *tolerances, "--results-dir", root]) == 1

@@ -434,7 +434,7 @@ def compare_command(
     err = stderr or sys.stderr
     try:
         # A user's spec, as for pytest: a bare number on a rate or time field is refused (5% or 5tok/s).
-        parsed = parse_tolerances(tolerances, strict=True) if tolerances else None
+        parsed = parse_tolerances(tolerances, strict=True, origin="compare -t") if tolerances else None
         store = ResultStore(Path(results_dir))
         base, current = load_pair(store, base_ref, current_ref)
         mapper = profile_mapper(compare_profile, base, current) if compare_profile else None

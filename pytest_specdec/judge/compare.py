@@ -33,6 +33,7 @@ from pytest_specdec.core.tolerances import (
     Tolerance,
     Tolerances,
     field_specs,
+    foreign_ratio_tolerances,
     merge_tolerances,
     parse_tolerances,
 )
@@ -364,6 +365,9 @@ def compare_results(
     rows.extend(_category_rows(base, current, merged, temperature, judging, paired=vs if ratio_rows else None))
     notes.extend(_unused_category_tolerances(merged, base, current))
     notes.extend(_unused_ratio_tolerances(merged, vs))
+    origins = merged.origins_note({r.metric.split(" / ")[0].partition("[")[0] for r in rows})
+    if origins:
+        notes.append(origins)
     notes.extend(_small_absolute_note(rows, merged))
     notes.extend(_never_fails_note(rows))
     if ratio_rows:
@@ -565,7 +569,7 @@ def _unused_ratio_tolerances(tolerances: Tolerances, vs: str | None) -> list[str
     takes it: name the arm min_speedup names``."""
     said = f"the runs are paired with {vs!r}" if vs else "the runs are not paired: no min_speedup arm"
     return [f"tolerance {f}/{arm}:{t}: no ratio row to {arm!r} ({said}); no row takes it: name the arm "
-            "min_speedup names" for (f, arm), t in tolerances.ratios.items() if arm != vs]  # fmt: skip
+            "min_speedup names" for (f, arm), t in foreign_ratio_tolerances(tolerances, vs).items()]  # fmt: skip
 
 
 def _never_fails_note(rows: Sequence[CompareRow]) -> list[str]:

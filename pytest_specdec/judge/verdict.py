@@ -1246,7 +1246,10 @@ def compare_item(
                          pooled=bool(others))  # fmt: skip
     if judged.cost:
         # With the noise it was judged with: the compare command reads it, not a noise file calibrated later.
-        costs["compare"] = {**judged.cost, "noise": CalibratedNoise.stored(outcomes.noise(profile.name))}
+        # And the baseline test it was compared with (another profile's under --specdec-compare-profile): the
+        # compare command takes the same one.
+        costs["compare"] = {**judged.cost, "baseline_test": test_id,
+                            "noise": CalibratedNoise.stored(outcomes.noise(profile.name))}  # fmt: skip
     if judged.undecided is not None:
         # Named by profile, not test: every test of the profile shares this verdict (run.session warns it once).
         (case.warnings if halt else case.undecided).append(f"profile {profile.name}: {judged.undecided}")

@@ -121,7 +121,9 @@ class RunSettings:
             out_dir = config.rootpath / (config.getini("specdec_dir") or ".specdec")
         profile_path, searched = _profile_path(config, ancestor)
         try:
-            tolerances = parse_tolerances(list(config.getini("specdec_tolerances")), strict=True)
+            tolerances = parse_tolerances(
+                list(config.getini("specdec_tolerances")), strict=True, origin="ini specdec_tolerances"
+            )
         except ValueError as exc:
             where = f" ({config.inipath})" if config.inipath is not None else ""
             raise pytest.UsageError(f"ini specdec_tolerances{where}: {exc}") from None
