@@ -111,6 +111,8 @@ def test_compare_takes_the_compared_test_the_record_names(tmp_path: Path, capsys
     assert main(["compare", both, current]) == 1
     out = capsys.readouterr().out
     assert "== t.py::test_x[eagle3-x] (profile eagle3-x, against test_x[eagle3])" in out
+    assert ("note: t.py::test_x[eagle3-x]: compared with test_x[eagle3], the test pytest compared it with "
+            "(--specdec-compare-profile; CURRENT's record names it); --compare-profile overrides") in out
     other = _save(tmp_path, "other", _record("baseline", 1.0, speculative=False))
     assert main(["compare", other, current]) == 2  # nothing compared
     out = capsys.readouterr().out

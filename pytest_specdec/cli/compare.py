@@ -257,8 +257,8 @@ def _pytest_compared(record: ResultRecord) -> bool:
 
 
 def _pytest_baseline_id(record: ResultRecord, base: RunFile) -> tuple[str | None, str]:
-    """The test of ``base`` pytest compared ``record`` with under ``--specdec-compare-profile``, and ``""``; or None
-    and why none is taken. The record's compare verdict names it where stored (``cost["verdicts"]["compare"]
+    """The test of ``base`` pytest compared ``record`` with under ``--specdec-compare-profile``, and how it was found;
+    or None and why none is taken. The record's compare verdict names it where stored (``cost["verdicts"]["compare"]
     ["baseline_test"]``); else, as pytest maps (``verdict._baseline_of``: ``compare.swap_profile_id``), it is the test
     of ``base`` whose id is ``record``'s with the profile part swapped for another profile's, of the record's kind
     (with speculation or without) where more than one is found. Taken only where pytest compared the record
@@ -268,14 +268,15 @@ def _pytest_baseline_id(record: ResultRecord, base: RunFile) -> tuple[str | None
 
     Example: ``t.py::test_x[eagle3-shifted]`` compared by pytest with ``--specdec-compare-profile eagle3`` (or
     ``eagle3-shifted=eagle3``), ``base`` holding ``t.py::test_x[eagle3]`` and ``t.py::test_x[baseline]`` ->
-    (``t.py::test_x[eagle3]``, ``""``).
+    (``t.py::test_x[eagle3]``, ``"CURRENT's record has pytest's compare verdict and BASE no result under its own
+    id"``).
     """
     if not _pytest_compared(record):
         return None, "pytest did not compare it"
     stored = record.cost["verdicts"]["compare"].get("baseline_test")
     if isinstance(stored, str) and stored:
         if base.find(stored) is not None:
-            return stored, ""
+            return stored, "CURRENT's record names it"
         return None, f"pytest compared it with {stored}, which BASE ({base.run_id}) does not hold"
     if base.find(record.test_id) is not None:
         return None, "BASE holds its own test id"
@@ -286,7 +287,7 @@ def _pytest_baseline_id(record: ResultRecord, base: RunFile) -> tuple[str | None
     ]
     same = [r for r in found if _speculates(r) == _speculates(record)] or found  # fmt: skip
     if len(same) == 1:
-        return same[0].test_id, ""
+        return same[0].test_id, "CURRENT's record has pytest's compare verdict and BASE no result under its own id"
     if not same:
         return None, f"BASE ({base.run_id}) holds no test of another profile in its place"
     shown = ", ".join(r.test_id.split("::", 1)[-1] for r in same)
@@ -445,12 +446,13 @@ def compare_command(
     # compared with that one, so the command prints pytest's rows and exit (a trial read "1 without baseline", exit
     # 0, on a night pytest failed).
     as_pytest: dict[str, str] = {}
+    found_how: dict[str, str] = {}
     why_not: dict[str, str] = {}
     if mapper is None:
         for item in current.results:
             wanted, why = _pytest_baseline_id(item, base)
             if wanted is not None:
-                as_pytest[item.test_id] = wanted
+                as_pytest[item.test_id], found_how[item.test_id] = wanted, why
             elif _pytest_compared(item) and base.find(item.test_id) is None:
                 why_not[item.test_id] = why
         if as_pytest:
@@ -485,8 +487,7 @@ def compare_command(
               "their own", file=out)  # fmt: skip
     for test_id, wanted in as_pytest.items():
         print(f"note: {test_id}: compared with {wanted.split('::', 1)[-1]}, the test pytest compared it with "
-              "(--specdec-compare-profile; CURRENT's record has pytest's compare verdict and BASE no result under its "
-              "own id); --compare-profile overrides", file=out)  # fmt: skip
+              f"(--specdec-compare-profile; {found_how[test_id]}); --compare-profile overrides", file=out)  # fmt: skip
     if base.run_id == current.run_id:  # "compare latest latest", or one file twice: say so, not a silent pass
         print(f"note: BASE and CURRENT are the same run ({base.run_id}): each test is compared with itself, "
               "which tells nothing of a change", file=out)  # fmt: skip
