@@ -28,12 +28,15 @@ from tests.helpers import rec
 FP = {"workload": {"max_new_tokens": 64, "num_requests": 16, "concurrency": 1}, "prompt_hash": "abc"}
 
 
-def _run(root: Path, run_id: str, tok_s: list[float], accept: list[float], *, temperature: float | None = None) -> Path:
+def _run(
+    root: Path, run_id: str, tok_s: list[float], accept: list[float], *, temperature: float | None = None,
+    started: float = 0.0,
+) -> Path:
     repeats = {"output_tok_s": tok_s, "accept_length": accept}
     metrics = {k: sorted(v)[len(v) // 2] for k, v in repeats.items()}
     fp = dict(FP) if temperature is None else {**FP, "workload": {**FP["workload"], "temperature": temperature}}
     record = ResultRecord("t.py::test_x[eagle3]", "eagle3", metrics, repeats, fp)
-    return ResultStore(root).save(RunFile(run_id=run_id, started=0.0, results=(record,)))
+    return ResultStore(root).save(RunFile(run_id=run_id, started=started, results=(record,)))
 
 
 def test_compare_decides_a_stored_throughput_loss_as_pytest_would(
@@ -51,6 +54,14 @@ def test_compare_decides_a_stored_throughput_loss_as_pytest_would(
     assert main(["compare", str(base), str(base)]) == 0
     same = "note: BASE and CURRENT are the same run (base): each test is compared with itself"
     assert same in capsys.readouterr().out
+    # The newer run given first (trial t3: no warning): the loss reads as a gain, and a note says so.
+    older = _run(tmp_path, "older", [100, 101, 99, 100, 102], [2.6] * 5, started=1.0)
+    newer = _run(tmp_path, "newer", [80, 81, 79, 80, 82], [2.6] * 5, started=2.0)
+    assert main(["compare", str(newer), str(older)]) == 0
+    assert ("note: CURRENT (older) started before BASE (newer): every change reads backwards (a slowdown since BASE "
+            "shows as a speed-up); give the older run first: compare OLDER NEWER") in capsys.readouterr().out
+    assert main(["compare", str(older), str(newer)]) == 1
+    assert "reads backwards" not in capsys.readouterr().out
 
 
 def test_compare_refuses_a_bare_t_tolerance_on_tok_s_and_notes_an_absolute_one_under_1_percent(

@@ -781,6 +781,12 @@ def test_an_absolute_row_that_the_run_to_run_spread_keeps_open_says_no_repeats_w
     # This profile has no paired arm: the advice says how to get a ratio row, not "the paired ratio row" (a trial).
     assert reason.why[1] == ("else: a wider tolerance, or a paired reference arm (min_speedup: {vs: ...}) whose ratio "
                              "rows differ 0-2% run to run"), reason.why  # fmt: skip
+    # With a paired arm it says what a wider raw row gives up (trial t3 widened it as told, and a slower target model,
+    # which slows both arms, was then seen by no row).
+    assert verdict._else_line(row, "baseline").endswith(
+        "the ratio row still catches what slows the speculative arm alone (draft, verify, speculative config), but a "
+        "slowdown both arms share (the target model, a lost NCCL env, the runner) is then gated only beyond the raw "
+        "row's 40%)")  # fmt: skip
     # Far beyond the tolerance but measured twice, more repeats can still decide it.
     two, design = (rec(itl_ms_p50=[1.0, 1.02]), rec(itl_ms_p50=[1.3, 1.5])), sequential.Design(2, 16)
     row = compare_results(*two, tol, design=design).rows[0]
@@ -1072,3 +1078,17 @@ def test_the_notes_name_the_layer_each_non_default_tolerance_came_from() -> None
     # Tolerances of no named layer (a hand-made compare) say nothing.
     assert not [n for n in compare_results(base, base, parse_tolerances("output_tok_s:40%")).notes
                 if n.startswith("tolerances from")]  # fmt: skip
+
+
+def test_runs_paired_with_arms_of_other_names_say_why_they_have_no_ratio_rows() -> None:
+    # Trial t3: under --specdec-compare-profile=eagle3, eagle3-slow (paired with baseline-slow) against eagle3 (paired
+    # with baseline) had no ratio rows and nothing said so.
+    base = _paired(rec(output_tok_s=[140.0, 138.0, 142.0]), [140.0, 138.0, 142.0], [100.0, 100.0, 101.0])
+    other = _paired(rec(output_tok_s=[140.0, 138.0, 142.0]), [140.0, 138.0, 142.0], [100.0, 100.0, 101.0])
+    other = dataclasses.replace(other, paired={**(other.paired or {}), "vs": "baseline-slow"})
+    comp = compare_results(base, other, parse_tolerances("output_tok_s:40%"))
+    assert not [r for r in comp.rows if " / " in r.metric]
+    assert any(n.startswith("no ratio rows: the runs are paired with different arms ('baseline' at the baseline, "
+                            "'baseline-slow' today)") for n in comp.notes), comp.notes  # fmt: skip
+    same = compare_results(base, base, parse_tolerances("output_tok_s:40%"))
+    assert not [n for n in same.notes if n.startswith("no ratio rows")]

@@ -491,6 +491,10 @@ def compare_command(
     if base.run_id == current.run_id:  # "compare latest latest", or one file twice: say so, not a silent pass
         print(f"note: BASE and CURRENT are the same run ({base.run_id}): each test is compared with itself, "
               "which tells nothing of a change", file=out)  # fmt: skip
+    elif current.started < base.started:  # a trial swapped them and read a slowdown as a speed-up, unwarned
+        print(f"note: CURRENT ({current.run_id}) started before BASE ({base.run_id}): every change reads backwards "
+              "(a slowdown since BASE shows as a speed-up); give the older run first: compare OLDER NEWER",
+              file=out)  # fmt: skip
     for comp in result.comparisons:
         print("", file=out)
         record = current.find(comp.test_id)

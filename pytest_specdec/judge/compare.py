@@ -340,6 +340,15 @@ def compare_results(
     # (Bonferroni), so that an unchanged run fails a field at most alpha, not twice that (benchmarks/bench_verdicts.py).
     halved = dataclasses.replace(judging, design=dataclasses.replace(judging.design, alpha=judging.design.alpha / 2))
     ratio_rows, vs = _paired_rows(base, current, merged, halved)
+    arms = [(record.paired or {}).get("vs") for record in (base, current)]
+    if all(arms) and arms[0] != arms[1]:
+        # Mapped profiles (--specdec-compare-profile) paired with arms of other names: a trial found the ratio rows
+        # gone, unsaid, on the night the runner's load swung the raw rows.
+        notes.append(
+            f"no ratio rows: the runs are paired with different arms ({arms[0]!r} at the baseline, {arms[1]!r} today), "
+            "and a ratio to one arm is not a ratio to another; the raw rows alone judge this compare, with the "
+            "runner's load in them: pair both profiles with the same arm (min_speedup: {vs: ...}) to judge the ratio"
+        )
     # Exact rows only between exact runs (2 or more repeats each, agreeing on every accept figure), the floors' rule
     # (``verdict._exact_run``): one repeat shows no agreement, and a category can agree by coincidence in a run
     # that varies.
