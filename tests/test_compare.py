@@ -285,11 +285,16 @@ def _paired(record: ResultRecord, target: list[float], reference: list[float]) -
     return dataclasses.replace(record, paired=paired)
 
 
+def _paired_base() -> ResultRecord:
+    """A stored eagle3 run paired with baseline: 140 tok/s beside 100, 3 pairs."""
+    return _paired(rec(output_tok_s=[140.0, 138.0, 142.0]), [140.0, 138.0, 142.0], [100.0, 100.0, 101.0])
+
+
 @pytest.mark.usefixtures("same_instances")  # the within-run arithmetic (tests/conftest.py)
 def test_paired_throughput_is_judged_raw_and_on_its_ratio_to_the_reference_arm() -> None:
     # Both arms 28 % slower (a lost NCCL env, or the runner's load): raw tok/s -28 %, the ratio unchanged. The raw
     # row fails, the ratio row says the target alone did not change.
-    base = _paired(rec(output_tok_s=[140.0, 138.0, 142.0]), [140.0, 138.0, 142.0], [100.0, 100.0, 101.0])
+    base = _paired_base()
     both = _paired(rec(output_tok_s=[101.0, 99.0, 102.0]), [101.0, 99.0, 102.0], [72.0, 71.0, 73.0])
     comp = compare_results(base, both, parse_tolerances("output_tok_s:5%"))
     rows = {r.metric: r for r in comp.rows}
@@ -332,7 +337,7 @@ def test_a_ratio_row_takes_its_own_tolerance_and_the_raw_row_the_fields() -> Non
     # Both arms 28 % slower, the target 10 % slower still: at output_tok_s:40% the raw row passes and the ratio row,
     # held to its own 5 %, fails; at the field's 40 % alone both pass. A tolerance for an arm the runs are not paired
     # with is said, not taken silently.
-    base = _paired(rec(output_tok_s=[140.0, 138.0, 142.0]), [140.0, 138.0, 142.0], [100.0, 100.0, 101.0])
+    base = _paired_base()
     cur = _paired(rec(output_tok_s=[91.0, 89.0, 92.0]), [91.0, 89.0, 92.0], [72.0, 71.0, 73.0])
     comp = compare_results(base, cur, parse_tolerances("output_tok_s:40% output_tok_s/baseline:5%"))
     rows = {r.metric: r for r in comp.rows}
@@ -1083,9 +1088,8 @@ def test_the_notes_name_the_layer_each_non_default_tolerance_came_from() -> None
 def test_runs_paired_with_arms_of_other_names_say_why_they_have_no_ratio_rows() -> None:
     # Trial t3: under --specdec-compare-profile=eagle3, eagle3-slow (paired with baseline-slow) against eagle3 (paired
     # with baseline) had no ratio rows and nothing said so.
-    base = _paired(rec(output_tok_s=[140.0, 138.0, 142.0]), [140.0, 138.0, 142.0], [100.0, 100.0, 101.0])
-    other = _paired(rec(output_tok_s=[140.0, 138.0, 142.0]), [140.0, 138.0, 142.0], [100.0, 100.0, 101.0])
-    other = dataclasses.replace(other, paired={**(other.paired or {}), "vs": "baseline-slow"})
+    base = _paired_base()
+    other = dataclasses.replace(base, paired={**(base.paired or {}), "vs": "baseline-slow"})
     comp = compare_results(base, other, parse_tolerances("output_tok_s:40%"))
     assert not [r for r in comp.rows if " / " in r.metric]
     assert any(n.startswith("no ratio rows: the runs are paired with different arms ('baseline' at the baseline, "
