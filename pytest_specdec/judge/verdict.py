@@ -1006,7 +1006,7 @@ def _other_fix(row: compare.CompareRow, vs: str | None) -> str:
         return (f"a wider tolerance for the raw row alone ({row.metric}:N%), its ratio row held to its own "
                 f"({row.metric}/{vs}:M%: paired arms differ 0-5% run to run)")
     return ("a wider tolerance, or a paired reference arm (min_speedup: {vs: ...}) whose ratio rows differ 0-2% run "
-            "to run")
+            "to run (on GPU hosts and CPUs under 1 load per CPU; ~13% on an oversubscribed CPU)")
 
 
 def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design: sequential.Design,
