@@ -185,3 +185,22 @@ def test_more_pools_the_tails_of_every_repeat_as_the_first_measurement_did(
     store.measure_once(server, None)
     assert store.more("eagle3", None) is True
     assert pooled == [3]
+
+
+def test_more_ends_the_runner_entry_at_its_own_last_phase(phases: _Phases, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The compare reads the runner's load from the fingerprint (a busy CPU widens the ratio rows' run-to-run sd): a
+    # runner that got busy while a verdict measured on must show in it, not only the load over the first phases.
+    from pytest_specdec.core import hoststate
+
+    loads = iter([0.5, 0.9, 6.0])
+    monkeypatch.setattr(hoststate, "snapshot", lambda: {"load1": next(loads), "cpus": 2, "cpu_times": {}, "gpu": None})
+    store = _store()
+    server = _server("eagle3")
+    store.attach(server)
+    store.measure_once(server, "baseline")
+    first = store.fingerprint("eagle3")["runner"]
+    assert (first["load1_before"], first["load1_after"]) == (0.5, 0.9)
+    assert store.more("eagle3", "baseline") is True
+    runner_state = store.fingerprint("eagle3")["runner"]
+    assert (runner_state["load1_before"], runner_state["load1_after"]) == (0.5, 6.0)
+    assert hoststate.oversubscribed(runner_state) == (3.0,)

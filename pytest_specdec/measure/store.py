@@ -64,6 +64,9 @@ class MeasurementStore:
         self._lock = lock
         self._runs: dict[str, runner.RunResult] = {}
         self._fingerprints: dict[str, dict[str, Any]] = {}
+        #: profile -> the runner's state before its first phase (``hoststate.snapshot``): :meth:`more` ends the
+        #: fingerprint's runner entry at its own last phase.
+        self._runner_before: dict[str, dict[str, Any]] = {}
         #: (profile, reference profile) -> paired arms measured for min_speedup.
         self._pairs: dict[tuple[str, str], pairing.PairedArms] = {}
         #: (profile, reference profile) -> why the pair could not be measured (the speedup check fails with it).
@@ -200,6 +203,7 @@ class MeasurementStore:
         fingerprint = results.build_fingerprint(server, run.prompt_hash)
         fingerprint["runner"] = hoststate.runner_entry(before, hoststate.snapshot())
         self._fingerprints[server.profile.name] = fingerprint
+        self._runner_before[server.profile.name] = before
 
     def _measure_pair(
         self, server: runner.RunningServer, vs: str, pairs: int, *, shared: bool, offset: int = 0
@@ -291,6 +295,13 @@ class MeasurementStore:
                 self._more_errors.setdefault(profile, f"measuring {profile}{with_vs} again failed: {exc}")
                 return False
         measurements = run.measurements + tuple(added)
+        before = self._runner_before.get(profile)
+        if before is not None and profile in self._fingerprints:
+            from pytest_specdec.core import hoststate
+
+            # The runner over every phase a verdict measured, not only the first ones: a compare judges the ratio
+            # rows of a runner that got busy meanwhile as a busy runner's (``hoststate.oversubscribed``).
+            self._fingerprints[profile]["runner"] = hoststate.runner_entry(before, hoststate.snapshot())
         # Pooled as the first measurement was (``runner.pooled_metrics``): tail and goodput verdicts weigh every
         # repeat's requests (a fresh-user trial saw "4 of 4 requests" from 3 repeats of 4: one repeat's tails).
         self._runs[profile] = dataclasses.replace(
