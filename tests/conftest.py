@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 # httpx imports httpcore at its first client and maps httpcore's errors to its own through a table it fills at the
@@ -81,4 +81,80 @@ def sse_url() -> Iterator[str]:
         proc.terminate()
         proc.wait(timeout=10)
         if proc.stdout is not None:
+            proc.stdout.close()
+
+
+# --- one bundled reference server per worker, shared by the tests that only read what the plugin prints about it
+
+REFERENCE_PROFILE = "profiles:\n  shared:\n    server: reference\n    startup_timeout_s: 180\n"
+
+# The owner of a shared server: a process of its own, not this one. An in-process pytester run ends with the
+# plugin's session-end sweep (``serve.registry.leftovers``), which stops every server this Python process started;
+# and a test process killed outright closes the pipe, so the owner stops the server (its supervisor watches the
+# owner too): nothing is left behind.
+REFERENCE_OWNER = """
+import sys
+from pathlib import Path
+
+from pytest_specdec.engines.rules import load_profiles
+from pytest_specdec.measure import runner
+
+where = Path(sys.argv[1])
+server = runner.start_server(load_profiles(where / "specdec.yaml").get("shared"), log_dir=where / "logs")
+try:
+    print(server.base_url, flush=True)
+    sys.stdin.read()  # until the test process closes the pipe, or dies
+finally:
+    server.stop()
+"""
+
+
+@pytest.fixture(scope="session")
+def reference_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], str]]:
+    """``url_for(speculative)``: the base URL (``http://127.0.0.1:PORT``) of a bundled reference server launched with
+    that ``speculative:`` block (a YAML flow mapping as a profile writes it; ``""`` for none), started the first time a
+    test of this process (one xdist worker) asks for that block and kept for the rest of the session, then stopped
+    (``runner.start_server`` and ``.stop()``, in an owner process of its own: ``REFERENCE_OWNER``).
+
+    For tests that run the plugin in pytester and only read what it prints about a plain measurement: their profile
+    gives ``url: <this>`` beside ``server: reference`` and a ``speculative:`` block the server runs (the plugin reads
+    the server's config back and refuses one that differs), and the plugin measures it without a launch of its own
+    (a start costs 5-15 s on a busy runner). Not for tests of launching, stopping, startup, faults, env/extra_args or
+    fingerprint differences, restarts or interrupts: a server given by URL is never launched, and its fingerprint
+    is not a launched one's.
+
+    :raises RuntimeError: the server did not come up (within 180 s); the owner's stderr says why.
+    """
+    root = tmp_path_factory.mktemp("shared-reference")
+    owners: dict[str, tuple[subprocess.Popen[str], str]] = {}
+
+    def url_for(speculative: str = "") -> str:
+        if speculative not in owners:
+            where = root / f"server-{len(owners)}"
+            where.mkdir()
+            text = REFERENCE_PROFILE + (f"    speculative: {speculative}\n" if speculative else "")
+            (where / "specdec.yaml").write_text(text)
+            with (where / "owner.err").open("w") as err:
+                proc = subprocess.Popen(
+                    [sys.executable, "-c", REFERENCE_OWNER, str(where)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    text=True,
+                )
+            assert proc.stdout is not None
+            url = proc.stdout.readline().strip()
+            if not url:
+                proc.wait(timeout=60)
+                raise RuntimeError(f"shared reference server did not start:\n{(where / 'owner.err').read_text()}")
+            owners[speculative] = (proc, url)
+        return owners[speculative][1]
+
+    try:
+        yield url_for
+    finally:
+        for proc, _ in owners.values():
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.close()
+            proc.wait(timeout=60)
             proc.stdout.close()

@@ -194,6 +194,10 @@ def repeated_records(failed: tuple[int, ...] = (), repeats: dict[int, list[float
 #: on one says so itself.
 STRICT_INI = "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.LoadWarning\n"
 
+#: The ``speculative:`` block of the shared reference server most URL profiles of the tests point at
+#: (``conftest.reference_url(SHARED_EAGLE3)``): the bundled EAGLE3 draft, 3 steps, top-k 1, 4 draft tokens.
+SHARED_EAGLE3 = "{algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}"
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""

@@ -1,20 +1,25 @@
-"""An open-loop profile end to end on the bundled reference server (pytester, one server): arrivals at 4 requests/s,
-p99 in the summary, percentile ceilings passed / FAILED / undecided, and the per-request export."""
+"""An open-loop profile end to end on the bundled reference server (pytester, on the session's shared server:
+``conftest.reference_url``): arrivals at 4 requests/s, p99 in the summary, percentile ceilings passed / FAILED /
+undecided, and the per-request export."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
-pytestmark = pytest.mark.slow  # starts the reference server (~40 s)
+from tests.helpers import SHARED_EAGLE3
+
+pytestmark = pytest.mark.slow  # the shared reference server (conftest.reference_url) and a ~20 s open-loop phase
+
 
 PROFILES = """
 profiles:
   tails:
     server: reference
-    startup_timeout_s: 180
-    speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}
+    url: @URL@
+    speculative: @SPECULATIVE@
     workload:
       max_new_tokens: 12
       num_requests: 48
@@ -45,8 +50,12 @@ def test_p99_of_48(specdec_run):
 INI = "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n"
 
 
-def test_open_loop_tails_pass_fail_and_undecided(pytester: pytest.Pytester) -> None:
-    pytester.makefile(".yaml", specdec=PROFILES)
+def test_open_loop_tails_pass_fail_and_undecided(
+    pytester: pytest.Pytester, reference_url: Callable[[str], str]
+) -> None:
+    # Measured on the shared server: what is read here is the measurement, not the launch.
+    profiles = PROFILES.replace("@URL@", reference_url(SHARED_EAGLE3)).replace("@SPECULATIVE@", SHARED_EAGLE3)
+    pytester.makefile(".yaml", specdec=profiles)
     pytester.makepyfile(test_tails=TESTS)
     pytester.makeini(INI)
     result = pytester.runpytest_subprocess(

@@ -1,20 +1,27 @@
 """Live and summary output through pytester: the measured-phase progress line, preflight warnings, marker overrides
-of profile thresholds, one verdict printed once per profile, where the trace: phase went. One reference-server
-start."""
+of profile thresholds, one verdict printed once per profile, where the trace: phase went. On the session's
+shared reference server (``conftest.reference_url``): nothing read here depends on the plugin's own launch."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import SHARED_EAGLE3
+
+# 5 draft tokens at top-k 1: preflight's warning that SGLang (and the reference server) run num_steps + 1 = 4, so
+# the shared server of SHARED_EAGLE3 (4) is what this profile runs, and its read-back agrees.
+SPECULATIVE = "{algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 5}"
 
 PROFILES = """
 profiles:
   eagle3:
     server: reference
-    startup_timeout_s: 180
+    url: @URL@
     workload: {max_new_tokens: 16, num_requests: 3, warmup_requests: 0, repeats: 1}
-    speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 5}
+    speculative: @SPECULATIVE@
     thresholds: {min_accept_length: 3.9, min_tok_s: 0.1}  # reachable (<= num_steps + 1), never met
     trace: {dir: traces, requests: 2}
 """
@@ -37,8 +44,11 @@ def test_loosened(specdec_run):
 
 
 @pytest.mark.slow
-def test_progress_warning_override_and_shared_verdict(pytester: pytest.Pytester) -> None:
-    pytester.makefile(".yaml", specdec=PROFILES)
+def test_progress_warning_override_and_shared_verdict(
+    pytester: pytest.Pytester, reference_url: Callable[[str], str]
+) -> None:
+    profiles = PROFILES.replace("@URL@", reference_url(SHARED_EAGLE3)).replace("@SPECULATIVE@", SPECULATIVE)
+    pytester.makefile(".yaml", specdec=profiles)
     pytester.makepyfile(test_specdec=TESTS)
     pytester.makeini("[pytest]\n")
     # A line per finished request instead of one every 30 s, to see the log form in a short phase.
