@@ -7,6 +7,7 @@ speculation compares (and a slowed server fails); a slowdown of both arms fails 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 
@@ -17,6 +18,7 @@ import scipy.stats  # noqa: F401
 from pytest_specdec.cli.main import main
 from pytest_specdec.judge.baseline import Baselines
 from pytest_specdec.measure.results import ResultStore
+from tests.helpers import SHARED_EAGLE3
 
 pytestmark = pytest.mark.slow
 
@@ -165,25 +167,31 @@ def test_a_slowdown_of_both_arms_is_not_green_on_the_speculative_profile_either(
     assert re.search(rf"^([\w_]+, )*output_tok_s(, [\w_]+)*: {note}", speculative, re.M), speculative
 
 
-def test_a_compare_after_min_speedup_never_measures_past_max_repeats(pytester: pytest.Pytester) -> None:
+def test_a_compare_after_min_speedup_never_measures_past_max_repeats(
+    pytester: pytest.Pytester, reference_url: Callable[[str], str]
+) -> None:
     """min_speedup adds pairs first; the compare then starts from every repeat measured, not from the first
-    measurement (seen live: ``compare FAILED after 25 repeats`` with max_repeats 24: one pair more than allowed)."""
+    measurement (seen live: ``compare FAILED after 25 repeats`` with max_repeats 24: one pair more than allowed).
+
+    Both arms are the session's shared server (``conftest.reference_url``; four launches saved): paired with itself,
+    the ratio sits at 1.0, and only the repeat counts are read."""
     eagle3 = (
-        "  eagle3:\n    extends: baseline\n"
+        "  eagle3:\n    extends: baseline\n    url: {url}\n"
         "    speculative: {{algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}}\n"
         "    thresholds: {{min_speedup: {{vs: twin, ratio: {ratio}}}}}\n"
         "    workload: {{max_new_tokens: 8, num_requests: 2, warmup_requests: 0, repeats: 2, max_repeats: 4}}\n"
         # Paired with an identical server, the ratio sits at 1.0: a floor of 1.0 stays undecided to the budget.
-        "  twin:\n    extends: baseline\n"
+        "  twin:\n    extends: baseline\n    url: {url}\n"
         "    speculative: {{algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}}\n"
         "    workload: {{max_new_tokens: 8, num_requests: 2, warmup_requests: 0, repeats: 2, max_repeats: 4}}\n"
     )
+    url = reference_url(SHARED_EAGLE3)
     _project(pytester)
     head = PROFILES.format(tolerances=["output_tok_s:1%"], thresholds="{}", repeats=TWO)
-    pytester.makefile(".yaml", specdec=head + eagle3.format(ratio=0.01))
+    pytester.makefile(".yaml", specdec=head + eagle3.format(ratio=0.01, url=url))
     first = _run(pytester, "--server-profile=eagle3")
     first.assert_outcomes(passed=1)
-    pytester.makefile(".yaml", specdec=head + eagle3.format(ratio=1.0))
+    pytester.makefile(".yaml", specdec=head + eagle3.format(ratio=1.0, url=url))
     night = _run(pytester, "--server-profile=eagle3", "--specdec-compare")
     line = re.search(r"^specdec server time: test_run\[eagle3\]: .*", night.stdout.str(), re.M)
     assert line is not None, night.stdout.str()
