@@ -233,9 +233,12 @@ def test_an_undecided_compare_warns_once_per_profile_a_head_and_a_line_per_open_
         ]
     )
     assert "test_base.py::test_again[baseline]\n" not in out.partition("warnings summary")[2], out
-    # No line of the warnings summary is a run of rows: each open row is a line of its own.
+    # No line of the undecided warning is a run of rows: each open row is a line of its own. (Its block only: on a busy
+    # runner a LoadWarning of its own, one long line, joins the summary; CI saw it at 334 characters.)
     warnings = out.partition("warnings summary")[2].partition("-- Docs:")[0]
-    assert max(map(len, warnings.splitlines())) < 300, warnings
+    undecided_block = warnings.partition("SpecdecWarning: ")[2].partition("\n\n")[0]
+    assert len(undecided_block.splitlines()) >= 3, warnings
+    assert max(map(len, undecided_block.splitlines())) < 300, warnings
 
 
 @pytest.mark.slow
