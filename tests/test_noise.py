@@ -219,8 +219,10 @@ def test_a_broken_noise_file_stops_pytest_before_any_server_starts(
     noise = pytester.path / ".specdec" / "noise" / "base.json"
     noise.parent.mkdir(parents=True)
     noise.write_text(text)
-    result = pytester.runpytest_subprocess("-p", "no:randomly", "--server-profile=base", "--specdec-compare",
-                                           timeout=120)  # fmt: skip
+    # In process: the usage error comes at configure, before any launch, and a pytest start in a subprocess costs
+    # 2-3 s on a busy runner.
+    result = pytester.runpytest_inprocess("-p", "no:randomly", "-p", "no:cacheprovider", "--server-profile=base",
+                                          "--specdec-compare")  # fmt: skip
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
         f"ERROR: --specdec-compare: calibrated noise of profile 'base': */.specdec/noise/base.json: {message}; rerun "
