@@ -1,4 +1,5 @@
-"""Tests of pytest_specdec.report.benchmark end to end: real pytest-benchmark runs in a subprocess (pytester).
+"""Tests of pytest_specdec.report.benchmark end to end: real pytest-benchmark runs (pytester), in process where one
+run's entry is read, in a subprocess where runs autosave and compare or start xdist workers.
 
 The inner project gets the bridge from the installed plugin (``plugin.py::pytest_configure`` registers it) and records
 synthetic measurements: 2.0 s per repeat for ``2 * tok/s`` output tokens.
@@ -66,15 +67,22 @@ def test_same_profile_again(request):
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_specdec=TEST)
+    # Not test_specdec.py: in process, examples/test_specdec.py may already be the module of that name.
+    pytester.makepyfile(test_bridged=TEST)
     return pytester
+
+
+def _run(project: pytest.Pytester) -> pytest.RunResult:
+    """One run writing out.json, in process: no server, and a pytest start in a subprocess costs 2-3 s on a busy
+    runner."""
+    return project.runpytest_inprocess("--benchmark-json=out.json", "-p", "no:cacheprovider", "-p", "no:randomly")
 
 
 def test_json_entry_is_seconds_per_token_with_extra_info(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SPECDEC_TOKS", "100,80,90")
-    result = project.runpytest_subprocess("--benchmark-json=out.json", "-p", "no:cacheprovider", timeout=120)
+    result = _run(project)
     assert result.ret == 0
     result.assert_outcomes(passed=2)
     data = json.loads((project.path / "out.json").read_text())
@@ -88,7 +96,7 @@ def test_json_entry_is_seconds_per_token_with_extra_info(
     assert entry["stats"]["ops"] == pytest.approx(3 / (1 / 100 + 1 / 80 + 1 / 90))  # harmonic mean of tok/s
     specdec = entry["extra_info"]["specdec"]
     assert specdec["unit"] == "seconds per output token"
-    assert specdec["tests"] == ["test_specdec.py::test_tok_s[eagle3]", "test_specdec.py::test_same_profile_again"]
+    assert specdec["tests"] == ["test_bridged.py::test_tok_s[eagle3]", "test_bridged.py::test_same_profile_again"]
     assert specdec["per_repeat"]["output_tok_s"] == [100.0, 80.0, 90.0]
     assert specdec["metrics"]["output_tok_s"] == 90.0  # the median of the repeats, not the first (100)
     assert specdec["fingerprint"] == {"engine": "reference"}
@@ -99,8 +107,7 @@ def _five_repeats_entry(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatc
     """The entry after a first measurement of 3 repeats (100, 80, 90 tok/s) and 2 more (70, 60): every repeat in it."""
     monkeypatch.setenv("SPECDEC_TOKS", "100,80,90")
     monkeypatch.setenv("SPECDEC_MORE", ",70,60")
-    result = project.runpytest_subprocess("--benchmark-json=out.json", "-p", "no:cacheprovider", "-p", "no:randomly",
-                                          timeout=120)  # fmt: skip
+    result = _run(project)
     result.assert_outcomes(passed=2)
     (entry,) = json.loads((project.path / "out.json").read_text())["benchmarks"]
     assert entry["stats"]["rounds"] == 5
@@ -128,7 +135,7 @@ def test_repeats_the_tests_own_verdicts_measured_join_the_entry(
     entry = _five_repeats_entry(project, monkeypatch)
     assert entry["stats"]["median"] == 2.0 / 160
     tests = entry["extra_info"]["specdec"]["tests"]
-    assert tests == ["test_specdec.py::test_tok_s[eagle3]", "test_specdec.py::test_same_profile_again"]
+    assert tests == ["test_bridged.py::test_tok_s[eagle3]", "test_bridged.py::test_same_profile_again"]
 
 
 @pytest.mark.slow
