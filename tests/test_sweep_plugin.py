@@ -33,12 +33,21 @@ def test_accept(specdec_run):
 """
 
 
+#: In process, the plugin (an entry point) was imported before the run could rewrite it: not these tests' concern.
+IN_PROCESS_INI = "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n"
+
+
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makefile(".yaml", specdec=PROFILES)
     pytester.makepyfile(test_specdec=TESTS)
-    pytester.makeini(STRICT_INI)
+    pytester.makeini(STRICT_INI + IN_PROCESS_INI)
     return pytester
+
+
+def _run(project: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """One in-process run (no second interpreter and plugin import per run; the servers are subprocesses anyway)."""
+    return project.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly", *args)
 
 
 @pytest.mark.parametrize(
@@ -61,7 +70,7 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     ],
 )  # fmt: skip
 def test_sweep_usage_errors(project: pytest.Pytester, args: list[str], message: str) -> None:
-    result = project.runpytest_subprocess(*args, timeout=60)
+    result = _run(project, *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
 
@@ -72,11 +81,10 @@ def test_sweep_runs_each_point_prints_table_and_writes_outputs(project: pytest.P
     configured at 3 steps; with 1 repeat per point even a 0% allowed gap recommends nothing: the configured point is
     the highest or undecided, and the run passes. (One run for both: each point is a server start. The line for a
     configured point that was not swept is checked on the fake SGLang, tests/test_verdicts_fast.py.)"""
-    result = project.runpytest_subprocess(
-        "-m", "specdec", "--server-profile=eagle3", "--specdec-sweep=num_steps=1,3", "--specdec-sweep-max-gap=0",
-        "--specdec-sweep-baseline=baseline", "--specdec-sweep-plot=out/sweep.png",
+    result = _run(
+        project, "-m", "specdec", "--server-profile=eagle3", "--specdec-sweep=num_steps=1,3",
+        "--specdec-sweep-max-gap=0", "--specdec-sweep-baseline=baseline", "--specdec-sweep-plot=out/sweep.png",
         "--specdec-report=out/report.json", "--specdec-markdown=out/summary.md", "--junitxml=out/junit.xml",
-        timeout=900,
     )  # fmt: skip
     out = result.stdout.str()
     assert result.ret == pytest.ExitCode.OK, out
@@ -124,8 +132,8 @@ def test_sweep_without_a_passing_point_fails_the_run(project: pytest.Pytester, m
     step.write_text("earlier\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
     # 2 repeats: a sweep point's tok/s floor is judged on their interval (1 repeat has none: undecided).
-    result = project.runpytest_subprocess("-m", "specdec", "--server-profile=eagle3", "--specdec-sweep=num_steps=1",
-                                          "--specdec-repeats=2", timeout=600)  # fmt: skip
+    result = _run(project, "-m", "specdec", "--server-profile=eagle3", "--specdec-sweep=num_steps=1",
+                  "--specdec-repeats=2")  # fmt: skip
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
