@@ -140,7 +140,7 @@ def test_slow_start_reports_progress(tmp_path: Path) -> None:
 
 
 def test_oom_at_startup(tmp_path: Path) -> None:
-    proc = start(make_spec("--crash-at", "1.0"), tmp_path)
+    proc = start(make_spec("--crash-at", "0.3"), tmp_path)
     t0 = time.monotonic()
     with pytest.raises(ServerStartError) as info:
         proc.wait_ready(health(proc.base_url), timeout_s=600)
@@ -149,7 +149,7 @@ def test_oom_at_startup(tmp_path: Path) -> None:
     log = tmp_path / "logs" / "eagle3.log"
     # One line, as a death with no cause found: cause, exit code, the log's last lines once, launch command (a
     # fresh-user trial read no command here, and the 20-line tail appended to the message twice, once per test).
-    command = f"{sys.executable} {FAKE} --port {proc.spec.port} --crash-at 1.0"
+    command = f"{sys.executable} {FAKE} --port {proc.spec.port} --crash-at 0.3"
     assert re.fullmatch(
         rf"server 'eagle3' exited with code 1 before it was ready \(cause: out of memory\) after \d+\.\d s: "
         rf"torch.OutOfMemoryError: CUDA out of memory\..* at sglang/srt/model_executor/cuda_graph_runner.py:391; "
@@ -362,7 +362,7 @@ def test_setsid_grandchild_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
     grandchild = int(wait_file(pid_file))
     assert os.getsid(grandchild) != proc.pid  # it really left the server's session
     time.sleep(0.5)  # let the watcher snapshot it
-    report = proc.stop(timeout_s=1.0)
+    report = proc.stop(timeout_s=0.5)
     assert report.killed_pids == (grandchild,)
     assert grandchild in report.terminated_pids
     assert report.survivors == ()
@@ -401,12 +401,12 @@ def test_sigterm_ignored_needs_sigkill(tmp_path: Path) -> None:
 
 
 def test_slow_graceful_shutdown_is_waited_for(tmp_path: Path) -> None:
-    proc = start(make_spec("--term-delay", "0.5"), tmp_path)
+    proc = start(make_spec("--term-delay", "0.2"), tmp_path)
     proc.wait_ready(health(proc.base_url), timeout_s=60)
     report = proc.stop(timeout_s=20)
     assert report.killed_pids == ()
     assert report.returncode == 0
-    assert report.duration_s >= 0.5
+    assert report.duration_s >= 0.2
 
 
 def test_zombie_child_is_reaped_at_teardown(tmp_path: Path) -> None:
