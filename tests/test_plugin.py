@@ -1,6 +1,8 @@
 """The plugin end to end through pytester: options, profile errors, marker errors, summary, verdicts, teardown.
 
-Tests that launch the bundled reference server use a small workload; each starts one server per profile.
+Tests that launch the bundled reference server use a small workload; each starts one server per profile, but
+for profiles whose measurement is all they read: those are given by URL, the session's shared servers
+(``conftest.reference_url``).
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 
 import psutil
 import pytest
 
 from pytest_specdec.serve.ports import port_is_free
-from tests.helpers import STRICT_INI
+from tests.helpers import SHARED_EAGLE3, STRICT_INI
 
 PROFILES = """
 profiles:
@@ -587,13 +590,21 @@ def test_xdist_schedule_one_launch_per_profile_one_server_at_a_time(project: pyt
 
 
 @pytest.mark.slow
-def test_slower_verify_shows_as_a_higher_cycle_cost_with_the_same_accept_length(project: pytest.Pytester) -> None:
-    # A lost-NCCL-env style slowdown: only the verify forward of the speculative server gets slower.
+def test_slower_verify_shows_as_a_higher_cycle_cost_with_the_same_accept_length(
+    project: pytest.Pytester, reference_url: Callable[[str], str]
+) -> None:
+    """A lost-NCCL-env style slowdown: only the verify forward of the speculative server gets slower. One launch (the
+    slowed server; it was four): the fast arm and both paired baselines are the session's shared servers
+    (``conftest.reference_url``), which the bundled server without the fault is."""
     extra = (
-        "  eagle3-paired:\n    extends: eagle3\n    thresholds: {min_speedup: {vs: baseline, ratio: 0.01}}\n"
-        "  eagle3-slow-verify:\n    extends: eagle3-paired\n"
+        f"  shared-baseline:\n    extends: baseline\n    url: {reference_url('')}\n"
+        f"  eagle3-paired:\n    extends: eagle3\n    url: {reference_url(SHARED_EAGLE3)}\n"
+        "    thresholds: {min_speedup: {vs: shared-baseline, ratio: 0.01}}\n"
+        "  eagle3-slow-verify:\n    extends: eagle3\n"
+        "    thresholds: {min_speedup: {vs: shared-baseline, ratio: 0.01}}\n"
         '    extra_args: ["--ref-fault-verify-delay-ms", "30"]\n'
     )
+    assert SHARED_EAGLE3 in PROFILES  # the shared server runs the eagle3 profile's speculative block
     # Half the requests and two thirds of the tokens of the other tests (both arms: the baseline's workload too): the
     # 30 ms verify delay is several plain decode steps, so ~20 cycles a phase still separate the two cycle costs by far
     # more than the 1.2x asked (1.2 vs 4.2 plain steps measured at load 5); the 3 pairs stay.
@@ -602,13 +613,12 @@ def test_slower_verify_shows_as_a_higher_cycle_cost_with_the_same_accept_length(
     assert short in profiles
     project.makefile(".yaml", specdec=profiles.replace("@TAG@", _tag(project)) + extra)
     project.makepyfile(test_specdec="def test_run(specdec_run):\n    pass\n")
-    # Both paired profiles start their own baseline arm: the baseline profile itself is not measured (a 3rd launch).
     result = project.runpytest_subprocess("--server-profile=eagle3-paired,eagle3-slow-verify", timeout=900)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     out = result.stdout.str()
     pattern = (
         r"specdec (\S+): a speculative cycle costs ([\d.]+) plain decode steps \(accept_len ([\d.]+) / the paired "
-        r"speedup over baseline, \d+ pairs at concurrency 1\); speculation pays while the accept length "
+        r"speedup over shared-baseline, \d+ pairs at concurrency 1\); speculation pays while the accept length "
         r"exceeds [\d.]+ \[server: draft ([\d.]+) ms \+ verify ([\d.]+) ms per cycle\]"
     )
     found = {m[0]: tuple(float(x) for x in m[1:]) for m in re.findall(pattern, out)}
