@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,6 +16,7 @@ from pytest_specdec.core.records import RunMetrics
 from pytest_specdec.judge import speedup
 from pytest_specdec.measure import pairing
 from pytest_specdec.measure.runner import Measurement
+from tests.helpers import SHARED_EAGLE3
 
 
 def _metrics(tok_s: float) -> RunMetrics:
@@ -143,14 +145,21 @@ def _project(pytester: pytest.Pytester, ratio: float) -> pytest.Pytester:
 
 @pytest.mark.slow
 def test_min_speedup_passes_with_its_paired_ratio_and_fails_naming_a_reference_arm_that_cannot_start(
-    pytester: pytest.Pytester,
+    pytester: pytest.Pytester, reference_url: Callable[[str], str]
 ) -> None:
-    """One run of two profiles (one pytest start, not two; each still launches its own servers), the baseline not
-    listed: eagle3 passes with its paired ratio in the summary; eagle3-arm-dies, whose reference arm dies at startup,
-    fails with the reason and the arm's log."""
+    """One run of two profiles (one pytest start, not two), the baseline not listed: eagle3 passes with its paired
+    ratio in the summary; eagle3-arm-dies, whose reference arm dies at startup, fails with the reason and the arm's
+    log. The reference arms are launched (baseline's, and the one that dies); both targets are the session's shared
+    eagle3 server (``conftest.reference_url``: two launches saved), which pairs as a launched reference server does
+    (interleaved)."""
     _project(pytester, 0.5)
+    text = (pytester.path / "specdec.yaml").read_text()
+    assert SHARED_EAGLE3 in text  # the shared server runs eagle3's speculative block
+    url = f"    url: {reference_url(SHARED_EAGLE3)}\n"
+    text = text.replace("  eagle3:\n    extends: baseline\n", "  eagle3:\n    extends: baseline\n" + url)
+    assert url in text
     (pytester.path / "specdec.yaml").write_text(
-        (pytester.path / "specdec.yaml").read_text().rstrip("\n")
+        text.rstrip("\n")
         + "\n  eagle3-arm-dies:\n    extends: eagle3\n    thresholds: {min_speedup: {vs: crashes, ratio: 1.05}}\n"
         + '  crashes:\n    extends: baseline\n    extra_args: ["--ref-fault-oom-at-startup", "0.2"]\n'
     )
