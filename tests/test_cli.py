@@ -28,6 +28,16 @@ from tests.helpers import rec
 FP = {"workload": {"max_new_tokens": 64, "num_requests": 16, "concurrency": 1}, "prompt_hash": "abc"}
 
 
+@pytest.fixture
+def proposal_column_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For tests that do not read calibrate's table of least tolerances by stored runs (TABLE_HEAD's): the table
+    keeps the proposal's column (10 stored runs, its figures drawn once for the proposal), not 3 more columns of 400
+    simulated nights per row."""
+    from pytest_specdec.cli import calibrate
+
+    monkeypatch.setattr(calibrate, "_TABLE_RUNS", ())
+
+
 def _run(
     root: Path, run_id: str, tok_s: list[float], accept: list[float], *, temperature: float | None = None,
     started: float = 0.0,
@@ -582,6 +592,7 @@ def _night(root: Path, run_id: str, records: list[tuple[str, list[float], str, b
     return ResultStore(root).save(RunFile(run_id=run_id, started=0.0, results=tuple(saved)))
 
 
+@pytest.mark.usefixtures("proposal_column_only")
 def test_calibrate_from_runs_of_several_profiles_needs_profile(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -603,6 +614,7 @@ def test_calibrate_from_runs_of_several_profiles_needs_profile(
     assert json.loads((tmp_path / ".specdec/noise/base.json").read_text())["runs"] == 2
 
 
+@pytest.mark.usefixtures("proposal_column_only")
 def test_calibrate_from_leaves_out_failed_and_interrupted_tests_and_keeps_undecided_ones(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -634,6 +646,7 @@ def test_calibrate_from_one_run_is_refused_as_runs_1_is(
     assert not (tmp_path / ".specdec/noise").exists()
 
 
+@pytest.mark.usefixtures("proposal_column_only")
 def test_calibrate_from_takes_names_and_run_ids_in_the_results_store(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -885,6 +898,7 @@ def test_calibrate_proposes_the_least_tolerance_the_gate_decides_not_3_sd(
     assert (_gate_verdict(found, 0.063, stored=10), _gate_verdict(found, 0.046, stored=10)) == ("ok", "undecided")
 
 
+@pytest.mark.usefixtures("proposal_column_only")
 def test_calibrate_sizes_for_a_baseline_of_the_profiles_repeats_not_the_calibration_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1216,6 +1230,7 @@ def _snapshots(loads: list[float]) -> object:
     return lambda: {"load1": next(found), "cpus": 2, "cpu_times": {}, "gpu": None}
 
 
+@pytest.mark.usefixtures("proposal_column_only")
 def test_calibrate_says_when_the_runs_drift_with_the_load(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1269,6 +1284,7 @@ def _stored_levels(root: Path, levels: list[float], loads: list[float]) -> list[
     return files
 
 
+@pytest.mark.usefixtures("proposal_column_only")
 def test_calibrate_leaves_out_a_run_measured_beside_another_job(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1329,6 +1345,7 @@ def _regressed(factor: float, tolerance: str, nights: int, stored: int = 10) -> 
     return failed / nights
 
 
+@pytest.mark.usefixtures("proposal_column_only")
 def test_calibrate_says_the_least_loss_a_night_fails_at_its_proposal(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1373,6 +1390,7 @@ def test_calibrate_leaves_out_a_field_it_cannot_size_with_its_category_rows(
     assert "it keeps the tolerance your ini or profile gives (here: tpot_ms_p50 (default 10%))" in left
 
 
+@pytest.mark.usefixtures("proposal_column_only")
 def test_calibrate_keeps_accept_rates_absolute_tolerance_and_leaves_exact_fields_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
