@@ -53,9 +53,13 @@ def _project(
     thresholds: str = "{}",
     repeats: str = TWO,
     tolerances: tuple[str, ...] = TOLERANCES,
+    url: str | None = None,
 ) -> None:
-    pytester.makefile(".yaml", specdec=PROFILES.format(tolerances=list(tolerances), thresholds=thresholds,
-                                                       repeats=repeats))  # fmt: skip
+    """``url``: the baseline profile (and baseline-slow, which extends it) measures that server, never launches."""
+    text = PROFILES.format(tolerances=list(tolerances), thresholds=thresholds, repeats=repeats)
+    if url is not None:
+        text = text.replace("    server: reference\n", f"    server: reference\n    url: {url}\n", 1)
+    pytester.makefile(".yaml", specdec=text)
     pytester.makepyfile(test_night=tests)
     pytester.makeini(INI)
 
@@ -73,20 +77,25 @@ def _run_id(result: pytest.RunResult) -> str:
 
 
 def test_night_1_is_saved_never_replaced_by_an_unclean_run_and_compared_by_name(
-    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], reference_url: Callable[[str], str]
 ) -> None:
+    """The failed, undecided and interrupted runs stay three runs of their own, each measured on the session's shared
+    baseline server (``conftest.reference_url``: three launches saved): ``latest`` passes them over on their
+    outcomes and verdicts, whatever server they measured. The night, the compare by name and the slowed server are
+    launched: the compares read launched fingerprints (the slowed one's env diff)."""
     _project(pytester)
     # Three repeats, not two: with 2 stored and 2 current repeats the interval has 1 degree of freedom per side, and
     # a night stored under 19% CPU steal (62 and 127 tok/s) left even the 5x slowdown below undecided.
     night = _run(pytester, "--server-profile=baseline", "--specdec-save=night-1", "--specdec-repeats=3")
     night.assert_outcomes(passed=1)
     night.stdout.fnmatch_lines(["specdec: saved as night-1: */names/night-1 names this run"])
-    _project(pytester, "def test_run(specdec_run):\n    assert False, 'broken'\n")
+    shared = reference_url("")
+    _project(pytester, "def test_run(specdec_run):\n    assert False, 'broken'\n", url=shared)
     _run(pytester, "--server-profile=baseline").assert_outcomes(failed=1)
     # One repeat and no more: the min_tok_s floor has no spread to decide on, so it ends undecided and passes.
-    _project(pytester, thresholds="{min_tok_s: 1}", repeats="repeats: 1, max_repeats: 1")
+    _project(pytester, thresholds="{min_tok_s: 1}", repeats="repeats: 1, max_repeats: 1", url=shared)
     _run(pytester, "--server-profile=baseline").assert_outcomes(passed=1)
-    _project(pytester, RUN + "\n\ndef test_stop(specdec_run):\n    raise KeyboardInterrupt\n")
+    _project(pytester, RUN + "\n\ndef test_stop(specdec_run):\n    raise KeyboardInterrupt\n", url=shared)
     assert _run(pytester, "--server-profile=baseline").ret == pytest.ExitCode.INTERRUPTED
     store = ResultStore(pytester.path / ".specdec" / "results")
     latest = Baselines.from_option("latest", store)
@@ -122,10 +131,15 @@ def test_night_1_is_saved_never_replaced_by_an_unclean_run_and_compared_by_name(
     )
 
 
-def test_a_slowdown_of_both_arms_is_not_green_on_the_speculative_profile_either(pytester: pytest.Pytester) -> None:
+def test_a_slowdown_of_both_arms_is_not_green_on_the_speculative_profile_either(
+    pytester: pytest.Pytester, reference_url: Callable[[str], str]
+) -> None:
     """The seed incident's shape (NCCL tuning env lost on a restart: the baseline 88.8 -> 62.9 tok/s and the
     speculative server with it): a forward delay on both profiles. The paired ratio alone cannot see it; the raw row
-    of the speculative profile fails too."""
+    of the speculative profile fails too.
+
+    The night measures the session's shared servers of both arms (``conftest.reference_url``: two launches saved;
+    the same bundled server and speculative block); the slowed night launches its own, with the delay in their env."""
     eagle3 = (
         "  eagle3:\n    extends: baseline\n"
         "    speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}\n"
@@ -138,7 +152,10 @@ def test_a_slowdown_of_both_arms_is_not_green_on_the_speculative_profile_either(
     # (the smaller run spreads more, so Welch with ~1 df; seen on CI: the baseline test passed with a warning).
     room = "repeats: 2, max_repeats: 8"
     clean = PROFILES.format(tolerances=list(TOLERANCES), thresholds="{}", repeats=room) + eagle3
-    pytester.makefile(".yaml", specdec=clean)
+    head = "  eagle3:\n    extends: baseline\n"
+    on_shared = clean.replace("    server: reference\n", f"    server: reference\n    url: {reference_url('')}\n", 1)
+    on_shared = on_shared.replace(head, f"{head}    url: {reference_url(SHARED_EAGLE3)}\n")
+    pytester.makefile(".yaml", specdec=on_shared)
     # The baseline night with 6 repeats: with 2, one stalled phase on a busy runner can leave it too wide to decide;
     # with 4 at load 5, eagle3's raw x0.455 stayed undecided (CI 0.20-1.01: "the baseline's side keeps the interval
     # open (1 stored run, 4 repeats)", flake hunt seed 219).
