@@ -294,7 +294,8 @@ def test_xdist_one_server_for_four_workers(
     out.mkdir()
     pytester.makeconftest(XDIST_CONFTEST.format(out=str(out), fake=str(FAKE)))
     pytester.makepyfile(test_shared=XDIST_TESTS.format(crash=crash))
-    result = pytester.runpytest_subprocess("-n", "4", "-p", "xdist", "-p", "no:cacheprovider", timeout=180)
+    # The controller in process (the workers are subprocesses anyway): no fifth interpreter and plugin import.
+    result = pytester.runpytest_inprocess("-n", "4", "-p", "xdist", "-p", "no:cacheprovider")
     if crash:
         result.assert_outcomes(passed=11, failed=1)
         result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running 'test_shared.py::test_use[[]2[]]'*"])
