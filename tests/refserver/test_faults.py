@@ -27,8 +27,9 @@ def test_stall_after_tokens_keeps_health_green(tmp_path: Path) -> None:
         with srv.client(timeout=30) as c:
             first = c.post("/generate", json={"text": "def f(x):\n", **GEN})
             assert first.status_code == 200
+            # 1.5 s: the first 10 tokens came back within a second even at load 8 on 2 cores; this one stalls at 5.
             with pytest.raises(httpx.ReadTimeout):
-                c.post("/generate", json={"text": "def g(x):\n", **GEN}, timeout=3)
+                c.post("/generate", json={"text": "def g(x):\n", **GEN}, timeout=1.5)
             assert c.get("/health").status_code == 200  # the engine still answers its own probes
 
 
