@@ -1195,6 +1195,7 @@ def _unchanged_nights_passed(tolerances: list[str], nights: int, stored: int = 1
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("proposal_column_only")
 def test_calibrate_sizes_for_the_night_every_row_passes_together(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1364,6 +1365,7 @@ def test_calibrate_says_the_least_loss_a_night_fails_at_its_proposal(
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("proposal_column_only")
 def test_calibrate_leaves_out_a_field_it_cannot_size_with_its_category_rows(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
