@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,12 +12,17 @@ import pytest
 from pytest_specdec.engines.rules import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
 from pytest_specdec.measure import runner
 from pytest_specdec.profiles.schema import Profile
+from tests.helpers import SHARED_EAGLE3
 
 
 @pytest.mark.slow
-def test_trace_phase_writes_draft_and_verify_spans_outside_the_measurement(tmp_path: Path) -> None:
+def test_trace_phase_writes_draft_and_verify_spans_outside_the_measurement(
+    tmp_path: Path, reference_url: Callable[[str], str]
+) -> None:
+    """On the session's shared EAGLE3 server (``conftest.reference_url``; the trace is asked of a running server,
+    nothing here depends on a launch): ``start_server`` attaches to it, ``stop`` leaves it running."""
     profile = Profile(
-        name="eagle3", server="reference", source=str(tmp_path / "specdec.yaml"), startup_timeout_s=300,
+        name="eagle3", server="reference", source=str(tmp_path / "specdec.yaml"), url=reference_url(SHARED_EAGLE3),
         model_path=str(BUNDLED_TARGET),
         speculative={"algorithm": "EAGLE3", "draft_model_path": str(BUNDLED_DRAFT_EAGLE3), "num_steps": 3,
                      "eagle_topk": 1, "num_draft_tokens": 4},
