@@ -6,9 +6,11 @@ env var lost on restart while the server got slower (the env diff leads; pytest-
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from tests.helpers import assert_tok_s_regressed_or_left_open
+from tests.helpers import SHARED_EAGLE3, assert_tok_s_regressed_or_left_open
 
 pytestmark = pytest.mark.slow
 
@@ -28,11 +30,13 @@ def test_eagle3(specdec_run):
 """
 
 
-def _profiles(eagle3_env: str, extra: str = "", workload: str = WORKLOAD) -> str:
+def _profiles(eagle3_env: str, extra: str = "", workload: str = WORKLOAD, url: str | None = None) -> str:
+    """``url``: eagle3 (and the profile extending it) measures that server, never launches."""
+    given = f"\n    url: {url}" if url is not None else ""
     return f"""
 profiles:
   eagle3:
-    server: reference
+    server: reference{given}
     env: {eagle3_env}
     {workload}
     speculative: {{algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}}
@@ -43,14 +47,19 @@ profiles:
 """
 
 
-def test_shifted_layers_regress_against_the_eagle3_baseline_with_aux_id_diff(pytester: pytest.Pytester) -> None:
-    pytester.makefile(".yaml", specdec=_profiles("{}", workload=SHORT_WORKLOAD))
+def test_shifted_layers_regress_against_the_eagle3_baseline_with_aux_id_diff(
+    pytester: pytest.Pytester, reference_url: Callable[[str], str]
+) -> None:
+    """The stored eagle3 run measures the session's shared EAGLE3 server (``conftest.reference_url``: a launch
+    saved; the bundled draft on its trained aux ids, as it reports); the shifted layers launch their own."""
+    pytester.makefile(".yaml", specdec=_profiles("{}", workload=SHORT_WORKLOAD, url=reference_url(SHARED_EAGLE3)))
     # A second parametrization: the profile id is only part of the node id ("[eagle3-1]").
     pytester.makepyfile(
         test_specdec=TEST + "\n\n@pytest.mark.parametrize('n', [1])\ndef test_param(specdec_run, n):\n    pass\n"
     )
     first = pytester.runpytest_subprocess("--server-profile=eagle3", "-p", "no:benchmark", timeout=600)
     assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+    pytester.makefile(".yaml", specdec=_profiles("{}", workload=SHORT_WORKLOAD))
     second = pytester.runpytest_subprocess(
         "--server-profile=eagle3-shifted-layers",
         "--specdec-compare",
