@@ -185,11 +185,22 @@ def test_min_speedup_passes_with_its_paired_ratio_and_fails_naming_a_reference_a
 
 
 @pytest.mark.slow
-def test_min_speedup_is_measured_once_in_any_order_under_xdist_and_fails_when_unmet(pytester: pytest.Pytester) -> None:
+def test_min_speedup_is_measured_once_in_any_order_under_xdist_and_fails_when_unmet(
+    pytester: pytest.Pytester, reference_url: Callable[[str], str]
+) -> None:
     """The baseline listed second: old code made min_speedup "not applicable" there, a silent pass (and not listed
     at all: the test above). Two test files on two workers: each eagle3 test fails on the one measurement. One run
-    checks both (it was two, each starting both servers; issue 45)."""
+    checks both (it was two, each starting both servers; issue 45). eagle3 is launched (its tests one xdist unit);
+    the baseline, its own tests and eagle3's reference arm, is the session's shared plain server
+    (``conftest.reference_url``): one launch, not three."""
     _project(pytester, 50)
+    text = (pytester.path / "specdec.yaml").read_text()
+    # eagle3 extends baseline: `url: null` keeps it launched.
+    url = f"    url: {reference_url('')}\n"
+    text = text.replace("    server: reference\n", "    server: reference\n" + url)
+    text = text.replace("  eagle3:\n    extends: baseline\n", "  eagle3:\n    extends: baseline\n    url: null\n")
+    assert url in text and "url: null" in text
+    (pytester.path / "specdec.yaml").write_text(text)
     pytester.makepyfile(test_more="def test_other(specdec_run):\n    pass\n")
     result = pytester.runpytest_subprocess("--server-profile=eagle3,baseline", "-n", "2", "-p", "no:cacheprovider",
                                            timeout=600)  # fmt: skip
