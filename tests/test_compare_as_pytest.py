@@ -9,6 +9,7 @@ stores them with pytest itself on the reference server (slow)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -153,17 +154,22 @@ INI = (
 
 @pytest.mark.slow
 def test_compare_repeats_pytests_verdict_on_a_night_it_compared_across_profiles(
-    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], reference_url: Callable[[str], str]
 ) -> None:
     """On the reference server: night-1 stored by pytest, then a 20x slowed profile compared with it under
     ``--specdec-compare-profile=baseline`` (pytest fails it: tok/s REGRESSED). ``compare night-1 latest`` with the
-    profile's tolerances and no option regresses the same row against the same test and exits 1."""
-    pytester.makefile(".yaml", specdec=PROFILES)
+    profile's tolerances and no option regresses the same row against the same test and exits 1.
+
+    Night-1 measures the session's shared baseline server (``conftest.reference_url``: a launch saved); the slowed
+    profile launches its own, with the slowdown in its env."""
+    shared = PROFILES.replace("    server: reference\n", f"    server: reference\n    url: {reference_url('')}\n", 1)
+    pytester.makefile(".yaml", specdec=shared)
     pytester.makepyfile(test_night="def test_run(specdec_run):\n    pass\n")
     pytester.makeini(INI)
     args = ("-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly")
     night = pytester.runpytest_inprocess(*args, "--server-profile=baseline", "--specdec-save=night-1")
     night.assert_outcomes(passed=1)
+    pytester.makefile(".yaml", specdec=PROFILES)
     slow = pytester.runpytest_inprocess(*args, "--server-profile=baseline-slow", "--specdec-compare=night-1",
                                         "--specdec-compare-profile=baseline")  # fmt: skip
     slow.assert_outcomes(failed=1)
