@@ -23,9 +23,11 @@ from tests.helpers import SHARED_EAGLE3
 pytestmark = pytest.mark.slow
 
 #: Wide tolerances: a loaded 2-core runner moves the reference server's tok/s by tens of percent between runs; the
-#: slowdown below makes every target forward take 20x its own compute, so plain decoding (nearly all target forward)
-#: runs over 10x slower (at 5x: x0.256 at load 3.4). A factor, not a fixed sleep: load stretches the compute but not a
-#: sleep, so the 60 ms delay it replaces measured x0.195 at load 3 and x0.27 at load 5.
+#: slowdown below makes every target forward take 10x its own compute, so plain decoding (nearly all target forward)
+#: runs ~8x slower (at 5x: x0.256 at load 3.4), judged at the 50% tolerance (x0.5 its limit) with room for a burst on
+#: either run (below). At 20x it was judged at the 80% tolerance (x0.2 its limit) and its 3 slowed repeats took twice
+#: as long: 47 s at load 8 (issue 45). A factor, not a fixed sleep: load stretches the compute but not a sleep, so
+#: the 60 ms delay it replaces measured x0.195 at load 3 and x0.27 at load 5.
 PROFILES = """
 profiles:
   baseline:
@@ -35,7 +37,7 @@ profiles:
     workload: {{max_new_tokens: 8, num_requests: 2, warmup_requests: 0, {repeats}}}
   baseline-slow:
     extends: baseline
-    env: {{SPECDEC_REF_FORWARD_SLOWDOWN: "20"}}
+    env: {{SPECDEC_REF_FORWARD_SLOWDOWN: "10"}}
 """
 TOLERANCES = ("output_tok_s:50%", "ttft_ms:900%", "itl_ms:900%", "tpot_ms:900%")
 TWO = "repeats: 2, max_repeats: 2"
@@ -105,8 +107,9 @@ def test_night_1_is_saved_never_replaced_by_an_unclean_run_and_compared_by_name(
     assert [s.split(" ", 1)[1] for s in found.skipped] == ["(interrupted)", "(undecided: min_tok_s)", "(failed)"]
 
     # The unchanged night at 80% on tok/s: its 1-s phases read x0.462 (CI 0.31-0.70) against night-1 in a clean-clone
-    # CI run at load 3.6 (the other worker's server starts taking the cores for a second); the 20x slowdown below
-    # stays beyond it whichever of the two runs a burst slows (x0.13 at worst).
+    # CI run at load 3.6 (the other worker's server starts taking the cores for a second). The slowed run below is
+    # judged at 50%: 10x slower stays beyond it whichever of the two runs a burst slows (20x read x0.13 at worst at
+    # 80%, a limit 1.5x above it; 10x at 50% keeps 2x).
     wide = ("output_tok_s:80%", *TOLERANCES[1:])
     _project(pytester, tolerances=wide)
     by_name = _run(pytester, "--server-profile=baseline", "--specdec-compare=night-1")
@@ -118,14 +121,16 @@ def test_night_1_is_saved_never_replaced_by_an_unclean_run_and_compared_by_name(
     assert main(["compare", "night-1", "latest", *tolerances, "--results-dir", str(store.root)]) == 0
     assert f"specdec compare: baseline {_run_id(night)} -> current {_run_id(by_name)}" in capsys.readouterr().out
 
-    # Without speculation too, an explicit --specdec-compare-profile maps the test: a 5x slower server regresses.
+    # Without speculation too, an explicit --specdec-compare-profile maps the test: a 10x slower server regresses (at
+    # the 50% tolerance).
+    _project(pytester)
     slow = _run(pytester, "--server-profile=baseline-slow", "--specdec-compare=night-1",
                 "--specdec-compare-profile=baseline", "--specdec-repeats=3")  # fmt: skip
     slow.assert_outcomes(failed=1)
     slow.stdout.fnmatch_lines(
         [
             f"regression against run {_run_id(night)} (test_night.py::test_run[[]baseline[]]):",
-            "*env SPECDEC_REF_FORWARD_SLOWDOWN: (unset) -> 20*",
+            "*env SPECDEC_REF_FORWARD_SLOWDOWN: (unset) -> 10*",
             "output_tok_s *REGRESSED*",
         ]
     )

@@ -136,15 +136,18 @@ def test_compare_names_no_test_where_several_could_be_the_mapped_one(
     ) in out
 
 
+#: The slowed profile: every target forward 10x its compute, plain decoding ~8x slower (x0.256 at 5x, load 3.4;
+#: tests/test_baselines_e2e.py), judged at 50% (x0.5 its limit). It was 20x at 80% (x0.2): the same room for a burst
+#: on either run, and slowed phases twice as long (issue 45).
 PROFILES = """
 profiles:
   baseline:
     server: reference
-    tolerances: [output_tok_s:80%, ttft_ms:900%, itl_ms:900%, tpot_ms:900%]
+    tolerances: [output_tok_s:50%, ttft_ms:900%, itl_ms:900%, tpot_ms:900%]
     workload: {max_new_tokens: 8, num_requests: 2, warmup_requests: 0, repeats: 3, max_repeats: 3}
   baseline-slow:
     extends: baseline
-    env: {SPECDEC_REF_FORWARD_SLOWDOWN: "20"}
+    env: {SPECDEC_REF_FORWARD_SLOWDOWN: "10"}
 """
 INI = (
     "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n"
@@ -156,7 +159,7 @@ INI = (
 def test_compare_repeats_pytests_verdict_on_a_night_it_compared_across_profiles(
     pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], reference_url: Callable[[str], str]
 ) -> None:
-    """On the reference server: night-1 stored by pytest, then a 20x slowed profile compared with it under
+    """On the reference server: night-1 stored by pytest, then a 10x slowed profile compared with it under
     ``--specdec-compare-profile=baseline`` (pytest fails it: tok/s REGRESSED). ``compare night-1 latest`` with the
     profile's tolerances and no option regresses the same row against the same test and exits 1.
 
@@ -179,7 +182,7 @@ def test_compare_repeats_pytests_verdict_on_a_night_it_compared_across_profiles(
     # pytest stores the baseline test it compared with; the command takes that one.
     (latest,) = [r for r in ResultStore(Path(root)).load("latest").results if r.profile == "baseline-slow"]
     assert latest.cost["verdicts"]["compare"]["baseline_test"] == "test_night.py::test_run[baseline]"
-    tolerances = [a for t in ("output_tok_s:80%", "ttft_ms:900%", "itl_ms:900%", "tpot_ms:900%") for a in ("-t", t)]
+    tolerances = [a for t in ("output_tok_s:50%", "ttft_ms:900%", "itl_ms:900%", "tpot_ms:900%") for a in ("-t", t)]
     capsys.readouterr()
     assert main(["compare", "night-1", "latest", *tolerances, "--results-dir", root]) == 1
     out = capsys.readouterr().out
