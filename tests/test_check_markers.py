@@ -39,7 +39,8 @@ def _literal(line: str) -> str:
 
 
 def _check(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    """In process: the check launches nothing, and a pytest start in a subprocess costs 2-3 s on a busy runner."""
+    """In process, as the real run below: the check launches nothing, and a pytest start in a subprocess costs 2-3 s
+    on a busy runner."""
     return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-check", *args)
 
 
@@ -151,7 +152,7 @@ def test_a_broken_marker_errors_its_test_before_its_server_starts(pytester: pyte
         "    open('server-started', 'w').close()\n"
         "    pytest.fail('a server was started')\n"
     )
-    result = pytester.runpytest_subprocess("--server-profile=eagle3", timeout=120)
+    result = pytester.runpytest_inprocess("--server-profile=eagle3", "-p", "no:cacheprovider", "-p", "no:randomly")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*@pytest.mark.specdec: unknown threshold 'min_tok_sec' *; got min_tok_sec=5"])
