@@ -10,6 +10,10 @@ from collections.abc import Callable
 
 import pytest
 
+# Imported before any in-process run (pytester drops the modules an inner run imported; numpy.fft cannot be loaded
+# twice in one process).
+import scipy.stats  # noqa: F401
+
 from tests.helpers import SHARED_EAGLE3, assert_tok_s_regressed_or_left_open
 
 pytestmark = pytest.mark.slow
@@ -59,17 +63,14 @@ def test_shifted_layers_regress_against_the_eagle3_baseline_with_aux_id_diff(
     pytester.makepyfile(
         test_specdec=TEST + "\n\n@pytest.mark.parametrize('n', [1])\ndef test_param(specdec_run, n):\n    pass\n"
     )
-    first = pytester.runpytest_subprocess("--server-profile=eagle3", "-p", "no:benchmark", timeout=600)
+    # In process: the servers are processes of their own, nothing needs a fresh interpreter.
+    first = pytester.runpytest_inprocess("--server-profile=eagle3", "-p", "no:benchmark")
     assert first.ret == pytest.ExitCode.OK, first.stdout.str()
     pytester.makefile(".yaml", specdec=_profiles("{}", workload=SHORT_WORKLOAD))
-    second = pytester.runpytest_subprocess(
-        "--server-profile=eagle3-shifted-layers",
-        "--specdec-compare",
-        "--specdec-compare-profile=eagle3",
-        "-p",
+    second = pytester.runpytest_inprocess(
+        "--server-profile=eagle3-shifted-layers", "--specdec-compare", "--specdec-compare-profile=eagle3", "-p",
         "no:benchmark",
-        timeout=600,
-    )
+    )  # fmt: skip
     assert second.ret == pytest.ExitCode.TESTS_FAILED, second.stdout.str()
     second.assert_outcomes(failed=2)
     second.stdout.fnmatch_lines(["regression against run * (test_specdec.py::test_param[[]eagle3-1[]]):"])
@@ -93,8 +94,7 @@ def test_lost_env_var_and_slower_server_lead_with_env_diff_and_trip_benchmark_co
     pytester.makepyfile(test_specdec=TEST)
     # The baseline with 4 repeats, as the plugin advises: with 2, one stalled phase (62.9 and 86.4 tok/s, seen on CI)
     # leaves the baseline spreading more than today, hence Welch's t with ~1 df, and a -44% run honestly undecided.
-    first = pytester.runpytest_subprocess("--server-profile=eagle3", "--benchmark-autosave", "--specdec-repeats=4",
-                                          timeout=600)  # fmt: skip
+    first = pytester.runpytest_inprocess("--server-profile=eagle3", "--benchmark-autosave", "--specdec-repeats=4")
     assert first.ret == pytest.ExitCode.OK, first.stdout.str()
     # The restart "lost" NCCL_PROTO and the server is slower per forward (a documented reference-server knob). Every
     # target forward takes 3x its own compute (the draft is not slowed): x0.40 tok/s quiet (tests/test_probes.py),
@@ -102,12 +102,8 @@ def test_lost_env_var_and_slower_server_lead_with_env_diff_and_trip_benchmark_co
     # the compute (x0.51-0.59 at load 3-5), a factor does not; 2.5 (x0.39 at load 3) was left undecided at 5 repeats
     # when the load eased between the stored run and this one (x0.633, CI 0.35-1.15): 3 keeps a margin for that.
     pytester.makefile(".yaml", specdec=_profiles("{SPECDEC_REF_FORWARD_SLOWDOWN: '3'}"))
-    second = pytester.runpytest_subprocess(
-        "--server-profile=eagle3",
-        "--specdec-compare",
-        "--benchmark-compare",
-        "--benchmark-compare-fail=mean:5%",
-        timeout=600,
+    second = pytester.runpytest_inprocess(
+        "--server-profile=eagle3", "--specdec-compare", "--benchmark-compare", "--benchmark-compare-fail=mean:5%"
     )
     assert second.ret != pytest.ExitCode.OK, second.stdout.str()
     out = second.stdout.str()
