@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 
 import pytest
 
@@ -22,6 +23,12 @@ profiles:
   eagle3:
     extends: baseline
     speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}
+"""
+
+#: eagle3 without ``extends: baseline`` (what it took from baseline, written out), for a baseline given by url:.
+EAGLE3_OWN = """    server: reference
+    startup_timeout_s: 180
+    workload: {max_new_tokens: 24, num_requests: 6, warmup_requests: 1, repeats: 1}
 """
 
 TESTS = """
@@ -76,11 +83,20 @@ def test_sweep_usage_errors(project: pytest.Pytester, args: list[str], message: 
 
 
 @pytest.mark.slow
-def test_sweep_runs_each_point_prints_table_and_writes_outputs(project: pytest.Pytester) -> None:
+def test_sweep_runs_each_point_prints_table_and_writes_outputs(
+    project: pytest.Pytester, reference_url: Callable[[str], str]
+) -> None:
     """The sweep's table, plot, report, markdown and JUnit properties; and issue 24.1 (was 14.6's check): eagle3 is
     configured at 3 steps; with 1 repeat per point even a 0% allowed gap recommends nothing: the configured point is
     the highest or undecided, and the run passes. (One run for both: each point is a server start. The line for a
-    configured point that was not swept is checked on the fake SGLang, tests/test_verdicts_fast.py.)"""
+    configured point that was not swept is checked on the fake SGLang, tests/test_verdicts_fast.py.)
+
+    The baseline is the session's shared plain server (``conftest.reference_url``: a launch saved); the points are
+    launched, as a sweep's must be (eagle3 writes out what it took from baseline, so it does not inherit the url:)."""
+    profiles = PROFILES.replace("    extends: baseline\n", EAGLE3_OWN).replace(
+        "    server: reference\n", f"    server: reference\n    url: {reference_url('')}\n", 1
+    )
+    project.makefile(".yaml", specdec=profiles)
     result = _run(
         project, "-m", "specdec", "--server-profile=eagle3", "--specdec-sweep=num_steps=1,3",
         "--specdec-sweep-max-gap=0", "--specdec-sweep-baseline=baseline", "--specdec-sweep-plot=out/sweep.png",
