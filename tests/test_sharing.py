@@ -294,8 +294,10 @@ def test_xdist_one_server_for_four_workers(
     out.mkdir()
     pytester.makeconftest(XDIST_CONFTEST.format(out=str(out), fake=str(FAKE)))
     pytester.makepyfile(test_shared=XDIST_TESTS.format(crash=crash))
-    # The controller in process (the workers are subprocesses anyway): no fifth interpreter and plugin import.
-    result = pytester.runpytest_inprocess("-n", "4", "-p", "xdist", "-p", "no:cacheprovider")
+    args = ("-n", "4", "-p", "xdist", "-p", "no:cacheprovider")
+    # The clean controller in process (its workers are subprocesses anyway): no fifth interpreter and plugin import.
+    # A worker crash keeps its subprocess and timeout: an in-process controller that hung on it would hang the suite.
+    result = pytester.runpytest_subprocess(*args, timeout=180) if crash else pytester.runpytest_inprocess(*args)
     if crash:
         result.assert_outcomes(passed=11, failed=1)
         result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running 'test_shared.py::test_use[[]2[]]'*"])
