@@ -61,7 +61,7 @@ def test_shifted_layers_regress_against_the_eagle3_baseline_with_aux_id_diff(
     pytester.makefile(".yaml", specdec=_profiles("{}", workload=SHORT_WORKLOAD, url=reference_url(SHARED_EAGLE3)))
     # A second parametrization: the profile id is only part of the node id ("[eagle3-1]").
     pytester.makepyfile(
-        test_specdec=TEST + "\n\n@pytest.mark.parametrize('n', [1])\ndef test_param(specdec_run, n):\n    pass\n"
+        test_compare_night=TEST + "\n\n@pytest.mark.parametrize('n', [1])\ndef test_param(specdec_run, n):\n    pass\n"
     )
     # In process: the servers are processes of their own, nothing needs a fresh interpreter.
     first = pytester.runpytest_inprocess("--server-profile=eagle3", "-p", "no:benchmark")
@@ -73,12 +73,12 @@ def test_shifted_layers_regress_against_the_eagle3_baseline_with_aux_id_diff(
     )  # fmt: skip
     assert second.ret == pytest.ExitCode.TESTS_FAILED, second.stdout.str()
     second.assert_outcomes(failed=2)
-    second.stdout.fnmatch_lines(["regression against run * (test_specdec.py::test_param[[]eagle3-1[]]):"])
+    second.stdout.fnmatch_lines(["regression against run * (test_compare_night.py::test_param[[]eagle3-1[]]):"])
     second.stdout.fnmatch_lines(["specdec compare: 2 test(s) compared with stored run *"])
     out = second.stdout.str()
     second.stdout.fnmatch_lines(
         [
-            "regression against run * (test_specdec.py::test_eagle3[[]eagle3[]]):",
+            "regression against run * (test_compare_night.py::test_eagle3[[]eagle3[]]):",
             "*draft aux ids: [[]1, 3, 5[]] -> [[]0, 2, 4[]]*",
             "*accept_length*REGRESSED*",
         ]
@@ -91,7 +91,7 @@ def test_lost_env_var_and_slower_server_lead_with_env_diff_and_trip_benchmark_co
     pytester: pytest.Pytester,
 ) -> None:
     pytester.makefile(".yaml", specdec=_profiles("{NCCL_PROTO: LL}"))
-    pytester.makepyfile(test_specdec=TEST)
+    pytester.makepyfile(test_compare_night=TEST)
     # The baseline with 4 repeats, as the plugin advises: with 2, one stalled phase (62.9 and 86.4 tok/s, seen on CI)
     # leaves the baseline spreading more than today, hence Welch's t with ~1 df, and a -44% run honestly undecided.
     first = pytester.runpytest_inprocess("--server-profile=eagle3", "--benchmark-autosave", "--specdec-repeats=4")

@@ -47,7 +47,7 @@ IN_PROCESS_INI = "    ignore:Module already imported so cannot be rewritten:pyte
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makefile(".yaml", specdec=PROFILES)
-    pytester.makepyfile(test_specdec=TESTS)
+    pytester.makepyfile(test_sweep_points=TESTS)
     pytester.makeini(STRICT_INI + IN_PROCESS_INI)
     return pytester
 
@@ -143,7 +143,8 @@ def test_sweep_runs_each_point_prints_table_and_writes_outputs(
 @pytest.mark.slow
 def test_sweep_without_a_passing_point_fails_the_run(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     # min_accept_length 9 cannot apply at num_steps 1 (accept length <= 2): not applicable; min_tok_s fails.
-    project.makepyfile(test_specdec=TESTS.replace("min_accept_length=1.2", "min_accept_length=9.0, min_tok_s=99999"))
+    failing = TESTS.replace("min_accept_length=1.2", "min_accept_length=9.0, min_tok_s=99999")
+    project.makepyfile(test_sweep_points=failing)
     step = project.path / "step_summary.md"
     step.write_text("earlier\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
