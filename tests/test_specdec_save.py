@@ -72,7 +72,8 @@ def test_save_of_a_run_that_is_not_clean_fails_a_passing_session(pytester: pytes
     not become a baseline. The refusal was a yellow note with exit 0; now it is the red line and exit 1, said once."""
     _project(pytester, workload="repeats: 1, max_repeats: 1", thresholds="{min_tok_s: 1}")
     result = _run(pytester, "--server-profile=eagle3", "--specdec-save=night-1")
-    result.assert_outcomes(passed=1, warnings=1)
+    result.assert_outcomes(passed=1)  # warnings not counted: a busy machine adds its own (LoadWarning)
+    result.stdout.fnmatch_lines(["*SpecdecWarning: output_tok_s * tok/s: undecided vs min 1 *"])
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
         "FAIL specdec save: not saved as night-1: 1 test(s) not clean: test_run[[]eagle3[]] (undecided: min_tok_s); "
