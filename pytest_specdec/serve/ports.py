@@ -1,13 +1,19 @@
-"""TCP port checks before a launch and after a teardown: is it free, who holds it, pick a free one."""
+"""TCP port checks before a launch and after a teardown: is it free, who holds it, pick a free one and hold it
+until the server has bound it."""
 
 from __future__ import annotations
 
+import os
 import socket
+import tempfile
 import time
+from pathlib import Path
+from types import TracebackType
 
 import psutil
+from filelock import FileLock, Timeout
 
-__all__ = ["find_free_port", "port_holder", "port_is_free", "wait_port_free"]
+__all__ = ["PortReservation", "find_free_port", "port_holder", "port_is_free", "reserve_free_port", "wait_port_free"]
 
 
 def _family(host: str) -> socket.AddressFamily:
@@ -36,6 +42,63 @@ def find_free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+class PortReservation:
+    """A free port picked for a server about to be launched, held against every other pytest-specdec process of this
+    user on this machine until :meth:`release` (or the process's death: an OS file lock).
+
+    Why: a server binds its port only after loading its model (seconds for the reference server, up to 15 minutes
+    for SGLang with CUDA graphs). A port picked by binding port 0 is free again in that window, and another launch
+    (an xdist worker, a second CI job) picked the very same one: its server answered the first one's health checks
+    and the first one exited on ``address already in use``. Other programs' sockets are not held off; for those,
+    ``startup.start_server`` relaunches once on a new port.
+
+    Use as a context manager or call :meth:`release` once the server listens (its own socket holds the port then).
+    """
+
+    def __init__(self, port: int, lock: FileLock) -> None:
+        self.port = port
+        self._lock = lock
+
+    def release(self) -> None:
+        """Let other pytest-specdec processes pick this port again; idempotent."""
+        self._lock.release()
+
+    def __enter__(self) -> int:
+        return self.port
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:  # fmt: skip
+        self.release()
+
+
+def _lock_dir() -> Path:
+    user = os.getuid() if hasattr(os, "getuid") else "user"
+    path = Path(tempfile.gettempdir()) / f"pytest-specdec-ports-{user}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def reserve_free_port(host: str = "127.0.0.1", *, tries: int = 100) -> PortReservation:
+    """:func:`find_free_port`, skipping ports another pytest-specdec process of this user holds for a server that is
+    still starting (one empty lock file per port handed out, ``<tempdir>/pytest-specdec-ports-<uid>/<port>.lock``).
+
+    :raises RuntimeError: ``tries`` free ports in a row were all held (not seen in practice: the OS hands out
+        ports from a range of ~28000).
+    """
+    lock_dir = _lock_dir()
+    for _ in range(tries):
+        port = find_free_port(host)
+        lock = FileLock(str(lock_dir / f"{port}.lock"))
+        try:
+            lock.acquire(blocking=False)
+        except Timeout:
+            continue
+        if port_is_free(host, port):  # its last holder's server may have bound it since find_free_port looked
+            return PortReservation(port, lock)
+        lock.release()
+    raise RuntimeError(f"no free port on {host} that no other pytest-specdec launch holds after {tries} tries")
 
 
 def _describe(pid: int) -> str:
