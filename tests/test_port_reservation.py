@@ -83,6 +83,7 @@ def test_a_port_held_by_another_process_is_skipped(monkeypatch: pytest.MonkeyPat
         holder.communicate("")  # EOF: it exits, and the OS drops its lock
 
 
+@pytest.mark.slow  # two launches of the fake SGLang, one second of "loading" each
 def test_a_port_taken_before_the_bind_is_relaunched_once_on_another(
     tmp_path: Path, squatter: list[socket.socket]
 ) -> None:
@@ -106,6 +107,7 @@ def test_a_port_taken_before_the_bind_is_relaunched_once_on_another(
         server.stop()
 
 
+@pytest.mark.slow  # three launches
 def test_a_port_taken_twice_or_named_by_the_profile_fails_naming_the_cause(
     tmp_path: Path, squatter: list[socket.socket]
 ) -> None:
