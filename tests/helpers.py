@@ -12,7 +12,6 @@ import importlib.metadata
 import json
 import re
 import signal
-import socket
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -199,11 +198,18 @@ STRICT_INI = "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec
 SHARED_EAGLE3 = "{algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}"
 
 
+_HELD_PORTS: list[object] = []
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free TCP port on 127.0.0.1 for a server a test launches itself, held against the plugin's own picks until
+    this test process ends (``serve.ports.reserve_free_port``): the server binds it only after loading its model,
+    and a launch by another xdist worker picked the very same port meanwhile once (issue 45)."""
+    from pytest_specdec.serve.ports import reserve_free_port
+
+    reservation = reserve_free_port("127.0.0.1")
+    _HELD_PORTS.append(reservation)
+    return reservation.port
 
 
 #: The test module of a pytester project that measures whatever ``--server-profile`` names (tests/gpu/).

@@ -24,8 +24,8 @@ from pytest_specdec.engines.vllm import VllmEngine, accept_length_from_log, pars
 from pytest_specdec.measure import client
 from pytest_specdec.measure.workload import RequestSpec
 from pytest_specdec.profiles.schema import Profile, SpeculativeConfig
-from pytest_specdec.serve.ports import find_free_port
 from pytest_specdec.serve.server import ServerProcess
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.vllm
 
@@ -162,7 +162,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Ru
             },
         )
         draft_path = engine.prepare(profile, work_dir=tmp / "drafts", draft_path=overlays.get(kind))
-        launch = engine.launch_spec(profile, port=find_free_port(), draft_path=draft_path)
+        launch = engine.launch_spec(profile, port=free_port(), draft_path=draft_path)
         log_path = tmp / f"{kind}.log"
         proc = ServerProcess.start(launch, name=kind, log_path=log_path)
         try:
