@@ -193,6 +193,19 @@ def repeated_records(failed: tuple[int, ...] = (), repeats: dict[int, list[float
 #: on one says so itself.
 STRICT_INI = "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.LoadWarning\n"
 
+#: ``STRICT_INI`` for a project run in process (``pytester.runpytest_inprocess``): the outer session has imported
+#: the plugin (an entry point, or an editable install's finder) before the inner run can mark it for rewriting, so
+#: pytest warns that it cannot rewrite its asserts; a config-time warning, which ``error`` would make the inner
+#: run's internal error. Not this project's concern: ignored.
+IN_PROCESS_INI = (
+    STRICT_INI + "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n"
+)
+
+#: ``IN_PROCESS_INI`` with every ``SpecdecWarning`` shown, not raised: for in-process runs whose verdicts may warn
+#: (an undecided compare row or floor on a busy runner, a fingerprint that differs), which no test there asserts on
+#: as an error.
+IN_PROCESS_SHOWN_INI = IN_PROCESS_INI + "    default::pytest_specdec.SpecdecWarning\n"
+
 #: The ``speculative:`` block of the shared reference server most URL profiles of the tests point at
 #: (``conftest.reference_url(SHARED_EAGLE3)``): the bundled EAGLE3 draft, 3 steps, top-k 1, 4 draft tokens.
 SHARED_EAGLE3 = "{algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}"

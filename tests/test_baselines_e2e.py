@@ -18,7 +18,7 @@ import scipy.stats  # noqa: F401
 from pytest_specdec.cli.main import main
 from pytest_specdec.judge.baseline import Baselines
 from pytest_specdec.measure.results import ResultStore
-from tests.helpers import SHARED_EAGLE3
+from tests.helpers import IN_PROCESS_SHOWN_INI, SHARED_EAGLE3
 
 pytestmark = pytest.mark.slow
 
@@ -43,10 +43,6 @@ TOLERANCES = ("output_tok_s:50%", "ttft_ms:900%", "itl_ms:900%", "tpot_ms:900%")
 TWO = "repeats: 2, max_repeats: 2"
 RUN = "def test_run(specdec_run):\n    pass\n"
 TEST = "test_night.py::test_run[baseline]"
-INI = (
-    "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n"
-    "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n"
-)
 
 
 def _project(
@@ -63,7 +59,7 @@ def _project(
         text = text.replace("    server: reference\n", f"    server: reference\n    url: {url}\n", 1)
     pytester.makefile(".yaml", specdec=text)
     pytester.makepyfile(test_night=tests)
-    pytester.makeini(INI)
+    pytester.makeini(IN_PROCESS_SHOWN_INI)
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:

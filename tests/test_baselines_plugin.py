@@ -17,6 +17,7 @@ import pytest
 import scipy.stats  # noqa: F401
 
 from pytest_specdec.engines.rules import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
+from tests.helpers import IN_PROCESS_SHOWN_INI
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
 ENV = json.dumps({"PYTHONPATH": str(FAKE), "SPECDEC_FAKE_SGLANG": "{}"})
@@ -44,18 +45,13 @@ profiles:
 """
 
 
-#: Specdec warnings shown, not raised (a loaded runner's); in process the plugin is already imported.
-INI = (
-    "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n"
-    "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n"
-)
 RUN = "def test_run(specdec_run):\n    pass\n"
 
 
 def _project(pytester: pytest.Pytester, tests: str = RUN, **profiles: str) -> None:
     pytester.makefile(".yaml", specdec=_profiles(**profiles))
     pytester.makepyfile(test_base=tests)
-    pytester.makeini(INI)
+    pytester.makeini(IN_PROCESS_SHOWN_INI)
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:

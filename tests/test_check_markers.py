@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import STRICT_INI
+from tests.helpers import IN_PROCESS_INI
 
 PROFILES = (
     "profiles:\n"
@@ -18,13 +18,8 @@ PROFILES = (
 VALID = "categories, max_e2e_ms_p90"  # the start of the valid keys' list
 
 
-#: In process the plugin is already imported, so pytest warns that it cannot rewrite its asserts (a config-time
-#: warning, which ``error`` would make fatal).
-INI = STRICT_INI + "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n"
-
-
 def _project(pytester: pytest.Pytester, marker: str) -> pytest.Pytester:
-    pytester.makeini(INI)
+    pytester.makeini(IN_PROCESS_INI)
     pytester.makefile(".yaml", specdec=PROFILES)
     pytester.makepyfile(
         test_perf=f"import pytest\n\n@pytest.mark.specdec({marker})\ndef test_speed(specdec_run):\n    pass\n\n"

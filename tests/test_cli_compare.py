@@ -15,7 +15,7 @@ import pytest
 
 from pytest_specdec.cli.main import main
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
-from tests.helpers import rec
+from tests.helpers import IN_PROCESS_SHOWN_INI, rec
 
 FP = {"workload": {"max_new_tokens": 64, "num_requests": 16, "concurrency": 1}, "prompt_hash": "abc"}
 NOTE = "note: tests without baseline or not in CURRENT do not change the exit status; --fail-on-missing exits 1 on them"
@@ -249,9 +249,7 @@ def test_a_server_that_died_at_startup_leaves_its_tests_out_of_the_run_file_and_
     env = json.dumps({"PYTHONPATH": str(FAKE), "SPECDEC_FAKE_SGLANG": "{}"})
     pytester.makepyfile(test_died="def test_run(specdec_run):\n    pass\n")
     # As tests/test_verdicts_fast.py: SpecdecWarnings shown, and the in-process plugin's rewrite warning ignored.
-    pytester.makeini("[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n"
-                     "    ignore:Module already imported so cannot be rewritten:"
-                     "pytest.PytestAssertRewriteWarning\n")  # fmt: skip
+    pytester.makeini(IN_PROCESS_SHOWN_INI)
     results = pytester.path / ".specdec" / "results"
     runs = []
     for aux in ("", CRASH):

@@ -21,6 +21,7 @@ import scipy.stats  # noqa: F401
 
 from pytest_specdec.cli.main import main
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
+from tests.helpers import IN_PROCESS_SHOWN_INI
 
 #: Temperature 0: an accept-length drop is exact, REGRESSED as pytest decides it without measuring more.
 FP = {"workload": {"max_new_tokens": 64, "num_requests": 16, "concurrency": 1, "temperature": 0.0},
@@ -149,10 +150,6 @@ profiles:
     extends: baseline
     env: {SPECDEC_REF_FORWARD_SLOWDOWN: "10"}
 """
-INI = (
-    "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n"
-    "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n"
-)
 
 
 @pytest.mark.slow
@@ -168,7 +165,7 @@ def test_compare_repeats_pytests_verdict_on_a_night_it_compared_across_profiles(
     shared = PROFILES.replace("    server: reference\n", f"    server: reference\n    url: {reference_url('')}\n", 1)
     pytester.makefile(".yaml", specdec=shared)
     pytester.makepyfile(test_night="def test_run(specdec_run):\n    pass\n")
-    pytester.makeini(INI)
+    pytester.makeini(IN_PROCESS_SHOWN_INI)
     args = ("-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly")
     night = pytester.runpytest_inprocess(*args, "--server-profile=baseline", "--specdec-save=night-1")
     night.assert_outcomes(passed=1)

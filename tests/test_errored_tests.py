@@ -38,7 +38,7 @@ from pytest_specdec.measure.results import (
 from pytest_specdec.report.markdown import markdown_summary
 from pytest_specdec.report.merge import Shard, merge_runs, merged_markdown
 from pytest_specdec.run import schedule
-from tests.helpers import fake_sglang_profiles, record, sigint_default
+from tests.helpers import IN_PROCESS_SHOWN_INI, fake_sglang_profiles, record, sigint_default
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
 #: The fake SGLang's startup death: log a line no cause matches, exit 3 before serving.
@@ -63,10 +63,7 @@ def _night(pytester: pytest.Pytester, script: dict[str, object], *args: str) -> 
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makepyfile(test_fake_errored="def test_run(specdec_run):\n    pass\n")
-    pytester.makeini(
-        "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n"
-        "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n"
-    )
+    pytester.makeini(IN_PROCESS_SHOWN_INI)
     return pytester
 
 
@@ -430,10 +427,7 @@ def test_a_death_shared_by_two_tests_is_said_once_in_full_with_how_much_of_the_r
                         "    pass\n")  # fmt: skip
     # As the project fixture: in process, the package is already imported (by the outer session) when pytest
     # marks it for rewriting; that warning must not become the inner session's internal error (seen in CI).
-    pytester.makeini(
-        "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n"
-        "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n"
-    )
+    pytester.makeini(IN_PROCESS_SHOWN_INI)
     # The fake SGLang's scheduler crashes on the 4th measured request: repeat 1's 2 succeed, then 1 of repeat 2's.
     profiles = _profiles({"crash_after_requests": 3}).replace("repeats: 1", "repeats: 2")
     pytester.makefile(".yaml", specdec=profiles)

@@ -9,14 +9,9 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.engines.rules import BUNDLED_TARGET
-from tests.helpers import STRICT_INI, sigint_default
+from tests.helpers import IN_PROCESS_INI, STRICT_INI, sigint_default
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
-#: In process the plugin is already imported, so pytest warns that it cannot rewrite its asserts (a config-time
-#: warning, which ``error`` would make fatal).
-INPROCESS_INI = (
-    STRICT_INI + "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n"
-)
 
 
 def test_interrupted_run_names_the_servers_it_stopped(pytester: pytest.Pytester) -> None:
@@ -25,7 +20,7 @@ def test_interrupted_run_names_the_servers_it_stopped(pytester: pytest.Pytester)
                       f"    env: {env}\n    startup_timeout_s: 60\n")  # fmt: skip
     # KeyboardInterrupt in a test body is what Ctrl-C raises there: pytest stops, runs teardown, prints the summary.
     pytester.makepyfile(test_ctrl_c="def test_x(specdec_server):\n    raise KeyboardInterrupt\n")
-    pytester.makeini(INPROCESS_INI)
+    pytester.makeini(IN_PROCESS_INI)
     # In process (the server is a subprocess either way; a pytest start in one costs 2-3 s on a busy runner): a
     # KeyboardInterrupt in the test body ends the inner run, not this one. A real SIGINT to a pytest process: the
     # slow test below.

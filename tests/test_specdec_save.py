@@ -11,19 +11,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import fake_sglang_profiles
-
-INI = (
-    "[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n"
-    "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n"
-)
+from tests.helpers import IN_PROCESS_SHOWN_INI, fake_sglang_profiles
 
 
 def _project(pytester: pytest.Pytester, workload: str = "repeats: 1", thresholds: str = "{}") -> None:
     """One profile, ``eagle3``, on the fake SGLang (2 requests a repeat), and one test that measures it."""
     pytester.makefile(".yaml", specdec=fake_sglang_profiles({}, thresholds=thresholds, workload=workload))
     pytester.makepyfile(test_night="def test_run(specdec_run):\n    pass\n")
-    pytester.makeini(INI)
+    pytester.makeini(IN_PROCESS_SHOWN_INI)
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:

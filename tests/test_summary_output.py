@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.engines.rules import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
-from tests.helpers import STRICT_INI
+from tests.helpers import IN_PROCESS_INI
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
 
@@ -31,8 +31,7 @@ def _project(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_cmp="def test_run(specdec_run):\n    pass\n")
     # In-process runs (no fresh interpreter needed: the fake SGLang is the launched process) meet modules this
     # process imported before them: pytest's note that it cannot rewrite them is no error here.
-    rewrite = "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n"
-    pytester.makeini(STRICT_INI + rewrite)
+    pytester.makeini(IN_PROCESS_INI)
 
 
 @pytest.mark.slow

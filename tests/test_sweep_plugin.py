@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.helpers import STRICT_INI
+from tests.helpers import IN_PROCESS_INI
 
 PROFILES = """
 profiles:
@@ -40,15 +40,11 @@ def test_accept(specdec_run):
 """
 
 
-#: In process, the plugin (an entry point) was imported before the run could rewrite it: not these tests' concern.
-IN_PROCESS_INI = "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n"
-
-
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makefile(".yaml", specdec=PROFILES)
     pytester.makepyfile(test_sweep_points=TESTS)
-    pytester.makeini(STRICT_INI + IN_PROCESS_INI)
+    pytester.makeini(IN_PROCESS_INI)
     return pytester
 
 

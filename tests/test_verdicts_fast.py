@@ -27,7 +27,7 @@ import scipy.stats  # noqa: F401
 
 import pytest_specdec.run.progress
 from pytest_specdec.engines.rules import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
-from tests.helpers import assert_tok_s_regressed_or_left_open
+from tests.helpers import IN_PROCESS_SHOWN_INI, assert_tok_s_regressed_or_left_open
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
 SPEC = (
@@ -90,8 +90,7 @@ def _project(
     # SpecdecWarnings (a client "overloaded" on a busy runner, ...) are shown, not raised: none changes a verdict.
     # In process, the plugin is already imported; where pip installed it as an editable finder, pytest then warns
     # that it cannot rewrite its asserts (a config-time warning, which "error" would make fatal).
-    pytester.makeini("[pytest]\nfilterwarnings =\n    error\n    default::pytest_specdec.SpecdecWarning\n"
-                     "    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning\n")
+    pytester.makeini(IN_PROCESS_SHOWN_INI)
     return pytester
 
 
