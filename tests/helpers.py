@@ -211,6 +211,22 @@ IN_PROCESS_SHOWN_INI = IN_PROCESS_INI + "    default::pytest_specdec.SpecdecWarn
 SHARED_EAGLE3 = "{algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}"
 
 
+def with_url(text: str, profile: str, url: str) -> str:
+    """``text`` (a profile file's YAML) with ``url: <url>`` added to the profile ``profile``: it then measures that
+    server (``conftest.reference_url(...)``) and is never launched; ``url="null"`` keeps a profile that extends one
+    given by URL launched. The line goes right under the profile's ``  <profile>:`` line (a 2-space indent under
+    ``profiles:``, the keys 4 spaces in).
+
+    :raises ValueError: ``text`` has no such profile line, or more than one: a profile text that changed would
+        otherwise silently launch its own server again.
+    """
+    head = f"  {profile}:\n"
+    found = len(re.findall(rf"^{re.escape(head)}", text, re.M))
+    if found != 1:
+        raise ValueError(f"profile {profile!r}: {found} lines {head!r} in the profile text, expected 1:\n{text}")
+    return re.sub(rf"^{re.escape(head)}", lambda _: f"{head}    url: {url}\n", text, count=1, flags=re.M)
+
+
 _HELD_PORTS: list[object] = []
 
 

@@ -18,7 +18,7 @@ import scipy.stats  # noqa: F401
 from pytest_specdec.cli.main import main
 from pytest_specdec.judge.baseline import Baselines
 from pytest_specdec.measure.results import ResultStore
-from tests.helpers import IN_PROCESS_SHOWN_INI, SHARED_EAGLE3
+from tests.helpers import IN_PROCESS_SHOWN_INI, SHARED_EAGLE3, with_url
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def _project(
     """``url``: the baseline profile (and baseline-slow, which extends it) measures that server, never launches."""
     text = PROFILES.format(tolerances=list(tolerances), thresholds=thresholds, repeats=repeats)
     if url is not None:
-        text = text.replace("    server: reference\n", f"    server: reference\n    url: {url}\n", 1)
+        text = with_url(text, "baseline", url)
     pytester.makefile(".yaml", specdec=text)
     pytester.makepyfile(test_night=tests)
     pytester.makeini(IN_PROCESS_SHOWN_INI)
@@ -153,9 +153,7 @@ def test_a_slowdown_of_both_arms_is_not_green_on_the_speculative_profile_either(
     # (the smaller run spreads more, so Welch with ~1 df; seen on CI: the baseline test passed with a warning).
     room = "repeats: 2, max_repeats: 8"
     clean = PROFILES.format(tolerances=list(TOLERANCES), thresholds="{}", repeats=room) + eagle3
-    head = "  eagle3:\n    extends: baseline\n"
-    on_shared = clean.replace("    server: reference\n", f"    server: reference\n    url: {reference_url('')}\n", 1)
-    on_shared = on_shared.replace(head, f"{head}    url: {reference_url(SHARED_EAGLE3)}\n")
+    on_shared = with_url(with_url(clean, "baseline", reference_url("")), "eagle3", reference_url(SHARED_EAGLE3))
     pytester.makefile(".yaml", specdec=on_shared)
     # The baseline night with 6 repeats: with 2, one stalled phase on a busy runner can leave it too wide to decide;
     # with 4 at load 5, eagle3's raw x0.455 stayed undecided (CI 0.20-1.01: "the baseline's side keeps the interval

@@ -21,7 +21,7 @@ import scipy.stats  # noqa: F401
 
 from pytest_specdec.cli.main import main
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
-from tests.helpers import IN_PROCESS_SHOWN_INI
+from tests.helpers import IN_PROCESS_SHOWN_INI, with_url
 
 #: Temperature 0: an accept-length drop is exact, REGRESSED as pytest decides it without measuring more.
 FP = {"workload": {"max_new_tokens": 64, "num_requests": 16, "concurrency": 1, "temperature": 0.0},
@@ -162,7 +162,7 @@ def test_compare_repeats_pytests_verdict_on_a_night_it_compared_across_profiles(
 
     Night-1 measures the session's shared baseline server (``conftest.reference_url``: a launch saved); the slowed
     profile launches its own, with the slowdown in its env."""
-    shared = PROFILES.replace("    server: reference\n", f"    server: reference\n    url: {reference_url('')}\n", 1)
+    shared = with_url(PROFILES, "baseline", reference_url(""))
     pytester.makefile(".yaml", specdec=shared)
     pytester.makepyfile(test_night="def test_run(specdec_run):\n    pass\n")
     pytester.makeini(IN_PROCESS_SHOWN_INI)

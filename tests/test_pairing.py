@@ -16,7 +16,7 @@ from pytest_specdec.core.records import RunMetrics
 from pytest_specdec.judge import speedup
 from pytest_specdec.measure import pairing
 from pytest_specdec.measure.runner import Measurement
-from tests.helpers import SHARED_EAGLE3
+from tests.helpers import SHARED_EAGLE3, with_url
 
 
 def _metrics(tok_s: float) -> RunMetrics:
@@ -137,6 +137,18 @@ def test_speed(specdec_run):
 """
 
 
+def test_with_url_points_the_named_profile_at_a_server_or_raises() -> None:
+    """The tests below point a profile at the shared server with ``helpers.with_url``: a profile text that no longer
+    has that profile must fail there, not launch a server of its own."""
+    text = with_url(with_url(PROFILES, "baseline", "http://127.0.0.1:1"), "eagle3", "null")
+    assert "  baseline:\n    url: http://127.0.0.1:1\n    server: reference\n" in text
+    assert "  eagle3:\n    url: null\n    extends: baseline\n" in text
+    with pytest.raises(ValueError, match="profile 'eagle': 0 lines '  eagle:\\\\n' in the profile text, expected 1"):
+        with_url(PROFILES, "eagle", "http://127.0.0.1:1")
+    with pytest.raises(ValueError, match="profile 'eagle3': 2 lines"):
+        with_url(PROFILES + PROFILES, "eagle3", "http://127.0.0.1:1")
+
+
 def _project(pytester: pytest.Pytester, ratio: float) -> pytest.Pytester:
     pytester.makefile(".yaml", specdec=PROFILES.replace("@RATIO@", str(ratio)))
     pytester.makepyfile(test_speed=TESTS)
@@ -155,9 +167,7 @@ def test_min_speedup_passes_with_its_paired_ratio_and_fails_naming_a_reference_a
     _project(pytester, 0.5)
     text = (pytester.path / "specdec.yaml").read_text()
     assert SHARED_EAGLE3 in text  # the shared server runs eagle3's speculative block
-    url = f"    url: {reference_url(SHARED_EAGLE3)}\n"
-    text = text.replace("  eagle3:\n    extends: baseline\n", "  eagle3:\n    extends: baseline\n" + url)
-    assert url in text
+    text = with_url(text, "eagle3", reference_url(SHARED_EAGLE3))
     (pytester.path / "specdec.yaml").write_text(
         text.rstrip("\n")
         + "\n  eagle3-arm-dies:\n    extends: eagle3\n    thresholds: {min_speedup: {vs: crashes, ratio: 1.05}}\n"
@@ -196,10 +206,7 @@ def test_min_speedup_is_measured_once_in_any_order_under_xdist_and_fails_when_un
     _project(pytester, 50)
     text = (pytester.path / "specdec.yaml").read_text()
     # eagle3 extends baseline: `url: null` keeps it launched.
-    url = f"    url: {reference_url('')}\n"
-    text = text.replace("    server: reference\n", "    server: reference\n" + url)
-    text = text.replace("  eagle3:\n    extends: baseline\n", "  eagle3:\n    extends: baseline\n    url: null\n")
-    assert url in text and "url: null" in text
+    text = with_url(with_url(text, "baseline", reference_url("")), "eagle3", "null")
     (pytester.path / "specdec.yaml").write_text(text)
     pytester.makepyfile(test_more="def test_other(specdec_run):\n    pass\n")
     result = pytester.runpytest_subprocess("--server-profile=eagle3,baseline", "-n", "2", "-p", "no:cacheprovider",

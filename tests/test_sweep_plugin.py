@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.helpers import IN_PROCESS_INI
+from tests.helpers import IN_PROCESS_INI, with_url
 
 PROFILES = """
 profiles:
@@ -89,9 +89,7 @@ def test_sweep_runs_each_point_prints_table_and_writes_outputs(
 
     The baseline is the session's shared plain server (``conftest.reference_url``: a launch saved); the points are
     launched, as a sweep's must be (eagle3 writes out what it took from baseline, so it does not inherit the url:)."""
-    profiles = PROFILES.replace("    extends: baseline\n", EAGLE3_OWN).replace(
-        "    server: reference\n", f"    server: reference\n    url: {reference_url('')}\n", 1
-    )
+    profiles = with_url(PROFILES.replace("    extends: baseline\n", EAGLE3_OWN), "baseline", reference_url(""))
     project.makefile(".yaml", specdec=profiles)
     result = _run(
         project, "-m", "specdec", "--server-profile=eagle3", "--specdec-sweep=num_steps=1,3",
