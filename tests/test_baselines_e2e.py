@@ -1,7 +1,8 @@
 """Baselines a team can trust, end to end on the reference server (few requests, few tokens): a run saved as
 ``night-1``; a failed, an undecided and an interrupted run after it, none of which ``latest`` takes; an unchanged run
 compared by name passes from pytest and from the CLI; an explicit ``--specdec-compare-profile`` on a profile without
-speculation compares (and a slowed server fails); a slowdown of both arms fails the speculative profile's raw row.
+speculation compares (and a slowed server fails, in pytest and in the CLI's compare of that night); a slowdown of both
+arms fails the speculative profile's raw row.
 """
 
 from __future__ import annotations
@@ -130,6 +131,19 @@ def test_night_1_is_saved_never_replaced_by_an_unclean_run_and_compared_by_name(
             "output_tok_s *REGRESSED*",
         ]
     )
+    # The command repeats pytest's verdict on that night, compared across profiles (issue 43: it read "1 without
+    # baseline", exit 0): pytest stores the baseline test it compared with, and ``compare night-1 latest`` with the
+    # profile's tolerances and no --compare-profile takes that one, regresses the same row and exits 1 (the same
+    # runs as the compares above: no launch of its own; tests/test_compare_as_pytest.py on hand-made runs).
+    (latest,) = [r for r in store.load("latest").results if r.profile == "baseline-slow"]
+    assert latest.cost["verdicts"]["compare"]["baseline_test"] == TEST
+    tolerances = [arg for tol in TOLERANCES for arg in ("-t", tol)]
+    capsys.readouterr()
+    assert main(["compare", "night-1", "latest", *tolerances, "--results-dir", str(store.root)]) == 1
+    out = capsys.readouterr().out
+    assert "== test_night.py::test_run[baseline-slow] (profile baseline-slow, against test_run[baseline])" in out
+    assert re.search(r"^output_tok_s .*REGRESSED", out, re.MULTILINE), out
+    assert "no baseline" not in out
 
 
 def test_a_slowdown_of_both_arms_is_not_green_on_the_speculative_profile_either(

@@ -3,25 +3,19 @@
 each such test with the test pytest compared it with, so it prints pytest's rows and exit (issue 43: a night pytest
 failed read "1 without baseline", exit 0). An explicit ``--compare-profile`` still wins.
 
-Runs stored by hand as pytest stores them (the compare verdict in each compared record's cost); the last test
-stores them with pytest itself on the reference server (slow)."""
+Runs stored by hand as pytest stores them (the compare verdict in each compared record's cost); runs pytest itself
+stored on the reference server: tests/test_baselines_e2e.py (the night-1 test's slowed compare)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-# Imported before any in-process run (pytester drops the modules an inner run imported; numpy.fft cannot be loaded
-# twice in one process).
-import scipy.stats  # noqa: F401
-
 from pytest_specdec.cli.main import main
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
-from tests.helpers import IN_PROCESS_SHOWN_INI, with_url
 
 #: Temperature 0: an accept-length drop is exact, REGRESSED as pytest decides it without measuring more.
 FP = {"workload": {"max_new_tokens": 64, "num_requests": 16, "concurrency": 1, "temperature": 0.0},
@@ -135,54 +129,3 @@ def test_compare_names_no_test_where_several_could_be_the_mapped_one(
         "no baseline for t.py::test_x[eagle3-x]; pytest compared it with a stored run, but BASE (several) holds "
         "several tests in its place (test_x[eagle3], test_x[eagle2]): name one with --compare-profile\n"
     ) in out
-
-
-#: The slowed profile: every target forward 10x its compute, plain decoding ~8x slower (x0.256 at 5x, load 3.4;
-#: tests/test_baselines_e2e.py), judged at 50% (x0.5 its limit). It was 20x at 80% (x0.2): the same room for a burst
-#: on either run, and slowed phases twice as long (issue 45).
-PROFILES = """
-profiles:
-  baseline:
-    server: reference
-    tolerances: [output_tok_s:50%, ttft_ms:900%, itl_ms:900%, tpot_ms:900%]
-    workload: {max_new_tokens: 8, num_requests: 2, warmup_requests: 0, repeats: 3, max_repeats: 3}
-  baseline-slow:
-    extends: baseline
-    env: {SPECDEC_REF_FORWARD_SLOWDOWN: "10"}
-"""
-
-
-@pytest.mark.slow
-def test_compare_repeats_pytests_verdict_on_a_night_it_compared_across_profiles(
-    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], reference_url: Callable[[str], str]
-) -> None:
-    """On the reference server: night-1 stored by pytest, then a 10x slowed profile compared with it under
-    ``--specdec-compare-profile=baseline`` (pytest fails it: tok/s REGRESSED). ``compare night-1 latest`` with the
-    profile's tolerances and no option regresses the same row against the same test and exits 1.
-
-    Night-1 measures the session's shared baseline server (``conftest.reference_url``: a launch saved); the slowed
-    profile launches its own, with the slowdown in its env."""
-    shared = with_url(PROFILES, "baseline", reference_url(""))
-    pytester.makefile(".yaml", specdec=shared)
-    pytester.makepyfile(test_night="def test_run(specdec_run):\n    pass\n")
-    pytester.makeini(IN_PROCESS_SHOWN_INI)
-    args = ("-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly")
-    night = pytester.runpytest_inprocess(*args, "--server-profile=baseline", "--specdec-save=night-1")
-    night.assert_outcomes(passed=1)
-    pytester.makefile(".yaml", specdec=PROFILES)
-    slow = pytester.runpytest_inprocess(*args, "--server-profile=baseline-slow", "--specdec-compare=night-1",
-                                        "--specdec-compare-profile=baseline")  # fmt: skip
-    slow.assert_outcomes(failed=1)
-    slow.stdout.fnmatch_lines(["regression against run * (test_night.py::test_run[[]baseline[]]):",
-                               "output_tok_s *REGRESSED*"])  # fmt: skip
-    root = str(pytester.path / ".specdec" / "results")
-    # pytest stores the baseline test it compared with; the command takes that one.
-    (latest,) = [r for r in ResultStore(Path(root)).load("latest").results if r.profile == "baseline-slow"]
-    assert latest.cost["verdicts"]["compare"]["baseline_test"] == "test_night.py::test_run[baseline]"
-    tolerances = [a for t in ("output_tok_s:50%", "ttft_ms:900%", "itl_ms:900%", "tpot_ms:900%") for a in ("-t", t)]
-    capsys.readouterr()
-    assert main(["compare", "night-1", "latest", *tolerances, "--results-dir", root]) == 1
-    out = capsys.readouterr().out
-    assert "== test_night.py::test_run[baseline-slow] (profile baseline-slow, against test_run[baseline])" in out
-    assert re.search(r"^output_tok_s .*REGRESSED", out, re.MULTILINE), out
-    assert "no baseline" not in out
