@@ -298,7 +298,7 @@ def test_a_test_path_taken_as_the_baseline_name_gets_the_fix(pytester: pytest.Py
     # `--specdec-compare test_base.py`: the option's value is optional (as --benchmark-compare's), so argparse gives
     # it the path. Nothing is launched; the error says how to write it.
     _project(pytester)
-    result = pytester.runpytest_subprocess("--server-profile=baseline", "--specdec-compare", "test_base.py")
+    result = _run(pytester, "--server-profile=baseline", "--specdec-compare", "test_base.py")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --specdec-compare=test_base.py: no run 'test_base.py': *; a test path? "
                                  "write --specdec-compare=latest test_base.py (or put the path first)"])  # fmt: skip

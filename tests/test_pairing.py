@@ -4,13 +4,13 @@ measured whenever it applies (any profile order, under xdist) or failed with the
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from pytest_specdec.cli.main import main
 from pytest_specdec.core import stats
 from pytest_specdec.core.records import RunMetrics
 from pytest_specdec.judge import speedup
@@ -173,9 +173,9 @@ def test_min_speedup_passes_with_its_paired_ratio_and_fails_naming_a_reference_a
         + "\n  eagle3-arm-dies:\n    extends: eagle3\n    thresholds: {min_speedup: {vs: crashes, ratio: 1.05}}\n"
         + '  crashes:\n    extends: baseline\n    extra_args: ["--ref-fault-oom-at-startup", "0.2"]\n'
     )
-    result = pytester.runpytest_subprocess(
-        "--server-profile=eagle3,eagle3-arm-dies", "-p", "no:cacheprovider", "-rA", timeout=600
-    )
+    # In process: the servers are processes of their own either way (a pytest start costs 2-3 s on a busy runner).
+    result = pytester.runpytest_inprocess("--server-profile=eagle3,eagle3-arm-dies", "-p", "no:cacheprovider", "-p",
+                                          "no:benchmark", "-p", "no:randomly", "-rA")  # fmt: skip
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["PASSED test_speed.py::test_speed[[]eagle3[]]*"])
     result.stdout.re_match_lines(
@@ -209,8 +209,9 @@ def test_min_speedup_is_measured_once_in_any_order_under_xdist_and_fails_when_un
     text = with_url(with_url(text, "baseline", reference_url("")), "eagle3", "null")
     (pytester.path / "specdec.yaml").write_text(text)
     pytester.makepyfile(test_more="def test_other(specdec_run):\n    pass\n")
-    result = pytester.runpytest_subprocess("--server-profile=eagle3,baseline", "-n", "2", "-p", "no:cacheprovider",
-                                           timeout=600)  # fmt: skip
+    # The controller in process (its xdist workers are processes either way): one interpreter start saved.
+    result = pytester.runpytest_inprocess("--server-profile=eagle3,baseline", "-n", "2", "-p", "no:cacheprovider",
+                                          "-p", "no:benchmark", "-p", "no:randomly")  # fmt: skip
     result.assert_outcomes(failed=2, passed=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.re_match_lines(
@@ -223,10 +224,12 @@ def test_min_speedup_is_measured_once_in_any_order_under_xdist_and_fails_when_un
     result.stdout.re_match_lines([r"specdec eagle3: speedup vs baseline .* < min 50x .*"])
 
 
-def test_min_speedup_vs_unknown_profile_is_a_usage_error(pytester: pytest.Pytester) -> None:
+def test_min_speedup_vs_unknown_profile_is_a_usage_error(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytester.makefile(".yaml", specdec=PROFILES.replace("vs: baseline", "vs: basline").replace("@RATIO@", "1.05"))
     pytester.makepyfile(test_speed=TESTS)
-    result = pytester.runpytest_subprocess("--server-profile=eagle3")
+    result = pytester.runpytest_inprocess("--server-profile=eagle3", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
@@ -235,6 +238,9 @@ def test_min_speedup_vs_unknown_profile_is_a_usage_error(pytester: pytest.Pytest
         ]  # fmt: skip
     )
     # The check CLI runs the same check (a fresh user's finding: it said "profile eagle3: ok").
-    cli = pytester.run(sys.executable, "-m", "pytest_specdec", "check", "specdec.yaml")
-    assert cli.ret == 2
-    cli.stderr.fnmatch_lines(["error: specdec.yaml:*: profiles.eagle3.thresholds.min_speedup.vs: 'basline' is not *"])
+    # In process too: ``python -m pytest_specdec`` is this ``main`` (tests/test_preflight.py runs the module itself).
+    capsys.readouterr()
+    assert main(["check", "specdec.yaml"]) == 2
+    pytest.LineMatcher(capsys.readouterr().err.splitlines()).fnmatch_lines(
+        ["error: specdec.yaml:*: profiles.eagle3.thresholds.min_speedup.vs: 'basline' is not *"]
+    )
