@@ -14,21 +14,23 @@ import pytest
 
 from tests.helpers import IN_PROCESS_INI, with_url
 
-PROFILES = """
+WORKLOAD = "workload: {max_new_tokens: 24, num_requests: 6, warmup_requests: 1, repeats: 1}"
+SMALL_WORKLOAD = "workload: {max_new_tokens: 8, num_requests: 2, warmup_requests: 0, repeats: 1}"
+PROFILES = f"""
 profiles:
   baseline:
     server: reference
     startup_timeout_s: 180
-    workload: {max_new_tokens: 24, num_requests: 6, warmup_requests: 1, repeats: 1}
+    {WORKLOAD}
   eagle3:
     extends: baseline
-    speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}
+    speculative: {{algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}}
 """
 
 #: eagle3 without ``extends: baseline`` (what it took from baseline, written out), for a baseline given by url:.
-EAGLE3_OWN = """    server: reference
+EAGLE3_OWN = f"""    server: reference
     startup_timeout_s: 180
-    workload: {max_new_tokens: 24, num_requests: 6, warmup_requests: 1, repeats: 1}
+    {WORKLOAD}
 """
 
 TESTS = """
@@ -138,7 +140,10 @@ def test_sweep_runs_each_point_prints_table_and_writes_outputs(
 def test_sweep_without_a_passing_point_fails_the_run(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     # min_accept_length 9 cannot apply at num_steps 1 (accept length <= 2): not applicable; min_tok_s fails.
     failing = TESTS.replace("min_accept_length=1.2", "min_accept_length=9.0, min_tok_s=99999")
-    project.makepyfile(test_sweep_points=failing)
+    # The fewest tokens that measure (2 requests of 8, no warmup; 6 of 24 and a warmup before): the floor is 10^3 x
+    # any tok/s a CPU makes, decided by 2 repeats at any load, and nothing else here reads a number.
+    project.makefile(".yaml", specdec=PROFILES.replace(WORKLOAD, SMALL_WORKLOAD))
+    project.makepyfile(test_sweep_points=failing.replace("num_ok == 6", "num_ok == 2"))
     step = project.path / "step_summary.md"
     step.write_text("earlier\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
