@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from pytest_specdec.serve.ports import port_is_free
-from tests.helpers import SHARED_EAGLE3, STRICT_INI
+from tests.helpers import IN_PROCESS_INI, SHARED_EAGLE3, STRICT_INI
 
 PROFILES = """
 profiles:
@@ -80,9 +80,24 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
-def test_empty_server_profile_is_a_usage_error_not_a_green_run(project: pytest.Pytester) -> None:
+@pytest.fixture
+def inner(pytester: pytest.Pytester) -> pytest.Pytester:
+    """``project`` for a run in process (``pytester.runpytest_inprocess``): for runs that stop before any launch,
+    where a second interpreter adds only its start (about 0.4 s a run). Its test module has a name no test module
+    of the outer session has (docs/development.md says why)."""
+    pytester.makefile(".yaml", specdec=PROFILES.replace("@TAG@", _tag(pytester)))
+    pytester.makepyfile(test_plugin_inner=TESTS)
+    pytester.makeini(IN_PROCESS_INI)
+    return pytester
+
+
+def _in_process(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly", *args)
+
+
+def test_empty_server_profile_is_a_usage_error_not_a_green_run(inner: pytest.Pytester) -> None:
     """`--server-profile=$PROFILE` with PROFILE unset must not skip everything and pass (found by a fresh user)."""
-    result = project.runpytest_subprocess("--server-profile=", timeout=120)
+    result = _in_process(inner, "--server-profile=")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
         "ERROR: --server-profile=: no profile named; give NAME[[],NAME...[]], e.g. --server-profile=eagle3 "
@@ -104,8 +119,8 @@ def test_a_profile_named_twice_is_a_usage_error() -> None:
     )
 
 
-def test_unknown_profile_is_a_usage_error(project: pytest.Pytester) -> None:
-    result = project.runpytest_subprocess("--server-profile=eagle")
+def test_unknown_profile_is_a_usage_error(inner: pytest.Pytester) -> None:
+    result = _in_process(inner, "--server-profile=eagle")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
@@ -118,19 +133,19 @@ def test_unknown_profile_is_a_usage_error(project: pytest.Pytester) -> None:
 def test_broken_profile_file_names_file_key_and_value(pytester: pytest.Pytester) -> None:
     pytester.makefile(".yaml", specdec="profiles:\n  eagle3:\n    speculative: {algorithm: EAGLE3, num_steps: two}\n")
     pytester.makepyfile(test_x="def test_x(specdec_run): pass\n")
-    result = pytester.runpytest_subprocess("--server-profile=eagle3")
+    result = _in_process(pytester, "--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["error: *specdec.yaml:3: profiles.eagle3.speculative.num_steps: *'two'*"])
 
 
-def test_without_profile_specdec_tests_skip(project: pytest.Pytester) -> None:
-    result = project.runpytest_subprocess("-rs")
+def test_without_profile_specdec_tests_skip(inner: pytest.Pytester) -> None:
+    result = _in_process(inner, "-rs")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(["*no --server-profile given (e.g. pytest -m specdec --server-profile=eagle3)*"])
 
 
-def test_bad_marker_argument_errors_that_test_before_any_launch(project: pytest.Pytester) -> None:
-    project.makepyfile(
+def test_bad_marker_argument_errors_that_test_before_any_launch(inner: pytest.Pytester) -> None:
+    inner.makepyfile(
         test_bad="""
         import pytest
 
@@ -143,7 +158,7 @@ def test_bad_marker_argument_errors_that_test_before_any_launch(project: pytest.
             pass
         """
     )
-    result = project.runpytest_subprocess("test_bad.py", "--server-profile=eagle3", timeout=120)
+    result = _in_process(inner, "test_bad.py", "--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(
@@ -154,19 +169,19 @@ def test_bad_marker_argument_errors_that_test_before_any_launch(project: pytest.
         ]
     )
     assert "During handling" not in result.stdout.str()
-    assert not _our_servers(project)
+    assert not _our_servers(inner)
 
 
-def test_preflight_error_stops_before_launch(project: pytest.Pytester) -> None:
-    project.makefile(
+def test_preflight_error_stops_before_launch(inner: pytest.Pytester) -> None:
+    inner.makefile(
         ".yaml",
-        specdec=PROFILES.replace("@TAG@", _tag(project))
+        specdec=PROFILES.replace("@TAG@", _tag(inner))
         + textwrap.indent("eagle-on-eagle3-draft:\n  extends: eagle3\n  speculative: {algorithm: EAGLE}\n", "  "),
     )
-    result = project.runpytest_subprocess("--server-profile=eagle-on-eagle3-draft")
+    result = _in_process(inner, "--server-profile=eagle-on-eagle3-draft")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: specdec preflight failed (nothing was launched):", "*EAGLE*Eagle3*"])
-    assert not _our_servers(project)
+    assert not _our_servers(inner)
 
 
 @pytest.mark.slow
@@ -379,7 +394,9 @@ def test_server_url_must_be_http_and_a_dead_url_fails_fast(project: pytest.Pytes
     result.stdout.fnmatch_lines(["*cannot connect for 1 s (ConnectError: *is the server running and is the URL*"])
 
 
-def test_a_url_whose_health_is_no_route_fails_fast_naming_the_status(project: pytest.Pytester) -> None:
+def test_a_url_whose_health_is_no_route_fails_fast_naming_the_status(
+    inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A wrong port that lands on another web service (a fresh-user trial: /health answered 404 and pytest waited out
     the 900 s startup budget in silence): after the grace, an error that names the status and the server software."""
     import http.server
@@ -399,11 +416,13 @@ def test_a_url_whose_health_is_no_route_fails_fast_naming_the_status(project: py
 
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    grace = "import pytest_specdec.serve.startup\npytest_specdec.serve.startup.REFUSED_GRACE_S = 1.0\n"
+    # In process, the inner run reads this module object: the outer test sets (and restores) its grace.
+    from pytest_specdec.serve import startup
+
+    monkeypatch.setattr(startup, "REFUSED_GRACE_S", 1.0)
     try:
-        project.makeconftest(grace)
         url = f"http://127.0.0.1:{httpd.server_address[1]}"
-        result = project.runpytest_subprocess("--server-profile=eagle3", f"--server-url={url}", timeout=120)
+        result = _in_process(inner, "--server-profile=eagle3", f"--server-url={url}")
     finally:
         httpd.shutdown()
         httpd.server_close()
@@ -419,7 +438,7 @@ def test_missing_prompt_file_and_api_key_env_stop_before_launch(pytester: pytest
         "    workload: {prompts: ./missing.jsonl}\n",
     )
     pytester.makepyfile(test_x="def test_x(specdec_run): pass\n")
-    result = pytester.runpytest_subprocess("--server-profile=p")
+    result = _in_process(pytester, "--server-profile=p")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
