@@ -19,7 +19,7 @@ import pytest
 
 from pytest_specdec.core.errors import ServerError, ServerStartError
 from pytest_specdec.engines.base import LaunchSpec
-from pytest_specdec.serve import server
+from pytest_specdec.serve import readiness, server
 from pytest_specdec.serve.diagnosis import diagnose_exit
 from pytest_specdec.serve.ports import find_free_port, port_holder, port_is_free
 from pytest_specdec.serve.server import ServerProcess
@@ -124,9 +124,11 @@ def test_probe_exceptions_mean_not_yet(tmp_path: Path) -> None:
     assert len(calls) == 4
 
 
-def test_slow_start_reports_progress(tmp_path: Path) -> None:
+def test_slow_start_reports_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Reports every 0.1 s instead of 0.5 s: a 0.6 s slow start then spans several, as 1.5 s did at 0.5 s.
+    monkeypatch.setattr(readiness, "_PROGRESS_INTERVAL_S", 0.1)
     seen: list[tuple[float, float, str]] = []
-    with start(make_spec("--slow-start", "1.5"), tmp_path) as proc:
+    with start(make_spec("--slow-start", "0.6"), tmp_path) as proc:
         proc.wait_ready(
             health(proc.base_url), timeout_s=60, stall_s=5, on_progress=lambda e, b, line: seen.append((e, b, line))
         )
@@ -361,7 +363,8 @@ def test_setsid_grandchild_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
     proc.wait_ready(health(proc.base_url), timeout_s=60)
     grandchild = int(wait_file(pid_file))
     assert os.getsid(grandchild) != proc.pid  # it really left the server's session
-    time.sleep(0.5)  # let the watcher snapshot it
+    # Still the server's child: stop()'s own snapshot finds it (one found only by the watcher's earlier snapshots:
+    # test_grandchild_reparented_after_server_death_is_still_killed).
     report = proc.stop(timeout_s=0.5)
     assert report.killed_pids == (grandchild,)
     assert grandchild in report.terminated_pids
@@ -385,7 +388,7 @@ def test_grandchild_reparented_after_server_death_is_still_killed(tmp_path: Path
     while psutil.Process(grandchild).ppid() == proc.pid and time.monotonic() < deadline:
         time.sleep(0.05)
     assert psutil.Process(grandchild).ppid() != proc.pid  # re-parented: no longer a descendant
-    report = proc.stop(timeout_s=0.5)
+    report = proc.stop(timeout_s=0.1)  # the server is gone, the grandchild ignores SIGTERM: any grace ends in SIGKILL
     assert report.killed_pids == (grandchild,)
     assert report.returncode == 3
     assert gone(grandchild)
@@ -394,7 +397,7 @@ def test_grandchild_reparented_after_server_death_is_still_killed(tmp_path: Path
 def test_sigterm_ignored_needs_sigkill(tmp_path: Path) -> None:
     proc = start(make_spec("--ignore-term"), tmp_path)
     proc.wait_ready(health(proc.base_url), timeout_s=60)
-    report = proc.stop(timeout_s=0.5)
+    report = proc.stop(timeout_s=0.1)  # it ignores SIGTERM: any grace ends in SIGKILL
     assert report.killed_pids == (proc.pid,)
     assert report.returncode == -signal.SIGKILL
     assert report.clean
