@@ -18,6 +18,7 @@ import pytest
 
 from pytest_specdec.core import clock
 from pytest_specdec.core.errors import ServerError
+from pytest_specdec.core.records import RequestRecord
 from pytest_specdec.measure.client import ClientLoad, PhaseOptions, auto_workers, fetch_text, run_phase
 from pytest_specdec.measure.metrics import phase_metrics, request_timing
 from tests.helpers import BASE, GENERATE_SCRIPT, FakeClock, Script, free_port, gen_event, req, sse
@@ -485,13 +486,20 @@ def test_phase_records_the_clients_own_load(sse_url: str) -> None:
 
 
 def test_workers_send_every_request_once_and_merge_records_in_request_order(sse_url: str) -> None:
+    # One phase of worker processes for both: the merge here, and the progress callback each worker's finished
+    # request reaches in this process (tests/test_progress.py tests the callback without workers).
     specs = [req(f"w{i}", 3 + i) for i in range(7)]
-    result = run_phase(sse_url, specs, PhaseOptions(api="completions", concurrency=4), workers=2)
+    done: list[RequestRecord] = []
+    result = run_phase(sse_url, specs, PhaseOptions(api="completions", concurrency=4), workers=2,
+                       on_request_done=done.append)  # fmt: skip
     assert [r.completion_tokens for r in result.records] == [3 + i for i in range(7)]
     assert all(r.ok for r in result.records)
     assert result.load is not None and result.load.workers == 2
     assert result.start_s == min(r.start_s for r in result.records)
     assert result.end_s == max(r.end_s for r in result.records)
+    assert sorted(r.completion_tokens for r in done) == [3 + i for i in range(7)]  # each finished request, once
+    assert all(r.ok for r in done)
+    assert sorted(r.start_s for r in done) == sorted(r.start_s for r in result.records)
 
 
 def test_a_stall_in_a_worker_aborts_the_phase_naming_the_request(sse_url: str) -> None:
