@@ -415,7 +415,8 @@ def test_a_url_whose_health_is_no_route_fails_fast_naming_the_status(
             pass
 
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    # shutdown() waits for serve_forever to look at its flag, every poll_interval (0.5 s by default) at most.
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     # In process, the inner run reads this module object: the outer test sets (and restores) its grace.
     from pytest_specdec.serve import startup
 

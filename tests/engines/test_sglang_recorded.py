@@ -142,7 +142,8 @@ def replay() -> Iterator[str]:
         "/v1/chat/completions": (DATA / "eagle3.chat.sse").read_bytes(),
     }
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Replay)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for serve_forever to look at its flag, every poll_interval (0.5 s by default) at most.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
