@@ -476,6 +476,12 @@ def test_configured_point_fails_the_sweep_only_when_shown_too_far_below_the_best
     # A configured point outside the sweep is said, not judged.
     lines, _, _ = judged(points[:2], 0.05)
     assert lines == ["configured point eagle3@num_steps=3 was not swept; not compared with the best eagle3@num_steps=2"]
+    # A configured point that failed a floor is not ranked; faster or not, no gap is quoted (it read "-9.9% below").
+    floored = {**ok, "eagle3@num_steps=3": False}
+    assert sweep.configured_point_lines(points, profiles, thresholds_ok=floored, max_gap=0.05) == (
+        ["configured point eagle3@num_steps=3 failed its thresholds, so it is not ranked; the highest point that "
+         "passes them is eagle3@num_steps=2"], [], []
+    )  # fmt: skip
 
 
 def test_min_accept_length_set_for_more_steps_is_not_judged_at_fewer() -> None:

@@ -337,6 +337,8 @@ def configured_point_lines(
 
     :param profiles: the session's profiles by name (the base profiles, before sweep expansion).
     :param max_gap: the largest allowed gap as a fraction (0.05 = 5 %).
+    A configured point that failed its thresholds is not ranked (its test fails on them already): its line says so.
+
     :returns: (lines for the table, the failing ones among them, the undecided ones among them), e.g. failing:
         ``configured point eagle3@num_steps=5 (92.1 tok/s) is 12.3% below the sweep's best eagle3@num_steps=2
         (105.0 tok/s), more than the allowed 5% (--specdec-sweep-max-gap); set num_steps: 2 in profile eagle3
@@ -360,6 +362,11 @@ def configured_point_lines(
         conf = group.record(name)
         if conf is None:
             lines.append(f"configured point {name} was not swept; not compared with the best {leader.profile}")
+            continue
+        if not any(r is conf for r in group.ranked):
+            # A point that failed a floor is left out of the ranking; its tok/s gap to the leader means nothing.
+            lines.append(f"configured point {name} failed its thresholds, so it is not ranked; the highest point "
+                         f"that passes them is {leader.profile}")  # fmt: skip
             continue
         decided = group.ranking.decided or len(group.ranked) == 1
         # "best" only for a leader separated from every other point; one tied with others is "the highest".
