@@ -56,7 +56,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
+
+# The quantile functions themselves (what scipy.stats' t.ppf and f.ppf compute, scipy 1.17 t_gen._ppf/f_gen._ppf):
+# the same floats without rv_continuous' argument handling, 50-100x cheaper per call, and scipy.special imports in a
+# quarter of scipy.stats' time. A verdict asks for a quantile at every look of every row.
+from scipy import special
 
 __all__ = [
     "ALPHA",
@@ -292,7 +296,7 @@ class RunEffect:
         """The ANOVA F-test at ``level``: the runs' means spread more than their repeats explain."""
         if self.runs < 2 or self.var <= 0.0:
             return False
-        return self.ms_between / self.var > float(sps.f.ppf(1.0 - level, self.runs - 1, self.df))
+        return self.ms_between / self.var > float(special.fdtri(self.runs - 1, self.df, 1.0 - level))
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,8 +384,9 @@ def _usable(values: Sequence[float | None]) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _t_quantile(q: float, df: float) -> float:
-    """``scipy.stats.t.ppf(q, df)``, cached: a verdict asks for the same few quantiles at every look."""
-    return float(sps.t.ppf(q, df))
+    """``scipy.stats.t.ppf(q, df)`` (``scipy.special.stdtrit``), cached: a verdict asks for the same few quantiles
+    at every look."""
+    return float(special.stdtrit(df, q))
 
 
 def _finite(values: Sequence[float | None]) -> np.ndarray:
@@ -523,8 +528,8 @@ def _same_variance(var_c: float, df_c: int, var_b: float, df_b: int) -> bool:
     if var_b <= 0.0 or var_c <= 0.0:
         return False
     ratio = var_c / var_b
-    low = float(sps.f.ppf(_F_LEVEL / 2.0, df_c, df_b))
-    high = float(sps.f.ppf(1.0 - _F_LEVEL / 2.0, df_c, df_b))
+    low = float(special.fdtri(df_c, df_b, _F_LEVEL / 2.0))
+    high = float(special.fdtri(df_c, df_b, 1.0 - _F_LEVEL / 2.0))
     return low <= ratio <= high
 
 
@@ -533,7 +538,7 @@ def _f_quantile(dfn: int, dfd: int) -> float:
     """The F-test's critical ratio at :data:`_F_LEVEL` (inf with fewer than 2 values today: no test)."""
     if dfn < 1 or dfd < 1:
         return math.inf
-    return float(sps.f.ppf(1.0 - _F_LEVEL, dfn, dfd))
+    return float(special.fdtri(dfn, dfd, 1.0 - _F_LEVEL))
 
 
 def decide_shift(
