@@ -106,7 +106,6 @@ def start_server(
     :raises ServerStartError: the process exited or stalled before ready, the budget ran out, or the effective
         speculative config read back from the server differs from the profile.
     """
-    from pytest_specdec.serve.ports import reserve_free_port
     from pytest_specdec.serve.server import ServerProcess
 
     budget = startup_timeout_s or profile.startup_timeout_s
@@ -127,44 +126,39 @@ def start_server(
         return _start_group(profile, engine, api_key, log_dir=log_dir, draft_path=draft_path, budget_s=budget,
                             on_progress=on_progress, on_launch=on_launch)  # fmt: skip
     for attempt in (1, 2):
-        # Held until the server listens (see PortReservation); a port the profile names is the user's to keep free.
-        reservation = None if profile.port else reserve_free_port(profile.host)
-        port = profile.port or reservation.port  # type: ignore[union-attr]
-        launch = engine.launch_spec(profile, port=port, draft_path=draft_path)
-        # One log per launch, <name>.log linking the newest: a failure's message names a log the next run keeps.
-        log_path = logfiles.new_log_path(log_dir, log_name or profile.name)
-        started = time.perf_counter()
-        server = RunningServer(profile, engine, launch.base_url, api_key, launch, None, log_path)
-        try:
-            server.process = ServerProcess.start(
-                launch, name=profile.name, log_path=log_path, on_launch=on_launch,
-                record_dir=log_dir.parent / "servers",
-            )  # fmt: skip
-            with httpx.Client(
-                base_url=launch.base_url, headers=bearer_headers(api_key), timeout=10.0, verify=tls_context()
-            ) as http:
-                server.process.wait_ready(
-                    lambda: engine.probe_ready(http, profile),
-                    timeout_s=budget,
-                    stall_s=profile.startup_stall_s,
-                    on_progress=on_progress,
-                )
-        except ServerStartError as exc:
-            server.stop()
-            # Another program's socket took the port between our pick and the server's bind (the server exited on
-            # "address already in use"): our pick, so ours to retry, once, on another port.
-            if reservation is None or exc.cause != "port in use" or attempt == 2:
+        with _held_port(profile, profile.host) as (port, picked):
+            launch = engine.launch_spec(profile, port=port, draft_path=draft_path)
+            # One log per launch, <name>.log linking the newest: a failure's message names a log the next run keeps.
+            log_path = logfiles.new_log_path(log_dir, log_name or profile.name)
+            started = time.perf_counter()
+            server = RunningServer(profile, engine, launch.base_url, api_key, launch, None, log_path)
+            try:
+                server.process = ServerProcess.start(
+                    launch, name=profile.name, log_path=log_path, on_launch=on_launch,
+                    record_dir=log_dir.parent / "servers",
+                )  # fmt: skip
+                with httpx.Client(
+                    base_url=launch.base_url, headers=bearer_headers(api_key), timeout=10.0, verify=tls_context()
+                ) as http:
+                    server.process.wait_ready(
+                        lambda: engine.probe_ready(http, profile),
+                        timeout_s=budget,
+                        stall_s=profile.startup_stall_s,
+                        on_progress=on_progress,
+                    )
+            except ServerStartError as exc:
+                server.stop()
+                # Another program's socket took the port between our pick and the server's bind (the server exited
+                # on "address already in use"): our pick, so ours to retry, once, on another port.
+                if not picked or exc.cause != "port in use" or attempt == 2:
+                    raise
+                if on_progress is not None:
+                    line = f"port {port} was taken before the server bound it; launching again on another port"
+                    on_progress(time.perf_counter() - started, budget, line)
+                continue
+            except BaseException:
+                server.stop()
                 raise
-            if on_progress is not None:
-                line = f"port {port} was taken before the server bound it; launching again on another port"
-                on_progress(time.perf_counter() - started, budget, line)
-            continue
-        except BaseException:
-            server.stop()
-            raise
-        finally:
-            if reservation is not None:
-                reservation.release()
         break
     server.startup_s = time.perf_counter() - started
     try:
@@ -190,7 +184,6 @@ def _start_group(
     recorded for ``registry.reap``; ``on_launch(group)`` once all are launched), ready when every rank joined and
     rank 0 really generates."""
     from pytest_specdec.serve.nodegroup import NodeEngine, NodeGroup
-    from pytest_specdec.serve.ports import reserve_free_port
 
     assert profile.nodes is not None
     if not isinstance(engine, NodeEngine):  # the profile schema already allows nodes: only where it is
@@ -198,11 +191,8 @@ def _start_group(
             f"profiles.{profile.name}.nodes: server {engine.name} has no multi-node launch", profile=profile.name
         )
     leader = profile.nodes.hosts[0]
-    # Held until rank 0 listens (see PortReservation).
     local = leader if leader in ("127.0.0.1", "localhost") else "127.0.0.1"
-    reservation = None if profile.port else reserve_free_port(local)
-    port = profile.port or reservation.port  # type: ignore[union-attr]
-    try:
+    with _held_port(profile, local) as (port, _):
         log_dir.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
         group = NodeGroup.start(
@@ -225,10 +215,20 @@ def _start_group(
         except BaseException:
             server.stop()
             raise
-    finally:
-        if reservation is not None:
-            reservation.release()
     return server
+
+
+@contextlib.contextmanager
+def _held_port(profile: Profile, host: str) -> Iterator[tuple[int, bool]]:
+    """(port, picked by us): the profile's own port, or a free one held against other pytest-specdec launches until
+    the block ends, by when the server listens on it (``ports.PortReservation``)."""
+    from pytest_specdec.serve.ports import reserve_free_port
+
+    if profile.port:
+        yield profile.port, False
+        return
+    with reserve_free_port(host) as port:
+        yield port, True
 
 
 def attach(profile: Profile, base_url: str, *, budget_s: float) -> RunningServer:
