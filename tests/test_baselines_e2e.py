@@ -172,8 +172,14 @@ def test_a_slowdown_of_both_arms_is_not_green_on_the_speculative_profile_either(
     # The baseline night with 6 repeats: with 2, one stalled phase on a busy runner can leave it too wide to decide;
     # with 4 at load 5, eagle3's raw x0.455 stayed undecided (CI 0.20-1.01: "the baseline's side keeps the interval
     # open (1 stored run, 4 repeats)", flake hunt seed 219).
-    saved = _run(pytester, "--server-profile=baseline,eagle3", "--specdec-save=night-1", "--specdec-repeats=6")
-    saved.assert_outcomes(passed=2)
+    # A night stored through a stalled phase is one the plugin itself calls unusable ("an unchanged run could not pass
+    # within 50% against it ... or measure it again on a quieter runner"): do as it says, up to twice more (clean-clone
+    # CI at load 10-11: paired ratios 0.48-4.03 in the night, then eagle3's raw x0.375 undecided, CI 0.11-1.23).
+    for _ in range(3):
+        saved = _run(pytester, "--server-profile=baseline,eagle3", "--specdec-save=night-1", "--specdec-repeats=6")
+        saved.assert_outcomes(passed=2)
+        if "could not pass within" not in saved.stdout.str():
+            break
     # Still a fixed delay, not the factor: SPECDEC_REF_FORWARD_SLOWDOWN slows target forwards only, so the speculative
     # arm (its draft steps not slowed) lost far less than the plain one: at 5, baseline x0.256 but eagle3 x0.548,
     # undecided at 5 repeats (CI 0.30-1.01, load 3.4); a factor large enough for eagle3 makes the plain arm ~x0.1.
