@@ -206,6 +206,21 @@ IN_PROCESS_INI = (
 #: as an error.
 IN_PROCESS_SHOWN_INI = IN_PROCESS_INI + "    default::pytest_specdec.SpecdecWarning\n"
 
+
+def run_in_process(pytester: Any, *args: str, benchmark: bool = False, ctrl_c_ends_run: bool = False) -> Any:
+    """One inner pytest run in this process (``pytester.runpytest_inprocess``; no second interpreter and plugin import,
+    about 0.4 s quiet and 2-3 s on a busy runner; the servers it launches are subprocesses either way), with the cache
+    plugin and pytest-randomly off (a project's runs do not share ``.pytest_cache``; the order the test expects is the
+    file's) and pytest-benchmark off unless ``benchmark``. Run the inner project under ``IN_PROCESS_INI``.
+
+    :param ctrl_c_ends_run: a ``KeyboardInterrupt`` inside the inner run (a test's SIGINT) ends that run only
+        (``no_reraise_ctrlc``), not the outer test.
+    :returns: the ``pytest.RunResult``.
+    """
+    plugins = ["-p", "no:cacheprovider", "-p", "no:randomly"] + ([] if benchmark else ["-p", "no:benchmark"])
+    return pytester.runpytest_inprocess(*plugins, *args, no_reraise_ctrlc=ctrl_c_ends_run)
+
+
 #: The ``speculative:`` block of the shared reference server most URL profiles of the tests point at
 #: (``conftest.reference_url(SHARED_EAGLE3)``): the bundled EAGLE3 draft, 3 steps, top-k 1, 4 draft tokens.
 SHARED_EAGLE3 = "{algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}"
@@ -271,7 +286,6 @@ def assert_tok_s_regressed_or_left_open(out: str) -> None:
     if tok_s.group(1) == "undecided":
         assert re.search(r"^\d+ undecided rows? not measured further: the compare had regressed at \d+ repeats$", out,
                          re.M), out  # fmt: skip
-
 
 
 class ScriptedHandle:

@@ -19,7 +19,7 @@ import scipy.stats  # noqa: F401
 from pytest_specdec.cli.main import main
 from pytest_specdec.judge.baseline import Baselines
 from pytest_specdec.measure.results import ResultStore
-from tests.helpers import IN_PROCESS_SHOWN_INI, SHARED_EAGLE3, with_url
+from tests.helpers import IN_PROCESS_SHOWN_INI, SHARED_EAGLE3, run_in_process, with_url
 
 pytestmark = pytest.mark.slow
 
@@ -63,12 +63,6 @@ def _project(
     pytester.makeini(IN_PROCESS_SHOWN_INI)
 
 
-def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_inprocess(
-        "-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly", *args, no_reraise_ctrlc=True
-    )
-
-
 def _run_id(result: pytest.RunResult) -> str:
     found = re.search(r"specdec results: \S+/(\S+)\.json", result.stdout.str())
     assert found is not None, result.stdout.str()
@@ -85,17 +79,19 @@ def test_night_1_is_saved_never_replaced_by_an_unclean_run_and_compared_by_name(
     _project(pytester)
     # Three repeats, not two: with 2 stored and 2 current repeats the interval has 1 degree of freedom per side, and
     # a night stored under 19% CPU steal (62 and 127 tok/s) left even the 5x slowdown below undecided.
-    night = _run(pytester, "--server-profile=baseline", "--specdec-save=night-1", "--specdec-repeats=3")
+    night = run_in_process(pytester, "--server-profile=baseline", "--specdec-save=night-1", "--specdec-repeats=3")
     night.assert_outcomes(passed=1)
     night.stdout.fnmatch_lines(["specdec: saved as night-1: */names/night-1 names this run"])
     shared = reference_url("")
     _project(pytester, "def test_run(specdec_run):\n    assert False, 'broken'\n", url=shared)
-    _run(pytester, "--server-profile=baseline").assert_outcomes(failed=1)
+    run_in_process(pytester, "--server-profile=baseline").assert_outcomes(failed=1)
     # One repeat and no more: the min_tok_s floor has no spread to decide on, so it ends undecided and passes.
     _project(pytester, thresholds="{min_tok_s: 1}", repeats="repeats: 1, max_repeats: 1", url=shared)
-    _run(pytester, "--server-profile=baseline").assert_outcomes(passed=1)
+    run_in_process(pytester, "--server-profile=baseline").assert_outcomes(passed=1)
     _project(pytester, RUN + "\n\ndef test_stop(specdec_run):\n    raise KeyboardInterrupt\n", url=shared)
-    assert _run(pytester, "--server-profile=baseline").ret == pytest.ExitCode.INTERRUPTED
+    assert (
+        run_in_process(pytester, "--server-profile=baseline", ctrl_c_ends_run=True).ret == pytest.ExitCode.INTERRUPTED
+    )
     store = ResultStore(pytester.path / ".specdec" / "results")
     latest = Baselines.from_option("latest", store)
     assert latest is not None
@@ -109,7 +105,7 @@ def test_night_1_is_saved_never_replaced_by_an_unclean_run_and_compared_by_name(
     # 80%, a limit 1.5x above it; 10x at 50% keeps 2x).
     wide = ("output_tok_s:80%", *TOLERANCES[1:])
     _project(pytester, tolerances=wide)
-    by_name = _run(pytester, "--server-profile=baseline", "--specdec-compare=night-1")
+    by_name = run_in_process(pytester, "--server-profile=baseline", "--specdec-compare=night-1")
     by_name.assert_outcomes(passed=1)
     by_name.stdout.fnmatch_lines([f"specdec compare: 1 test(s) compared with stored run {_run_id(night)}: named "
                                   "night-1 (--specdec-compare)"])  # fmt: skip
@@ -121,7 +117,7 @@ def test_night_1_is_saved_never_replaced_by_an_unclean_run_and_compared_by_name(
     # Without speculation too, an explicit --specdec-compare-profile maps the test: a 10x slower server regresses (at
     # the 50% tolerance).
     _project(pytester)
-    slow = _run(pytester, "--server-profile=baseline-slow", "--specdec-compare=night-1",
+    slow = run_in_process(pytester, "--server-profile=baseline-slow", "--specdec-compare=night-1",
                 "--specdec-compare-profile=baseline", "--specdec-repeats=3")  # fmt: skip
     slow.assert_outcomes(failed=1)
     slow.stdout.fnmatch_lines(
@@ -176,7 +172,9 @@ def test_a_slowdown_of_both_arms_is_not_green_on_the_speculative_profile_either(
     # within 50% against it ... or measure it again on a quieter runner"): do as it says, up to twice more (clean-clone
     # CI at load 10-11: paired ratios 0.48-4.03 in the night, then eagle3's raw x0.375 undecided, CI 0.11-1.23).
     for _ in range(3):
-        saved = _run(pytester, "--server-profile=baseline,eagle3", "--specdec-save=night-1", "--specdec-repeats=6")
+        saved = run_in_process(
+            pytester, "--server-profile=baseline,eagle3", "--specdec-save=night-1", "--specdec-repeats=6"
+        )
         saved.assert_outcomes(passed=2)
         if "could not pass within" not in saved.stdout.str():
             break
@@ -186,7 +184,7 @@ def test_a_slowdown_of_both_arms_is_not_green_on_the_speculative_profile_either(
     delay = '    env: {SPECDEC_REF_FORWARD_DELAY_MS: "60"}\n'  # on baseline, so on eagle3 (extends) too
     slowed = clean.replace("    thresholds: {}\n", "    thresholds: {}\n" + delay, 1)
     pytester.makefile(".yaml", specdec=slowed)
-    night = _run(pytester, "--server-profile=baseline,eagle3", "--specdec-compare=night-1")
+    night = run_in_process(pytester, "--server-profile=baseline,eagle3", "--specdec-compare=night-1")
     night.assert_outcomes(failed=2)
     out = night.stdout.str()
     speculative = out[out.index("test_night.py::test_run[eagle3]):") :]
@@ -225,10 +223,10 @@ def test_a_compare_after_min_speedup_never_measures_past_max_repeats(
     _project(pytester)
     head = PROFILES.format(tolerances=["output_tok_s:1%"], thresholds="{}", repeats=TWO)
     pytester.makefile(".yaml", specdec=head + eagle3.format(ratio=0.01, url=url))
-    first = _run(pytester, "--server-profile=eagle3")
+    first = run_in_process(pytester, "--server-profile=eagle3")
     first.assert_outcomes(passed=1)
     pytester.makefile(".yaml", specdec=head + eagle3.format(ratio=1.0, url=url))
-    night = _run(pytester, "--server-profile=eagle3", "--specdec-compare")
+    night = run_in_process(pytester, "--server-profile=eagle3", "--specdec-compare")
     line = re.search(r"^specdec server time: test_run\[eagle3\]: .*", night.stdout.str(), re.M)
     assert line is not None, night.stdout.str()
     counts = [int(n) for n in re.findall(r"(?:after|,) (\d+) (?:repeats|pairs)", line.group(0))]

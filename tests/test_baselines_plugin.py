@@ -17,7 +17,7 @@ import pytest
 import scipy.stats  # noqa: F401
 
 from pytest_specdec.engines.rules import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
-from tests.helpers import IN_PROCESS_SHOWN_INI
+from tests.helpers import IN_PROCESS_SHOWN_INI, run_in_process
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
 ENV = json.dumps({"PYTHONPATH": str(FAKE), "SPECDEC_FAKE_SGLANG": "{}"})
@@ -54,13 +54,6 @@ def _project(pytester: pytest.Pytester, tests: str = RUN, **profiles: str) -> No
     pytester.makeini(IN_PROCESS_SHOWN_INI)
 
 
-def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    """In process (a Ctrl-C in a test body ends the inner run, not this one)."""
-    return pytester.runpytest_inprocess(
-        "-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly", *args, no_reraise_ctrlc=True
-    )
-
-
 def _run_id(result: pytest.RunResult) -> str:
     found = re.search(r"specdec results: \S+/(\S+)\.json", result.stdout.str())
     assert found is not None, result.stdout.str()
@@ -70,24 +63,24 @@ def _run_id(result: pytest.RunResult) -> str:
 @pytest.mark.slow
 def test_latest_never_takes_a_failed_undecided_or_interrupted_run(pytester: pytest.Pytester) -> None:
     _project(pytester)
-    clean = _run(pytester, "--server-profile=baseline", "--specdec-save=night-1")
+    clean = run_in_process(pytester, "--server-profile=baseline", "--specdec-save=night-1")
     clean.assert_outcomes(passed=1)
     clean.stdout.fnmatch_lines(["specdec: saved as night-1: */names/night-1 names this run"])
     _project(pytester, "def test_run(specdec_run):\n    assert False, 'broken'\n")
-    failed = _run(pytester, "--server-profile=baseline", "--specdec-save=night-2")
+    failed = run_in_process(pytester, "--server-profile=baseline", "--specdec-save=night-2")
     failed.assert_outcomes(failed=1)
     failed.stdout.fnmatch_lines(["FAIL specdec save: not saved as night-2: 1 test(s) not clean: test_run[[]baseline[]] "
                                  "(failed); no run is named night-2. Name it anyway: *"])  # fmt: skip
     # One repeat and no more: a min_tok_s floor cannot be decided (no spread), so the test passes undecided.
     _project(pytester, workload="{repeats: 1, max_repeats: 1}", thresholds="{min_tok_s: 1}")
-    undecided = _run(pytester, "--server-profile=baseline")
+    undecided = run_in_process(pytester, "--server-profile=baseline")
     undecided.assert_outcomes(passed=1)
     _project(pytester, RUN + "\n\ndef test_stop(specdec_run):\n    raise KeyboardInterrupt\n")
-    interrupted = _run(pytester, "--server-profile=baseline")
+    interrupted = run_in_process(pytester, "--server-profile=baseline", ctrl_c_ends_run=True)
     assert interrupted.ret == pytest.ExitCode.INTERRUPTED
     stored = json.loads((pytester.path / ".specdec" / "results" / f"{_run_id(interrupted)}.json").read_text())
     assert [(r["outcome"], r["interrupted"]) for r in stored["results"]] == [("passed", True)]
-    compared = _run(pytester, "--server-profile=baseline", "--specdec-compare", "-k", "test_run")
+    compared = run_in_process(pytester, "--server-profile=baseline", "--specdec-compare", "-k", "test_run")
     compared.assert_outcomes(passed=1)
     compared.stdout.fnmatch_lines(
         [
@@ -102,8 +95,8 @@ def test_latest_never_takes_a_failed_undecided_or_interrupted_run(pytester: pyte
 @pytest.mark.slow
 def test_a_test_without_baseline_fails_and_a_run_that_compared_nothing_is_not_green(pytester: pytest.Pytester) -> None:
     _project(pytester)
-    _run(pytester, "--server-profile=baseline").assert_outcomes(passed=1)
-    new = _run(pytester, "--server-profile=eagle3", "--specdec-compare")
+    run_in_process(pytester, "--server-profile=baseline").assert_outcomes(passed=1)
+    new = run_in_process(pytester, "--server-profile=eagle3", "--specdec-compare")
     new.assert_outcomes(failed=1)
     new.stdout.fnmatch_lines(
         [
@@ -111,7 +104,7 @@ def test_a_test_without_baseline_fails_and_a_run_that_compared_nothing_is_not_gr
             "test? --specdec-compare-missing=warn passes it for its first night",
         ]
     )
-    warned = _run(pytester, "--server-profile=eagle3", "--specdec-compare", "--specdec-compare-missing=warn")
+    warned = run_in_process(pytester, "--server-profile=eagle3", "--specdec-compare", "--specdec-compare-missing=warn")
     # Warnings are not counted: a busy machine adds its own ("machine busy: ...").
     warned.assert_outcomes(passed=1)
     assert warned.ret == pytest.ExitCode.TESTS_FAILED
@@ -126,9 +119,9 @@ def test_a_test_whose_stored_nights_were_never_clean_is_not_called_new(pytester:
     # A fresh-user trial: eagle3's min_speedup never decided, so no night was clean, and the failure advised
     # --specdec-compare-missing=warn "for its first night", which would have switched its compare off for good.
     _project(pytester, "def test_run(specdec_run):\n    assert False, 'broken'\n")
-    _run(pytester, "--server-profile=baseline").assert_outcomes(failed=1)
+    run_in_process(pytester, "--server-profile=baseline").assert_outcomes(failed=1)
     _project(pytester)
-    night = _run(pytester, "--server-profile=baseline", "--specdec-compare")
+    night = run_in_process(pytester, "--server-profile=baseline", "--specdec-compare")
     night.assert_outcomes(failed=1)
     night.stdout.fnmatch_lines(["*: 1 stored run(s) have it, none clean: * (failed); not compared: store a night whose "
                                 "verdicts decide (raise workload.max_repeats, or measure on a quieter runner), or name "
@@ -142,7 +135,7 @@ def test_compare_options_without_a_compare_are_a_usage_error(pytester: pytest.Py
     # --specdec-compare, and read "2 passed": the option had done nothing.
     _project(pytester)
     for args in (["--specdec-compare-profile=eagle4"], ["--specdec-compare-force"]):
-        refused = _run(pytester, "--server-profile=eagle3", *args)
+        refused = run_in_process(pytester, "--server-profile=eagle3", *args)
         assert refused.ret == pytest.ExitCode.USAGE_ERROR
         refused.stderr.fnmatch_lines([f"ERROR: {args[0]} only shapes a compare and none was asked for: add "
                                       "--specdec-compare (each test's newest clean stored run) or "
@@ -152,16 +145,20 @@ def test_compare_options_without_a_compare_are_a_usage_error(pytester: pytest.Py
 @pytest.mark.slow
 def test_compare_profile_maps_profiles_of_its_kind_and_refuses_a_kind_none_has(pytester: pytest.Pytester) -> None:
     _project(pytester)
-    _run(pytester, "--server-profile=eagle3").assert_outcomes(passed=1)
+    run_in_process(pytester, "--server-profile=eagle3").assert_outcomes(passed=1)
     # baseline runs without speculation; so does no selected profile here but eagle3's kind: refused at start.
-    refused = _run(pytester, "--server-profile=eagle3", "--specdec-compare", "--specdec-compare-profile=baseline")
+    refused = run_in_process(
+        pytester, "--server-profile=eagle3", "--specdec-compare", "--specdec-compare-profile=baseline"
+    )
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.fnmatch_lines(["ERROR: --specdec-compare-profile=baseline: profile baseline runs without "
                                   "speculation, and none of the selected profiles (eagle3) does, so it would map no "
                                   "test; name a profile of their kind"])  # fmt: skip
-    _run(pytester, "--server-profile=baseline").assert_outcomes(passed=1)
+    run_in_process(pytester, "--server-profile=baseline").assert_outcomes(passed=1)
     pytester.makefile(".yaml", specdec=_profiles() + "  baseline-slow:\n    extends: baseline\n")
-    mapped = _run(pytester, "--server-profile=baseline-slow", "--specdec-compare", "--specdec-compare-profile=baseline")
+    mapped = run_in_process(
+        pytester, "--server-profile=baseline-slow", "--specdec-compare", "--specdec-compare-profile=baseline"
+    )
     mapped.assert_outcomes(passed=1)
     mapped.stdout.fnmatch_lines(["specdec compare: 1 test(s) compared with stored run *"])
 
@@ -177,14 +174,14 @@ def test_a_slow_night_that_ended_undecided_is_not_the_next_baseline(pytester: py
     one = "{repeats: 1, max_repeats: 1}"
     _project(pytester, workload=one)
     pytester.makefile(".yaml", specdec=_profiles(workload=one).replace(ENV, fast))
-    clean = _run(pytester, "--server-profile=baseline")
+    clean = run_in_process(pytester, "--server-profile=baseline")
     clean.assert_outcomes(passed=1)
     pytester.makefile(".yaml", specdec=_profiles(workload=one).replace(ENV, slow))
-    undecided = _run(pytester, "--server-profile=baseline", "--specdec-compare")
+    undecided = run_in_process(pytester, "--server-profile=baseline", "--specdec-compare")
     undecided.assert_outcomes(passed=1)  # warnings not counted: a busy machine adds its own
     undecided.stdout.fnmatch_lines(["specdec: 1 test undecided (1 profile: baseline on compare) at the budget: *"])
     pytester.makefile(".yaml", specdec=_profiles(workload=one).replace(ENV, fast))
-    nightly = _run(pytester, "--server-profile=baseline", "--specdec-compare")
+    nightly = run_in_process(pytester, "--server-profile=baseline", "--specdec-compare")
     nightly.assert_outcomes(passed=1)
     nightly.stdout.fnmatch_lines([f"specdec compare: 1 test(s) compared with stored run {_run_id(clean)}: *; newer "
                                   f"runs passed over: {_run_id(undecided)} (undecided: compare)"])  # fmt: skip
@@ -203,10 +200,10 @@ def _slow_night(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult
     one = "{repeats: 1, max_repeats: 1}"
     _project(pytester, TWO, workload=one)
     pytester.makefile(".yaml", specdec=_profiles(workload=one).replace(ENV, fast))
-    clean = _run(pytester, "--server-profile=baseline")
+    clean = run_in_process(pytester, "--server-profile=baseline")
     clean.assert_outcomes(passed=2)
     pytester.makefile(".yaml", specdec=_profiles(workload=one).replace(ENV, slow))
-    return clean, _run(pytester, "--server-profile=baseline", "--specdec-compare", *args)
+    return clean, run_in_process(pytester, "--server-profile=baseline", "--specdec-compare", *args)
 
 
 @pytest.mark.slow
@@ -271,8 +268,11 @@ def test_pytest_and_the_compare_command_count_undecided_tests_alike(
     assert main(["compare", _run_id(clean), _run_id(undecided), "--results-dir", str(results)]) == 0
     # How many open rows are suspected (estimate beyond the tolerance) depends on the fake server's timings.
     last = capsys.readouterr().out.splitlines()[-1]
-    assert re.fullmatch(r"specdec compare: 2 tests compared, 0 regressed, 2 tests undecided \(1 profile: baseline; "
-                        r"[02] suspected: estimate beyond the tolerance\), 0 without baseline, 0 refused", last), last
+    assert re.fullmatch(
+        r"specdec compare: 2 tests compared, 0 regressed, 2 tests undecided \(1 profile: baseline; "
+        r"[02] suspected: estimate beyond the tolerance\), 0 without baseline, 0 refused",
+        last,
+    ), last
 
 
 def test_an_unknown_baseline_name_lists_the_saved_names(pytester: pytest.Pytester) -> None:
@@ -285,7 +285,7 @@ def test_an_unknown_baseline_name_lists_the_saved_names(pytester: pytest.Pyteste
     store.save(RunFile("20260101T000000Z-aaaaaa", 0.0, results=(record,)))
     for name in ("release-1", "night-2"):
         store.save_name(name, "20260101T000000Z-aaaaaa")
-    result = _run(pytester, "--server-profile=baseline", "--specdec-compare=night-1")
+    result = run_in_process(pytester, "--server-profile=baseline", "--specdec-compare=night-1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
         "ERROR: --specdec-compare=night-1: no run 'night-1' (did you mean 'night-2'?): not a file and no run id in * "
@@ -298,7 +298,7 @@ def test_a_test_path_taken_as_the_baseline_name_gets_the_fix(pytester: pytest.Py
     # `--specdec-compare test_base.py`: the option's value is optional (as --benchmark-compare's), so argparse gives
     # it the path. Nothing is launched; the error says how to write it.
     _project(pytester)
-    result = _run(pytester, "--server-profile=baseline", "--specdec-compare", "test_base.py")
+    result = run_in_process(pytester, "--server-profile=baseline", "--specdec-compare", "test_base.py")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --specdec-compare=test_base.py: no run 'test_base.py': *; a test path? "
                                  "write --specdec-compare=latest test_base.py (or put the path first)"])  # fmt: skip

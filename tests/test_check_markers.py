@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import IN_PROCESS_INI
+from tests.helpers import IN_PROCESS_INI, run_in_process
 
 PROFILES = (
     "profiles:\n"
@@ -36,7 +36,7 @@ def _literal(line: str) -> str:
 def _check(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     """In process, as the real run below: the check launches nothing, and a pytest start in a subprocess costs 2-3 s
     on a busy runner."""
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--specdec-check", *args)
+    return run_in_process(pytester, "--specdec-check", *args)
 
 
 @pytest.mark.parametrize(
@@ -147,7 +147,7 @@ def test_a_broken_marker_errors_its_test_before_its_server_starts(pytester: pyte
         "    open('server-started', 'w').close()\n"
         "    pytest.fail('a server was started')\n"
     )
-    result = pytester.runpytest_inprocess("--server-profile=eagle3", "-p", "no:cacheprovider", "-p", "no:randomly")
+    result = run_in_process(pytester, "--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*@pytest.mark.specdec: unknown threshold 'min_tok_sec' *; got min_tok_sec=5"])

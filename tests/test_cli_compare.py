@@ -15,7 +15,7 @@ import pytest
 
 from pytest_specdec.cli.main import main
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
-from tests.helpers import IN_PROCESS_SHOWN_INI, rec
+from tests.helpers import IN_PROCESS_SHOWN_INI, rec, run_in_process
 
 FP = {"workload": {"max_new_tokens": 64, "num_requests": 16, "concurrency": 1}, "prompt_hash": "abc"}
 NOTE = "note: tests without baseline or not in CURRENT do not change the exit status; --fail-on-missing exits 1 on them"
@@ -255,8 +255,7 @@ def test_a_server_that_died_at_startup_leaves_its_tests_out_of_the_run_file_and_
     for aux in ("", CRASH):
         profiles = PROFILES.format(target=BUNDLED_TARGET, draft=BUNDLED_DRAFT_EAGLE3, env=env, aux=aux)
         pytester.makefile(".yaml", specdec=profiles)
-        result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly",
-                                              "--server-profile=baseline,eagle3")  # fmt: skip
+        result = run_in_process(pytester, "--server-profile=baseline,eagle3")
         runs.append(result)
     runs[0].assert_outcomes(passed=2)
     runs[1].assert_outcomes(passed=1, errors=1)

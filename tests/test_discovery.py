@@ -7,13 +7,9 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.profiles.discovery import args_ancestor, find_profile_file, space_form_trap
+from tests.helpers import run_in_process
 
 PROFILE = "profiles:\n  eagle3:\n    server: reference\n"
-
-
-def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    """One pytest run in process, from the current directory (no second interpreter and plugin import per run)."""
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly", *args)
 
 
 @pytest.mark.slow
@@ -21,7 +17,7 @@ def test_finds_the_file_next_to_the_given_test_path(pytester: pytest.Pytester) -
     pytester.makeini("[pytest]\n")
     perf = pytester.mkdir("perf")
     (perf / "specdec.yaml").write_text(PROFILE)
-    result = _run(pytester, "perf", "--server-profile=eagle3", "--specdec-check")
+    result = run_in_process(pytester, "perf", "--server-profile=eagle3", "--specdec-check")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
     result.stdout.fnmatch_lines([f"specdec check passed: 1 profile(s) from {perf / 'specdec.yaml'}; nothing launched"])
 
@@ -31,7 +27,7 @@ def test_finds_the_rootdir_file_from_a_subdirectory(pytester: pytest.Pytester, m
     pytester.makeini("[pytest]\n")
     pytester.makefile(".yaml", specdec=PROFILE)
     monkeypatch.chdir(pytester.mkdir("sub"))
-    result = _run(pytester, "--server-profile=eagle3", "--specdec-check")
+    result = run_in_process(pytester, "--server-profile=eagle3", "--specdec-check")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
     result.stdout.fnmatch_lines([f"*profile(s) from {pytester.path / 'specdec.yaml'}; nothing launched"])
 
@@ -39,7 +35,7 @@ def test_finds_the_rootdir_file_from_a_subdirectory(pytester: pytest.Pytester, m
 def test_not_found_says_where_it_looked(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\n")
     sub = pytester.mkdir("sub")
-    result = _run(pytester, "sub", "--server-profile=eagle3")
+    result = run_in_process(pytester, "sub", "--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
@@ -56,7 +52,7 @@ def test_specdec_dir_as_two_words_that_moves_the_rootdir_is_explained(
     pytester.makeini("[pytest]\n")
     pytester.makefile(".yaml", specdec=PROFILE)
     out = tmp_path_factory.mktemp("specdec-out")
-    result = _run(pytester, "--specdec-dir", str(out), "--server-profile=eagle3", "--specdec-check")
+    result = run_in_process(pytester, "--specdec-dir", str(out), "--server-profile=eagle3", "--specdec-check")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
@@ -65,7 +61,7 @@ def test_specdec_dir_as_two_words_that_moves_the_rootdir_is_explained(
             f"and relative paths follow it); write --specdec-dir={out}"
         ]
     )
-    fixed = _run(pytester, f"--specdec-dir={out}", "--server-profile=eagle3", "--specdec-check")
+    fixed = run_in_process(pytester, f"--specdec-dir={out}", "--server-profile=eagle3", "--specdec-check")
     assert fixed.ret == pytest.ExitCode.OK, fixed.stderr.str()
     profile_file = pytester.path / "specdec.yaml"
     fixed.stdout.fnmatch_lines([f"specdec: profiles eagle3 from {profile_file}; logs/results in {out}"])
@@ -77,7 +73,7 @@ def test_specdec_dir_relative_to_the_current_directory(pytester: pytest.Pytester
     pytester.makefile(".yaml", specdec=PROFILE)
     pytester.mkdir("out")
     # Two words but harmless here: out/ lies inside the project, so the rootdir stays where the ini file is.
-    result = _run(pytester, "--specdec-dir", "out", "--server-profile=eagle3", "--specdec-check")
+    result = run_in_process(pytester, "--specdec-dir", "out", "--server-profile=eagle3", "--specdec-check")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
     result.stdout.fnmatch_lines([f"specdec: profiles eagle3 from *; logs/results in {pytester.path / 'out'}"])
 

@@ -38,7 +38,7 @@ from pytest_specdec.measure.results import (
 from pytest_specdec.report.markdown import markdown_summary
 from pytest_specdec.report.merge import Shard, merge_runs, merged_markdown
 from pytest_specdec.run import schedule
-from tests.helpers import IN_PROCESS_SHOWN_INI, fake_sglang_profiles, record, sigint_default
+from tests.helpers import IN_PROCESS_SHOWN_INI, fake_sglang_profiles, record, run_in_process, sigint_default
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
 #: The fake SGLang's startup death: log a line no cause matches, exit 3 before serving.
@@ -56,8 +56,7 @@ def _night(pytester: pytest.Pytester, script: dict[str, object], *args: str) -> 
     """One pytest session of ``test_run`` on ``eagle3`` (in process: the server is a subprocess either way; a Ctrl-C
     ends the session, not the test running it)."""
     pytester.makefile(".yaml", specdec=_profiles(script))
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly",
-                                        "--server-profile=eagle3", *args, no_reraise_ctrlc=True)  # fmt: skip
+    return run_in_process(pytester, "--server-profile=eagle3", *args, ctrl_c_ends_run=True)
 
 
 @pytest.fixture
@@ -431,8 +430,7 @@ def test_a_death_shared_by_two_tests_is_said_once_in_full_with_how_much_of_the_r
     # The fake SGLang's scheduler crashes on the 4th measured request: repeat 1's 2 succeed, then 1 of repeat 2's.
     profiles = _profiles({"crash_after_requests": 3}).replace("repeats: 1", "repeats: 2")
     pytester.makefile(".yaml", specdec=profiles)
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly",
-                                          "--server-profile=eagle3", "--specdec-markdown=night.md")  # fmt: skip
+    result = run_in_process(pytester, "--server-profile=eagle3", "--specdec-markdown=night.md")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(errors=2)
     first_id, second_id = "test_fake_errored.py::test_run[eagle3]", "test_fake_errored.py::test_latency[eagle3]"

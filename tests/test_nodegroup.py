@@ -29,7 +29,7 @@ from pytest_specdec.profiles.schema import Profile
 from pytest_specdec.refserver.args import ArgsError, parse_args, resolve_args
 from pytest_specdec.serve.nodegroup import FOLLOWER_WINDOW_S, NodeGroup, Rank, blame_order, render_launcher
 from pytest_specdec.serve.ports import find_free_port
-from tests.helpers import IN_PROCESS_INI
+from tests.helpers import IN_PROCESS_INI, run_in_process
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 SGLANG_DATA = Path(__file__).parent / "data" / "sglang" / "0.5.17"
@@ -295,8 +295,7 @@ def test_plugin_runs_a_multinode_profile(pytester: pytest.Pytester) -> None:
     # In process (no second interpreter and plugin import); the plugin, an entry point, was imported before the run
     # could rewrite it: not this test's concern.
     pytester.makeini(IN_PROCESS_INI)
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly",
-                                          "--specdec-profiles=specdec.yaml", "--server-profile=tp3")  # fmt: skip
+    result = run_in_process(pytester, "--specdec-profiles=specdec.yaml", "--server-profile=tp3")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     # passed, or undecided where a loaded runner left a verdict open ("[pu][an]*": not failed)
     result.stdout.fnmatch_lines(["test_tp3[[]tp3[]] * tp3 * [pu][an]*"])

@@ -20,7 +20,7 @@ from pytest_specdec.judge.noise import (
     read_noise,
 )
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
-from tests.helpers import rec
+from tests.helpers import rec, run_in_process
 
 
 def test_proposal_sds_are_calibrates_two_sds_per_field_with_the_repeats() -> None:
@@ -221,8 +221,7 @@ def test_a_broken_noise_file_stops_pytest_before_any_server_starts(
     noise.write_text(text)
     # In process: the usage error comes at configure, before any launch, and a pytest start in a subprocess costs
     # 2-3 s on a busy runner.
-    result = pytester.runpytest_inprocess("-p", "no:randomly", "-p", "no:cacheprovider", "--server-profile=base",
-                                          "--specdec-compare")  # fmt: skip
+    result = run_in_process(pytester, "--server-profile=base", "--specdec-compare")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
         f"ERROR: --specdec-compare: calibrated noise of profile 'base': */.specdec/noise/base.json: {message}; rerun "

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from pytest_specdec.serve.ports import port_is_free
-from tests.helpers import IN_PROCESS_INI, SHARED_EAGLE3, STRICT_INI
+from tests.helpers import IN_PROCESS_INI, SHARED_EAGLE3, STRICT_INI, run_in_process
 
 PROFILES = """
 profiles:
@@ -72,32 +72,29 @@ def _our_servers(pytester: pytest.Pytester) -> list[psutil.Process]:
     return found
 
 
+def _write_project(pytester: pytest.Pytester, *, in_process: bool) -> pytest.Pytester:
+    """The profiles (tagged with this test) and ``TESTS``. For a run in process (``run_in_process``: runs that stop
+    before any launch, where a second interpreter adds only its start, about 0.4 s a run) the test module has a name
+    no test module of the outer session has (docs/development.md says why) and the in-process ini."""
+    pytester.makefile(".yaml", specdec=PROFILES.replace("@TAG@", _tag(pytester)))
+    pytester.makepyfile(**{"test_plugin_inner" if in_process else "test_specdec": TESTS})
+    pytester.makeini(IN_PROCESS_INI if in_process else STRICT_INI)
+    return pytester
+
+
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makefile(".yaml", specdec=PROFILES.replace("@TAG@", _tag(pytester)))
-    pytester.makepyfile(test_specdec=TESTS)
-    pytester.makeini(STRICT_INI)
-    return pytester
+    return _write_project(pytester, in_process=False)
 
 
 @pytest.fixture
 def inner(pytester: pytest.Pytester) -> pytest.Pytester:
-    """``project`` for a run in process (``pytester.runpytest_inprocess``): for runs that stop before any launch,
-    where a second interpreter adds only its start (about 0.4 s a run). Its test module has a name no test module
-    of the outer session has (docs/development.md says why)."""
-    pytester.makefile(".yaml", specdec=PROFILES.replace("@TAG@", _tag(pytester)))
-    pytester.makepyfile(test_plugin_inner=TESTS)
-    pytester.makeini(IN_PROCESS_INI)
-    return pytester
-
-
-def _in_process(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly", *args)
+    return _write_project(pytester, in_process=True)
 
 
 def test_empty_server_profile_is_a_usage_error_not_a_green_run(inner: pytest.Pytester) -> None:
     """`--server-profile=$PROFILE` with PROFILE unset must not skip everything and pass (found by a fresh user)."""
-    result = _in_process(inner, "--server-profile=")
+    result = run_in_process(inner, "--server-profile=")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
         "ERROR: --server-profile=: no profile named; give NAME[[],NAME...[]], e.g. --server-profile=eagle3 "
@@ -120,7 +117,7 @@ def test_a_profile_named_twice_is_a_usage_error() -> None:
 
 
 def test_unknown_profile_is_a_usage_error(inner: pytest.Pytester) -> None:
-    result = _in_process(inner, "--server-profile=eagle")
+    result = run_in_process(inner, "--server-profile=eagle")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
@@ -133,13 +130,13 @@ def test_unknown_profile_is_a_usage_error(inner: pytest.Pytester) -> None:
 def test_broken_profile_file_names_file_key_and_value(pytester: pytest.Pytester) -> None:
     pytester.makefile(".yaml", specdec="profiles:\n  eagle3:\n    speculative: {algorithm: EAGLE3, num_steps: two}\n")
     pytester.makepyfile(test_x="def test_x(specdec_run): pass\n")
-    result = _in_process(pytester, "--server-profile=eagle3")
+    result = run_in_process(pytester, "--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["error: *specdec.yaml:3: profiles.eagle3.speculative.num_steps: *'two'*"])
 
 
 def test_without_profile_specdec_tests_skip(inner: pytest.Pytester) -> None:
-    result = _in_process(inner, "-rs")
+    result = run_in_process(inner, "-rs")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(["*no --server-profile given (e.g. pytest -m specdec --server-profile=eagle3)*"])
 
@@ -158,7 +155,7 @@ def test_bad_marker_argument_errors_that_test_before_any_launch(inner: pytest.Py
             pass
         """
     )
-    result = _in_process(inner, "test_bad.py", "--server-profile=eagle3")
+    result = run_in_process(inner, "test_bad.py", "--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(
@@ -178,7 +175,7 @@ def test_preflight_error_stops_before_launch(inner: pytest.Pytester) -> None:
         specdec=PROFILES.replace("@TAG@", _tag(inner))
         + textwrap.indent("eagle-on-eagle3-draft:\n  extends: eagle3\n  speculative: {algorithm: EAGLE}\n", "  "),
     )
-    result = _in_process(inner, "--server-profile=eagle-on-eagle3-draft")
+    result = run_in_process(inner, "--server-profile=eagle-on-eagle3-draft")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: specdec preflight failed (nothing was launched):", "*EAGLE*Eagle3*"])
     assert not _our_servers(inner)
@@ -423,7 +420,7 @@ def test_a_url_whose_health_is_no_route_fails_fast_naming_the_status(
     monkeypatch.setattr(startup, "REFUSED_GRACE_S", 1.0)
     try:
         url = f"http://127.0.0.1:{httpd.server_address[1]}"
-        result = _in_process(inner, "--server-profile=eagle3", f"--server-url={url}")
+        result = run_in_process(inner, "--server-profile=eagle3", f"--server-url={url}")
     finally:
         httpd.shutdown()
         httpd.server_close()
@@ -439,7 +436,7 @@ def test_missing_prompt_file_and_api_key_env_stop_before_launch(pytester: pytest
         "    workload: {prompts: ./missing.jsonl}\n",
     )
     pytester.makepyfile(test_x="def test_x(specdec_run): pass\n")
-    result = _in_process(pytester, "--server-profile=p")
+    result = run_in_process(pytester, "--server-profile=p")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [

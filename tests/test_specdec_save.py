@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import IN_PROCESS_SHOWN_INI, fake_sglang_profiles
+from tests.helpers import IN_PROCESS_SHOWN_INI, fake_sglang_profiles, run_in_process
 
 
 def _project(pytester: pytest.Pytester, workload: str = "repeats: 1", thresholds: str = "{}") -> None:
@@ -19,10 +19,6 @@ def _project(pytester: pytest.Pytester, workload: str = "repeats: 1", thresholds
     pytester.makefile(".yaml", specdec=fake_sglang_profiles({}, thresholds=thresholds, workload=workload))
     pytester.makepyfile(test_night="def test_run(specdec_run):\n    pass\n")
     pytester.makeini(IN_PROCESS_SHOWN_INI)
-
-
-def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly", *args)
 
 
 def _names(pytester: pytest.Pytester) -> list[str]:
@@ -34,7 +30,7 @@ def test_save_without_a_profile_saves_nothing_and_fails(pytester: pytest.Pyteste
     """No ``--server-profile``: the specdec test is skipped, nothing is stored, and the session fails naming NAME,
     why and the fix (it exited 0 before)."""
     _project(pytester)
-    result = _run(pytester, "--specdec-save=night-1")
+    result = run_in_process(pytester, "--specdec-save=night-1")
     result.assert_outcomes(skipped=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
@@ -51,7 +47,7 @@ def test_save_with_every_test_deselected_says_so_and_keeps_pytests_status(pytest
     """A profile selected but every test deselected (``-k``): nothing launched, nothing stored; pytest's own exit
     status (5, no tests ran) is kept, and the line says which profile had no test run."""
     _project(pytester)
-    result = _run(pytester, "--server-profile=eagle3", "--specdec-save=night-1", "-k", "no_such_test")
+    result = run_in_process(pytester, "--server-profile=eagle3", "--specdec-save=night-1", "-k", "no_such_test")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
     result.stdout.fnmatch_lines([
         "FAIL specdec save: --specdec-save=night-1: nothing saved: none of the tests of profile(s) eagle3 ran "
@@ -66,7 +62,7 @@ def test_save_of_a_run_that_is_not_clean_fails_a_passing_session(pytester: pytes
     """One repeat and no more: ``min_tok_s`` cannot be decided, the test passes undecided (``warn``), and the run may
     not become a baseline. The refusal was a yellow note with exit 0; now it is the red line and exit 1, said once."""
     _project(pytester, workload="repeats: 1, max_repeats: 1", thresholds="{min_tok_s: 1}")
-    result = _run(pytester, "--server-profile=eagle3", "--specdec-save=night-1")
+    result = run_in_process(pytester, "--server-profile=eagle3", "--specdec-save=night-1")
     result.assert_outcomes(passed=1)  # warnings not counted: a busy machine adds its own (LoadWarning)
     result.stdout.fnmatch_lines(["*SpecdecWarning: output_tok_s * tok/s: undecided vs min 1 *"])
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -80,7 +76,7 @@ def test_save_of_a_run_that_is_not_clean_fails_a_passing_session(pytester: pytes
 
 def test_save_of_a_clean_run_names_it_and_passes(pytester: pytest.Pytester) -> None:
     _project(pytester)
-    result = _run(pytester, "--server-profile=eagle3", "--specdec-save=night-1")
+    result = run_in_process(pytester, "--server-profile=eagle3", "--specdec-save=night-1")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     assert "FAIL specdec save" not in result.stdout.str()
     assert _names(pytester) == ["night-1"]

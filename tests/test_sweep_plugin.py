@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.helpers import IN_PROCESS_INI, with_url
+from tests.helpers import IN_PROCESS_INI, run_in_process, with_url
 
 #: The fewest tokens that measure (was 6 requests of 24 after a warmup; issue 45): nothing here reads a tok/s or
 #: latency value, and the accept floor judges a length greedy decoding makes the same at any load (2.11 at 3 steps on
@@ -52,11 +52,6 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
-def _run(project: pytest.Pytester, *args: str) -> pytest.RunResult:
-    """One in-process run (no second interpreter and plugin import per run; the servers are subprocesses anyway)."""
-    return project.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly", *args)
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -77,7 +72,7 @@ def _run(project: pytest.Pytester, *args: str) -> pytest.RunResult:
     ],
 )  # fmt: skip
 def test_sweep_usage_errors(project: pytest.Pytester, args: list[str], message: str) -> None:
-    result = _run(project, *args)
+    result = run_in_process(project, *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
 
@@ -95,7 +90,7 @@ def test_sweep_runs_each_point_prints_table_and_writes_outputs(
     launched, as a sweep's must be (eagle3 writes out what it took from baseline, so it does not inherit the url:)."""
     profiles = with_url(PROFILES.replace("    extends: baseline\n", EAGLE3_OWN), "baseline", reference_url(""))
     project.makefile(".yaml", specdec=profiles)
-    result = _run(
+    result = run_in_process(
         project, "-m", "specdec", "--server-profile=eagle3", "--specdec-sweep=num_steps=1,3",
         "--specdec-sweep-max-gap=0", "--specdec-sweep-baseline=baseline", "--specdec-sweep-plot=out/sweep.png",
         "--specdec-report=out/report.json", "--specdec-markdown=out/summary.md", "--junitxml=out/junit.xml",
@@ -148,7 +143,7 @@ def test_sweep_without_a_passing_point_fails_the_run(project: pytest.Pytester, m
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
     # 2 repeats: a sweep point's tok/s floor is judged on their interval (1 repeat has none: undecided); 99999 is
     # 10^3 x any tok/s a CPU makes, decided at any load.
-    result = _run(project, "-m", "specdec", "--server-profile=eagle3", "--specdec-sweep=num_steps=1",
+    result = run_in_process(project, "-m", "specdec", "--server-profile=eagle3", "--specdec-sweep=num_steps=1",
                   "--specdec-repeats=2")  # fmt: skip
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(failed=1)

@@ -27,7 +27,7 @@ import scipy.stats  # noqa: F401
 
 import pytest_specdec.run.progress
 from pytest_specdec.engines.rules import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
-from tests.helpers import IN_PROCESS_SHOWN_INI, assert_tok_s_regressed_or_left_open
+from tests.helpers import IN_PROCESS_SHOWN_INI, assert_tok_s_regressed_or_left_open, run_in_process
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
 SPEC = (
@@ -94,15 +94,9 @@ def _project(
     return pytester
 
 
-def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    """In process: the servers are subprocesses either way, and a pytest start costs seconds on a loaded runner."""
-    # no:randomly: the sweep table lists points in run order, which pytest-randomly would shuffle.
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly", *args)
-
-
 def test_trained_ids_pass_with_summary_definitions_and_positions(pytester: pytest.Pytester) -> None:
     _project(pytester)
-    result = _run(pytester, "--server-profile=eagle3")
+    result = run_in_process(pytester, "--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
@@ -153,7 +147,7 @@ def test_wrong_layers_fail_accept_rate_tok_s_and_position_floors_with_margins(py
             pass
         """,
     )
-    result = _run(pytester, "--server-profile=eagle3-wrong-layers")
+    result = run_in_process(pytester, "--server-profile=eagle3-wrong-layers")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(failed=3)
     # The exact floors fail on the first 2 repeats, and the test measures no more: min_tok_s is judged on those 2
@@ -161,10 +155,14 @@ def test_wrong_layers_fail_accept_rate_tok_s_and_position_floors_with_margins(py
     # once needed 3 for CI 74.96-3375).
     context = "[[]profile eagle3-wrong-layers, 4 requests x 2 repeats[]]"
     out = result.stdout.str()
-    tok_s = re.search(r"(^|SpecdecWarning: )output_tok_s [\d.]+ tok/s( < min 1e\+06 \(margin -[\d.e+]+, -[\d.]+%\) "
-                      r"\[geometric mean; decided after 2 repeats.*\] \[profile eagle3-wrong-layers|: not measured "
-                      r"further vs min 1e\+06 \(geometric mean of 2 repeats; eagle3-wrong-layers had already failed "
-                      r"min_accept_length\))", out, re.M)
+    tok_s = re.search(
+        r"(^|SpecdecWarning: )output_tok_s [\d.]+ tok/s( < min 1e\+06 \(margin -[\d.e+]+, -[\d.]+%\) "
+        r"\[geometric mean; decided after 2 repeats.*\] \[profile eagle3-wrong-layers|: not measured "
+        r"further vs min 1e\+06 \(geometric mean of 2 repeats; eagle3-wrong-layers had already failed "
+        r"min_accept_length\))",
+        out,
+        re.M,
+    )
     assert tok_s, out
     result.stdout.fnmatch_lines(
         [
@@ -212,7 +210,7 @@ def test_min_speedup_on_paired_arms_passes_and_the_lost_nccl_env_fails_after_con
         "    thresholds: {min_speedup: {vs: baseline, ratio: 1.05}}\n"
     )
     _project(pytester, RUN_TEST, script=LOST_ENV, extra=extra, workload=SMALL)
-    result = _run(pytester, "--server-profile=eagle3-paired,eagle3-lost-env")
+    result = run_in_process(pytester, "--server-profile=eagle3-paired,eagle3-lost-env")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.re_match_lines(
@@ -264,7 +262,7 @@ def test_summary_repeats_preflight_warnings_and_prints_a_shared_verdict_once(
     # a line per request (in process: shared)
     monkeypatch.setattr(pytest_specdec.run.progress, "LOG_INTERVAL_S", 0.0)
     _project(pytester, SUMMARY_TESTS, extra=SUMMARY_PROFILES)
-    result = _run(pytester, "--server-profile=eagle3-5-drafts")
+    result = run_in_process(pytester, "--server-profile=eagle3-5-drafts")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(passed=1, failed=2)
     warning = (
@@ -301,9 +299,9 @@ def test_shifted_ids_regress_against_the_stored_run_with_aux_id_diff_first(pytes
     shifted = "  eagle3-shifted-layers:\n    extends: eagle3\n    speculative: {aux_hidden_state_layer_ids: [0, 2, 4]}"
     workload = "{max_new_tokens: 29, num_requests: 2, warmup_requests: 0, repeats: 2}"
     _project(pytester, RUN_TEST, script=script, extra=shifted, workload=workload)
-    first = _run(pytester, "--server-profile=eagle3")
+    first = run_in_process(pytester, "--server-profile=eagle3")
     assert first.ret == pytest.ExitCode.OK, first.stdout.str()
-    second = _run(pytester, "--server-profile=eagle3-shifted-layers", "--specdec-compare",
+    second = run_in_process(pytester, "--server-profile=eagle3-shifted-layers", "--specdec-compare",
                   "--specdec-compare-profile=eagle3")  # fmt: skip
     assert second.ret == pytest.ExitCode.TESTS_FAILED, second.stdout.str()
     second.assert_outcomes(failed=1)
@@ -335,10 +333,10 @@ def test_lost_env_regression_leads_with_the_env_diff_and_is_confirmed(pytester: 
     # tok/s) leaves the baseline side one degree of freedom, and no number of current repeats decides even a 10x
     # slowdown (decide_shift: CI 0.0-5758 at 3 repeats, 0.0-26426 at 24): the compare ends undecided and the run
     # passes. With 5 stored repeats, one stalled phase among them still decides it (CI 0.07-0.20).
-    first = _run(pytester, "--server-profile=eagle3", "--specdec-repeats=5")
+    first = run_in_process(pytester, "--server-profile=eagle3", "--specdec-repeats=5")
     assert first.ret == pytest.ExitCode.OK, first.stdout.str()
     pytester.makefile(".yaml", specdec=_profiles(LOST_ENV, workload=SMALL).replace(', "NCCL_PROTO": "LL"', ""))
-    second = _run(pytester, "--server-profile=eagle3", "--specdec-compare")
+    second = run_in_process(pytester, "--server-profile=eagle3", "--specdec-compare")
     assert second.ret == pytest.ExitCode.TESTS_FAILED, second.stdout.str()
     # A 10x slower server against 5 stored repeats: significantly worse and beyond the tolerance, decided on the
     # interval (measured on when the first look cannot tell). The compare stops at the look at which a row regressed:
@@ -357,7 +355,7 @@ def test_sweep_over_num_steps_prints_the_table_and_writes_outputs(pytester: pyte
     JUnit properties written (the fast twin of ``test_sweep_plugin.py``'s reference-server sweep)."""
     _project(pytester, RUN_TEST.replace("def", "import pytest\n\n@pytest.mark.specdec(min_accept_length=1.2)\ndef"),
              workload=SMALL)  # fmt: skip
-    result = _run(
+    result = run_in_process(
         pytester, "--server-profile=eagle3", "--specdec-sweep=num_steps=1,2", "--specdec-sweep-baseline=baseline",
         "--specdec-sweep-plot=out/sweep.png", "--specdec-report=out/report.json", "--specdec-markdown=out/summary.md",
         "--junitxml=out/junit.xml",
@@ -399,7 +397,7 @@ def test_sweep_without_a_passing_point_fails_the_run_and_the_step_summary_says_w
     step = pytester.path / "step_summary.md"
     step.write_text("earlier\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
-    result = _run(pytester, "--server-profile=eagle3", "--specdec-sweep=num_steps=1")
+    result = run_in_process(pytester, "--server-profile=eagle3", "--specdec-sweep=num_steps=1")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
@@ -417,7 +415,7 @@ def test_a_sweep_point_of_one_repeat_leaves_a_statistical_floor_undecided_not_pa
     (temperature 0) is decided by the value."""
     _project(pytester, "import pytest\n\n@pytest.mark.specdec(min_accept_rate=0.5, min_tok_s=1)\n"
                        "def test_run(specdec_run):\n    pass\n", workload=ONE_REPEAT)  # fmt: skip
-    result = _run(pytester, "--server-profile=eagle3", "--specdec-sweep=num_steps=1")
+    result = run_in_process(pytester, "--server-profile=eagle3", "--specdec-sweep=num_steps=1")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
@@ -440,7 +438,9 @@ def test_sweep_fails_when_the_configured_point_is_far_below_the_best(pytester: p
     so the reason the run exits 1 is the line right above pytest's final "2 passed" (as pytest-cov's
     --cov-fail-under)."""
     _project(pytester, RUN_TEST, script={"draft_ms": 20}, workload=THREE_REPEATS.replace("repeats: 3", "repeats: 5"))
-    result = _run(pytester, "--server-profile=eagle3", "--specdec-sweep=num_steps=1,3", "--specdec-sweep-max-gap=5")
+    result = run_in_process(
+        pytester, "--server-profile=eagle3", "--specdec-sweep=num_steps=1,3", "--specdec-sweep-max-gap=5"
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(passed=2)
     reason = (
@@ -457,18 +457,28 @@ def test_a_sweep_with_one_repeat_per_point_recommends_nothing(pytester: pytest.P
     """Issue 24.1: the same sweep with 1 repeat per point cannot rank its points: undecided, said with the repeats
     that would decide it, and the run passes."""
     _project(pytester, RUN_TEST, script={"draft_ms": 5}, workload=ONE_REPEAT)
-    result = _run(pytester, "--server-profile=eagle3", "--specdec-sweep=num_steps=1,3", "--specdec-sweep-max-gap=5")
+    result = run_in_process(
+        pytester, "--server-profile=eagle3", "--specdec-sweep=num_steps=1,3", "--specdec-sweep-max-gap=5"
+    )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     out = result.stdout.str()
     # Which point is higher, and whether the spread asks for N or "more than 100" repeats, is the runner's to say
     # (1 repeat a point, load 5 beside a flake hunt): the verdict is what is fixed, undecided and no best point.
-    assert re.search(r"^undecided: 1 repeat per point; (\d+|more than \d+) repeats per point would (be needed to )?"
-                     r"separate the [\d.]+% gap between eagle3@num_steps=[13] and eagle3@num_steps=[13]( at this "
-                     r"spread)? \(σ [\d.]+% across points, an upper bound\); no best point named$", out, re.M), out
+    assert re.search(
+        r"^undecided: 1 repeat per point; (\d+|more than \d+) repeats per point would (be needed to )?"
+        r"separate the [\d.]+% gap between eagle3@num_steps=[13] and eagle3@num_steps=[13]( at this "
+        r"spread)? \(σ [\d.]+% across points, an upper bound\); no best point named$",
+        out,
+        re.M,
+    ), out
     if "configured point" in out:  # below the other point, or (seen at load 5) measured the highest of the two
-        assert re.search(r"^configured point eagle3@num_steps=3 (is [\d.]+% below the highest eagle3@num_steps=1: "
-                         r"undecided: 1 repeat per point; .* a gap beyond the allowed 5%.*; not failed|has the "
-                         r"highest tok/s; undecided: 1 repeat per point)$", out, re.M), out
+        assert re.search(
+            r"^configured point eagle3@num_steps=3 (is [\d.]+% below the highest eagle3@num_steps=1: "
+            r"undecided: 1 repeat per point; .* a gap beyond the allowed 5%.*; not failed|has the "
+            r"highest tok/s; undecided: 1 repeat per point)$",
+            out,
+            re.M,
+        ), out
     assert "FAIL" not in out and "<- best" not in out
 
 
@@ -478,7 +488,7 @@ def test_sweep_of_a_paired_profile_without_a_baseline_profile_names_the_paired_a
     --specdec-sweep-baseline raised IndexError after the tests and printed no table."""
     extra = "  eagle3-paired:\n    extends: eagle3\n    thresholds: {min_speedup: {vs: baseline, ratio: 1.0}}\n"
     _project(pytester, RUN_TEST, extra=extra, workload=SMALL)
-    result = _run(pytester, "--server-profile=eagle3-paired", "--specdec-sweep=num_steps=1,2")
+    result = run_in_process(pytester, "--server-profile=eagle3-paired", "--specdec-sweep=num_steps=1,2")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     # The speedup is judged on the sweep's pairs at one look: ok, or undecided (min_speedup) on a busy runner.
     result.stdout.re_match_lines([r"eagle3-paired@num_steps=1 .* \d\.\d\dx +(ok|undecided \(min_speedup\))"])
@@ -499,7 +509,7 @@ def test_startup_failures_are_diagnosed_as_real_sglang_fails(pytester: pytest.Py
     """Aux id -1 crashes at the first forward and SGLang SIGKILLs its own tree (the recorded traceback); a flag
     0.5.17 does not have ends in argparse's error, exit 2. Each is named with its cause, no OOM blamed."""
     _project(pytester, RUN_TEST, extra=CRASH_PROFILES)
-    result = _run(pytester, "--server-profile=eagle3-embedding,renamed-flag")
+    result = run_in_process(pytester, "--server-profile=eagle3-embedding,renamed-flag")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(
@@ -532,7 +542,7 @@ def test_a_scheduler_crash_mid_run_is_diagnosed_with_how_far_the_phase_got(pytes
     workload = "{max_new_tokens: 15, num_requests: 4, warmup_requests: 0, repeats: 1}"
     tests = "def test_run(specdec_run):\n    pass\n\n\ndef test_latency(specdec_run):\n    pass\n"
     _project(pytester, tests, script={"crash_after_requests": 2}, workload=workload)
-    result = _run(pytester, "--server-profile=eagle3")
+    result = run_in_process(pytester, "--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(errors=2)
     errors = {r.nodeid: str(r.longrepr) for r in result.reprec.getreports("pytest_runtest_logreport") if r.failed}
@@ -559,7 +569,7 @@ def test_a_startup_death_with_no_cause_in_the_log_shows_what_is_known(pytester: 
     trial). The error gives the exit code, the log's last line, its path and the launch command to run by hand."""
     script = {"exit_at_startup": {"code": 3, "line": "Loading weights took 1.2 s"}}
     _project(pytester, RUN_TEST, script=script, workload=ONE_REPEAT)
-    result = _run(pytester, "--server-profile=eagle3")
+    result = run_in_process(pytester, "--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(
@@ -581,7 +591,7 @@ def test_a_startup_death_with_a_known_cause_says_it_once_with_the_launch_command
     tests = "def test_run(specdec_run):\n    pass\n\n\ndef test_latency(specdec_run):\n    pass\n"
     line = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     _project(pytester, tests, script={"exit_at_startup": {"code": 1, "line": line}}, workload=ONE_REPEAT)
-    result = _run(pytester, "--server-profile=eagle3")
+    result = run_in_process(pytester, "--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(errors=2)
     errors = [str(r.longrepr) for r in result.reprec.getreports("pytest_runtest_logreport") if r.failed]
@@ -607,7 +617,7 @@ def test_log_and_counter_warnings_reach_the_test(pytester: pytest.Pytester) -> N
     script = {"cuda_graph": False, "counter_skew": 2.0}
     extra = '  eagle3-logged:\n    extends: eagle3\n    extra_args: ["--decode-log-interval", "1"]\n'
     _project(pytester, RUN_TEST, script=script, extra=extra)
-    result = _run(pytester, "--server-profile=eagle3-logged")
+    result = run_in_process(pytester, "--server-profile=eagle3-logged")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(
         [
@@ -630,7 +640,7 @@ def test_bracketed_pairing_restarts_the_target_and_judges_its_ratio(pytester: py
     / R_i; the reference arm's own log is ``<vs>.paired.log``."""
     _project(pytester, SPEEDUP_PASS)
     pytester.makefile(".yaml", specdec=_profiles(workload=SMALL).replace("    pairing: interleaved\n", ""))
-    result = _run(pytester, "--server-profile=eagle3")
+    result = run_in_process(pytester, "--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.assert_outcomes(passed=1)
     result.stdout.re_match_lines(
@@ -646,7 +656,7 @@ def test_min_speedup_fails_with_the_reason_when_its_reference_arm_cannot_start(p
         '  broken:\n    extends: baseline\n    extra_args: ["--no-such-flag"]\n'
     )
     _project(pytester, RUN_TEST, extra=extra, workload=SMALL)
-    result = _run(pytester, "--server-profile=eagle3-vs-broken")
+    result = run_in_process(pytester, "--server-profile=eagle3-vs-broken")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(failed=1)
     result.stdout.re_match_lines(
@@ -658,7 +668,7 @@ def test_min_speedup_fails_with_the_reason_when_its_reference_arm_cannot_start(p
 def test_a_server_running_another_speculative_config_than_the_profile_is_an_error(pytester: pytest.Pytester) -> None:
     """``/server_info`` read back after startup: SGLang resolving num_steps to something else fails the start."""
     _project(pytester, RUN_TEST, script={"server_info": {"speculative_num_steps": 5}})
-    result = _run(pytester, "--server-profile=eagle3")
+    result = run_in_process(pytester, "--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(
@@ -691,7 +701,7 @@ def test_sequential_verdicts_decide_clear_floors_at_the_first_look_and_record_th
     """Floors far from the measured tok/s decide at the first looks (2 repeats on a quiet machine); the exact accept
     length at temperature 0 at the first one; the summary and the result file give each verdict's server-seconds."""
     _project(pytester, SEQUENTIAL_TESTS, workload=SEQUENTIAL)
-    result = _run(pytester, "--server-profile=eagle3")
+    result = run_in_process(pytester, "--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.re_match_lines(
@@ -743,7 +753,7 @@ def test_on_the_floor(request, specdec_run):
     request.node.stash[thresholds_key] = found.model_copy(update={"min_tok_s": specdec_run.metrics.output_tok_s})
 """
     pytester.makepyfile(test_fake_specdec=tests)
-    result = _run(pytester, "--server-profile=eagle3")
+    result = run_in_process(pytester, "--server-profile=eagle3")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.re_match_lines(
         [
@@ -769,7 +779,7 @@ def test_sequential_min_speedup_and_compare_confirmation_fail_the_lost_env_after
         "    thresholds: {min_speedup: {vs: baseline, ratio: 1.05}}\n"
     )
     _project(pytester, RUN_TEST, script=LOST_ENV, extra=extra, workload=SEQUENTIAL)
-    result = _run(pytester, "--server-profile=eagle3-lost-env")
+    result = run_in_process(pytester, "--server-profile=eagle3-lost-env")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.re_match_lines(
         [
@@ -784,10 +794,10 @@ def test_sequential_min_speedup_and_compare_confirmation_fail_the_lost_env_after
     # leave 1 degree of freedom, and no number of current repeats decides).
     stored_workload = SEQUENTIAL.replace("repeats: 2, max_repeats: 6", "repeats: 5")
     pytester.makefile(".yaml", specdec=_profiles(LOST_ENV, workload=stored_workload))
-    stored = _run(pytester, "--server-profile=eagle3")
+    stored = run_in_process(pytester, "--server-profile=eagle3")
     assert stored.ret == pytest.ExitCode.OK, stored.stdout.str()
     pytester.makefile(".yaml", specdec=_profiles(LOST_ENV, workload=SEQUENTIAL).replace(', "NCCL_PROTO": "LL"', ""))
-    second = _run(pytester, "--server-profile=eagle3", "--specdec-compare")
+    second = run_in_process(pytester, "--server-profile=eagle3", "--specdec-compare")
     assert second.ret == pytest.ExitCode.TESTS_FAILED, second.stdout.str()
     # Which row decides first is the runner's to say: at 20% CPU steal one stalled repeat left tok/s undecided (x0.278,
     # CI 0.018-4.3) while ITL and TPOT (x7, x8.3) were REGRESSED (flake hunt seed 220); at 16% steal only TTFT (x5.48,
