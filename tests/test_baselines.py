@@ -283,7 +283,7 @@ def test_a_baselines_stored_note_is_not_repeated_under_a_compare_that_pooled_its
     alone, pooled = Outcomes(tmp_path), Outcomes(tmp_path)
     alone.add_compare(run.run_id, TEST, [], [], baseline=found)
     pooled.add_compare(run.run_id, TEST, [], [], baseline=found, pooled=True)
-    assert list(alone.chosen[run.run_id][2]) == ["baseline: output_tok_s: too wide"]
+    assert list(alone.chosen[run.run_id][2]) == ["(profile baseline): output_tok_s: too wide"]
     assert list(pooled.chosen[run.run_id][2]) == []
 
 
@@ -325,3 +325,19 @@ def test_a_paired_baselines_note_names_and_reads_its_ratio_rows_own_tolerance() 
     # At its own 60% the ratio row needs nothing; the field's 5% alone would.
     own = parse_tolerances("output_tok_s:5% output_tok_s/baseline:60%")
     assert not [n for n in baseline_notes(paired, own, design) if n.startswith("output_tok_s / baseline")]
+
+
+def test_a_stored_runs_note_names_its_profile_as_a_profile(tmp_path: Path) -> None:
+    # A fresh-user trial read "specdec baseline: baseline: itl_ms_p50: ..." (the profile named baseline) as an error.
+    from pytest_specdec.judge.baseline import Baseline
+    from pytest_specdec.judge.outcomes import Outcomes
+
+    run = _run("20261201T000000Z-aaaaaa", baseline_notes=("output_tok_s: too wide",))
+    assert [line.text for line in summary.baseline_lines(run.results)] == [
+        "specdec baseline note (profile baseline): output_tok_s: too wide"
+    ]
+    outcomes = Outcomes(tmp_path)
+    outcomes.add_compare(run.run_id, TEST, [], [], baseline=Baseline(run, run.results[0], "the newest clean run"))
+    lines = [line.text for line in summary.compare_lines(outcomes)]
+    warning = f"specdec compare: run {run.run_id} was stored with a warning (profile baseline): output_tok_s: too wide"
+    assert warning in lines

@@ -157,7 +157,8 @@ class Outcomes:
             why, skipped, stored = self._chosen.setdefault(run_id, (baseline.why, {}, {}))
             skipped.update(dict.fromkeys(baseline.skipped))
             if not pooled:
-                stored.update(dict.fromkeys(f"{baseline.record.profile}: {n}" for n in baseline.record.baseline_notes))
+                profile = baseline.record.profile
+                stored.update(dict.fromkeys(f"(profile {profile}): {n}" for n in baseline.record.baseline_notes))
         self._compare_notes.update(dict.fromkeys(notes))
         if table:
             self._compare_tables[test_id] = (outcome, list(table))

@@ -279,12 +279,14 @@ def _save_name(store: results.ResultStore, run: results.RunFile, name: str | Non
 
 def baseline_lines(records: Iterable[results.ResultRecord]) -> list[Line]:
     """What the clean records just stored cannot decide as baselines (``ResultRecord.baseline_notes``), once per
-    profile and note, yellow: ``specdec baseline: eagle3: output_tok_s: repeats 236, 215, 117 tok/s: ...``."""
+    profile and note, yellow: ``specdec baseline note (profile eagle3): output_tok_s: repeats 236, 215, 117 tok/s:
+    ...``. "note" and "profile" are spelled out: a fresh-user trial read ``specdec baseline: baseline: ...`` (the
+    profile named baseline) as an error of the run."""
     notes: dict[str, None] = {}
     for record in records:
         if not record.baseline_problem():
-            notes.update(dict.fromkeys(f"{record.profile}: {note}" for note in record.baseline_notes))
-    return [Line(f"specdec baseline: {note}", {"yellow": True}) for note in notes]
+            notes.update(dict.fromkeys(f"(profile {record.profile}): {note}" for note in record.baseline_notes))
+    return [Line(f"specdec baseline note {note}", {"yellow": True}) for note in notes]
 
 
 def compare_lines(outcomes: Outcomes) -> list[Line]:
@@ -299,7 +301,7 @@ def compare_lines(outcomes: Outcomes) -> list[Line]:
         text += f": {why}" if why else ""
         text += f"; newer runs passed over: {shown(list(skipped))}" if skipped else ""
         out.append(Line(text))
-        out.extend(Line(f"specdec compare: run {run_id} was stored with a warning: {note}", {"yellow": True})
+        out.extend(Line(f"specdec compare: run {run_id} was stored with a warning {note}", {"yellow": True})
                    for note in stored)  # fmt: skip
     # A failed compare prints its table with the failure; a passing or undecided one shows its rows here (an
     # undecided one also warns, once per profile, a line per open row: the table shows which rows were decided and
