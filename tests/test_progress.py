@@ -75,10 +75,13 @@ def test_log_line_every_30_seconds() -> None:
         clock.t = t
         progress(OK)
     assert lines == [
+        # At once when the session's first phase starts: a CI log says what the run waits for (a fresh-user trial
+        # read nothing for the first 30 s on a busy runner).
+        "specdec: measuring eagle3 (phase 1): 0/100 requests",
         "specdec: measuring eagle3 (phase 1): 3/100 requests, 6.4 tok/s so far",  # 192 tokens / 30 s
         "specdec: measuring eagle3 (phase 1): 5/100 requests, 5.3 tok/s so far",  # 320 tokens / 60.5 s
     ]
-    assert PhaseProgress("p", 2, 1, lines.append, tty=False, now=Clock(0.0)).line(0.0) == (
+    assert PhaseProgress("p", 2, 1, [].append, tty=False, now=Clock(0.0)).line(0.0) == (
         "specdec: measuring p (phase 1): 0/2 requests"
     )
 
@@ -94,9 +97,11 @@ def test_log_interval_spans_phases() -> None:
         for _ in range(4):
             clock.t += 2.0
             progress(OK)
-    # 30 s after the first phase started: phase 4's 3rd request (t=30); then t=60, phase 8's 2nd request.
-    assert [line.split(":")[1] for line in lines] == [" measuring eagle3 (phase 4)", " measuring eagle3 (phase 8)"]
-    assert lines[0].startswith("specdec: measuring eagle3 (phase 4): 3/4 requests")
+    # When the first phase starts; 30 s after it: phase 4's 3rd request (t=30); then t=60, phase 8's 2nd request.
+    assert [line.split(":")[1] for line in lines] == [
+        " measuring eagle3 (phase 1)", " measuring eagle3 (phase 4)", " measuring eagle3 (phase 8)"
+    ]
+    assert lines[1].startswith("specdec: measuring eagle3 (phase 4): 3/4 requests")
 
 
 def test_measure_status_keeps_one_pacer_per_session(pytester: pytest.Pytester) -> None:
@@ -105,3 +110,32 @@ def test_measure_status_keeps_one_pacer_per_session(pytester: pytest.Pytester) -
     config = pytester.parseconfigure()
     first, second = MeasureStatus(config), MeasureStatus(config)
     assert first.pacer is second.pacer
+
+
+def test_startup_log_line_at_the_first_report_then_every_30_seconds(pytester: pytest.Pytester) -> None:
+    from pytest_specdec.run.progress import StartupProgress
+
+    class Log:
+        """A terminal reporter writing to a log that is not a terminal."""
+
+        def __init__(self, config: pytest.Config) -> None:
+            self.config, self.lines = config, []
+
+        def isatty(self) -> bool:
+            return False
+
+        def write_line(self, text: str) -> None:
+            self.lines.append(text)
+
+        def flush(self) -> None:
+            pass
+
+    progress = StartupProgress(pytester.parseconfigure(), "eagle3")
+    progress.tr = log = Log(progress.tr.config)
+    for elapsed_s in (0.5, 1.0, 29.0, 30.6, 31.0, 61.0):
+        progress(elapsed_s, 600.0, f"line at {elapsed_s}")
+    assert log.lines == [
+        "specdec: starting eagle3: 0/600 s | line at 0.5",  # at once: a CI log said nothing for the first 30 s
+        "specdec: starting eagle3: 31/600 s | line at 30.6",
+        "specdec: starting eagle3: 61/600 s | line at 61.0",
+    ]

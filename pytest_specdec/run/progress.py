@@ -1,5 +1,5 @@
 """Progress of a measured phase (requests done / total and output tok/s so far) and of a server's startup, as one
-status line: rewritten on a terminal, a line every 30 s in CI logs; xdist workers stay silent.
+status line: rewritten on a terminal; in CI logs a line at once, then one every 30 s; xdist workers stay silent.
 
 The client calls a :class:`PhaseProgress` once per finished request (``client.run_requests(on_request_done=...)``),
 never per stream event, so the display costs the hot path one call and a few additions per request.
@@ -43,10 +43,13 @@ class LogPacer:
         #: when the last line was written, or when the first phase started (``start``); None before that.
         self.last_s: float | None = None
 
-    def start(self) -> None:
-        """A phase starts: the first interval counts from the session's first phase."""
+    def start(self) -> bool:
+        """A phase starts: the first interval counts from the session's first phase. True for that first phase: its
+        line is written at once, so a CI log says what the run waits for before the first 30 s are up."""
         if self.last_s is None:
             self.last_s = self.now()
+            return True
+        return False
 
     def due(self, now_s: float) -> bool:
         """Whether a line may be written at ``now_s``; if so, the next interval starts there."""
@@ -70,8 +73,9 @@ class PhaseProgress:
 
     tok/s so far = Σ completion tokens of the finished ok requests / (now - the earliest start among them), the
     phase's own formula (``metrics.phase_metrics``) on what has finished. On a terminal (``tty``) the line is written at
-    most every 0.5 s and for the last request; in a log, at most every 30 s, counted by ``pacer`` across the
-    session's phases (default: a pacer of this phase alone, started now).
+    most every 0.5 s and for the last request; in a log, when the session's first phase starts (``0/16 requests``)
+    and then at most every 30 s, counted by ``pacer`` across the session's phases (default: a pacer of this phase
+    alone, started now).
 
     :param profile: the profile measured.
     :param total: requests in the phase.
@@ -98,7 +102,8 @@ class PhaseProgress:
         self.first_start_s: float | None = None
         self.last_write_s = now()
         self.pacer = pacer if pacer is not None else LogPacer(now=now)
-        self.pacer.start()
+        if self.pacer.start() and not tty:
+            write(self.line(self.last_write_s))
 
     def line(self, now_s: float) -> str:
         """The status text at ``now_s``."""
@@ -168,13 +173,16 @@ class MeasureStatus:
 
 
 class StartupProgress:
-    """Startup status: a rewritten line on a terminal, a line every 30 s in CI logs."""
+    """Startup status: a rewritten line on a terminal; in CI logs, a line at the first report (about 0.5 s after the
+    launch) and then every 30 s."""
 
     def __init__(self, config: pytest.Config, name: str) -> None:
         self.tr = config.pluginmanager.get_plugin("terminalreporter")
         self.name = name
         self.tty = bool(self.tr is not None and self.tr.isatty() and not is_worker(config))
-        self.last_print = 0.0
+        #: elapsed seconds of the last log line; None before the first, which is written at once (a CI log said
+        #: nothing for the first 30 s of a start).
+        self.last_print: float | None = None
         self.started = False
 
     def __call__(self, elapsed_s: float, budget_s: float, last_line: str) -> None:
@@ -187,7 +195,7 @@ class StartupProgress:
                     self.tr.write("\n")
                     self.started = True
                 self.tr.rewrite(text)
-            elif elapsed_s - self.last_print >= 30.0:
+            elif self.last_print is None or elapsed_s - self.last_print >= LOG_INTERVAL_S:
                 self.last_print = elapsed_s
                 self.tr.write_line(text)
             self.tr.flush()
