@@ -165,3 +165,11 @@ def test_marker_categories_merge_category_by_category() -> None:
     assert str(info.value) == "categories.code.min_tok_s=5: Extra inputs are not permitted"
     with pytest.raises(ValueError, match=r"^categories=\['code'\]: expected a mapping of category to thresholds"):
         merge_marker(base, {"categories": ["code"]})
+
+
+def test_a_large_margin_reads_as_a_whole_number() -> None:
+    # A fresh-user trial: "output_tok_s 61.22 tok/s < min 100000 (margin -9.994e+04, -99.9%)".
+    check = Check("min_tok_s", "output_tok_s", ">=", 100000, 61.22, "tok/s", False)
+    assert check.line() == "output_tok_s 61.22 tok/s < min 100000 (margin -99939, -99.9%)"
+    near = Check("max_ttft_ms", "ttft_ms p50", "<=", 500, 9999.4, "ms", False)
+    assert near.line() == "ttft_ms p50 9999 ms > max 500 (margin +9499, +1899.9%)"

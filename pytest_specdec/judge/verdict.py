@@ -569,15 +569,14 @@ def _floor_check(
     if exact:
         bracket = f"temperature 0, {decision.n} identical repeats: decided by the first, {at:.1f} server-s"
     kind = "min" if op == ">=" else "max"
-    figure, rel = shown_against(decision.estimate, threshold)
+    figure, margin = shown_against(decision.estimate, threshold)
     shown = f"{floor.label} {figure}{' ' + unit if unit else ''}"
     if verdict == "undecided":
         text = f"{shown}: undecided vs {kind} {threshold:g} [{bracket}]"
     else:
         sym = op if verdict == "passed" else ("<" if op == ">=" else ">")
-        margin = decision.estimate - threshold
         mean = "exact" if exact else "geometric mean"  # exact: "[exact; temperature 0, ...]"
-        text = f"{shown} {sym} {kind} {threshold:g} (margin {margin:+.4g}{rel}) [{mean}; {bracket}]"
+        text = f"{shown} {sym} {kind} {threshold:g} ({margin}) [{mean}; {bracket}]"
     check = Check(floor.key, floor.label, op, threshold, decision.estimate, unit, verdict != "FAILED", text=text,
                   undecided=verdict == "undecided")  # fmt: skip
     halt = _halt_of(measurements)
