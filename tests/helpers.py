@@ -14,7 +14,7 @@ import re
 import signal
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from pytest_specdec.measure.results import (
     ResultRecord,
 )
 from pytest_specdec.measure.workload import RequestSpec
+
+if TYPE_CHECKING:
+    import pytest
 
 BASE = "http://testserver"
 
@@ -207,7 +210,9 @@ IN_PROCESS_INI = (
 IN_PROCESS_SHOWN_INI = IN_PROCESS_INI + "    default::pytest_specdec.SpecdecWarning\n"
 
 
-def run_in_process(pytester: Any, *args: str, benchmark: bool = False, ctrl_c_ends_run: bool = False) -> Any:
+def run_in_process(
+    pytester: pytest.Pytester, *args: str, benchmark: bool = False, ctrl_c_ends_run: bool = False
+) -> pytest.RunResult:
     """One inner pytest run in this process (``pytester.runpytest_inprocess``; no second interpreter and plugin import,
     about 0.4 s quiet and 2-3 s on a busy runner; the servers it launches are subprocesses either way), with the cache
     plugin and pytest-randomly off (a project's runs do not share ``.pytest_cache``; the order the test expects is the
