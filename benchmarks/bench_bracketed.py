@@ -124,7 +124,7 @@ class NewRule:
     def can_measure(self, profile: str) -> bool:
         return True
 
-    def more(self, profile: str, vs: str | None, pairs: int | None = None) -> bool:
+    def more(self, profile: str, vs: str | None, pairs: int | None = None, *, why: str = "") -> bool:
         self.s.more(pairs)
         return True
 

@@ -296,12 +296,13 @@ def assert_tok_s_regressed_or_left_open(out: str) -> None:
 class ScriptedHandle:
     """A ``MeasureHandle`` (``judge.handle``) over scripted repeats of one profile: ``metrics`` (one ``RunMetrics``
     per repeat, in order), the first ``first`` measured; ``more()`` appends the next (1 s of server each) until the
-    script ends. ``asked`` counts the ``more()`` calls. No server, no pairing."""
+    script ends. ``asked`` counts the ``more()`` calls, ``whys`` keeps what each was for. No server, no pairing."""
 
     def __init__(self, metrics: Sequence[RunMetrics], first: int) -> None:
         self.script = list(metrics)
         self.measured = [self._measure(m) for m in self.script[:first]]
         self.asked = 0
+        self.whys: list[str] = []
 
     @staticmethod
     def _measure(metrics: RunMetrics) -> runner.Measurement:
@@ -322,8 +323,9 @@ class ScriptedHandle:
     def can_measure(self, profile: str) -> bool:
         return len(self.measured) < len(self.script)
 
-    def more(self, profile: str, vs: str | None, pairs: int | None = None) -> bool:
+    def more(self, profile: str, vs: str | None, pairs: int | None = None, *, why: str = "") -> bool:
         self.asked += 1
+        self.whys.append(why)
         self.measured.append(self._measure(self.script[len(self.measured)]))
         return True
 

@@ -36,6 +36,7 @@ class BracketedHandle:
                  mode: str = "bracketed") -> None:  # fmt: skip
         self.phase_s, self.switch_s, self.ratios, self.mode = phase_s, switch_s, list(ratios), mode
         self.asked: list[int] = []
+        self.whys: list[str] = []
         self.paired = self._block(first, 0)
 
     def _block(self, pairs: int, offset: int) -> PairedArms:
@@ -62,9 +63,10 @@ class BracketedHandle:
     def can_measure(self, profile: str) -> bool:
         return True
 
-    def more(self, profile: str, vs: str | None, pairs: int | None = None) -> bool:
+    def more(self, profile: str, vs: str | None, pairs: int | None = None, *, why: str = "") -> bool:
         count = 1 if self.mode == "interleaved" else pairs or self.paired.first
         self.asked.append(count)
+        self.whys.append(why)
         self.paired = self.paired.extend(self._block(count, self.paired.pairs))
         return True
 
@@ -107,8 +109,9 @@ def test_the_measuring_loop_asks_for_blocks_that_reach_looks_not_the_first_block
         looked.append(pairs)
         return False  # never decided: the loop runs to the budget
 
-    verdict._measure_until(handle, "eagle3", "baseline", design, decided)
+    verdict._measure_until(handle, "eagle3", "baseline", design, decided, "min_speedup")
     assert handle.asked == [9, 12]  # 3 -> 12 -> 24: two blocks, not seven
+    assert handle.whys == ["min_speedup: pairs 4-12 of at most 24", "min_speedup: pairs 13-24 of at most 24"]
     assert looked == [3, 5, 8, 12, 18, 24]  # each look of the design, on the block's first pairs
 
 

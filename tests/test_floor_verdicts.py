@@ -66,6 +66,8 @@ def test_a_floor_inside_the_interval_is_undecided_at_the_budget_not_passed_on_it
 ) -> None:
     verdict, handle = _judge(thresholds, SWINGING, tmp_path)
     assert handle.asked == MAX_REPEATS - 2  # measured on to the budget
+    # The progress line says what each repeat is for and how far it may go.
+    assert handle.whys[:2] == [f"{cost_key}: repeat {n} of at most {MAX_REPEATS}" for n in (3, 4)]
     assert verdict.failure is None
     (line,) = verdict.undecided
     assert line.startswith(f"{label} ") and ": undecided vs min " in line, line

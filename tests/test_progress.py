@@ -86,6 +86,16 @@ def test_log_line_every_30_seconds() -> None:
     )
 
 
+def test_the_line_says_what_the_phase_is_for() -> None:
+    # A fresh-user trial read "measuring baseline (phase 18)" and could not tell what it was for or when it would end.
+    lines: list[str] = []
+    progress = PhaseProgress("baseline", 2, 18, lines.append, tty=True, now=Clock(0.0),
+                             purpose="eagle3 vs baseline, min_speedup: pair 9 of at most 24")  # fmt: skip
+    assert progress.line(0.0) == (
+        "specdec: measuring baseline (phase 18; eagle3 vs baseline, min_speedup: pair 9 of at most 24): 0/2 requests"
+    )
+
+
 def test_log_interval_spans_phases() -> None:
     """Phases of 8 s each (a sweep, paired arms): one line per 30 s of the session, not none (issue 27)."""
     from pytest_specdec.run.progress import LogPacer

@@ -32,10 +32,12 @@ class _Phases:
     def __init__(self, speeds: dict[str, list[float]]) -> None:
         self.speeds = speeds
         self.log: list[str] = []
+        self.purposes: list[str] = []  # runner.phase_purpose at each phase: what the progress line says it is for
 
     def measure(self, server: Any, **_: Any) -> runner.Measurement:
         name = server.profile.name
         self.log.append(name)
+        self.purposes.append(runner.phase_purpose.get())
         if not self.speeds[name]:
             raise ServerError(f"{name} stalled")
         held = 1.0 if name == "baseline" else 2.0
@@ -131,8 +133,12 @@ def test_more_adds_one_interleaved_pair_in_the_order_the_pairs_left_off(phases: 
     store.attach(server)
     store.measure_once(server, "baseline")
     assert phases.log == ["baseline", "eagle3", "eagle3", "baseline"]
-    assert store.more("eagle3", "baseline") is True
+    assert store.more("eagle3", "baseline", why="min_speedup: pair 3 of at most 24") is True
     assert phases.log[4:] == ["baseline", "eagle3"]  # pair 2 (even): reference first, as pair 0
+    assert phases.purposes == 4 * ["eagle3 vs baseline: first 2 pairs"] + 2 * [
+        "eagle3 vs baseline, min_speedup: pair 3 of at most 24"
+    ]
+    assert runner.phase_purpose.get() == ""  # said only while it measures
     arms = store.arms("eagle3", "baseline")
     assert arms is not None and (arms.pairs, arms.first, arms.ratios()) == (3, 2, [1.3, 1.5, 1.4])
     assert len(store.run("eagle3").measurements) == 3

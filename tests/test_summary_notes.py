@@ -66,9 +66,9 @@ def test_progress_warning_override_and_shared_verdict(
         [
             f"specdec preflight: {warning}",  # header
             # live, not captured: the tests pass or fail after it, and passing tests' output is never shown
-            "specdec: measuring eagle3 (phase 1): 0/3 requests",  # when the phase starts
-            "specdec: measuring eagle3 (phase 1): 1/3 requests, * tok/s so far",
-            "specdec: measuring eagle3 (phase 1): 3/3 requests, * tok/s so far",
+            "specdec: measuring eagle3 (phase 1; first repeat): 0/3 requests",  # when the phase starts
+            "specdec: measuring eagle3 (phase 1; first repeat): 1/3 requests, * tok/s so far",
+            "specdec: measuring eagle3 (phase 1; first repeat): 3/3 requests, * tok/s so far",
             "*accept_length * tok/verify < min 3.9 (margin *) [[]exact; temperature 0, * identical repeats: decided by "
             "the first, * server-s[]] [[]profile eagle3, 3 requests*[]]",  # test_first: in full
             "*accept_length missed the thresholds of profile eagle3: the same verdict as test_first[[]eagle3[]] "

@@ -272,9 +272,9 @@ def test_summary_repeats_preflight_warnings_and_prints_a_shared_verdict_once(
     result.stdout.fnmatch_lines(
         [
             f"specdec preflight: {warning}",
-            "specdec: measuring eagle3-5-drafts (phase 1): 0/3 requests",  # when the phase starts
-            "specdec: measuring eagle3-5-drafts (phase 1): 1/3 requests, * tok/s so far",
-            "specdec: measuring eagle3-5-drafts (phase 1): 3/3 requests, * tok/s so far",
+            "specdec: measuring eagle3-5-drafts (phase 1; first repeat): 0/3 requests",  # when the phase starts
+            "specdec: measuring eagle3-5-drafts (phase 1; first repeat): 1/3 requests, * tok/s so far",
+            "specdec: measuring eagle3-5-drafts (phase 1; first repeat): 3/3 requests, * tok/s so far",
             "accept_length 2.8 tok/verify < min 3.9 (margin -1.1, -28.2%) [[]exact; *[]] [[]profile eagle3-5-drafts, "
             "3 requests*[]]",
             "accept_length missed the thresholds of profile eagle3-5-drafts: the same verdict as "

@@ -41,9 +41,10 @@ class MeasureHandle(Protocol):
         """Whether the profile's server is running in this process (more can be measured on it)."""
         ...
 
-    def more(self, profile: str, vs: str | None, pairs: int | None = None) -> bool:
+    def more(self, profile: str, vs: str | None, pairs: int | None = None, *, why: str = "") -> bool:
         """Measure one more repeat (with ``vs``: one more pair; bracketed pairing: one bracket of ``pairs`` pairs,
         default as many as its first block) and append it to the profile's run and arms (medians recomputed).
+        ``why`` is shown in the progress line while it measures (``"min_speedup: pair 9 of at most 24"``).
         :returns: False when nothing was added (no running server, or it failed; a pair's reason goes to
         :meth:`pair_error`)."""
         ...

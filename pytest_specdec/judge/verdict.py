@@ -300,6 +300,7 @@ def _measure_until(
     vs: str | None,
     design: sequential.Design,
     decided: Callable[[int], bool],
+    verdict: str = "",
 ) -> int:
     """Ask for one more repeat (with ``vs``: one more pair) at a time until ``decided(p)`` at a look of ``design``,
     or the budget is spent, or nothing more can be measured. The next repeat is started only when its expected
@@ -314,6 +315,7 @@ def _measure_until(
     loop starts (what earlier checks measured, all of it), as for pairs measured one at a time.
 
     :param decided: whether the verdict is decided on the first ``p`` pairs (repeats without ``vs``).
+    :param verdict: its name in the progress line (``min_speedup: pair 9 of at most 24``).
     :returns: the pairs (repeats) the verdict is judged on: where it decided, else all that were measured.
     """
     n = _count(measurements, name, vs)
@@ -326,13 +328,22 @@ def _measure_until(
             not measurements.can_measure(name)
         ):
             return n
-        if not measurements.more(name, vs, step.pairs):
+        if not measurements.more(name, vs, step.pairs, why=_looking(verdict, vs, n, step.pairs, design)):
             return n
         n = _count(measurements, name, vs)
         for point in design.looks_between(last, n):
             last = point
             if decided(point):
                 return point
+
+
+def _looking(verdict: str, vs: str | None, measured: int, pairs: int | None, design: sequential.Design) -> str:
+    """What a verdict's next measurement is, for the progress line: ``min_speedup: pair 9 of at most 24``,
+    ``compare: repeats 4-6 of at most 24`` (``measured`` so far, ``pairs`` in the next block)."""
+    unit = "pair" if vs else "repeat"
+    first, last = measured + 1, measured + max(pairs or 1, 1)
+    which = f"{unit} {first}" if last == first else f"{unit}s {first}-{last}"
+    return f"{verdict + ': ' if verdict else ''}{which} of at most {design.max_repeats}"
 
 
 def _first_measurements(
@@ -523,7 +534,8 @@ def sequential_checks(
 
     def judge(floor: _Floor) -> tuple[Check, dict[str, Any]] | None:
         # Judged at the look that decided (a bracketed block's later pairs do not move its figures).
-        count = _measure_until(measurements, profile.name, vs, design, lambda p: _decided(decision(floor, p)))
+        count = _measure_until(measurements, profile.name, vs, design, lambda p: _decided(decision(floor, p)),
+                               floor.cost_key)  # fmt: skip
         found = decision(floor, count)
         if found is None:
             return None
@@ -691,7 +703,7 @@ class _Fixed:
     def can_measure(self, profile: str) -> bool:
         return False
 
-    def more(self, profile: str, vs: str | None, pairs: int | None = None) -> bool:
+    def more(self, profile: str, vs: str | None, pairs: int | None = None, *, why: str = "") -> bool:
         return False
 
     def spent_s(self, profile: str, vs: str | None) -> float:
@@ -802,7 +814,8 @@ def speedup_check(
             return _first_pairs(arms, count).ratios() if arms is not None else []
 
         count = _measure_until(measurements, name, ms.vs, design,
-                               lambda p: sequential.decide_floor(ratios(p), ms.ratio, design).decided)  # fmt: skip
+                               lambda p: sequential.decide_floor(ratios(p), ms.ratio, design).decided,
+                               "min_speedup")  # fmt: skip
         arms = measurements.arms(name, ms.vs)
         assert arms is not None  # measured above, and more pairs only extend them
         # The line judges the pairs of the look that decided; the server-seconds are all that were spent, the rest
@@ -1210,7 +1223,9 @@ def compare_item(
         return planned[0].phases, planned[0].cost_s
 
     def more() -> results.ResultRecord | None:
-        if not measurements.more(profile.name, vs, planned[0].pairs if planned else None):
+        pairs = planned[0].pairs if planned else None
+        n = len(case.record.values("output_tok_s"))
+        if not measurements.more(profile.name, vs, pairs, why=_looking("compare", vs, n, pairs, design)):
             return None
         _rebuild_record(case, measurements, profile.name, vs)
         return case.record

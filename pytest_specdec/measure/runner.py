@@ -102,6 +102,11 @@ phase_watcher: contextvars.ContextVar[Callable[[str, int], Callable[[RequestReco
     contextvars.ContextVar("specdec_phase_watcher", default=None)
 )
 
+#: What the phases measured now are for, for the progress line (``measure.store.MeasurementStore`` sets it around a
+#: measurement): ``"eagle3 vs baseline: first 3 pairs"``, ``"eagle3 vs baseline, min_speedup: pair 9 of at most 24"``;
+#: empty when not said.
+phase_purpose: contextvars.ContextVar[str] = contextvars.ContextVar("specdec_phase_purpose", default="")
+
 
 #: Set around a measurement by whoever exports the requests (``--specdec-requests-out``): called with every measured
 #: phase (repeats, sequential repeats, paired arms; not warmups or a traced phase) as it ends.

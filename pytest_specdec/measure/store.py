@@ -175,7 +175,8 @@ class MeasurementStore:
         if vs is not None:
             arms = None
             try:
-                arms = self._measure_pair(server, vs, n, shared=shared)
+                with _purpose(f"{profile.name} vs {vs}: {_first(n, 'pair')}"):
+                    arms = self._measure_pair(server, vs, n, shared=shared)
             except (ServerStartError, ServerError, ValueError) as exc:
                 self._pair_errors[(profile.name, vs)] = f"reference arm {vs!r}: {exc}"
                 if server.process is not None and not server.process.alive():
@@ -186,7 +187,9 @@ class MeasurementStore:
                     self._keep_run(server, runner.run_result(server, arms.target_measurements()), before, prompts)
                 return
         if profile.name not in self._runs:
-            self._keep_run(server, runner.measure_repeats(server, n, prompts=prompts), before, prompts)
+            with _purpose(_first(n, "repeat")):
+                measured = runner.measure_repeats(server, n, prompts=prompts)
+            self._keep_run(server, measured, before, prompts)
 
     def _keep_run(
         self, server: runner.RunningServer, run: runner.RunResult, before: dict[str, Any], prompts: list[Any]
@@ -267,7 +270,7 @@ class MeasurementStore:
 
     # -- measuring again (MeasureHandle) --
 
-    def more(self, profile: str, vs: str | None, pairs: int | None = None) -> bool:
+    def more(self, profile: str, vs: str | None, pairs: int | None = None, *, why: str = "") -> bool:
         from pytest_specdec.core.errors import ServerError, ServerStartError
         from pytest_specdec.measure import runner
 
@@ -277,7 +280,8 @@ class MeasurementStore:
             return False
         key = (profile, vs) if vs else None
         arms = self._pairs.get(key) if key is not None else None
-        with self._lock() as shared_file:
+        purpose = ", ".join(p for p in (f"{profile} vs {vs}" if vs else "", why) if p)
+        with self._lock() as shared_file, _purpose(purpose):
             try:
                 if key is not None and arms is not None:
                     count = 1 if arms.mode == "interleaved" else max(pairs or arms.first, 1)
@@ -343,3 +347,20 @@ def _launched(server: runner.RunningServer) -> str:
     """``eagle3 (pid 123)`` for a server we launched (``log_path`` names its launch)."""
     process = server.process  # a ServerHandle (its pid is declared), None for a server given by URL
     return f"{server.profile.name} (pid {process.pid})" if process is not None else server.profile.name
+
+
+@contextlib.contextmanager
+def _purpose(text: str) -> Iterator[None]:
+    """``runner.phase_purpose`` set to ``text`` while the phases inside are measured (the progress line shows it)."""
+    from pytest_specdec.measure import runner
+
+    token = runner.phase_purpose.set(text)
+    try:
+        yield
+    finally:
+        runner.phase_purpose.reset(token)
+
+
+def _first(n: int, unit: str) -> str:
+    """``first 3 pairs``, ``first repeat``: a profile's first measurement, in the progress line."""
+    return f"first {n} {unit}s" if n != 1 else f"first {unit}"

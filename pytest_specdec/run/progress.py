@@ -69,7 +69,8 @@ _pacer_key = pytest.StashKey[LogPacer]()
 class PhaseProgress:
     """Counts one measured phase's finished requests and writes a status line through ``write``:
 
-    ``specdec: measuring eagle3 (phase 2): 7/16 requests, 123.4 tok/s so far``
+    ``specdec: measuring eagle3 (phase 2): 7/16 requests, 123.4 tok/s so far``, with what the phase is for when
+    said: ``specdec: measuring baseline (phase 18; eagle3 vs baseline, min_speedup: pair 9 of at most 24): ...``
 
     tok/s so far = Σ completion tokens of the finished ok requests / (now - the earliest start among them), the
     phase's own formula (``metrics.phase_metrics``) on what has finished. On a terminal (``tty``) the line is written at
@@ -83,6 +84,7 @@ class PhaseProgress:
     :param write: receives each line (the plugin rewrites the terminal line or writes a log line).
     :param now: the clock (``clock.now``, ``time.perf_counter`` seconds; the records' clock).
     :param pacer: the log-line pacer shared by the session's phases (ignored on a terminal).
+    :param purpose: what the phase is for (``measure.runner.phase_purpose``), or empty.
     """
 
     def __init__(
@@ -95,8 +97,10 @@ class PhaseProgress:
         tty: bool,
         now: Callable[[], float] = clock.now,
         pacer: LogPacer | None = None,
+        purpose: str = "",
     ) -> None:
         self.profile, self.total, self.phase, self.write, self.tty, self.now = profile, total, phase, write, tty, now
+        self.purpose = purpose
         self.done = 0
         self.tokens = 0
         self.first_start_s: float | None = None
@@ -109,7 +113,9 @@ class PhaseProgress:
         """The status text at ``now_s``."""
         elapsed = now_s - self.first_start_s if self.first_start_s is not None else 0.0
         rate = f", {self.tokens / elapsed:.1f} tok/s so far" if elapsed > 0 and self.tokens else ""
-        return f"specdec: measuring {self.profile} (phase {self.phase}): {self.done}/{self.total} requests{rate}"
+        # A new user read "measuring baseline (phase 18)" and could not tell what it was for or when it would end.
+        what = f"phase {self.phase}; {self.purpose}" if self.purpose else f"phase {self.phase}"
+        return f"specdec: measuring {self.profile} ({what}): {self.done}/{self.total} requests{rate}"
 
     def __call__(self, record: RequestRecord) -> None:
         """One request finished (ok or failed)."""
@@ -150,8 +156,11 @@ class MeasureStatus:
     def __call__(self, profile: str, total: int) -> PhaseProgress | None:
         if self.tr is None:
             return None
+        from pytest_specdec.measure import runner
+
         self.phases[profile] = self.phases.get(profile, 0) + 1
-        return PhaseProgress(profile, total, self.phases[profile], self._write, tty=self.tty, pacer=self.pacer)
+        return PhaseProgress(profile, total, self.phases[profile], self._write, tty=self.tty, pacer=self.pacer,
+                             purpose=runner.phase_purpose.get())  # fmt: skip
 
     def _write(self, text: str) -> None:
         assert self.tr is not None
