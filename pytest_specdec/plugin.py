@@ -161,9 +161,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marked = metafunc.definition.get_closest_marker("specdec") is not None
     if not (uses_server or marked):
         return
-    if marked and "specdec_run" not in metafunc.fixturenames:
-        # A marked test with thresholds needs a measurement even if it does not ask for one.
-        metafunc.fixturenames.append("specdec_run")
     if "specdec_profile" not in metafunc.fixturenames:
         metafunc.fixturenames.append("specdec_profile")
     session = metafunc.config.stash[session_key]
@@ -194,6 +191,16 @@ def specdec_server(
     """
     session: SpecdecSession = request.config.stash[session_key]
     yield from session.serve(specdec_profile, tmp_path_factory)
+
+
+@pytest.fixture(autouse=True)
+def _specdec_marker_measures(request: pytest.FixtureRequest) -> None:
+    """A test whose ``specdec`` marker has thresholds is measured and judged even when it does not request
+    ``specdec_run`` (``marker.measures``). A name appended to ``metafunc.fixturenames`` in ``pytest_generate_tests``
+    is pruned again (pytest keeps only what the test's own fixtures reach), so such a test passed without a verdict:
+    ``@pytest.mark.specdec(min_tok_s=100000)`` on ``def test_x(): pass`` was green (an adversarial trial)."""
+    if "specdec_run" not in request.fixturenames and marker.measures(request.node):
+        request.getfixturevalue("specdec_run")
 
 
 @pytest.fixture

@@ -816,3 +816,42 @@ def test_sequential_min_speedup_and_compare_confirmation_fail_the_lost_env_after
             r"repeats? \([\d.]+ s\)",
         ]
     )
+
+
+def test_a_markers_thresholds_are_judged_whether_or_not_the_test_asks_for_the_measurement(
+    pytester: pytest.Pytester,
+) -> None:
+    """An adversarial trial: ``@pytest.mark.specdec(min_tok_s=100000)`` on a test that did not request
+    ``specdec_run`` passed green (its floors were never judged). A bare marker only selects: a test that talks to
+    the server itself is not measured for it."""
+    _project(
+        pytester,
+        """
+        import pytest
+
+        @pytest.mark.specdec(min_accept_length=3.9)
+        def test_no_fixture():
+            pass
+
+        @pytest.mark.specdec(min_accept_length=3.9)
+        def test_server_only(specdec_server):
+            pass
+
+        @pytest.mark.specdec
+        def test_bare(specdec_server):
+            pass
+
+        def test_health(specdec_server):
+            pass
+        """,
+        workload=ONE_REPEAT,
+    )
+    result = run_in_process(pytester, "--server-profile=eagle3", "-rA")
+    result.assert_outcomes(passed=2, failed=2)
+    out = result.stdout.str()
+    assert re.search(r"^accept_length 2\.8 tok/verify < min 3\.9 ", out, re.M), out
+    for test in ("test_no_fixture", "test_server_only"):
+        assert re.search(rf"^FAILED \S+::{test}\[eagle3\] - Failed: accept_length", out, re.M), out
+    for test in ("test_bare", "test_health"):
+        assert re.search(rf"^PASSED \S+::{test}\[eagle3\]$", out, re.M), out
+        assert not re.search(rf"^{test}\[eagle3\] ", out, re.M), out  # not measured: no summary row

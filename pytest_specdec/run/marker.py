@@ -23,7 +23,26 @@ if TYPE_CHECKING:
     from pytest_specdec.core.tolerances import Tolerances
     from pytest_specdec.profiles.schema import Profile, Thresholds
 
-__all__ = ["MarkerArgs", "item_profile", "item_thresholds", "marker_errors", "read_marker", "setup_item", "speedup_vs"]
+__all__ = [
+    "MarkerArgs",
+    "item_profile",
+    "item_thresholds",
+    "marker_errors",
+    "measures",
+    "read_marker",
+    "setup_item",
+    "speedup_vs",
+]
+
+
+def measures(item: pytest.Item) -> bool:
+    """Whether the test is measured and judged: it requests ``specdec_run``, or its ``specdec`` marker has arguments
+    (thresholds, tolerances), which are judged on the profile's measurement after its body whether or not it asks
+    for the measurement. A bare marker (or the one a test using ``specdec_server`` gets for ``-m specdec``) selects
+    only: a test that talks to the server itself is not measured for it."""
+    if "specdec_run" in getattr(item, "fixturenames", ()):
+        return True
+    return any(m.args or m.kwargs for m in item.iter_markers("specdec"))
 
 
 def item_profile(item: pytest.Item) -> str | None:

@@ -246,7 +246,7 @@ class SpecdecSession:
         if not report.failed or call.when not in ("setup", "call") or record_key in item.stash:
             return report
         profile = marker.item_profile(item)
-        if profile is None or "specdec_run" not in getattr(item, "fixturenames", ()):
+        if profile is None or not marker.measures(item):
             return report
         entry = {"test_id": item.nodeid, "profile": profile, "when": call.when, "error": _first_line(call, report)}
         report.user_properties.append((_ERRORED_PROPERTY, json.dumps(entry)))
