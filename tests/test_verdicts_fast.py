@@ -855,3 +855,21 @@ def test_a_markers_thresholds_are_judged_whether_or_not_the_test_asks_for_the_me
     for test in ("test_bare", "test_health"):
         assert re.search(rf"^PASSED \S+::{test}\[eagle3\]$", out, re.M), out
         assert not re.search(rf"^{test}\[eagle3\] ", out, re.M), out  # not measured: no summary row
+
+
+def test_a_test_that_measured_then_skipped_is_named_as_not_judged(pytester: pytest.Pytester) -> None:
+    """An adversarial trial: a test skipped after ``specdec_run`` showed its figures in a ``skipped`` row and the
+    compared-none line said "each one's line says why" with no line saying it."""
+    _project(pytester, "import pytest\n\ndef test_skip(specdec_run):\n    pytest.skip('not today')\n",
+             workload=ONE_REPEAT)  # fmt: skip
+    result = run_in_process(pytester, "--server-profile=eagle3", "--specdec-compare")
+    result.assert_outcomes(skipped=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "specdec: 1 test measured, then skipped: not judged (no threshold or compare verdict): "
+            "test_skip[[]eagle3[]]",
+            "*--specdec-compare compared none of the 1 test(s) with a stored run (skipped after it measured, so not "
+            "judged: test_skip[[]eagle3[]]); a gate that compared nothing is not green*",
+        ]
+    )

@@ -245,9 +245,16 @@ def nothing_compared(records: Sequence[results.ResultRecord]) -> str:
     the xdist controller too."""
     if any("compare" in ((r.cost or {}).get("verdicts") or {}) for r in records):
         return ""
+    # A skipped test has no verdict line of its own (an adversarial trial read "each one's line says why" and found
+    # none): named here.
+    skipped = [r.test_id.split("::", 1)[-1] for r in records if r.outcome == "skipped"]
+    why = "each one's line says why"
+    if skipped:
+        why = f"skipped after it measured, so not judged: {shown(skipped)}"
+        why += "; each other one's line says why" if len(skipped) < len(records) else ""
     return (
-        f"--specdec-compare compared none of the {len(records)} test(s) with a stored run (each one's line says "
-        "why); a gate that compared nothing is not green. On a first night, leave --specdec-compare out"
+        f"--specdec-compare compared none of the {len(records)} test(s) with a stored run ({why}); a gate that "
+        "compared nothing is not green. On a first night, leave --specdec-compare out"
     )
 
 
@@ -484,6 +491,7 @@ def summary_report(
         out.extend(Line(line) for line in [report.POSITION_LEGEND, *by_position])
     out.extend(notes)
     out.extend(errored_lines(errored))
+    out.extend(skipped_lines(records))
     out.extend(interrupted_lines(interrupted))
     out.extend(compare_lines(outcomes))
     out.extend(Line(f"specdec compare: {note}") for note in outcomes.compare_notes)
@@ -504,6 +512,19 @@ def errored_lines(errored: Sequence[results.ErroredTest]) -> list[Line]:
     what, it, them = ("1 test", "it", "it") if n == 1 else (f"{n} tests", "they", "them")
     text = f"specdec: {what} errored before {it} measured (listed in the result file; compare exits 1 on {them})"
     return [Line(f"{text}: {tests}", {"yellow": True})]
+
+
+def skipped_lines(records: Iterable[results.ResultRecord]) -> list[Line]:
+    """One line naming the tests that measured and then skipped: their row shows the figures, but pytest judges no
+    skipped test, so neither their thresholds nor their compare were (an adversarial trial's skipped row showed an
+    accept length its compare would have called REGRESSED, and nothing said it was not judged). Example:
+    ``specdec: 1 test measured, then skipped: not judged (no threshold or compare verdict): test_plain[e3-shift]``."""
+    skipped = [r.test_id.split("::", 1)[-1] for r in records if r.outcome == "skipped"]
+    if not skipped:
+        return []
+    what = "1 test" if len(skipped) == 1 else f"{len(skipped)} tests"
+    text = f"specdec: {what} measured, then skipped: not judged (no threshold or compare verdict): {shown(skipped)}"
+    return [Line(text, {"yellow": True})]
 
 
 def interrupted_lines(interrupted: bool) -> list[Line]:
