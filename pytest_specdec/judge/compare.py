@@ -408,23 +408,30 @@ def compare_results(
     for r in rows:
         if r.instance_sd and r.decision is not None and r.decision.low is not None:
             taken.setdefault("ratio" if " / " in r.metric else "raw", []).append(r.instance_sd)
-    if judging.busy_cpu is not None and any(" / " in r.metric and r.instance_sd for r in rows):
+    if judging.busy_cpu is not None and any(r.instance_sd for r in rows):
         lb, lc = judging.busy_cpu
+        ratio = any(" / " in r.metric and r.instance_sd for r in rows)
+        raw = any(" / " not in r.metric and r.instance_sd for r in rows)
+        took = [f"{sequential.ASSUMED_BUSY_CPU_INSTANCE_SD:.0%} for raw rows (not {sequential.ASSUMED_INSTANCE_SD:.0%})"
+                if raw else "",
+                f"{sequential.ASSUMED_BUSY_CPU_RATIO_SD:.0%} for ratio rows (not "
+                f"{sequential.ASSUMED_RATIO_INSTANCE_SD:.0%})" if ratio else ""]  # fmt: skip
         notes.append(
-            f"ratio rows: a busy runner without a GPU (load average per CPU {lb:.2g} at the baseline, {lc:.2g} "
-            "today): there the speedup of speculative decoding moves with the CPU share the servers get, so the "
-            f"ratio rows take a run-to-run sd of {sequential.ASSUMED_BUSY_CPU_RATIO_SD:.0%}, not "
-            f"{sequential.ASSUMED_RATIO_INSTANCE_SD:.0%}, until 4 stored runs measure it; on a quieter runner "
-            "(load per CPU under 1 at both runs) they can decide more"
+            f"{'ratio' if not raw else 'raw' if not ratio else 'raw and ratio'} rows: a busy runner without a GPU "
+            f"(load average per CPU {lb:.2g} at the baseline, {lc:.2g} today): there server instances of one config "
+            "differ with the CPU share they get (tok/s and latency by 25-60%, the speedup of speculative decoding "
+            f"by ~13%), so the run-to-run sd taken is {' and '.join(t for t in took if t)} until 4 stored runs "
+            "measure it; on a quieter runner (load per CPU under 1 at both runs) they can decide more"
         )
     if taken:
         kinds = sorted(taken.items(), key=lambda kv: kv[0] != "raw")
         sds = ", ".join(f"{_percent_range(values)} {kind}" for kind, values in kinds)
         starts = judging.calibrated_run_to_run()
         raw_sd = assumed_instance_sd("output_tok_s", gpu=judging.gpu)
+        busy_raw = f" ({sequential.ASSUMED_BUSY_CPU_INSTANCE_SD:.0%} on this busy runner)" if judging.busy_cpu else ""
         source = (
-            f"assumed: {raw_sd:.0%} raw{' on a GPU host' if judging.gpu else ''} or the row's within-run sd where "
-            f"larger, {sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio"
+            f"assumed: {raw_sd:.0%} raw{' on a GPU host' if judging.gpu else busy_raw} or the row's within-run sd "
+            f"where larger, {sequential.ASSUMED_RATIO_INSTANCE_SD:.0%} ratio"
             + (f" ({sequential.ASSUMED_BUSY_CPU_RATIO_SD:.0%} on this busy runner)" if judging.busy_cpu else "")
         )
         source += f", or calibrate's over {starts} server starts where larger" if starts else ""
@@ -800,9 +807,9 @@ def assumed_instance_sd(key: str, *, gpu: bool = False, busy_cpu: bool = False) 
     for each server instance: ``sequential.ASSUMED_INSTANCE_SD`` for a timing row (throughput, latency),
     ``ASSUMED_GPU_INSTANCE_SD`` for one measured on a GPU host (``gpu``: :func:`measured_on_gpu`),
     ``ASSUMED_RATIO_INSTANCE_SD`` for its ratio to a paired arm (``field / `` keys), or
-    ``ASSUMED_BUSY_CPU_RATIO_SD`` where a run was measured on an oversubscribed host without a GPU (``busy_cpu``:
-    ``hoststate.oversubscribed``), 0 for accept length and rate (a property of the models and prompts, not of a
-    server instance)."""
+    ``ASSUMED_BUSY_CPU_RATIO_SD`` and for a raw row ``ASSUMED_BUSY_CPU_INSTANCE_SD`` where a run was measured on an
+    oversubscribed host without a GPU (``busy_cpu``: ``hoststate.oversubscribed``), 0 for accept length and rate (a
+    property of the models and prompts, not of a server instance)."""
     fname, sep, _ = key.partition(" / ")
     spec = field_specs().get(fname.partition("[")[0])
     if spec is None or spec.exact:
@@ -811,6 +818,8 @@ def assumed_instance_sd(key: str, *, gpu: bool = False, busy_cpu: bool = False) 
         return sequential.ASSUMED_BUSY_CPU_RATIO_SD
     if sep:
         return sequential.ASSUMED_RATIO_INSTANCE_SD
+    if busy_cpu and not gpu:
+        return sequential.ASSUMED_BUSY_CPU_INSTANCE_SD
     return sequential.ASSUMED_GPU_INSTANCE_SD if gpu else sequential.ASSUMED_INSTANCE_SD
 
 

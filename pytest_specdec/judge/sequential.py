@@ -68,6 +68,7 @@ __all__ = [
     "ASSUMED_INSTANCE_SD",
     "ASSUMED_RATIO_INSTANCE_SD",
     "ASSUMED_BUSY_CPU_RATIO_SD",
+    "ASSUMED_BUSY_CPU_INSTANCE_SD",
     "ASSUMED_UP_TO_RUNS",
     "DEFAULT_MAX_REPEATS",
     "Decision",
@@ -118,6 +119,18 @@ ASSUMED_RATIO_INSTANCE_SD = 0.02
 #: 0.126 (1.25x to 0.92x), the upper figure taken. At 2% an unchanged night on such a runner read REGRESSED in 27 of
 #: 240 replayed pairs of instances, at 13% in 3 (``benchmarks/bench_cpu_load_ratio.py``; most stay undecided).
 ASSUMED_BUSY_CPU_RATIO_SD = 0.13
+#: :data:`ASSUMED_INSTANCE_SD` for a raw timing row (throughput, latency) where either run was measured on an
+#: oversubscribed host without a GPU (load average per CPU above 1, ``hoststate.oversubscribed``): server instances of
+#: one config then differ with the CPU share they get, whatever the load average says. Measured on the reference
+#: server, 2 cores, 16 fresh instances beside 0-4 busy processes (load 1.3-10.7, ``benchmarks/data/
+#: ref-instances-load.json``): between-instance sd of the log tok/s 0.52 (ANOVA; 0.48 over the 12 at load per CPU 2 or
+#: more; median tok/s 28-146, and 41 against 105 at load 5.3 and 5.4); an adversarial trial's unchanged runs at load
+#: 6.8-7.3 read 69-146 tok/s, and its TTFT and TPOT rows REGRESSED x1.6-1.7 against one stored run at 7%. Replayed
+#: over the 240 ordered pairs of those instances (``benchmarks/bench_cpu_load_ratio.py --row raw``, tolerance 10%):
+#: an unchanged night FAILED 74 times at 7%, 11 at 45%, 5 at 50%; at 50% a -80% night still FAILED in 151, -50% in 49
+#: (most of the rest undecided). On such a runner the ratio rows and the exact rows (accept length) judge; 4 stored
+#: runs measure the runner's own spread.
+ASSUMED_BUSY_CPU_INSTANCE_SD = 0.50
 #: Histories of up to this many stored runs take the larger of the assumed run effect and their own estimate, as
 #: known (``History.from_runs``).
 ASSUMED_UP_TO_RUNS = 3
