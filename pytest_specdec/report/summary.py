@@ -76,6 +76,8 @@ class OutputOptions:
     save_name: str | None = None
     #: ``--specdec-compare`` was given: a run in which no test was compared fails (:attr:`Outputs.compare_red`).
     compare: bool = False
+    #: ``--specdec-compare-missing``: with ``warn`` the compared-none line says that it passes tests, not runs.
+    compare_missing: str = "fail"
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +179,7 @@ def finish(
                                                            interrupted=interrupted))  # fmt: skip
         return Outputs(saved_path=saved_path, name_path=name_path, name_refused=name_refused, report_path=report_path,
                        markdown_paths=tuple(path for path, _ in targets))  # fmt: skip
-    compare_red = nothing_compared(records) if options.compare else ""
+    compare_red = nothing_compared(records, options.compare_missing) if options.compare else ""
     sweep_table: list[str] = []
     sweep_red: tuple[str, ...] = ()
     sweep_undecided: tuple[str, ...] = ()
@@ -239,10 +241,12 @@ def _write_markdown(targets: Sequence[tuple[Path, bool]], lines: Sequence[str]) 
         markdown.write_markdown(lines, path, append=append)
 
 
-def nothing_compared(records: Sequence[results.ResultRecord]) -> str:
+def nothing_compared(records: Sequence[results.ResultRecord], missing: str = "fail") -> str:
     """Under ``--specdec-compare``: why the run fails when none of its tests was compared with a stored run (no
     record has a ``compare`` verdict in ``cost["verdicts"]``), else ``""``. Read from the records, so it holds on
-    the xdist controller too."""
+    the xdist controller too. ``missing``: ``--specdec-compare-missing``; with ``warn`` the line says that it
+    passes a test without a baseline, not a run that compared none (an adversarial trial read ``1 passed, 1
+    warning`` and exit 1 as a contradiction)."""
     if any("compare" in ((r.cost or {}).get("verdicts") or {}) for r in records):
         return ""
     # A skipped test has no verdict line of its own (an adversarial trial read "each one's line says why" and found
@@ -252,9 +256,11 @@ def nothing_compared(records: Sequence[results.ResultRecord]) -> str:
     if skipped:
         why = f"skipped after it measured, so not judged: {shown(skipped)}"
         why += "; each other one's line says why" if len(skipped) < len(records) else ""
+    warn = (" (--specdec-compare-missing=warn passes a test without a baseline, not a run that compared none)"
+            if missing == "warn" else "")  # fmt: skip
     return (
         f"--specdec-compare compared none of the {len(records)} test(s) with a stored run ({why}); a gate that "
-        "compared nothing is not green. On a first night, leave --specdec-compare out"
+        f"compared nothing is not green{warn}. On a first night, leave --specdec-compare out"
     )
 
 
