@@ -43,7 +43,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "specdec(min_accept_length=None, min_accept_rate=None, min_tok_s=None, max_ttft_ms=None, max_itl_ms=None, "
         "max_tpot_ms=None, min_speedup=None, tolerances=None): a speculative-decoding performance test, run once "
         "per --server-profile; thresholds override the profile's (latency ceilings apply to the p50; min_speedup="
-        "{'vs': 'baseline', 'ratio': 1.1}); tolerances=['output_tok_s:5%'] for --specdec-compare. "
+        "{'vs': 'baseline', 'ratio': 1.1}); tolerances=['output_tok_s:5%'] for --specdec-compare. With arguments the "
+        "profile is measured (specdec_run) and judged after the test body, whether or not the test asks for it. "
         "Example: @pytest.mark.specdec(min_accept_length=2.0, min_tok_s=100)",
     )
     for engine in ("reference", "sglang", "vllm"):
