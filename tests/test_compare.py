@@ -1125,3 +1125,23 @@ def test_a_raw_timing_row_on_a_busy_cpu_runner_takes_the_instances_own_run_to_ru
     # A 5x slower night is still caught on the busy runner.
     slow = compare_results(night(6.8, 30.0, 108.0), night(7.3, 150.0, 21.6), tol)
     assert {r.metric: r.verdict for r in slow.rows}["output_tok_s"] == "REGRESSED"
+
+
+def test_a_busy_runners_floor_stays_however_many_runs_are_stored() -> None:
+    # An adversarial trial: 4 unchanged runs on a busy 2-core runner (99, 86, 88, 80 tok/s) read a run-to-run sd of
+    # 5.6%, and a real 1.15x forward slowdown then read "ok (x1.09, CI 0.92-1.30)" and became the next baseline; 6
+    # runs read 14.7%. On an oversubscribed host the busy floor stays, at any number of stored runs.
+    def night(level: float, load1: float) -> ResultRecord:
+        fp = fingerprint(runner={"load1_before": load1, "load1_after": load1, "cpus": 2})
+        return rec(fp=fp, output_tok_s=[level * f for f in (1.0, 1.04, 0.96)])
+
+    tol = parse_tolerances("output_tok_s:10%")
+    for load1, busy in ((5.0, True), (1.0, False)):
+        base, *others = [night(level, load1) for level in (99.0, 86.0, 88.0, 80.0)]
+        today = night(85.0, load1)
+        (row,) = [r for r in compare_results(base, today, tol, history=others).rows if r.metric == "output_tok_s"]
+        if busy:
+            assert (row.busy, row.instance_sd, row.verdict) == (True, sequential.ASSUMED_BUSY_CPU_INSTANCE_SD,
+                                                               "undecided"), row  # fmt: skip
+        else:  # the 4 runs measure the spread: nothing taken
+            assert (row.busy, row.instance_sd) == (False, 0.0), row

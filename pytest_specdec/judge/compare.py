@@ -134,6 +134,9 @@ class CompareRow:
     #: calibrated noise, the larger of it and 2-3 runs' own estimate, 0 otherwise; the "more would decide it"
     #: estimates take it too.
     instance_sd: float = 0.0
+    #: ``instance_sd`` is a busy CPU runner's floor (``hoststate.oversubscribed``), taken at any number of stored
+    #: runs: a quieter runner decides the row, not more stored runs.
+    busy: bool = False
     #: For a tolerance with an absolute part (``20%+0.1`` ms), the tolerance as a ratio to the baseline shown
     #: (``x1.39``): its interval is a ratio too, and the limit was otherwise worked out by hand (fresh-user trial).
     limit_ratio: float | None = None
@@ -420,8 +423,9 @@ def compare_results(
             f"{'ratio' if not raw else 'raw' if not ratio else 'raw and ratio'} rows: a busy runner without a GPU "
             f"(load average per CPU {lb:.2g} at the baseline, {lc:.2g} today): there server instances of one config "
             "differ with the CPU share they get (tok/s and latency by 25-60%, the speedup of speculative decoding "
-            f"by ~13%), so the run-to-run sd taken is {' and '.join(t for t in took if t)} until 4 stored runs "
-            "measure it; on a quieter runner (load per CPU under 1 at both runs) they can decide more"
+            f"by ~13%), so the run-to-run sd taken is {' and '.join(t for t in took if t)} (or the stored runs' own "
+            "estimate where larger), however many runs are stored: on a quieter runner (load per CPU under 1 at "
+            "both runs) they can decide more"
         )
     if taken:
         kinds = sorted(taken.items(), key=lambda kv: kv[0] != "raw")
@@ -435,11 +439,14 @@ def compare_results(
             + (f" ({sequential.ASSUMED_BUSY_CPU_RATIO_SD:.0%} on this busy runner)" if judging.busy_cpu else "")
         )
         source += f", or calibrate's over {starts} server starts where larger" if starts else ""
-        notes.append(
-            f"run-to-run: too few stored runs to measure how server instances differ; timing rows take a run-to-run "
-            f"sd of {sds} ({source}; 2-3 stored runs' own estimate where larger) until 4 or more unchanged runs of "
-            "this fingerprint are stored"
-        )
+        if judging.busy_cpu is not None:
+            head = "run-to-run: on a busy runner stored runs do not measure how server instances differ"
+            until = "stored runs' own estimate where larger) however many are stored"
+        else:
+            head = "run-to-run: too few stored runs to measure how server instances differ"
+            until = ("2-3 stored runs' own estimate where larger) until 4 or more unchanged runs of this fingerprint "
+                     "are stored")
+        notes.append(f"{head}; timing rows take a run-to-run sd of {sds} ({source}; {until}")
     if any(r.basis == "exact" for r in rows):
         notes.append(
             "exact: accept length/rate at temperature 0 with identical repeats are compared equal-or-not, "
@@ -734,7 +741,10 @@ class _Judging:
         run-to-run part of :meth:`assumed_sd` taken as known; else None."""
         runs = history_values(self.history, key)
         if len(runs) >= 2:
-            return sequential.History.from_runs(runs, self.assumed_sd(key, _within(*runs)))
+            # On a busy CPU runner the busy floor stays at any number of stored runs: a few runs' estimate under-reads
+            # a spread that moves with the load (sequential.ASSUMED_BUSY_CPU_INSTANCE_SD).
+            return sequential.History.from_runs(runs, self.assumed_sd(key, _within(*runs)),
+                                                assumed_always=self.busy_cpu is not None)  # fmt: skip
         sigma = self.noise.get(self._noise_key(key))
         logs = [math.log(v) for v in b_vals if v > 0]
         if not sigma or not logs:
@@ -913,7 +923,8 @@ def _judge(
     if tol.abs and shown.baseline:
         limit_ratio = 1.0 + (-allowed if higher else allowed) / abs(shown.baseline)
     return CompareRow(fname, higher, *shown, tol, verdict, decision, noise=noise or None, design=judging.design,
-                      instance_sd=instance_sd, limit_ratio=limit_ratio)  # fmt: skip
+                      instance_sd=instance_sd, busy=bool(instance_sd) and judging.busy_cpu is not None,
+                      limit_ratio=limit_ratio)  # fmt: skip
 
 
 def _compared(

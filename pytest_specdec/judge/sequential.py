@@ -352,7 +352,12 @@ class History:
 
     @classmethod
     def from_runs(
-        cls, runs: Sequence[Sequence[float | None]], assumed_sd: float = 0.0, *, level_runs: int | None = 1
+        cls,
+        runs: Sequence[Sequence[float | None]],
+        assumed_sd: float = 0.0,
+        *,
+        level_runs: int | None = 1,
+        assumed_always: bool = False,
     ) -> History | None:
         """Pool ``runs`` (each a list of per-repeat values > 0). None when no run has 2 values (no spread), or when
         a level run has no usable value.
@@ -362,7 +367,10 @@ class History:
             their F-test has 1-2 degrees of freedom and misses a real run effect most of the time (an unchanged run
             then read REGRESSED up to 8% of the time, by seeded simulation; tests/test_sequential.py).
         :param level_runs: the first ``level_runs`` of ``runs`` give the level: 1, the baseline's own run (the
-            compare's rule); None, all of them (the rule before 2026-12-05, kept for the benchmarks' comparison)."""
+            compare's rule); None, all of them (the rule before 2026-12-05, kept for the benchmarks' comparison).
+        :param assumed_always: take the larger of ``assumed_sd`` and the estimate at any number of runs (a busy CPU
+            runner's floor, :data:`ASSUMED_BUSY_CPU_INSTANCE_SD`: 4 unchanged runs there read a run-to-run sd of
+            5.6% where 6 read 14.7%, and a real 1.15x slowdown passed against the 4, in an adversarial trial)."""
         level = len(runs) if level_runs is None else level_runs
         if not 1 <= level <= len(runs) or not all(_usable(r) for r in runs[:level]):
             return None
@@ -374,7 +382,7 @@ class History:
         # The runs' means spread more than their repeats explain (one-way ANOVA F-test, level _BETWEEN_LEVEL): a run
         # effect, estimated by the method of moments; else none (pooling it in would only widen by noise).
         between = estimate if anova.significant(_BETWEEN_LEVEL) else 0.0
-        assumed = k <= ASSUMED_UP_TO_RUNS and assumed_sd > 0.0
+        assumed = (k <= ASSUMED_UP_TO_RUNS or assumed_always) and assumed_sd > 0.0
         if assumed:
             # 1-2 degrees of freedom neither find a run effect nor size it: the larger of the assumed one and the
             # estimate, taken as known (as estimated, with t at 1 df, 2 runs read CI 0.51-1.90 where 1 read

@@ -1059,7 +1059,11 @@ def _stored_runs_decide(instance_sd: float, row: compare.CompareRow, vs: str | N
     """The tail and explanations of a row open at an assumed run-to-run sd ``instance_sd`` (a fraction): ``4+ stored
     runs would decide it (run-to-run sd taken as 7%)``. Not "no number of runs": the spread is taken, not measured,
     and 4 stored runs measure it (a trial read "no number of repeats or runs decides ...; stored runs that spread less
-    will show it" as a paradox)."""
+    will show it" as a paradox). On a busy CPU runner (``row.busy``) stored runs do not lower the floor: a quieter
+    runner decides it."""
+    if row.busy:
+        return (f"a quieter runner would decide it (load per CPU under 1 at both runs; run-to-run sd taken as "
+                f"{instance_sd * 100:.2g}% on this busy runner)", (_else_line(row, vs),))  # fmt: skip
     return (f"4+ stored runs would decide it (run-to-run sd taken as {instance_sd * 100:.2g}%)",
             (_TAKEN, _else_line(row, vs)))  # fmt: skip
 
