@@ -873,3 +873,19 @@ def test_a_test_that_measured_then_skipped_is_named_as_not_judged(pytester: pyte
             "judged: test_skip[[]eagle3[]]); a gate that compared nothing is not green*",
         ]
     )
+
+
+def test_a_compare_gate_whose_tests_measured_nothing_is_not_green(pytester: pytest.Pytester) -> None:
+    """An adversarial trial: under --specdec-compare a bare marker's test (it only selects) and a test using only
+    specdec_server passed, exit 0, and no line said nothing was compared."""
+    _project(pytester, "import pytest\n\n@pytest.mark.specdec\ndef test_bare():\n    pass\n\n"
+             "def test_server_only(specdec_server):\n    pass\n", workload=ONE_REPEAT)  # fmt: skip
+    result = run_in_process(pytester, "--server-profile=eagle3", "--specdec-compare")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "FAIL specdec compare: --specdec-compare compared no test with a stored run: none measured (a bare "
+            "@pytest.mark.specdec, or a test that uses only specdec_server, is not measured: *"
+        ]
+    )

@@ -251,6 +251,12 @@ def nothing_compared(records: Sequence[results.ResultRecord], missing: str = "fa
         return ""
     # A skipped test has no verdict line of its own (an adversarial trial read "each one's line says why" and found
     # none): named here.
+    if not records:
+        return (
+            "--specdec-compare compared no test with a stored run: none measured (a bare @pytest.mark.specdec, or a "
+            "test that uses only specdec_server, is not measured: give its marker thresholds or request specdec_run); "
+            "a gate that compared nothing is not green"
+        )
     skipped = [r.test_id.split("::", 1)[-1] for r in records if r.outcome == "skipped"]
     why = "each one's line says why"
     if skipped:

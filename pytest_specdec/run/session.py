@@ -326,6 +326,14 @@ class SpecdecSession:
                                           interrupted=self.interrupted)  # fmt: skip
             if self.outputs.fails_run:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        elif self.settings.compare is not None and self.selected and session.testscollected:
+            # A compare gate whose tests measured nothing is not green (an adversarial trial: a bare marker's test,
+            # or one using only specdec_server, under --specdec-compare passed, exit 0, and no line said so).
+            from pytest_specdec.report import summary
+
+            self.outputs = summary.Outputs(compare_red=summary.nothing_compared((), self.settings.compare_missing))
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
         self.save_red = self._save_failure()
         if self.save_red and session.exitstatus == pytest.ExitCode.OK:
             # A nightly that stores its baseline with --specdec-save learnt only the next day that nothing was named
