@@ -201,6 +201,15 @@ def _specdec_marker_measures(request: pytest.FixtureRequest) -> None:
     is pruned again (pytest keeps only what the test's own fixtures reach), so such a test passed without a verdict:
     ``@pytest.mark.specdec(min_tok_s=100000)`` on ``def test_x(): pass`` was green (an adversarial trial)."""
     if "specdec_run" not in request.fixturenames and marker.measures(request.node):
+        if "specdec_profile" not in getattr(getattr(request.node, "callspec", None), "params", {}):
+            # The marker came with one parameter (pytest.param(..., marks=...)) of a test that asks for no specdec
+            # fixture: collection did not see it, so the test was not run per profile (a trial's AttributeError).
+            pytest.fail(
+                f"{request.node.nodeid}: a specdec marker given through pytest.param(marks=...) on a test that uses "
+                "no specdec fixture is not run per --server-profile: put @pytest.mark.specdec(...) on the test (or "
+                "its class or module), or request specdec_run",
+                pytrace=False,
+            )
         request.getfixturevalue("specdec_run")
 
 

@@ -889,3 +889,16 @@ def test_a_compare_gate_whose_tests_measured_nothing_is_not_green(pytester: pyte
             "@pytest.mark.specdec, or a test that uses only specdec_server, is not measured: *"
         ]
     )
+
+
+def test_a_threshold_marker_on_one_parameter_of_a_fixtureless_test_is_a_clear_error(pytester: pytest.Pytester) -> None:
+    """An adversarial trial: ``pytest.param(1, marks=pytest.mark.specdec(min_tok_s=100000))`` on a test that asks for
+    no specdec fixture ERRORed with ``AttributeError: 'SubRequest' object has no attribute 'param'``."""
+    _project(pytester, "import pytest\n\n@pytest.mark.parametrize('x', [pytest.param(1, marks=pytest.mark.specdec("
+             "min_tok_s=100000)), 2])\ndef test_p(x):\n    pass\n", workload=ONE_REPEAT)  # fmt: skip
+    result = run_in_process(pytester, "--server-profile=eagle3")
+    result.assert_outcomes(passed=1, errors=1)
+    out = result.stdout.str()
+    assert "AttributeError" not in out, out
+    result.stdout.fnmatch_lines(["*test_p[[]1[]]: a specdec marker given through pytest.param(marks=...) on a test "
+                                 "that uses no specdec fixture is not run per --server-profile: put *"])  # fmt: skip
