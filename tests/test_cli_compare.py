@@ -166,25 +166,38 @@ def _pytest_exit(run: RunFile) -> pytest.ExitCode:
     return pytest.ExitCode.TESTS_FAILED if any(r.outcome == "failed" for r in run.results) else pytest.ExitCode.OK
 
 
-@pytest.mark.parametrize("speedup", ["passed", SPEEDUP_FAILED])
+SPEEDUP_OPEN = ("undecided: speedup vs baseline 0.771x: undecided vs min 0.9x [geometric mean of 8 paired ratios, "
+                "interleaved; undecided after 8 pairs, CI 0.604-0.985 (97.5%), 20.1 server-s]")
+
+
+@pytest.mark.parametrize("speedup", ["passed", SPEEDUP_FAILED, SPEEDUP_OPEN])
 def test_compare_exits_as_pytest_did_on_a_night_with_a_failed_min_speedup(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], speedup: str
 ) -> None:
     """A night pytest failed on ``min_speedup`` (its record's ``checks``) while its compare rows are unchanged:
     compare judged the rows alone and exited 0 (fresh-user trial, finding 4); now it says the stored failed check,
-    its name and verdict, counts it and exits 1, as pytest did. A night whose checks passed exits 0 in both."""
+    its name and verdict, counts it and exits 1, as pytest did. A night whose checks passed exits 0 in both. One
+    left undecided (pytest passed it with a warning) is said and counted, exit 0 (an adversarial trial read "0
+    undecided" of a night whose min_speedup was open)."""
     fast = {"output_tok_s": [100.0, 101.0, 99.0], "accept_length": [2.6, 2.6, 2.6]}
     base = rec(**fast)
     night = dataclasses.replace(rec(**fast), checks={"min_accept_length": "passed", "min_speedup": speedup},
-                                outcome="passed" if speedup == "passed" else "failed")  # fmt: skip
+                                outcome="failed" if speedup == SPEEDUP_FAILED else "passed")  # fmt: skip
     stored = RunFile(run_id="cur", started=0.0, results=(night,))
     base_path = ResultStore(tmp_path).save(RunFile(run_id="base", started=0.0, results=(base,)))
     current = ResultStore(tmp_path).save(stored)
     code = _compare(base_path, current)
-    assert code == _pytest_exit(stored) == (0 if speedup == "passed" else 1)
+    assert code == _pytest_exit(stored) == (1 if speedup == SPEEDUP_FAILED else 0)
     out = capsys.readouterr().out.splitlines()
     said = [line for line in out if line.startswith("failed check")]
-    if speedup == "passed":
+    if speedup == SPEEDUP_OPEN:
+        assert said == []
+        assert [line for line in out if line.startswith("undecided check")] == [
+            f"undecided check in CURRENT: t.py::test_x[eagle3]: min_speedup: {SPEEDUP_OPEN}"
+        ]
+        assert out[-1] == ("specdec compare: 1 test compared, 0 regressed, 0 undecided, 0 without baseline, 0 refused, "
+                           "1 undecided check")  # fmt: skip
+    elif speedup == "passed":
         assert said == []
         assert out[-1] == "specdec compare: 1 test compared, 0 regressed, 0 undecided, 0 without baseline, 0 refused"
     else:

@@ -166,6 +166,16 @@ def _failed_checks(current: RunFile) -> list[str]:
             for r in current.results for key, text in r.checks.items() if text.startswith("FAILED")]  # fmt: skip
 
 
+def _open_checks(current: RunFile) -> list[str]:
+    """One line per threshold check that pytest left undecided for a test of ``current`` (``ResultRecord.checks``
+    ``undecided: ...``), as :func:`_failed_checks` repeats the failed ones: not an exit status (pytest passed them
+    under ``--specdec-undecided=warn``), but said (an adversarial trial read a CURRENT whose ``min_speedup`` was left
+    open at 0.771x against 0.9 as ``0 undecided``). Example: ``undecided check in CURRENT: t.py::test_x[eagle3]:
+    min_speedup: undecided: speedup vs baseline 0.771x: undecided vs min 0.9x [...]``."""
+    return [f"undecided check in CURRENT: {r.test_id}: {key}: {text}"
+            for r in current.results for key, text in r.checks.items() if text.startswith("undecided")]  # fmt: skip
+
+
 def load_pair(store: ResultStore, base_ref: str, current_ref: str) -> tuple[RunFile, RunFile]:
     """The two runs of a compare, ``(base, current)``, each a path, run id, unique prefix or ``latest``
     (``ResultStore.load``); ``latest`` for BASE is the newest run before CURRENT (``store.current`` is set).
@@ -528,7 +538,8 @@ def compare_command(
     for line in absent:
         print(line, file=out)
     failed_checks = _failed_checks(current)
-    for line in failed_checks:
+    open_checks = _open_checks(current)
+    for line in (*failed_checks, *open_checks):
         print(line, file=out)
     if current.interrupted:  # tests it never ran are in neither of its lists: it cannot be judged whole
         print(f"interrupted: CURRENT ({current.run_id}) ended early (Ctrl-C): the tests it never ran are not in it, "
@@ -563,6 +574,7 @@ def compare_command(
         + (f", {len(errored)} errored before measuring" if errored else "")
         + (f", {len(absent)} not in CURRENT" if absent else "")
         + (f", {len(failed_checks)} failed check{'s' if len(failed_checks) != 1 else ''}" if failed_checks else "")
+        + (f", {len(open_checks)} undecided check{'s' if len(open_checks) != 1 else ''}" if open_checks else "")
         + (", CURRENT interrupted" if current.interrupted else ""),
         file=out,
     )
