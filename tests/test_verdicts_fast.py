@@ -902,3 +902,15 @@ def test_a_threshold_marker_on_one_parameter_of_a_fixtureless_test_is_a_clear_er
     assert "AttributeError" not in out, out
     result.stdout.fnmatch_lines(["*test_p[[]1[]]: a specdec marker given through pytest.param(marks=...) on a test "
                                  "that uses no specdec fixture is not run per --server-profile: put *"])  # fmt: skip
+
+
+def test_an_xfail_test_whose_threshold_failed_reads_xfailed(pytester: pytest.Pytester) -> None:
+    """An adversarial trial: ``@pytest.mark.xfail`` with a missed floor read XFAIL from pytest, ``skipped`` in the
+    table and "measured, then skipped: not judged" below it, beside its FAILED check."""
+    _project(pytester, "import pytest\n\n@pytest.mark.xfail\n@pytest.mark.specdec(min_accept_length=3.9)\n"
+             "def test_x(specdec_run):\n    pass\n", workload=ONE_REPEAT)  # fmt: skip
+    result = run_in_process(pytester, "--server-profile=eagle3")
+    result.assert_outcomes(xfailed=1)
+    out = result.stdout.str()
+    assert re.search(r"^test_x\[eagle3\] .* xfailed$", out, re.M), out
+    assert "then skipped" not in out, out

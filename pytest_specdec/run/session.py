@@ -272,7 +272,10 @@ class SpecdecSession:
                 from pytest_specdec.measure import results
 
                 record = results.ResultRecord.from_dict(json.loads(str(value)))
-                record = dataclasses.replace(record, outcome=report.outcome, checks=checks)
+                # An xfail test that failed is reported "skipped" by pytest: said as xfailed, not as a test skipped
+                # unjudged (an adversarial trial read XFAIL, "skipped" and "not judged" of one test judged FAILED).
+                xfailed = report.skipped and hasattr(report, "wasxfail")
+                record = dataclasses.replace(record, outcome="xfailed" if xfailed else report.outcome, checks=checks)
                 self.outcomes.add_record(report.nodeid, record, report.longreprtext if report.failed else None)
             elif name == OVERRIDES_PROPERTY:
                 profile, changed = json.loads(str(value))
