@@ -128,8 +128,8 @@ ASSUMED_BUSY_CPU_RATIO_SD = 0.13
 #: 6.8-7.3 read 69-146 tok/s, and its TTFT and TPOT rows REGRESSED x1.6-1.7 against one stored run at 7%. Replayed
 #: over the 240 ordered pairs of those instances (``benchmarks/bench_cpu_load_ratio.py --row raw``, tolerance 10%):
 #: an unchanged night FAILED 74 times at 7%, 11 at 45%, 5 at 50%; at 50% a -80% night still FAILED in 151, -50% in 49
-#: (most of the rest undecided). On such a runner the ratio rows and the exact rows (accept length) judge; 4 stored
-#: runs measure the runner's own spread.
+#: (most of the rest undecided). On such a runner the ratio rows and the exact rows (accept length) judge, and the
+#: floor stays however many runs are stored (``History.from_runs(assumed_always=True)``): a quieter runner decides more.
 ASSUMED_BUSY_CPU_INSTANCE_SD = 0.50
 #: Histories of up to this many stored runs take the larger of the assumed run effect and their own estimate, as
 #: known (``History.from_runs``).
