@@ -191,15 +191,20 @@ def test_a_slowdown_of_both_arms_is_not_green_on_the_speculative_profile_either(
     night.assert_outcomes(failed=2)
     out = night.stdout.str()
     if "test_night.py::test_run[eagle3]):" not in out:  # its compare undecided: a busy runner, failed by the policy
-        assert "1 verdict undecided at the budget (--specdec-undecided=fail):" in out, out
+        assert re.search(r"^\d+ verdicts? undecided at the budget \(--specdec-undecided=fail\):", out, re.M), out
         undecided = out[out.index("specdec compare: test_run[eagle3] (undecided)") :]
         assert re.search(r"^output_tok_s +higher .* undecided \(x0\.", undecided, re.M), out
         assert re.search(r"^(raw|raw and ratio) rows: a busy runner without a GPU", undecided, re.M), undecided
         return
     speculative = out[out.index("test_night.py::test_run[eagle3]):") :]
-    assert re.search(r"^output_tok_s +higher .* REGRESSED \(x0\.", speculative, re.M), out
+    # Its tok/s row REGRESSED, or, on a busy runner, left open while a latency row regressed (clean-clone CI at load
+    # 7: output_tok_s x0.241 undecided at 50% beside itl_ms_p50 x12.7 REGRESSED).
+    assert re.search(r"^output_tok_s +higher .* (REGRESSED|undecided) \(x0\.", speculative, re.M), out
     ratio = re.search(r"^output_tok_s / baseline +higher .*", speculative, re.M)
     assert ratio is not None and "REGRESSED" not in ratio.group(0), out
+    if not re.search(r"^output_tok_s +higher .* REGRESSED", speculative, re.M):
+        assert re.search(r"^[\w_]+(, [\w_]+)*: both arms slower", speculative, re.M), speculative
+        return
     # The note lists every raw row that fell while its ratio held (``output_tok_s, itl_ms_p50: ...``); a ratio row
     # still undecided (a busy runner) is not called held.
     note = r"both arms slower alike \(raw REGRESSED, the ratio to 'baseline' held\)"

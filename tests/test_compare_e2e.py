@@ -6,6 +6,7 @@ env var lost on restart while the server got slower (the env diff leads; pytest-
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
@@ -107,16 +108,27 @@ def test_lost_env_var_and_slower_server_lead_with_env_diff_and_trip_benchmark_co
     # cost 23 server-s.
     pytester.makefile(".yaml", specdec=_profiles("{SPECDEC_REF_FORWARD_SLOWDOWN: '5'}"))
     second = pytester.runpytest_inprocess(
-        "--server-profile=eagle3", "--specdec-compare", "--benchmark-compare", "--benchmark-compare-fail=mean:5%"
-    )
+        "--server-profile=eagle3", "--specdec-compare", "--benchmark-compare", "--benchmark-compare-fail=mean:5%",
+        "--specdec-undecided=fail",
+    )  # fmt: skip
     assert second.ret != pytest.ExitCode.OK, second.stdout.str()
     out = second.stdout.str()
-    second.stdout.fnmatch_lines(["regression against run *", "*env NCCL_PROTO: LL -> (unset)*"])
-    assert out.index("env NCCL_PROTO") < out.index("REGRESSED")
-    # Decided on its interval (issue 15.3). The compare stops at the look at which a row regressed: tok/s, or a
-    # latency row first (flake hunt seed 250, a baseline spread sd 24.5% by load: output_tok_s x0.607, CI 0.36-1.03
-    # open at 5 repeats beside regressed latencies); an open row keeps its interval and says it was not measured.
-    assert_tok_s_regressed_or_left_open(out)
+    if "regression against run" not in out:
+        # A busy runner (load per CPU above 1): raw rows take a 50% run-to-run sd against one stored run, and the 5x
+        # forward slowdown read only x0.698 at load 3.3 (clean-clone CI): undecided, said, failed by the policy. The
+        # env diff still leads its compare section.
+        assert re.search(r"^\d+ verdicts? undecided at the budget \(--specdec-undecided=fail\):", out, re.M), out
+        section = out[out.index("specdec compare: test_eagle3[eagle3] (undecided)") :]
+        assert re.search(r"^(raw|raw and ratio) rows: a busy runner without a GPU", section, re.M), section
+        assert section.index("env NCCL_PROTO: LL -> (unset)") < section.index("output_tok_s "), section
+    else:
+        second.stdout.fnmatch_lines(["regression against run *", "*env NCCL_PROTO: LL -> (unset)*"])
+        assert out.index("env NCCL_PROTO") < out.index("REGRESSED")
+        # Decided on its interval (issue 15.3). The compare stops at the look at which a row regressed: tok/s, or a
+        # latency row first (flake hunt seed 250, a baseline spread sd 24.5% by load: output_tok_s x0.607, CI
+        # 0.36-1.03 open at 5 repeats beside regressed latencies); an open row keeps its interval and says it was not
+        # measured.
+        assert_tok_s_regressed_or_left_open(out)
     # Accept length at temperature 0 is exact: equal, no statistics.
     second.stdout.fnmatch_lines(["exact: accept length/rate at temperature 0 with identical repeats*"])
     # pytest-benchmark's own gate sees seconds per output token and fails the session too; the bridge turns its
