@@ -249,15 +249,15 @@ def nothing_compared(records: Sequence[results.ResultRecord], missing: str = "fa
     warning`` and exit 1 as a contradiction)."""
     if any("compare" in ((r.cost or {}).get("verdicts") or {}) for r in records):
         return ""
-    # A skipped test has no verdict line of its own (an adversarial trial read "each one's line says why" and found
-    # none): named here.
     if not records:
         return (
             "--specdec-compare compared no test with a stored run: none measured (a bare @pytest.mark.specdec, or a "
             "test that uses only specdec_server, is not measured: give its marker thresholds or request specdec_run); "
             "a gate that compared nothing is not green"
         )
-    skipped = [r.test_id.split("::", 1)[-1] for r in records if r.outcome == "skipped"]
+    # A skipped test has no verdict line of its own (an adversarial trial read "each one's line says why" and found
+    # none): named here.
+    skipped = _skipped_tests(records)
     why = "each one's line says why"
     if skipped:
         why = f"skipped after it measured, so not judged: {shown(skipped)}"
@@ -531,12 +531,17 @@ def skipped_lines(records: Iterable[results.ResultRecord]) -> list[Line]:
     skipped test, so neither their thresholds nor their compare were (an adversarial trial's skipped row showed an
     accept length its compare would have called REGRESSED, and nothing said it was not judged). Example:
     ``specdec: 1 test measured, then skipped: not judged (no threshold or compare verdict): test_plain[e3-shift]``."""
-    skipped = [r.test_id.split("::", 1)[-1] for r in records if r.outcome == "skipped"]
+    skipped = _skipped_tests(records)
     if not skipped:
         return []
     what = "1 test" if len(skipped) == 1 else f"{len(skipped)} tests"
     text = f"specdec: {what} measured, then skipped: not judged (no threshold or compare verdict): {shown(skipped)}"
     return [Line(text, {"yellow": True})]
+
+
+def _skipped_tests(records: Iterable[results.ResultRecord]) -> list[str]:
+    """The tests (``file::`` left out) whose records say they skipped after they measured."""
+    return [r.test_id.split("::", 1)[-1] for r in records if r.outcome == "skipped"]
 
 
 def interrupted_lines(interrupted: bool) -> list[Line]:
