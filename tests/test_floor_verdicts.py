@@ -33,11 +33,12 @@ def _metrics(rate_1: float, code_length: float, code_ttft_ms: float = 40.0, leng
 
 
 def _judge(thresholds: Thresholds, script: list[tuple[float, ...]], tmp_path: Path, temperature: float = 0.7,
-           speculative: bool = True, first: int = 2) -> tuple[ItemVerdict, ScriptedHandle]:  # fmt: skip
+           speculative: bool = True, first: int = 2, max_repeats: int = MAX_REPEATS,
+           ) -> tuple[ItemVerdict, ScriptedHandle]:  # fmt: skip
     spec = {"speculative": {"algorithm": "EAGLE3", "num_steps": 3}} if speculative else {}
     profile = Profile.model_validate({"name": "eagle3", "server": "reference", **spec,
                                       "workload": {"temperature": temperature, "repeats": first,
-                                                   "max_repeats": MAX_REPEATS}})  # fmt: skip
+                                                   "max_repeats": max_repeats}})  # fmt: skip
     repeats = itertools.islice(itertools.cycle(script), MAX_REPEATS)
     handle = ScriptedHandle([_metrics(*repeat) for repeat in repeats], first=first)
     record = results.ResultRecord.from_measurements(TEST_ID, handle.measured, fingerprint())
@@ -134,6 +135,19 @@ def test_one_repeat_at_temperature_zero_measures_a_second_before_calling_a_floor
     verdict, handle = _judge(Thresholds(min_accept_rate_at={1: 0.9}), [(0.8, 2.0)], tmp_path, temperature=0, first=1)
     assert handle.asked == 1  # the second repeat agrees: exact from there
     assert verdict.failure is not None and "[exact; temperature 0, 2 identical repeats: " in verdict.failure
+
+
+def test_a_one_repeat_budget_decides_an_exact_floor_on_its_value_and_says_nothing_showed_agreement(
+    tmp_path: Path,
+) -> None:
+    # workload.max_repeats 1 (a fixed one-look design) leaves no second repeat: the value decides, and the line
+    # says so rather than "1 identical repeats" (a trial read that as shown agreement).
+    verdict, handle = _judge(Thresholds(min_accept_rate_at={1: 0.9}), [(0.8, 2.0)], tmp_path, temperature=0,
+                             first=1, max_repeats=1)  # fmt: skip
+    assert handle.asked == 0
+    assert verdict.failure is not None
+    assert "[exact; temperature 0, 1 repeat: decided by its value, " in verdict.failure
+    assert "no second repeat to show the repeats agree" in verdict.failure
 
 
 class _TailsGrowWithRepeats(ScriptedHandle):

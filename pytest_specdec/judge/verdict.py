@@ -578,7 +578,10 @@ def _floor_check(
     repeats = 1 if exact else decision.n
     at = spent / max(decision.n, 1) if exact else spent
     bracket = sequential.detail(decision, unit="repeats", server_s=at, needed=needed, exhausted=True)
-    if exact:
+    if exact and decision.n == 1:  # max_repeats 1: nothing shows this engine's temperature-0 repeats agree
+        bracket = (f"temperature 0, 1 repeat: decided by its value, {at:.1f} server-s; workload.max_repeats 1 "
+                   "measures no second repeat to show the repeats agree (a batch-variant engine needs 2 or more)")
+    elif exact:
         bracket = f"temperature 0, {decision.n} identical repeats: decided by the first, {at:.1f} server-s"
     kind = "min" if op == ">=" else "max"
     figure, margin = shown_against(decision.estimate, threshold)
