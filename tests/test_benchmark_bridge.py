@@ -19,6 +19,7 @@ pytest_benchmark = pytest.importorskip("pytest_benchmark")
 from pytest_benchmark.stats import Metadata  # noqa: E402
 
 from pytest_specdec.report import benchmark as bridge  # noqa: E402
+from tests.helpers import run_in_process  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -75,7 +76,7 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
 def _run(project: pytest.Pytester) -> pytest.RunResult:
     """One run writing out.json, in process: no server, and a pytest start in a subprocess costs 2-3 s on a busy
     runner."""
-    return project.runpytest_inprocess("--benchmark-json=out.json", "-p", "no:cacheprovider", "-p", "no:randomly")
+    return run_in_process(project, "--benchmark-json=out.json", benchmark=True)
 
 
 def test_json_entry_is_seconds_per_token_with_extra_info(

@@ -15,7 +15,7 @@ import pytest
 # twice in one process).
 import scipy.stats  # noqa: F401
 
-from tests.helpers import SHARED_EAGLE3, assert_tok_s_regressed_or_left_open
+from tests.helpers import SHARED_EAGLE3, assert_tok_s_regressed_or_left_open, run_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -65,13 +65,12 @@ def test_shifted_layers_regress_against_the_eagle3_baseline_with_aux_id_diff(
         test_compare_night=TEST + "\n\n@pytest.mark.parametrize('n', [1])\ndef test_param(specdec_run, n):\n    pass\n"
     )
     # In process: the servers are processes of their own, nothing needs a fresh interpreter.
-    first = pytester.runpytest_inprocess("--server-profile=eagle3", "-p", "no:benchmark")
+    first = run_in_process(pytester, "--server-profile=eagle3")
     assert first.ret == pytest.ExitCode.OK, first.stdout.str()
     pytester.makefile(".yaml", specdec=_profiles("{}", workload=SHORT_WORKLOAD))
-    second = pytester.runpytest_inprocess(
-        "--server-profile=eagle3-shifted-layers", "--specdec-compare", "--specdec-compare-profile=eagle3", "-p",
-        "no:benchmark",
-    )  # fmt: skip
+    second = run_in_process(
+        pytester, "--server-profile=eagle3-shifted-layers", "--specdec-compare", "--specdec-compare-profile=eagle3"
+    )
     assert second.ret == pytest.ExitCode.TESTS_FAILED, second.stdout.str()
     second.assert_outcomes(failed=2)
     second.stdout.fnmatch_lines(["regression against run * (test_compare_night.py::test_param[[]eagle3-1[]]):"])
@@ -95,7 +94,8 @@ def test_lost_env_var_and_slower_server_lead_with_env_diff_and_trip_benchmark_co
     pytester.makepyfile(test_compare_night=TEST)
     # The baseline with 4 repeats, as the plugin advises: with 2, one stalled phase (62.9 and 86.4 tok/s, seen on CI)
     # leaves the baseline spreading more than today, hence Welch's t with ~1 df, and a -44% run honestly undecided.
-    first = pytester.runpytest_inprocess("--server-profile=eagle3", "--benchmark-autosave", "--specdec-repeats=4")
+    first = run_in_process(pytester, "--server-profile=eagle3", "--benchmark-autosave", "--specdec-repeats=4",
+                           benchmark=True)  # fmt: skip
     assert first.ret == pytest.ExitCode.OK, first.stdout.str()
     # The restart "lost" NCCL_PROTO and the server is slower per forward (a documented reference-server knob). Every
     # target forward takes 3x its own compute (the draft is not slowed): x0.40 tok/s quiet (tests/test_probes.py),
@@ -107,9 +107,9 @@ def test_lost_env_var_and_slower_server_lead_with_env_diff_and_trip_benchmark_co
     # below that an interval as wide as that failure's (x2.2 each way) still tops out under 0.95; 6 read x0.126 but
     # cost 23 server-s.
     pytester.makefile(".yaml", specdec=_profiles("{SPECDEC_REF_FORWARD_SLOWDOWN: '5'}"))
-    second = pytester.runpytest_inprocess(
-        "--server-profile=eagle3", "--specdec-compare", "--benchmark-compare", "--benchmark-compare-fail=mean:5%",
-        "--specdec-undecided=fail",
+    second = run_in_process(
+        pytester, "--server-profile=eagle3", "--specdec-compare", "--benchmark-compare",
+        "--benchmark-compare-fail=mean:5%", "--specdec-undecided=fail", benchmark=True,
     )  # fmt: skip
     assert second.ret != pytest.ExitCode.OK, second.stdout.str()
     out = second.stdout.str()

@@ -356,9 +356,8 @@ def test_under_xdist_the_controller_stores_the_errored_tests_of_its_workers(proj
     controller writes the run file from the reports it receives."""
     profiles = _profiles({}) + '  broken:\n    extends: eagle3\n    extra_args: ["--no-such-flag"]\n'
     project.makefile(".yaml", specdec=profiles)
-    plugins = ["-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:randomly"]
     # The controller in process (its workers are subprocesses anyway): no third interpreter and plugin import.
-    result = project.runpytest_inprocess("-n", "2", *plugins, "--server-profile=eagle3,broken")
+    result = run_in_process(project, "-n", "2", "--server-profile=eagle3,broken")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(passed=1, errors=1)
     (run,) = _stored(project)

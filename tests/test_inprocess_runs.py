@@ -14,7 +14,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.helpers import free_port
+from tests.helpers import free_port, run_in_process
 
 
 def test_a_refused_connection_after_an_in_process_run_is_still_httpx_s(pytester: pytest.Pytester) -> None:
@@ -26,6 +26,6 @@ def test_inner():
     with pytest.raises(httpx.ConnectError):
         httpx.get("{refused}", timeout=5)
 """)
-    pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly").assert_outcomes(passed=1)
+    run_in_process(pytester, benchmark=True).assert_outcomes(passed=1)
     with pytest.raises(httpx.ConnectError):  # a subclass of httpx.TransportError, which the health waits catch
         httpx.get(refused, timeout=5)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.engines.rules import BUNDLED_TARGET
-from tests.helpers import IN_PROCESS_INI, STRICT_INI, sigint_default
+from tests.helpers import IN_PROCESS_INI, STRICT_INI, run_in_process, sigint_default
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
 
@@ -24,8 +24,7 @@ def test_interrupted_run_names_the_servers_it_stopped(pytester: pytest.Pytester)
     # In process (the server is a subprocess either way; a pytest start in one costs 2-3 s on a busy runner): a
     # KeyboardInterrupt in the test body ends the inner run, not this one. A real SIGINT to a pytest process: the
     # slow test below.
-    result = pytester.runpytest_inprocess("--server-profile=baseline", "-p", "no:cacheprovider", "-p", "no:randomly",
-                                          no_reraise_ctrlc=True)  # fmt: skip
+    result = run_in_process(pytester, "--server-profile=baseline", benchmark=True, ctrl_c_ends_run=True)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.re_match_lines(
         [r"specdec: interrupted; stopped the servers this run launched: baseline \(pid \d+\)$"]

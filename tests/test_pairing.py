@@ -16,7 +16,7 @@ from pytest_specdec.core.records import RunMetrics
 from pytest_specdec.judge import speedup
 from pytest_specdec.measure import pairing
 from pytest_specdec.measure.runner import Measurement
-from tests.helpers import SHARED_EAGLE3, with_url
+from tests.helpers import SHARED_EAGLE3, run_in_process, with_url
 
 
 def _metrics(tok_s: float) -> RunMetrics:
@@ -174,8 +174,7 @@ def test_min_speedup_passes_with_its_paired_ratio_and_fails_naming_a_reference_a
         + '  crashes:\n    extends: baseline\n    extra_args: ["--ref-fault-oom-at-startup", "0.2"]\n'
     )
     # In process: the servers are processes of their own either way (a pytest start costs 2-3 s on a busy runner).
-    result = pytester.runpytest_inprocess("--server-profile=eagle3,eagle3-arm-dies", "-p", "no:cacheprovider", "-p",
-                                          "no:benchmark", "-p", "no:randomly", "-rA")  # fmt: skip
+    result = run_in_process(pytester, "--server-profile=eagle3,eagle3-arm-dies", "-rA")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["PASSED test_speed.py::test_speed[[]eagle3[]]*"])
     result.stdout.re_match_lines(
@@ -210,8 +209,7 @@ def test_min_speedup_is_measured_once_in_any_order_under_xdist_and_fails_when_un
     (pytester.path / "specdec.yaml").write_text(text)
     pytester.makepyfile(test_more="def test_other(specdec_run):\n    pass\n")
     # The controller in process (its xdist workers are processes either way): one interpreter start saved.
-    result = pytester.runpytest_inprocess("--server-profile=eagle3,baseline", "-n", "2", "-p", "no:cacheprovider",
-                                          "-p", "no:benchmark", "-p", "no:randomly")  # fmt: skip
+    result = run_in_process(pytester, "--server-profile=eagle3,baseline", "-n", "2")
     result.assert_outcomes(failed=2, passed=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.re_match_lines(
@@ -229,7 +227,7 @@ def test_min_speedup_vs_unknown_profile_is_a_usage_error(
 ) -> None:
     pytester.makefile(".yaml", specdec=PROFILES.replace("vs: baseline", "vs: basline").replace("@RATIO@", "1.05"))
     pytester.makepyfile(test_speed=TESTS)
-    result = pytester.runpytest_inprocess("--server-profile=eagle3", "-p", "no:cacheprovider")
+    result = run_in_process(pytester, "--server-profile=eagle3", benchmark=True)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.engines.rules import BUNDLED_DRAFT_EAGLE3, BUNDLED_TARGET
-from tests.helpers import IN_PROCESS_INI
+from tests.helpers import IN_PROCESS_INI, run_in_process
 
 FAKE = Path(__file__).resolve().parent / "fakesglang"
 
@@ -37,12 +37,12 @@ def _project(pytester: pytest.Pytester) -> None:
 @pytest.mark.slow
 def test_passing_compare_prints_the_delta_table(pytester: pytest.Pytester) -> None:
     _project(pytester)
-    args = ("--server-profile=eagle3", "-p", "no:cacheprovider", "-p", "no:benchmark")
+    args = ("--server-profile=eagle3",)
     # The baseline with 4 repeats: with 2, one stalled phase (ITL mean 4.4 and 0.44 ms) left a +50 ms tolerance
     # undecided at 1 df (flake hunt seed 219), and the undecided warning is an error under the strict ini.
-    first = pytester.runpytest_inprocess(*args, "--specdec-repeats=4")
+    first = run_in_process(pytester, *args, "--specdec-repeats=4")
     assert first.ret == pytest.ExitCode.OK, first.stdout.str()
-    second = pytester.runpytest_inprocess(*args, "--specdec-compare")
+    second = run_in_process(pytester, *args, "--specdec-compare")
     assert second.ret == pytest.ExitCode.OK, second.stdout.str()
     second.stdout.fnmatch_lines(
         [
@@ -61,10 +61,10 @@ def test_with_pytest_benchmark_the_summary_says_why_ops_differs_from_tok_s(pytes
     from pytest_specdec.report.summary import BENCHMARK_OPS_NOTE, REPEATS_NOTE
 
     _project(pytester)
-    result = pytester.runpytest_inprocess("--server-profile=eagle3", "-p", "no:cacheprovider")
+    result = run_in_process(pytester, "--server-profile=eagle3", benchmark=True)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines([REPEATS_NOTE, BENCHMARK_OPS_NOTE, "*benchmark 'specdec: seconds per output token*"])
-    without = pytester.runpytest_inprocess("--server-profile=eagle3", "-p", "no:cacheprovider", "-p", "no:benchmark")
+    without = run_in_process(pytester, "--server-profile=eagle3")
     assert BENCHMARK_OPS_NOTE not in without.stdout.str()
     # The table's tok/s (median repeat) beside a verdict's geometric mean is explained without pytest-benchmark too.
     assert REPEATS_NOTE in without.stdout.str()
