@@ -3,6 +3,7 @@ baseline, or follow it?
 
     python benchmarks/bench_drift.py                 # 100 chains a cell, seeded, about a minute quiet
     python benchmarks/bench_drift.py --chains 50 --nights 30 --tolerance 0.15
+    python benchmarks/bench_drift.py --rule newest --tolerance 0.15   # which night the next one is compared with
 
 Each chain is a gated nightly against one named baseline: the baseline, then ``--nights`` nights, each one server
 instance of the bundled reference server drawn from ``data/ref-instances.json`` (16 real instances of one config, 8
@@ -59,8 +60,9 @@ def _level(own: bool) -> Iterator[None]:
         return
     original = sequential.History.from_runs.__func__  # type: ignore[attr-defined]
 
-    def pooled(cls: type, runs: object, assumed_sd: float = 0.0, *, level_runs: int | None = None) -> object:
-        return original(cls, runs, assumed_sd, level_runs=None)
+    def pooled(cls: type, runs: object, assumed_sd: float = 0.0, *, level_runs: int | None = None,
+               assumed_always: bool = False) -> object:  # fmt: skip
+        return original(cls, runs, assumed_sd, level_runs=None, assumed_always=assumed_always)
 
     sequential.History.from_runs = classmethod(pooled)  # type: ignore[method-assign,assignment]
     try:
@@ -70,8 +72,12 @@ def _level(own: bool) -> Iterator[None]:
 
 
 def chain(instances: list[list[float]], drift: float, nights: int, tol: float, own_level: bool,
-          rng: np.random.Generator) -> tuple[float | None, int]:  # fmt: skip
-    """The cumulative slowdown at the chain's first FAILED night (None when none failed), and the nights judged."""
+          rng: np.random.Generator, moves: str = "named") -> tuple[float | None, int]:  # fmt: skip
+    """The cumulative slowdown at the chain's first FAILED night (None when none failed), and the nights judged.
+
+    ``moves``: which night the next night is compared with under ``--specdec-compare`` alone: ``named`` (the first,
+    a named baseline), ``newest`` (the rule before 2026-12-07: each night that passed), ``reference`` (the rule
+    now: a night that passed only when its compare restarted the reference, ``cost["new_reference"]``)."""
 
     def instance(scale: float) -> list[float]:
         values = instances[int(rng.integers(len(instances)))]
@@ -97,7 +103,10 @@ def chain(instances: list[list[float]], drift: float, nights: int, tol: float, o
             )  # fmt: skip
         if judged.failure:
             return 1.0 - scale, night
-        if not judged.cost.get("suspected"):
+        passed = judged.undecided is None
+        if passed and (moves == "newest" or moves == "reference" and judged.cost.get("new_reference")):
+            later, base = [base, *later][:9], _record(pool[: shown[0]])
+        elif not judged.cost.get("suspected"):
             later = [_record(pool[: shown[0]]), *later][:9]
     return None, nights
 
@@ -109,21 +118,28 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=0.10)
     parser.add_argument("--drifts", default="0,0.01,0.02,0.04")
     parser.add_argument("--seed", type=int, default=5)
+    parser.add_argument("--rule", choices=("level", "newest"), default="level",
+                        help="level: the baseline's own level vs the pooled level (a named baseline); newest: under "
+                             "--specdec-compare alone, each passing night the next baseline (before) vs the "
+                             "reference kept until a night improves (now), beside a named baseline")  # fmt: skip
     args = parser.parse_args()
     instances = [run["target_tok_s"] for run in json.loads(INSTANCES.read_text())["runs"]]
     print(f"{args.chains} chains a cell, {args.nights} nights each, tolerance {args.tolerance:.0%}, seed {args.seed}; "
           f"{len(instances)} real reference-server instances")  # fmt: skip
     print(f"{'drift/night':>11}  {'rule':<12}  {'chains FAILED':>13}  {'per night':>9}  "
           f"{'slowdown at 1st FAILED: median':>31}  {'worst':>6}")  # fmt: skip
+    rules = ([("own level", True, "named"), ("pooled level", False, "named")] if args.rule == "level" else
+             [("named", True, "named"), ("newest", True, "newest"), ("reference", True, "reference")])  # fmt: skip
     for drift in (float(d) for d in args.drifts.split(",")):
-        for own in (True, False):
-            rng = np.random.default_rng(args.seed)  # the same draws for both rules
-            found = [chain(instances, drift, args.nights, args.tolerance, own, rng) for _ in range(args.chains)]
+        for name, own, moves in rules:
+            rng = np.random.default_rng(args.seed)  # the same draws for every rule
+            found = [chain(instances, drift, args.nights, args.tolerance, own, rng, moves)
+                     for _ in range(args.chains)]  # fmt: skip
             hits = [f for f, _ in found if f is not None]
             judged = sum(n for _, n in found)
             median = f"{statistics.median(hits):.1%}" if hits else "-"
             worst = f"{max(hits):.1%}" if hits else "-"
-            print(f"{drift:>11.0%}  {'own level' if own else 'pooled level':<12}  {len(hits):>8}/{args.chains:<4}  "
+            print(f"{drift:>11.0%}  {name:<12}  {len(hits):>8}/{args.chains:<4}  "
                   f"{len(hits) / judged:>9.2%}  {median:>31}  {worst:>6}")  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,82 @@ def test_latest_passes_over_failed_undecided_and_interrupted_runs_and_says_why(t
     )
     assert baselines.find("tests/test_x.py::test_other[baseline]") is None
     assert baselines.missing("tests/test_x.py::test_other[baseline]").endswith(": no stored run has it")
+
+
+def _passed_against(run_id: str, **compare: object) -> dict[str, object]:
+    return {"verdicts": {"compare": {"verdict": "passed", "repeats": 3, "server_s": 1.0, "baseline_test": TEST,
+                                     "baseline_run": run_id, **compare}}}  # fmt: skip
+
+
+def test_latest_is_the_reference_the_newest_clean_night_passed_against_so_a_slow_drift_adds_up(
+    tmp_path: Path,
+) -> None:
+    # Replayed on real reference-server instances (benchmarks/bench_drift.py --rule newest): with each passing night
+    # the next night's baseline, a server slowing 1% a night passed a 15% tolerance for 20 nights (18% below the
+    # first) in 28 of 60 chains. The reference now stays the run the chain of passing nights started from.
+    a, b, c, d = (f"2026120{n}T000000Z-{x * 6}" for n, x in zip("1234", "abcd", strict=True))
+    store = _store(tmp_path, _run(a), _run(b, cost=_passed_against(a)), _run(c, cost=_passed_against(b)),
+                   _run(d, cost=_verdicts(compare="undecided")))  # fmt: skip
+    baselines = Baselines.from_option("latest", store)
+    assert baselines is not None
+    found = baselines.find(TEST)
+    assert found is not None and found.run.run_id == a
+    assert found.why.startswith(f"the reference of {c}, the newest stored run in which the test was clean ")
+    assert f": it passed against {b}, which passed against {a}; a night that passes within its tolerance " in found.why
+    assert found.skipped == (f"{d} (undecided: compare)",)
+
+
+@pytest.mark.parametrize(
+    ("b_compare", "reference"),
+    [
+        ({"new_reference": True}, "b"),  # b improved a row, none worse than half its tolerance: b restarts the chain
+        ({"baseline_test": "tests/test_x.py::test_run[eagle3]"}, "b"),  # b crossed to another test's record
+        ({"baseline_run": "20261130T000000Z-zzzzzz"}, "b"),  # b's reference is no longer stored
+        ({"verdict": "undecided"}, "a"),  # b is not clean: c's own reference a is the newest that is
+    ],
+    ids=["improved", "other-test", "removed", "unclean"],
+)
+def test_the_reference_chain_stops_at_a_restart_another_test_or_a_missing_run(
+    tmp_path: Path, b_compare: dict[str, object], reference: str
+) -> None:
+    a, b, c = "20261201T000000Z-aaaaaa", "20261202T000000Z-bbbbbb", "20261203T000000Z-cccccc"
+    c_against = a if reference == "a" else b
+    store = _store(tmp_path, _run(a), _run(b, cost=_passed_against(a, **b_compare)),
+                   _run(c, cost=_passed_against(c_against)))  # fmt: skip
+    baselines = Baselines.from_option("latest", store)
+    assert baselines is not None
+    found = baselines.find(TEST)
+    assert found is not None and found.run.run_id == {"a": a, "b": b}[reference]
+    # A record stored before the link was (no baseline_run) is its own reference, as before.
+    old = dataclasses.replace(store.load(c).results[0], cost=_verdicts(compare="passed"))
+    assert old.passed_against() is None
+
+
+def test_a_passed_compare_restarts_the_reference_only_when_a_row_improved_and_none_went_half_its_tolerance() -> None:
+    from pytest_specdec.judge.verdict import judge_compare
+
+    def rec(tok_s: list[float], ttft_ms: float = 40.0) -> ResultRecord:
+        ttft = [ttft_ms * f for f in (1.0, 1.01, 0.99, 1.005, 0.995, 1.0)]
+        return dataclasses.replace(record("baseline", statistics.median(tok_s), None), repeats={
+            "output_tok_s": tok_s, "itl_ms_p50": [1000.0 / v for v in tok_s], "ttft_ms_p50": ttft})  # fmt: skip
+
+    unchanged = [89.0, 90.0, 91.0, 90.0, 89.5, 90.5]
+    # 4 more stored runs of the same level: the run-to-run spread is measured (none), not assumed.
+    history = [rec([v * (1 + k / 1000) for v in unchanged]) for k in range(1, 5)]
+
+    def judged(tok_s: list[float], tolerances: str = "output_tok_s:5%", ttft_ms: float = 40.0) -> dict[str, object]:
+        verdict = judge_compare(rec(unchanged), rec(tok_s, ttft_ms), run_id="R1", test_id=TEST, noise={}, force=False,
+                                tolerances=parse_tolerances(tolerances), design=sequential.Design(6, 6),
+                                history=history)  # fmt: skip
+        assert verdict.failure is None and verdict.undecided is None, verdict
+        return verdict.cost
+
+    faster = [119.0, 120.0, 121.0, 120.0, 119.5, 120.5]  # +33%: output_tok_s improved
+    assert judged(faster)["new_reference"] is True
+    assert "new_reference" not in judged(unchanged)  # unchanged: the reference stays
+    # tok/s improved, but TTFT went 6% slower, beyond half its 10% tolerance: the reference stays.
+    slower_ttft = judged(faster, ttft_ms=42.4)
+    assert "new_reference" not in slower_ttft, slower_ttft
 
 
 def test_no_clean_run_is_no_baseline_and_the_reason_lists_the_runs(tmp_path: Path) -> None:

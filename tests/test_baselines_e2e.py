@@ -133,6 +133,7 @@ def test_night_1_is_saved_never_replaced_by_an_unclean_run_and_compared_by_name(
     # runs as the compares above: no launch of its own; tests/test_compare_as_pytest.py on hand-made runs).
     (latest,) = [r for r in store.load("latest").results if r.profile == "baseline-slow"]
     assert latest.cost["verdicts"]["compare"]["baseline_test"] == TEST
+    assert latest.cost["verdicts"]["compare"]["baseline_run"] == _run_id(night)  # the link Baselines.find follows
     tolerances = [arg for tol in TOLERANCES for arg in ("-t", tol)]
     capsys.readouterr()
     assert main(["compare", "night-1", "latest", *tolerances, "--results-dir", str(store.root)]) == 1

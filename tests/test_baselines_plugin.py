@@ -142,7 +142,7 @@ def test_compare_options_without_a_compare_are_a_usage_error(pytester: pytest.Py
         refused = run_in_process(pytester, "--server-profile=eagle3", *args)
         assert refused.ret == pytest.ExitCode.USAGE_ERROR
         refused.stderr.fnmatch_lines([f"ERROR: {args[0]} only shapes a compare and none was asked for: add "
-                                      "--specdec-compare (each test's newest clean stored run) or "
+                                      "--specdec-compare (each test's newest clean stored run, or its reference) or "
                                       "--specdec-compare=NAME"])  # fmt: skip
 
 

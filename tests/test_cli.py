@@ -21,7 +21,7 @@ from pytest_specdec.core.tolerances import Tolerance, parse_tolerances
 from pytest_specdec.judge import sequential
 from pytest_specdec.judge.compare import compare_results
 from pytest_specdec.judge.noise import FieldNoise, GateSizing, proposal_sds, read_noise
-from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile
+from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile, read_run_file
 from pytest_specdec.serve import registry
 from tests.helpers import rec
 
@@ -326,6 +326,26 @@ def test_compare_latest_names_the_older_run_pytest_would_compare_with(
         "as pytest did\n"
     ) in out
     assert _hint(out).endswith("(e.g. --compare-profile eagle3, or --compare-profile eagle3-shifted-layers=eagle3)")
+
+
+def test_compare_latest_names_the_reference_a_clean_base_passed_against(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """BASE latest passed its own compare against an older run: pytest keeps that older reference (a night within
+    its tolerance does not move it), so the command says to name it."""
+    _kinds_run(tmp_path, "20260101T000000Z-aaaa", [("eagle3", "EAGLE3", "reference")])
+    path = _kinds_run(tmp_path, "20260102T000000Z-bbbb", [("eagle3", "EAGLE3", "reference")])
+    run = read_run_file(path)
+    compare = {"verdict": "passed", "baseline_test": "t.py::test_x[eagle3]", "baseline_run": "20260101T000000Z-aaaa"}
+    passed = dataclasses.replace(run.results[0], cost={"verdicts": {"compare": compare}})
+    ResultStore(tmp_path).save(dataclasses.replace(run, results=(passed,)))
+    _kinds_run(tmp_path, "20260103T000000Z-cccc", [("eagle3", "EAGLE3", "reference")])
+    main(["compare", "latest", "20260103", "--results-dir", str(tmp_path)])
+    assert (
+        "note: t.py::test_x[eagle3]: BASE latest (20260102T000000Z-bbbb) passed against an older reference; pytest's "
+        "--specdec-compare would compare it with run 20260101T000000Z-aaaa (a night that passes within its "
+        "tolerance does not move the reference): name that run as BASE to decide as pytest did\n"
+    ) in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -71,9 +71,10 @@ def _latest_notes(
     store: ResultStore, base: RunFile, current: RunFile, mapper: Callable[[ResultRecord], str] | None = None
 ) -> list[str]:
     """BASE ``latest`` is the newest run before CURRENT, whatever its state; pytest's ``--specdec-compare`` (latest)
-    takes, per test, the newest run in which the test was clean (``judge.baseline.Baselines.find``). Where the two
-    differ (the test not clean in BASE, or not in it: a session of other profiles stored in between), say which run
-    pytest would have compared with, so that naming it reproduces pytest's verdict."""
+    takes, per test, the newest run in which the test was clean, or the reference that run passed against
+    (``judge.baseline.Baselines.find``). Where the two differ (the test not clean in BASE, or not in it: a session
+    of other profiles stored in between; BASE passed against an older reference), say which run pytest would have
+    compared with, so that naming it reproduces pytest's verdict."""
     from pytest_specdec.judge.baseline import Baselines
 
     older = [p for p in reversed(store.list()) if p.stem < current.run_id]
@@ -83,7 +84,7 @@ def _latest_notes(
         wanted = mapper(record) if mapper is not None else record.test_id  # --compare-profile: the id compared with
         stored = base.find(wanted)
         problem = stored.baseline_problem() if stored is not None else ""
-        found = baselines.find(wanted) if stored is None or problem else None
+        found = baselines.find(wanted)
         if stored is None:
             # Sessions of other profiles stored in between: pytest walks back to the test's newest clean run.
             if found is not None:
@@ -92,6 +93,12 @@ def _latest_notes(
                              "to decide as pytest did")  # fmt: skip
             continue
         if not problem:
+            if found is not None and found.run.run_id != base.run_id:
+                # Clean, but it passed against an older reference, which pytest keeps (a slow drift adds up).
+                notes.append(f"note: {record.test_id}: BASE latest ({base.run_id}) passed against an older "
+                             f"reference; pytest's --specdec-compare would compare it with run {found.run.run_id} "
+                             "(a night that passes within its tolerance does not move the reference): name that "
+                             "run as BASE to decide as pytest did")  # fmt: skip
             continue
         instead = f"run {found.run.run_id}" if found is not None else "no run (none is clean for it)"
         notes.append(f"note: {record.test_id}: BASE latest ({base.run_id}) is not clean for it ({problem}); pytest's "

@@ -286,7 +286,7 @@ def _build_parser() -> argparse.ArgumentParser:
     calibrate.set_defaults(func=_cmd_calibrate)
     trend = sub.add_parser(
         "trend",
-        help="find change points in a series of stored runs (a slow drift that passes every night)",
+        help="find change points in a series of stored runs (where a drift or a step began)",
         description="Per test and metric, one value per stored run (oldest first); report change points found by "
         "binary segmentation and kept when significant (Welch's t-test). Exit 1 when a change point is in the worse "
         "direction, 2 on bad input, else 0. Needs ruptures (the 'trend' extra).",

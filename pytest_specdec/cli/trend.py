@@ -1,5 +1,5 @@
-"""``python -m pytest_specdec trend``: change points over a series of stored runs (``report.change_points``), a
-slow drift that passes every night."""
+"""``python -m pytest_specdec trend``: change points over a series of stored runs (``report.change_points``): where a
+drift or a step began, over the whole series."""
 
 from __future__ import annotations
 

@@ -3,7 +3,10 @@ baseline when it is stored.
 
 ``--specdec-compare`` alone (``latest``) compares each test with the newest stored run in which that test was
 *clean*: it completed (the session was not interrupted), passed, and every verdict it recorded passed
-(``ResultRecord.baseline_problem``); a failed, undecided or interrupted run never becomes the next baseline.
+(``ResultRecord.baseline_problem``); a failed, undecided or interrupted run never becomes the next baseline. When
+that run's own compare passed, the test is compared with the reference it passed against (followed back while the
+runs are stored and clean): a night within its tolerance does not move the reference, so a slow drift adds up
+against it and fails; a night that improved a row (none worse than half its tolerance) restarts it.
 ``--specdec-compare=NAME`` takes the run saved under that name (``--specdec-save NAME``, ``save``), names first,
 then a run id or a run file. The compare line names the run chosen and why (:attr:`Baseline.why`).
 
@@ -83,7 +86,10 @@ class Baselines:
 
     def _runs(self) -> Iterator[results.RunFile]:
         """The stored runs, newest first, each read on first use (unreadable files passed over)."""
-        for path in self.paths:
+        return self._runs_of(self.paths)
+
+    def _runs_of(self, paths: Sequence[Path]) -> Iterator[results.RunFile]:
+        for path in paths:
             run = self._loaded.get(path)
             if run is None:
                 try:
@@ -95,9 +101,9 @@ class Baselines:
     def find(self, test_id: str) -> Baseline | None:
         """The stored result to compare ``test_id`` with, or None: with a named run, its record of the test
         (whatever its state: a run named on purpose is honoured, and :attr:`Baseline.why` says when it is not
-        clean); with ``latest``, the newest run in which the test was clean (``ResultRecord.baseline_problem``),
-        newer runs that have the test but are not clean listed in :attr:`Baseline.skipped`. Unreadable files are
-        passed over."""
+        clean); with ``latest``, the newest run in which the test was clean (``ResultRecord.baseline_problem``), or
+        the reference that run passed against (:meth:`_reference`), newer runs that have the test but are not clean
+        listed in :attr:`Baseline.skipped`. Unreadable files are passed over."""
         if self.run is not None:
             record = self.run.find(test_id)
             if record is None:
@@ -116,8 +122,45 @@ class Baselines:
             if problem:
                 skipped.append(f"{run.run_id} ({problem})")
                 continue
+            reference, chain = self._reference(run, record)
             why = "the newest stored run in which the test was clean (completed, passed, every verdict passed)"
-            return Baseline(run, record, why, tuple(skipped))
+            if chain:
+                passed = ", which passed against ".join(r.run_id for r in chain)
+                why = (f"the reference of {run.run_id}, {why}: it passed against {passed}; a "
+                       "night that passes within its tolerance does not move the reference, so a slow drift adds up "
+                       "against it")  # fmt: skip
+            return Baseline(reference.run, reference.record, why, tuple(skipped))
+        return None
+
+    def _reference(
+        self, run: results.RunFile, record: results.ResultRecord
+    ) -> tuple[Baseline, list[results.RunFile]]:
+        """The reference a clean night was judged by: follow ``ResultRecord.passed_against`` back while the run it
+        names is stored and its record of the test is clean. Each link is a night that passed within its tolerance;
+        chosen instead, each would move the reference by up to a tolerance, and a server slowing 1% a night passed
+        a 15% tolerance for 20 nights in 28 of 60 replayed chains (``benchmarks/bench_drift.py --rule newest``).
+        A night whose compare improved a row restarts the chain (``judge.verdict._restarts_reference``).
+
+        :returns: the reference (``why`` empty) and the runs followed to it, newest first (empty: ``run`` itself).
+        """
+        chain: list[results.RunFile] = []
+        seen = {run.run_id}
+        while (older := record.passed_against()) is not None and older not in seen:
+            found = self._run_by_id(older)
+            base = found.find(record.test_id) if found is not None else None
+            if found is None or base is None or base.baseline_problem():
+                break
+            seen.add(older)
+            chain.append(found)
+            run, record = found, base
+        return Baseline(run, record, ""), chain
+
+    def _run_by_id(self, run_id: str) -> results.RunFile | None:
+        """The stored run ``run_id`` (its file ``<run_id>.json`` among :attr:`paths`), None when not stored or
+        unreadable."""
+        for path in self.paths:
+            if path.stem == run_id:
+                return next((run for run in self._runs_of([path])), None)
         return None
 
     def profile_kind(self, profile: str) -> bool | None:
@@ -163,7 +206,8 @@ class Baselines:
             return f"specdec: comparing against {self.where()}"
         return (
             f"specdec: comparing each test against the newest of {len(self.paths)} stored run(s) in which it was "
-            f"clean: completed, passed, every verdict passed ({self.results_dir})"
+            f"clean (completed, passed, every verdict passed), or the reference that run passed against "
+            f"({self.results_dir})"
         )
 
 

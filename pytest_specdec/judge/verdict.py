@@ -963,7 +963,21 @@ def judge_compare(
                 f"({cost['server_s']:.1f} server-s), {k} row{'s' if k != 1 else ''} open")  # fmt: skip
         return CompareVerdict(undecided=undecided_block(head, reasons), notes=notes, table=tuple(comparison.lines()),
                               cost=cost)  # fmt: skip
+    if _restarts_reference(comparison):
+        cost["new_reference"] = True
     return CompareVerdict(notes=notes, table=tuple(comparison.lines()), cost=cost)
+
+
+def _restarts_reference(comparison: compare.Comparison) -> bool:
+    """A passed compare after which this run, not its baseline, is the reference of later nights
+    (``ResultRecord.passed_against``): some row improved (significantly better beyond its tolerance) and no row's
+    estimate is worse than half its tolerance, so a restart lowers no row's reference by more than that. Without an
+    improvement the reference stays: nights passing within their tolerance would otherwise carry it along a slow
+    drift (``benchmarks/bench_drift.py --rule newest``)."""
+    worse_by = [((-r.delta if r.higher_is_better else r.delta), r.tolerance.allowed(r.baseline))
+                for r in comparison.rows if r.delta is not None and r.baseline]  # fmt: skip
+    improved = any(r.verdict == "improved" for r in comparison.rows)
+    return improved and all(worse <= allowed / 2 for worse, allowed in worse_by)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1272,7 +1286,7 @@ def compare_item(
         # With the noise it was judged with: the compare command reads it, not a noise file calibrated later.
         # And the baseline test it was compared with (another profile's under --specdec-compare-profile): the
         # compare command takes the same one.
-        costs["compare"] = {**judged.cost, "baseline_test": test_id,
+        costs["compare"] = {**judged.cost, "baseline_test": test_id, "baseline_run": run.run_id,
                             "noise": CalibratedNoise.stored(outcomes.noise(profile.name))}  # fmt: skip
     if judged.undecided is not None:
         # Named by profile, not test: every test of the profile shares this verdict (run.session warns it once).

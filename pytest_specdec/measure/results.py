@@ -437,6 +437,20 @@ class ResultRecord:
         """
         return self._problem(open_compare=True)
 
+    def passed_against(self) -> str | None:
+        """The run id whose record of this test this record's compare passed against: the link
+        ``judge.baseline.Baselines.find`` follows back from the newest clean night to the reference it was judged
+        by, so that a night passing within its tolerance does not move the reference. None when the compare did
+        not pass, crossed to another test (``--specdec-compare-profile``: ``baseline_test``), or restarted the
+        reference (``new_reference``: a row improved beyond its tolerance and none was worse than half of its own,
+        ``judge.verdict.judge_compare``); and for records stored before 2026-12-07 (no ``baseline_run``)."""
+        verdicts = self.cost.get("verdicts") or {}
+        compare = verdicts.get("compare") if isinstance(verdicts, Mapping) else None
+        if not isinstance(compare, Mapping) or compare.get("verdict") != "passed" or compare.get("new_reference"):
+            return None
+        run = compare.get("baseline_run")
+        return run if isinstance(run, str) and run and compare.get("baseline_test") == self.test_id else None
+
     def _problem(self, *, open_compare: bool) -> str:
         if self.interrupted:
             return "interrupted"

@@ -1,10 +1,11 @@
-"""Change points in a series of stored runs (``python -m pytest_specdec trend``): a slow drift that passes every night.
+"""Change points in a series of stored runs (``python -m pytest_specdec trend``): where a drift or a step began.
 
-Each night's compare looks at one step (the newest passing run against tonight), so -1 % a night for ten nights never
-fails a 5 % tolerance. A change-point search over the whole series sees it. The method follows Apache Otava (formerly
-Hunter; the MongoDB E-divisive approach, Matteson & James 2014, with Otava's significance test): split the series at
-the point that best separates it, keep the split when the two sides differ significantly (Welch's t-test,
-p <= ``max_pvalue``), and recurse into both sides.
+Each night's compare judges tonight against one reference run (``judge.baseline``): it says whether tonight is worse,
+not when it became so, and a drift it leaves undecided night after night (a noisy runner) or one a re-saved named
+baseline moved past is seen only over the series. A change-point search over the whole series sees it. The method
+follows Apache Otava (formerly Hunter; the MongoDB E-divisive approach, Matteson & James 2014, with Otava's
+significance test): split the series at the point that best separates it, keep the split when the two sides differ
+significantly (Welch's t-test, p <= ``max_pvalue``), and recurse into both sides.
 
 The split search is ruptures' binary segmentation with the kernel (RBF) cost, a nonparametric relative of
 E-divisive's energy statistic (Truong, Oudre & Vayatis 2020, *Selective review of offline change point detection

@@ -184,7 +184,7 @@ def register(parser: pytest.Parser) -> None:
         metavar="NAME|RUN",
         help="Fail each test whose metrics regressed against stored results: against the run saved as NAME "
         "(--specdec-save), or a run id or file, or if unspecified per test the newest stored run in which it was "
-        "clean (completed, passed, every verdict passed)",
+        "clean (completed, passed, every verdict passed), or the reference that run passed against",
     )
     group.addoption(
         "--specdec-compare-missing",

@@ -139,7 +139,7 @@ class RunSettings:
             raise pytest.UsageError(
                 f"{' and '.join(alone)} only shape{'s' if len(alone) == 1 else ''} a compare and none was asked for: "
                 "add --specdec-compare (each "
-                "test's newest clean stored run) or --specdec-compare=NAME"
+                "test's newest clean stored run, or its reference) or --specdec-compare=NAME"
             )
         return cls(
             selected=selected,
