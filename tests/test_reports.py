@@ -137,6 +137,27 @@ def test_merged_markdown_of_shard_run_files_counts_and_says_undecided_tests(tmp_
     ]
 
 
+def test_an_open_tail_ceiling_or_goodput_floor_is_undecided_in_the_tables_and_counted() -> None:
+    # Adversarial trial: a p99 ceiling on 72 requests and a goodput floor stayed undecided (said in the warnings) but
+    # read "passed" in the terminal's table and "✅ passed" in the markdown, and the last line did not count them: they
+    # are judged once on every request, so they have a check and no sequential cost entry.
+    from pytest_specdec.report.markdown import shown_outcome
+    from pytest_specdec.report.summary import undecided_lines
+
+    open_p99 = "undecided: ttft_ms p99 291 ms: undecided vs max 500 [72 requests cannot bound p99 from above]"
+    tail = dataclasses.replace(record("srv", 90.0, 2.4), checks={"max_ttft_ms_p99": open_p99, "min_tok_s": "passed"},
+                               cost={"verdicts": {"min_tok_s": {"verdict": "passed", "repeats": 3}}})  # fmt: skip
+    goodput = dataclasses.replace(record("srv2", 90.0, 2.4), checks={"min_goodput": "undecided: goodput 0.23 req/s"})
+    assert tail.undecided_keys() == ["max_ttft_ms_p99"]
+    assert shown_outcome(tail) == shown_outcome(goodput) == "undecided"
+    (line,) = undecided_lines([tail, goodput], "warn")
+    assert line.text.startswith("specdec: 2 tests undecided (2 profiles: srv on max_ttft_ms_p99, srv2 on min_goodput)")
+    assert markdown_summary([tail])[-1] == (
+        "- `test_run[srv]` (profile `srv`): `ttft_ms p99 291 ms: undecided vs max 500 [72 requests cannot bound p99 "
+        "from above]`"
+    )
+
+
 def test_markdown_summary_of_a_record_stored_without_what_would_decide_it() -> None:
     old = dataclasses.replace(record("eagle3", 94.0, 2.4), cost={"verdicts": {"compare": {"verdict": "undecided"}}})
     lines = markdown_summary([old])

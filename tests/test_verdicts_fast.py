@@ -480,7 +480,16 @@ def test_a_sweep_with_one_repeat_per_point_recommends_nothing(pytester: pytest.P
             out,
             re.M,
         ), out
+        # Counted right above pytest's final line, as an undecided verdict is (an adversarial trial: it was not).
+        assert "specdec: the sweep's configured point undecided at the budget: not failed (--specdec-undecided=warn)" \
+            in out, out
     assert "FAIL" not in out and "<- best" not in out
+    # The nightly's policy for what it could not tell: the undecided configured point fails the run.
+    failed = run_in_process(pytester, "--server-profile=eagle3", "--specdec-sweep=num_steps=1,3",
+                            "--specdec-sweep-max-gap=5", "--specdec-undecided=fail")  # fmt: skip
+    assert failed.ret == pytest.ExitCode.TESTS_FAILED, failed.stdout.str()
+    failed.stdout.re_match_lines([r"FAIL specdec sweep: configured point eagle3@num_steps=3 .*undecided: 1 repeat per "
+                                  r"point.* \(--specdec-undecided=fail\)$"])  # fmt: skip
 
 
 @pytest.mark.slow

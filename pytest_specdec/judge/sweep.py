@@ -379,6 +379,8 @@ def configured_point_lines(
             line = f"configured point {name} is the sweep's best" if decided else (
                 f"configured point {name} has the highest {group.basis}; undecided: {repeats_note(group)}"
             )
+            if not decided:  # the highest on too few repeats to rank: not shown to be the best
+                undecided.append(line)
         elif judged.verdict == "within":
             assert test is not None
             line = (

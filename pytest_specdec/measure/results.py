@@ -437,6 +437,16 @@ class ResultRecord:
         """
         return self._problem(open_compare=True)
 
+    def undecided_keys(self) -> list[str]:
+        """The verdicts of this record left undecided at their budget: the keys of ``cost["verdicts"]`` that say so
+        (the sequential ones: floors, compare, ``min_speedup``), then those of ``checks`` that start ``undecided:``
+        and have no cost entry (the tail ceilings and ``min_goodput``, judged once on every request: a trial saw a
+        p99 ceiling open in the warnings read ``passed`` in the table and go uncounted). Empty when none is."""
+        verdicts = self.cost.get("verdicts") or {}
+        keys = [str(k) for k, c in verdicts.items() if isinstance(c, Mapping) and c.get("verdict") == "undecided"]
+        return keys + [k for k, text in self.checks.items()
+                       if str(text).startswith("undecided:") and k not in verdicts]  # fmt: skip
+
     def passed_against(self) -> str | None:
         """The run id whose record of this test this record's compare passed against: the link
         ``judge.baseline.Baselines.find`` follows back from the newest clean night to the reference it was judged

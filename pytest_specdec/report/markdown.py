@@ -158,7 +158,7 @@ def _shown(outcome: str, open_verdict: bool) -> str:
 def undecided_lines(record: ResultRecord) -> list[str]:
     """What would decide each verdict of ``record`` left undecided at its budget, one line each, as the run's
     warnings said it; empty when none was. The verdicts are those the terminal's count reads
-    (``report.summary.undecided_lines``: ``cost["verdicts"]`` undecided; not measured further is not counted); the
+    (``report.summary.undecided_lines``: ``ResultRecord.undecided_keys``; not measured further is not counted); the
     text is stored with the record, so a merge of shards says the same: a threshold's line from ``checks``
     (``output_tok_s 101.2 tok/s: undecided vs min 100 [...; about 110 repeats in all would decide it ...]``), a
     compare's open rows from ``cost["verdicts"]["compare"]["open"]`` (``verdict.judge_compare``), each headed
@@ -166,14 +166,11 @@ def undecided_lines(record: ResultRecord) -> list[str]:
     all would decide it ...``). A record stored before the text was says ``<key>: undecided`` and where to read it.
     """
     verdicts = (record.cost or {}).get("verdicts") or {}
-    if not isinstance(verdicts, Mapping):
-        return []
     lines: list[str] = []
-    for key, cost in verdicts.items():
-        if not isinstance(cost, Mapping) or cost.get("verdict") != "undecided":
-            continue
-        rows = cost.get("open") if key == "compare" else None
-        check = str(record.checks.get(str(key), ""))
+    for key in record.undecided_keys():
+        cost = verdicts.get(key) if isinstance(verdicts, Mapping) else None
+        rows = cost.get("open") if key == "compare" and isinstance(cost, Mapping) else None
+        check = str(record.checks.get(key, ""))
         if isinstance(rows, list) and rows:
             lines += [f"compare: {row}" for row in rows]
         elif check.startswith("undecided: "):

@@ -78,6 +78,9 @@ class OutputOptions:
     compare: bool = False
     #: ``--specdec-compare-missing``: with ``warn`` the compared-none line says that it passes tests, not runs.
     compare_missing: str = "fail"
+    #: ``--specdec-undecided``: with ``fail`` a sweep's undecided configured point fails the run, as an undecided
+    #: verdict fails its test.
+    undecided: str = "warn"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +95,11 @@ class Outputs:
     sweep_table: tuple[str, ...] = ()
     #: Sweep lines that fail the run (no passing point; configured point shown too far below the best).
     sweep_red: tuple[str, ...] = ()
-    #: Configured-point lines the measurements could not decide (written yellow; the run does not fail on them).
+    #: Configured-point lines the measurements could not decide (written yellow; they fail the run only under
+    #: ``--specdec-undecided=fail``: :attr:`sweep_undecided_fails`).
     sweep_undecided: tuple[str, ...] = ()
+    #: ``--specdec-undecided=fail``: the ``sweep_undecided`` lines are in ``sweep_red`` too, failing the run.
+    sweep_undecided_fails: bool = False
     sweep_plot: Path | None = None
     #: A ``request_rate`` sweep's load curve (``plots.plot_load_curve``), beside the sweep plot.
     load_plot: Path | None = None
@@ -112,9 +118,16 @@ class Outputs:
         return bool(self.sweep_red or self.compare_red)
 
     def final_lines(self) -> list[Line]:
-        """The lines for the very end of the summary: run-level failures (:func:`fail_lines`), then why the run was
-        not saved under its ``--specdec-save`` name (yellow, bold)."""
+        """The lines for the very end of the summary: run-level failures (:func:`fail_lines`), a sweep's undecided
+        configured point not failed (yellow, bold: counted as the undecided tests are), then why the run was not
+        saved under its ``--specdec-save`` name (yellow, bold)."""
         out = fail_lines(self.sweep_red)
+        if self.sweep_undecided and not self.sweep_undecided_fails:
+            # An adversarial trial: a configured point tied with the best said "not failed" in the sweep's table
+            # and nothing counted it, also under --specdec-undecided=fail (which now fails the run: sweep_red).
+            out.append(Line("specdec: the sweep's configured point undecided at the budget: not failed "
+                            "(--specdec-undecided=warn); its line above says what would decide it",
+                            {"yellow": True, "bold": True}))  # fmt: skip
         if self.compare_red:
             out.append(Line(f"FAIL specdec compare: {self.compare_red}", {"red": True, "bold": True}))
         if self.name_refused:
@@ -190,6 +203,8 @@ def finish(
         if summary is not None:
             sweep_table, sweep_red = list(summary.table), tuple(summary.red)
             sweep_undecided = tuple(summary.undecided)
+            if options.undecided == "fail":  # an undecided configured point fails the run, as a verdict its test
+                sweep_red += tuple(f"{line} (--specdec-undecided=fail)" for line in sweep_undecided)
             undecided = [line for line in summary.table if line.startswith("undecided")]
             plot_path = Path(options.sweep_plot or options.out_dir / f"sweep-{run_id}.png")
             try:
@@ -226,6 +241,7 @@ def finish(
         sweep_table=tuple(sweep_table),
         sweep_red=sweep_red,
         sweep_undecided=sweep_undecided,
+        sweep_undecided_fails=bool(sweep_undecided) and options.undecided == "fail",
         sweep_plot=sweep_plot,
         load_plot=load_plot,
         position_plot=position_plot,
@@ -605,16 +621,15 @@ def undecided_lines(records: Iterable[results.ResultRecord], policy: str) -> lis
     more repeats: a baseline known too loosely needs more stored runs; seen on an H200 night whose one line said
     "more repeats would decide them" below a warning that said they would not.)
 
-    :param records: the run's records (``ResultRecord.cost["verdicts"]``).
+    :param records: the run's records (``ResultRecord.undecided_keys``).
     :param policy: ``RunSettings.undecided``.
     """
     tests: dict[str, None] = {}
     by_profile: dict[str, dict[str, None]] = {}
     for record in records:
-        for key, cost in ((record.cost or {}).get("verdicts") or {}).items():
-            if isinstance(cost, Mapping) and cost.get("verdict") == "undecided":
-                tests[record.test_id] = None
-                by_profile.setdefault(record.profile, {})[str(key)] = None
+        for key in record.undecided_keys():
+            tests[record.test_id] = None
+            by_profile.setdefault(record.profile, {})[key] = None
     if not tests:
         return []
     named = [f"{p} on {', '.join(keys)}" for p, keys in by_profile.items()]

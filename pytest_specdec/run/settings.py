@@ -98,7 +98,7 @@ class RunSettings:
             out_dir=self.out_dir, sweep=self.sweep is not None, sweep_baseline=self.sweep_baseline,
             sweep_max_gap=self.sweep_max_gap, sweep_plot=self.sweep_plot, position_plot=self.position_plot,
             report=self.report, markdown=self.markdown, save_name=self.save, compare=self.compare is not None,
-            compare_missing=self.compare_missing,
+            compare_missing=self.compare_missing, undecided=self.undecided,
         )  # fmt: skip
 
     @classmethod
