@@ -166,6 +166,27 @@ def test_a_passed_compare_restarts_the_reference_only_when_a_row_improved_and_no
     assert "new_reference" not in slower_ttft, slower_ttft
 
 
+def test_a_run_stored_without_a_compare_after_a_clean_one_is_passed_over_unless_named(tmp_path: Path) -> None:
+    # Adversarial trial: aux layer ids changed, the gated night read accept length REGRESSED; one run without
+    # --specdec-compare then passed (nothing to compare) and was the newest clean run, and the next gated night read
+    # the regressed config "ok" against it.
+    a, b, c = "20261201T000000Z-aaaaaa", "20261202T000000Z-bbbbbb", "20261203T000000Z-cccccc"
+    store = _store(tmp_path, _run(a), _run(b, outcome="failed", cost=_verdicts(compare="FAILED")), _run(c))
+    baselines = Baselines.from_option("latest", store)
+    assert baselines is not None
+    found = baselines.find(TEST)
+    assert found is not None and found.run.run_id == a  # the first night: stored without a compare, nothing older
+    assert found.skipped == (
+        f"{c} (not compared: stored without --specdec-compare after {a} was clean for it; to take it anyway: "
+        f"python -m pytest_specdec save {c} NAME, then --specdec-compare=NAME)",
+        f"{b} (failed)",
+    )
+    store.save_name("rebased", c)  # named on purpose: taken
+    renamed = Baselines.from_option("latest", store)
+    assert renamed is not None
+    assert (taken := renamed.find(TEST)) is not None and taken.run.run_id == c
+
+
 def test_no_clean_run_is_no_baseline_and_the_reason_lists_the_runs(tmp_path: Path) -> None:
     store = _store(tmp_path, _run("20261202T000000Z-bbbbbb", cost=_verdicts(min_tok_s="undecided")))
     baselines = Baselines.from_option("latest", store)

@@ -67,6 +67,7 @@ class Baselines:
     #: How ``run`` was asked for: ``named night-1`` or ``run <id>`` (empty with ``latest``).
     label: str = ""
     _loaded: dict[Path, results.RunFile] = field(default_factory=dict)
+    _named: set[str] | None = None
 
     @classmethod
     def from_option(cls, ref: str | None, store: results.ResultStore) -> Baselines | None:
@@ -118,7 +119,7 @@ class Baselines:
             record = run.find(test_id)
             if record is None:
                 continue
-            problem = record.baseline_problem()
+            problem = record.baseline_problem() or self._uncompared(run, record)
             if problem:
                 skipped.append(f"{run.run_id} ({problem})")
                 continue
@@ -154,6 +155,25 @@ class Baselines:
             chain.append(found)
             run, record = found, base
         return Baseline(run, record, ""), chain
+
+    def _uncompared(self, run: results.RunFile, record: results.ResultRecord) -> str:
+        """Why a clean record stored without a compare may not be the baseline, or ``""`` when it may: it may when it
+        was compared, its run is named (``--specdec-save NAME``, ``save``: chosen on purpose), or no older stored run
+        is clean for the test (a first night). Otherwise one run without ``--specdec-compare`` after a REGRESSED night
+        became the baseline and the regression read ok the night after (an adversarial trial: aux layer ids changed,
+        accept length 2.452 -> 2.169 REGRESSED, then ``ok`` against the unchecked run)."""
+        if "compare" in (record.cost.get("verdicts") or {}):
+            return ""
+        if self._named is None:
+            self._named = set(results.ResultStore(self.results_dir).names().values())
+        if run.run_id in self._named:
+            return ""
+        for older in self._runs():
+            found = older.find(record.test_id) if older.run_id < run.run_id else None
+            if found is not None and not found.baseline_problem():
+                return (f"not compared: stored without --specdec-compare after {older.run_id} was clean for it; to "
+                        f"take it anyway: python -m pytest_specdec save {run.run_id} NAME, then --specdec-compare=NAME")
+        return ""
 
     def _run_by_id(self, run_id: str) -> results.RunFile | None:
         """The stored run ``run_id`` (its file ``<run_id>.json`` among :attr:`paths`), None when not stored or
