@@ -1145,3 +1145,15 @@ def test_a_busy_runners_floor_stays_however_many_runs_are_stored() -> None:
                                                                "undecided"), row  # fmt: skip
         else:  # the 4 runs measure the spread: nothing taken
             assert (row.busy, row.instance_sd) == (False, 0.0), row
+
+
+def test_a_busy_rows_open_line_asks_for_a_quieter_runner_without_seeming_to_describe_this_one() -> None:
+    # Trial nit: "(load per CPU under 1 at both runs; run-to-run sd taken as 50% on this busy runner)" read as a
+    # claim that this runner had a load under 1.
+    from pytest_specdec.judge.verdict import _stored_runs_decide
+
+    row = dataclasses.replace(compare_results(rec(output_tok_s=[100.0, 101.0]), rec(output_tok_s=[90.0, 91.0]),
+                                              parse_tolerances("output_tok_s:10%")).rows[0], busy=True)  # fmt: skip
+    tail, _ = _stored_runs_decide(0.5, row, None)
+    assert tail == ("a quieter runner would decide it (one with load per CPU under 1 at both runs; this busy runner's "
+                    "run-to-run sd is taken as 50%)")  # fmt: skip

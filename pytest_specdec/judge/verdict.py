@@ -1079,8 +1079,9 @@ def _stored_runs_decide(instance_sd: float, row: compare.CompareRow, vs: str | N
     will show it" as a paradox). On a busy CPU runner (``row.busy``) stored runs do not lower the floor: a quieter
     runner decides it."""
     if row.busy:
-        return (f"a quieter runner would decide it (load per CPU under 1 at both runs; run-to-run sd taken as "
-                f"{instance_sd * 100:.2g}% on this busy runner)", (_else_line(row, vs),))  # fmt: skip
+        # A trial read "(load per CPU under 1 at both runs; ...)" as a claim about this busy runner: said as a need.
+        return (f"a quieter runner would decide it (one with load per CPU under 1 at both runs; this busy runner's "
+                f"run-to-run sd is taken as {instance_sd * 100:.2g}%)", (_else_line(row, vs),))  # fmt: skip
     return (f"4+ stored runs would decide it (run-to-run sd taken as {instance_sd * 100:.2g}%)",
             (_TAKEN, _else_line(row, vs)))  # fmt: skip
 
