@@ -204,6 +204,23 @@ def test_calibrate_proposes_no_tok_s_tolerance_that_lets_a_50_percent_loss_throu
     assert read_noise(Path(".specdec/noise/eagle3.json")).run_to_run["output_tok_s"] == pytest.approx(0.2328, abs=1e-4)
 
 
+def test_calibrate_says_what_a_wide_proposal_passes_as_ok(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An adversarial trial pasted a proposed ``output_tok_s:32.4%`` and found a -30% night (the lost NCCL tuning's
+    size) read ok, with no line saying so. A proposal of 25% or more now says what it lets through, and what would
+    size a narrower one; below that, nothing is added."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["calibrate", "--from", *_two_by_two(tmp_path / "wide", tok_s=(0.05, 0.10), tpot=None)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "    output_tok_s:32.6%" in out
+    assert ("#     note: at 32.6% a night up to 33% slower passes this row as ok (a lost NCCL tuning cost 29% of "
+            "tok/s): a quieter runner, more repeats (workload.max_repeats) or a paired reference arm's ratio row "
+            "(min_speedup: {vs: PROFILE}) would let a narrower tolerance decide") in out  # fmt: skip
+    assert main(["calibrate", "--from", *_two_by_two(tmp_path / "narrow", tok_s=(0.02, 0.02), tpot=None)]) == 0
+    assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("#     note: at ")]
+
+
 def test_calibrate_leaves_out_a_tpot_tolerance_that_lets_a_doubling_through_and_pastes_tok_s(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
