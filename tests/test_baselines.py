@@ -177,14 +177,24 @@ def test_a_run_stored_without_a_compare_after_a_clean_one_is_passed_over_unless_
     found = baselines.find(TEST)
     assert found is not None and found.run.run_id == a  # the first night: stored without a compare, nothing older
     assert found.skipped == (
-        f"{c} (not compared: stored without --specdec-compare after {a} was clean for it; to take it anyway: "
-        f"python -m pytest_specdec save {c} NAME, then --specdec-compare=NAME)",
+        f"{c} (not compared: stored without --specdec-compare after {b} regressed against its baseline; to take it "
+        f"anyway: python -m pytest_specdec save {c} NAME, then --specdec-compare=NAME)",
         f"{b} (failed)",
     )
     store.save_name("rebased", c)  # named on purpose: taken
     renamed = Baselines.from_option("latest", store)
     assert renamed is not None
     assert (taken := renamed.find(TEST)) is not None and taken.run.run_id == c
+    # A second trial removed the first clean run's file (as pruning a store would): the REGRESSED night alone still
+    # keeps the unchecked run after it from becoming the baseline. A failed floor without a compare does not.
+    (tmp_path / "names" / "rebased").unlink()
+    (tmp_path / f"{a}.json").unlink()
+    pruned = Baselines.from_option("latest", store)
+    assert pruned is not None and pruned.find(TEST) is None
+    assert pruned.missing(TEST).endswith(
+        f"(not compared: stored without --specdec-compare after {b} regressed against its baseline; to take it "
+        f"anyway: python -m pytest_specdec save {c} NAME, then --specdec-compare=NAME), {b} (failed)"
+    )
 
 
 def test_no_clean_run_is_no_baseline_and_the_reason_lists_the_runs(tmp_path: Path) -> None:

@@ -339,12 +339,29 @@ def test_compare_latest_names_the_reference_a_clean_base_passed_against(
     compare = {"verdict": "passed", "baseline_test": "t.py::test_x[eagle3]", "baseline_run": "20260101T000000Z-aaaa"}
     passed = dataclasses.replace(run.results[0], cost={"verdicts": {"compare": compare}})
     ResultStore(tmp_path).save(dataclasses.replace(run, results=(passed,)))
-    _kinds_run(tmp_path, "20260103T000000Z-cccc", [("eagle3", "EAGLE3", "reference")])
+    # CURRENT as pytest stores it under --specdec-compare: its compare names its own test id.
+    current = read_run_file(_kinds_run(tmp_path, "20260103T000000Z-cccc", [("eagle3", "EAGLE3", "reference")]))
+    own = {"verdict": "passed", "baseline_test": "t.py::test_x[eagle3]", "baseline_run": "20260101T000000Z-aaaa"}
+    ResultStore(tmp_path).save(dataclasses.replace(current, results=(
+        dataclasses.replace(current.results[0], cost={"verdicts": {"compare": own}}),)))  # fmt: skip
     main(["compare", "latest", "20260103", "--results-dir", str(tmp_path)])
+    out = capsys.readouterr().out
     assert (
-        "note: t.py::test_x[eagle3]: BASE latest (20260102T000000Z-bbbb) passed against an older reference; pytest's "
-        "--specdec-compare would compare it with run 20260101T000000Z-aaaa (a night that passes within its "
-        "tolerance does not move the reference): name that run as BASE to decide as pytest did\n"
+        "note: t.py::test_x[eagle3]: BASE latest (20260102T000000Z-bbbb) passed against an older reference (a night "
+        "that passes within its tolerance does not move the reference); pytest's --specdec-compare would compare it "
+        "with run 20260101T000000Z-aaaa: name that run as BASE to decide as pytest did\n"
+    ) in out
+    assert "--specdec-compare-profile" not in out  # compared with its own test id: no mapping (a trial read one)
+    # BASE stored without a compare after a clean run: pytest passes it over, and the note gives pytest's reason.
+    _kinds_run(tmp_path, "20260104T000000Z-dddd", [("eagle3", "EAGLE3", "reference")])
+    _kinds_run(tmp_path, "20260105T000000Z-eeee", [("eagle3", "EAGLE3", "reference")])
+    main(["compare", "latest", "20260105", "--results-dir", str(tmp_path)])
+    assert (
+        "note: t.py::test_x[eagle3]: BASE latest (20260104T000000Z-dddd) is passed over by pytest (not compared: "
+        "stored without --specdec-compare after 20260103T000000Z-cccc was clean for it; to take it anyway: "
+        "python -m pytest_specdec save 20260104T000000Z-dddd NAME, then --specdec-compare=NAME); pytest's "
+        "--specdec-compare would compare it with run 20260101T000000Z-aaaa: name that run as BASE to decide as "
+        "pytest did\n"
     ) in capsys.readouterr().out
 
 

@@ -489,7 +489,8 @@ def test_a_sweep_with_one_repeat_per_point_recommends_nothing(pytester: pytest.P
                             "--specdec-sweep-max-gap=5", "--specdec-undecided=fail")  # fmt: skip
     assert failed.ret == pytest.ExitCode.TESTS_FAILED, failed.stdout.str()
     failed.stdout.re_match_lines([r"FAIL specdec sweep: configured point eagle3@num_steps=3 .*undecided: 1 repeat per "
-                                  r"point.* \(--specdec-undecided=fail\)$"])  # fmt: skip
+                                  r"point.*; failed by --specdec-undecided=fail$"])  # fmt: skip
+    assert "not failed; failed" not in failed.stdout.str() and "not failed (--specdec" not in failed.stdout.str()
 
 
 @pytest.mark.slow

@@ -94,11 +94,15 @@ def _latest_notes(
             continue
         if not problem:
             if found is not None and found.run.run_id != base.run_id:
-                # Clean, but it passed against an older reference, which pytest keeps (a slow drift adds up).
-                notes.append(f"note: {record.test_id}: BASE latest ({base.run_id}) passed against an older "
-                             f"reference; pytest's --specdec-compare would compare it with run {found.run.run_id} "
-                             "(a night that passes within its tolerance does not move the reference): name that "
-                             "run as BASE to decide as pytest did")  # fmt: skip
+                # Clean, but pytest takes another: the reference it passed against (a slow drift adds up), or an
+                # older run, BASE being stored without a compare after a clean or regressed one (its own reason).
+                passed_over = [s for s in found.skipped if s.startswith(f"{base.run_id} (")]
+                why = (f"is passed over by pytest {passed_over[0].removeprefix(base.run_id + ' ')}" if passed_over
+                       else "passed against an older reference (a night that passes within its tolerance does not "
+                            "move the reference)")  # fmt: skip
+                notes.append(f"note: {record.test_id}: BASE latest ({base.run_id}) {why}; pytest's --specdec-compare "
+                             f"would compare it with run {found.run.run_id}: name that run as BASE to decide as "
+                             "pytest did")  # fmt: skip
             continue
         instead = f"run {found.run.run_id}" if found is not None else "no run (none is clean for it)"
         notes.append(f"note: {record.test_id}: BASE latest ({base.run_id}) is not clean for it ({problem}); pytest's "
@@ -291,6 +295,8 @@ def _pytest_baseline_id(record: ResultRecord, base: RunFile) -> tuple[str | None
     if not _pytest_compared(record):
         return None, "pytest did not compare it"
     stored = record.cost["verdicts"]["compare"].get("baseline_test")
+    if stored == record.test_id:  # compared with its own test: no mapping to take (a trial read the note as one)
+        return None, "pytest compared it with its own test id"
     if isinstance(stored, str) and stored:
         if base.find(stored) is not None:
             return stored, "CURRENT's record names it"

@@ -159,20 +159,28 @@ class Baselines:
     def _uncompared(self, run: results.RunFile, record: results.ResultRecord) -> str:
         """Why a clean record stored without a compare may not be the baseline, or ``""`` when it may: it may when it
         was compared, its run is named (``--specdec-save NAME``, ``save``: chosen on purpose), or no older stored run
-        is clean for the test (a first night). Otherwise one run without ``--specdec-compare`` after a REGRESSED night
-        became the baseline and the regression read ok the night after (an adversarial trial: aux layer ids changed,
-        accept length 2.452 -> 2.169 REGRESSED, then ``ok`` against the unchecked run)."""
+        is clean for the test or regressed against its baseline (a first night). Otherwise one run without
+        ``--specdec-compare`` after a REGRESSED night became the baseline and the regression read ok the night after
+        (an adversarial trial: aux layer ids changed, accept length 2.452 -> 2.169 REGRESSED, then ``ok`` against the
+        unchecked run; a second trial, with the first clean run's file removed as pruning would, the same through
+        the REGRESSED nights alone)."""
         if "compare" in (record.cost.get("verdicts") or {}):
             return ""
         if self._named is None:
             self._named = set(results.ResultStore(self.results_dir).names().values())
         if run.run_id in self._named:
             return ""
+        fix = f"to take it anyway: python -m pytest_specdec save {run.run_id} NAME, then --specdec-compare=NAME"
         for older in self._runs():
             found = older.find(record.test_id) if older.run_id < run.run_id else None
-            if found is not None and not found.baseline_problem():
-                return (f"not compared: stored without --specdec-compare after {older.run_id} was clean for it; to "
-                        f"take it anyway: python -m pytest_specdec save {run.run_id} NAME, then --specdec-compare=NAME")
+            if found is None:
+                continue
+            if not found.baseline_problem():
+                return f"not compared: stored without --specdec-compare after {older.run_id} was clean for it; {fix}"
+            compared = (found.cost.get("verdicts") or {}).get("compare")
+            if isinstance(compared, Mapping) and compared.get("verdict") == "FAILED":
+                return (f"not compared: stored without --specdec-compare after {older.run_id} regressed against its "
+                        f"baseline; {fix}")  # fmt: skip
         return ""
 
     def _run_by_id(self, run_id: str) -> results.RunFile | None:
@@ -204,12 +212,13 @@ class Baselines:
         return f"{head}: {len(skipped)} stored run(s) have it, none clean: {shown(skipped)}"
 
     def unclean(self, test_id: str) -> list[str]:
-        """The stored runs that have ``test_id`` but not clean, newest first: ``R2 (undecided: compare)``; empty for
-        a named run (it is the baseline, clean or not)."""
+        """The stored runs that have ``test_id`` but not clean, or clean but passed over (stored without a compare:
+        :meth:`_uncompared`), newest first: ``R2 (undecided: compare)``; empty for a named run (it is the baseline,
+        clean or not)."""
         if self.run is not None:
             return []
         return [f"{run.run_id} ({p})" for run in self._runs() if (r := run.find(test_id)) is not None
-                if (p := r.baseline_problem())]  # fmt: skip
+                if (p := r.baseline_problem() or self._uncompared(run, r))]  # fmt: skip
 
     def where(self) -> str:
         """Where baselines come from, for "no baseline for ... in <where>": ``run <id>`` (``night-1 (run <id>)``
