@@ -53,6 +53,18 @@ def test_passing_compare_prints_the_delta_table(pytester: pytest.Pytester) -> No
             "accept_length * higher * 2.8 * 2.8 * +0 * +0.0% * 2% * ok",
         ]
     )
+    # Under xdist the controller judges nothing: the workers send it their compares, and it says the same lines
+    # (a trial under -n 2 saw neither the line naming the baseline nor the table). The second run passed against
+    # the first: the first stays the reference.
+    third = run_in_process(pytester, *args, "--specdec-compare", "-n", "2")
+    assert third.ret == pytest.ExitCode.OK, third.stdout.str()
+    third.stdout.fnmatch_lines(
+        [
+            "specdec compare: 1 test(s) compared with stored run *: the reference of *",
+            "*- specdec compare: test_run[[]eagle3[]] (no regression) -*",
+            "accept_length * higher * 2.8 * 2.8 * +0 * +0.0% * 2% * ok",
+        ]
+    )
 
 
 @pytest.mark.slow

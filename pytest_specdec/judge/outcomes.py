@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
     from pytest_specdec.judge.baseline import Baseline
@@ -39,6 +39,8 @@ class Outcomes:
         self._chosen: dict[str, tuple[str, dict[str, None], dict[str, None]]] = {}
         self._compare_tables: dict[str, tuple[str, list[str]]] = {}
         self._compare_notes: dict[str, None] = {}
+        #: Per test, what :meth:`add_compare` was given, as JSON-able data (:meth:`compare_of`).
+        self._compare_args: dict[str, dict[str, Any]] = {}
         #: Compare notes that head a table shown under the summary (:attr:`compare_notes` leaves them out).
         self._notes_in_tables: set[str] = set()
         #: (profile, threshold verdict) -> the first test that failed with it; later tests refer to it.
@@ -152,15 +154,31 @@ class Outcomes:
         the newer runs passed over, and what its record said when it was stored, unless ``pooled``: its spread was
         pooled with other stored runs, which that note, judging the record alone, did not know of; a trial read
         "could not pass within 5% against it" under compares that decided at 5%)."""
-        self._compared.setdefault(run_id, []).append(test_id)
+        chosen = None
         if baseline is not None:
-            why, skipped, stored = self._chosen.setdefault(run_id, (baseline.why, {}, {}))
-            skipped.update(dict.fromkeys(baseline.skipped))
-            if not pooled:
-                profile = baseline.record.profile
-                stored.update(dict.fromkeys(f"(profile {profile}): {n}" for n in baseline.record.baseline_notes))
+            profile = baseline.record.profile
+            stored = [] if pooled else [f"(profile {profile}): {n}" for n in baseline.record.baseline_notes]
+            chosen = {"why": baseline.why, "skipped": list(baseline.skipped), "stored": stored}
+        self.add_compare_of({"run_id": run_id, "test_id": test_id, "notes": list(notes), "table": list(table),
+                             "chosen": chosen, "outcome": outcome})  # fmt: skip
+
+    def compare_of(self, test_id: str) -> dict[str, Any] | None:
+        """What :meth:`add_compare` was given for ``test_id``, as JSON-able data (None when it was not compared): an
+        xdist worker sends it with the test's report, and the controller's :meth:`add_compare_of` says the same
+        lines (a trial under ``-n 2`` saw no line naming the baseline, nor the tables of passing compares)."""
+        return self._compare_args.get(test_id)
+
+    def add_compare_of(self, data: Mapping[str, Any]) -> None:
+        """:meth:`add_compare` from :meth:`compare_of`'s data."""
+        run_id, test_id, notes, table = data["run_id"], data["test_id"], data["notes"], data["table"]
+        self._compare_args[test_id] = dict(data)
+        self._compared.setdefault(run_id, []).append(test_id)
+        if (chosen := data.get("chosen")) is not None:
+            why, skipped, stored = self._chosen.setdefault(run_id, (chosen["why"], {}, {}))
+            skipped.update(dict.fromkeys(chosen["skipped"]))
+            stored.update(dict.fromkeys(chosen["stored"]))
         self._compare_notes.update(dict.fromkeys(notes))
         if table:
-            self._compare_tables[test_id] = (outcome, list(table))
+            self._compare_tables[test_id] = (str(data["outcome"]), list(table))
             # A note is "<profile>: <a line of the table>" (``verdict.compare_item``): printed with the table.
             self._notes_in_tables.update(n for n in notes if n.partition(": ")[2] in table)

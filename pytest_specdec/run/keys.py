@@ -33,5 +33,7 @@ tolerances_key: pytest.StashKey[dict[str, Tolerance]] = pytest.StashKey()
 RECORD_PROPERTY = "specdec"
 #: Per-threshold outcomes of a test (``thresholds.ThresholdChecks.outcomes``), joined to its record on the controller.
 CHECKS_PROPERTY = "specdec_checks"
+#: An xdist worker's compare of a test (``Outcomes.compare_of``): the controller says which run it was compared with.
+COMPARE_PROPERTY = "specdec_compare"
 #: user_properties entry listing what a test's marker changed in its profile's thresholds (shown in the summary).
 OVERRIDES_PROPERTY = "specdec_threshold_overrides"

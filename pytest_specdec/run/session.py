@@ -27,6 +27,7 @@ from pytest_specdec.measure.store import MeasurementStore
 from pytest_specdec.run import fixtures, marker, schedule, selection
 from pytest_specdec.run.keys import (
     CHECKS_PROPERTY,
+    COMPARE_PROPERTY,
     OVERRIDES_PROPERTY,
     RECORD_PROPERTY,
     record_key,
@@ -180,6 +181,9 @@ class SpecdecSession:
         value = json.dumps(record.to_dict(), default=str)
         item.user_properties[:] = [(k, value if k == RECORD_PROPERTY else v) for k, v in item.user_properties]
         item.user_properties.append((CHECKS_PROPERTY, json.dumps(judged.checks)))
+        if xdistnode.is_worker(self.config) and (compared := self.outcomes.compare_of(item.nodeid)) is not None:
+            # The controller prints the compare lines (which run, why, the tables): it judged nothing itself.
+            item.user_properties.append((COMPARE_PROPERTY, json.dumps(compared)))
         for text in judged.warnings:
             # Once per profile and text: every test of a profile reads one measurement and shares its verdicts, and
             # pytest lists a warning of each test function apart (a fresh-user trial read an undecided compare's
@@ -280,6 +284,8 @@ class SpecdecSession:
             elif name == OVERRIDES_PROPERTY:
                 profile, changed = json.loads(str(value))
                 self.outcomes.add_override(report.nodeid, str(profile), [str(c) for c in changed])
+            elif name == COMPARE_PROPERTY and not xdistnode.is_worker(self.config):  # a worker's, on the controller
+                self.outcomes.add_compare_of(json.loads(str(value)))
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         # On an xdist worker: a SIGINT tells the controller it reached this worker, so that the controller sends no
