@@ -171,6 +171,12 @@ def test_markdown_summary_sweep_section_and_escaping() -> None:
     assert lines[0] == "## nightly"
     assert lines[4] == "| `test_run[odd\\|name]` | odd\\|name | 50.0 | n/a | n/a | 40.0 | 20.00 | skipped |"
     assert lines[5:] == ["", "### Sweep", "", "```", "point  tok/s", "best: x", "```"]
+    # A configured point the sweep could not decide: said in the heading and under the table (a trial's step
+    # summary read a plain heading and "not failed" on the run --specdec-undecided=fail failed).
+    point = "configured point x@num_steps=3 is tied with the highest x@num_steps=2 (...); not failed"
+    open_point = markdown_summary([rec], sweep_lines=["point  tok/s", point], title="nightly", sweep_undecided=[point])
+    assert open_point[0] == "## nightly: the sweep's configured point undecided"
+    assert open_point[-1].startswith("⚠️ undecided: the configured point could not be told from the others")
 
 
 def test_markdown_targets() -> None:

@@ -40,6 +40,7 @@ def markdown_summary(
     sweep_lines: Sequence[str] = (),
     errored: Sequence[ErroredTest] = (),
     interrupted: bool = False,
+    sweep_undecided: Sequence[str] = (),
 ) -> list[str]:
     """The summary as markdown lines (no trailing newlines).
 
@@ -61,6 +62,8 @@ def markdown_summary(
     :param errored: the tests that errored before they measured (``RunFile.errored``): a night whose EAGLE-3 server
         never started showed the baseline's table alone.
     :param interrupted: the session ended early (``RunFile.interrupted``).
+    :param sweep_undecided: the sweep's configured-point lines left undecided (``Outputs.sweep_undecided``): said in
+        the heading and under the sweep table, as the terminal says them above pytest's final line.
     """
     failures = dict(failures or {})
     columns = [
@@ -80,7 +83,8 @@ def markdown_summary(
         ]
         for record in records
     ]  # fmt: skip
-    unjudged = [*(["interrupted"] if interrupted else []), *_not_judged(len(errored)), *_undecided(len(undecided))]
+    unjudged = [*(["interrupted"] if interrupted else []), *_not_judged(len(errored)), *_undecided(len(undecided)),
+                *(["the sweep's configured point undecided"] if sweep_undecided else [])]  # fmt: skip
     heading = f"## {title}: {'; '.join(unjudged)}" if unjudged else f"## {title}"
     lines = [heading, "", *(markdown_table(columns, rows) if rows else ["No test measured."])]
     if interrupted:
@@ -118,6 +122,9 @@ def markdown_summary(
         lines.pop()
     if sweep_lines:
         lines += ["", "### Sweep", "", "```", *sweep_lines, "```"]
+        if sweep_undecided:
+            lines += ["", f"{_UNDECIDED}: the configured point could not be told from the others at the sweep's "
+                      "repeats (`--specdec-undecided=fail` fails the run); its line above says what would decide it."]
     if results_path is not None:
         lines += ["", f"Results: `{results_path}`"]
     return lines

@@ -233,7 +233,8 @@ def finish(
         report_path = write_json_report(run, Path(options.report))
     _write_markdown(targets, markdown.markdown_summary(records, failures, results_path=saved_path,
                                                        sweep_lines=sweep_table, errored=errored,
-                                                       interrupted=interrupted))  # fmt: skip
+                                                       interrupted=interrupted,
+                                                       sweep_undecided=sweep_undecided))  # fmt: skip
     return Outputs(
         saved_path=saved_path,
         name_path=name_path,
