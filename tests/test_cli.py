@@ -333,24 +333,23 @@ def test_compare_latest_names_the_reference_a_clean_base_passed_against(
 ) -> None:
     """BASE latest passed its own compare against an older run: pytest keeps that older reference (a night within
     its tolerance does not move it), so the command says to name it."""
+    def passed_against(run_id: str, against: str) -> None:
+        """A run of eagle3 whose compare passed against run ``against``, as pytest stores it (its own test id)."""
+        run = read_run_file(_kinds_run(tmp_path, run_id, [("eagle3", "EAGLE3", "reference")]))
+        compare = {"verdict": "passed", "baseline_test": "t.py::test_x[eagle3]", "baseline_run": against}
+        ResultStore(tmp_path).save(dataclasses.replace(run, results=(
+            dataclasses.replace(run.results[0], cost={"verdicts": {"compare": compare}}),)))  # fmt: skip
+
     _kinds_run(tmp_path, "20260101T000000Z-aaaa", [("eagle3", "EAGLE3", "reference")])
-    path = _kinds_run(tmp_path, "20260102T000000Z-bbbb", [("eagle3", "EAGLE3", "reference")])
-    run = read_run_file(path)
-    compare = {"verdict": "passed", "baseline_test": "t.py::test_x[eagle3]", "baseline_run": "20260101T000000Z-aaaa"}
-    passed = dataclasses.replace(run.results[0], cost={"verdicts": {"compare": compare}})
-    ResultStore(tmp_path).save(dataclasses.replace(run, results=(passed,)))
-    # CURRENT as pytest stores it under --specdec-compare: its compare names its own test id.
-    current = read_run_file(_kinds_run(tmp_path, "20260103T000000Z-cccc", [("eagle3", "EAGLE3", "reference")]))
-    own = {"verdict": "passed", "baseline_test": "t.py::test_x[eagle3]", "baseline_run": "20260101T000000Z-aaaa"}
-    ResultStore(tmp_path).save(dataclasses.replace(current, results=(
-        dataclasses.replace(current.results[0], cost={"verdicts": {"compare": own}}),)))  # fmt: skip
+    passed_against("20260102T000000Z-bbbb", "20260101T000000Z-aaaa")
+    passed_against("20260103T000000Z-cccc", "20260101T000000Z-aaaa")  # CURRENT, as pytest compared it
     main(["compare", "latest", "20260103", "--results-dir", str(tmp_path)])
     out = capsys.readouterr().out
-    assert (
-        "note: t.py::test_x[eagle3]: BASE latest (20260102T000000Z-bbbb) passed against an older reference (a night "
-        "that passes within its tolerance does not move the reference); pytest's --specdec-compare would compare it "
-        "with run 20260101T000000Z-aaaa: name that run as BASE to decide as pytest did\n"
-    ) in out
+    reference = ("passed against an older reference (a night that passes within its tolerance does not move the "
+                 "reference)")  # fmt: skip
+    assert (f"note: t.py::test_x[eagle3]: BASE latest (20260102T000000Z-bbbb) {reference}; pytest's "
+            "--specdec-compare would compare it with run 20260101T000000Z-aaaa: name that run as BASE to decide as "
+            "pytest did\n") in out  # fmt: skip
     assert "--specdec-compare-profile" not in out  # compared with its own test id: no mapping (a trial read one)
     # BASE stored without a compare after a clean run: pytest passes it over, and the note gives pytest's reason.
     _kinds_run(tmp_path, "20260104T000000Z-dddd", [("eagle3", "EAGLE3", "reference")])
