@@ -188,7 +188,7 @@ class Baselines:
         unreadable."""
         for path in self.paths:
             if path.stem == run_id:
-                return next((run for run in self._runs_of([path])), None)
+                return next(self._runs_of([path]), None)
         return None
 
     def profile_kind(self, profile: str) -> bool | None:
