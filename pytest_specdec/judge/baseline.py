@@ -164,7 +164,7 @@ class Baselines:
         (an adversarial trial: aux layer ids changed, accept length 2.452 -> 2.169 REGRESSED, then ``ok`` against the
         unchecked run; a second trial, with the first clean run's file removed as pruning would, the same through
         the REGRESSED nights alone)."""
-        if "compare" in (record.cost.get("verdicts") or {}):
+        if record.compare_cost() is not None:
             return ""
         if self._named is None:
             self._named = set(results.ResultStore(self.results_dir).names().values())
@@ -177,8 +177,7 @@ class Baselines:
                 continue
             if not found.baseline_problem():
                 return f"not compared: stored without --specdec-compare after {older.run_id} was clean for it; {fix}"
-            compared = (found.cost.get("verdicts") or {}).get("compare")
-            if isinstance(compared, Mapping) and compared.get("verdict") == "FAILED":
+            if (compared := found.compare_cost()) is not None and compared.get("verdict") == "FAILED":
                 return (f"not compared: stored without --specdec-compare after {older.run_id} regressed against its "
                         f"baseline; {fix}")  # fmt: skip
         return ""

@@ -447,6 +447,13 @@ class ResultRecord:
         return keys + [k for k, text in self.checks.items()
                        if str(text).startswith("undecided:") and k not in verdicts]  # fmt: skip
 
+    def compare_cost(self) -> Mapping[str, Any] | None:
+        """What this record's baseline compare stored (``cost["verdicts"]["compare"]``: verdict, baseline_run, ...),
+        None for a record that was not compared."""
+        verdicts = self.cost.get("verdicts") or {}
+        compare = verdicts.get("compare") if isinstance(verdicts, Mapping) else None
+        return compare if isinstance(compare, Mapping) else None
+
     def passed_against(self) -> str | None:
         """The run id whose record of this test this record's compare passed against: the link
         ``judge.baseline.Baselines.find`` follows back from the newest clean night to the reference it was judged
@@ -454,9 +461,8 @@ class ResultRecord:
         not pass, crossed to another test (``--specdec-compare-profile``: ``baseline_test``), or restarted the
         reference (``new_reference``: a row improved beyond its tolerance and none was worse than half of its own,
         ``judge.verdict.judge_compare``); and for records stored before 2026-12-07 (no ``baseline_run``)."""
-        verdicts = self.cost.get("verdicts") or {}
-        compare = verdicts.get("compare") if isinstance(verdicts, Mapping) else None
-        if not isinstance(compare, Mapping) or compare.get("verdict") != "passed" or compare.get("new_reference"):
+        compare = self.compare_cost()
+        if compare is None or compare.get("verdict") != "passed" or compare.get("new_reference"):
             return None
         run = compare.get("baseline_run")
         return run if isinstance(run, str) and run and compare.get("baseline_test") == self.test_id else None
