@@ -116,6 +116,15 @@ def test_a_test_without_baseline_fails_and_a_run_that_compared_nothing_is_not_gr
                                  "stored run (each one's line says why); a gate that compared nothing is not green "
                                  "(--specdec-compare-missing=warn passes a test without a baseline, not a run that "
                                  "compared none). *"])  # fmt: skip
+    # A renamed profile (the same definition under a new name) is said to be one, with the option that compares it
+    # (an adversarial trial: it started afresh under --specdec-compare-missing=warn with only the warning above).
+    pytester.makefile(".yaml", specdec=_profiles() + "  baseline-renamed:\n    extends: baseline\n")
+    renamed = run_in_process(pytester, "--server-profile=baseline-renamed", "--specdec-compare")
+    renamed.assert_outcomes(failed=1)
+    renamed.stdout.fnmatch_lines(["no baseline for test_base.py::test_run[[]baseline-renamed[]] in *: no stored "
+                                  "run has it; run * has it as test_base.py::test_run[[]baseline[]] with the same "
+                                  "server and workload: a renamed profile? --specdec-compare-profile=baseline compares "
+                                  "with it; not compared: a new test? *"])  # fmt: skip
 
 
 @pytest.mark.slow

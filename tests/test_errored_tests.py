@@ -331,11 +331,11 @@ def test_merge_command_writes_the_errored_tests_into_the_merged_run(
     assert read_run_file(merged).errored == (died,)
 
 
-def test_save_refuses_a_run_with_an_errored_test_unless_forced(
+def test_save_refuses_a_run_with_an_errored_test_unless_forced_and_one_with_no_measured_test_always(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     died = ErroredTest("t.py::b[eagle3]", "eagle3", "setup", "server 'eagle3' exited with code 3")
-    ResultStore(tmp_path).save(RunFile("r1", 0.0, errored=(died,)))
+    ResultStore(tmp_path).save(RunFile("r1", 0.0, results=(_record("t.py::a[eagle3]"),), errored=(died,)))
     args = argparse.Namespace(run="r1", name="night-1", force=False, results_dir=str(tmp_path))
     assert save_command(args) == 1
     assert capsys.readouterr().out == (
@@ -343,11 +343,22 @@ def test_save_refuses_a_run_with_an_errored_test_unless_forced(
         "completed, passed and every verdict passed (--force names it anyway)\n"
     )
     assert ResultStore(tmp_path).named("night-1") is None
+    args.force = True
+    assert save_command(args) == 0
+    assert "not clean, named with --force: t.py::b[eagle3] (errored before it measured)" in capsys.readouterr().out
+    # A run with no record is never a baseline, --force or not: a name for it would compare nothing.
     ResultStore(tmp_path).save(RunFile("r2", 1.0, interrupted=True))
-    assert save_command(argparse.Namespace(run="r2", name="night-1", force=False, results_dir=str(tmp_path))) == 1
-    assert capsys.readouterr().out.startswith(
-        "save: refused: 1 test(s) of run r2 not clean: none measured before the session was interrupted; "
-    )
+    ResultStore(tmp_path).save(RunFile("r3", 2.0, errored=(died,)))
+    for run, why in (("r2", "the session was interrupted before any test measured"),
+                     ("r3", "every test errored before it measured")):  # fmt: skip
+        for force in (False, True):
+            args = argparse.Namespace(run=run, name="night-2", force=force, results_dir=str(tmp_path))
+            assert save_command(args) == 1
+            assert capsys.readouterr().out == (
+                f"save: refused: run {run} has no measured test ({why}): a baseline named for it would compare "
+                "nothing, with or without --force; name a run that measured\n"
+            )
+    assert ResultStore(tmp_path).named("night-2") is None
 
 
 @pytest.mark.slow

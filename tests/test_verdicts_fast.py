@@ -491,6 +491,9 @@ def test_a_sweep_with_one_repeat_per_point_recommends_nothing(pytester: pytest.P
     failed.stdout.re_match_lines([r"FAIL specdec sweep: configured point eagle3@num_steps=3 .*undecided: 1 repeat per "
                                   r"point.*; failed by --specdec-undecided=fail$"])  # fmt: skip
     assert "not failed; failed" not in failed.stdout.str() and "not failed (--specdec" not in failed.stdout.str()
+    # The sweep's own table says it too (a trial read "; not failed" there above the FAIL line).
+    failed.stdout.re_match_lines([r"^configured point eagle3@num_steps=3 .*; failed by --specdec-undecided=fail$"])
+    assert not re.search(r"^configured point .*; not failed$", failed.stdout.str(), re.M), failed.stdout.str()
 
 
 @pytest.mark.slow

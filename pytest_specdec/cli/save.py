@@ -18,10 +18,11 @@ __all__ = ["save_command"]
 def save_command(args: argparse.Namespace) -> int:
     """``save RUN NAME [--force] [--results-dir DIR]``: point NAME at stored run RUN (a name, run id or unique
     prefix, a run file in DIR, or ``latest``). A run with a test that is not clean (failed, undecided, interrupted:
-    ``ResultRecord.baseline_problem``; errored before it measured: ``RunFile.errored``), or an interrupted one in which
-    none measured (``RunFile.interrupted``), is refused unless ``--force``.
+    ``ResultRecord.baseline_problem``; errored before it measured: ``RunFile.errored``) is refused unless ``--force``;
+    a run with no measured test (interrupted before any measured, or every test errored) is refused even with it.
 
-    :returns: ``EXIT_OK`` named; ``EXIT_REFUSED`` (1) a run that is not clean, without ``--force``; ``EXIT_USAGE``
+    :returns: ``EXIT_OK`` named; ``EXIT_REFUSED`` (1) a run that is not clean, without ``--force``, or one with no
+        measured test; ``EXIT_USAGE``
         (2) a bad name, no such run, or a run file outside DIR.
     """
     store = ResultStore(Path(args.results_dir))
@@ -36,10 +37,14 @@ def save_command(args: argparse.Namespace) -> int:
         print(f"error: {path} is not a run of {store.root}: a name points at a stored run (merge or copy it there, or "
               "pass --results-dir)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
+    if not run.results:  # a name for it would compare nothing; --force cannot make it a baseline
+        why = "the session was interrupted before any test measured" if run.interrupted else (
+            "every test errored before it measured" if run.errored else "it holds no test")
+        print(f"save: refused: run {run.run_id} has no measured test ({why}): a baseline named for it would compare "
+              "nothing, with or without --force; name a run that measured")  # fmt: skip
+        return EXIT_REFUSED
     unclean = [f"{r.test_id} ({p})" for r in run.results if (p := r.baseline_problem())]
     unclean += [f"{e.test_id} (errored before it measured)" for e in run.errored]  # absent from it: not clean
-    if run.interrupted and not run.results:  # its records would say "interrupted": it has none
-        unclean.append("none measured before the session was interrupted")
     if unclean and not args.force:
         print(f"save: refused: {len(unclean)} test(s) of run {run.run_id} not clean: {shown(unclean)}; a baseline "
               "completed, passed and every verdict passed (--force names it anyway)")  # fmt: skip

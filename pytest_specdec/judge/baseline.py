@@ -27,6 +27,8 @@ from pytest_specdec.core.errors import CompareError
 from pytest_specdec.core.metric_table import EXACT_FIELDS, PAIRED_FIELDS
 from pytest_specdec.core.tolerances import Tolerance, field_specs, merge_tolerances
 from pytest_specdec.judge import sequential
+from pytest_specdec.judge.compare import swap_profile_id
+from pytest_specdec.judge.fingerprint import fingerprint_diff
 from pytest_specdec.judge.pair_ratios import paired_ratios
 from pytest_specdec.measure import results
 
@@ -209,6 +211,21 @@ class Baselines:
         if not skipped:
             return f"{head}: no stored run has it"
         return f"{head}: {len(skipped)} stored run(s) have it, none clean: {shown(skipped)}"
+
+    def renamed(self, record: results.ResultRecord) -> str:
+        """For a test with no baseline: a stored result of the same test under another profile with no fingerprint
+        difference (``fingerprint_diff``: the same launch, draft, env and workload), newest run first, as ``; run R
+        has it as t.py::test_x[eagle3] with the same server and workload: a renamed profile?
+        --specdec-compare-profile=eagle3 compares with it``; ``""`` when none. Without it a renamed profile starts
+        afresh under ``--specdec-compare-missing=warn`` with a warning that did not say why (an adversarial trial)."""
+        for run in [self.run] if self.run is not None else self._runs():
+            for other in run.results:
+                if other.profile == record.profile or fingerprint_diff(other.fingerprint, record.fingerprint):
+                    continue
+                if swap_profile_id(other.test_id, other.profile, record.profile) == record.test_id:
+                    return (f"; run {run.run_id} has it as {other.test_id} with the same server and workload: a "
+                            f"renamed profile? --specdec-compare-profile={other.profile} compares with it")  # fmt: skip
+        return ""
 
     def unclean(self, test_id: str) -> list[str]:
         """The stored runs that have ``test_id`` but not clean, or clean but passed over (stored without a compare:

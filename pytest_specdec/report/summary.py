@@ -204,8 +204,10 @@ def finish(
             sweep_table, sweep_red = list(summary.table), tuple(summary.red)
             sweep_undecided = tuple(summary.undecided)
             if options.undecided == "fail":  # an undecided configured point fails the run, as a verdict its test
-                sweep_red += tuple(f"{line.removesuffix('; not failed')}; failed by --specdec-undecided=fail"
-                                   for line in sweep_undecided)  # fmt: skip
+                failed = {line: f"{line.removesuffix('; not failed')}; failed by --specdec-undecided=fail"
+                          for line in sweep_undecided}  # fmt: skip
+                sweep_red += tuple(failed.values())
+                sweep_table = [failed.get(line, line) for line in sweep_table]  # the table says it too
             undecided = [line for line in summary.table if line.startswith("undecided")]
             plot_path = Path(options.sweep_plot or options.out_dir / f"sweep-{run_id}.png")
             try:
