@@ -9,6 +9,7 @@ on "address already in use" in the middle of its measurement.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -125,3 +126,18 @@ def test_a_port_taken_twice_or_named_by_the_profile_fails_naming_the_cause(
         startup.start_server(_fake_sglang(port=named), log_dir=tmp_path / "named", on_launch=take_port)
     assert info.value.cause == "port in use"
     assert len(list((tmp_path / "named").glob("eagle3.*.log"))) == 1  # the user's port: no relaunch
+
+
+def test_a_port_another_program_listens_on_is_not_waited_for_after_a_stop(
+    squatter: list[socket.socket], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that died of "port in use" never held the port: its stop does not wait for it to free (each such
+    launch was reported 2 s late). A port held by the server's own processes is still waited for."""
+    port = ports.find_free_port(HOST)
+    _take(squatter, port)  # this process listens: "another program" to a server of other pids
+    naps: list[float] = []
+    monkeypatch.setattr(ports.time, "sleep", naps.append)
+    assert ports.wait_port_free(HOST, port, 30.0, ours={1 << 22}) is False
+    assert naps == []  # not polled: the listener is not the server's
+    assert ports.wait_port_free(HOST, port, 0.1, ours={os.getpid()}) is False
+    assert naps  # polled until the timeout: the server's own socket may still close

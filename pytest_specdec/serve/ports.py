@@ -7,6 +7,7 @@ import os
 import socket
 import tempfile
 import time
+from collections.abc import Collection
 from pathlib import Path
 from types import TracebackType
 
@@ -135,9 +136,28 @@ def port_holder(host: str, port: int) -> str | None:
     return _describe(pid)
 
 
-def wait_port_free(host: str, port: int, timeout_s: float) -> bool:
-    """Poll ``port_is_free`` every 0.05 s for up to ``timeout_s`` seconds; True once free."""
+def _listener_pid(port: int) -> int | None:
+    """The pid of the process listening on ``port`` (``psutil.net_connections``); None when none listens or psutil
+    cannot map the socket to a pid."""
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except (psutil.AccessDenied, OSError):
+        return None
+    return next((c.pid for c in conns if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN), None)
+
+
+def wait_port_free(host: str, port: int, timeout_s: float, *, ours: Collection[int] = ()) -> bool:
+    """Poll ``port_is_free`` every 0.05 s for up to ``timeout_s`` seconds; True once free.
+
+    :param ours: the pids of the stopped server's processes. When a process outside them listens on the port, False
+        at once: the port was never the server's to free (another program took it and the server died of "port in
+        use"), and waiting for it only delayed that report, by ``timeout_s`` a launch.
+    """
     deadline = time.monotonic() + timeout_s
+    if port_is_free(host, port):
+        return True
+    if ours and (holder := _listener_pid(port)) is not None and holder not in ours:
+        return False
     while True:
         if port_is_free(host, port):
             return True

@@ -214,7 +214,8 @@ def stop_process_tree(
     that escaped the group with ``setsid`` and were re-parented). Steps: SIGTERM to the group and to each target
     outside it; wait up to ``timeout_s`` seconds; SIGKILL whatever remains; wait up to 5 s more; reap (``popen``
     when the server is our child, ``reap()`` when we are its subreaper); wait up to 1 s for the parent to reap the
-    targets (those still zombies are reported); wait up to 2 s for ``host:port`` to be bindable. Like SGLang's
+    targets (those still zombies are reported); wait up to 2 s for ``host:port`` to be bindable (not when
+    another program listens on it: ``ports.wait_port_free``). Like SGLang's
     ``terminate_and_kill_process_tree`` (``python/sglang/test/test_utils.py``), which snapshots pids, SIGTERMs,
     waits, then ``kill_process_tree`` (``python/sglang/srt/utils/common.py``); here the wait ends as soon as
     everything is gone.
@@ -255,7 +256,7 @@ def stop_process_tree(
     if host is not None and port is not None:
         from pytest_specdec.serve.ports import wait_port_free  # not needed (nor importable) in the supervisor
 
-        port_free = wait_port_free(host, port, _PORT_WAIT_S)
+        port_free = wait_port_free(host, port, _PORT_WAIT_S, ours={pid, *(proc.pid for proc in seen)})
     status = popen.returncode if popen is not None else (returncode() if returncode is not None else None)
     return StopReport(
         name=name,
