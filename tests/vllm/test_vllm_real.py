@@ -126,6 +126,22 @@ def _vllm_draft(tmp: Path) -> Path:
     return out
 
 
+def _wait_logged(log_path: Path, counters: SpecCounters, timeout_s: float = 60.0) -> None:
+    """Until the ``SpecDecoding metrics`` lines of the whole log add up to the drafted tokens ``counters`` hold: vLLM
+    logs each interval's stats (``VLLM_LOG_STATS_INTERVAL``) from the same numbers /metrics counts, so every draft
+    counted by then has reached the log (a fixed wait of two intervals was 5 s a run)."""
+    assert counters.draft_tokens is not None, "no spec-decode counters"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        parsed = (parse_spec_log_line(line) for line in log_path.read_text(errors="replace").splitlines())
+        logged = sum(p["drafted_tokens"] for p in parsed if p is not None)
+        if logged >= counters.draft_tokens:
+            return
+        assert time.monotonic() < deadline, f"{logged} drafted tokens logged after {timeout_s} s, /metrics counts " \
+                                            f"{counters.draft_tokens:g}"
+        time.sleep(0.1)
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Run]]:
     """``run(kind)`` for kind in ``eagle3``, ``wrong_ids``, ``baseline``: start that server, measure, stop; cached."""
@@ -174,15 +190,15 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Ru
                 # Only the eagle3 run's log window and client records are read (the other two runs' tests read
                 # texts and counters, which vLLM updates before a stream's last chunk: async_llm.py output_handler).
                 full = kind == "eagle3"
-                if full:  # let the warmup's stats reach the log before the measured window opens
-                    time.sleep(2 * LOG_INTERVAL_S + 0.5)
-                offset = log_path.stat().st_size
                 before = engine.counters(http.get("/metrics").text)
+                if full:  # the warmup's stats in the log before the measured window opens
+                    _wait_logged(log_path, before)
+                offset = log_path.stat().st_size
                 texts = tuple(_stream(http, p) for p in prompts)
                 after = engine.counters(http.get("/metrics").text)
                 records: list[RequestRecord] = []
-                if full:  # let the measured prompts' last stats reach the log before the window closes
-                    time.sleep(2 * LOG_INTERVAL_S + 0.5)
+                if full:  # the measured prompts' last stats in the log before the window closes
+                    _wait_logged(log_path, after)
                 # The window closes here: the client phase below drafts too, and its stats are not in the counters.
                 offset_end = log_path.stat().st_size
                 if full:
