@@ -41,6 +41,25 @@ for _name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_
     os.environ.pop(_name, None)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``-n 2 --dist loadfile``, xdist hands out whole modules in its own order: by number of tests, most first
+    (``--loadscope-reorder``), which sends the modules with few but long tests (tests/vllm: 5 tests, ~90 s) last,
+    to run alone on one worker while the other has nothing left. Keep the collection order instead, which
+    :func:`pytest_collection_modifyitems` makes heaviest first."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules with the most ``slow`` or ``vllm`` tests (each starts servers or runs pytest) first, each module's
+    tests together and in their order (a stable sort), so the short modules fill the end of a distributed run."""
+    weight: dict[str, int] = {}
+    for item in items:
+        heavy = item.get_closest_marker("slow") is not None or item.get_closest_marker("vllm") is not None
+        weight[item.nodeid.split("::")[0]] = weight.get(item.nodeid.split("::")[0], 0) + heavy
+    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])
+
+
 @pytest.fixture
 def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """pytester whose inner runs keep their tests in file order: pytest-randomly (the dev extra, on in the flake
