@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -53,11 +54,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The modules with the most ``slow`` or ``vllm`` tests (each starts servers or runs pytest) first, each module's
     tests together and in their order (a stable sort), so the short modules fill the end of a distributed run."""
-    weight: dict[str, int] = {}
-    for item in items:
-        heavy = item.get_closest_marker("slow") is not None or item.get_closest_marker("vllm") is not None
-        weight[item.nodeid.split("::")[0]] = weight.get(item.nodeid.split("::")[0], 0) + heavy
-    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    weight = Counter(module(i) for i in items if i.get_closest_marker("slow") or i.get_closest_marker("vllm"))
+    items.sort(key=lambda item: -weight[module(item)])
 
 
 @pytest.fixture
