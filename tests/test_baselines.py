@@ -177,8 +177,8 @@ def test_a_run_stored_without_a_compare_after_a_clean_one_is_passed_over_unless_
     found = baselines.find(TEST)
     assert found is not None and found.run.run_id == a  # the first night: stored without a compare, nothing older
     assert found.skipped == (
-        f"{c} (not compared: stored without --specdec-compare after {b} regressed against its baseline; to take it "
-        f"anyway: python -m pytest_specdec save {c} NAME, then --specdec-compare=NAME)",
+        f"{c} (not compared when stored (no --specdec-compare, or no baseline then) after {b} regressed against its "
+        f"baseline; to take it anyway: python -m pytest_specdec save {c} NAME, then --specdec-compare=NAME)",
         f"{b} (failed)",
     )
     store.save_name("rebased", c)  # named on purpose: taken
@@ -192,9 +192,52 @@ def test_a_run_stored_without_a_compare_after_a_clean_one_is_passed_over_unless_
     pruned = Baselines.from_option("latest", store)
     assert pruned is not None and pruned.find(TEST) is None
     assert pruned.missing(TEST).endswith(
-        f"(not compared: stored without --specdec-compare after {b} regressed against its baseline; to take it "
-        f"anyway: python -m pytest_specdec save {c} NAME, then --specdec-compare=NAME), {b} (failed)"
+        f"(not compared when stored (no --specdec-compare, or no baseline then) after {b} regressed against its "
+        f"baseline; to take it anyway: python -m pytest_specdec save {c} NAME, then --specdec-compare=NAME), "
+        f"{b} (failed)"
     )
+
+
+def test_a_renamed_profiles_unchecked_first_night_is_passed_over_and_the_old_test_named(tmp_path: Path) -> None:
+    # Adversarial trial: the eagle3 profile renamed eagle3f with its aux ids changed; eagle3f's first night ran
+    # without a compare (or with no baseline under --specdec-compare-missing=warn), was its first clean run, and the
+    # next gated night read the regressed accept length ok against it.
+    a, b, c = "20261201T000000Z-aaaaaa", "20261202T000000Z-bbbbbb", "20261203T000000Z-cccccc"
+
+    def spec(profile: str, aux: list[int], run_id: str) -> RunFile:
+        rec = record(profile, 90.0, 2.3)
+        fp = {**rec.fingerprint, "draft": {"aux_ids": aux}}
+        plain = record("baseline", 80.0, None)
+        return RunFile(run_id=run_id, started=0.0, results=(dataclasses.replace(rec, fingerprint=fp), plain))
+
+    renamed = "tests/test_x.py::test_run[eagle3f]"
+    store = _store(tmp_path, spec("eagle3", [1, 3, 5], a), spec("eagle3f", [0, 1, 2], b))
+    baselines = Baselines.from_option("latest", store)
+    assert baselines is not None and baselines.find(renamed) is None
+    assert baselines.missing(renamed).endswith(
+        f"{b} (not compared when stored (no --specdec-compare, or no baseline then), and its run has no "
+        f"tests/test_x.py::test_run[eagle3], which {a} was clean for (a renamed profile? "
+        f"--specdec-compare-profile=eagle3 compares with it); to take it anyway: python -m pytest_specdec save {b} "
+        "NAME, then --specdec-compare=NAME)"
+    )
+    # The test with no baseline names the old one, with what differs; not a profile of the other kind.
+    current = spec("eagle3f", [0, 1, 2], c).results[0]
+    assert baselines.renamed(current) == (
+        f"; tests/test_x.py::test_run[eagle3] has one (run {a}, differing in: draft aux ids: [1, 3, 5] -> [0, 1, 2]): "
+        "a renamed profile? --specdec-compare-profile=eagle3 compares with it"
+    )
+    assert baselines.renamed(current, mapped_to="eagle3") == ""  # already mapped there: nothing to add
+    # A plain profile is pointed at a plain one only (eagle3f of the newest run is passed: it speculates), at the run
+    # its compare would take (b's is unchecked after a clean one).
+    assert baselines.renamed(record("baseline-2", 80.0, None)) == (
+        f"; tests/test_x.py::test_run[baseline] has one (run {a}, the same server and workload): a renamed profile? "
+        "--specdec-compare-profile=baseline compares with it"
+    )
+    # A new profile beside the old one (its run holds both) is a new test: its first unchecked night is the baseline.
+    old = spec("eagle3", [1, 3, 5], b).results[0]
+    store.save(RunFile(run_id=b, started=0.0, results=(*spec("eagle3f", [0, 1, 2], b).results, old)))
+    again = Baselines.from_option("latest", store)
+    assert again is not None and (found := again.find(renamed)) is not None and found.run.run_id == b
 
 
 def test_no_clean_run_is_no_baseline_and_the_reason_lists_the_runs(tmp_path: Path) -> None:

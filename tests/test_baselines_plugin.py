@@ -122,9 +122,9 @@ def test_a_test_without_baseline_fails_and_a_run_that_compared_nothing_is_not_gr
     renamed = run_in_process(pytester, "--server-profile=baseline-renamed", "--specdec-compare")
     renamed.assert_outcomes(failed=1)
     renamed.stdout.fnmatch_lines(["no baseline for test_base.py::test_run[[]baseline-renamed[]] in *: no stored "
-                                  "run has it; run * has it as test_base.py::test_run[[]baseline[]] with the same "
-                                  "server and workload: a renamed profile? --specdec-compare-profile=baseline compares "
-                                  "with it; not compared: a new test? *"])  # fmt: skip
+                                  "run has it; test_base.py::test_run[[]baseline[]] has one (run *, the same server "
+                                  "and workload): a renamed profile? --specdec-compare-profile=baseline compares with "
+                                  "it; not compared: a new test? *"])  # fmt: skip
 
 
 @pytest.mark.slow

@@ -356,8 +356,9 @@ def test_compare_latest_names_the_reference_a_clean_base_passed_against(
     _kinds_run(tmp_path, "20260105T000000Z-eeee", [("eagle3", "EAGLE3", "reference")])
     main(["compare", "latest", "20260105", "--results-dir", str(tmp_path)])
     assert (
-        "note: t.py::test_x[eagle3]: BASE latest (20260104T000000Z-dddd) is passed over by pytest (not compared: "
-        "stored without --specdec-compare after 20260103T000000Z-cccc was clean for it; to take it anyway: "
+        "note: t.py::test_x[eagle3]: BASE latest (20260104T000000Z-dddd) is passed over by pytest (not compared when "
+        "stored (no --specdec-compare, or no baseline then) after 20260103T000000Z-cccc was clean for it; to take it "
+        "anyway: "
         "python -m pytest_specdec save 20260104T000000Z-dddd NAME, then --specdec-compare=NAME); pytest's "
         "--specdec-compare would compare it with run 20260101T000000Z-aaaa: name that run as BASE to decide as "
         "pytest did\n"

@@ -173,16 +173,43 @@ class Baselines:
         if run.run_id in self._named:
             return ""
         fix = f"to take it anyway: python -m pytest_specdec save {run.run_id} NAME, then --specdec-compare=NAME"
+        unchecked = "not compared when stored (no --specdec-compare, or no baseline then)"
         for older in self._runs():
             found = older.find(record.test_id) if older.run_id < run.run_id else None
             if found is None:
                 continue
             if not found.baseline_problem():
-                return f"not compared: stored without --specdec-compare after {older.run_id} was clean for it; {fix}"
+                return f"{unchecked} after {older.run_id} was clean for it; {fix}"
             if (compared := found.compare_cost()) is not None and compared.get("verdict") == "FAILED":
-                return (f"not compared: stored without --specdec-compare after {older.run_id} regressed against its "
-                        f"baseline; {fix}")  # fmt: skip
+                return f"{unchecked} after {older.run_id} regressed against its baseline; {fix}"
+        replaced = self._replaced(run, record)
+        if replaced is not None:
+            # A renamed profile's first night, stored without a compare: it would be the baseline of a regression
+            # made with the rename (an adversarial trial: aux ids changed with the name, accept length 2.286 ->
+            # 2.103 read ok the night after).
+            old_run, old = replaced
+            return (f"{unchecked}, and its run has no {old.test_id}, which {old_run.run_id} was clean for (a renamed "
+                    f"profile? --specdec-compare-profile={old.profile} compares with it); {fix}")  # fmt: skip
         return ""
+
+    def _replaced(
+        self, run: results.RunFile, record: results.ResultRecord
+    ) -> tuple[results.RunFile, results.ResultRecord] | None:
+        """The newest clean result, stored before ``run``, of the same test under another profile of the same kind
+        (with speculation, or without) that ``run`` does not hold: the profile ``record``'s may have replaced."""
+        held = {r.profile for r in run.results}
+        kind = bool(record.fingerprint.get("speculative"))
+        for older in self._runs():
+            if older.run_id >= run.run_id:
+                continue
+            for other in older.results:
+                if other.profile in held or bool(other.fingerprint.get("speculative")) != kind:
+                    continue
+                if other.baseline_problem() or swap_profile_id(other.test_id, other.profile, record.profile) != \
+                        record.test_id:  # fmt: skip
+                    continue
+                return older, other
+        return None
 
     def _run_by_id(self, run_id: str) -> results.RunFile | None:
         """The stored run ``run_id`` (its file ``<run_id>.json`` among :attr:`paths`), None when not stored or
@@ -212,19 +239,32 @@ class Baselines:
             return f"{head}: no stored run has it"
         return f"{head}: {len(skipped)} stored run(s) have it, none clean: {shown(skipped)}"
 
-    def renamed(self, record: results.ResultRecord) -> str:
-        """For a test with no baseline: a stored result of the same test under another profile with no fingerprint
-        difference (``fingerprint_diff``: the same launch, draft, env and workload), newest run first, as ``; run R
-        has it as t.py::test_x[eagle3] with the same server and workload: a renamed profile?
-        --specdec-compare-profile=eagle3 compares with it``; ``""`` when none. Without it a renamed profile starts
-        afresh under ``--specdec-compare-missing=warn`` with a warning that did not say why (an adversarial trial)."""
+    def renamed(self, record: results.ResultRecord, *, mapped_to: str | None = None) -> str:
+        """For a test with no baseline: the same test stored under another profile of the same kind (with
+        speculation, or without) that has a baseline, newest first, as ``; t.py::test_x[eagle3] has one (run R,
+        differing in: draft aux ids: [1, 3, 5] -> [0, 1, 2]): a renamed profile? --specdec-compare-profile=eagle3
+        compares with it``; ``""`` when none, or when it is ``mapped_to`` (the ``--specdec-compare-profile`` already
+        given). A renamed profile otherwise started afresh, its first night the baseline of a regression made with
+        the rename (an adversarial trial)."""
+        kind = bool(record.fingerprint.get("speculative"))
+        seen: set[str] = set()
         for run in [self.run] if self.run is not None else self._runs():
             for other in run.results:
-                if other.profile == record.profile or fingerprint_diff(other.fingerprint, record.fingerprint):
+                if other.test_id in seen or other.profile in (record.profile, mapped_to):
                     continue
-                if swap_profile_id(other.test_id, other.profile, record.profile) == record.test_id:
-                    return (f"; run {run.run_id} has it as {other.test_id} with the same server and workload: a "
-                            f"renamed profile? --specdec-compare-profile={other.profile} compares with it")  # fmt: skip
+                seen.add(other.test_id)
+                if bool(other.fingerprint.get("speculative")) != kind:
+                    continue
+                if swap_profile_id(other.test_id, other.profile, record.profile) != record.test_id:
+                    continue
+                found = self.find(other.test_id)
+                if found is None:
+                    continue
+                diff = fingerprint_diff(found.record.fingerprint, record.fingerprint)
+                what = f"differing in: {'; '.join(diff[:2])}{'; ...' if len(diff) > 2 else ''}" if diff else (
+                    "the same server and workload")
+                return (f"; {other.test_id} has one (run {found.run.run_id}, {what}): a renamed profile? "
+                        f"--specdec-compare-profile={other.profile} compares with it")  # fmt: skip
         return ""
 
     def unclean(self, test_id: str) -> list[str]:

@@ -1221,7 +1221,8 @@ def compare_item(
     record = case.record
     test_id, found = _baseline_of(record, setup, profile)
     if found is None:
-        text = f"{setup.baselines.missing(test_id)}{setup.baselines.renamed(record)}; not compared"
+        renamed = setup.baselines.renamed(record, mapped_to=setup.profile)
+        text = f"{setup.baselines.missing(test_id)}{renamed}; not compared"
         if setup.missing == "fail" and setup.baselines.unclean(test_id):
             # Not a new test: its nights never ended clean (a fresh-user trial followed the advice below, which would
             # have switched its compare off for good).
