@@ -611,6 +611,29 @@ def fail_lines(red: Sequence[str]) -> list[Line]:
     return [Line(f"FAIL specdec sweep: {line}", {"red": True, "bold": True}) for line in red]
 
 
+def uncompared_lines(records: Sequence[results.ResultRecord], missing: str) -> list[Line]:
+    """Under ``--specdec-compare`` with ``--specdec-compare-missing=warn``: one line counting the tests passed without
+    a baseline while others were compared (none compared: :func:`nothing_compared` fails the run instead), for the
+    very end of the summary. Without it such a test read ``passed`` in the table and only a warning said it was never
+    compared (an adversarial trial: a renamed profile's regressed first night; the ``compare`` command counts them
+    as "without baseline").
+
+    Example: ``specdec: 1 test not compared with a stored run, passed by --specdec-compare-missing=warn:
+    test_night[eagle3b]; its warning above says why (a new test's first night, or a renamed profile)``.
+    """
+    if missing != "warn" or nothing_compared(records, missing):
+        return []
+    skipped = set(_skipped_tests(records))
+    tests = [name for r in records if "compare" not in ((r.cost or {}).get("verdicts") or {})
+             if (name := r.test_id.split("::", 1)[-1]) not in skipped]  # fmt: skip
+    if not tests:
+        return []
+    counted, whose = ("1 test", "its") if len(tests) == 1 else (f"{len(tests)} tests", "each one's")
+    text = (f"specdec: {counted} not compared with a stored run, passed by --specdec-compare-missing=warn: "
+            f"{shown(tests)}; {whose} warning above says why (a new test's first night, or a renamed profile)")
+    return [Line(text, {"yellow": True, "bold": True})]
+
+
 def undecided_lines(records: Iterable[results.ResultRecord], policy: str) -> list[Line]:
     """One line counting the tests with a verdict that stayed undecided at its budget, for the very end of the summary
     (right above pytest's final line, as :func:`fail_lines`): an undecided verdict is not "ok", whatever the policy

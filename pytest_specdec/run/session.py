@@ -452,6 +452,8 @@ class SpecdecSession:
         if self.outcomes.records:
             from pytest_specdec.report import summary
 
+            if self.settings.compare is not None:
+                _write(terminalreporter, summary.uncompared_lines(self.outcomes.records, self.settings.compare_missing))
             _write(terminalreporter, summary.undecided_lines(self.outcomes.records, self.settings.undecided))
 
 
