@@ -103,6 +103,13 @@ def test_one_line_per_problem_with_bounds_literals_and_lists(in_tmp: Path) -> No
         "specdec.yaml:6: profiles.a.extra_args[1]: expected a string, got 3",
         "specdec.yaml:7: profiles.a.workload.ignore_eos: expected true or false, got 'maybe'",
     ]
+    # A fresh-user trial gave the URL under server:; it is a key of its own.
+    write(in_tmp, "profiles:\n  a:\n    server: {url: 'http://127.0.0.1:30000'}\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml:3: profiles.a.server: expected one of 'reference', 'sglang' or 'vllm', got {'url': "
+        "'http://127.0.0.1:30000'} (a running server is given by url: http://host:port, a key of its own beside "
+        "server:)"
+    )
 
 
 def test_unknown_keys_get_a_suggestion(in_tmp: Path) -> None:

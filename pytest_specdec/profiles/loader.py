@@ -513,6 +513,9 @@ def _describe_error(shown: str, name: str, err: Any) -> str:
         return f"{where}: required key missing"
     if kind == "literal_error":
         hint = did_you_mean(value, _literal_choices(info)) if isinstance(value, str) else ""
+        if loc[-1:] == ("server",) and (isinstance(value, dict) or str(value).startswith(("http://", "https://"))):
+            # A fresh-user trial wrote server: {url: ...}: a URL is its own key beside server:.
+            hint = " (a running server is given by url: http://host:port, a key of its own beside server:)"
         return f"{where}: expected one of {err['ctx']['expected']}, got {value!r}{hint}"
     if kind in ("value_error", "assertion_error"):
         msg = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
