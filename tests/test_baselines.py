@@ -6,6 +6,7 @@ record with an outlier repeat or too wide a spread says so, with the fix, when i
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import statistics
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_specdec.cli.save import save_command
 from pytest_specdec.core.errors import CompareError
 from pytest_specdec.core.tolerances import parse_tolerances
 from pytest_specdec.judge import sequential
@@ -166,7 +168,9 @@ def test_a_passed_compare_restarts_the_reference_only_when_a_row_improved_and_no
     assert "new_reference" not in slower_ttft, slower_ttft
 
 
-def test_a_run_stored_without_a_compare_after_a_clean_one_is_passed_over_unless_named(tmp_path: Path) -> None:
+def test_a_run_stored_without_a_compare_after_a_clean_one_is_passed_over_unless_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Adversarial trial: aux layer ids changed, the gated night read accept length REGRESSED; one run without
     # --specdec-compare then passed (nothing to compare) and was the newest clean run, and the next gated night read
     # the regressed config "ok" against it.
@@ -181,7 +185,15 @@ def test_a_run_stored_without_a_compare_after_a_clean_one_is_passed_over_unless_
         f"baseline; to take it anyway: python -m pytest_specdec save {c} NAME, then --specdec-compare=NAME)",
         f"{b} (failed)",
     )
-    store.save_name("rebased", c)  # named on purpose: taken
+    # Named on purpose: taken. `save` says what --specdec-compare alone made of it (a trial named such a run silently
+    # and the regressed server then read ok against it).
+    args = argparse.Namespace(run=c, name="rebased", force=False, results_dir=str(tmp_path))
+    assert save_command(args) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        f"note: --specdec-compare alone passes this run over for {TEST} (not compared when stored (no "
+        f"--specdec-compare, or no baseline then) after {b} regressed against its baseline); named, it is the "
+        "baseline of --specdec-compare=rebased as it is: check that the server it measured is the one to keep"
+    )
     renamed = Baselines.from_option("latest", store)
     assert renamed is not None
     assert (taken := renamed.find(TEST)) is not None and taken.run.run_id == c

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pytest_specdec.cli.exits import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from pytest_specdec.core.errors import CompareError
-from pytest_specdec.judge.baseline import shown
+from pytest_specdec.judge.baseline import Baselines, shown
 from pytest_specdec.measure.results import ResultStore, check_name
 
 __all__ = ["save_command"]
@@ -49,9 +49,18 @@ def save_command(args: argparse.Namespace) -> int:
         print(f"save: refused: {len(unclean)} test(s) of run {run.run_id} not clean: {shown(unclean)}; a baseline "
               "completed, passed and every verdict passed (--force names it anyway)")  # fmt: skip
         return EXIT_REFUSED
+    # Named, a run pytest's --specdec-compare passes over becomes the baseline as it is (a trial named one measured
+    # after a REGRESSED night and the regressed server then read ok): say so, with why it was passed over.
+    latest = Baselines(store.root, paths=list(reversed(store.list())))
+    passed_over = [f"{r.test_id} ({why.split('; to take it anyway')[0]})" for r in run.results
+                   if not r.baseline_problem() and (why := latest.passed_over(run, r))]  # fmt: skip
     before = store.named(args.name)
     where = store.save_name(args.name, run.run_id)
     moved = f" (was run {before})" if before and before != run.run_id else ""
     forced = f"; not clean, named with --force: {shown(unclean)}" if unclean else ""
     print(f"saved as {args.name}: {where} names run {run.run_id}{moved}{forced}")
+    if passed_over:
+        print(f"note: --specdec-compare alone passes this run over for {shown(passed_over)}; named, it is the "
+              f"baseline of --specdec-compare={args.name} as it is: check that the server it measured is the one "
+              "to keep")  # fmt: skip
     return EXIT_OK

@@ -158,6 +158,12 @@ class Baselines:
             run, record = found, base
         return Baseline(run, record, ""), chain
 
+    def passed_over(self, run: results.RunFile, record: results.ResultRecord) -> str:
+        """Why ``latest`` passes a clean ``record`` of ``run`` over as a baseline (:meth:`_uncompared`: it was not
+        compared when stored, after a clean or a regressed run of its test, or in place of a renamed profile's), or
+        ``""``; for ``save``, which names such a run on purpose."""
+        return self._uncompared(run, record)
+
     def _uncompared(self, run: results.RunFile, record: results.ResultRecord) -> str:
         """Why a clean record stored without a compare may not be the baseline, or ``""`` when it may: it may when it
         was compared, its run is named (``--specdec-save NAME``, ``save``: chosen on purpose), or no older stored run
