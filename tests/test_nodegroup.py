@@ -27,7 +27,14 @@ from pytest_specdec.engines.sglang import SglangEngine
 from pytest_specdec.measure import runner
 from pytest_specdec.profiles.schema import Profile
 from pytest_specdec.refserver.args import ArgsError, parse_args, resolve_args
-from pytest_specdec.serve.nodegroup import FOLLOWER_WINDOW_S, NodeGroup, Rank, blame_order, render_launcher
+from pytest_specdec.serve.nodegroup import (
+    FOLLOWER_WINDOW_S,
+    NodeGroup,
+    Rank,
+    blame_order,
+    death_times,
+    render_launcher,
+)
 from pytest_specdec.serve.ports import find_free_port
 from tests.helpers import IN_PROCESS_INI, run_in_process
 
@@ -226,6 +233,19 @@ def test_blame_goes_to_the_rank_whose_peers_failed_their_collective_even_when_re
     # Every rank failed its collective (an NCCL misconfiguration): time order alone.
     same = dict.fromkeys(range(4), "CUDA/NCCL error")
     assert [r.rank for r in blame_order(ranks, {0: 1.2, 1: 1.1, 2: 1.3, 3: 1.0}, same)] == [3, 1, 0, 2]
+
+
+def test_a_rank_whose_supervisor_never_said_when_it_died_is_timed_when_it_was_seen_dead() -> None:
+    # A flake hunt at load 4.6: rank 1 (the fault) exited first, but its supervisor, starved, had not reported the
+    # reap when the group stopped; with no time it sorted last and rank 2 ("lost node rank 1") took the blame.
+    def rank(i: int, exited_at: float | None) -> Rank:
+        return cast(Rank, SimpleNamespace(rank=i, process=SimpleNamespace(exited_at=lambda: exited_at)))
+
+    dead = [rank(1, None), rank(2, 10.3)]
+    times = death_times(dead, seen_at=10.4)
+    assert times == {1: 10.4, 2: 10.3}
+    causes = {1: "reference server fault", 2: "CUDA/NCCL error"}
+    assert [r.rank for r in blame_order(dead, times, causes)] == [1, 2]
 
 
 def test_rank_that_dies_before_ready_names_rank_host_and_log(tmp_path: Path) -> None:

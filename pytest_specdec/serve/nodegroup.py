@@ -43,7 +43,7 @@ from pytest_specdec.serve.ports import find_free_port
 from pytest_specdec.serve.process_exit import describe_exit, read_tail, tail_lines
 from pytest_specdec.serve.server import ProgressCallback, ServerProcess, StopReport
 
-__all__ = ["FOLLOWER_WINDOW_S", "NodeEngine", "NodeGroup", "Rank", "blame_order", "render_launcher"]
+__all__ = ["FOLLOWER_WINDOW_S", "NodeEngine", "NodeGroup", "Rank", "blame_order", "death_times", "render_launcher"]
 
 _POLL_S = 0.1
 _PROGRESS_S = 0.5
@@ -76,6 +76,14 @@ def blame_order(dead: Sequence[Rank], times: Mapping[int, float | None], causes:
         return (1, False, at, r.rank == 0, r.rank)
 
     return sorted(dead, key=key)
+
+
+def death_times(dead: Sequence[Rank], seen_at: float) -> dict[int, float]:
+    """rank -> when it died, for :func:`blame_order`: its supervisor's reap time (``ServerProcess.exited_at``), or,
+    when the supervisor had not said (starved on a loaded runner, then stopped), ``seen_at``, when the group saw it
+    dead, an upper bound. Unknown, the rank that died first sorted last: a flake hunt at load 4.6 blamed the rank
+    that had exited on the broken collective ("lost node rank 1") for the fault of the rank it lost."""
+    return {rank.rank: at if (at := rank.process.exited_at()) is not None else seen_at for rank in dead}
 
 
 @runtime_checkable
@@ -319,9 +327,10 @@ class NodeGroup:
         names no cause its last lines (``diagnosis.diagnose_exit``, ``ExitDiagnosis.explain``, as
         ``ServerProcess.check_alive`` for one server); the first one's log tail is shown (secrets redacted).
         """
+        seen_at = time.monotonic()  # every rank of ``dead`` was seen dead by now
         pids = {rank.rank: rank.process.known_pids() for rank in dead}
         self.stop()
-        times = {rank.rank: rank.process.exited_at() for rank in dead}
+        times = death_times(dead, seen_at)
         codes = {r.rank: r.process.stop_report.returncode if r.process.stop_report is not None else None for r in dead}
         diagnoses = {r.rank: diagnose_exit(read_tail(r.log_path), codes[r.rank], pids=pids[r.rank]) for r in dead}
         dead = blame_order(dead, times, {rank: d.cause for rank, d in diagnoses.items()})
