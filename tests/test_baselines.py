@@ -245,6 +245,13 @@ def test_a_renamed_profiles_unchecked_first_night_is_passed_over_and_the_old_tes
         f"; tests/test_x.py::test_run[baseline] has one (run {a}, the same server and workload): a renamed profile? "
         "--specdec-compare-profile=baseline compares with it"
     )
+    # A sweep stored before a nightly's first night holds eagle3f's test as points (eagle3f@num_steps=2): a point is
+    # no renamed profile, and eagle3f's first night stays its baseline.
+    point = spec("eagle3f@num_steps=2", [1, 3, 5], a).results[0]
+    swept = RunFile(run_id="20261130T000000Z-999999", started=0.0, results=(point,))
+    sweep_first = _store(tmp_path / "sweep", swept, spec("eagle3f", [0, 1, 2], b))
+    after_sweep = Baselines.from_option("latest", sweep_first)
+    assert after_sweep is not None and (first := after_sweep.find(renamed)) is not None and first.run.run_id == b
     # A new profile beside the old one (its run holds both) is a new test: its first unchecked night is the baseline.
     old = spec("eagle3", [1, 3, 5], b).results[0]
     store.save(RunFile(run_id=b, started=0.0, results=(*spec("eagle3f", [0, 1, 2], b).results, old)))

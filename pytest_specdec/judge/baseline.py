@@ -36,6 +36,9 @@ __all__ = ["Baseline", "Baselines", "baseline_notes"]
 
 #: Skipped runs named in a line at most (the rest are counted).
 _SHOWN = 3
+#: In a sweep point's profile name (``eagle3@num_steps=2``, ``run.sweep_spec``): a point is no renamed profile, nor
+#: renamed into one (a sweep stored before a nightly's first night would otherwise pass that night over).
+_SWEEP_POINT = "@"
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,13 +206,17 @@ class Baselines:
     ) -> tuple[results.RunFile, results.ResultRecord] | None:
         """The newest clean result, stored before ``run``, of the same test under another profile of the same kind
         (with speculation, or without) that ``run`` does not hold: the profile ``record``'s may have replaced."""
+        if _SWEEP_POINT in record.profile:
+            return None
         held = {r.profile for r in run.results}
         kind = bool(record.fingerprint.get("speculative"))
         for older in self._runs():
             if older.run_id >= run.run_id:
                 continue
             for other in older.results:
-                if other.profile in held or bool(other.fingerprint.get("speculative")) != kind:
+                if other.profile in held or _SWEEP_POINT in other.profile:
+                    continue
+                if bool(other.fingerprint.get("speculative")) != kind:
                     continue
                 if other.baseline_problem() or swap_profile_id(other.test_id, other.profile, record.profile) != \
                         record.test_id:  # fmt: skip
@@ -259,7 +266,7 @@ class Baselines:
                 if other.test_id in seen or other.profile in (record.profile, mapped_to):
                     continue
                 seen.add(other.test_id)
-                if bool(other.fingerprint.get("speculative")) != kind:
+                if _SWEEP_POINT in other.profile or bool(other.fingerprint.get("speculative")) != kind:
                     continue
                 if swap_profile_id(other.test_id, other.profile, record.profile) != record.test_id:
                     continue
