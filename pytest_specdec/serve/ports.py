@@ -10,6 +10,7 @@ import time
 from collections.abc import Collection
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import psutil
 from filelock import FileLock, Timeout
@@ -122,28 +123,25 @@ def port_holder(host: str, port: int) -> str | None:
     since a wildcard listener blocks every host.
     """
     del host
-    try:
-        conns = psutil.net_connections(kind="inet")
-    except (psutil.AccessDenied, OSError):
-        conns = []
-    bound = [c for c in conns if c.laddr and c.laddr.port == port]
+    bound = _bound_sockets(port)
     if not bound:
         return None
-    bound.sort(key=lambda c: (c.status != psutil.CONN_LISTEN, c.pid is None))
     pid = bound[0].pid
     if pid is None:
         return "a process psutil cannot read (another user's?)"
     return _describe(pid)
 
 
-def _listener_pid(port: int) -> int | None:
-    """The pid of the process listening on ``port`` (``psutil.net_connections``); None when none listens or psutil
-    cannot map the socket to a pid."""
+def _bound_sockets(port: int) -> list[Any]:
+    """The sockets bound to ``port`` (``psutil.net_connections``, any address), listening ones first, then those
+    psutil maps to a pid; empty when none or psutil may not look."""
     try:
         conns = psutil.net_connections(kind="inet")
     except (psutil.AccessDenied, OSError):
-        return None
-    return next((c.pid for c in conns if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN), None)
+        return []
+    bound = [c for c in conns if c.laddr and c.laddr.port == port]
+    bound.sort(key=lambda c: (c.status != psutil.CONN_LISTEN, c.pid is None))
+    return bound
 
 
 def wait_port_free(host: str, port: int, timeout_s: float, *, ours: Collection[int] = ()) -> bool:
@@ -156,7 +154,8 @@ def wait_port_free(host: str, port: int, timeout_s: float, *, ours: Collection[i
     deadline = time.monotonic() + timeout_s
     if port_is_free(host, port):
         return True
-    if ours and (holder := _listener_pid(port)) is not None and holder not in ours:
+    listening = next((c.pid for c in _bound_sockets(port) if c.status == psutil.CONN_LISTEN), None) if ours else None
+    if listening is not None and listening not in ours:
         return False
     while True:
         if port_is_free(host, port):
