@@ -41,6 +41,14 @@ _SHOWN = 3
 _SWEEP_POINT = "@"
 
 
+def _same_test_of(other: results.ResultRecord, record: results.ResultRecord, speculative: bool) -> bool:
+    """Whether ``other`` is ``record``'s test under another profile that could be its old name: not a sweep point,
+    of the same kind (``speculative``: ``record``'s), the same test id once the profile part is swapped."""
+    if _SWEEP_POINT in other.profile or bool(other.fingerprint.get("speculative")) != speculative:
+        return False
+    return swap_profile_id(other.test_id, other.profile, record.profile) == record.test_id
+
+
 @dataclass(frozen=True, slots=True)
 class Baseline:
     """The stored result one test is compared with."""
@@ -214,14 +222,8 @@ class Baselines:
             if older.run_id >= run.run_id:
                 continue
             for other in older.results:
-                if other.profile in held or _SWEEP_POINT in other.profile:
-                    continue
-                if bool(other.fingerprint.get("speculative")) != kind:
-                    continue
-                if other.baseline_problem() or swap_profile_id(other.test_id, other.profile, record.profile) != \
-                        record.test_id:  # fmt: skip
-                    continue
-                return older, other
+                if other.profile not in held and not other.baseline_problem() and _same_test_of(other, record, kind):
+                    return older, other
         return None
 
     def _run_by_id(self, run_id: str) -> results.RunFile | None:
@@ -266,9 +268,7 @@ class Baselines:
                 if other.test_id in seen or other.profile in (record.profile, mapped_to):
                     continue
                 seen.add(other.test_id)
-                if _SWEEP_POINT in other.profile or bool(other.fingerprint.get("speculative")) != kind:
-                    continue
-                if swap_profile_id(other.test_id, other.profile, record.profile) != record.test_id:
+                if not _same_test_of(other, record, kind):
                     continue
                 found = self.find(other.test_id)
                 if found is None:
