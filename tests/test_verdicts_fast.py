@@ -370,10 +370,12 @@ def test_sweep_over_num_steps_prints_the_table_and_writes_outputs(pytester: pyte
             "eagle3@num_steps=1 * 1.88 * 0.875 * *.*x  ok*",
             "eagle3@num_steps=2 * 2.50 * 0.750 * *.*x  ok*",
             "best: eagle3@num_steps=? (* tok/s, repeats *-*, *x vs baseline)*",
-            "configured point eagle3@num_steps=3 was not swept; not compared with the best eagle3@num_steps=?",
+            "configured point eagle3@num_steps=3 was not swept; not compared with the best eagle3@num_steps=?: "
+            "undecided; a sweep with num_steps=3 among its points would compare it; not failed",
             "*- specdec sweep plot: out/sweep.png -*",
             "*- specdec report: out/report.json -*",
             "*- specdec markdown: out/summary.md -*",
+            "specdec: the sweep's configured point undecided: not failed (--specdec-undecided=warn)*",
         ]
     )
     assert (pytester.path / "out/sweep.png").read_bytes()[:4] == b"\x89PNG"
@@ -481,7 +483,7 @@ def test_a_sweep_with_one_repeat_per_point_recommends_nothing(pytester: pytest.P
             re.M,
         ), out
         # Counted right above pytest's final line, as an undecided verdict is (an adversarial trial: it was not).
-        assert "specdec: the sweep's configured point undecided at the budget: not failed (--specdec-undecided=warn)" \
+        assert "specdec: the sweep's configured point undecided: not failed (--specdec-undecided=warn)" \
             in out, out
     assert "FAIL" not in out and "<- best" not in out
     # The nightly's policy for what it could not tell: the undecided configured point fails the run.

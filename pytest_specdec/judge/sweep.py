@@ -338,6 +338,7 @@ def configured_point_lines(
     :param profiles: the session's profiles by name (the base profiles, before sweep expansion).
     :param max_gap: the largest allowed gap as a fraction (0.05 = 5 %).
     A configured point that failed its thresholds is not ranked (its test fails on them already): its line says so.
+    A configured point outside the swept points is undecided (its gap was not measured), with the points to add.
 
     :returns: (lines for the table, the failing ones among them, the undecided ones among them), e.g. failing:
         ``configured point eagle3@num_steps=5 (92.1 tok/s) is 12.3% below the sweep's best eagle3@num_steps=2
@@ -361,7 +362,12 @@ def configured_point_lines(
         name = f"{base}{AT}{point_label(configured)}"
         conf = group.record(name)
         if conf is None:
-            lines.append(f"configured point {name} was not swept; not compared with the best {leader.profile}")
+            # Undecided, not silent: the gap this check exists for was never measured (helper-76's trial read exit
+            # 0 under --specdec-undecided=fail with nothing counted).
+            line = (f"configured point {name} was not swept; not compared with the best {leader.profile}: undecided; "
+                    f"a sweep with {point_label(configured)} among its points would compare it; not failed")
+            lines.append(line)
+            undecided.append(line)
             continue
         if not any(r is conf for r in group.ranked):
             # A point that failed a floor is left out of the ranking; its tok/s gap to the leader means nothing.

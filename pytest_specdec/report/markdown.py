@@ -124,7 +124,8 @@ def markdown_summary(
         lines += ["", "### Sweep", "", "```", *sweep_lines, "```"]
         if sweep_undecided:
             lines += ["", f"{_UNDECIDED}: the configured point could not be told from the others at the sweep's "
-                      "repeats (`--specdec-undecided=fail` fails the run); its line above says what would decide it."]
+                      "repeats, or was not swept (`--specdec-undecided=fail` fails the run); its line above says what "
+                      "would decide it."]
     if results_path is not None:
         lines += ["", f"Results: `{results_path}`"]
     return lines

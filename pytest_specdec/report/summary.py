@@ -125,7 +125,7 @@ class Outputs:
         if self.sweep_undecided and not self.sweep_undecided_fails:
             # An adversarial trial: a configured point tied with the best said "not failed" in the sweep's table
             # and nothing counted it, also under --specdec-undecided=fail (which now fails the run: sweep_red).
-            out.append(Line("specdec: the sweep's configured point undecided at the budget: not failed "
+            out.append(Line("specdec: the sweep's configured point undecided: not failed "
                             "(--specdec-undecided=warn); its line above says what would decide it",
                             {"yellow": True, "bold": True}))  # fmt: skip
         if self.compare_red:
