@@ -53,7 +53,7 @@ def save_command(args: argparse.Namespace) -> int:
     # after a REGRESSED night and the regressed server then read ok): say so, with why it was passed over.
     latest = Baselines.from_option("latest", store)
     assert latest is not None  # "latest" always gives the stored runs
-    passed_over = [f"{r.test_id} ({why.split('; to take it anyway')[0]})" for r in run.results
+    passed_over = [f"{r.test_id} ({why})" for r in run.results
                    if not r.baseline_problem() and (why := latest.passed_over(run, r))]  # fmt: skip
     before = store.named(args.name)
     where = store.save_name(args.name, run.run_id)

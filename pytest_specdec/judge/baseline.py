@@ -132,7 +132,7 @@ class Baselines:
             record = run.find(test_id)
             if record is None:
                 continue
-            problem = record.baseline_problem() or self._uncompared(run, record)
+            problem = record.baseline_problem() or self._uncompared_fix(run, record)
             if problem:
                 skipped.append(f"{run.run_id} ({problem})")
                 continue
@@ -172,8 +172,14 @@ class Baselines:
     def passed_over(self, run: results.RunFile, record: results.ResultRecord) -> str:
         """Why ``latest`` passes a clean ``record`` of ``run`` over as a baseline (:meth:`_uncompared`: it was not
         compared when stored, after a clean or a regressed run of its test, or in place of a renamed profile's), or
-        ``""``; for ``save``, which names such a run on purpose."""
+        ``""``; for ``save``, which names such a run on purpose (so without the fix the other lines add)."""
         return self._uncompared(run, record)
+
+    def _uncompared_fix(self, run: results.RunFile, record: results.ResultRecord) -> str:
+        """:meth:`_uncompared`'s reason with how to take the run anyway (naming it), or ``""``."""
+        why = self._uncompared(run, record)
+        fix = f"to take it anyway: python -m pytest_specdec save {run.run_id} NAME, then --specdec-compare=NAME"
+        return f"{why}; {fix}" if why else ""
 
     def _uncompared(self, run: results.RunFile, record: results.ResultRecord) -> str:
         """Why a clean record stored without a compare may not be the baseline, or ``""`` when it may: it may when it
@@ -189,16 +195,15 @@ class Baselines:
             self._named = set(results.ResultStore(self.results_dir).names().values())
         if run.run_id in self._named:
             return ""
-        fix = f"to take it anyway: python -m pytest_specdec save {run.run_id} NAME, then --specdec-compare=NAME"
         unchecked = "not compared when stored (no --specdec-compare, or no baseline then)"
         for older in self._runs():
             found = older.find(record.test_id) if older.run_id < run.run_id else None
             if found is None:
                 continue
             if not found.baseline_problem():
-                return f"{unchecked} after {older.run_id} was clean for it; {fix}"
+                return f"{unchecked} after {older.run_id} was clean for it"
             if (compared := found.compare_cost()) is not None and compared.get("verdict") == "FAILED":
-                return f"{unchecked} after {older.run_id} regressed against its baseline; {fix}"
+                return f"{unchecked} after {older.run_id} regressed against its baseline"
         replaced = self._replaced(run, record)
         if replaced is not None:
             # A renamed profile's first night, stored without a compare: it would be the baseline of a regression
@@ -206,7 +211,7 @@ class Baselines:
             # 2.103 read ok the night after).
             old_run, old = replaced
             return (f"{unchecked}, and its run has no {old.test_id}, which {old_run.run_id} was clean for (a renamed "
-                    f"profile? --specdec-compare-profile={old.profile} compares with it); {fix}")  # fmt: skip
+                    f"profile? --specdec-compare-profile={old.profile} compares with it)")  # fmt: skip
         return ""
 
     def _replaced(
@@ -287,7 +292,7 @@ class Baselines:
         if self.run is not None:
             return []
         return [f"{run.run_id} ({p})" for run in self._runs() if (r := run.find(test_id)) is not None
-                if (p := r.baseline_problem() or self._uncompared(run, r))]  # fmt: skip
+                if (p := r.baseline_problem() or self._uncompared_fix(run, r))]  # fmt: skip
 
     def where(self) -> str:
         """Where baselines come from, for "no baseline for ... in <where>": ``run <id>`` (``night-1 (run <id>)``
