@@ -172,7 +172,8 @@ class Baselines:
     def passed_over(self, run: results.RunFile, record: results.ResultRecord) -> str:
         """Why ``latest`` passes a clean ``record`` of ``run`` over as a baseline (:meth:`_uncompared`: it was not
         compared when stored, after a clean or a regressed run of its test, or in place of a renamed profile's), or
-        ``""``; for ``save``, which names such a run on purpose (so without the fix the other lines add)."""
+        ``""``; for ``save``, which names such a run on purpose: the reason alone (a compare's lines add how to take the
+        run anyway: :meth:`_uncompared_fix`)."""
         return self._uncompared(run, record)
 
     def _uncompared_fix(self, run: results.RunFile, record: results.ResultRecord) -> str:
