@@ -190,9 +190,10 @@ def test_a_run_stored_without_a_compare_after_a_clean_one_is_passed_over_unless_
     args = argparse.Namespace(run=c, name="rebased", force=False, results_dir=str(tmp_path))
     assert save_command(args) == 0
     assert capsys.readouterr().out.splitlines()[1] == (
-        f"note: --specdec-compare alone passes this run over for {TEST} (not compared when stored (no "
-        f"--specdec-compare, or no baseline then) after {b} regressed against its baseline); named, it is the "
-        "baseline of --specdec-compare=rebased as it is: check that the server it measured is the one to keep"
+        f"note: --specdec-compare alone passed this run over for {TEST} (not compared when stored (no "
+        f"--specdec-compare, or no baseline then) after {b} regressed against its baseline); named, it is a "
+        "baseline as it is, of --specdec-compare=rebased and, while it is the newest clean run, of "
+        "--specdec-compare alone: check that the server it measured is the one to keep"
     )
     renamed = Baselines.from_option("latest", store)
     assert renamed is not None

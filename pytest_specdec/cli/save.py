@@ -61,7 +61,8 @@ def save_command(args: argparse.Namespace) -> int:
     forced = f"; not clean, named with --force: {shown(unclean)}" if unclean else ""
     print(f"saved as {args.name}: {where} names run {run.run_id}{moved}{forced}")
     if passed_over:
-        print(f"note: --specdec-compare alone passes this run over for {shown(passed_over)}; named, it is the "
-              f"baseline of --specdec-compare={args.name} as it is: check that the server it measured is the one "
-              "to keep")  # fmt: skip
+        # Named, latest takes it too (a named run is chosen on purpose): a trial read "--specdec-compare=NAME" alone.
+        print(f"note: --specdec-compare alone passed this run over for {shown(passed_over)}; named, it is a "
+              f"baseline as it is, of --specdec-compare={args.name} and, while it is the newest clean run, of "
+              "--specdec-compare alone: check that the server it measured is the one to keep")  # fmt: skip
     return EXIT_OK
