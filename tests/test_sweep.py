@@ -4,6 +4,7 @@ ranking and the best point) and report/sweep_table.py (the table)."""
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from pytest_specdec.judge import sweep
 from pytest_specdec.measure.results import ResultRecord
 from pytest_specdec.report import sweep_table
 from pytest_specdec.run import sweep_spec
-from tests.helpers import record, repeated_records, seed_records, with_repeats
+from tests.helpers import REPEATS, record, repeated_records, seed_records, with_repeats
 
 FORMAT = (
     "expected PARAM=VALUES joined by ';', with PARAM one of num_steps, num_draft_tokens, eagle_topk, concurrency, "
@@ -433,12 +434,32 @@ def test_configured_point_fails_the_sweep_only_when_shown_too_far_below_the_best
         ["configured point eagle3@num_steps=3 is 1.6% below the sweep's best eagle3@num_steps=2, within the allowed 5% "
          "(p=0.0024, one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats per point)"], [], []
     )  # fmt: skip
-    failing = (
-        "configured point eagle3@num_steps=3 (92.5 tok/s) is 1.6% below the sweep's best eagle3@num_steps=2 "
-        "(94.0 tok/s), more than the allowed 0% (--specdec-sweep-max-gap); set num_steps: 2 in profile eagle3 "
-        "[p=0.035: one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats per point]"
+    # Beyond the allowance between the two servers' repeats, but each point is a server of its own, and instances of
+    # one config differ by ~7% on a CPU (judge.compare's raw tok/s row): 1.6% is nothing to change a config for
+    # (an adversarial trial: unchanged sweeps on a busy runner failed 2 of 6 runs recommending 4 steps, then 2).
+    instances = (
+        "configured point eagle3@num_steps=3 is 1.6% below the highest eagle3@num_steps=2: undecided: beyond the "
+        "allowed 0% between the two servers' repeats (p=0.035), not beyond how server instances of one config "
+        "differ (p=1, 7% assumed between instances, one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats "
+        "per point); a paired sweep (a min_speedup threshold in the profile) or a quieter runner would decide it; "
+        "not failed"
     )
-    assert judged(points, 0.0) == ([failing], [failing], [])
+    assert judged(points, 0.0) == ([instances], [], [instances])
+    # The incident's size (2 steps 1.8x as fast as the configured 3): beyond both, it fails with what to set.
+    slow = [with_repeats(p, [v / 1.8 for v in REPEATS[3]]) if p.profile.endswith("=3") else p for p in points]
+    failing = (
+        "configured point eagle3@num_steps=3 (* tok/s) is 45.3% below the sweep's best eagle3@num_steps=2 "
+        "(94.0 tok/s), more than the allowed 0% (--specdec-sweep-max-gap); set num_steps: 2 in profile eagle3 "
+        "[[]p=*: one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats per point]"
+    )
+    lines, red, undecided = judged(slow, 0.0)
+    assert fnmatch.fnmatch(lines[0], failing) and red == lines and undecided == [], lines
+    # The same on a busy CPU runner (load per CPU above 1 at the measurement): instances there differ by ~50%, the
+    # gap is not beyond that, and the line names the paired sweep that would decide.
+    busy = [dataclasses.replace(p, fingerprint={**p.fingerprint, "runner": {"cpus": 2, "load1_before": 4.6,
+                                                                            "load1_after": 4.8}}) for p in slow]
+    lines, red, undecided = judged(busy, 0.0)
+    assert red == [] and undecided == lines and "50% assumed between instances on this busy runner" in lines[0], lines
     # Separated from the best, but 1.6% is not shown to be more than 1%: nothing recommended.
     unproven = (
         "configured point eagle3@num_steps=3 is 1.6% below the sweep's best eagle3@num_steps=2, not shown to be more "

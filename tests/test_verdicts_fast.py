@@ -407,7 +407,8 @@ def test_sweep_without_a_passing_point_fails_the_run_and_the_step_summary_says_w
         ["*= specdec sweep =*", "eagle3@num_steps=1 * n/a  FAILED tok_s", "no point met the thresholds (1 points)"]
     )
     text = step.read_text()
-    assert text.startswith("earlier\n\n## specdec summary\n")
+    assert text.startswith("earlier\n\n## specdec summary: the sweep failed the run\n")
+    assert "❌ **FAIL specdec sweep**: no point met the thresholds" in text
     assert "### Failed" in text and "< min 1e+08 (margin" in text
     assert "accept_length" not in text.split("### Failed", 1)[1]
 
@@ -437,22 +438,31 @@ def test_sweep_fails_when_the_configured_point_is_far_below_the_best(pytester: p
     """The incident's check: eagle3 is configured at 3 steps; with 20 ms per draft step (the fake's ``draft_ms``) one
     step makes 9 tokens in 5 x 22 ms, three steps 14 tokens in 5 x 62 ms: 1 step is 1.8x as fast (sleeps long
     enough that a busy runner's noise stays small beside them), and 5 repeats per point show it (with 3, one phase
-    stalled by a busy neighbour widened Welch's interval past the gap in 1 of 3 flake-hunt runs). Every test passed,
-    so the reason the run exits 1 is the line right above pytest's final "2 passed" (as pytest-cov's
+    stalled by a busy neighbour widened Welch's interval past the gap in 1 of 3 flake-hunt runs). Paired with the
+    baseline arm (min_speedup): each point is a server of its own, and on a busy runner unpaired tok/s of two
+    instances differ by ~50% (``sweep.instance_sd_of``), past this gap; the paired speedup by ~13%. Every test
+    passed, so the reason the run exits 1 is the line right above pytest's final "2 passed" (as pytest-cov's
     --cov-fail-under)."""
-    _project(pytester, RUN_TEST, script={"draft_ms": 20}, workload=THREE_REPEATS.replace("repeats: 3", "repeats: 5"))
+    extra = "  eagle3-paired:\n    extends: eagle3\n    thresholds: {min_speedup: {vs: baseline, ratio: 0.01}}\n"
+    _project(pytester, RUN_TEST, script={"draft_ms": 20}, extra=extra,
+             workload=THREE_REPEATS.replace("repeats: 3", "repeats: 5"))  # fmt: skip
     result = run_in_process(
-        pytester, "--server-profile=eagle3", "--specdec-sweep=num_steps=1,3", "--specdec-sweep-max-gap=5"
+        pytester, "--server-profile=eagle3-paired", "--specdec-sweep=num_steps=1,3", "--specdec-sweep-max-gap=5",
+        "--specdec-markdown=out.md",
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(passed=2)
     reason = (
-        "configured point eagle3@num_steps=3 (* tok/s) is *% below the sweep's best eagle3@num_steps=1 (* tok/s), "
-        "more than the allowed 5% (--specdec-sweep-max-gap); set num_steps: 1 in profile eagle3 [[]p=*: one-sided "
-        "Welch t-test on log tok/s, Bonferroni x1, 5 repeats per point[]]"
+        "configured point eagle3-paired@num_steps=3 (* tok/s) is *% below the sweep's best eagle3-paired@num_steps=1 "
+        "(* tok/s), more than the allowed 5% (--specdec-sweep-max-gap); set num_steps: 1 in profile eagle3-paired "
+        "[[]p=*: one-sided Welch t-test on log paired speedup, Bonferroni x1, 5 repeats per point[]]"
     )
     # Outcomes come from assert_outcomes: the final line may also count a LoadWarning on a busy runner.
     result.stdout.fnmatch_lines([reason, "*- specdec sweep plot: *", f"FAIL specdec sweep: {reason}"])
+    # The step summary says it outside the table's block too (a trial read a failed sweep's summary as all passed).
+    summary = (pytester.path / "out.md").read_text().splitlines()
+    assert summary[0] == "## specdec summary: the sweep failed the run", summary[0]
+    assert any(fnmatch.fnmatch(line, f"❌ **FAIL specdec sweep**: {reason}") for line in summary), summary
     assert fnmatch.fnmatch(result.outlines[-2], f"FAIL specdec sweep: {reason}"), result.outlines[-3:]
 
 

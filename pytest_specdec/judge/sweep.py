@@ -318,6 +318,43 @@ def method_note(group: RankedGroup, comparisons: int | None = None) -> str:
     return f"one-sided Welch t-test on log {group.basis}, Bonferroni x{m}, {repeats_note(group)}"
 
 
+def instance_sd_of(group: RankedGroup) -> tuple[float, str]:
+    """The relative sd between server instances of one config that a sweep's points, each on a server of its own,
+    are judged with, and where it applies (``""``, ``" on a GPU host"``, ``" on this busy runner"``):
+    ``judge.compare.assumed_instance_sd`` for ``output_tok_s`` (a ``tok/s`` basis) or its paired ratio (``paired
+    speedup``), as the compare takes them: 7 % raw and 2 % paired on a CPU, 14 % raw on a GPU host, 50 % raw and 13 %
+    paired on a busy CPU runner (``hoststate.oversubscribed``)."""
+    from pytest_specdec.core import hoststate
+    from pytest_specdec.judge import compare
+
+    gpu = compare.measured_on_gpu(*group.ranked)
+    busy = None if gpu else hoststate.oversubscribed(*(r.fingerprint.get("runner") for r in group.ranked))
+    key = "output_tok_s / baseline" if group.basis == "paired speedup" else "output_tok_s"
+    where = " on a GPU host" if gpu else " on this busy runner" if busy is not None else ""
+    return compare.assumed_instance_sd(key, gpu=gpu, busy_cpu=busy is not None), where
+
+
+def _beyond_instances(
+    group: RankedGroup, leader: ResultRecord, sample: ranking.Sample, max_gap: float, test: ranking.Separation | None
+) -> str:
+    """``""`` when a recommended gap also stands beyond how server instances of one config differ
+    (:func:`ranking.instance_separation` at :func:`instance_sd_of`), else the undecided line that replaces it."""
+    assert test is not None
+    best = group.ranking.sample(leader.profile)
+    assert best is not None
+    sd, where = instance_sd_of(group)
+    held = ranking.instance_separation(best, sample, allowed=max_gap, comparisons=test.comparisons, instance_sd=sd)
+    if held.separated(group.ranking.alpha):
+        return ""
+    paired = "" if group.basis == "paired speedup" else "a paired sweep (a min_speedup threshold in the profile) or "
+    return (
+        f"configured point {sample.name} is {test.gap:.1%} below the highest {leader.profile}: undecided: beyond the "
+        f"allowed {max_gap:.0%} between the two servers' repeats ({test.describe()}), not beyond how server instances "
+        f"of one config differ ({held.describe()}, {sd:.0%} assumed between instances{where}, "
+        f"{method_note(group, test.comparisons)}); {paired}a quieter runner would decide it; not failed"
+    )
+
+
 def configured_point_lines(
     records: Sequence[ResultRecord],
     profiles: Mapping[str, Profile],
@@ -393,6 +430,9 @@ def configured_point_lines(
                 f"configured point {name} is {judged.gap:.1%} below {best} {leader.profile}, within {allowed} "
                 f"({test.describe()}, {method_note(group, test.comparisons)})"
             )
+        elif judged.verdict == "recommend" and (held := _beyond_instances(group, leader, sample, max_gap, test)):
+            line = held
+            undecided.append(line)
         elif judged.verdict == "recommend":
             assert test is not None
             better = ", ".join(f"{k}: {v}" for k, v in point.items() if configured.get(k) != v)

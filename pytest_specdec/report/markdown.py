@@ -41,6 +41,7 @@ def markdown_summary(
     errored: Sequence[ErroredTest] = (),
     interrupted: bool = False,
     sweep_undecided: Sequence[str] = (),
+    sweep_red: Sequence[str] = (),
 ) -> list[str]:
     """The summary as markdown lines (no trailing newlines).
 
@@ -64,6 +65,9 @@ def markdown_summary(
     :param interrupted: the session ended early (``RunFile.interrupted``).
     :param sweep_undecided: the sweep's configured-point lines left undecided (``Outputs.sweep_undecided``): said in
         the heading and under the sweep table, as the terminal says them above pytest's final line.
+    :param sweep_red: the sweep's lines that fail the run (``Outputs.sweep_red``): said in the heading and under the
+        sweep table, as the terminal's ``FAIL specdec sweep:`` lines (a trial read a failed sweep's summary as all
+        passed: the reason was only inside the table's block).
     """
     failures = dict(failures or {})
     columns = [
@@ -83,7 +87,8 @@ def markdown_summary(
         ]
         for record in records
     ]  # fmt: skip
-    unjudged = [*(["interrupted"] if interrupted else []), *_not_judged(len(errored)), *_undecided(len(undecided)),
+    unjudged = [*(["the sweep failed the run"] if sweep_red else []), *(["interrupted"] if interrupted else []),
+                *_not_judged(len(errored)), *_undecided(len(undecided)),
                 *(["the sweep's configured point undecided"] if sweep_undecided else [])]  # fmt: skip
     heading = f"## {title}: {'; '.join(unjudged)}" if unjudged else f"## {title}"
     lines = [heading, "", *(markdown_table(columns, rows) if rows else ["No test measured."])]
@@ -122,6 +127,7 @@ def markdown_summary(
         lines.pop()
     if sweep_lines:
         lines += ["", "### Sweep", "", "```", *sweep_lines, "```"]
+        lines += [item for line in sweep_red for item in ("", f"❌ **FAIL specdec sweep**: {line}")]
         if sweep_undecided:
             lines += ["", f"{_UNDECIDED}: the configured point could not be told from the others at the sweep's "
                       "repeats, or was not swept (`--specdec-undecided=fail` fails the run); its line above says what "

@@ -236,7 +236,8 @@ def finish(
     _write_markdown(targets, markdown.markdown_summary(records, failures, results_path=saved_path,
                                                        sweep_lines=sweep_table, errored=errored,
                                                        interrupted=interrupted,
-                                                       sweep_undecided=sweep_undecided))  # fmt: skip
+                                                       sweep_undecided=sweep_undecided,
+                                                       sweep_red=sweep_red))  # fmt: skip
     return Outputs(
         saved_path=saved_path,
         name_path=name_path,
