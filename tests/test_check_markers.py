@@ -152,3 +152,17 @@ def test_a_broken_marker_errors_its_test_before_its_server_starts(pytester: pyte
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*@pytest.mark.specdec: unknown threshold 'min_tok_sec' *; got min_tok_sec=5"])
     assert not (pytester.path / "server-started").exists()
+
+
+def test_the_check_preflights_every_point_of_a_sweep(pytester: pytest.Pytester) -> None:
+    """helper-77: ``--specdec-sweep eagle_topk=1,2 --specdec-check`` passed (the base profile alone was checked), and
+    the same command without the check refused the topk-2 point (the reference server drafts chains only)."""
+    _project(pytester, "min_tok_s=5")
+    result = _check(pytester, "--server-profile=eagle3", "--specdec-sweep=eagle_topk=1,2")
+    assert result.ret != pytest.ExitCode.OK, result.stdout.str()
+    out = result.stdout.str()
+    assert "eagle3@eagle_topk=2" in out and "topk 1" in out, out
+    assert "specdec check passed" not in out, out
+    clean = _check(pytester, "--server-profile=eagle3", "--specdec-sweep=num_steps=2,3")
+    assert clean.ret == pytest.ExitCode.OK, clean.stdout.str()
+    clean.stdout.fnmatch_lines(["specdec check passed: 2 profile(s) from *; nothing launched"])

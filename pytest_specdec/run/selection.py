@@ -92,17 +92,23 @@ def select(settings: RunSettings) -> Selection:
 
 
 def check_only(settings: RunSettings) -> Selection:
-    """``--specdec-check``: preflight every selected profile (all when none is selected); launch nothing. The
-    tests' markers are checked after collection (:func:`check_markers`).
+    """``--specdec-check``: preflight every selected profile (all when none is selected), and with ``--specdec-sweep``
+    every point of the sweep instead (:func:`_expand_sweep`); launch nothing. The tests' markers are checked after
+    collection (:func:`check_markers`).
 
     :raises pytest.UsageError: as :func:`select` for the profile file itself.
     """
     from pytest_specdec.engines.preflight import blocking, format_findings, locate, run_preflight
 
     profile_set = _load(settings)
+    names = list(settings.selected or sorted(profile_set.profiles))
+    if settings.selected and settings.sweep:
+        # The points the run would launch, each preflighted (helper-77: `eagle_topk=1,2` passed the check, and the
+        # run then refused the topk-2 point before any launch).
+        profile_set, names = _expand_sweep(settings, profile_set)
     checked = []
     failed = False
-    for name in settings.selected or sorted(profile_set.profiles):
+    for name in names:
         findings = locate(run_preflight(profile_set.profiles[name]), profile_set)
         inputs = _run_inputs(settings.profile_path, profile_set, profile_set.profiles[name])
         checked.append((name, tuple(inputs + format_findings(findings) or ["no findings"])))
