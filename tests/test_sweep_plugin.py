@@ -151,6 +151,6 @@ def test_sweep_without_a_passing_point_fails_the_run(project: pytest.Pytester, m
         ["*= specdec sweep =*", "eagle3@num_steps=1 * n/a  FAILED tok_s", "no point met the thresholds (1 points)"]
     )
     text = step.read_text()
-    assert text.startswith("earlier\n\n## specdec summary\n")
+    assert text.startswith("earlier\n\n## specdec summary: the sweep failed the run\n")
     assert "### Failed" in text and "< min 99999 (margin" in text
     assert "accept_length" not in text.split("### Failed", 1)[1]
