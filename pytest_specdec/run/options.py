@@ -240,8 +240,9 @@ def register(parser: pytest.Parser) -> None:
         type=percent("--specdec-sweep-max-gap"),
         default=0.05,
         metavar="PCT",
-        help="Fail a sweep whose best point beats the profile's configured point by more than PCT percent of "
-        "output tok/s, ties (overlapping repeat ranges) excepted (default: 5)",
+        help="Fail a sweep whose best point is shown to beat the profile's configured point by more than PCT "
+        "percent of output tok/s (or paired speedup), beyond the spread of repeats and of server instances; "
+        "otherwise undecided or passed (default: 5)",
     )
     group.addoption(
         "--specdec-sweep-plot",
