@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from pytest_specdec.judge.ranking import Sample, judge_gap, rank, repeats_needed, separation
+from pytest_specdec.judge.ranking import Sample, instance_separation, judge_gap, rank, repeats_needed, separation
 
 LEADER = Sample("L", (100.0, 101.0, 99.0))
 
@@ -142,3 +142,19 @@ def test_under_no_difference_recommendations_stay_below_alpha() -> None:
         points = [Sample(f"p{i}", tuple(100.0 * math.exp(rng.gauss(0, 0.03)) for _ in range(3))) for i in range(4)]
         wrong += judge_gap(rank(points), points[0], max_gap=0.0).verdict == "recommend"
     assert wrong <= 10
+
+
+def test_instance_separation_adds_the_spread_between_server_instances() -> None:
+    """Without an instance spread it is Welch's test; with one, a gap two servers' repeats separate is no longer
+    shown when instances of one config differ as much (helper-77: unchanged sweeps failed on such gaps)."""
+    leader, other = Sample("a", (100.0, 101.0, 99.0)), Sample("b", (90.0, 91.0, 89.0))
+    welch = separation(leader, other, allowed=0.05, comparisons=2)
+    plain = instance_separation(leader, other, allowed=0.05, comparisons=2, instance_sd=0.0)
+    assert plain.p_value == pytest.approx(welch.p_value, rel=1e-6) and plain.separated()
+    wide = instance_separation(leader, other, allowed=0.05, comparisons=2, instance_sd=0.07)
+    assert wide.gap == welch.gap and wide.p_value is not None and not wide.separated()
+    far = instance_separation(leader, Sample("c", (50.0, 51.0, 49.0)), allowed=0.05, comparisons=2,
+                                      instance_sd=0.07)  # fmt: skip
+    assert far.separated()
+    with pytest.raises(ValueError, match="instance_sd"):
+        instance_separation(leader, other, allowed=0.05, comparisons=2, instance_sd=-0.1)

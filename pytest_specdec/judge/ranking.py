@@ -172,13 +172,18 @@ def within(leader: Sample, other: Sample, *, allowed: float, comparisons: int = 
     return _welch(leader, other, allowed, comparisons, within=True)
 
 
-def _welch(leader: Sample, other: Sample, allowed: float, comparisons: int, *, within: bool) -> Separation:
+def _checked_gap(leader: Sample, other: Sample, allowed: float, comparisons: int) -> float:
+    """The other point's gap below the leader (a fraction), after checking the test's arguments (``ValueError``)."""
     if not 0.0 <= allowed < 1.0:
         raise ValueError(f"allowed gap {allowed!r}: expected a fraction in [0, 1)")
     if comparisons < 1:
         raise ValueError(f"comparisons {comparisons!r}: expected >= 1")
     ca, cb = leader.center, other.center
-    gap = 1.0 - cb / ca if ca and cb else 0.0
+    return 1.0 - cb / ca if ca and cb else 0.0
+
+
+def _welch(leader: Sample, other: Sample, allowed: float, comparisons: int, *, within: bool) -> Separation:
+    gap = _checked_gap(leader, other, allowed, comparisons)
     if len(leader.logs) < 2 or len(other.logs) < 2:
         return Separation(other.name, gap, None, allowed, comparisons)
     shift = math.log(1.0 - allowed)
@@ -210,12 +215,7 @@ def instance_separation(
     """
     if instance_sd < 0.0:
         raise ValueError(f"instance_sd {instance_sd!r}: expected >= 0")
-    if not 0.0 <= allowed < 1.0:
-        raise ValueError(f"allowed gap {allowed!r}: expected a fraction in [0, 1)")
-    if comparisons < 1:
-        raise ValueError(f"comparisons {comparisons!r}: expected >= 1")
-    ca, cb = leader.center, other.center
-    gap = 1.0 - cb / ca if ca and cb else 0.0
+    gap = _checked_gap(leader, other, allowed, comparisons)
     a, b = leader.logs, other.logs
     if len(a) < 2 or len(b) < 2:
         return Separation(other.name, gap, None, allowed, comparisons)
