@@ -169,27 +169,22 @@ class Baselines:
             run, record = found, base
         return Baseline(run, record, ""), chain
 
-    def passed_over(self, run: results.RunFile, record: results.ResultRecord) -> str:
-        """Why ``latest`` passes a clean ``record`` of ``run`` over as a baseline (:meth:`_uncompared`: it was not
-        compared when stored, after a clean or a regressed run of its test, or in place of a renamed profile's), or
-        ``""``; for ``save``, which names such a run on purpose: the reason alone (a compare's lines add how to take the
-        run anyway: :meth:`_uncompared_fix`)."""
-        return self._uncompared(run, record)
-
     def _uncompared_fix(self, run: results.RunFile, record: results.ResultRecord) -> str:
-        """:meth:`_uncompared`'s reason with how to take the run anyway (naming it), or ``""``."""
-        why = self._uncompared(run, record)
+        """:meth:`passed_over`'s reason with how to take the run anyway (naming it), or ``""``."""
+        why = self.passed_over(run, record)
         fix = f"to take it anyway: python -m pytest_specdec save {run.run_id} NAME, then --specdec-compare=NAME"
         return f"{why}; {fix}" if why else ""
 
-    def _uncompared(self, run: results.RunFile, record: results.ResultRecord) -> str:
-        """Why a clean record stored without a compare may not be the baseline, or ``""`` when it may: it may when it
-        was compared, its run is named (``--specdec-save NAME``, ``save``: chosen on purpose), or no older stored run
-        is clean for the test or regressed against its baseline (a first night). Otherwise one run without
-        ``--specdec-compare`` after a REGRESSED night became the baseline and the regression read ok the night after
-        (an adversarial trial: aux layer ids changed, accept length 2.452 -> 2.169 REGRESSED, then ``ok`` against the
-        unchecked run; a second trial, with the first clean run's file removed as pruning would, the same through
-        the REGRESSED nights alone)."""
+    def passed_over(self, run: results.RunFile, record: results.ResultRecord) -> str:
+        """Why ``latest`` passes a clean ``record`` of ``run`` over as a baseline, or ``""`` when it may take it: it
+        may when it was compared, its run is named (``--specdec-save NAME``, ``save``: chosen on purpose), or no older
+        stored run is clean for the test or regressed against its baseline (a first night) and it replaced no
+        renamed profile's test (:meth:`_replaced`). Otherwise one run without ``--specdec-compare`` after a REGRESSED
+        night became the baseline and the regression read ok the night after (an adversarial trial: aux layer ids
+        changed, accept length 2.452 -> 2.169 REGRESSED, then ``ok`` against the unchecked run; a second trial, with
+        the first clean run's file removed as pruning would, the same through the REGRESSED nights alone). The
+        reason alone, for ``save``, which names such a run on purpose; a compare's lines add how to take the run
+        anyway (:meth:`_uncompared_fix`)."""
         if record.compare_cost() is not None:
             return ""
         if self._named is None:
@@ -288,7 +283,7 @@ class Baselines:
 
     def unclean(self, test_id: str) -> list[str]:
         """The stored runs that have ``test_id`` but not clean, or clean but passed over (stored without a compare:
-        :meth:`_uncompared`), newest first: ``R2 (undecided: compare)``; empty for a named run (it is the baseline,
+        :meth:`passed_over`), newest first: ``R2 (undecided: compare)``; empty for a named run (it is the baseline,
         clean or not)."""
         if self.run is not None:
             return []
