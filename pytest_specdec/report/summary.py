@@ -268,7 +268,7 @@ def nothing_compared(records: Sequence[results.ResultRecord], missing: str = "fa
     the xdist controller too. ``missing``: ``--specdec-compare-missing``; with ``warn`` the line says that it
     passes a test without a baseline, not a run that compared none (an adversarial trial read ``1 passed, 1
     warning`` and exit 1 as a contradiction)."""
-    if any("compare" in ((r.cost or {}).get("verdicts") or {}) for r in records):
+    if any(r.compare_cost() is not None for r in records):
         return ""
     if not records:
         return (
@@ -622,10 +622,10 @@ def uncompared_lines(records: Sequence[results.ResultRecord], missing: str) -> l
     Example: ``specdec: 1 test not compared with a stored run, passed by --specdec-compare-missing=warn:
     test_night[eagle3b]; its warning above says why (a new test's first night, or a renamed profile)``.
     """
-    if missing != "warn" or nothing_compared(records, missing):
+    if missing != "warn" or not any(r.compare_cost() is not None for r in records):
         return []
     skipped = set(_skipped_tests(records))
-    tests = [name for r in records if "compare" not in ((r.cost or {}).get("verdicts") or {})
+    tests = [name for r in records if r.compare_cost() is None
              if (name := r.test_id.split("::", 1)[-1]) not in skipped]  # fmt: skip
     if not tests:
         return []
