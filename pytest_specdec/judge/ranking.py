@@ -43,10 +43,12 @@ __all__ = [
     "Sample",
     "Separation",
     "instance_separation",
+    "instance_within",
     "judge_gap",
     "rank",
     "repeats_needed",
     "separation",
+    "shown_within",
     "within",
 ]
 
@@ -213,24 +215,87 @@ def instance_separation(
     :param instance_sd: the relative sd between server instances, >= 0 (0.07 = 7 %); 0 gives Welch's test.
     :raises ValueError: as :func:`separation`, or ``instance_sd`` < 0.
     """
+    return _instance_test(leader, other, allowed, comparisons, instance_sd, within=False)
+
+
+def instance_within(
+    leader: Sample, other: Sample, *, allowed: float, comparisons: int, instance_sd: float
+) -> Separation:
+    """:func:`within` with each point's server instance counted as in :func:`instance_separation`: is ``other``
+    shown less than ``allowed`` below ``leader`` beyond how server instances of one config differ? A sweep's
+    configured point passes only on this test (helper-77's trial saw ``num_steps=2,6`` "separated" at 3 repeats a
+    point and reversed at 12: repeats within one server do not see the spread between servers).
+
+    Example: leader (100, 101, 99), other (99, 100, 98), allowed 5%, 1 comparison: p ~ 0.004 at ``instance_sd`` 0,
+    ~ 0.007 at 1%, ~ 0.33 at 7%.
+
+    :raises ValueError: as :func:`instance_separation`.
+    """
+    return _instance_test(leader, other, allowed, comparisons, instance_sd, within=True)
+
+
+def shown_within(
+    leader: Sample, other: Sample, *, comparisons: int, instance_sd: float, alpha: float = ALPHA
+) -> float | None:
+    """The smallest allowance :func:`instance_within` shows ``other`` inside at ``alpha`` (a fraction below
+    ``leader``): what the run could have told apart, for a line that cannot say "within" at the allowance asked
+    for. Solves ``p(allowed) = alpha`` for ``allowed``: ``1 - exp(d - q sqrt(var))``, d the difference of the mean
+    logs (other minus leader), q the t (normal) quantile at ``alpha / comparisons``.
+
+    Example: leader (100, 101, 99), other (99, 100, 98), 1 comparison: ~ 0.027 (2.7 %) at ``instance_sd`` 0,
+    ~ 0.15 at 7%.
+
+    :returns: the fraction in [0, 1) (0: shown not below the leader at all), or None when a side has fewer than 2
+        values or nothing below 100 % is shown.
+    :raises ValueError: ``comparisons`` < 1 or ``instance_sd`` < 0.
+    """
+    if comparisons < 1 or instance_sd < 0.0:
+        raise ValueError(f"comparisons {comparisons!r} (expected >= 1), instance_sd {instance_sd!r} (expected >= 0)")
+    moments = _moments(leader, other, instance_sd)
+    if moments is None:
+        return None
+    diff, var, dof = moments
+    from scipy import stats as sps
+
+    level = alpha / comparisons
+    q = float(sps.norm.isf(level)) if dof is None else float(sps.t.isf(level, dof))
+    allowed = 1.0 - math.exp(-diff - q * math.sqrt(var))
+    return None if allowed >= 1.0 else max(allowed, 0.0)
+
+
+def _moments(leader: Sample, other: Sample, instance_sd: float) -> tuple[float, float, float | None] | None:
+    """(mean log of leader - mean log of other, variance of that difference with two instances' spread, its
+    Welch-Satterthwaite degrees of freedom or None when only the known instance part varies); None when a side has
+    fewer than 2 values."""
+    a, b = leader.logs, other.logs
+    if len(a) < 2 or len(b) < 2:
+        return None
+    va, vb = _sd(a) ** 2 / len(a), _sd(b) ** 2 / len(b)
+    var = va + vb + 2.0 * math.log1p(instance_sd) ** 2
+    sampled = va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)
+    dof = None if sampled == 0.0 else var**2 / sampled
+    return sum(a) / len(a) - sum(b) / len(b), var, dof
+
+
+def _instance_test(
+    leader: Sample, other: Sample, allowed: float, comparisons: int, instance_sd: float, *, within: bool
+) -> Separation:
     if instance_sd < 0.0:
         raise ValueError(f"instance_sd {instance_sd!r}: expected >= 0")
     gap = _checked_gap(leader, other, allowed, comparisons)
-    a, b = leader.logs, other.logs
-    if len(a) < 2 or len(b) < 2:
+    moments = _moments(leader, other, instance_sd)
+    if moments is None:
         return Separation(other.name, gap, None, allowed, comparisons)
-    from scipy import stats as sps
-
-    va, vb = _sd(a) ** 2 / len(a), _sd(b) ** 2 / len(b)
-    known = 2.0 * math.log1p(instance_sd) ** 2
-    var = va + vb + known
-    diff = sum(a) / len(a) + math.log(1.0 - allowed) - sum(b) / len(b)
+    diff, var, dof = moments
+    # separation: leader + log(1 - allowed) above other; within: other - log(1 - allowed) above leader.
+    excess = -(diff + math.log(1.0 - allowed)) if within else diff + math.log(1.0 - allowed)
     if var == 0.0:
-        p = 0.0 if diff > 0 else 1.0
+        p = 0.0 if excess > 0 else 1.0
     else:
-        sampled = va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)
-        t = diff / math.sqrt(var)
-        p = float(sps.norm.sf(t)) if sampled == 0.0 else float(sps.t.sf(t, var**2 / sampled))
+        from scipy import stats as sps
+
+        t = excess / math.sqrt(var)
+        p = float(sps.norm.sf(t)) if dof is None else float(sps.t.sf(t, dof))
     return Separation(other.name, gap, min(p * comparisons, 1.0), allowed, comparisons)
 
 

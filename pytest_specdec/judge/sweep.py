@@ -4,7 +4,9 @@ ranking with its evidence (``ranking.py``), and whether the profile's configured
 The points of one concurrency are ranked with their evidence: on the paired speedup when every point was measured
 with its own baseline arm, else on per-repeat tok/s; a point not separated from the best is tied with it, and with 1
 repeat per point nothing is ranked (the lines say how many repeats would decide). The configured point fails the run
-only when shown to be more than ``--specdec-sweep-max-gap`` below the best. The points come from
+only when shown to be more than ``--specdec-sweep-max-gap`` below the best, and passes only when shown within it; both
+across server instances of one config too (each point is a server of its own), else it is undecided. The points come
+from
 ``run.sweep_spec``; the table and the run's sweep summary are ``report.sweep_table``'s. Usage::
 
     points = sweep_records(records)
@@ -355,6 +357,88 @@ def _beyond_instances(
     )
 
 
+def _ways_to_decide(
+    group: RankedGroup, leader: ranking.Sample, sample: ranking.Sample, max_gap: float, comparisons: int, sd: float
+) -> str:
+    """What this run shows and what would decide a configured point (``sample``) not shown within ``max_gap`` of
+    ``leader`` across server instances: ``this run shows it within 19.1%`` (:func:`ranking.shown_within`), ``and more
+    repeats alone would show no less than 18.4% at this gap and that instance spread`` (``more repeats would not
+    narrow it`` when that is within a point of what it shows) when even endless repeats at the measured gap could
+    not show ``max_gap`` (the repeats' part of the variance gone: ``1 - exp(d - z sqrt(2) log(1 +
+    sd))``, d the mean log of ``sample`` minus ``leader``'s, z the normal quantile at the Bonferroni level), then a
+    paired sweep (unpaired only), that allowance (``--specdec-sweep-max-gap``), a quieter runner (busy only)."""
+    import math
+
+    from scipy import stats as sps
+
+    alpha = group.ranking.alpha
+    shown = ranking.shown_within(leader, sample, comparisons=comparisons, instance_sd=sd, alpha=alpha)
+    said = [f"this run shows it within {shown:.1%}"] if shown is not None else []
+    a, b = leader.logs, sample.logs
+    d = sum(b) / len(b) - sum(a) / len(a)
+    endless = 1.0 - math.exp(d - float(sps.norm.isf(alpha / comparisons)) * math.sqrt(2) * math.log1p(sd))
+    if endless >= max_gap and shown is not None and shown - endless < 0.01:
+        said.append("more repeats would not narrow it: the spread between instances dominates")
+    elif endless >= max_gap:
+        said.append(f"more repeats alone would show no less than {endless:.1%} at this gap and that instance spread")
+    ways = [] if group.basis == "paired speedup" else ["a paired sweep (a min_speedup threshold in the profile)"]
+    if shown is not None:
+        ways.append(f"--specdec-sweep-max-gap {math.ceil(shown * 100)}")
+    if instance_sd_of(group)[1] == " on this busy runner":
+        ways.append("a quieter runner")
+    decide = f"{' or '.join(ways)} would decide it"
+    return f"{', and '.join(said)}; {decide}" if said else decide
+
+
+def _within_instances(
+    group: RankedGroup,
+    leader: ranking.Sample,
+    sample: ranking.Sample,
+    max_gap: float,
+    test: ranking.Separation,
+    head: str,
+) -> tuple[str, bool]:
+    """(line, passed): is ``sample`` (the configured point) shown within ``max_gap`` of ``leader`` also beyond how
+    server instances of one config differ (:func:`ranking.instance_within` at :func:`instance_sd_of`)? ``test``: the
+    within-repeats test that passed; ``head``: the line's start (``configured point X is 1.6% below the sweep's best
+    Y``). Passed: ``<head>, within the allowed 5% (p=0.01 across server instances, 2% assumed between them, <method>)``;
+    else the undecided line with what this run shows and what would decide."""
+    sd, where = instance_sd_of(group)
+    m = test.comparisons
+    held = ranking.instance_within(leader, sample, allowed=max_gap, comparisons=m, instance_sd=sd)
+    if held.separated(group.ranking.alpha):
+        return (f"{head}, within the allowed {max_gap:.0%} ({held.describe()} across server instances, {sd:.0%} "
+                f"assumed between them{where}, {method_note(group, m)})"), True  # fmt: skip
+    return (
+        f"{head}: undecided: within the allowed {max_gap:.0%} between the two servers' repeats ({test.describe()}), "
+        f"not across server instances of one config ({held.describe()}, {sd:.0%} assumed between instances{where}, "
+        f"{method_note(group, m)}): {_ways_to_decide(group, leader, sample, max_gap, m, sd)}; not failed"
+    ), False
+
+
+def _best_across_instances(group: RankedGroup, sample: ranking.Sample, max_gap: float) -> str:
+    """``""`` when the configured point, the leader on its repeats and shown within ``max_gap`` of no point above it
+    there (``ranking.judge_gap``'s "best"), is so also across server instances: no other point may be ``max_gap`` or
+    more above it (:func:`ranking.instance_within` of each other point at :func:`instance_sd_of`); else the undecided
+    line naming the point it is not shown within ``max_gap`` of."""
+    sd, where = instance_sd_of(group)
+    m = max(len(group.ranking.samples) - 1, 1)
+    alpha = group.ranking.alpha
+    rivals = [other for other in group.ranking.samples if other.name != sample.name]
+    tests = [(ranking.instance_within(o, sample, allowed=max_gap, comparisons=m, instance_sd=sd), o) for o in rivals]
+    held, rival = max(tests, key=lambda pair: pair[0].p_value if pair[0].p_value is not None else 2.0)
+    if held.separated(alpha):
+        return ""
+    repeats = ranking.within(rival, sample, allowed=max_gap, comparisons=m)
+    return (
+        f"configured point {sample.name} has the highest {group.basis}: undecided: within the allowed {max_gap:.0%} of "
+        f"every other point between the servers' repeats (of {rival.name}: {repeats.describe()}), not shown within it "
+        f"of {rival.name} across server instances of one config ({held.describe()}, {sd:.0%} assumed between "
+        f"instances{where}, {method_note(group, m)}): {_ways_to_decide(group, rival, sample, max_gap, m, sd)}; "
+        "not failed"
+    )
+
+
 def configured_point_lines(
     records: Sequence[ResultRecord],
     profiles: Mapping[str, Profile],
@@ -369,8 +453,11 @@ def configured_point_lines(
     Per concurrency group (:func:`rank_points`) with a leader: the configured point of the leader's base profile,
     judged by ``ranking.judge_gap``: the run fails (a recommendation) only when the measurements show the configured
     point more than ``max_gap`` below the leader (one-sided Welch t-test on log values, Bonferroni over the group's
-    comparisons). Tied, not shown beyond the allowance, or undecided (1 repeat per point) recommends nothing and
-    says how many repeats per point would decide (``ranking.repeats_needed``).
+    comparisons), and passes ("within", "the sweep's best") only when they show it inside ``max_gap``; each also
+    across server instances (``ranking.instance_separation``, ``ranking.instance_within`` at :func:`instance_sd_of`),
+    else undecided with what this run shows and what would decide. Tied, not shown beyond the allowance, or
+    undecided (1 repeat per point) recommends nothing and says how many repeats per point would decide
+    (``ranking.repeats_needed``).
 
     :param profiles: the session's profiles by name (the base profiles, before sweep expansion).
     :param max_gap: the largest allowed gap as a fraction (0.05 = 5 %).
@@ -385,7 +472,8 @@ def configured_point_lines(
     lines: list[str] = []
     failing: list[str] = []
     undecided: list[str] = []
-    for group in rank_points(records, thresholds_ok=thresholds_ok, baselines=baselines):
+    groups = rank_points(records, thresholds_ok=thresholds_ok, baselines=baselines)
+    for group in groups:
         leader = group.record(group.ranking.leader)
         if leader is None:
             continue
@@ -418,7 +506,18 @@ def configured_point_lines(
         judged = ranking.judge_gap(group.ranking, sample, max_gap=max_gap)
         test = judged.test
         allowed = f"the allowed {max_gap:.0%}"
-        if judged.verdict == "best":
+        if judged.verdict == "best" and len(group.ranked) == 1:
+            # Nothing compared: the only point (a one-point sweep) or the only one that met the thresholds.
+            alone = len(group.records) == 1
+            line = (f"configured point {name} is the only point swept{load_label(group, groups)}: not compared; "
+                    "undecided; a sweep with other points would compare it; not failed" if alone else
+                    f"configured point {name} is the only point that met the thresholds")  # fmt: skip
+            if alone:
+                undecided.append(line)
+        elif judged.verdict == "best" and decided and (held := _best_across_instances(group, sample, max_gap)):
+            line = held
+            undecided.append(line)
+        elif judged.verdict == "best":
             line = f"configured point {name} is the sweep's best" if decided else (
                 f"configured point {name} has the highest {group.basis}; undecided: {repeats_note(group)}"
             )
@@ -426,10 +525,12 @@ def configured_point_lines(
                 undecided.append(line)
         elif judged.verdict == "within":
             assert test is not None
-            line = (
-                f"configured point {name} is {judged.gap:.1%} below {best} {leader.profile}, within {allowed} "
-                f"({test.describe()}, {method_note(group, test.comparisons)})"
-            )
+            head = f"configured point {name} is {judged.gap:.1%} below {best} {leader.profile}"
+            top = group.ranking.sample(leader.profile)
+            assert top is not None
+            line, passed = _within_instances(group, top, sample, max_gap, test, head)
+            if not passed:
+                undecided.append(line)
         elif judged.verdict == "recommend" and (held := _beyond_instances(group, leader, sample, max_gap, test)):
             line = held
             undecided.append(line)
