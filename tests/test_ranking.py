@@ -7,7 +7,17 @@ import random
 
 import pytest
 
-from pytest_specdec.judge.ranking import Sample, instance_separation, judge_gap, rank, repeats_needed, separation
+from pytest_specdec.judge.ranking import (
+    Sample,
+    instance_separation,
+    instance_within,
+    judge_gap,
+    rank,
+    repeats_needed,
+    separation,
+    shown_within,
+    within,
+)
 
 LEADER = Sample("L", (100.0, 101.0, 99.0))
 
@@ -158,3 +168,20 @@ def test_instance_separation_adds_the_spread_between_server_instances() -> None:
     assert far.separated()
     with pytest.raises(ValueError, match="instance_sd"):
         instance_separation(leader, other, allowed=0.05, comparisons=2, instance_sd=-0.1)
+
+
+def test_instance_within_and_the_allowance_a_run_shows() -> None:
+    """The passing side across server instances: at 0 it is :func:`within`; at 7% two nearly equal servers are no
+    longer shown within 5%; :func:`shown_within` is the allowance at which they are (p at alpha there)."""
+    leader, other = Sample("a", (100.0, 101.0, 99.0)), Sample("b", (99.0, 100.0, 98.0))
+    plain = instance_within(leader, other, allowed=0.05, comparisons=1, instance_sd=0.0)
+    assert plain.p_value == pytest.approx(within(leader, other, allowed=0.05).p_value, rel=1e-6)
+    assert plain.separated()
+    assert not instance_within(leader, other, allowed=0.05, comparisons=1, instance_sd=0.07).separated()
+    shown = shown_within(leader, other, comparisons=1, instance_sd=0.07)
+    assert shown is not None and 0.05 < shown < 0.2
+    at = instance_within(leader, other, allowed=shown, comparisons=1, instance_sd=0.07)
+    assert at.p_value == pytest.approx(0.05, rel=1e-6)
+    # A point above the leader is shown within any allowance; one side without spread shows nothing.
+    assert shown_within(Sample("low", (50.0, 51.0, 49.0)), leader, comparisons=1, instance_sd=0.0) == 0.0
+    assert shown_within(leader, Sample("c", (99.0,)), comparisons=1, instance_sd=0.07) is None
