@@ -268,6 +268,31 @@ def test_plot_sweep_stars_every_tied_point_and_says_undecided(tmp_path: Path) ->
     assert pixels(undecided, (0.25, 0.25, 0.25)) > pixels(plot_sweep(points, tmp_path / "x.png"), (0.25, 0.25, 0.25))
 
 
+def test_plot_sweep_labels_a_tied_leader_highest_not_best(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leader tied with other points is "highest" on the plot, as in the table (``<- highest``); "best" only for
+    one separated from every other point."""
+    from pytest_specdec.report import plots
+
+    figures: list[object] = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
+    records = repeated_records()
+    points = sweep.sweep_records(records)
+    ok = sweep.thresholds_ok(records)
+    (group,) = sweep.rank_points(points, thresholds_ok=ok)
+    plot_sweep(points, tmp_path / "one.png", best=[group.best], thresholds_ok=ok)
+    plot_sweep(points, tmp_path / "tied.png", best=[group.best], tied=points[2:], thresholds_ok=ok)
+
+    def words(fig: object) -> list[str]:
+        ax = fig.axes[0]  # type: ignore[attr-defined]
+        return [t.get_text() for t in ax.texts] + [t.get_text() for t in ax.get_legend().get_texts()]
+
+    alone, tied = (words(fig) for fig in figures)
+    assert "best: 94.0 tok/s" in alone and "best point: eagle3@num_steps=2" in alone
+    assert "highest: 94.0 tok/s" in tied and not any(w.startswith("best") for w in tied)
+    assert "highest point: eagle3@num_steps=2 (not separated from the ties)" in tied
+    assert "tied with the highest (not separated)" in tied
+
+
 def test_plot_sweep_draws_the_accept_floor_only_where_it_applies(tmp_path: Path) -> None:
     """Issue 24.2: a floor that is n/a at a point (the table says so) is not drawn over it, so it cannot look failed."""
     import dataclasses

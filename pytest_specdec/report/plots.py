@@ -19,7 +19,7 @@ from typing import Any
 
 from pytest_specdec.core.metric_table import METRICS
 from pytest_specdec.core.records import RunMetrics
-from pytest_specdec.judge.sweep import speedup, split_name
+from pytest_specdec.judge.sweep import load_of, speedup, split_name
 from pytest_specdec.measure.results import ResultRecord, RunFile
 
 __all__ = [
@@ -108,7 +108,8 @@ def plot_sweep(
     without speculation are dotted horizontal lines of their tok/s (a line over x when x is concurrency and the
     baseline was swept with it; coloured as the series of the same concurrency). Each best point is starred in gold
     and labelled with its tok/s and speedup, and so is every point tied with it (not separated by the measurements,
-    ``sweep.RankedGroup.tied``): several stars mean the sweep cannot tell those points apart. Points whose tests
+    ``sweep.RankedGroup.tied``): several stars mean the sweep cannot tell those points apart, and the leader among
+    them is labelled ``highest``, not ``best`` (as the sweep table marks it ``<- highest``). Points whose tests
     failed are crossed out in red and labelled with the thresholds they missed (``ResultRecord.checks``, e.g.
     ``missed accept_length``). A ``min_accept_length`` floor is drawn as a purple dash-dot segment on the
     accept-length axis at each point where it applies, and nowhere else (a point whose check says ``n/a`` cannot be
@@ -271,19 +272,25 @@ def _draw_best_points(
     ax: Any, best: Sequence[ResultRecord], tied: Sequence[ResultRecord], baselines: Sequence[ResultRecord],
     x_key: str, xs_all: set[float],
 ) -> list[Any]:  # fmt: skip
-    """Gold stars on the best points (labelled with tok/s and speedup) and on those tied with them. :returns: legend
+    """Gold stars on the best points (labelled with tok/s and speedup) and on those tied with them; a leader tied
+    with a point of its load is labelled ``highest``, not ``best`` (the table's ``<- highest``). :returns: legend
     handles."""
     handles: list[Any] = []
     starred = [(r, "best") for r in best] + [(r, "tie") for r in tied]
+    # The leaders with a tie at their load (tok/s of different loads are never ranked against each other).
+    tied_loads = {load_of(r) for r in tied}
     for i, (record, kind) in enumerate(starred):
         bx = split_name(record.profile)[1].get(x_key)
         by = _num(record.metrics.get("output_tok_s"))
         up = speedup(record, baselines)
-        text = f"best: {by:.1f} tok/s" + (f", {up:.2f}x" if up is not None else "")
-        if kind == "best":
-            label = "best point" + ("s (per concurrency)" if len(best) > 1 else f": {record.profile}")
+        word = "highest" if load_of(record) in tied_loads else "best"
+        text = f"{word}: {by:.1f} tok/s" + (f", {up:.2f}x" if up is not None else "")
+        if kind == "best" and len(best) > 1:
+            label = "best points (per concurrency)" if not tied else "best or highest (tied) points (per concurrency)"
+        elif kind == "best":
+            label = f"{word} point: {record.profile}" + (" (not separated from the ties)" if tied else "")
         else:
-            label = "tied with the best (not separated)"
+            label = "tied with the highest (not separated)"
         (h,) = ax.plot([bx], [by], marker="*", markersize=16 if kind == "best" else 13, color="gold",
                        markeredgecolor="black", linestyle="none", label=label, zorder=5)  # fmt: skip
         right_half = bx is not None and len(xs_all) > 1 and bx > (min(xs_all) + max(xs_all)) / 2

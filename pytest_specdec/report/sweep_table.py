@@ -64,7 +64,8 @@ _COLUMNS: tuple[tuple[str, str, str], ...] = (
 
 
 def _closing_line(group: RankedGroup, baselines: Sequence[ResultRecord], at: str) -> str:
-    """``best[ at concurrency N]: ...; tied with ...`` or ``undecided[ at ...]: ...`` of one group."""
+    """``best[ at concurrency N]: ...; separated from every other point``, ``highest[ at ...]: ...; tied with ...``
+    (a leader not separated from every other point) or ``undecided[ at ...]: ...`` of one group."""
     best = group.best
     if best is None:
         r = group.ranking
@@ -85,7 +86,10 @@ def _closing_line(group: RankedGroup, baselines: Sequence[ResultRecord], at: str
         summary = stats.repeat_summary(paired_ratios(best, "output_tok_s"))
         if summary is not None and summary.n > 1:
             versus += f", CI {summary.ci_low:.2f}-{summary.ci_high:.2f} ({summary.coverage:.0%})"
-    line = f"best{at}: {best.profile} ({tok_s} tok/s{repeats}{versus})"
+    # "best" only for a leader separated from every other point; one tied with others is "the highest", as the
+    # configured-point lines call it (a trial read "best:" beside "the highest" for the same point).
+    head = "highest" if group.tied else "best"
+    line = f"{head}{at}: {best.profile} ({tok_s} tok/s{repeats}{versus})"
     if len(group.ranked) == 1:
         return line + " (the only point that met the thresholds)"
     by_name = {s.other: s for s in group.ranking.separations}
@@ -106,13 +110,14 @@ def sweep_table(
     positions), output tok/s (median of repeats) and its repeat range (min-max, :func:`tok_s_range`), TTFT p50 ms,
     ITL p50 ms, speedup (``n.nnx`` vs the baseline of the same concurrency, :func:`speedup`; ``n/a`` without one),
     thresholds (:func:`check_cell`). Points are ranked per concurrency by :func:`rank_points` (paired speedup when
-    every point has one, else tok/s; ``ranking.py``): when decided, the best point's row ends in ``<- best`` and those
-    of the points not separated from it in ``<- tie``, and the closing line is ``best: <point> (<tok/s> tok/s, repeats
-    <min>-<max>[, <speedup>x vs <baseline>[, CI <lo>-<hi> (<coverage>)]]); tied with <point> (p=<p>) (not
-    separated) [<method>]``; with fewer than 2 repeats at a point nothing is ranked: ``undecided: 1 repeat per point;
-    <n> repeats per point would separate the <g>% gap between <highest> and <next> at this spread (σ ...); no best
-    point named``. ``... at concurrency N`` per concurrency when concurrency is swept; ``no point met the thresholds
-    (<n> points)`` when none passed.
+    every point has one, else tok/s; ``ranking.py``): when decided, the leader's row ends in ``<- best`` when it is
+    separated from every other point, else in ``<- highest`` with the rows of the points not separated from it in
+    ``<- tie``, and the closing line is ``best: <point> (<tok/s> tok/s, repeats <min>-<max>[, <speedup>x vs
+    <baseline>[, CI <lo>-<hi> (<coverage>)]]); separated from every other point [<method>]`` or ``highest: <point>
+    (...); tied with <point> (p=<p>) (not separated) [<method>]``; with fewer than 2 repeats at a point nothing is
+    ranked: ``undecided: 1 repeat per point; <n> repeats per point would separate the <g>% gap between <highest> and
+    <next> at this spread (σ ...); no best point named``. ``... at concurrency N`` per concurrency when concurrency
+    is swept; ``no point met the thresholds (<n> points)`` when none passed.
 
     :param records: :func:`sweep_records` (one per point).
     :param baselines: :func:`baseline_records`; empty when no profile without speculation ran.
@@ -122,7 +127,8 @@ def sweep_table(
     marks: dict[str, str] = {}
     for group in groups:
         if group.best is not None:
-            marks[group.best.profile] = "<- best"
+            # A leader tied with other points is only the highest: the measurements did not separate it.
+            marks[group.best.profile] = "<- highest" if group.tied else "<- best"
             marks.update((t.profile, "<- tie") for t in group.tied)
     columns = [
         Column("point"),
@@ -130,7 +136,7 @@ def sweep_table(
         Column("tok/s range", "right"),
         Column("speedup", "right"),
         Column("thresholds"),
-        Column(""),  # the best point's and its ties' mark
+        Column(""),  # the leader's and its ties' mark
     ]
     rows: list[list[Any]] = []
     for record in records:
