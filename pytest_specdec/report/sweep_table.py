@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_specdec.core import stats
 from pytest_specdec.core.sweep_names import point_label, split_name
 from pytest_specdec.core.table import Column, format_value, text_table
+from pytest_specdec.judge import sequential
 from pytest_specdec.judge.pair_ratios import paired_ratios
 from pytest_specdec.judge.sweep import (
     RankedGroup,
@@ -63,6 +63,22 @@ _COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def _paired_interval(ratios: Sequence[float]) -> str:
+    """``, CI 1.31-1.45 (90.0%, geometric mean of 3 paired ratios)``: the interval the point's ``min_speedup``
+    verdict uses, a single look at the sweep's pairs (``sequential.decide_floor``, ``Design(n, n)``: two-sided 90%,
+    a one-sided test at 5%, the level of the ranking's Welch tests too), written as the compare writes its intervals;
+    ``""`` with fewer than 2 ratios or no spread in them (no interval). The median's order-statistic interval
+    (``stats.repeat_summary``) shown before was the pairs' min-max at whatever coverage that had: 50% at 2 pairs, 75%
+    at 3, beside verdicts at 90%/95% (an adversarial trial)."""
+    if len(ratios) < 2:
+        return ""
+    decision = sequential.decide_floor(list(ratios), 1.0, sequential.Design(len(ratios), len(ratios)))
+    if decision.low is None or decision.high is None:
+        return ""
+    return f", CI {decision.low:.4g}-{decision.high:.4g} ({decision.confidence:.1%}, geometric mean of {decision.n} " \
+        "paired ratios)"  # fmt: skip
+
+
 def _closing_line(group: RankedGroup, baselines: Sequence[ResultRecord], at: str) -> str:
     """``best[ at concurrency N]: ...; separated from every other point``, ``highest[ at ...]: ...; tied with ...``
     (a leader not separated from every other point) or ``undecided[ at ...]: ...`` of one group."""
@@ -83,9 +99,7 @@ def _closing_line(group: RankedGroup, baselines: Sequence[ResultRecord], at: str
     reference = speedup_reference(best, baselines)
     versus = f", {up:.2f}x vs {reference}" if up is not None and reference is not None else ""
     if group.basis == "paired speedup":
-        summary = stats.repeat_summary(paired_ratios(best, "output_tok_s"))
-        if summary is not None and summary.n > 1:
-            versus += f", CI {summary.ci_low:.2f}-{summary.ci_high:.2f} ({summary.coverage:.0%})"
+        versus += _paired_interval(paired_ratios(best, "output_tok_s"))
     # "best" only for a leader separated from every other point; one tied with others is "the highest", as the
     # configured-point lines call it (a trial read "best:" beside "the highest" for the same point).
     head = "highest" if group.tied else "best"
@@ -113,11 +127,11 @@ def sweep_table(
     every point has one, else tok/s; ``ranking.py``): when decided, the leader's row ends in ``<- best`` when it is
     separated from every other point, else in ``<- highest`` with the rows of the points not separated from it in
     ``<- tie``, and the closing line is ``best: <point> (<tok/s> tok/s, repeats <min>-<max>[, <speedup>x vs
-    <baseline>[, CI <lo>-<hi> (<coverage>)]]); separated from every other point [<method>]`` or ``highest: <point>
-    (...); tied with <point> (p=<p>) (not separated) [<method>]``; with fewer than 2 repeats at a point nothing is
-    ranked: ``undecided: 1 repeat per point; <n> repeats per point would separate the <g>% gap between <highest> and
-    <next> at this spread (σ ...); no best point named``. ``... at concurrency N`` per concurrency when concurrency
-    is swept; ``no point met the thresholds (<n> points)`` when none passed.
+    <baseline>[, CI <lo>-<hi> (90.0%, geometric mean of <n> paired ratios)]]); separated from every other point
+    [<method>]`` or ``highest: <point> (...); tied with <point> (p=<p>) (not separated) [<method>]``; with fewer than
+    2 repeats at a point nothing is ranked: ``undecided: 1 repeat per point; <n> repeats per point would separate the
+    <g>% gap between <highest> and <next> at this spread (σ ...); no best point named``. ``... at concurrency N`` per
+    concurrency when concurrency is swept; ``no point met the thresholds (<n> points)`` when none passed.
 
     :param records: :func:`sweep_records` (one per point).
     :param baselines: :func:`baseline_records`; empty when no profile without speculation ran.
