@@ -34,7 +34,7 @@ from pytest_specdec.judge.sweep import (
 from pytest_specdec.measure.results import ResultRecord
 from pytest_specdec.profiles.schema import Profile
 
-__all__ = ["SweepSummary", "check_cell", "crossover_lines", "sweep_summary", "sweep_table"]
+__all__ = ["SweepSummary", "check_cell", "crossover_lines", "draft_token_lines", "sweep_summary", "sweep_table"]
 
 
 def check_cell(record: ResultRecord, ok: bool) -> str:
@@ -222,6 +222,37 @@ def crossover_lines(records: Sequence[ResultRecord], baselines: Sequence[ResultR
     return lines
 
 
+def draft_token_lines(points: Sequence[ResultRecord], profiles: Mapping[str, Profile]) -> list[str]:
+    """One line per point swept on ``num_draft_tokens`` alone at ``eagle_topk`` 1 that ran other ``num_steps`` than
+    its profile's: ``eagle3@num_draft_tokens=3 ran num_steps 2, not profile eagle3's 3 (eagle_topk 1: ...)``.
+
+    A chain verifies num_steps + 1 draft tokens (SGLang's server_args: at ``speculative_eagle_topk == 1`` it sets
+    ``speculative_num_draft_tokens = speculative_num_steps + 1``), so such a point is run at num_steps = its draft
+    tokens - 1 (``engines.common.chain_speculative_at``), which its name does not say (an adversarial trial: the row
+    ``num_draft_tokens=3`` measured 2 steps on a profile of 3, silently).
+
+    :param points: :func:`sweep_records`; the steps run are read from each one's ``fingerprint["speculative"]``.
+    :param profiles: the session's profiles by name (the base profiles, for their own ``num_steps``).
+    """
+    lines = []
+    for record in points:
+        base, point = split_name(record.profile)
+        profile = profiles.get(base)
+        ran = record.fingerprint.get("speculative") or {}
+        if "num_draft_tokens" not in point or "num_steps" in point or ran.get("eagle_topk") != 1:
+            continue
+        own = profile.speculative.num_steps if profile is not None and profile.speculative is not None else None
+        steps = ran.get("num_steps")
+        if steps is None or steps == own:
+            continue
+        lines.append(
+            f"{record.profile} ran num_steps {steps}, not profile {base}'s {own} (eagle_topk 1: a chain verifies "
+            f"num_steps + 1 draft tokens, as SGLang sets num_draft_tokens = num_steps + 1); sweep num_steps to name "
+            "the points by the steps they run"
+        )
+    return lines
+
+
 @dataclass
 class SweepSummary:
     """The end-of-run verdict of a sweep (``sweep_summary``): what the table and plot show and which lines fail
@@ -232,7 +263,8 @@ class SweepSummary:
     thresholds_ok: dict[str, bool]
     #: The best point per concurrency (decided rankings only, :attr:`RankedGroup.best`).
     best: list[ResultRecord]
-    #: The table (``sweep_table``) followed by the configured-point lines (``configured_point_lines``).
+    #: The table (``sweep_table``), the points that ran other num_steps than their names say
+    #: (``draft_token_lines``), then the configured-point lines (``configured_point_lines``).
     table: list[str] = field(default_factory=list)
     #: Lines that fail the run: configured point shown to be too far below the best, or "no point ..." when none
     #: passed.
@@ -267,7 +299,7 @@ def sweep_summary(
     groups = rank_points(points, thresholds_ok=ok, baselines=baselines)
     best = [g.best for g in groups if g.best is not None]
     tied = [t for g in groups for t in g.tied]
-    table = sweep_table(points, baselines=baselines, thresholds_ok=ok)
+    table = sweep_table(points, baselines=baselines, thresholds_ok=ok) + draft_token_lines(points, profiles)
     gap_lines, red, undecided = configured_point_lines(
         points, profiles, thresholds_ok=ok, max_gap=max_gap, baselines=baselines
     )
