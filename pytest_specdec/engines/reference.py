@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from pytest_specdec.core.errors import ProfileError
@@ -16,7 +16,20 @@ from pytest_specdec.engines.prometheus import per_position, sum_samples
 from pytest_specdec.engines.sglang import SGLANG_FLAGS, SglangEngine, SglangVersion, node_flag_issues
 from pytest_specdec.profiles.schema import Profile
 
-__all__ = ["PER_POSITION_SERIES", "REFERENCE_FLAGS", "ReferenceEngine", "reference_value_issues"]
+__all__ = [
+    "ENV_KNOBS",
+    "PER_POSITION_SERIES",
+    "REFERENCE_FLAGS",
+    "ReferenceEngine",
+    "reference_value_issues",
+    "shell_knobs_left_out",
+]
+
+#: The reference server's environment knobs (``refserver.decoding``'s ``FORWARD_DELAY_ENV`` and
+#: ``FORWARD_SLOWDOWN_ENV``; that module imports torch, so they are named again here and a test keeps the two
+#: equal): they reach the server only through ``profile.env`` (:meth:`ReferenceEngine.env`). Not every
+#: ``SPECDEC_REF_*`` variable: ``SPECDEC_REF_ASSETS`` is the test suite's, which a developer's shell may well hold.
+ENV_KNOBS = ("SPECDEC_REF_FORWARD_DELAY_MS", "SPECDEC_REF_FORWARD_SLOWDOWN")
 
 #: The reference server's per-position counter: vLLM's ``spec_decode_num_accepted_tokens_per_pos`` (same
 #: semantics, 0-based ``position`` label) under its own prefix, since SGLang 0.5.23 exports no such series.
@@ -264,3 +277,36 @@ class ReferenceEngine(SglangEngine):
             for arg in profile.extra_args
             if arg.startswith("--") and flag_name(arg) not in REFERENCE_FLAGS
         ]
+
+
+def shell_knobs_left_out(profiles: Iterable[Profile], source: Mapping[str, str] | None = None) -> list[str]:
+    """One warning text per reference-server knob (:data:`ENV_KNOBS`) set in the caller's shell but not in the
+    ``env:`` of a profile that launches the reference server: the server gets a clean environment
+    (:meth:`ReferenceEngine.env`), so such a knob never reaches it (an adversarial trial:
+    ``SPECDEC_REF_FORWARD_SLOWDOWN=2 pytest ...`` measured an unslowed server, silently).
+
+    Example: ``SPECDEC_REF_FORWARD_SLOWDOWN=2 is set in the shell, but the reference server of profile eagle3 never
+    sees it (servers start with a clean environment); set it under the profile's env:
+    (env: {SPECDEC_REF_FORWARD_SLOWDOWN: "2"}), or unset it in the shell``.
+
+    :param profiles: the run's selected profiles (sweep points named once, by their base profile).
+    :param source: the caller's environment (default ``os.environ``).
+    """
+    from pytest_specdec.core.sweep_names import split_name
+    from pytest_specdec.engines import get_engine
+
+    src = os.environ if source is None else source
+    knobs = [key for key in ENV_KNOBS if key in src]
+    launched = [p for p in profiles if p.url is None and isinstance(get_engine(p), ReferenceEngine)]
+    out = []
+    for key in knobs:
+        names = list(dict.fromkeys(split_name(p.name)[0] for p in launched if key not in p.env))
+        if not names:
+            continue
+        which = f"profile {names[0]}" if len(names) == 1 else f"profiles {', '.join(names)}"
+        out.append(
+            f"{key}={src[key]} is set in the shell, but the reference server of {which} never sees it (servers start "
+            f"with a clean environment); set it under the profile's env: (env: {{{key}: \"{src[key]}\"}}), or unset "
+            "it in the shell"
+        )
+    return out

@@ -83,6 +83,12 @@ class SpecdecSession:
 
             RequestLog.start(settings.requests_out)
         self.selection = selection.check_only(settings) if settings.check else selection.select(settings)
+        if self.selected and self.profiles and not xdistnode.is_worker(config):
+            from pytest_specdec.engines.reference import shell_knobs_left_out
+
+            # Once, at configure: a knob exported in the shell is dropped by the servers' clean environment.
+            for text in shell_knobs_left_out(self.profiles[name] for name in self.selected):
+                config.issue_config_time_warning(SpecdecWarning(text), stacklevel=2)
         self.store = MeasurementStore(
             log_dir=settings.out_dir / "logs",
             startup_timeout_s=settings.startup_timeout_s,

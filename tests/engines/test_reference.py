@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.core.errors import ProfileError
-from pytest_specdec.engines.reference import REFERENCE_FLAGS, ReferenceEngine
+from pytest_specdec.engines.reference import ENV_KNOBS, REFERENCE_FLAGS, ReferenceEngine, shell_knobs_left_out
 from pytest_specdec.engines.rules import resolve_paths
 from pytest_specdec.profiles.schema import Profile
+from tests.helpers import IN_PROCESS_SHOWN_INI, run_in_process
 
 REPO = str(Path(__file__).resolve().parents[2])
 
@@ -110,3 +111,41 @@ def test_counters_read_the_per_position_series() -> None:
     assert (counters.verify_calls, counters.accepted_per_position) == (10.0, (8.0, 4.0))
     assert counters.per_position_series == "refserver:spec_decode_num_accepted_tokens_per_pos_total"
     assert ReferenceEngine().counters("").per_position_series is None
+
+
+def test_env_knobs_are_the_ones_the_server_reads() -> None:
+    decoding = pytest.importorskip("pytest_specdec.refserver.decoding")  # imports torch
+    assert ENV_KNOBS == (decoding.FORWARD_DELAY_ENV, decoding.FORWARD_SLOWDOWN_ENV)
+
+
+def test_a_knob_in_the_shell_but_not_in_the_profile_is_named_with_the_fix() -> None:
+    """An adversarial trial: ``SPECDEC_REF_FORWARD_SLOWDOWN=2 pytest ...`` measured an unslowed server, silently (the
+    server's environment is clean: ``clean_env``)."""
+    shell = {"SPECDEC_REF_FORWARD_SLOWDOWN": "2", "SPECDEC_REF_ASSETS": "/x", "PATH": "/bin"}
+    slowed = profile(name="eagle3-slow", env={"SPECDEC_REF_FORWARD_SLOWDOWN": "3"})
+    points = [profile(name="eagle3@num_steps=1"), profile(name="eagle3@num_steps=2")]
+    assert shell_knobs_left_out([*points, slowed], shell) == [
+        'SPECDEC_REF_FORWARD_SLOWDOWN=2 is set in the shell, but the reference server of profile eagle3 never sees it '
+        "(servers start with a clean environment); set it under the profile's env: (env: "
+        '{SPECDEC_REF_FORWARD_SLOWDOWN: "2"}), or unset it in the shell'
+    ]
+    # Set in the profile, a server not launched (--server-url), or another engine: nothing to say.
+    given = [slowed, profile(url="http://127.0.0.1:1"), profile(server="sglang")]
+    assert shell_knobs_left_out(given, shell) == []
+    assert shell_knobs_left_out(points, {"SPECDEC_REF_ASSETS": "/x"}) == []  # the test suite's, not a knob
+
+
+def test_the_run_warns_once_of_a_shell_knob(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECDEC_REF_FORWARD_DELAY_MS", "5")
+    pytester.makeini(IN_PROCESS_SHOWN_INI)
+    pytester.makefile(".yaml", specdec="profiles:\n  baseline: {server: reference}\n  eagle3:\n    extends: baseline\n"
+                      "    speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}\n")
+    pytester.makepyfile(test_perf="def test_speed(specdec_run):\n    pass\n")
+    result = run_in_process(pytester, "--specdec-check", "--server-profile=eagle3,baseline",
+                            "--specdec-sweep=num_steps=1,2")  # fmt: skip
+    result.stdout.fnmatch_lines([
+        "*SpecdecWarning: SPECDEC_REF_FORWARD_DELAY_MS=5 is set in the shell, but the reference server of profiles "
+        "eagle3, baseline never sees it *; set it under the profile's env: (env: {SPECDEC_REF_FORWARD_DELAY_MS: "
+        '"5"}), or unset it in the shell',
+    ])  # fmt: skip
+    assert result.stdout.str().count("SPECDEC_REF_FORWARD_DELAY_MS=5 is set") == 1
