@@ -293,11 +293,10 @@ def shell_knobs_left_out(profiles: Iterable[Profile], source: Mapping[str, str] 
     :param source: the caller's environment (default ``os.environ``).
     """
     from pytest_specdec.core.sweep_names import split_name
-    from pytest_specdec.engines import get_engine
 
     src = os.environ if source is None else source
     knobs = [key for key in ENV_KNOBS if key in src]
-    launched = [p for p in profiles if p.url is None and isinstance(get_engine(p), ReferenceEngine)]
+    launched = [p for p in profiles if p.url is None and p.server == "reference"]
     out = []
     for key in knobs:
         names = list(dict.fromkeys(split_name(p.name)[0] for p in launched if key not in p.env))
