@@ -148,7 +148,7 @@ def test_a_slowdown_of_both_arms_is_not_green_on_the_speculative_profile_either(
 ) -> None:
     """The seed incident's shape (NCCL tuning env lost on a restart: the baseline 88.8 -> 62.9 tok/s and the
     speculative server with it): a forward delay on both profiles. The paired ratio alone cannot see it; the raw row
-    of the speculative profile fails too, or, on a busy runner (load per CPU above 1: raw rows take a 50% run-to-run
+    of the speculative profile fails too, or, on a busy runner (load per CPU above 1: raw rows take a 68% run-to-run
     sd against one stored run), stays undecided, which ``--specdec-undecided=fail`` (a gate that must not pass an
     unseen regression, docs/ci.md) fails.
 

@@ -114,7 +114,7 @@ def test_lost_env_var_and_slower_server_lead_with_env_diff_and_trip_benchmark_co
     assert second.ret != pytest.ExitCode.OK, second.stdout.str()
     out = second.stdout.str()
     if "regression against run" not in out:
-        # A busy runner (load per CPU above 1): raw rows take a 50% run-to-run sd against one stored run, and the 5x
+        # A busy runner (load per CPU above 1): raw rows take a 68% run-to-run sd against one stored run, and the 5x
         # forward slowdown read only x0.698 at load 3.3 (clean-clone CI): undecided, said, failed by the policy. The
         # env diff still leads its compare section.
         assert re.search(r"^\d+ verdicts? undecided at the budget \(--specdec-undecided=fail\):", out, re.M), out

@@ -441,7 +441,7 @@ def test_sweep_fails_when_the_configured_point_is_far_below_the_best(pytester: p
     enough that a busy runner's noise stays small beside them), and 5 repeats per point show it (with 3, one phase
     stalled by a busy neighbour widened Welch's interval past the gap in 1 of 3 flake-hunt runs). Paired with the
     baseline arm (min_speedup): each point is a server of its own, and on a busy runner unpaired tok/s of two
-    instances differ by ~50% (``sweep.instance_sd_of``), past this gap; the paired speedup by ~13%. Every test
+    instances differ by ~68% (``sweep.instance_sd_of``), past this gap; the paired speedup by ~13%. Every test
     passed, so the reason the run exits 1 is the line right above pytest's final "2 passed" (as pytest-cov's
     --cov-fail-under)."""
     extra = "  eagle3-paired:\n    extends: eagle3\n    thresholds: {min_speedup: {vs: baseline, ratio: 0.01}}\n"

@@ -324,7 +324,7 @@ def instance_sd_of(group: RankedGroup) -> tuple[float, str]:
     """The relative sd between server instances of one config that a sweep's points, each on a server of its own,
     are judged with, and where it applies (``""``, ``" on a GPU host"``, ``" on this busy runner"``):
     ``judge.compare.assumed_instance_sd`` for ``output_tok_s`` (a ``tok/s`` basis) or its paired ratio (``paired
-    speedup``), as the compare takes them: 7 % raw and 2 % paired on a CPU, 14 % raw on a GPU host, 50 % raw and 13 %
+    speedup``), as the compare takes them: 7 % raw and 2 % paired on a CPU, 14 % raw on a GPU host, 68 % raw and 13 %
     paired on a busy CPU runner (``hoststate.oversubscribed``)."""
     from pytest_specdec.core import hoststate
     from pytest_specdec.judge import compare
