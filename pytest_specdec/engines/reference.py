@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pytest_specdec.core.errors import ProfileError
@@ -22,7 +22,6 @@ __all__ = [
     "REFERENCE_FLAGS",
     "ReferenceEngine",
     "reference_value_issues",
-    "shell_knobs_left_out",
 ]
 
 #: The reference server's environment knobs (``refserver.decoding``'s ``FORWARD_DELAY_ENV`` and
@@ -278,34 +277,3 @@ class ReferenceEngine(SglangEngine):
             if arg.startswith("--") and flag_name(arg) not in REFERENCE_FLAGS
         ]
 
-
-def shell_knobs_left_out(profiles: Iterable[Profile], source: Mapping[str, str] | None = None) -> list[str]:
-    """One warning text per reference-server knob (:data:`ENV_KNOBS`) set in the caller's shell but not in the
-    ``env:`` of a profile that launches the reference server: the server gets a clean environment
-    (:meth:`ReferenceEngine.env`), so such a knob never reaches it (an adversarial trial:
-    ``SPECDEC_REF_FORWARD_SLOWDOWN=2 pytest ...`` measured an unslowed server, silently).
-
-    Example: ``SPECDEC_REF_FORWARD_SLOWDOWN=2 is set in the shell, but the reference server of profile eagle3 never
-    sees it (servers start with a clean environment); set it under the profile's env:
-    (env: {SPECDEC_REF_FORWARD_SLOWDOWN: "2"}), or unset it in the shell``.
-
-    :param profiles: the run's selected profiles (sweep points named once, by their base profile).
-    :param source: the caller's environment (default ``os.environ``).
-    """
-    from pytest_specdec.core.sweep_names import split_name
-
-    src = os.environ if source is None else source
-    knobs = [key for key in ENV_KNOBS if key in src]
-    launched = [p for p in profiles if p.url is None and p.server == "reference"]
-    out = []
-    for key in knobs:
-        names = list(dict.fromkeys(split_name(p.name)[0] for p in launched if key not in p.env))
-        if not names:
-            continue
-        which = f"profile {names[0]}" if len(names) == 1 else f"profiles {', '.join(names)}"
-        out.append(
-            f"{key}={src[key]} is set in the shell, but the reference server of {which} never sees it (servers start "
-            f"with a clean environment); set it under the profile's env: (env: {{{key}: \"{src[key]}\"}}), or unset "
-            "it in the shell"
-        )
-    return out

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from pytest_specdec.profiles.schema import Profile
     from pytest_specdec.report.summary import Outputs, SummaryReport
 
-__all__ = ["SpecdecSession", "XdistCrashes", "session_key"]
+__all__ = ["SpecdecSession", "XdistCrashes", "session_key", "shell_knobs_left_out"]
 
 #: A failed setup or call report's ``user_properties`` entry: the test errored before it measured
 #: (``ErroredTest.to_dict`` as JSON). Added where the report is made, which has the item (an xdist worker), and read
@@ -84,8 +85,6 @@ class SpecdecSession:
             RequestLog.start(settings.requests_out)
         self.selection = selection.check_only(settings) if settings.check else selection.select(settings)
         if self.selected and self.profiles and not xdistnode.is_worker(config):
-            from pytest_specdec.engines.reference import shell_knobs_left_out
-
             # Once, at configure: a knob exported in the shell is dropped by the servers' clean environment.
             for text in shell_knobs_left_out(self.profiles[name] for name in self.selected):
                 config.issue_config_time_warning(SpecdecWarning(text), stacklevel=2)
@@ -519,3 +518,37 @@ def _write(terminalreporter: Any, lines: Any) -> None:
 
 #: ``config.stash``: the run's :class:`SpecdecSession` (``plugin.pytest_configure``).
 session_key: pytest.StashKey[SpecdecSession] = pytest.StashKey()
+
+
+def shell_knobs_left_out(profiles: Iterable[Profile], source: Mapping[str, str] | None = None) -> list[str]:
+    """One warning text per reference-server knob (``engines.reference.ENV_KNOBS``) set in the caller's shell but not
+    in the ``env:`` of a profile that launches the reference server: the server gets a clean environment
+    (``ReferenceEngine.env``), so such a knob never reaches it (an adversarial trial:
+    ``SPECDEC_REF_FORWARD_SLOWDOWN=2 pytest ...`` measured an unslowed server, silently).
+
+    Example: ``SPECDEC_REF_FORWARD_SLOWDOWN=2 is set in the shell, but the reference server of profile eagle3 never
+    sees it (servers start with a clean environment); set it under the profile's env:
+    (env: {SPECDEC_REF_FORWARD_SLOWDOWN: "2"}), or unset it in the shell``.
+
+    :param profiles: the run's selected profiles (sweep points named once, by their base profile).
+    :param source: the caller's environment (default ``os.environ``).
+    """
+    from pytest_specdec.core.sweep_names import split_name
+    from pytest_specdec.engines import get_engine
+    from pytest_specdec.engines.reference import ENV_KNOBS, ReferenceEngine
+
+    src = os.environ if source is None else source
+    knobs = [key for key in ENV_KNOBS if key in src]
+    launched = [p for p in profiles if p.url is None and isinstance(get_engine(p), ReferenceEngine)]
+    out = []
+    for key in knobs:
+        names = list(dict.fromkeys(split_name(p.name)[0] for p in launched if key not in p.env))
+        if not names:
+            continue
+        which = f"profile {names[0]}" if len(names) == 1 else f"profiles {', '.join(names)}"
+        out.append(
+            f"{key}={src[key]} is set in the shell, but the reference server of {which} never sees it (servers start "
+            f"with a clean environment); set it under the profile's env: (env: {{{key}: \"{src[key]}\"}}), or unset "
+            "it in the shell"
+        )
+    return out

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.core.errors import ProfileError
-from pytest_specdec.engines.reference import ENV_KNOBS, REFERENCE_FLAGS, ReferenceEngine, shell_knobs_left_out
+from pytest_specdec.engines.reference import ENV_KNOBS, REFERENCE_FLAGS, ReferenceEngine
 from pytest_specdec.engines.rules import resolve_paths
 from pytest_specdec.profiles.schema import Profile
+from pytest_specdec.run.session import shell_knobs_left_out
 from tests.helpers import IN_PROCESS_SHOWN_INI, run_in_process
 
 REPO = str(Path(__file__).resolve().parents[2])
