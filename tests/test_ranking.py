@@ -9,6 +9,7 @@ import pytest
 
 from pytest_specdec.judge.ranking import (
     Sample,
+    endless_gap,
     instance_separation,
     instance_within,
     judge_gap,
@@ -185,3 +186,17 @@ def test_instance_within_and_the_allowance_a_run_shows() -> None:
     # A point above the leader is shown within any allowance; one side without spread shows nothing.
     assert shown_within(Sample("low", (50.0, 51.0, 49.0)), leader, comparisons=1, instance_sd=0.0) == 0.0
     assert shown_within(leader, Sample("c", (99.0,)), comparisons=1, instance_sd=0.07) is None
+
+
+def test_a_ranking_counts_the_spread_between_server_instances() -> None:
+    """Each sweep point is a server of its own: a 4% gap that two servers' repeats separate is a tie at 7% between
+    instances, and no number of repeats changes that (``repeats_needed`` None, ``beyond_repeats``); a 30% gap is
+    separated and its repeats counted."""
+    a, b = Sample("a", (100.0, 101.0, 99.0)), Sample("b", (96.0, 97.0, 95.0))
+    assert rank([a, b]).tied == () and rank([a, b], instance_sd=0.07).tied == ("b",)
+    spread = rank([a, b], instance_sd=0.07)
+    assert spread.need(0.04) is None and spread.beyond_repeats(0.04)
+    assert repeats_needed(0.04, 0.01) == 2 and repeats_needed(0.04, 0.01, instance_sd=0.07) is None
+    assert endless_gap(0.07, comparisons=2) == pytest.approx(0.235, abs=0.001) and endless_gap(0.0) == 0.0
+    far = rank([a, Sample("c", (70.0, 71.0, 69.0))], instance_sd=0.07)
+    assert far.tied == () and not far.beyond_repeats(0.30) and far.need(0.30) == 2

@@ -42,6 +42,7 @@ __all__ = [
     "Ranking",
     "Sample",
     "Separation",
+    "endless_gap",
     "instance_separation",
     "instance_within",
     "judge_gap",
@@ -119,6 +120,9 @@ class Ranking:
     #: "within repeats" | "across points" | "" (no sigma).
     sigma_source: str
     alpha: float = ALPHA
+    #: The relative sd between server instances of one config the separations count (:func:`instance_separation`;
+    #: 0: the repeats alone, Welch's test).
+    instance_sd: float = 0.0
 
     @property
     def tied(self) -> tuple[str, ...]:
@@ -133,10 +137,16 @@ class Ranking:
         return next((s for s in self.samples if s.name == name), None)
 
     def need(self, gap: float) -> int | None:
-        """:func:`repeats_needed` for ``gap`` at this ranking's spread and comparisons."""
+        """:func:`repeats_needed` for ``gap`` at this ranking's spread, comparisons and instance sd."""
         if self.sigma is None:
             return None
-        return repeats_needed(gap, self.sigma, comparisons=max(len(self.samples) - 1, 1), alpha=self.alpha)
+        return repeats_needed(gap, self.sigma, comparisons=max(len(self.samples) - 1, 1), alpha=self.alpha,
+                              instance_sd=self.instance_sd)  # fmt: skip
+
+    def beyond_repeats(self, gap: float) -> bool:
+        """True when no number of repeats separates ``gap`` at this ranking's instance sd (:func:`endless_gap`)."""
+        m = max(len(self.samples) - 1, 1)
+        return self.instance_sd > 0.0 and gap <= endless_gap(self.instance_sd, comparisons=m, alpha=self.alpha)
 
 
 def _sd(logs: Sequence[float]) -> float:
@@ -299,7 +309,9 @@ def _instance_test(
     return Separation(other.name, gap, min(p * comparisons, 1.0), allowed, comparisons)
 
 
-def rank(samples: Sequence[Sample], *, spread_from: Sequence[Sample] = (), alpha: float = ALPHA) -> Ranking:
+def rank(
+    samples: Sequence[Sample], *, spread_from: Sequence[Sample] = (), alpha: float = ALPHA, instance_sd: float = 0.0
+) -> Ranking:
     """Rank comparable points: the leader (highest geometric mean), which points are separated from it and which are
     tied (module docstring: Welch t on logs, Bonferroni over the k - 1 comparisons), and the spread.
 
@@ -314,11 +326,15 @@ def rank(samples: Sequence[Sample], *, spread_from: Sequence[Sample] = (), alpha
     """
     kept = tuple(s for s in samples if s.logs)
     if not kept:
-        return Ranking((), None, (), False, None, "", alpha)
+        return Ranking((), None, (), False, None, "", alpha, instance_sd)
     leader = max(kept, key=lambda s: s.center or 0.0)
     others = [s for s in kept if s is not leader]
     m = max(len(others), 1)
-    separations = tuple(separation(leader, s, comparisons=m) for s in others)
+    separations = tuple(
+        instance_separation(leader, s, allowed=0.0, comparisons=m, instance_sd=instance_sd) if instance_sd > 0.0
+        else separation(leader, s, comparisons=m)
+        for s in others
+    )  # fmt: skip
     decided = all(len(s.logs) >= 2 for s in kept)
     multi = [s.logs for s in (*kept, *spread_from) if len(s.logs) >= 2]
     if multi:
@@ -329,36 +345,69 @@ def rank(samples: Sequence[Sample], *, spread_from: Sequence[Sample] = (), alpha
         sigma, source = _sd([s.logs[0] for s in kept]), "across points"
     else:
         sigma, source = None, ""
-    return Ranking(kept, leader.name, separations, decided, sigma, source, alpha)
+    return Ranking(kept, leader.name, separations, decided, sigma, source, alpha, instance_sd)
 
 
 def repeats_needed(
-    gap: float, sigma: float, *, comparisons: int = 1, alpha: float = ALPHA, power: float = POWER
+    gap: float,
+    sigma: float,
+    *,
+    comparisons: int = 1,
+    alpha: float = ALPHA,
+    power: float = POWER,
+    instance_sd: float = 0.0,
 ) -> int | None:
     """Repeats per point for a one-sided two-sample t-test at ``alpha / comparisons`` to detect ``gap`` with
     probability ``power`` at log-scale spread ``sigma``: the smallest n >= 2 with
     ``1 - nct.cdf(t.ppf(1 - alpha', 2n - 2), 2n - 2, d sqrt(n / 2)) >= power``, d = -log(1 - gap) / sigma (the
-    noncentral t, ``scipy.stats.nct``; Cohen, *Statistical Power Analysis*, 2nd ed., ch. 2).
+    noncentral t, ``scipy.stats.nct``; Cohen, *Statistical Power Analysis*, 2nd ed., ch. 2). With ``instance_sd``
+    (each point a server of its own, :func:`instance_separation`) the difference also carries ``2 log(1 +
+    instance_sd)^2`` that no repeat shrinks: n is at least the normal approximation's ``2 sigma^2 / ((log-gap / (z_a +
+    z_b))^2 - 2 log(1 + instance_sd)^2)``, and None for a gap at or below :func:`endless_gap`.
 
-    Example: a 10 % gap at sigma 0.05, one comparison: d = 2.1, n = 4.
+    Example: a 10 % gap at sigma 0.05, one comparison: d = 2.1, n = 4; at 7 % between instances: None.
 
-    :returns: n, or None when the gap is not positive, sigma is not finite, or more than :data:`MAX_REPEATS` would
-        be needed.
+    :returns: n, or None when the gap is not positive, sigma is not finite, more than :data:`MAX_REPEATS` would
+        be needed, or no number would (``instance_sd``; :meth:`Ranking.beyond_repeats` tells which).
     """
     if not 0.0 < gap < 1.0 or not math.isfinite(sigma) or sigma < 0:
         return None
-    if sigma == 0:
-        return 2
     from scipy import stats as sps
 
-    d = -math.log(1.0 - gap) / sigma
     level = alpha / max(comparisons, 1)
+    floor = 2.0
+    if instance_sd > 0.0:
+        room = (-math.log(1.0 - gap) / (float(sps.norm.isf(level)) + float(sps.norm.isf(1.0 - power)))) ** 2
+        room -= 2.0 * math.log1p(instance_sd) ** 2
+        if room <= 0.0:
+            return None
+        floor = max(floor, math.ceil(2.0 * sigma**2 / room))
+        if floor > MAX_REPEATS:
+            return None
+    if sigma == 0:
+        return int(floor)
+    d = -math.log(1.0 - gap) / sigma
     for n in range(2, MAX_REPEATS + 1):
         df = 2 * n - 2
         crit = sps.t.ppf(1.0 - level, df)
         if 1.0 - sps.nct.cdf(crit, df, d * math.sqrt(n / 2.0)) >= power:
-            return n
+            return max(n, int(floor))
     return None
+
+
+def endless_gap(instance_sd: float, *, comparisons: int = 1, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The largest gap (a fraction) that no number of repeats separates with probability ``power`` at ``alpha /
+    comparisons`` when server instances differ by ``instance_sd``: ``1 - exp(-(z_a + z_b) sqrt(2) log(1 +
+    instance_sd))`` (the repeats' part of the variance gone).
+
+    Example: 7 % between instances, 2 comparisons: ~ 0.24 (24 %); 2 %: ~ 0.075.
+    """
+    if instance_sd <= 0.0:
+        return 0.0
+    from scipy import stats as sps
+
+    z = float(sps.norm.isf(alpha / max(comparisons, 1))) + float(sps.norm.isf(1.0 - power))
+    return 1.0 - math.exp(-z * math.sqrt(2.0) * math.log1p(instance_sd))
 
 
 @dataclass(frozen=True, slots=True)

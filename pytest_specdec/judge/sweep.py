@@ -38,6 +38,8 @@ __all__ = [
     "load_of",
     "rate_of",
     "configured_point_lines",
+    "instance_sd_of",
+    "instances_note",
     "method_note",
     "point_label",
     "rank_points",
@@ -248,7 +250,9 @@ def rank_points(
         basis = _basis(passing)
         base = _baseline_of(group[0], baselines) if basis == "tok/s" else None
         spread_from = [sample_of(base, basis)] if base is not None else []
-        ranked = ranking.rank([sample_of(r, basis) for r in passing], spread_from=spread_from)
+        # Each point is a server of its own: the ties count how instances of one config differ (instance_sd_of).
+        sd = _instance_sd(passing, basis)[0] if passing else 0.0
+        ranked = ranking.rank([sample_of(r, basis) for r in passing], spread_from=spread_from, instance_sd=sd)
         out.append(
             RankedGroup(concurrency_of(group[0]), tuple(group), tuple(passing), basis, ranked, rate_of(group[0]))
         )
@@ -292,16 +296,26 @@ def spread_note(group: RankedGroup) -> str:
 
 
 def would_note(
-    need: int | None, what: str, ran: int = 1, *, inside_allowance: bool = False, verb: str = "separate"
+    need: int | None,
+    what: str,
+    ran: int = 1,
+    *,
+    inside_allowance: bool = False,
+    verb: str = "separate",
+    instances: str = "",
 ) -> str:
     """``7 repeats per point would separate <what> at this spread`` (or more than the cap). ``ran``: the repeats per
     point this run measured, which did not decide it: a power estimate on the pooled spread can ask for no more than
     that (the test is Welch's, on each point's own spread, with fewer degrees of freedom), and "2 repeats would
     separate" after 2 that did not reads as a contradiction (a fresh-user trial). ``inside_allowance``: the gap
     measured (on 1 repeat per point, no spread) is inside the allowance, so no repeat count is estimated: ``2 or
-    more repeats per point would test it for <what>``. ``verb``: ``show`` for a gap to be shown inside the allowance."""
+    more repeats per point would test it for <what>``. ``verb``: ``show`` for a gap to be shown inside the allowance.
+    ``instances``: :func:`instances_note` when no number of repeats would (``ranking.Ranking.beyond_repeats``):
+    ``no number of repeats per point would separate <what>: <instances>``."""
     if inside_allowance:
         return f"2 or more repeats per point would test it for {what}"
+    if need is None and instances:
+        return f"no number of repeats per point would {verb} {what}: {instances}"
     if need is None:
         return f"more than {ranking.MAX_REPEATS} repeats per point would be needed to {verb} {what}"
     if need <= ran:
@@ -314,10 +328,30 @@ def repeats_note(group: RankedGroup) -> str:
     return f"{n} repeat{'s' if n != 1 else ''} per point"
 
 
-def method_note(group: RankedGroup, comparisons: int | None = None) -> str:
-    """The test behind a decision, for the lines that state one (``comparisons``: the Bonferroni factor used)."""
+def method_note(group: RankedGroup, comparisons: int | None = None, *, instances: bool = False) -> str:
+    """The test behind a decision, for the lines that state one (``comparisons``: the Bonferroni factor used;
+    ``instances``: the ranking's own test, which counts the spread between server instances, ``ranking.rank``)."""
     m = comparisons or max(len(group.ranked) - 1, 1)
+    sd, where = instance_sd_of(group)
+    if instances and group.ranking.instance_sd > 0.0:
+        return (f"one-sided t-test on log {group.basis}, {sd:.0%} assumed between server instances{where}, "
+                f"Bonferroni x{m}, {repeats_note(group)}")  # fmt: skip
     return f"one-sided Welch t-test on log {group.basis}, Bonferroni x{m}, {repeats_note(group)}"
+
+
+def instances_note(group: RankedGroup, gap: float) -> str:
+    """Why more repeats would not decide ``gap`` (``""`` when they might: ``ranking.Ranking.beyond_repeats``):
+    ``server instances of one config differ by 7% (as assumed), which repeats do not average out; a paired sweep (a
+    min_speedup threshold in the profile) would decide it``, the paired sweep named for an unpaired one, a quieter
+    runner for a busy one."""
+    if not group.ranking.beyond_repeats(gap):
+        return ""
+    sd, where = instance_sd_of(group)
+    ways = [] if group.basis == "paired speedup" else ["a paired sweep (a min_speedup threshold in the profile)"]
+    if where == " on this busy runner":
+        ways.append("a quieter runner")
+    text = f"server instances of one config differ by {sd:.0%}{where} (as assumed), which repeats do not average out"
+    return f"{text}; {' or '.join(ways)} would decide it" if ways else text
 
 
 def instance_sd_of(group: RankedGroup) -> tuple[float, str]:
@@ -326,12 +360,16 @@ def instance_sd_of(group: RankedGroup) -> tuple[float, str]:
     ``judge.compare.assumed_instance_sd`` for ``output_tok_s`` (a ``tok/s`` basis) or its paired ratio (``paired
     speedup``), as the compare takes them: 7 % raw and 2 % paired on a CPU, 14 % raw on a GPU host, 68 % raw and 13 %
     paired on a busy CPU runner (``hoststate.oversubscribed``)."""
+    return _instance_sd(group.ranked, group.basis)
+
+
+def _instance_sd(records: Sequence[ResultRecord], basis: str) -> tuple[float, str]:
     from pytest_specdec.core import hoststate
     from pytest_specdec.judge import compare
 
-    gpu = compare.measured_on_gpu(*group.ranked)
-    busy = None if gpu else hoststate.oversubscribed(*(r.fingerprint.get("runner") for r in group.ranked))
-    key = "output_tok_s / baseline" if group.basis == "paired speedup" else "output_tok_s"
+    gpu = compare.measured_on_gpu(*records)
+    busy = None if gpu else hoststate.oversubscribed(*(r.fingerprint.get("runner") for r in records))
+    key = "output_tok_s / baseline" if basis == "paired speedup" else "output_tok_s"
     where = " on a GPU host" if gpu else " on this busy runner" if busy is not None else ""
     return compare.assumed_instance_sd(key, gpu=gpu, busy_cpu=busy is not None), where
 
@@ -518,9 +556,13 @@ def configured_point_lines(
             line = held
             undecided.append(line)
         elif judged.verdict == "best":
-            line = f"configured point {name} is the sweep's best" if decided else (
-                f"configured point {name} has the highest {group.basis}; undecided: {repeats_note(group)}"
-            )
+            if not decided:
+                line = f"configured point {name} has the highest {group.basis}; undecided: {repeats_note(group)}"
+            elif group.ranking.tied:  # shown within the allowance of the points it is tied with, not above them
+                line = (f"configured point {name} has the highest {group.basis}, within {allowed} of every other "
+                        "point across server instances")  # fmt: skip
+            else:
+                line = f"configured point {name} is the sweep's best"
             if not decided:  # the highest on too few repeats to rank: not shown to be the best
                 undecided.append(line)
         elif judged.verdict == "within":
@@ -548,7 +590,9 @@ def configured_point_lines(
         else:
             beyond = f"a gap beyond {allowed}"
             ran = group.ranking.min_values
-            would = would_note(judged.need, beyond, ran, inside_allowance=judged.gap <= max_gap)
+            excess = 1.0 - (1.0 - judged.gap) / (1.0 - max_gap)  # what a recommendation must separate
+            would = would_note(judged.need, beyond, ran, inside_allowance=judged.gap <= max_gap,
+                               instances=instances_note(group, excess) if excess > 0 else "")  # fmt: skip
             if judged.verdict == "near":
                 # Inside the allowance on its estimate only: the repeats that would show it within.
                 assert test is not None
@@ -557,7 +601,9 @@ def configured_point_lines(
                     else f"is {judged.gap:.1%} below {best} {leader.profile}, not shown within {allowed}"
                 )  # fmt: skip
                 head = f"configured point {name} {where} ({test.describe()}, {method_note(group, test.comparisons)})"
-                would = would_note(judged.need, f"it within {allowed}", ran, verb="show")
+                distance = 1.0 - (1.0 - max_gap) / (1.0 - judged.gap)  # what "within" must separate
+                would = would_note(judged.need, f"it within {allowed}", ran, verb="show",
+                                   instances=instances_note(group, distance) if distance > 0 else "")  # fmt: skip
             elif judged.verdict == "tied":
                 assert test is not None
                 head = (

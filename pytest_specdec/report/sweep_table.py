@@ -18,6 +18,7 @@ from pytest_specdec.judge.sweep import (
     baseline_records,
     concurrency_of,
     configured_point_lines,
+    instances_note,
     load_label,
     method_note,
     rank_points,
@@ -90,7 +91,8 @@ def _closing_line(group: RankedGroup, baselines: Sequence[ResultRecord], at: str
             f"the {second.gap:.1%} gap between {r.leader} and {second.other}" if second is not None else "the points"
         )
         need = r.need(second.gap) if second is not None else None
-        would = would_note(need, what, r.min_values)
+        would = would_note(need, what, r.min_values,
+                           instances=instances_note(group, second.gap) if second is not None else "")  # fmt: skip
         return f"undecided{at}: {repeats_note(group)}; {would} ({spread_note(group)}); no best point named"
     up = speedup(best, baselines)
     tok_s = format_value("{:.1f}", best.metrics.get("output_tok_s"))
@@ -109,7 +111,7 @@ def _closing_line(group: RankedGroup, baselines: Sequence[ResultRecord], at: str
     by_name = {s.other: s for s in group.ranking.separations}
     tie = [f"{r.profile} ({by_name[r.profile].describe()})" for r in group.tied]
     line += f"; tied with {', '.join(tie)} (not separated)" if tie else "; separated from every other point"
-    return f"{line} [{method_note(group)}]"
+    return f"{line} [{method_note(group, instances=True)}]"
 
 
 def sweep_table(
