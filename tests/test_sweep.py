@@ -542,8 +542,8 @@ def test_configured_point_fails_the_sweep_only_when_shown_too_far_below_the_best
     # --specdec-undecided=fail fails the run on it (helper-76: exit 0 and nothing counted).
     lines, red, undecided = judged(points[:2], 0.05)
     assert red == [] and undecided == lines == [
-        "configured point eagle3@num_steps=3 was not swept; not compared with the best eagle3@num_steps=2: undecided; "
-        "a sweep with num_steps=3 among its points would compare it; not failed"
+        "configured point eagle3@num_steps=3 was not swept; not compared with the highest eagle3@num_steps=2: "
+        "undecided; a sweep with num_steps=3 among its points would compare it; not failed"
     ]
     # A configured point that failed a floor is not ranked; faster or not, no gap is quoted (it read "-9.9% below").
     floored = {**ok, "eagle3@num_steps=3": False}

@@ -371,7 +371,7 @@ def test_sweep_over_num_steps_prints_the_table_and_writes_outputs(pytester: pyte
             "eagle3@num_steps=2 * 2.50 * 0.750 * *.*x  ok*",
             # "best:" when separated, "highest:" when the two points are tied.
             "*: eagle3@num_steps=? (* tok/s, repeats *-*, *x vs baseline)*",
-            "configured point eagle3@num_steps=3 was not swept; not compared with the best eagle3@num_steps=?: "
+            "configured point eagle3@num_steps=3 was not swept; not compared with the * eagle3@num_steps=?: "
             "undecided; a sweep with num_steps=3 among its points would compare it; not failed",
             "*- specdec sweep plot: out/sweep.png -*",
             "*- specdec report: out/report.json -*",

@@ -524,10 +524,13 @@ def configured_point_lines(
             continue  # the configured point belongs to another load's group
         name = f"{base}{AT}{point_label(configured)}"
         conf = group.record(name)
+        decided = group.ranking.decided or len(group.ranked) == 1
+        # "best" only for a leader separated from every other point; one tied with others is "the highest".
+        best = "the sweep's best" if decided and not group.ranking.tied else "the highest"
         if conf is None:
             # Undecided, not silent: the gap this check exists for was never measured (helper-76's trial read exit
             # 0 under --specdec-undecided=fail with nothing counted).
-            line = (f"configured point {name} was not swept; not compared with the best {leader.profile}: undecided; "
+            line = (f"configured point {name} was not swept; not compared with {best} {leader.profile}: undecided; "
                     f"a sweep with {point_label(configured)} among its points would compare it; not failed")
             lines.append(line)
             undecided.append(line)
@@ -537,9 +540,6 @@ def configured_point_lines(
             lines.append(f"configured point {name} failed its thresholds, so it is not ranked; the highest point "
                          f"that passes them is {leader.profile}")  # fmt: skip
             continue
-        decided = group.ranking.decided or len(group.ranked) == 1
-        # "best" only for a leader separated from every other point; one tied with others is "the highest".
-        best = "the sweep's best" if decided and not group.ranking.tied else "the highest"
         sample = group.ranking.sample(name) or sample_of(conf, group.basis)
         judged = ranking.judge_gap(group.ranking, sample, max_gap=max_gap)
         test = judged.test
