@@ -6,8 +6,7 @@ with its own baseline arm, else on per-repeat tok/s; a point not separated from 
 repeat per point nothing is ranked (the lines say how many repeats would decide). The configured point fails the run
 only when shown to be more than ``--specdec-sweep-max-gap`` below the best, and passes only when shown within it; both
 across server instances of one config too (each point is a server of its own), else it is undecided. The points come
-from
-``run.sweep_spec``; the table and the run's sweep summary are ``report.sweep_table``'s. Usage::
+from ``run.sweep_spec``; the table and the run's sweep summary are ``report.sweep_table``'s. Usage::
 
     points = sweep_records(records)
     groups = rank_points(points, thresholds_ok=thresholds_ok(records), baselines=baseline_records(records, None))
@@ -15,6 +14,7 @@ from
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -405,8 +405,6 @@ def _ways_to_decide(
     not show ``max_gap`` (the repeats' part of the variance gone: ``1 - exp(d - z sqrt(2) log(1 +
     sd))``, d the mean log of ``sample`` minus ``leader``'s, z the normal quantile at the Bonferroni level), then a
     paired sweep (unpaired only), that allowance (``--specdec-sweep-max-gap``), a quieter runner (busy only)."""
-    import math
-
     from scipy import stats as sps
 
     alpha = group.ranking.alpha
