@@ -1106,8 +1106,8 @@ def test_a_raw_timing_row_on_a_busy_cpu_runner_takes_the_instances_own_run_to_ru
     # An adversarial trial: an unchanged eagle3 night against one stored run 17 minutes before, load 6.8 -> 7.3 on
     # 2 CPUs (under the state-change line): ttft_ms_p50 x1.64 (CI 1.035-2.58) and tpot_ms_p50 x1.69 REGRESSED at the
     # 7% raw run-to-run sd, its unchanged runs reading 69-146 tok/s. On an oversubscribed host without a GPU server
-    # instances differ by 25-60% (benchmarks/bench_cpu_load_ratio.py --row raw): the raw rows assume 68% and stay
-    # open; the same nights on a quiet runner decide.
+    # instances differ by a log sd of 0.52 (benchmarks/bench_cpu_load_ratio.py --row raw): the raw rows assume 68%
+    # and stay open; the same nights on a quiet runner decide.
     def night(load1: float, ttft: float, tok_s: float) -> ResultRecord:
         fp = fingerprint(runner={"load1_before": load1, "load1_after": load1, "cpus": 2})
         spread = (1.0, 1.1, 0.9)

@@ -419,11 +419,12 @@ def compare_results(
                 if raw else "",
                 f"{sequential.ASSUMED_BUSY_CPU_RATIO_SD:.0%} for ratio rows (not "
                 f"{sequential.ASSUMED_RATIO_INSTANCE_SD:.0%})" if ratio else ""]  # fmt: skip
+        sds = " and ".join(t for t in took if t)
         notes.append(
             f"{'ratio' if not raw else 'raw' if not ratio else 'raw and ratio'} rows: a busy runner without a GPU "
             f"(load average per CPU {lb:.2g} at the baseline, {lc:.2g} today): there server instances of one config "
-            "differ with the CPU share they get (tok/s and latency by 25-60%, the speedup of speculative decoding "
-            f"by ~13%), so the run-to-run sd taken is {' and '.join(t for t in took if t)} (or the stored runs' own "
+            "differ with the CPU share they get (tok/s 28-146 over 16 instances of one config, a log sd of 0.52; the "
+            f"speedup of speculative decoding by ~13%), so the run-to-run sd taken is {sds} (or the stored runs' own "
             "estimate where larger), however many runs are stored: on a quieter runner (load per CPU under 1 at "
             "both runs) they can decide more"
         )
