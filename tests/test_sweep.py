@@ -488,6 +488,8 @@ def test_configured_point_fails_the_sweep_only_when_shown_too_far_below_the_best
     failing = (
         "configured point eagle3@num_steps=3 (* tok/s) is 45.3% below the highest eagle3@num_steps=2 "
         "(94.0 tok/s), more than the allowed 0% (--specdec-sweep-max-gap); set num_steps: 2 in profile eagle3 "
+        # The leader is tied with two other points at 7% between instances: they are as good a choice.
+        "(or a point tied with it: eagle3@num_steps=1, eagle3@num_steps=4) "
         "[[]p=*: one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats per point]"
     )
     lines, red, undecided = judged(slow, 0.0)

@@ -475,6 +475,13 @@ def _best_across_instances(group: RankedGroup, sample: ranking.Sample, max_gap: 
     )
 
 
+def _or_ties(group: RankedGroup, configured: str) -> str:
+    """`` (or a point tied with it: eagle3@num_steps=2)`` where the leader a recommendation names is not separated
+    from other points (helper-79: "set num_steps: 3" for a leader tied with 2 steps at p=0.53); ``""`` otherwise."""
+    ties = [r.profile for r in group.tied if r.profile != configured]
+    return f" (or a point tied with it: {', '.join(ties)})" if ties else ""
+
+
 def _shown(center: float | None, basis: str) -> str:
     """A point's geometric mean on the ranking basis: ``92.1 tok/s`` or ``1.21x paired speedup``."""
     if basis == "paired speedup":
@@ -592,7 +599,7 @@ def configured_point_lines(
             line = (
                 f"configured point {name} ({c}) is {judged.gap:.1%} below {best} "
                 f"{leader.profile} ({b}), more than {allowed} "
-                f"(--specdec-sweep-max-gap); set {better} in profile {base} "
+                f"(--specdec-sweep-max-gap); set {better} in profile {base}{_or_ties(group, name)} "
                 f"[{test.describe()}: {method_note(group, test.comparisons)}]"
             )
             failing.append(line)
