@@ -183,6 +183,11 @@ def test_instance_within_and_the_allowance_a_run_shows() -> None:
     assert shown is not None and 0.05 < shown < 0.2
     at = instance_within(leader, other, allowed=shown, comparisons=1, instance_sd=0.07)
     assert at.p_value == pytest.approx(0.05, rel=1e-6)
+    # Taken as equal (at_gap 0): the allowance does not rest on this run's estimate of the gap.
+    equal = shown_within(leader, other, comparisons=1, instance_sd=0.07, at_gap=0.0)
+    assert equal is not None and equal < shown
+    assert shown_within(Sample("up", (110.0, 111.0, 109.0)), leader, comparisons=1, instance_sd=0.07, at_gap=0.0) \
+        == pytest.approx(equal, rel=1e-2)  # the same spread of logs, to the percent
     # A point above the leader is shown within any allowance; one side without spread shows nothing.
     assert shown_within(Sample("low", (50.0, 51.0, 49.0)), leader, comparisons=1, instance_sd=0.0) == 0.0
     assert shown_within(leader, Sample("c", (99.0,)), comparisons=1, instance_sd=0.07) is None

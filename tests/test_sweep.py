@@ -462,8 +462,8 @@ def test_configured_point_fails_the_sweep_only_when_shown_too_far_below_the_best
         "allowed 5% between the two servers' repeats (p=0.0024), not across server instances of one config (p=1, 7% "
         "assumed between instances, one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats per point): this "
         "run shows it within 19.7%, and more repeats would not narrow it: the spread between instances dominates; a "
-        "paired sweep (a min_speedup threshold in the profile) or --specdec-sweep-max-gap 20 would decide it; not "
-        "failed"
+        "paired sweep (a min_speedup threshold in the profile) or --specdec-sweep-max-gap 20 (within it both this run "
+        "and equal points at this spread would be shown) would decide it; not failed"
     )
     assert judged(points, 0.05) == ([within], [], [within])
     lines, red, undecided = judged(points, 0.20)
@@ -575,7 +575,8 @@ def test_configured_point_passes_only_where_server_instances_could_not_hide_the_
         "eagle3@num_steps=2 across server instances of one config (p=0.72, 7% assumed between instances, one-sided "
         "Welch t-test on log tok/s, Bonferroni x3, 3 repeats per point): this run shows it within 17.1%, and more "
         "repeats would not narrow it: the spread between instances dominates; a paired sweep (a min_speedup "
-        "threshold in the profile) or --specdec-sweep-max-gap 18 would decide it; not failed"
+        "threshold in the profile) or --specdec-sweep-max-gap 19 (within it both this run and equal points at this "
+        "spread would be shown) would decide it; not failed"
     ]
     assert judged(points, 0.20) == (["configured point eagle3@num_steps=3 has the highest tok/s, within the allowed "
                                      "20% of every other point across server instances"], [], [])  # fmt: skip

@@ -245,7 +245,13 @@ def instance_within(
 
 
 def shown_within(
-    leader: Sample, other: Sample, *, comparisons: int, instance_sd: float, alpha: float = ALPHA
+    leader: Sample,
+    other: Sample,
+    *,
+    comparisons: int,
+    instance_sd: float,
+    alpha: float = ALPHA,
+    at_gap: float | None = None,
 ) -> float | None:
     """The smallest allowance :func:`instance_within` shows ``other`` inside at ``alpha`` (a fraction below
     ``leader``): what the run could have told apart, for a line that cannot say "within" at the allowance asked
@@ -255,6 +261,8 @@ def shown_within(
     Example: leader (100, 101, 99), other (99, 100, 98), 1 comparison: ~ 0.027 (2.7 %) at ``instance_sd`` 0,
     ~ 0.15 at 7%.
 
+    :param at_gap: the gap to take instead of the measured one (0: equal points, what an allowance must be to show
+        them within at this spread, whatever this run's estimate of the gap).
     :returns: the fraction in [0, 1) (0: shown not below the leader at all), or None when a side has fewer than 2
         values or nothing below 100 % is shown.
     :raises ValueError: ``comparisons`` < 1 or ``instance_sd`` < 0.
@@ -265,6 +273,8 @@ def shown_within(
     if moments is None:
         return None
     diff, var, dof = moments
+    if at_gap is not None:
+        diff = -math.log(1.0 - at_gap)
     from scipy import stats as sps
 
     level = alpha / comparisons
