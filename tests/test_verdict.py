@@ -360,3 +360,32 @@ def test_every_test_of_a_profile_stores_the_paired_arms_as_they_are_at_its_judgi
     verdict._rebuild_record(case, Handle(), "eagle3", "baseline")  # type: ignore[arg-type]
     assert case.record.paired["pairs"] == 6
     assert case.record.paired["target"]["output_tok_s"] == [120.0 + i for i in range(6)]
+
+
+def test_a_busy_runners_compare_stops_at_the_first_look_when_only_the_instance_spread_holds_it_open() -> None:
+    """helper-79: an unchanged-config night on a busy runner (load per CPU above 1) measured 8 repeats, 470
+    server-s, to the undecided it had at 3: every open row there takes a 68% run-to-run sd, which no repeat of today's
+    narrows. Replayed on 240 recorded pairs of instances (benchmarks/bench_cpu_load_ratio.py): the median compare
+    stopped at 3 pairs instead of 8 with no more false alarms. The same stream on a quiet runner measures on."""
+    from pytest_specdec.judge import sequential
+    from tests.helpers import fingerprint
+
+    def judged_at(load1: float) -> int:
+        fp = fingerprint(runner={"load1_before": load1, "load1_after": load1, "cpus": 2})
+        stream = [92.0, 101.2, 82.8] * 8  # x0.92 of the baseline, 10% within
+        shown = [3]
+
+        def more() -> ResultRecord | None:
+            shown[0] += 1
+            return rec(fp=fp, output_tok_s=stream[: shown[0]]) if shown[0] <= len(stream) else None
+
+        judged = judge_compare(
+            rec(fp=fp, output_tok_s=[100.0, 104.0, 96.0]), rec(fp=fp, output_tok_s=stream[:3]), run_id="R1",
+            test_id="t.py::test_x[eagle3]", tolerances=layered_tolerances(), noise={}, force=False, more=more,
+            design=sequential.Design(3, 24), history=[], server_s=lambda: 2.0 * shown[0],
+        )  # fmt: skip
+        assert judged.failure is None and judged.undecided is not None, judged.failure
+        return shown[0]
+
+    assert judged_at(5.0) == 3  # busy: the first look's undecided is final
+    assert judged_at(1.0) == 8  # quiet (7% between instances): measured on to the third look (3, 5, 8)

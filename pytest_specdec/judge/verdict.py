@@ -913,8 +913,11 @@ def judge_compare(
             last = n
             if compared is not current:
                 comparison, compared = comparison_of(current), current
-            # Until the third look a few repeats' estimate may still swing into either verdict: measure on.
-            settled = n >= design.points[min(2, design.looks - 1)]
+            # Until the third look a few repeats' estimate may still swing into either verdict: measure on; not on a
+            # busy runner, where every open row is held open by the spread assumed between server instances, which
+            # no repeat of today's narrows (helper-79: an unchanged-config night measured 8 repeats, 470 server-s,
+            # to the same undecided it had at 3).
+            settled = n >= design.points[min(2, design.looks - 1)] or all(r.busy for r in comparison.undecided)
             if not comparison.undecided or settled and not any(
                 _worth_measuring(base, current, r, design, history) for r in comparison.undecided
             ):
