@@ -26,7 +26,9 @@ The method (Welch 1947; Bonferroni; power by the noncentral t, all from ``scipy.
 Why not a rank test: with 3 repeats per point the exact Mann-Whitney U test cannot go below p = 1/20 = 0.05 even for
 complete separation, so at ``0.05 / (k - 1)`` it could never separate anything; the t-test uses the size of the gap
 against the spread. Repeats are measured within one server instance per point, so spread between instances (a GPU
-server restarted) is not seen; a paired speedup cancels the load of the minutes it was measured in, not that.
+server restarted) is not seen by them; a paired speedup cancels the load of the minutes it was measured in, not that.
+So a sweep ranks with ``rank(instance_sd=)``: each comparison's variance also carries ``2 log(1 + instance_sd)^2``
+(:func:`instance_separation`, :func:`instance_within`), which no number of repeats averages out (:func:`endless_gap`).
 """
 
 from __future__ import annotations
