@@ -1154,6 +1154,10 @@ def test_a_busy_rows_open_line_asks_for_a_quieter_runner_without_seeming_to_desc
 
     row = dataclasses.replace(compare_results(rec(output_tok_s=[100.0, 101.0]), rec(output_tok_s=[90.0, 91.0]),
                                               parse_tolerances("output_tok_s:10%")).rows[0], busy=True)  # fmt: skip
-    tail, _ = _stored_runs_decide(sequential.ASSUMED_BUSY_CPU_INSTANCE_SD, row, None)
+    tail, _ = _stored_runs_decide(sequential.ASSUMED_BUSY_CPU_INSTANCE_SD, row, None, stored=4)
     assert tail == ("a quieter runner would decide it (one with load per CPU under 1 at both runs; this busy runner's "
                     "run-to-run sd is taken as 68%)")  # fmt: skip
+    # Against fewer than 4 stored runs a quiet runner takes 7% until 4 measure it: both are needed (helper-80 followed
+    # "a quieter runner would decide it" against one stored run, and all 18 rows stayed open).
+    tail, _ = _stored_runs_decide(sequential.ASSUMED_BUSY_CPU_INSTANCE_SD, row, None, stored=1)
+    assert tail.startswith("a quieter runner and 4+ stored runs of this fingerprint would decide it (one with load")

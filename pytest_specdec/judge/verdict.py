@@ -1062,7 +1062,7 @@ def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design:
     if needed is not None:
         return (f"a baseline of about {needed} repeats would decide it (now {now}; {known})", (_RESTORE,))
     if data.instance_sd and not run_sd:
-        return _stored_runs_decide(data.instance_sd, row, vs)
+        return _stored_runs_decide(data.instance_sd, row, vs, h.runs if h is not None else 1)
     if run_sd:
         # The measured run-to-run sd, for the baseline's instance and today's: what keeps it open at tonight's
         # estimate (a trial read "a night further from the limit" beside x1.25 against a limit of x0.95).
@@ -1075,16 +1075,21 @@ def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design:
              "--specdec-save=NAME --specdec-repeats N): the reference is the named baseline's own run",))
 
 
-def _stored_runs_decide(instance_sd: float, row: compare.CompareRow, vs: str | None) -> tuple[str, tuple[str, ...]]:
+def _stored_runs_decide(
+    instance_sd: float, row: compare.CompareRow, vs: str | None, stored: int = 1
+) -> tuple[str, tuple[str, ...]]:
     """The tail and explanations of a row open at an assumed run-to-run sd ``instance_sd`` (a fraction): ``4+ stored
     runs would decide it (run-to-run sd taken as 7%)``. Not "no number of runs": the spread is taken, not measured,
     and 4 stored runs measure it (a trial read "no number of repeats or runs decides ...; stored runs that spread less
     will show it" as a paradox). On a busy CPU runner (``row.busy``) stored runs do not lower the floor: a quieter
-    runner decides it."""
+    runner decides it, with 4+ stored runs where fewer are (``stored``: the baseline's runs of this fingerprint; a
+    trial followed "a quieter runner would decide it" against one stored run and read all 18 rows undecided again,
+    at the quiet 7% assumed)."""
     if row.busy:
         # A trial read "(load per CPU under 1 at both runs; ...)" as a claim about this busy runner: said as a need.
-        return (f"a quieter runner would decide it (one with load per CPU under 1 at both runs; this busy runner's "
-                f"run-to-run sd is taken as {instance_sd * 100:.2g}%)", (_else_line(row, vs),))  # fmt: skip
+        runs = "" if stored > sequential.ASSUMED_UP_TO_RUNS else " and 4+ stored runs of this fingerprint"
+        return (f"a quieter runner{runs} would decide it (one with load per CPU under 1 at both runs; this busy "
+                f"runner's run-to-run sd is taken as {instance_sd * 100:.2g}%)", (_else_line(row, vs),))  # fmt: skip
     return (f"4+ stored runs would decide it (run-to-run sd taken as {instance_sd * 100:.2g}%)",
             (_TAKEN, _else_line(row, vs)))  # fmt: skip
 
@@ -1200,7 +1205,7 @@ def undecided_reason(
     if row.tolerance.abs:
         if _difference_decidable(base, current, row, design):
             return OpenRow(text + " (more repeats would narrow it: raise workload.max_repeats)")
-        tail, why = _stored_runs_decide(row.instance_sd, row, (base.paired or {}).get("vs"))
+        tail, why = _stored_runs_decide(row.instance_sd, row, (base.paired or {}).get("vs"), len(history) + 1)
         return OpenRow(f"{text}: {tail}", why)
     if needed is None:
         tail, why = _not_decidable_today(data, row, design, (base.paired or {}).get("vs"))
