@@ -347,11 +347,20 @@ def instances_note(group: RankedGroup, gap: float) -> str:
     if not group.ranking.beyond_repeats(gap):
         return ""
     sd, where = instance_sd_of(group)
-    ways = [] if group.basis == "paired speedup" else ["a paired sweep (a min_speedup threshold in the profile)"]
-    if where == " on this busy runner":
-        ways.append("a quieter runner")
+    ways = _beyond_repeats_ways(group)
     text = f"server instances of one config differ by {sd:.0%}{where} (as assumed), which repeats do not average out"
     return f"{text}; {' or '.join(ways)} would decide it" if ways else text
+
+
+def _beyond_repeats_ways(group: RankedGroup, *between: str) -> list[str]:
+    """What decides a gap the spread between server instances holds open, in the order the lines say it: a paired
+    sweep (for an unpaired one: 2% between instances, not 7%), ``between`` (an allowance), a quieter runner (on a busy
+    one)."""
+    ways = [] if group.basis == "paired speedup" else ["a paired sweep (a min_speedup threshold in the profile)"]
+    ways.extend(between)
+    if instance_sd_of(group)[1] == " on this busy runner":
+        ways.append("a quieter runner")
+    return ways
 
 
 def instance_sd_of(group: RankedGroup) -> tuple[float, str]:
@@ -419,16 +428,14 @@ def _ways_to_decide(
         said.append("more repeats would not narrow it: the spread between instances dominates")
     elif endless >= max_gap:
         said.append(f"more repeats alone would show no less than {endless:.1%} at this gap and that instance spread")
-    ways = [] if group.basis == "paired speedup" else ["a paired sweep (a min_speedup threshold in the profile)"]
     # Not this run's estimate of the gap alone: helper-79 followed a suggested 9% (from a configured point measured
     # 14% above) and the next run, 1% above, could not show 9%. At least what equal points are shown within.
     equal = ranking.shown_within(leader, sample, comparisons=comparisons, instance_sd=sd, alpha=alpha, at_gap=0.0)
     allowance = max((v for v in (shown, equal) if v is not None), default=None)
-    if allowance is not None:
-        ways.append(f"--specdec-sweep-max-gap {math.ceil(allowance * 100)} (within it both this run and equal "
-                    "points at this spread would be shown)")  # fmt: skip
-    if instance_sd_of(group)[1] == " on this busy runner":
-        ways.append("a quieter runner")
+    ways = _beyond_repeats_ways(group, *(
+        [f"--specdec-sweep-max-gap {math.ceil(allowance * 100)} (within it both this run and equal points at this "
+         "spread would be shown)"] if allowance is not None else []
+    ))  # fmt: skip
     decide = f"{' or '.join(ways)} would decide it"
     return f"{', and '.join(said)}; {decide}" if said else decide
 
@@ -459,32 +466,25 @@ def _within_instances(
     ), False
 
 
-def _none_above(group: RankedGroup, sample: ranking.Sample, max_gap: float) -> str:
-    """``no other point is the allowed 5% or more above it (p=0.02 for eagle3@num_steps=2, the least shown, one-sided
-    t-test on log paired speedup, 2% assumed between server instances, ...)``: the pass of a configured leader tied
-    with other points (helper-80 read "within the allowed 5% of every other point" beside a point 19% below it)."""
-    sd = instance_sd_of(group)[0]
-    m = max(len(group.ranking.samples) - 1, 1)
-    tests = [(ranking.instance_within(o, sample, allowed=max_gap, comparisons=m, instance_sd=sd), o.name)
-             for o in group.ranking.samples if o.name != sample.name]  # fmt: skip
-    held, rival = max(tests, key=lambda pair: pair[0].p_value if pair[0].p_value is not None else 2.0)
-    return (f"no other point is the allowed {max_gap:.0%} or more above it ({held.describe()} for {rival}, the least "
-            f"shown, {method_note(group, m, instances=True)})")
-
-
-def _best_across_instances(group: RankedGroup, sample: ranking.Sample, max_gap: float) -> str:
-    """``""`` when the configured point, the leader on its repeats and shown within ``max_gap`` of no point above it
-    there (``ranking.judge_gap``'s "best"), is so also across server instances: no other point may be ``max_gap`` or
-    more above it (:func:`ranking.instance_within` of each other point at :func:`instance_sd_of`); else the undecided
-    line naming the point it is not shown within ``max_gap`` of."""
+def _best_across_instances(group: RankedGroup, sample: ranking.Sample, max_gap: float) -> tuple[str, bool]:
+    """(line, passed) for a configured point that leads on its repeats and is shown within ``max_gap`` of no point
+    above it there (``ranking.judge_gap``'s "best"): passed when no other point may be ``max_gap`` or more above it
+    across server instances too (:func:`ranking.instance_within` of each other point at :func:`instance_sd_of`, the
+    least shown deciding): ``configured point X is the sweep's best``, or for a leader tied with other points ``... has
+    the highest paired speedup: no other point is the allowed 5% or more above it (p=0.02 for Y, the least shown,
+    <method>)`` (helper-80 read "within the allowed 5% of every other point" beside a point 19% below it); else the
+    undecided line naming the point it is not shown within ``max_gap`` of."""
     sd, where = instance_sd_of(group)
     m = max(len(group.ranking.samples) - 1, 1)
-    alpha = group.ranking.alpha
     rivals = [other for other in group.ranking.samples if other.name != sample.name]
     tests = [(ranking.instance_within(o, sample, allowed=max_gap, comparisons=m, instance_sd=sd), o) for o in rivals]
     held, rival = max(tests, key=lambda pair: pair[0].p_value if pair[0].p_value is not None else 2.0)
-    if held.separated(alpha):
-        return ""
+    if held.separated(group.ranking.alpha) and not group.ranking.tied:
+        return f"configured point {sample.name} is the sweep's best", True
+    if held.separated(group.ranking.alpha):  # not shown above the points it is tied with: none is the allowance above
+        return (f"configured point {sample.name} has the highest {group.basis}: no other point is the allowed "
+                f"{max_gap:.0%} or more above it ({held.describe()} for {rival.name}, the least shown, "
+                f"{method_note(group, m, instances=True)})"), True  # fmt: skip
     repeats = ranking.within(rival, sample, allowed=max_gap, comparisons=m)
     return (
         f"configured point {sample.name} has the highest {group.basis}: undecided: within the allowed {max_gap:.0%} of "
@@ -492,7 +492,7 @@ def _best_across_instances(group: RankedGroup, sample: ranking.Sample, max_gap: 
         f"of {rival.name} across server instances of one config ({held.describe()}, {sd:.0%} assumed between "
         f"instances{where}, {method_note(group, m)}): {_ways_to_decide(group, rival, sample, max_gap, m, sd)}; "
         "not failed"
-    )
+    ), False
 
 
 def _or_ties(group: RankedGroup, configured: str) -> str:
@@ -584,18 +584,13 @@ def configured_point_lines(
                     f"configured point {name} is the only point that met the thresholds")  # fmt: skip
             if alone:
                 undecided.append(line)
-        elif judged.verdict == "best" and decided and (held := _best_across_instances(group, sample, max_gap)):
-            line = held
-            undecided.append(line)
-        elif judged.verdict == "best":
-            if not decided:
-                line = f"configured point {name} has the highest {group.basis}; undecided: {repeats_note(group)}"
-            elif group.ranking.tied:  # not shown above the points it is tied with: none is the allowance above it
-                line = f"configured point {name} has the highest {group.basis}: {_none_above(group, sample, max_gap)}"
-            else:
-                line = f"configured point {name} is the sweep's best"
-            if not decided:  # the highest on too few repeats to rank: not shown to be the best
+        elif judged.verdict == "best" and decided:
+            line, passed = _best_across_instances(group, sample, max_gap)
+            if not passed:
                 undecided.append(line)
+        elif judged.verdict == "best":  # the highest on too few repeats to rank: not shown to be the best
+            line = f"configured point {name} has the highest {group.basis}; undecided: {repeats_note(group)}"
+            undecided.append(line)
         elif judged.verdict == "within":
             assert test is not None
             head = f"configured point {name} is {judged.gap:.1%} below {best} {leader.profile}"
