@@ -119,8 +119,8 @@ def test_sweep_runs_each_point_prints_table_and_writes_outputs(
                                      "per point"])  # fmt: skip
     else:
         result.stdout.fnmatch_lines(
-            ["configured point eagle3@num_steps=3 is *% below the highest eagle3@num_steps=1: undecided: 1 repeat per "
-             "point; * a gap beyond the allowed 0%*; not failed"]
+            ["configured point eagle3@num_steps=3 (* tok/s) is *% below the highest eagle3@num_steps=1 (* tok/s): "
+             "undecided: 1 repeat per point; * a gap beyond the allowed 0%*; not failed"]
         )  # fmt: skip
     assert "FAIL specdec" not in out
     assert (project.path / "out/sweep.png").read_bytes()[:4] == b"\x89PNG"

@@ -490,7 +490,8 @@ def test_a_sweep_with_one_repeat_per_point_recommends_nothing(pytester: pytest.P
     ), out
     if "configured point" in out:  # below the other point, or (seen at load 5) measured the highest of the two
         assert re.search(
-            r"^configured point eagle3@num_steps=3 (is [\d.]+% below the highest eagle3@num_steps=1: "
+            r"^configured point eagle3@num_steps=3 (\([\d.]+ tok/s\) is [\d.]+% below the highest "
+            r"eagle3@num_steps=1 \([\d.]+ tok/s\): "
             r"undecided: 1 repeat per point; .* a gap beyond the allowed 5%.*; not failed|has the "
             r"highest tok/s; undecided: 1 repeat per point)$",
             out,

@@ -397,7 +397,8 @@ def _beyond_instances(
         return ""
     paired = "" if group.basis == "paired speedup" else "a paired sweep (a min_speedup threshold in the profile) or "
     return (
-        f"configured point {sample.name} is {test.gap:.1%} below the highest {leader.profile}: undecided: beyond the "
+        f"configured point {_figured(sample.name, sample, group)} is {test.gap:.1%} below the highest "
+        f"{_figured(leader.profile, best, group)}: undecided: beyond the "
         f"allowed {max_gap:.0%} between the two servers' repeats ({test.describe()}), not beyond how server instances "
         f"of one config differ ({held.describe()}, {sd:.0%} assumed between instances{where}, "
         f"{method_note(group, test.comparisons)}); {paired}a quieter runner would decide it; not failed"
@@ -457,8 +458,9 @@ def _within_instances(
     m = test.comparisons
     held = ranking.instance_within(leader, sample, allowed=max_gap, comparisons=m, instance_sd=sd)
     if held.separated(group.ranking.alpha):
-        return (f"{head}, within the allowed {max_gap:.0%} ({held.describe()} across server instances, {sd:.0%} "
-                f"assumed between them{where}, {method_note(group, m)})"), True  # fmt: skip
+        # The instance-aware test decided it, and the method said is that one (it read "Welch" beside it).
+        return (f"{head}, within the allowed {max_gap:.0%} ({held.describe()} across server instances, "
+                f"{method_note(group, m, instances=True)})"), True  # fmt: skip
     return (
         f"{head}: undecided: within the allowed {max_gap:.0%} between the two servers' repeats ({test.describe()}), "
         f"not across server instances of one config ({held.describe()}, {sd:.0%} assumed between instances{where}, "
@@ -500,6 +502,13 @@ def _or_ties(group: RankedGroup, configured: str) -> str:
     from other points (helper-79: "set num_steps: 3" for a leader tied with 2 steps at p=0.53); ``""`` otherwise."""
     ties = [r.profile for r in group.tied if r.profile != configured]
     return f" (or a point tied with it: {', '.join(ties)})" if ties else ""
+
+
+def _figured(name: str, sample: ranking.Sample | None, group: RankedGroup) -> str:
+    """``eagle3@num_steps=3 (204.0 tok/s)``: a point named with the figure its gap in a line is of, the geometric mean
+    of its repeats on the ranking basis (helper-80 read a line's 1.9% beside the table's medians, 1.2% apart, with
+    no figure to tell them apart); the name alone without a sample."""
+    return f"{name} ({_shown(sample.center, group.basis)})" if sample is not None else name
 
 
 def _shown(center: float | None, basis: str) -> str:
@@ -593,9 +602,10 @@ def configured_point_lines(
             undecided.append(line)
         elif judged.verdict == "within":
             assert test is not None
-            head = f"configured point {name} is {judged.gap:.1%} below {best} {leader.profile}"
             top = group.ranking.sample(leader.profile)
             assert top is not None
+            head = f"configured point {_figured(name, sample, group)} is {judged.gap:.1%} below {best} " + _figured(
+                leader.profile, top, group)
             line, passed = _within_instances(group, top, sample, max_gap, test, head)
             if not passed:
                 undecided.append(line)
@@ -609,16 +619,17 @@ def configured_point_lines(
             assert top is not None
             # The figures the gap is of: geometric means on the ranking's basis (a paired sweep's gap is of paired
             # speedups, not of tok/s: helper-79 read "(83.0 tok/s) is 26.7% below ... (97.6 tok/s)").
-            c, b = _shown(sample.center, group.basis), _shown(top.center, group.basis)
             line = (
-                f"configured point {name} ({c}) is {judged.gap:.1%} below {best} "
-                f"{leader.profile} ({b}), more than {allowed} "
+                f"configured point {_figured(name, sample, group)} is {judged.gap:.1%} below {best} "
+                f"{_figured(leader.profile, top, group)}, more than {allowed} "
                 f"(--specdec-sweep-max-gap); set {better} in profile {base}{_or_ties(group, name)} "
                 f"[{test.describe()}: {method_note(group, test.comparisons)}]"
             )
             failing.append(line)
         else:
             beyond = f"a gap beyond {allowed}"
+            top = group.ranking.sample(leader.profile)
+            figured, led = _figured(name, sample, group), _figured(leader.profile, top, group)
             ran = group.ranking.min_values
             excess = 1.0 - (1.0 - judged.gap) / (1.0 - max_gap)  # what a recommendation must separate
             would = would_note(judged.need, beyond, ran, inside_allowance=judged.gap <= max_gap,
@@ -628,27 +639,27 @@ def configured_point_lines(
                 assert test is not None
                 where = (
                     f"has the highest {group.basis}, not shown within {allowed} of {judged.rival}" if judged.rival
-                    else f"is {judged.gap:.1%} below {best} {leader.profile}, not shown within {allowed}"
+                    else f"is {judged.gap:.1%} below {best} {led}, not shown within {allowed}"
                 )  # fmt: skip
-                head = f"configured point {name} {where} ({test.describe()}, {method_note(group, test.comparisons)})"
+                head = f"configured point {figured} {where} ({test.describe()}, {method_note(group, test.comparisons)})"
                 distance = 1.0 - (1.0 - max_gap) / (1.0 - judged.gap)  # what "within" must separate
                 would = would_note(judged.need, f"it within {allowed}", ran, verb="show",
                                    instances=instances_note(group, distance) if distance > 0 else "")  # fmt: skip
             elif judged.verdict == "tied":
                 assert test is not None
                 head = (
-                    f"configured point {name} is tied with {best} {leader.profile} ({judged.gap:.1%} "
+                    f"configured point {figured} is tied with {best} {led} ({judged.gap:.1%} "
                     f"below, not separated: {test.describe()}, {method_note(group, test.comparisons)})"
                 )
             elif judged.verdict == "unproven":
                 assert test is not None
                 head = (
-                    f"configured point {name} is {judged.gap:.1%} below {best} {leader.profile}, not shown "
+                    f"configured point {figured} is {judged.gap:.1%} below {best} {led}, not shown "
                     f"to be more than {allowed} ({test.describe()}, {method_note(group, test.comparisons)})"
                 )
             else:
                 head = (
-                    f"configured point {name} is {judged.gap:.1%} below the highest {leader.profile}: "
+                    f"configured point {figured} is {judged.gap:.1%} below the highest {led}: "
                     f"undecided: {repeats_note(group)}"
                 )
             line = f"{head}; {would} ({spread_note(group)}); not failed"
