@@ -5,6 +5,7 @@ and server-seconds per verdict, sequential (the plugin's default) against a sing
     python benchmarks/bench_verdicts.py --runs 50 --max-repeats 12,24,48
     python benchmarks/bench_verdicts.py --instance-sd 0.07           # each run on a server instance of its own
     python benchmarks/bench_verdicts.py --false-alarm-runs 300 --seed 7 --instance-sd 0.07   # false alarms only
+    python benchmarks/bench_verdicts.py --unpaired --history 1 --instance-sd 0.07   # the raw row alone
 
 Streams (recorded once, replayed here; nothing is started):
 
@@ -75,15 +76,21 @@ class Pool:
 
 
 def _record(pairs: list[tuple[float, float, float]], test_id: str = "bench") -> ResultRecord:
-    """A record holding paired tok/s only (``compare_results`` judges ``output_tok_s / ref``)."""
+    """A record holding paired tok/s only (``compare_results`` judges ``output_tok_s / ref``); with ``UNPAIRED``
+    the target arm's tok/s alone (the raw row only: a profile without a reference arm)."""
     target = [p[0] for p in pairs]
     reference = [p[1] for p in pairs]
+    paired = None if UNPAIRED else {"vs": "ref", "target": {"output_tok_s": target},
+                                    "reference": {"output_tok_s": reference}}  # fmt: skip
     return ResultRecord(
         test_id=test_id, profile="eagle3", metrics={"output_tok_s": statistics.median(target)},
         repeats={"output_tok_s": target}, fingerprint={"workload": {"temperature": 0.0}},
-        paired={"vs": "ref", "target": {"output_tok_s": target}, "reference": {"output_tok_s": reference}},
-        outcome="passed",
+        paired=paired, outcome="passed",
     )  # fmt: skip
+
+
+#: ``--unpaired``: replay the target arm alone.
+UNPAIRED = False
 
 
 @dataclass
@@ -201,10 +208,15 @@ def main() -> int:
     parser.add_argument("--futility-shift-se", type=float, default=judging.FUTILITY_SHIFT_SE,
                         help="measure an open row on while it would decide with today's estimate this many "
                              "standard errors further from the limit (default: verdict.FUTILITY_SHIFT_SE)")
+    parser.add_argument("--unpaired", action="store_true",
+                        help="the target arm alone, judged on its raw tok/s row (a profile without a reference arm; "
+                             "with --instance-sd, each run on a runner state of its own)")  # fmt: skip
     parser.add_argument("--cells", default="",
                         help="only cells whose name starts with one of these, comma separated (e.g. 'h200,ref quiet')")
     args = parser.parse_args()
     judging.FUTILITY_SHIFT_SE = args.futility_shift_se
+    global UNPAIRED
+    UNPAIRED = args.unpaired
     if args.false_alarm_runs:
         _false_alarms(args)
         return 0

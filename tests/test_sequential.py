@@ -395,3 +395,23 @@ def test_run_effect_separates_the_spread_within_runs_from_the_spread_between_the
     alike = RunEffect.of([[100.0, 102.0, 98.0], [101.0, 99.0, 100.0]])
     assert alike is not None and alike.between == 0.0 and not alike.significant(0.25)
     assert RunEffect.of([[100.0], [101.0]]) is None  # no run with 2 values: no within-run spread
+
+
+def test_repeats_share_is_the_part_of_the_interval_more_repeats_would_shrink() -> None:
+    """Tight repeats beside the 7% assumed between server instances are a few percent of the variance; noisy ones
+    beside a measured history without a run effect are most of it; too few values have none."""
+    import statistics
+
+    from pytest_specdec.judge.sequential import History, repeats_share
+
+    base, tight = [100.0, 101.0, 99.0], [92.0, 93.5, 90.6]
+    share = repeats_share(base, tight, instance_sd=0.07)
+    var_c = statistics.variance([math.log(v) for v in tight]) / 3
+    var_b = statistics.variance([math.log(v) for v in base]) / 3
+    assert share is not None and 0.0 < share < 0.05
+    assert share == pytest.approx(var_c / (var_c + var_b + 2 * math.log1p(0.07) ** 2), rel=0.05)
+    assert repeats_share(base, tight) == pytest.approx(var_c / (var_c + var_b), rel=0.05)  # no run effect: half
+    noisy = [92.0, 101.2, 82.8]
+    runs = [[100.0, 100.5, 99.5], [100.2, 100.0, 99.8], [99.9, 100.1, 100.0], [100.0, 100.3, 99.7]]
+    assert (repeats_share(base, noisy, history=History.from_runs(runs)) or 0.0) > 0.9
+    assert repeats_share(base, [92.0]) is None

@@ -458,29 +458,29 @@ def test_configured_point_fails_the_sweep_only_when_shown_too_far_below_the_best
     # Within the allowance between the two servers' repeats, but not across instances of one config (~7% apart on
     # a CPU): no "ok" that this run could not have told from a 5% gap; the allowance it does show is said.
     within = (
-        "configured point eagle3@num_steps=3 (92.5 tok/s) is 1.6% below the highest eagle3@num_steps=2 (94.0 tok/s): undecided: within the "
-        "allowed 5% between the two servers' repeats (p=0.0024), not across server instances of one config (p=1, 7% "
-        "assumed between instances, one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats per point): this "
-        "run shows it within 19.7%, and more repeats would not narrow it: the spread between instances dominates; a "
-        "paired sweep (a min_speedup threshold in the profile) or --specdec-sweep-max-gap 20 (within it both this run "
-        "and equal points at this spread would be shown) would decide it; not failed"
+        "configured point eagle3@num_steps=3 (92.5 tok/s) is 1.6% below the highest eagle3@num_steps=2 (94.0 tok/s): "
+        "undecided: within the allowed 5% between the two servers' repeats (p=0.0024), not across server instances of "
+        "one config (p=1, 7% assumed between instances, one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats "
+        "per point): this run shows it within 19.7%, and more repeats would not narrow it: the spread between "
+        "instances dominates; a paired sweep (a min_speedup threshold in the profile) or --specdec-sweep-max-gap 20 "
+        "(within it both this run and equal points at this spread would be shown) would decide it; not failed"
     )
     assert judged(points, 0.05) == ([within], [], [within])
     lines, red, undecided = judged(points, 0.20)
     assert red == undecided == [] and lines == [
-        "configured point eagle3@num_steps=3 (92.5 tok/s) is 1.6% below the highest eagle3@num_steps=2 (94.0 tok/s), within the allowed 20% "
-        "(p=0.046 across server instances, one-sided t-test on log tok/s, 7% assumed between server instances, "
-        "Bonferroni x3, 3 repeats per point)"
+        "configured point eagle3@num_steps=3 (92.5 tok/s) is 1.6% below the highest eagle3@num_steps=2 (94.0 tok/s), "
+        "within the allowed 20% (p=0.046 across server instances, one-sided t-test on log tok/s, 7% assumed between "
+        "server instances, Bonferroni x3, 3 repeats per point)"
     ]
     # Beyond the allowance between the two servers' repeats, but each point is a server of its own, and instances of
     # one config differ by ~7% on a CPU (judge.compare's raw tok/s row): 1.6% is nothing to change a config for
     # (an adversarial trial: unchanged sweeps on a busy runner failed 2 of 6 runs recommending 4 steps, then 2).
     instances = (
-        "configured point eagle3@num_steps=3 (92.5 tok/s) is 1.6% below the highest eagle3@num_steps=2 (94.0 tok/s): undecided: beyond the "
-        "allowed 0% between the two servers' repeats (p=0.035), not beyond how server instances of one config "
-        "differ (p=1, 7% assumed between instances, one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats "
-        "per point); a paired sweep (a min_speedup threshold in the profile) or a quieter runner would decide it; "
-        "not failed"
+        "configured point eagle3@num_steps=3 (92.5 tok/s) is 1.6% below the highest eagle3@num_steps=2 (94.0 tok/s): "
+        "undecided: beyond the allowed 0% between the two servers' repeats (p=0.035), not beyond how server instances "
+        "of one config differ (p=1, 7% assumed between instances, one-sided Welch t-test on log tok/s, Bonferroni x3, "
+        "3 repeats per point); a paired sweep (a min_speedup threshold in the profile) or a quieter runner would "
+        "decide it; not failed"
     )
     assert judged(points, 0.0) == ([instances], [], [instances])
     # The incident's size (2 steps 1.8x as fast as the configured 3): beyond both, it fails with what to set.
@@ -502,11 +502,11 @@ def test_configured_point_fails_the_sweep_only_when_shown_too_far_below_the_best
     assert red == [] and undecided == lines and "68% assumed between instances on this busy runner" in lines[0], lines
     # Separated from the best, but 1.6% is not shown to be more than 1%: nothing recommended.
     unproven = (
-        "configured point eagle3@num_steps=3 (92.5 tok/s) is 1.6% below the highest eagle3@num_steps=2 (94.0 tok/s), not shown to be more "
-        "than the allowed 1% (p=0.37, one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats per point); "
-        "no number of repeats per point would separate a gap beyond the allowed 1%: server instances of one config "
-        "differ by 7% (as assumed), which repeats do not average out; a paired sweep (a min_speedup threshold in the "
-        "profile) would decide it (σ 0.5% within repeats); not failed"
+        "configured point eagle3@num_steps=3 (92.5 tok/s) is 1.6% below the highest eagle3@num_steps=2 (94.0 tok/s), "
+        "not shown to be more than the allowed 1% (p=0.37, one-sided Welch t-test on log tok/s, Bonferroni x3, 3 "
+        "repeats per point); no number of repeats per point would separate a gap beyond the allowed 1%: server "
+        "instances of one config differ by 7% (as assumed), which repeats do not average out; a paired sweep (a "
+        "min_speedup threshold in the profile) would decide it (σ 0.5% within repeats); not failed"
     )
     assert judged(points, 0.01) == ([unproven], [], [unproven])
     # Tied with the highest point (not separated from the others, so not called the best): not failed whatever the
@@ -516,29 +516,29 @@ def test_configured_point_fails_the_sweep_only_when_shown_too_far_below_the_best
     # Inside the allowance on its estimate, the spread reaching past it: not shown within, undecided.
     lines, red, undecided = judged(noisy, 0.05)
     assert red == [] and undecided == lines == [
-        "configured point eagle3@num_steps=3 (92.4 tok/s) is 1.6% below the highest eagle3@num_steps=2 (93.9 tok/s), not shown within the "
-        "allowed 5% (p=0.81, one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats per point); no number of "
-        "repeats per point would show it within the allowed 5%: server instances of one config differ by 7% (as "
-        "assumed), which repeats do not average out; a paired sweep (a min_speedup threshold in the profile) would "
-        "decide it (σ 6.6% within repeats); not failed"
+        "configured point eagle3@num_steps=3 (92.4 tok/s) is 1.6% below the highest eagle3@num_steps=2 (93.9 tok/s), "
+        "not shown within the allowed 5% (p=0.81, one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats per "
+        "point); no number of repeats per point would show it within the allowed 5%: server instances of one config "
+        "differ by 7% (as assumed), which repeats do not average out; a paired sweep (a min_speedup threshold in the "
+        "profile) would decide it (σ 6.6% within repeats); not failed"
     ]
     lines, red, undecided = judged(noisy, 0.0)
     assert red == [] and undecided == lines
     assert lines == [
         "configured point eagle3@num_steps=3 (92.4 tok/s) is tied with the highest eagle3@num_steps=2 (93.9 tok/s) "
-        "(1.6% below, not separated: p=1, one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats per point); no number of "
-        "repeats per point would separate a gap beyond the allowed 0%: server instances of one config differ by 7% "
-        "(as assumed), which repeats do not average out; a paired sweep (a min_speedup threshold in the profile) would "
-        "decide it (σ 6.6% within repeats); not failed"
+        "(1.6% below, not separated: p=1, one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats per point); no "
+        "number of repeats per point would separate a gap beyond the allowed 0%: server instances of one config differ "
+        "by 7% (as assumed), which repeats do not average out; a paired sweep (a min_speedup threshold in the profile) "
+        "would decide it (σ 6.6% within repeats); not failed"
     ]
     # One repeat per point: undecided, never failed, the repeats that would decide said.
     single = sweep.sweep_records(seed_records())
     lines, red, undecided = judged(single, 0.0)
     assert red == [] and undecided == lines == [
-        "configured point eagle3@num_steps=3 (92.5 tok/s) is 1.6% below the highest eagle3@num_steps=2 (94.0 tok/s): undecided: 1 repeat per "
-        "point; no number of repeats per point would separate a gap beyond the allowed 0%: server instances of one "
-        "config differ by 7% (as assumed), which repeats do not average out; a paired sweep (a min_speedup threshold "
-        "in the profile) would decide it (σ 2.5% across points, an upper bound); not failed"
+        "configured point eagle3@num_steps=3 (92.5 tok/s) is 1.6% below the highest eagle3@num_steps=2 (94.0 tok/s): "
+        "undecided: 1 repeat per point; no number of repeats per point would separate a gap beyond the allowed 0%: "
+        "server instances of one config differ by 7% (as assumed), which repeats do not average out; a paired sweep (a "
+        "min_speedup threshold in the profile) would decide it (σ 2.5% across points, an upper bound); not failed"
     ]
     # A configured point outside the sweep is said, not judged: undecided (its gap was never measured), so
     # --specdec-undecided=fail fails the run on it (helper-76: exit 0 and nothing counted).
@@ -594,7 +594,8 @@ def test_configured_point_passes_only_where_server_instances_could_not_hide_the_
     assert judged(pair, 0.10) == ([
         "configured point eagle3@num_steps=3 (1.30x paired speedup) is 0.2% below the highest eagle3@num_steps=2 "
         "(1.30x paired speedup), within the allowed 10% (p=0.00011 across server instances, one-sided t-test on log "
-        "paired speedup, 2% assumed between server instances, Bonferroni x1, 3 repeats per point)"], [], [])  # fmt: skip
+        "paired speedup, 2% assumed between server instances, Bonferroni x1, 3 repeats per point)"],
+        [], [])  # fmt: skip
 
     # One point swept: nothing compared, undecided; the only point that met the thresholds is what it is.
     alone = [p for p in points if p.profile.endswith("=3")]

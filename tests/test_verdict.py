@@ -389,3 +389,32 @@ def test_a_busy_runners_compare_stops_at_the_first_look_when_only_the_instance_s
 
     assert judged_at(5.0) == 3  # busy: the first look's undecided is final
     assert judged_at(1.0) == 8  # quiet (7% between instances): measured on to the third look (3, 5, 8)
+
+
+def test_a_quiet_compare_stops_at_the_first_look_when_today_s_repeats_could_not_narrow_an_open_row() -> None:
+    """helper-80: a quiet unpaired compare against one stored run measured to the third look (172.7 server-s) the
+    undecided it had at the first: its raw rows take 7% between server instances, beside which 3 tight repeats are a
+    few percent of the interval's variance (``sequential.repeats_share``), so no number of them narrows it.
+    Replayed (``benchmarks/bench_verdicts.py --unpaired --history 1 --instance-sd 0.07``, 800 runs a cell): server-s
+    -35%, detections unchanged. A row whose repeats spread (10% within) is still measured on."""
+    from pytest_specdec.judge import sequential
+
+    def judged_at(stream: list[float]) -> tuple[int, str]:
+        shown = [3]
+
+        def more() -> ResultRecord | None:
+            shown[0] += 1
+            return rec(output_tok_s=stream[: shown[0]]) if shown[0] <= len(stream) else None
+
+        judged = judge_compare(
+            rec(output_tok_s=[100.0, 101.0, 99.0]), rec(output_tok_s=stream[:3]), run_id="R1",
+            test_id="t.py::test_x[eagle3]", tolerances=layered_tolerances(), noise={}, force=False, more=more,
+            design=sequential.Design(3, 24), history=[], server_s=lambda: 2.0 * shown[0],
+        )  # fmt: skip
+        assert judged.failure is None and judged.undecided is not None, judged.failure
+        return shown[0], judged.undecided
+
+    tight, said = judged_at([92.0, 93.5, 90.6] * 8)  # x0.92 of the baseline, 1.6% within
+    assert tight == 3, said
+    assert "4+ stored runs would decide it (run-to-run sd taken as 7%)" in said
+    assert judged_at([92.0, 101.2, 82.8] * 8)[0] == 8  # 10% within: repeats narrow it, measured to the third look

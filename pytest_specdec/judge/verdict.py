@@ -913,11 +913,13 @@ def judge_compare(
             last = n
             if compared is not current:
                 comparison, compared = comparison_of(current), current
-            # Until the third look a few repeats' estimate may still swing into either verdict: measure on; not on a
-            # busy runner, where every open row is held open by the spread assumed between server instances, which
-            # no repeat of today's narrows (helper-79: an unchanged-config night measured 8 repeats, 470 server-s,
-            # to the same undecided it had at 3).
-            settled = n >= design.points[min(2, design.looks - 1)] or all(r.busy for r in comparison.undecided)
+            # Until the third look a few repeats' estimate may still swing into either verdict: measure on; not
+            # where every open row is held open by a spread no repeat of today's narrows: the one assumed between
+            # server instances, on a busy runner (helper-79: an unchanged-config night measured 8 repeats, 470
+            # server-s, to the same undecided it had at 3) or where today's repeats are a small part of it
+            # (helper-80: a quiet unpaired compare against one stored run, 18 raw rows at 7%, 172.7 server-s).
+            settled = n >= design.points[min(2, design.looks - 1)] or all(
+                r.busy or _repeats_bound(base, current, r, history) for r in comparison.undecided)
             if not comparison.undecided or settled and not any(
                 _worth_measuring(base, current, r, design, history) for r in comparison.undecided
             ):
@@ -969,6 +971,30 @@ def judge_compare(
     if _restarts_reference(comparison):
         cost["new_reference"] = True
     return CompareVerdict(notes=notes, table=tuple(comparison.lines()), cost=cost)
+
+
+def _repeats_bound(
+    base: results.ResultRecord,
+    current: results.ResultRecord,
+    row: compare.CompareRow,
+    history: Sequence[results.ResultRecord],
+) -> bool:
+    """Whether an open row's interval is all but fixed by what today's repeats do not average out (the spread
+    between server instances, assumed or measured by stored runs, and the baseline's own): today's repeats are at
+    most :data:`EARLY_STOP_REPEATS_SHARE` of its variance (``sequential.repeats_share``)."""
+    data = _row_data(base, current, row, history)
+    if data is None:
+        return False
+    share = sequential.repeats_share(data.baseline, data.current, history=data.history, instance_sd=data.instance_sd)
+    return share is not None and share <= EARLY_STOP_REPEATS_SHARE
+
+
+#: An open row whose interval's variance is at most this share today's repeats' (so that endless repeats would
+#: narrow it by ~5% at most) is not measured on to the third look for a few repeats' estimate to swing: the rest is
+#: the run-to-run spread (assumed until 4 stored runs measure it) and the baseline's. Replayed
+#: (``benchmarks/bench_verdicts.py --unpaired``, docs/measurements/verdicts.md): unpaired compares against one
+#: stored run -35% server-s, detections unchanged; paired compares unchanged (their ratio rows' repeats dominate).
+EARLY_STOP_REPEATS_SHARE = 0.10
 
 
 def _restarts_reference(comparison: compare.Comparison) -> bool:
