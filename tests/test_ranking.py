@@ -205,3 +205,18 @@ def test_a_ranking_counts_the_spread_between_server_instances() -> None:
     assert endless_gap(0.07, comparisons=2) == pytest.approx(0.235, abs=0.001) and endless_gap(0.0) == 0.0
     far = rank([a, Sample("c", (70.0, 71.0, 69.0))], instance_sd=0.07)
     assert far.tied == () and not far.beyond_repeats(0.30) and far.need(0.30) == 2
+
+
+def test_shown_within_at_endless_repeats_keeps_only_the_instance_spread() -> None:
+    """What no number of repeats narrows: at the measured gap, ``1 - exp(d - z sqrt(2) log(1 + sd))`` with the normal
+    quantile (the sweep's "more repeats would not narrow it"); below what this run shows, and 0 without a spread."""
+    from scipy import stats as sps
+
+    leader, other = Sample("a", (100.0, 101.0, 99.0)), Sample("b", (95.0, 96.0, 94.0))
+    shown = shown_within(leader, other, comparisons=2, instance_sd=0.07)
+    endless = shown_within(leader, other, comparisons=2, instance_sd=0.07, endless=True)
+    d = sum(math.log(v) for v in other.values) / 3 - sum(math.log(v) for v in leader.values) / 3
+    expected = 1.0 - math.exp(d - float(sps.norm.isf(0.05 / 2)) * math.sqrt(2) * math.log1p(0.07))
+    assert shown is not None and endless == pytest.approx(expected) and endless < shown
+    gap = 1.0 - math.exp(d)
+    assert shown_within(leader, other, comparisons=2, instance_sd=0.0, endless=True) == pytest.approx(gap)

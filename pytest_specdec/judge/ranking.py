@@ -254,6 +254,7 @@ def shown_within(
     instance_sd: float,
     alpha: float = ALPHA,
     at_gap: float | None = None,
+    endless: bool = False,
 ) -> float | None:
     """The smallest allowance :func:`instance_within` shows ``other`` inside at ``alpha`` (a fraction below
     ``leader``): what the run could have told apart, for a line that cannot say "within" at the allowance asked
@@ -265,6 +266,8 @@ def shown_within(
 
     :param at_gap: the gap to take instead of the measured one (0: equal points, what an allowance must be to show
         them within at this spread, whatever this run's estimate of the gap).
+    :param endless: at endless repeats of both points at the measured gap: the repeats' part of the variance gone,
+        ``2 log(1 + instance_sd)^2`` left, with the normal quantile (what no number of repeats narrows).
     :returns: the fraction in [0, 1) (0: shown not below the leader at all), or None when a side has fewer than 2
         values or nothing below 100 % is shown.
     :raises ValueError: ``comparisons`` < 1 or ``instance_sd`` < 0.
@@ -277,6 +280,8 @@ def shown_within(
     diff, var, dof = moments
     if at_gap is not None:
         diff = -math.log(1.0 - at_gap)
+    if endless:
+        var, dof = 2.0 * math.log1p(instance_sd) ** 2, None
     from scipy import stats as sps
 
     level = alpha / comparisons

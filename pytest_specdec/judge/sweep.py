@@ -412,23 +412,19 @@ def _ways_to_decide(
     ``leader`` across server instances: ``this run shows it within 19.1%`` (:func:`ranking.shown_within`), ``and more
     repeats alone would show no less than 18.4% at this gap and that instance spread`` (``more repeats would not
     narrow it`` when that is within a point of what it shows) when even endless repeats at the measured gap could
-    not show ``max_gap`` (the repeats' part of the variance gone: ``1 - exp(d - z sqrt(2) log(1 +
-    sd))``, d the mean log of ``sample`` minus ``leader``'s, z the normal quantile at the Bonferroni level), then a
+    not show ``max_gap`` (``ranking.shown_within(endless=True)``: the repeats' part of the variance gone), then a
     paired sweep (unpaired only), an allowance within which both this run and equal points at this spread are shown
     (``--specdec-sweep-max-gap``; not this run's estimate of the gap alone, which the next run does not repeat), a
     quieter runner (busy only)."""
-    from scipy import stats as sps
-
     alpha = group.ranking.alpha
     shown = ranking.shown_within(leader, sample, comparisons=comparisons, instance_sd=sd, alpha=alpha)
     said = [f"this run shows it within {shown:.1%}"] if shown is not None else []
-    a, b = leader.logs, sample.logs
-    d = sum(b) / len(b) - sum(a) / len(a)
-    endless = 1.0 - math.exp(d - float(sps.norm.isf(alpha / comparisons)) * math.sqrt(2) * math.log1p(sd))
-    if endless >= max_gap and shown is not None and shown - endless < 0.01:
-        said.append("more repeats would not narrow it: the spread between instances dominates")
-    elif endless >= max_gap:
-        said.append(f"more repeats alone would show no less than {endless:.1%} at this gap and that instance spread")
+    endless = ranking.shown_within(leader, sample, comparisons=comparisons, instance_sd=sd, alpha=alpha,
+                                   endless=True)  # fmt: skip
+    if endless is not None and endless >= max_gap:
+        said.append("more repeats would not narrow it: the spread between instances dominates"
+                    if shown is not None and shown - endless < 0.01 else
+                    f"more repeats alone would show no less than {endless:.1%} at this gap and that instance spread")
     # Not this run's estimate of the gap alone: helper-79 followed a suggested 9% (from a configured point measured
     # 14% above) and the next run, 1% above, could not show 9%. At least what equal points are shown within.
     equal = ranking.shown_within(leader, sample, comparisons=comparisons, instance_sd=sd, alpha=alpha, at_gap=0.0)

@@ -76,8 +76,8 @@ def _paired_interval(ratios: Sequence[float]) -> str:
     decision = sequential.decide_floor(list(ratios), 1.0, sequential.Design(len(ratios), len(ratios)))
     if decision.low is None or decision.high is None:
         return ""
-    return f", CI {decision.low:.4g}-{decision.high:.4g} ({decision.confidence:.1%}, geometric mean of {decision.n} " \
-        "paired ratios)"  # fmt: skip
+    return (f", CI {decision.low:.4g}-{decision.high:.4g} ({decision.confidence:.1%}, geometric mean of "
+            f"{decision.n} paired ratios)")  # fmt: skip
 
 
 def _closing_line(group: RankedGroup, baselines: Sequence[ResultRecord], at: str) -> str:
