@@ -6,6 +6,7 @@ and server-seconds per verdict, sequential (the plugin's default) against a sing
     python benchmarks/bench_verdicts.py --instance-sd 0.07           # each run on a server instance of its own
     python benchmarks/bench_verdicts.py --false-alarm-runs 300 --seed 7 --instance-sd 0.07   # false alarms only
     python benchmarks/bench_verdicts.py --unpaired --history 1 --instance-sd 0.07   # the raw row alone
+    python benchmarks/bench_verdicts.py --stream-per-run ...   # two trees' rules on the same pairs, run by run
 
 Streams (recorded once, replayed here; nothing is started):
 
@@ -208,6 +209,10 @@ def main() -> int:
     parser.add_argument("--futility-shift-se", type=float, default=judging.FUTILITY_SHIFT_SE,
                         help="measure an open row on while it would decide with today's estimate this many "
                              "standard errors further from the limit (default: verdict.FUTILITY_SHIFT_SE)")
+    parser.add_argument("--stream-per-run", action="store_true",
+                        help="each replayed run (cell, run, column) draws from a stream of its own, so that two "
+                             "rules replayed on one seed see the same pairs run by run (by default one stream per "
+                             "cell: a rule that measures more pairs shifts every later run's draws)")  # fmt: skip
     parser.add_argument("--unpaired", action="store_true",
                         help="the target arm alone, judged on its raw tok/s row (a profile without a reference arm; "
                              "with --instance-sd, each run on a runner state of its own)")  # fmt: skip
@@ -258,10 +263,12 @@ def main() -> int:
             rng = np.random.default_rng(args.seed)
             fixed = Tally()
             seq = [Tally() for _ in budgets]
-            for _ in range(args.runs):
-                for tally, design in [(fixed, sequential.Design(3, 3))] + [
+            for run in range(args.runs):
+                for column, (tally, design) in enumerate([(fixed, sequential.Design(3, 3))] + [
                     (t, sequential.Design(3, b)) for t, b in zip(seq, budgets, strict=True)
-                ]:
+                ]):
+                    if args.stream_per_run:
+                        rng = np.random.default_rng([args.seed, cells.index((name, pool, null, scale)), run, column])
                     verdict, n, s = replay(pool, null, scale, tol, design, (args.history, args.history_pairs), rng,
                                            args.instance_sd, args.raw_tolerance)  # fmt: skip
                     tally.verdicts.append(verdict)

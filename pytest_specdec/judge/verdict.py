@@ -917,9 +917,11 @@ def judge_compare(
             # where every open row is held open by a spread no repeat of today's narrows: the one assumed between
             # server instances, on a busy runner (helper-79: an unchanged-config night measured 8 repeats, 470
             # server-s, to the same undecided it had at 3) or where today's repeats are a small part of it
-            # (helper-80: a quiet unpaired compare against one stored run, 18 raw rows at 7%, 172.7 server-s).
+            # (helper-80: a quiet unpaired compare against one stored run, 18 raw rows at 7%, 172.7 server-s), unless
+            # the row's estimate is beyond its tolerance: a server slowing over the run moves the estimate itself
+            # (helper-81: x0.86 after 3 repeats, then x0.74, FAILED at 8 where the first look left it undecided).
             settled = n >= design.points[min(2, design.looks - 1)] or all(
-                r.busy or _repeats_bound(base, current, r, history) for r in comparison.undecided)
+                r.busy or not r.suspected and _repeats_bound(base, current, r, history) for r in comparison.undecided)
             if not comparison.undecided or settled and not any(
                 _worth_measuring(base, current, r, design, history) for r in comparison.undecided
             ):
@@ -992,8 +994,9 @@ def _repeats_bound(
 #: An open row whose interval's variance is at most this share today's repeats' (so that endless repeats would
 #: narrow it by ~5% at most) is not measured on to the third look for a few repeats' estimate to swing: the rest is
 #: the run-to-run spread (assumed until 4 stored runs measure it) and the baseline's. Replayed
-#: (``benchmarks/bench_verdicts.py --unpaired``, docs/measurements/verdicts.md): unpaired compares against one
-#: stored run -35% server-s, detections unchanged; paired compares unchanged (their ratio rows' repeats dominate).
+#: (``benchmarks/bench_verdicts.py --unpaired --stream-per-run``, docs/measurements/verdicts.md): unchanged unpaired
+#: compares against one stored run -25-30% server-s, detections the same run for run; paired compares all but
+#: unchanged (their ratio rows' repeats dominate).
 EARLY_STOP_REPEATS_SHARE = 0.10
 
 
@@ -1088,7 +1091,11 @@ def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design:
     if needed is not None:
         return (f"a baseline of about {needed} repeats would decide it (now {now}; {known})", (_RESTORE,))
     if data.instance_sd and not run_sd:
-        return _stored_runs_decide(data.instance_sd, row, vs, h.runs if h is not None else 1)
+        below = None if row.busy else _deciding_sd(data.baseline, data.current, row, design, data.instance_sd)
+        # With none deciding at no spread either: the repeats that would, beside stored runs that measure little.
+        four = dataclasses.replace(data, history=_four_runs(data.baseline, 0.0), instance_sd=0.0)
+        repeats = _ask(sequential.shift_repeats_needed, four, row, design) if below is None else None
+        return _stored_runs_decide(data.instance_sd, row, vs, h.runs if h is not None else 1, below, repeats)
     if run_sd:
         # The measured run-to-run sd, for the baseline's instance and today's: what keeps it open at tonight's
         # estimate (a trial read "a night further from the limit" beside x1.25 against a limit of x0.95).
@@ -1101,23 +1108,76 @@ def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design:
              "--specdec-save=NAME --specdec-repeats N): the reference is the named baseline's own run",))
 
 
+def _deciding_sd(
+    baseline: Sequence[float], current: Sequence[float], row: compare.CompareRow, design: sequential.Design,
+    instance_sd: float,
+) -> float | None:
+    """The largest run-to-run sd (a fraction, below ``instance_sd``) at which tonight's repeats and the baseline's
+    would decide the row at its design (``sequential.decide_shift``, bisected to 0.1 point): what stored runs must
+    measure for "4+ stored runs would decide it" to hold; None when even no spread between instances would (the
+    estimate too near the tolerance for these repeats). An estimate: stored runs also move the reference level."""
+    allowed = row.tolerance.allowed(row.baseline) if row.tolerance.abs and row.baseline is not None else None
+
+    def decides(sd: float) -> bool:
+        return sequential.decide_shift(baseline, current, row.tolerance.rel, row.design or design,
+                                       higher_is_better=row.higher_is_better, instance_sd=sd, allowed=allowed,
+                                       history=None if allowed is not None else _four_runs(baseline, sd),
+                                       ).decided  # fmt: skip
+
+    if not decides(0.0):
+        return None
+    low, high = 0.0, instance_sd
+    while high - low > 0.0005:
+        mid = (low + high) / 2.0
+        low, high = (mid, high) if decides(mid) else (low, mid)
+    return low
+
+
+def _four_runs(baseline: Sequence[float], sd: float) -> sequential.History | None:
+    """The history 4 stored runs like the baseline's would give, their run-to-run sd measured at ``sd``: the
+    baseline's level and within-run variance, 4 x its repeats, the run effect ``log(1 + sd)^2`` on 3 degrees of
+    freedom (``sequential.History``); None with fewer than 2 positive values."""
+    logs = [math.log(v) for v in baseline if v and v > 0]
+    if len(logs) < 2:
+        return None
+    n = len(logs)
+    return sequential.History(statistics.fmean(logs), statistics.variance(logs), 4 * (n - 1), math.log1p(sd) ** 2,
+                              4, 4 * n, level_runs=1, level_n=n)  # fmt: skip
+
+
 def _stored_runs_decide(
-    instance_sd: float, row: compare.CompareRow, vs: str | None, stored: int = 1
+    instance_sd: float, row: compare.CompareRow, vs: str | None, stored: int = 1, below: float | None = -1.0,
+    repeats: int | None = None,
 ) -> tuple[str, tuple[str, ...]]:
     """The tail and explanations of a row open at an assumed run-to-run sd ``instance_sd`` (a fraction): ``4+ stored
-    runs would decide it (run-to-run sd taken as 7%)``. Not "no number of runs": the spread is taken, not measured,
-    and 4 stored runs measure it (a trial read "no number of repeats or runs decides ...; stored runs that spread less
-    will show it" as a paradox). On a busy CPU runner (``row.busy``) stored runs do not lower the floor: a quieter
-    runner decides it, with 4+ stored runs where fewer are (``stored``: the baseline's runs of this fingerprint; a
-    trial followed "a quieter runner would decide it" against one stored run and read all 18 rows undecided again,
-    at the quiet 7% assumed)."""
+    runs would decide it if they measure a run-to-run sd under 3.1% (taken as 7% until then)`` (``below``:
+    :func:`_deciding_sd`; -1: not computed, the plain ``4+ stored runs would decide it``; helper-81 followed the
+    unconditional "4+ stored runs would decide it", and 4 runs that spread 11% left it open), or where ``below`` is
+    None ``4+ stored runs and about 9 repeats would decide it if the runs measure little run-to-run spread``
+    (``repeats``: ``sequential.shift_repeats_needed`` at no spread) or ``4+ stored runs alone would not decide it:
+    at tonight's estimate even no spread between instances leaves it open``. Not "no number of runs": the spread is
+    taken, not measured, and 4 stored runs measure it (a trial read "no number of repeats or runs decides ...;
+    stored runs that spread less will show it" as a paradox). On a busy CPU runner (``row.busy``) stored runs do not
+    lower the floor: a quieter runner decides it, with 4+ stored runs where fewer are (``stored``: the baseline's
+    runs of this fingerprint; a trial followed "a quieter runner would decide it" against one stored run and read
+    all 18 rows undecided again, at the quiet 7% assumed)."""
     if row.busy:
         # A trial read "(load per CPU under 1 at both runs; ...)" as a claim about this busy runner: said as a need.
         runs = "" if stored > sequential.ASSUMED_UP_TO_RUNS else " and 4+ stored runs of this fingerprint"
         return (f"a quieter runner{runs} would decide it (one with load per CPU under 1 at both runs; this busy "
                 f"runner's run-to-run sd is taken as {instance_sd * 100:.2g}%)", (_else_line(row, vs),))  # fmt: skip
-    return (f"4+ stored runs would decide it (run-to-run sd taken as {instance_sd * 100:.2g}%)",
-            (_TAKEN, _else_line(row, vs)))  # fmt: skip
+    taken = f"{instance_sd * 100:.2g}%"
+    if below is None and repeats is not None:
+        return (f"4+ stored runs and about {repeats} repeats would decide it if the runs measure little run-to-run "
+                f"spread (taken as {taken} until then)", (_TAKEN, _else_line(row, vs)))  # fmt: skip
+    if below is None:
+        return (f"4+ stored runs alone would not decide it: at tonight's estimate even no spread between instances "
+                f"leaves it open (run-to-run sd taken as {taken})", (_TAKEN, _else_line(row, vs)))  # fmt: skip
+    if below >= 0.0:
+        under = f"a run-to-run sd under {below:.1%}" if below >= 0.001 else "almost no run-to-run spread"
+        return (f"4+ stored runs would decide it if they measure {under} (taken as {taken} until then)",
+                (_TAKEN, _else_line(row, vs)))  # fmt: skip
+    return f"4+ stored runs would decide it (run-to-run sd taken as {taken})", (_TAKEN, _else_line(row, vs))
 
 
 def _else_line(row: compare.CompareRow, vs: str | None) -> str:
@@ -1231,7 +1291,10 @@ def undecided_reason(
     if row.tolerance.abs:
         if _difference_decidable(base, current, row, design):
             return OpenRow(text + " (more repeats would narrow it: raise workload.max_repeats)")
-        tail, why = _stored_runs_decide(row.instance_sd, row, (base.paired or {}).get("vs"), len(history) + 1)
+        below = None if row.busy else _deciding_sd(compare.row_values(base, row.metric),
+                                                   compare.row_values(current, row.metric), row, design,
+                                                   row.instance_sd)  # fmt: skip
+        tail, why = _stored_runs_decide(row.instance_sd, row, (base.paired or {}).get("vs"), len(history) + 1, below)
         return OpenRow(f"{text}: {tail}", why)
     if needed is None:
         tail, why = _not_decidable_today(data, row, design, (base.paired or {}).get("vs"))
