@@ -276,8 +276,8 @@ def test_one_repeat_per_point_is_undecided_and_says_what_would_decide() -> None:
     assert lines[-1] == (
         "undecided: 1 repeat per point; no number of repeats per point would separate the 1.6% gap between "
         "eagle3@num_steps=2 and eagle3@num_steps=3: server instances of one config differ by 7% (as assumed), which "
-        "repeats do not average out; a paired sweep (a min_speedup threshold in the profile) would decide it (σ 2.8% "
-        "across points, an upper bound); no best point named"
+        "repeats do not average out; a paired sweep would not decide it either: it separates gaps beyond ~7.5% only "
+        "(2% between instances) (σ 2.8% across points, an upper bound); no best point named"
     )
     # The baseline's repeats measure the spread instead of the points' differences.
     with_base = [with_repeats(r, [88.0, 88.8, 89.5]) if r.profile == "baseline" else r for r in records]
@@ -462,8 +462,9 @@ def test_configured_point_fails_the_sweep_only_when_shown_too_far_below_the_best
         "undecided: within the allowed 5% between the two servers' repeats (p=0.0024), not across server instances of "
         "one config (p=1, 7% assumed between instances, one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats "
         "per point): this run shows it within 19.7%, and more repeats would not narrow it: the spread between "
-        "instances dominates; a paired sweep (a min_speedup threshold in the profile) or --specdec-sweep-max-gap 20 "
-        "(within it both this run and equal points at this spread would be shown) would decide it; not failed"
+        "instances dominates; --specdec-sweep-max-gap 20 (within it both this run and equal points at this spread "
+        "would be shown) would decide it; a paired sweep would not: at this gap and 2% between instances it would show "
+        "no less than 7.3%; not failed"
     )
     assert judged(points, 0.05) == ([within], [], [within])
     lines, red, undecided = judged(points, 0.20)
@@ -479,8 +480,8 @@ def test_configured_point_fails_the_sweep_only_when_shown_too_far_below_the_best
         "configured point eagle3@num_steps=3 (92.5 tok/s) is 1.6% below the highest eagle3@num_steps=2 (94.0 tok/s): "
         "undecided: beyond the allowed 0% between the two servers' repeats (p=0.035), not beyond how server instances "
         "of one config differ (p=1, 7% assumed between instances, one-sided Welch t-test on log tok/s, Bonferroni x3, "
-        "3 repeats per point); a paired sweep (a min_speedup threshold in the profile) or a quieter runner would "
-        "decide it; not failed"
+        "3 repeats per point); a paired sweep would not decide it either: it separates gaps beyond ~8.0% only (2% "
+        "between instances); not failed"
     )
     assert judged(points, 0.0) == ([instances], [], [instances])
     # The incident's size (2 steps 1.8x as fast as the configured 3): beyond both, it fails with what to set.
@@ -505,8 +506,9 @@ def test_configured_point_fails_the_sweep_only_when_shown_too_far_below_the_best
         "configured point eagle3@num_steps=3 (92.5 tok/s) is 1.6% below the highest eagle3@num_steps=2 (94.0 tok/s), "
         "not shown to be more than the allowed 1% (p=0.37, one-sided Welch t-test on log tok/s, Bonferroni x3, 3 "
         "repeats per point); no number of repeats per point would separate a gap beyond the allowed 1%: server "
-        "instances of one config differ by 7% (as assumed), which repeats do not average out; a paired sweep (a "
-        "min_speedup threshold in the profile) would decide it (σ 0.5% within repeats); not failed"
+        "instances of one config differ by 7% (as assumed), which repeats do not average out; a paired sweep would not "
+        "decide it either: it separates gaps beyond ~8.0% only (2% between instances) (σ 0.5% within repeats); not "
+        "failed"
     )
     assert judged(points, 0.01) == ([unproven], [], [unproven])
     # Tied with the highest point (not separated from the others, so not called the best): not failed whatever the
@@ -519,17 +521,18 @@ def test_configured_point_fails_the_sweep_only_when_shown_too_far_below_the_best
         "configured point eagle3@num_steps=3 (92.4 tok/s) is 1.6% below the highest eagle3@num_steps=2 (93.9 tok/s), "
         "not shown within the allowed 5% (p=0.81, one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats per "
         "point); no number of repeats per point would show it within the allowed 5%: server instances of one config "
-        "differ by 7% (as assumed), which repeats do not average out; a paired sweep (a min_speedup threshold in the "
-        "profile) would decide it (σ 6.6% within repeats); not failed"
+        "differ by 7% (as assumed), which repeats do not average out; a paired sweep would not decide it either: it "
+        "separates gaps beyond ~8.0% only (2% between instances) (σ 6.6% within repeats); not failed"
     ]
     lines, red, undecided = judged(noisy, 0.0)
     assert red == [] and undecided == lines
     assert lines == [
         "configured point eagle3@num_steps=3 (92.4 tok/s) is tied with the highest eagle3@num_steps=2 (93.9 tok/s) "
-        "(1.6% below, not separated: p=1, one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats per point); no "
-        "number of repeats per point would separate a gap beyond the allowed 0%: server instances of one config differ "
-        "by 7% (as assumed), which repeats do not average out; a paired sweep (a min_speedup threshold in the profile) "
-        "would decide it (σ 6.6% within repeats); not failed"
+        "(1.6% below, not separated: p=1, one-sided t-test on log tok/s, 7% assumed between server instances, "
+        "Bonferroni x3, 3 repeats per point); no number of repeats per point would separate a gap beyond the allowed "
+        "0%: server instances of one config differ by 7% (as assumed), which repeats do not average out; a paired "
+        "sweep would not decide it either: it separates gaps beyond ~8.0% only (2% between instances) (σ 6.6% within "
+        "repeats); not failed"
     ]
     # One repeat per point: undecided, never failed, the repeats that would decide said.
     single = sweep.sweep_records(seed_records())
@@ -537,8 +540,9 @@ def test_configured_point_fails_the_sweep_only_when_shown_too_far_below_the_best
     assert red == [] and undecided == lines == [
         "configured point eagle3@num_steps=3 (92.5 tok/s) is 1.6% below the highest eagle3@num_steps=2 (94.0 tok/s): "
         "undecided: 1 repeat per point; no number of repeats per point would separate a gap beyond the allowed 0%: "
-        "server instances of one config differ by 7% (as assumed), which repeats do not average out; a paired sweep (a "
-        "min_speedup threshold in the profile) would decide it (σ 2.5% across points, an upper bound); not failed"
+        "server instances of one config differ by 7% (as assumed), which repeats do not average out; a paired sweep "
+        "would not decide it either: it separates gaps beyond ~8.0% only (2% between instances) (σ 2.5% across points, "
+        "an upper bound); not failed"
     ]
     # A configured point outside the sweep is said, not judged: undecided (its gap was never measured), so
     # --specdec-undecided=fail fails the run on it (helper-76: exit 0 and nothing counted).
@@ -570,18 +574,18 @@ def test_configured_point_passes_only_where_server_instances_could_not_hide_the_
     points = sweep.sweep_records(repeated_records(repeats=swapped))
     lines, red, undecided = judged(points, 0.05)
     assert red == [] and undecided == lines == [
-        "configured point eagle3@num_steps=3 has the highest tok/s: undecided: within the allowed 5% of every other "
-        "point between the servers' repeats (of eagle3@num_steps=2: p=0.00021), not shown within it of "
-        "eagle3@num_steps=2 across server instances of one config (p=0.72, 7% assumed between instances, one-sided "
-        "Welch t-test on log tok/s, Bonferroni x3, 3 repeats per point): this run shows it within 17.1%, and more "
-        "repeats would not narrow it: the spread between instances dominates; a paired sweep (a min_speedup "
+        "configured point eagle3@num_steps=3 (94.0 tok/s) has the highest tok/s: undecided: within the allowed 5% of "
+        "every other point between the servers' repeats (of eagle3@num_steps=2 (92.5 tok/s): p=0.00021), not shown "
+        "within it of eagle3@num_steps=2 across server instances of one config (p=0.72, 7% assumed between instances, "
+        "one-sided Welch t-test on log tok/s, Bonferroni x3, 3 repeats per point): this run shows it within 17.1%, and "
+        "more repeats would not narrow it: the spread between instances dominates; a paired sweep (a min_speedup "
         "threshold in the profile) or --specdec-sweep-max-gap 19 (within it both this run and equal points at this "
         "spread would be shown) would decide it; not failed"
     ]
     assert judged(points, 0.20) == ([
-        "configured point eagle3@num_steps=3 has the highest tok/s: no other point is the allowed 20% or more above it "
-        "(p=0.019 for eagle3@num_steps=2, the least shown, one-sided t-test on log tok/s, 7% assumed between server "
-        "instances, Bonferroni x3, 3 repeats per point)"], [], [])  # fmt: skip
+        "configured point eagle3@num_steps=3 (94.0 tok/s) has the highest tok/s: no other point is the allowed 20% or "
+        "more above it (p=0.019 for eagle3@num_steps=2 (92.5 tok/s), the least shown, one-sided t-test on log tok/s, "
+        "7% assumed between server instances, Bonferroni x3, 3 repeats per point)"], [], [])  # fmt: skip
 
     # Paired (each point with its own baseline arm): 2% between instances, so a 2-point sweep can show it within.
     def paired(name: str, ratios: list[float]) -> ResultRecord:
@@ -596,6 +600,12 @@ def test_configured_point_passes_only_where_server_instances_could_not_hide_the_
         "(1.30x paired speedup), within the allowed 10% (p=0.00011 across server instances, one-sided t-test on log "
         "paired speedup, 2% assumed between server instances, Bonferroni x1, 3 repeats per point)"],
         [], [])  # fmt: skip
+
+    # Far above every other point, beyond how instances differ too: the best, named with its figure (helper-81).
+    fast = [with_repeats(p, [2.0 * v for v in REPEATS[3]]) if p.profile.endswith("=3") else p for p in points]
+    lines, red, undecided = judged(fast, 0.05)
+    assert red == undecided == [] and fnmatch.fnmatch(
+        lines[0], "configured point eagle3@num_steps=3 (1??.? tok/s) is the sweep's best"), lines  # fmt: skip
 
     # One point swept: nothing compared, undecided; the only point that met the thresholds is what it is.
     alone = [p for p in points if p.profile.endswith("=3")]
@@ -649,3 +659,20 @@ def test_the_repeats_a_sweep_asks_for_are_more_than_it_ran() -> None:
     assert sweep.would_note(2, "a gap beyond the allowed 5%", 2) == (
         "more than the 2 repeats per point run would separate a gap beyond the allowed 5%")
     assert sweep.would_note(7, "the points", 2) == "7 repeats per point would separate the points at this spread"
+
+
+def test_a_paired_sweeps_closing_line_gives_the_geometric_mean_its_interval_is_of() -> None:
+    """helper-81: `1.35x vs baseline, CI ... (geometric mean of 3 paired ratios)` showed the median of the ratios,
+    and the configured-point line gave 1.37x for the same point: the closing line gives the interval's own estimate;
+    the table's speedup column stays the median, as its other columns are."""
+    pairs = {"vs": "baseline", "target": {"output_tok_s": [100.0, 100.0, 100.0]},
+             "reference": {"output_tok_s": [80.0, 74.0, 66.0]}}  # ratios 1.25, 1.351, 1.515  # fmt: skip
+    top = dataclasses.replace(with_repeats(record("eagle3@num_steps=2", 100.0, 2.0), [100.0, 100.0, 100.0]),
+                              paired=pairs)  # fmt: skip
+    low = dataclasses.replace(top, profile="eagle3@num_steps=1", test_id=top.test_id.replace("=2", "=1"),
+                              paired={**pairs, "reference": {"output_tok_s": [95.0, 95.0, 95.0]}})  # fmt: skip
+    ok = {top.profile: True, low.profile: True}
+    lines = sweep_table.sweep_table([low, top], thresholds_ok=ok)
+    geo = (1.25 * (100 / 74) * (100 / 66)) ** (1 / 3)
+    assert f"{geo:.2f}x vs baseline, CI " in lines[-1] and "1.35x vs baseline" not in lines[-1], lines[-1]
+    assert any("1.35x" in line for line in lines[:4]), lines  # the table's column: the median

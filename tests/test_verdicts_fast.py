@@ -483,7 +483,8 @@ def test_a_sweep_with_one_repeat_per_point_recommends_nothing(pytester: pytest.P
     assert re.search(
         r"^undecided: 1 repeat per point; ((\d+|more than \d+|no number of) repeats per point would (be needed to )?"
         r"separate the [\d.]+% gap between eagle3@num_steps=[13] and eagle3@num_steps=[13]( at this "
-        r"spread|: server instances of one config differ by \d+%.* would decide it)?) \(σ [\d.]+% across points, an "
+        r"spread|: server instances of one config differ by \d+%.*(would decide it|between instances\)))?) \(σ [\d.]+% "
+        r"across points, an "
         r"upper bound\); no best point named$",
         out,
         re.M,

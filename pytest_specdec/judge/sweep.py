@@ -347,16 +347,41 @@ def instances_note(group: RankedGroup, gap: float) -> str:
     if not group.ranking.beyond_repeats(gap):
         return ""
     sd, where = instance_sd_of(group)
-    ways = _beyond_repeats_ways(group)
+    m = max(len(group.ranked) - 1, 1)
+    paired = paired_endless_gap(group, m)
+    ways = _beyond_repeats_ways(group, paired=paired is not None and gap > paired)
     text = f"server instances of one config differ by {sd:.0%}{where} (as assumed), which repeats do not average out"
-    return f"{text}; {' or '.join(ways)} would decide it" if ways else text
+    text = f"{text}; {' or '.join(ways)} would decide it" if ways else text
+    return text + _no_paired_sweep(group, paired)
 
 
-def _beyond_repeats_ways(group: RankedGroup, *between: str) -> list[str]:
+def paired_endless_gap(group: RankedGroup, comparisons: int) -> float | None:
+    """The gap below which a paired sweep of an unpaired group's points would not separate two points either
+    (``ranking.endless_gap`` at the paired speedup's spread between instances, 2% on a CPU, 13% on a busy one);
+    None for a group ranked on paired speedups already."""
+    if group.basis == "paired speedup":
+        return None
+    return ranking.endless_gap(_instance_sd(group.ranked, "paired speedup")[0], comparisons=comparisons)
+
+
+def _no_paired_sweep(group: RankedGroup, paired: float | None, would: bool = False) -> str:
+    """``; a paired sweep would not decide it either: it separates gaps beyond ~6.7% only (2% between instances)``
+    for an unpaired group
+    where a paired sweep would not decide either (helper-81 followed "a paired sweep would decide it" and the paired
+    sweep's own line said no number of repeats would), ``""`` otherwise."""
+    if paired is None or would:
+        return ""
+    sd = _instance_sd(group.ranked, "paired speedup")[0]
+    return (f"; a paired sweep would not decide it either: it separates gaps beyond ~{paired:.1%} only ({sd:.0%} "
+            "between instances)")  # fmt: skip
+
+
+def _beyond_repeats_ways(group: RankedGroup, *between: str, paired: bool = True) -> list[str]:
     """What decides a gap the spread between server instances holds open, in the order the lines say it: a paired
-    sweep (for an unpaired one: 2% between instances, not 7%), ``between`` (an allowance), a quieter runner (on a busy
-    one)."""
-    ways = [] if group.basis == "paired speedup" else ["a paired sweep (a min_speedup threshold in the profile)"]
+    sweep (for an unpaired one: 2% between instances, not 7%; ``paired``: where it would, :func:`paired_endless_gap`),
+    ``between`` (an allowance), a quieter runner (on a busy one)."""
+    unpaired = group.basis != "paired speedup"
+    ways = ["a paired sweep (a min_speedup threshold in the profile)"] if unpaired and paired else []
     ways.extend(between)
     if instance_sd_of(group)[1] == " on this busy runner":
         ways.append("a quieter runner")
@@ -395,13 +420,17 @@ def _beyond_instances(
     held = ranking.instance_separation(best, sample, allowed=max_gap, comparisons=test.comparisons, instance_sd=sd)
     if held.separated(group.ranking.alpha):
         return ""
-    paired = "" if group.basis == "paired speedup" else "a paired sweep (a min_speedup threshold in the profile) or "
+    excess = 1.0 - (1.0 - test.gap) / (1.0 - max_gap)  # what a recommendation must separate
+    endless = paired_endless_gap(group, test.comparisons)
+    would = endless is not None and excess > endless
+    ways = _beyond_repeats_ways(group, paired=would)  # a quieter runner only for a busy one
+    decide = f"; {' or '.join(ways)} would decide it" if ways else ""
     return (
         f"configured point {_figured(sample.name, sample, group)} is {test.gap:.1%} below the highest "
         f"{_figured(leader.profile, best, group)}: undecided: beyond the "
         f"allowed {max_gap:.0%} between the two servers' repeats ({test.describe()}), not beyond how server instances "
         f"of one config differ ({held.describe()}, {sd:.0%} assumed between instances{where}, "
-        f"{method_note(group, test.comparisons)}); {paired}a quieter runner would decide it; not failed"
+        f"{method_note(group, test.comparisons)}){decide}{_no_paired_sweep(group, endless, would)}; not failed"
     )
 
 
@@ -429,11 +458,19 @@ def _ways_to_decide(
     # 14% above) and the next run, 1% above, could not show 9%. At least what equal points are shown within.
     equal = ranking.shown_within(leader, sample, comparisons=comparisons, instance_sd=sd, alpha=alpha, at_gap=0.0)
     allowance = max((v for v in (shown, equal) if v is not None), default=None)
+    paired_sd = _instance_sd(group.ranked, "paired speedup")[0]
+    paired = ranking.shown_within(leader, sample, comparisons=comparisons, instance_sd=paired_sd, alpha=alpha,
+                                  endless=True)  # fmt: skip
+    would = paired is not None and paired < max_gap
     ways = _beyond_repeats_ways(group, *(
         [f"--specdec-sweep-max-gap {math.ceil(allowance * 100)} (within it both this run and equal points at this "
          "spread would be shown)"] if allowance is not None else []
-    ))  # fmt: skip
+    ), paired=would)  # fmt: skip
     decide = f"{' or '.join(ways)} would decide it"
+    if group.basis != "paired speedup" and not would and paired is not None:
+        # helper-81: a paired sweep followed as told was undecided again (3.8% apart, 5% allowed, 2% between them).
+        decide += (f"; a paired sweep would not: at this gap and {paired_sd:.0%} between instances it would show no "
+                   f"less than {paired:.1%}")  # fmt: skip
     return f"{', and '.join(said)}; {decide}" if said else decide
 
 
@@ -477,16 +514,19 @@ def _best_across_instances(group: RankedGroup, sample: ranking.Sample, max_gap: 
     rivals = [other for other in group.ranking.samples if other.name != sample.name]
     tests = [(ranking.instance_within(o, sample, allowed=max_gap, comparisons=m, instance_sd=sd), o) for o in rivals]
     held, rival = max(tests, key=lambda pair: pair[0].p_value if pair[0].p_value is not None else 2.0)
+    # Named with their figures, as every configured-point line names its points (helper-81: "is the sweep's best"
+    # alone beside lines that give them).
+    me, them = _figured(sample.name, sample, group), _figured(rival.name, rival, group)
     if held.separated(group.ranking.alpha) and not group.ranking.tied:
-        return f"configured point {sample.name} is the sweep's best", True
+        return f"configured point {me} is the sweep's best", True
     if held.separated(group.ranking.alpha):  # not shown above the points it is tied with: none is the allowance above
-        return (f"configured point {sample.name} has the highest {group.basis}: no other point is the allowed "
-                f"{max_gap:.0%} or more above it ({held.describe()} for {rival.name}, the least shown, "
+        return (f"configured point {me} has the highest {group.basis}: no other point is the allowed "
+                f"{max_gap:.0%} or more above it ({held.describe()} for {them}, the least shown, "
                 f"{method_note(group, m, instances=True)})"), True  # fmt: skip
     repeats = ranking.within(rival, sample, allowed=max_gap, comparisons=m)
     return (
-        f"configured point {sample.name} has the highest {group.basis}: undecided: within the allowed {max_gap:.0%} of "
-        f"every other point between the servers' repeats (of {rival.name}: {repeats.describe()}), not shown within it "
+        f"configured point {me} has the highest {group.basis}: undecided: within the allowed {max_gap:.0%} of "
+        f"every other point between the servers' repeats (of {them}: {repeats.describe()}), not shown within it "
         f"of {rival.name} across server instances of one config ({held.describe()}, {sd:.0%} assumed between "
         f"instances{where}, {method_note(group, m)}): {_ways_to_decide(group, rival, sample, max_gap, m, sd)}; "
         "not failed"
@@ -643,10 +683,13 @@ def configured_point_lines(
                                    instances=instances_note(group, distance) if distance > 0 else "")  # fmt: skip
             elif judged.verdict == "tied":
                 assert test is not None
-                head = (
-                    f"configured point {figured} is tied with {best} {led} ({judged.gap:.1%} "
-                    f"below, not separated: {test.describe()}, {method_note(group, test.comparisons)})"
-                )
+                # The ranking's own test names the tie, across server instances: the table's "tied with X (p=..)"
+                # (helper-81 read p=0.21 there and the repeats-only p=0.05 here for the same two points).
+                sep = next((x for x in group.ranking.separations if x.other == name), None)
+                why = (f"{sep.describe()}, {method_note(group, instances=True)}" if sep is not None
+                       else f"{test.describe()}, {method_note(group, test.comparisons)}")  # fmt: skip
+                head = (f"configured point {figured} is tied with {best} {led} ({judged.gap:.1%} below, not "
+                        f"separated: {why})")  # fmt: skip
             elif judged.verdict == "unproven":
                 assert test is not None
                 head = (

@@ -11,7 +11,7 @@ from typing import Any
 
 from pytest_specdec.core.sweep_names import point_label, split_name
 from pytest_specdec.core.table import Column, format_value, text_table
-from pytest_specdec.judge import sequential
+from pytest_specdec.judge import ranking, sequential
 from pytest_specdec.judge.pair_ratios import paired_ratios
 from pytest_specdec.judge.sweep import (
     RankedGroup,
@@ -100,8 +100,14 @@ def _closing_line(group: RankedGroup, baselines: Sequence[ResultRecord], at: str
     repeats = f", repeats {spread[0]:.1f}-{spread[1]:.1f}" if spread is not None and spread[0] != spread[1] else ""
     reference = speedup_reference(best, baselines)
     versus = f", {up:.2f}x vs {reference}" if up is not None and reference is not None else ""
-    if group.basis == "paired speedup":
-        versus += _paired_interval(paired_ratios(best, "output_tok_s"))
+    if group.basis == "paired speedup" and reference is not None:
+        # The interval's own estimate, the geometric mean, not the median beside "geometric mean of 3 paired ratios"
+        # (helper-81 read 1.35x there and 1.37x for the same point in the configured-point line).
+        ratios = paired_ratios(best, "output_tok_s")
+        center = ranking.Sample(best.profile, tuple(ratios)).center if ratios else None
+        interval = _paired_interval(ratios)
+        if center is not None and interval:
+            versus = f", {center:.2f}x vs {reference}{interval}"
     # "best" only for a leader separated from every other point; one tied with others is "the highest", as the
     # configured-point lines call it (a trial read "best:" beside "the highest" for the same point).
     head = "highest" if group.tied else "best"
