@@ -418,8 +418,14 @@ def test_did_you_mean_only_for_close_matches_else_the_allowed_keys(in_tmp: Path)
     )
     write(in_tmp, "profiles:\n  e:\n    speculative: {algorithm: EAGLE3, temprature: 0.5}\n")
     assert load_error("specdec.yaml") == (
-        "specdec.yaml:3: profiles.e.speculative: unknown key 'temprature' (did you mean 'workload.temperature', a key "
-        "of another block?)"
+        "specdec.yaml:3: profiles.e.speculative: unknown key 'temprature' (did you mean 'temperature', a key of "
+        "profiles.e.workload?)"
+    )
+    # The right word in the wrong block says where it goes (helper-81 read "did you mean 'tolerances'" for it).
+    write(in_tmp, "profiles:\n  e:\n    thresholds: {tolerances: {output_tok_s: 5%}}\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml:3: profiles.e.thresholds: unknown key 'tolerances' ('tolerances' is a key of profiles.e: move it "
+        "there)"
     )
 
 
@@ -537,4 +543,14 @@ def test_a_childs_own_tolerance_error_stays_the_childs(in_tmp: Path) -> None:
         "specdec.yaml:6: profiles.child.tolerances: bad tolerance 'output_tok_s:5': a bare number on output_tok_s "
         "(tok/s) is ambiguous: write output_tok_s:5% for 5 percent of the baseline, or output_tok_s:5tok/s for 5 tok/s "
         "absolute"
+    )
+
+
+def test_min_speedup_naming_no_profile_in_a_file_of_one_says_what_to_add(in_tmp: Path) -> None:
+    """helper-81: "(available: )" in a file with no other profile; it says what to add instead."""
+    write(in_tmp, "profiles:\n  e:\n    thresholds: {min_speedup: {vs: nothere, ratio: 1.05}}\n")
+    assert load_error("specdec.yaml") == (
+        "specdec.yaml:3: profiles.e.thresholds.min_speedup.vs: 'nothere' is not another profile of this file; this "
+        "file has no other profile: add the one to compare against (e.g. baseline: the same server without "
+        "speculative:) to it"
     )

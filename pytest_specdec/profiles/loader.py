@@ -215,9 +215,13 @@ def _paired_arm_problems(
             others = [n for n in names if n != name]
             line, _ = profile_set.locate(name, ("thresholds", "min_speedup", "vs"))
             where = f"{shown}:{line}" if line is not None else shown
+            # helper-81 read "(available: )" in a file of one profile: say what to add instead.
+            listed = (f" (available: {', '.join(sorted(others))})" if others else
+                      f"; this file has no other profile: add the one to compare against (e.g. baseline: the same "
+                      f"server without speculative:) to it")  # fmt: skip
             problems.append(
                 f"{where}: profiles.{name}.thresholds.min_speedup.vs: {ms.vs!r} is not another profile of this file"
-                f"{did_you_mean(ms.vs, others)} (available: {', '.join(sorted(others))})"
+                f"{did_you_mean(ms.vs, others)}{listed}"
             )
     return problems
 
@@ -505,7 +509,11 @@ def _describe_error(shown: str, name: str, err: Any) -> str:
             )
         elsewhere = None if hint else _keys_elsewhere(str(loc[-1]))
         if elsewhere is not None and elsewhere.rpartition(".")[0] != ".".join(map(str, loc[:-1])):
-            hint = f" (did you mean {elsewhere!r}, a key of another block?)"
+            block, _, key = elsewhere.rpartition(".")
+            home = f"profiles.{name}" + (f".{block}" if block else "")
+            # helper-81 read "(did you mean 'tolerances', a key of another block?)" for tolerances: under thresholds:.
+            hint = (f" ({key!r} is a key of {home}: move it there)" if key == str(loc[-1]) else
+                    f" (did you mean {key!r}, a key of {home}?)")  # fmt: skip
         return f"{shown}: profiles.{'.'.join(map(str, (name, *loc[:-1])))}: unknown key {loc[-1]!r}" + (
             hint or f" (allowed: {', '.join(choices)})"
         )
