@@ -217,8 +217,8 @@ def _paired_arm_problems(
             where = f"{shown}:{line}" if line is not None else shown
             # helper-81 read "(available: )" in a file of one profile: say what to add instead.
             listed = (f" (available: {', '.join(sorted(others))})" if others else
-                      f"; this file has no other profile: add the one to compare against (e.g. baseline: the same "
-                      f"server without speculative:) to it")  # fmt: skip
+                      "; this file has no other profile: add the one to compare against (e.g. baseline: the same "
+                      "server without speculative:) to it")  # fmt: skip
             problems.append(
                 f"{where}: profiles.{name}.thresholds.min_speedup.vs: {ms.vs!r} is not another profile of this file"
                 f"{did_you_mean(ms.vs, others)}{listed}"
