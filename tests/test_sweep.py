@@ -676,3 +676,29 @@ def test_a_paired_sweeps_closing_line_gives_the_geometric_mean_its_interval_is_o
     geo = (1.25 * (100 / 74) * (100 / 66)) ** (1 / 3)
     assert f"{geo:.2f}x vs baseline, CI " in lines[-1] and "1.35x vs baseline" not in lines[-1], lines[-1]
     assert any("1.35x" in line for line in lines[:4]), lines  # the table's column: the median
+
+
+def test_a_busy_runners_line_offers_a_quieter_runner_only_where_one_would_decide(profiles: dict) -> None:
+    """A live paired sweep on a busy runner (load 5): 2.4% apart, not shown within 5%, "a quieter runner would decide
+    it"; a quiet runner takes 2% between instances for a paired speedup, and shows no 2.4% gap within 5% at 2
+    points either. Said only where a quiet runner's spread would decide; a 20% gap still offers it."""
+
+    def paired(name: str, ratios: list[float]) -> ResultRecord:
+        pairs = {"vs": "baseline", "target": {"output_tok_s": [100.0 * r for r in ratios]},
+                 "reference": {"output_tok_s": [100.0] * len(ratios)}}  # fmt: skip
+        rec = dataclasses.replace(with_repeats(record(name, 100.0 * ratios[1], 2.0), [100.0 * r for r in ratios]),
+                                  paired=pairs)  # fmt: skip
+        return dataclasses.replace(rec, fingerprint={**rec.fingerprint, "runner": {"cpus": 2, "load1_before": 5.0,
+                                                                                  "load1_after": 5.0}})  # fmt: skip
+
+    def line(configured: list[float]) -> str:
+        pts = [paired("eagle3@num_steps=2", [1.40, 1.53, 1.66]), paired("eagle3@num_steps=3", configured)]
+        lines, red, _ = sweep.configured_point_lines(pts, profiles, thresholds_ok={p.profile: True for p in pts},
+                                                     max_gap=0.05)  # fmt: skip
+        assert red == [], red
+        return lines[0]
+
+    near = line([1.37, 1.49, 1.62])
+    assert "13% on this busy runner" in near and "quieter runner" not in near, near
+    far = line([1.12, 1.22, 1.33])  # 20% below: beyond busy instances' reach, not beyond a quiet runner's
+    assert "a quieter runner would decide it" in far, far
