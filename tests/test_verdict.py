@@ -469,3 +469,28 @@ def test_the_stored_runs_advice_names_the_spread_they_must_measure_and_holds_whe
     assert failure is not None and "REGRESSED" in failure, failure
     failure, undecided = judged(runs(limit * 2))
     assert failure is None and undecided is not None, failure
+
+
+def test_a_busy_runners_advice_says_what_a_quieter_runner_would_need_at_tonights_estimate() -> None:
+    """"a quieter runner would decide it" was unconditional (helper-80 followed it and a quiet rerun stayed open at
+    the quiet 7%): at tonight's estimate, a gap a quiet runner's own 7% decides needs no stored runs; a smaller one
+    names the run-to-run sd stored runs there must measure."""
+    from pytest_specdec.judge import sequential
+    from tests.helpers import fingerprint
+
+    fp = fingerprint(runner={"load1_before": 5.0, "load1_after": 5.0, "cpus": 2})
+
+    def said(today: list[float]) -> str:
+        j = judge_compare(
+            rec(fp=fp, output_tok_s=[100.0, 101.0, 99.0]), rec(fp=fp, output_tok_s=today), run_id="R1",
+            test_id="t.py::test_x[eagle3]", tolerances=layered_tolerances(), noise={}, force=False,
+            design=sequential.Design(3, 3), history=[],
+        )  # fmt: skip
+        assert j.failure is None and j.undecided is not None, j.failure
+        return next(line for line in j.undecided.splitlines() if line.startswith("  output_tok_s"))
+
+    far = said([60.0, 60.9, 59.1])  # x0.60: beyond what a quiet runner's 7% leaves open
+    assert "a quieter runner would decide it (one with load per CPU under 1" in far, far
+    near = said([86.0, 87.3, 84.7])  # x0.86: a quiet runner's 7% leaves it open (the quiet test above: under 3.2%)
+    assert re.search(r"a quieter runner and 4\+ stored runs there measuring a run-to-run sd under [\d.]+% would "
+                     r"decide it", near), near  # fmt: skip

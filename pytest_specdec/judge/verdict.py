@@ -1091,7 +1091,9 @@ def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design:
     if needed is not None:
         return (f"a baseline of about {needed} repeats would decide it (now {now}; {known})", (_RESTORE,))
     if data.instance_sd and not run_sd:
-        below = None if row.busy else _deciding_sd(data.baseline, data.current, row, design, data.instance_sd)
+        # On a busy runner: the spread a quiet runner takes (7% raw, 2% ratio) and what stored runs must show there.
+        sd = compare.assumed_instance_sd(row.metric) if row.busy else data.instance_sd
+        below = _deciding_sd(data.baseline, data.current, row, design, sd) if sd else None
         # With none deciding at no spread either: the repeats that would, beside stored runs that measure little.
         four = dataclasses.replace(data, history=_four_runs(data.baseline, 0.0), instance_sd=0.0)
         repeats = _ask(sequential.shift_repeats_needed, four, row, design) if below is None else None
@@ -1160,12 +1162,23 @@ def _stored_runs_decide(
     stored runs that spread less will show it" as a paradox). On a busy CPU runner (``row.busy``) stored runs do not
     lower the floor: a quieter runner decides it, with 4+ stored runs where fewer are (``stored``: the baseline's
     runs of this fingerprint; a trial followed "a quieter runner would decide it" against one stored run and read
-    all 18 rows undecided again, at the quiet 7% assumed)."""
+    all 18 rows undecided again, at the quiet 7% assumed); there ``below`` is :func:`_deciding_sd` at the quiet
+    runner's spread: a quieter runner alone where that spread decides at tonight's estimate, else with the stored
+    runs' sd named, or that it alone would not (None)."""
     if row.busy:
         # A trial read "(load per CPU under 1 at both runs; ...)" as a claim about this busy runner: said as a need.
+        quiet = compare.assumed_instance_sd(row.metric)
         runs = "" if stored > sequential.ASSUMED_UP_TO_RUNS else " and 4+ stored runs of this fingerprint"
-        return (f"a quieter runner{runs} would decide it (one with load per CPU under 1 at both runs; this busy "
-                f"runner's run-to-run sd is taken as {instance_sd * 100:.2g}%)", (_else_line(row, vs),))  # fmt: skip
+        if below is not None and 0.0 <= below < quiet - 0.001:
+            # At tonight's estimate a quiet runner's own 7% would not decide it: what its stored runs must show.
+            runs = f" and 4+ stored runs there measuring a run-to-run sd under {below:.1%}" if below >= 0.001 else (
+                " and 4+ stored runs there measuring almost no run-to-run spread")  # fmt: skip
+        elif below is not None and below >= 0.0:
+            runs = ""  # a quiet runner's assumed spread decides it at tonight's estimate
+        head = ("a quieter runner alone would not decide it at tonight's estimate" if below is None else
+                f"a quieter runner{runs} would decide it")  # fmt: skip
+        return (f"{head} (one with load per CPU under 1 at both runs; this busy runner's run-to-run sd is taken as "
+                f"{instance_sd * 100:.2g}%)", (_else_line(row, vs),))  # fmt: skip
     taken = f"{instance_sd * 100:.2g}%"
     if below is None and repeats is not None:
         return (f"4+ stored runs and about {repeats} repeats would decide it if the runs measure little run-to-run "
@@ -1291,9 +1304,9 @@ def undecided_reason(
     if row.tolerance.abs:
         if _difference_decidable(base, current, row, design):
             return OpenRow(text + " (more repeats would narrow it: raise workload.max_repeats)")
-        below = None if row.busy else _deciding_sd(compare.row_values(base, row.metric),
-                                                   compare.row_values(current, row.metric), row, design,
-                                                   row.instance_sd)  # fmt: skip
+        sd = compare.assumed_instance_sd(row.metric) if row.busy else row.instance_sd
+        below = _deciding_sd(compare.row_values(base, row.metric), compare.row_values(current, row.metric), row,
+                             design, sd) if sd else None  # fmt: skip
         tail, why = _stored_runs_decide(row.instance_sd, row, (base.paired or {}).get("vs"), len(history) + 1, below)
         return OpenRow(f"{text}: {tail}", why)
     if needed is None:
