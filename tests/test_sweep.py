@@ -702,3 +702,17 @@ def test_a_busy_runners_line_offers_a_quieter_runner_only_where_one_would_decide
     assert "13% on this busy runner" in near and "quieter runner" not in near, near
     far = line([1.12, 1.22, 1.33])  # 20% below: beyond busy instances' reach, not beyond a quiet runner's
     assert "a quieter runner would decide it" in far, far
+
+
+def test_a_line_never_offers_a_paired_sweep_and_denies_it_together() -> None:
+    """An unpaired gap a paired sweep separates (beyond ~7.5% at 2% between instances, 3 points) but 7% between
+    instances does not: the note names the paired sweep, and only it (the note appended "a paired sweep would not
+    decide it either" after naming it, whatever the gap)."""
+    records = [with_repeats(record(f"eagle3@num_steps={k}", v, 2.0), [v * 0.995, v, v * 1.005])
+               for k, v in ((1, 100.0), (2, 88.0), (3, 87.0))]  # fmt: skip
+    (group,) = sweep.rank_points(records, thresholds_ok={r.profile: True for r in records})
+    note = sweep.instances_note(group, 0.12)
+    assert "a paired sweep (a min_speedup threshold in the profile) would decide it" in note, note
+    assert "would not decide it either" not in note, note
+    small = sweep.instances_note(group, 0.05)
+    assert "a paired sweep would not decide it either: it separates gaps beyond ~7.5% only" in small, small

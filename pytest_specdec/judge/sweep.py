@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pytest_specdec.core.sweep_names import AT, SPECULATIVE_KEYS, SWEEP_KEYS, WORKLOAD_KEYS, point_label, split_name
@@ -343,38 +343,20 @@ def instances_note(group: RankedGroup, gap: float) -> str:
     """Why more repeats would not decide ``gap`` (``""`` when they might: ``ranking.Ranking.beyond_repeats``):
     ``server instances of one config differ by 7% (as assumed), which repeats do not average out; a paired sweep (a
     min_speedup threshold in the profile) would decide it``, the paired sweep named for an unpaired one, a quieter
-    runner for a busy one."""
+    runner for a busy one, each where its spread separates ``gap`` (:func:`_beyond_repeats_ways`)."""
     if not group.ranking.beyond_repeats(gap):
         return ""
     sd, where = instance_sd_of(group)
     m = max(len(group.ranked) - 1, 1)
-    paired = paired_endless_gap(group, m)
-    ways = _beyond_repeats_ways(group, paired=paired is not None and gap > paired,
-                                quieter=gap > ranking.endless_gap(_quiet_sd(group), comparisons=m))  # fmt: skip
+    ways = _beyond_repeats_ways(group, decides=lambda at: gap > ranking.endless_gap(at, comparisons=m))
     text = f"server instances of one config differ by {sd:.0%}{where} (as assumed), which repeats do not average out"
     text = f"{text}; {' or '.join(ways)} would decide it" if ways else text
-    return text + _no_paired_sweep(group, paired)
+    return text + _no_paired_sweep(group, ways, m)
 
 
-def paired_endless_gap(group: RankedGroup, comparisons: int) -> float | None:
-    """The gap below which a paired sweep of an unpaired group's points would not separate two points either
-    (``ranking.endless_gap`` at the paired speedup's spread between instances, 2% on a CPU, 13% on a busy one);
-    None for a group ranked on paired speedups already."""
-    if group.basis == "paired speedup":
-        return None
-    return ranking.endless_gap(_instance_sd(group.ranked, "paired speedup")[0], comparisons=comparisons)
-
-
-def _no_paired_sweep(group: RankedGroup, paired: float | None, would: bool = False) -> str:
-    """``; a paired sweep would not decide it either: it separates gaps beyond ~6.7% only (2% between instances)``
-    for an unpaired group
-    where a paired sweep would not decide either (helper-81 followed "a paired sweep would decide it" and the paired
-    sweep's own line said no number of repeats would), ``""`` otherwise."""
-    if paired is None or would:
-        return ""
-    sd = _instance_sd(group.ranked, "paired speedup")[0]
-    return (f"; a paired sweep would not decide it either: it separates gaps beyond ~{paired:.1%} only ({sd:.0%} "
-            "between instances)")  # fmt: skip
+def _paired_sd(group: RankedGroup) -> float:
+    """The spread between instances a paired sweep of the group's points would take (2% on a CPU, 13% busy)."""
+    return _instance_sd(group.ranked, "paired speedup")[0]
 
 
 def _quiet_sd(group: RankedGroup) -> float:
@@ -386,18 +368,34 @@ def _quiet_sd(group: RankedGroup) -> float:
     return compare.assumed_instance_sd(key)
 
 
-def _beyond_repeats_ways(group: RankedGroup, *between: str, paired: bool = True, quieter: bool = True) -> list[str]:
+#: The way :func:`_beyond_repeats_ways` names a paired sweep.
+_PAIRED_SWEEP = "a paired sweep (a min_speedup threshold in the profile)"
+
+
+def _beyond_repeats_ways(group: RankedGroup, *between: str, decides: Callable[[float], bool]) -> list[str]:
     """What decides a gap the spread between server instances holds open, in the order the lines say it: a paired
-    sweep (for an unpaired one: 2% between instances, not 7%; ``paired``: where it would, :func:`paired_endless_gap`),
-    ``between`` (an allowance), a quieter runner (on a busy one; ``quieter``: where it would, at :func:`_quiet_sd`:
-    a live paired sweep on a busy runner offered it for a 2.4% gap to show within 5%, which 2% between instances
-    does not)."""
-    unpaired = group.basis != "paired speedup"
-    ways = ["a paired sweep (a min_speedup threshold in the profile)"] if unpaired and paired else []
+    sweep (for an unpaired one: 2% between instances, not 7%), ``between`` (an allowance), a quieter runner (on a busy
+    one), the first and last only where ``decides`` holds at their spread (:func:`_paired_sd`, :func:`_quiet_sd`):
+    helper-81 followed "a paired sweep would decide it" for a 3.8% gap and the paired sweep's own line said no number
+    of repeats would; a live paired sweep on a busy runner offered a quieter runner for a 2.4% gap to show within 5%,
+    which 2% between instances does not."""
+    ways = [_PAIRED_SWEEP] if group.basis != "paired speedup" and decides(_paired_sd(group)) else []
     ways.extend(between)
-    if instance_sd_of(group)[1] == " on this busy runner" and quieter:
+    if instance_sd_of(group)[1] == " on this busy runner" and decides(_quiet_sd(group)):
         ways.append("a quieter runner")
     return ways
+
+
+def _no_paired_sweep(group: RankedGroup, ways: Sequence[str], comparisons: int) -> str:
+    """``; a paired sweep would not decide it either: it separates gaps beyond ~6.7% only (2% between instances)``
+    for an unpaired group whose ``ways`` (:func:`_beyond_repeats_ways`) leave the paired sweep out
+    (``ranking.endless_gap`` at :func:`_paired_sd`), ``""`` otherwise."""
+    if group.basis == "paired speedup" or _PAIRED_SWEEP in ways:
+        return ""
+    sd = _paired_sd(group)
+    endless = ranking.endless_gap(sd, comparisons=comparisons)
+    return (f"; a paired sweep would not decide it either: it separates gaps beyond ~{endless:.1%} only ({sd:.0%} "
+            "between instances)")  # fmt: skip
 
 
 def instance_sd_of(group: RankedGroup) -> tuple[float, str]:
@@ -433,17 +431,15 @@ def _beyond_instances(
     if held.separated(group.ranking.alpha):
         return ""
     excess = 1.0 - (1.0 - test.gap) / (1.0 - max_gap)  # what a recommendation must separate
-    endless = paired_endless_gap(group, test.comparisons)
-    would = endless is not None and excess > endless
-    quieter = excess > ranking.endless_gap(_quiet_sd(group), comparisons=test.comparisons)
-    ways = _beyond_repeats_ways(group, paired=would, quieter=quieter)  # a quieter runner only for a busy one
+    m = test.comparisons
+    ways = _beyond_repeats_ways(group, decides=lambda at: excess > ranking.endless_gap(at, comparisons=m))
     decide = f"; {' or '.join(ways)} would decide it" if ways else ""
     return (
         f"configured point {_figured(sample.name, sample, group)} is {test.gap:.1%} below the highest "
         f"{_figured(leader.profile, best, group)}: undecided: beyond the "
         f"allowed {max_gap:.0%} between the two servers' repeats ({test.describe()}), not beyond how server instances "
         f"of one config differ ({held.describe()}, {sd:.0%} assumed between instances{where}, "
-        f"{method_note(group, test.comparisons)}){decide}{_no_paired_sweep(group, endless, would)}; not failed"
+        f"{method_note(group, test.comparisons)}){decide}{_no_paired_sweep(group, ways, m)}; not failed"
     )
 
 
@@ -461,8 +457,11 @@ def _ways_to_decide(
     alpha = group.ranking.alpha
     shown = ranking.shown_within(leader, sample, comparisons=comparisons, instance_sd=sd, alpha=alpha)
     said = [f"this run shows it within {shown:.1%}"] if shown is not None else []
-    endless = ranking.shown_within(leader, sample, comparisons=comparisons, instance_sd=sd, alpha=alpha,
-                                   endless=True)  # fmt: skip
+
+    def endless_at(at: float) -> float | None:  # what endless repeats would show it within at that spread
+        return ranking.shown_within(leader, sample, comparisons=comparisons, instance_sd=at, alpha=alpha, endless=True)
+
+    endless = endless_at(sd)
     if endless is not None and endless >= max_gap:
         said.append("more repeats would not narrow it: the spread between instances dominates"
                     if shown is not None and shown - endless < 0.01 else
@@ -471,18 +470,19 @@ def _ways_to_decide(
     # 14% above) and the next run, 1% above, could not show 9%. At least what equal points are shown within.
     equal = ranking.shown_within(leader, sample, comparisons=comparisons, instance_sd=sd, alpha=alpha, at_gap=0.0)
     allowance = max((v for v in (shown, equal) if v is not None), default=None)
-    paired_sd = _instance_sd(group.ranked, "paired speedup")[0]
-    paired = ranking.shown_within(leader, sample, comparisons=comparisons, instance_sd=paired_sd, alpha=alpha,
-                                  endless=True)  # fmt: skip
-    would = paired is not None and paired < max_gap
-    quiet = ranking.shown_within(leader, sample, comparisons=comparisons, instance_sd=_quiet_sd(group), alpha=alpha,
-                                 endless=True)  # fmt: skip
+
+    def decides(at: float) -> bool:
+        shown_at = endless_at(at)
+        return shown_at is not None and shown_at < max_gap
+
     ways = _beyond_repeats_ways(group, *(
         [f"--specdec-sweep-max-gap {math.ceil(allowance * 100)} (within it both this run and equal points at this "
          "spread would be shown)"] if allowance is not None else []
-    ), paired=would, quieter=quiet is not None and quiet < max_gap)  # fmt: skip
+    ), decides=decides)  # fmt: skip
     decide = f"{' or '.join(ways)} would decide it"
-    if group.basis != "paired speedup" and not would and paired is not None:
+    paired_sd = _paired_sd(group)
+    paired = endless_at(paired_sd)
+    if group.basis != "paired speedup" and _PAIRED_SWEEP not in ways and paired is not None:
         # helper-81: a paired sweep followed as told was undecided again (3.8% apart, 5% allowed, 2% between them).
         decide += (f"; a paired sweep would not: at this gap and {paired_sd:.0%} between instances it would show no "
                    f"less than {paired:.1%}")  # fmt: skip
