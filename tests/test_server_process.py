@@ -332,6 +332,38 @@ def test_keyboard_interrupt_tears_down(tmp_path: Path) -> None:
     assert gone(proc.pid)
 
 
+def test_waiting_asks_a_pidfd_whether_the_server_exited_not_proc_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Flake hunt 28: a Ctrl-C landed inside psutil's open of /proc/PID/stat, which the start loop asked every 0.1 s
+    in pytest's main thread; the file was left to the garbage collector, and under ``filterwarnings = error`` pytest
+    exited 1 with a traceback instead of "interrupted" (tests/test_interrupt.py). The loop now polls a pidfd opened
+    at launch: no file is opened per poll, while it runs or once it has exited."""
+    if not hasattr(os, "pidfd_open"):
+        pytest.skip("no pidfd_open here (Linux 5.3+ only): psutil answers")
+    from pytest_specdec.serve import launch
+
+    proc = start(make_spec("--never-ready"), tmp_path)
+    try:
+        def no_proc_files(pid: int, create_time: float) -> bool:
+            raise AssertionError("exited() read /proc through psutil")
+
+        monkeypatch.setattr(launch, "running", no_proc_files)
+        polls = []
+
+        def interrupt_after_a_while(elapsed_s: float, budget_s: float, line: str) -> None:
+            polls.append(elapsed_s)
+            if len(polls) > 3:
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):  # not AssertionError: no poll asked psutil
+            proc.wait_ready(health(proc.base_url), timeout_s=600, on_progress=interrupt_after_a_while, poll_s=0.05)
+        assert proc.exited()  # the pidfd says so after the teardown too
+    finally:
+        proc.stop()
+    assert gone(proc.pid)
+
+
 # -- running and teardown faults ----------------------------------------------------------------------------------
 
 
