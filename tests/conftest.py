@@ -63,7 +63,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """pytester whose inner runs keep their tests in file order: pytest-randomly (the dev extra, on in the flake
+    """pytester whose inner runs keep their tests in file order: pytest-randomly (the flake extra, on in the flake
     hunt) would shuffle them and import numpy, and several tests assert on what the first test of a run printed."""
     monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:randomly")
     return pytester

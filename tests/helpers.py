@@ -7,11 +7,14 @@ between two of them ties their collection (and their fixtures) together.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import dataclasses
 import importlib.metadata
 import json
+import os
 import re
 import signal
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -331,6 +334,24 @@ class ScriptedHandle:
 
     def spent_s(self, profile: str, vs: str | None) -> float:
         return float(len(self.measured))
+
+
+def dies_with_this_process() -> Callable[[], None]:
+    """A ``preexec_fn`` for a server or CLI a test starts with ``subprocess.Popen``: the child gets SIGTERM when this
+    process dies (Linux ``prctl(PR_SET_PDEATHSIG)``; nothing elsewhere). A pytest-xdist worker that its controller
+    ends on Ctrl-C runs no ``finally``: a contributor trial saw the bisect of tests/test_probes.py go on as an
+    orphan and start a reference server after pytest had exited. libc is loaded here, not in the forked child."""
+    if not sys.platform.startswith("linux"):
+        return lambda: None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG (linux/prctl.h)
+        if os.getppid() != parent:  # the test process died before the line above: no signal would come
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 def sigint_default() -> None:

@@ -19,6 +19,7 @@ from pytest_specdec.cli.bisect import _bisect_inputs
 from pytest_specdec.cli.main import main
 from pytest_specdec.engines.rules import load_profiles
 from pytest_specdec.measure.results import ResultRecord, ResultStore, RunFile, profile_definition
+from tests.helpers import dies_with_this_process
 
 #: good: the bundled EAGLE-3 draft on its trained ids; bad: the incident (aux ids that are not the trained ones,
 #: plus the slow-forward knob standing in for lost NCCL tuning) mixed with three harmless differences. The slowdown
@@ -219,7 +220,8 @@ def test_sigterm_stops_the_bisect_with_a_report_and_no_server_left(tmp_path: Pat
     (tmp_path / "specdec.yaml").write_text(EXACT_INCIDENT)
     command = [sys.executable, "-m", "pytest_specdec", "bisect", str(tmp_path / "specdec.yaml"), "--good", "good",
                "--bad", "bad", "--log-dir", str(tmp_path / "logs")]  # fmt: skip
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                            preexec_fn=dies_with_this_process())  # fmt: skip
     assert proc.stdout is not None
     lines = []
     for line in proc.stdout:  # SIGTERM while GOOD is measured, before BAD starts

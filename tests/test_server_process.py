@@ -364,6 +364,30 @@ def test_waiting_asks_a_pidfd_whether_the_server_exited_not_proc_files(
     assert gone(proc.pid)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_child_started_by_a_test_ends_with_the_test_process(tmp_path: Path) -> None:
+    """``tests.helpers.dies_with_this_process``: an xdist worker ended by its controller's Ctrl-C runs no ``finally``,
+    and a bisect a test had started went on as an orphan (a contributor trial). Here the parent ends without one."""
+    script = (
+        "import os, subprocess, sys\n"
+        "from tests.helpers import dies_with_this_process\n"
+        "child = subprocess.Popen(['sleep', '60'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,\n"
+        "                         preexec_fn=dies_with_this_process())\n"
+        "print(child.pid, flush=True)\n"
+        "os._exit(0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    child = int(done.stdout)
+    deadline = time.monotonic() + 10
+    while not gone(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not gone(child):
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError(f"sleep (pid {child}) outlived the process that started it")
+
+
 # -- running and teardown faults ----------------------------------------------------------------------------------
 
 

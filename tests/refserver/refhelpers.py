@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from pytest_specdec.core.auth import bearer_headers
+from tests.helpers import dies_with_this_process
 
 PACKAGE_ASSETS = Path(__file__).resolve().parents[2] / "pytest_specdec" / "refserver" / "assets"
 SMOKE_ASSETS = Path("/tmp/smoke")
@@ -91,7 +92,8 @@ def running_server(log_path: Path, extra: list[str], api_key: str | None = None,
     port = free_port()
     cmd = server_cmd(assets, port, *extra, *(["--api-key", api_key] if api_key else []))
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=server_env())
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=server_env(),
+                                preexec_fn=dies_with_this_process())
     srv = RunningServer(proc, f"http://127.0.0.1:{port}", log_path, api_key)
     try:
         deadline = time.monotonic() + timeout_s

@@ -9,6 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.helpers import dies_with_this_process
+
 pytest.importorskip("torch", reason="the reference server needs the reference extra (torch)")
 from refhelpers import asset_dir, free_port, overlay_draft, server_cmd, server_env, spec_flags, stop
 
@@ -29,7 +31,7 @@ def test_aux_width_mismatch_fails_at_warmup_like_sglang(tmp_path: Path) -> None:
     log_path = tmp_path / "server.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(server_cmd(assets, port, *spec_flags(assets, draft=draft)), stdout=log,
-                                stderr=subprocess.STDOUT, env=server_env())
+                                stderr=subprocess.STDOUT, env=server_env(), preexec_fn=dies_with_this_process())
     try:
         ret = proc.wait(timeout=STARTUP_WAIT_S)
     finally:
@@ -52,7 +54,7 @@ def test_slow_start_refuses_connections_until_bound_then_eagle_algorithm_serves(
     port = free_port()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(server_cmd(assets, port, *extra), stdout=log, stderr=subprocess.STDOUT,
-                                env=server_env())
+                                env=server_env(), preexec_fn=dies_with_this_process())
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + STARTUP_WAIT_S
@@ -83,7 +85,7 @@ def test_oom_fault_exits_1_with_cuda_traceback() -> None:
     assets = asset_dir()
     t0 = time.monotonic()
     res = subprocess.run(server_cmd(assets, free_port(), "--ref-fault-oom-at-startup", "1"), capture_output=True,
-                         text=True, timeout=STARTUP_WAIT_S, env=server_env())
+                         text=True, timeout=STARTUP_WAIT_S, env=server_env(), preexec_fn=dies_with_this_process())
     assert res.returncode == 1
     assert time.monotonic() - t0 >= 1
     assert "torch.OutOfMemoryError: CUDA out of memory." in res.stdout
@@ -95,7 +97,7 @@ def test_never_ready_fault_keeps_health_503(tmp_path: Path) -> None:
     log_path = tmp_path / "server.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(server_cmd(assets, port, "--ref-fault-never-ready"), stdout=log,
-                                stderr=subprocess.STDOUT, env=server_env())
+                                stderr=subprocess.STDOUT, env=server_env(), preexec_fn=dies_with_this_process())
     try:
         deadline = time.monotonic() + STARTUP_WAIT_S
         while "--ref-fault-never-ready, /health stays 503" not in log_path.read_text():
