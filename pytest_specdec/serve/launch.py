@@ -83,14 +83,12 @@ class Launched:
         # psutil opens /proc/PID/stat and /proc/PID/status for each answer; a Ctrl-C landing between such an open and
         # its `with` leaves the file to the garbage collector, whose ResourceWarning a project with
         # `filterwarnings = error` gets as an error at exit: exit status 1 and a traceback instead of "interrupted"
-        # (seen once in 10 shuffled loaded runs of tests/test_interrupt.py). A pidfd is opened once and polled.
-        self._exit_poll: select.poll | None = None
+        # (flake hunt 28, tests/test_interrupt.py). A pidfd is opened once and polled.
+        self._pidfd: int | None = None
         if hasattr(os, "pidfd_open"):
             with contextlib.suppress(OSError):  # ESRCH: already gone (then psutil says so); ENOSYS: an old kernel
-                pidfd = os.pidfd_open(pid)
-                weakref.finalize(self, os.close, pidfd)  # with this object: an exited() after close() still asks it
-                self._exit_poll = select.poll()  # not select.select: it fails on a descriptor numbered 1024 or more
-                self._exit_poll.register(pidfd, select.POLLIN)
+                self._pidfd = os.pidfd_open(pid)
+                weakref.finalize(self, os.close, self._pidfd)  # with this object: exited() after close() asks it too
         assert supervisor.stdout is not None
         os.set_blocking(supervisor.stdout.fileno(), False)
         self._parse()
@@ -134,8 +132,12 @@ class Launched:
             return True
         # The process itself, not the supervisor's line: that comes a scheduler wake-up later (the status is read
         # when the message needs it, after the teardown closed the supervisor).
-        if self._exit_poll is not None:
-            return bool(self._exit_poll.poll(0))
+        if self._pidfd is not None:
+            # A poll object per call: one shared between threads raises on concurrent poll(); not select.select,
+            # which fails on a descriptor numbered 1024 or more.
+            waiter = select.poll()
+            waiter.register(self._pidfd, select.POLLIN)
+            return bool(waiter.poll(0))
         return not running(self.pid, self._create_time)
 
     def close(self, timeout_s: float = 5.0) -> None:
