@@ -208,7 +208,11 @@ def test_a_slowdown_of_both_arms_is_not_green_on_the_speculative_profile_either(
     ratio = re.search(r"^output_tok_s / baseline +higher .*", speculative, re.M)
     assert ratio is not None and "REGRESSED" not in ratio.group(0), out
     if not re.search(r"^output_tok_s +higher .* REGRESSED", speculative, re.M):
-        assert re.search(r"^[\w_]+(, [\w_]+)*: both arms slower", speculative, re.M), speculative
+        # Another raw row regressed; its note says both arms slowed or, where that row's own ratio is still open,
+        # that more pairs would tell both arms from the target alone (flake hunt 29 at load 5.7: output_tok_s x0.159
+        # undecided beside itl_ms_p50 x12.1 REGRESSED, whose ratio row spread 162%).
+        either = r"(both arms slower|raw REGRESSED, the ratio to 'baseline' undecided: both arms slower, or the target)"
+        assert re.search(rf"^[\w_]+(, [\w_]+)*: {either}", speculative, re.M), speculative
         return
     # The note lists every raw row that fell while its ratio held (``output_tok_s, itl_ms_p50: ...``); a ratio row
     # still undecided (a busy runner) is not called held.
