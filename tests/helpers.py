@@ -340,7 +340,8 @@ def dies_with_this_process() -> Callable[[], None]:
     """A ``preexec_fn`` for a server or CLI a test starts with ``subprocess.Popen``: the child gets SIGTERM when this
     process dies (Linux ``prctl(PR_SET_PDEATHSIG)``; nothing elsewhere). A pytest-xdist worker that its controller
     ends on Ctrl-C runs no ``finally``: a contributor trial saw the bisect of tests/test_probes.py go on as an
-    orphan and start a reference server after pytest had exited. libc is loaded here, not in the forked child."""
+    orphan and start a reference server after pytest had exited. libc is loaded here, not in the forked child. The
+    signal comes when the *thread* that started the child ends: start it from the test's own thread, not a pool's."""
     if not sys.platform.startswith("linux"):
         return lambda: None
     prctl = ctypes.CDLL(None, use_errno=True).prctl
