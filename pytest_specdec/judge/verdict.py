@@ -1091,9 +1091,7 @@ def _not_decidable_today(data: _RowData | None, row: compare.CompareRow, design:
     if needed is not None:
         return (f"a baseline of about {needed} repeats would decide it (now {now}; {known})", (_RESTORE,))
     if data.instance_sd and not run_sd:
-        # On a busy runner: the spread a quiet runner takes (7% raw, 2% ratio) and what stored runs must show there.
-        sd = compare.assumed_instance_sd(row.metric) if row.busy else data.instance_sd
-        below = _deciding_sd(data.baseline, data.current, row, design, sd) if sd else None
+        below = _deciding_sd(data.baseline, data.current, row, design, data.instance_sd)
         # With none deciding at no spread either: the repeats that would, beside stored runs that measure little.
         four = dataclasses.replace(data, history=_four_runs(data.baseline, 0.0), instance_sd=0.0)
         repeats = _ask(sequential.shift_repeats_needed, four, row, design) if below is None else None
@@ -1117,7 +1115,13 @@ def _deciding_sd(
     """The largest run-to-run sd (a fraction, below ``instance_sd``) at which tonight's repeats and the baseline's
     would decide the row at its design (``sequential.decide_shift``, bisected to 0.1 point): what stored runs must
     measure for "4+ stored runs would decide it" to hold; None when even no spread between instances would (the
-    estimate too near the tolerance for these repeats). An estimate: stored runs also move the reference level."""
+    estimate too near the tolerance for these repeats, or no spread between instances is taken). An estimate: stored
+    runs also move the reference level. On a busy runner (``row.busy``) it is asked at the spread a quiet runner
+    takes (``compare.assumed_instance_sd``: 7% raw, 2% ratio): what a quieter runner's stored runs must show."""
+    if row.busy:
+        instance_sd = compare.assumed_instance_sd(row.metric)
+    if not instance_sd:
+        return None
     allowed = row.tolerance.allowed(row.baseline) if row.tolerance.abs and row.baseline is not None else None
 
     def decides(sd: float) -> bool:
@@ -1304,9 +1308,8 @@ def undecided_reason(
     if row.tolerance.abs:
         if _difference_decidable(base, current, row, design):
             return OpenRow(text + " (more repeats would narrow it: raise workload.max_repeats)")
-        sd = compare.assumed_instance_sd(row.metric) if row.busy else row.instance_sd
         below = _deciding_sd(compare.row_values(base, row.metric), compare.row_values(current, row.metric), row,
-                             design, sd) if sd else None  # fmt: skip
+                             design, row.instance_sd)  # fmt: skip
         tail, why = _stored_runs_decide(row.instance_sd, row, (base.paired or {}).get("vs"), len(history) + 1, below)
         return OpenRow(f"{text}: {tail}", why)
     if needed is None:
