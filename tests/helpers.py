@@ -287,13 +287,16 @@ def plugin_args() -> list[str]:
 def assert_tok_s_regressed_or_left_open(out: str) -> None:
     """A failed compare's ``output_tok_s`` row (tolerance 5%) is REGRESSED on its interval, or left open with its
     interval under the ``not measured further`` line: the compare stops at the look at which a row regressed, and a
-    latency row may regress first (flake hunt seeds 241, 250)."""
+    latency row may regress first (flake hunt seeds 241, 250); or, where more repeats would not decide it (a busy
+    runner's spread between instances: seed 178, x0.186 open beside a regressed ITL at 12 repeats), with its own
+    reason under the ``beside the regression`` line."""
     tok_s = re.search(r"^output_tok_s +higher .* -\d+\.\d% +5% .*(REGRESSED|undecided) \(x0\.\d+, CI .*, n=\d+\)$", out,
                       re.M)  # fmt: skip
     assert tok_s, out
     if tok_s.group(1) == "undecided":
-        assert re.search(r"^\d+ undecided rows? not measured further: the compare had regressed at \d+ repeats$", out,
-                         re.M), out  # fmt: skip
+        stopped = r"^\d+ undecided rows? not measured further: the compare had regressed at \d+ repeats$"
+        beside = r"^\d+ undecided rows? beside the regression after \d+ repeats:\n(  .*\n)*  output_tok_s x0\.\d+, CI "
+        assert re.search(stopped, out, re.M) or re.search(beside, out, re.M), out
 
 
 class ScriptedHandle:

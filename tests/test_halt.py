@@ -129,6 +129,22 @@ def test_a_compare_that_regressed_at_a_look_measures_no_more_for_its_open_rows()
                                               "repeats"
 
 
+def test_a_failed_compare_says_why_a_row_left_open_at_the_budget_is_open() -> None:
+    # Flake hunt seed 178 (load 3): ITL regressed at the look at 12 repeats beside a tok/s row that more repeats on a
+    # busy runner would not decide (x0.186, CI 0.03-1.14); the failure listed it undecided and said nothing of why.
+    base = rec(output_tok_s=[100.0, 101.0, 99.0], accept_length=[2.8, 2.8, 2.8])
+    current = rec(output_tok_s=[90.0, 115.0, 95.0], accept_length=[2.3, 2.3, 2.3])
+    judged = judge_compare(
+        base, current, run_id="R1", test_id=current.test_id, tolerances=layered_tolerances(), noise={},
+        force=False, design=sequential.Design(3, 3),
+    )  # fmt: skip
+    assert judged.failure is not None
+    assert re.search(r"^accept_length +higher .* REGRESSED \(exact\)$", judged.failure, re.M), judged.failure
+    block = judged.failure[judged.failure.index("\n1 undecided row beside the regression after 3 repeats:\n"):]
+    assert re.search(r"^  output_tok_s x0\.\d+, CI .* holds the tolerance 5%[;:] ", block, re.M), block
+    assert "not measured further" not in judged.failure
+
+
 def test_a_statistical_regression_stops_the_compare_at_its_look() -> None:
     # Replayed (bench_verdicts): a 20% regression decided after a median of 3 pairs, not 5, when the compare stops at
     # the look at which a row regressed; the open rows keep their intervals (seed 241's lost env: tok/s -87% read

@@ -849,7 +849,9 @@ def speedup_check(
 class CompareVerdict:
     """What :func:`judge_compare` decided for one test."""
 
-    #: The failure text (head line, then the compare table); None when the test did not regress.
+    #: The failure text (head line, then the compare table, then why its open rows are open: ``2 undecided rows not
+    #: measured further: the compare had regressed at 3 repeats``, or each open row's reason); None when the test did
+    #: not regress.
     failure: str | None = None
     #: Undecided rows at the budget (:func:`undecided_block`: a head line, then one line per open row, ``metric
     #: x0.93, CI ... holds the tolerance 5%; about N repeats would decide it``), None when every row was decided.
@@ -955,10 +957,16 @@ def judge_compare(
     head = "\n".join(filter(None, [head, hint]))
     if comparison.failed:
         lines = comparison.lines()
+        k = len(comparison.undecided)
+        rows = f"{k} undecided row{'s' if k != 1 else ''}"
         if stopped_at_failure:
-            k = len(comparison.undecided)
-            lines.append(f"{k} undecided row{'s' if k != 1 else ''} not measured further: the compare had regressed "
-                         f"at {n} repeats")  # fmt: skip
+            lines.append(f"{rows} not measured further: the compare had regressed at {n} repeats")
+        elif comparison.undecided:
+            # Open at the budget, or where more repeats would not decide them (a busy runner's spread: flake hunt
+            # seed 178, tok/s x0.186 open beside a regressed ITL): each says what would decide it, as an undecided
+            # compare's rows do.
+            reasons = [undecided_reason(base, current, r, design, history) for r in comparison.undecided]
+            lines.append(undecided_block(f"{rows} beside the regression after {n} repeats:", reasons))
         return CompareVerdict("\n".join([head, *lines]), notes=notes, cost=cost)
     if comparison.undecided:
         reasons = [undecided_reason(base, current, r, design, history) for r in comparison.undecided]
